@@ -1,0 +1,467 @@
+//! The host: discovery, probing and loading wired into a [`Registry`], and the call path every
+//! transport uses (validation, caller check, limits, timeout, cancellation, result mapping).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use mcp_plugin_sdk::UserInfo;
+use mcp_plugin_sdk::manifest::CallerNeed;
+use serde_json::{Value, json};
+use tokio::sync::Semaphore;
+
+use crate::config::Config;
+use crate::discovery::{self, Candidate};
+use crate::executor::WorkerPool;
+use crate::host_api::{CancelFlag, CurrentCall, EventSink, HostCallContext, NestedCaller};
+use crate::plugin::{LoadContext, LoadError, Plugin};
+use crate::probe::Prober;
+use crate::registry::{PluginSlot, Registry, Tool};
+
+/// Why the host could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    /// The runtime directory for private plugin copies could not be created.
+    #[error("cannot create runtime directory {path}: {source}")]
+    RuntimeDir {
+        /// The directory.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// No served tool has this name (JSON-RPC -32602).
+    #[error("unknown tool: {0}")]
+    UnknownTool(String),
+    /// The tool takes `UserInfo` and the call has no verified caller.
+    #[error("tool {0} requires an authenticated caller")]
+    CallerRequired(String),
+}
+
+/// Per-call inputs besides the tool name and arguments.
+#[derive(Clone, Default)]
+pub struct CallOptions {
+    /// The verified caller, if any.
+    pub caller: Option<UserInfo>,
+    /// Cancellation shared with the transport (client cancel, closed stream).
+    pub cancel: CancelFlag,
+    /// Where progress and log events go.
+    pub events: Option<EventSink>,
+}
+
+impl std::fmt::Debug for CallOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallOptions")
+            .field("caller", &self.caller)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How to start a host.
+#[derive(Debug, Clone, Default)]
+pub struct HostOptions {
+    /// The `mcp-host` executable used for child-process probes (`None`: no probing, e.g. in a
+    /// library user that trusts its files).
+    pub probe_exe: Option<PathBuf>,
+}
+
+/// A running tool host.
+#[derive(Clone)]
+pub struct Host {
+    inner: Arc<HostInner>,
+}
+
+impl std::fmt::Debug for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Host")
+            .field("tools", &self.inner.registry.load().len())
+            .finish_non_exhaustive()
+    }
+}
+
+struct HostInner {
+    config: Config,
+    registry: ArcSwap<Registry>,
+    pool: WorkerPool,
+    global: Arc<Semaphore>,
+    runtime_dir: RuntimeDir,
+    prober: Option<Prober>,
+}
+
+enum RuntimeDir {
+    Temp(tempfile::TempDir),
+    Fixed(PathBuf),
+}
+
+impl RuntimeDir {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            RuntimeDir::Temp(t) => t.path(),
+            RuntimeDir::Fixed(p) => p,
+        }
+    }
+}
+
+/// The plugins' way back into the host for nested `call_tool`.
+struct NestedHandle(Weak<HostInner>);
+
+impl NestedCaller for NestedHandle {
+    fn call_nested(&self, name: &str, args: &str) -> Result<String, String> {
+        let inner = self.0.upgrade().ok_or("the host is shutting down")?;
+        inner.call_nested(name, args)
+    }
+}
+
+impl Host {
+    /// Discover, probe and load every plugin in the configured tool directories.
+    pub fn start(config: Config, options: HostOptions) -> Result<Host, HostError> {
+        let runtime_dir = match &config.runtime_dir {
+            Some(dir) => {
+                let path = dir.join(format!("mcp-host-{}", std::process::id()));
+                std::fs::create_dir_all(&path).map_err(|source| HostError::RuntimeDir {
+                    path: path.clone(),
+                    source,
+                })?;
+                RuntimeDir::Fixed(path)
+            }
+            None => RuntimeDir::Temp(
+                tempfile::Builder::new()
+                    .prefix("mcp-host-")
+                    .tempdir()
+                    .map_err(|source| HostError::RuntimeDir {
+                        path: std::env::temp_dir(),
+                        source,
+                    })?,
+            ),
+        };
+        let prober = match (&options.probe_exe, config.probe) {
+            (Some(exe), true) => Some(Prober::new(exe.clone())),
+            _ => None,
+        };
+        let inner = Arc::new(HostInner {
+            pool: WorkerPool::new(config.limits.max_concurrent_calls),
+            global: Arc::new(Semaphore::new(config.limits.max_concurrent_calls.max(1))),
+            registry: ArcSwap::from_pointee(Registry::default()),
+            config,
+            runtime_dir,
+            prober,
+        });
+        let host = Host { inner };
+        let started = Instant::now();
+        let candidates = discovery::scan(&host.inner.config.tool_dirs);
+        let loaded = host.load(candidates);
+        let registry = Registry::build(loaded, &host.inner.config);
+        tracing::info!(
+            "Serving {} tools from {} plugins (loaded in {} ms)",
+            registry.len(),
+            registry.plugins.len(),
+            started.elapsed().as_millis()
+        );
+        host.inner.registry.store(Arc::new(registry));
+        Ok(host)
+    }
+
+    /// Probe then load candidates, in order.
+    pub fn load(&self, candidates: Vec<Candidate>) -> Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)> {
+        let inner = &self.inner;
+        let probes: Vec<Result<(), LoadError>> = match &inner.prober {
+            Some(prober) => {
+                let files: Vec<PathBuf> = candidates.iter().map(|c| c.path.clone()).collect();
+                prober
+                    .probe_all(&files)
+                    .into_iter()
+                    .map(|r| r.map(|_| ()))
+                    .collect()
+            }
+            None => candidates.iter().map(|_| Ok(())).collect(),
+        };
+        let nested: Arc<dyn NestedCaller> = Arc::new(NestedHandle(Arc::downgrade(inner)));
+        let config_for = |name: &str| inner.config.plugin(name).config;
+        let cx = LoadContext {
+            runtime_dir: inner.runtime_dir.path(),
+            config_for: &config_for,
+            nested,
+        };
+        candidates
+            .into_iter()
+            .zip(probes)
+            .map(|(candidate, probe)| {
+                let result = probe
+                    .and_then(|()| Plugin::load(&candidate.path, &cx))
+                    .map(|plugin| {
+                        let limit = inner
+                            .config
+                            .plugin(plugin.name())
+                            .max_concurrent_calls
+                            .unwrap_or(inner.config.limits.max_concurrent_calls_per_plugin)
+                            .max(1);
+                        Arc::new(PluginSlot {
+                            plugin,
+                            candidate: candidate.clone(),
+                            limiter: Arc::new(Semaphore::new(limit)),
+                        })
+                    });
+                (candidate, result)
+            })
+            .collect()
+    }
+
+    /// The current tool set.
+    pub fn registry(&self) -> Arc<Registry> {
+        self.inner.registry.load_full()
+    }
+
+    /// The configuration the host runs with.
+    pub fn config(&self) -> &Config {
+        &self.inner.config
+    }
+
+    /// Call tool `name` with `args` (an object, or `None` for no arguments).
+    ///
+    /// Protocol-level refusals are `Err`; everything the tool or its arguments got wrong is an
+    /// `isError` result, as MCP asks (SEP-1303).
+    pub async fn call(
+        &self,
+        name: &str,
+        args: Option<Value>,
+        opts: CallOptions,
+    ) -> Result<Value, CallError> {
+        let tool = self
+            .inner
+            .registry
+            .load()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
+        let args = args.unwrap_or_else(|| json!({}));
+        if let Err(message) = validate(&tool, &args) {
+            return Ok(error_result(&message));
+        }
+        if tool.descriptor.caller == CallerNeed::Required && opts.caller.is_none() {
+            return Err(CallError::CallerRequired(name.to_owned()));
+        }
+        let caller_json: Arc<str> = match (&opts.caller, tool.descriptor.caller) {
+            (Some(caller), CallerNeed::Optional | CallerNeed::Required) => {
+                serde_json::to_string(caller).unwrap_or_default().into()
+            }
+            _ => Arc::from(""),
+        };
+        let started = Instant::now();
+        let ctx = Arc::new(HostCallContext {
+            cancel: opts.cancel.clone(),
+            deadline: Some(started + tool.timeout),
+            events: opts.events.clone(),
+            caller_json,
+            depth: 0,
+            tool: Arc::from(name),
+        });
+        let args_text = args.to_string();
+        if tool.descriptor.inline {
+            return Ok(run(&tool, &args_text, ctx));
+        }
+
+        let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
+        let inner = Arc::clone(&self.inner);
+        let work = {
+            let tool = Arc::clone(&tool);
+            let ctx = Arc::clone(&ctx);
+            async move {
+                let global = Arc::clone(&inner.global).acquire_owned().await;
+                let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
+                let (tx, rx) = tokio::sync::oneshot::channel();
+                inner.pool.submit(move || {
+                    // Permits are released only when the plugin function has returned.
+                    let _permits = (global, local);
+                    let _ = tx.send(run(&tool, &args_text, ctx));
+                });
+                rx.await
+            }
+        };
+        let outcome = tokio::time::timeout(tool.timeout, work).await;
+        guard.0 = None;
+        Ok(match outcome {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => error_result("the tool call was lost (its worker thread ended)"),
+            Err(_) => {
+                ctx.cancel.cancel();
+                tracing::warn!(
+                    tool = name,
+                    "call timed out after {} s; cancellation requested",
+                    fmt_secs(tool.timeout)
+                );
+                error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
+            }
+        })
+    }
+
+    /// Run every loaded plugin's shutdown hook (images stay mapped).
+    pub fn shutdown(&self) {
+        for slot in &self.registry().plugins {
+            slot.plugin.shutdown();
+        }
+    }
+}
+
+impl HostInner {
+    fn call_nested(&self, name: &str, args: &str) -> Result<String, String> {
+        let parent = CurrentCall::parent();
+        let depth = parent.as_ref().map_or(0, |p| p.depth + 1);
+        if depth > self.config.limits.max_call_depth {
+            return Err(format!(
+                "tool calls nested deeper than {} (calling {name})",
+                self.config.limits.max_call_depth
+            ));
+        }
+        let tool = self
+            .registry
+            .load()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("unknown tool: {name}"))?;
+        let args_value: Value = if args.trim().is_empty() {
+            json!({})
+        } else {
+            serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
+        };
+        if let Err(message) = validate(&tool, &args_value) {
+            return Ok(error_result(&message).to_string());
+        }
+        let caller_json: Arc<str> = parent
+            .as_ref()
+            .map_or_else(|| Arc::from(""), |p| Arc::clone(&p.caller_json));
+        if tool.descriptor.caller == CallerNeed::Required && caller_json.is_empty() {
+            return Err(format!("tool {name} requires an authenticated caller"));
+        }
+        let ctx = Arc::new(HostCallContext {
+            cancel: parent
+                .as_ref()
+                .map_or_else(CancelFlag::new, |p| p.cancel.clone()),
+            deadline: parent
+                .as_ref()
+                .and_then(|p| p.deadline)
+                .or_else(|| Some(Instant::now() + tool.timeout)),
+            events: parent.as_ref().and_then(|p| p.events.clone()),
+            caller_json,
+            depth,
+            tool: Arc::from(name),
+        });
+        Ok(run(&tool, args, ctx).to_string())
+    }
+}
+
+/// Sets the call's cancellation flag if the call future is dropped before it finished.
+struct CancelOnDrop(Option<CancelFlag>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(flag) = self.0.take() {
+            flag.cancel();
+        }
+    }
+}
+
+/// Run a tool on this thread and map what the plugin returned.
+fn run(tool: &Tool, args: &str, ctx: Arc<HostCallContext>) -> Value {
+    let _current = CurrentCall::enter(Arc::clone(&ctx));
+    match tool
+        .slot
+        .plugin
+        .call_raw(tool.index, args, &ctx.caller_json, &ctx)
+    {
+        Ok(json) => match serde_json::from_str::<Value>(&json) {
+            Ok(v) if v.get("content").is_some_and(Value::is_array) => v,
+            _ => {
+                tracing::error!(tool = %tool.name, "plugin returned an invalid result");
+                error_result("the plugin returned an invalid result")
+            }
+        },
+        Err(e) => {
+            tracing::error!(tool = %tool.name, "plugin could not run the tool: {e}");
+            error_result(&format!("the plugin could not run the tool: {e}"))
+        }
+    }
+}
+
+/// A tool result with `isError: true` and this text.
+pub fn error_result(message: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": message }], "isError": true })
+}
+
+fn fmt_secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{}", s as u64)
+    } else {
+        format!("{s}")
+    }
+}
+
+/// Validate arguments against the tool's compiled schema; the message names each argument and rule.
+fn validate(tool: &Tool, args: &Value) -> Result<(), String> {
+    if !args.is_object() {
+        return Err(format!(
+            "Invalid arguments for tool {}: arguments must be a JSON object",
+            tool.name
+        ));
+    }
+    let mut problems = Vec::new();
+    for error in tool.validator.iter_errors(args).take(5) {
+        let path = error.instance_path().to_string();
+        let rule = error
+            .schema_path()
+            .to_string()
+            .rsplit('/')
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        let arg = path.trim_start_matches('/').replace('/', ".");
+        if arg.is_empty() {
+            problems.push(format!("{error} (rule: {rule})"));
+        } else {
+            problems.push(format!("argument `{arg}`: {error} (rule: {rule})"));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "Invalid arguments for tool {}: {}",
+            tool.name,
+            problems.join("; ")
+        ))
+    }
+}
+
+/// Test-load one file (child-process probe, then in-process with its config section) and describe it:
+/// its build fingerprint and manifest. What `mcp-host check` prints.
+pub fn check_file(
+    config: &Config,
+    file: &std::path::Path,
+    options: &HostOptions,
+) -> Result<Value, LoadError> {
+    let mut config = config.clone();
+    config.tool_dirs.clear();
+    let host = Host::start(config, options.clone())
+        .map_err(|e| LoadError::Copy(e.to_string()))?;
+    let candidate = Candidate {
+        dir_index: 0,
+        dir: file.parent().map(PathBuf::from).unwrap_or_default(),
+        prefix: String::new(),
+        path: file.to_path_buf(),
+    };
+    let (_, result) = host
+        .load(vec![candidate])
+        .pop()
+        .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
+    let slot = result?;
+    Ok(json!({
+        "file": file,
+        "build": slot.plugin.build,
+        "manifest": slot.plugin.manifest,
+    }))
+}

@@ -1,0 +1,18 @@
+//! mcp-host: serve a folder of compiled plugins as MCP tools.
+//!
+//! Data flows one way: [`config`] → [`discovery`] (+ [`probe`], [`plugin`]) → [`registry`] →
+//! [`host`] (the call path) → protocol and transports. The `mcp-host` binary wires these together;
+//! everything here is usable as a library.
+
+pub mod config;
+pub mod discovery;
+pub mod executor;
+pub mod host;
+pub mod host_api;
+pub mod plugin;
+pub mod probe;
+pub mod registry;
+pub mod stdout_guard;
+
+pub use config::Config;
+pub use host::{CallError, CallOptions, Host, HostOptions};

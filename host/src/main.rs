@@ -1,0 +1,220 @@
+//! The `mcp-host` command line: wiring only; the work lives in the library.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand};
+use mcp_host::host::CallOptions;
+use mcp_host::host_api::CallEvent;
+use mcp_host::registry::Status;
+use mcp_host::{Config, Host, HostOptions};
+use mcp_plugin_sdk::UserInfo;
+use serde_json::Value;
+
+#[derive(Parser, Debug)]
+#[command(name = "mcp-host", version, about = "Serve a folder of compiled plugins as MCP tools")]
+struct Cli {
+    /// Configuration file (default: config/mcp-host.yaml when it exists).
+    #[arg(long, global = true, env = "MCP_HOST_CONFIG")]
+    config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// List every discovered tool with its plugin, directory, service and status.
+    List {
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Test-load one plugin file and print its manifest, or the exact error.
+    Check {
+        /// The plugin file.
+        file: PathBuf,
+    },
+    /// Call a tool in-process and print its result (for plugin authors).
+    Call {
+        /// The tool name.
+        tool: String,
+        /// Arguments as a JSON object.
+        #[arg(long, default_value = "{}")]
+        args: String,
+        /// Call as this user (for tools that take `UserInfo`).
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// (internal) Probe plugin files in this process; used by the host before loading.
+    #[command(hide = true)]
+    Probe {
+        /// Files to probe.
+        files: Vec<PathBuf>,
+    },
+}
+
+fn init_logging(default: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .try_init();
+}
+
+fn host_options() -> HostOptions {
+    HostOptions {
+        probe_exe: std::env::current_exe().ok(),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("mcp-host: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.command {
+        Command::Probe { files } => {
+            // Report on the real stdout only; anything a plugin prints goes to stderr.
+            let mut out = mcp_host::stdout_guard::take_stdout()
+                .map(|f| Box::new(f) as Box<dyn std::io::Write>)
+                .unwrap_or_else(|_| Box::new(std::io::stdout()));
+            mcp_host::probe::run_probe_child(&files, &mut out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::List { json } => {
+            init_logging("warn");
+            let config = Config::load(cli.config.as_deref())?;
+            let host = Host::start(config, host_options())?;
+            print_list(&host, json)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Check { file } => {
+            init_logging("warn");
+            let config = Config::load(cli.config.as_deref())?;
+            check(&config, &file)
+        }
+        Command::Call { tool, args, user } => {
+            init_logging("warn");
+            let config = Config::load(cli.config.as_deref())?;
+            let args: Value = serde_json::from_str(&args).context("--args is not valid JSON")?;
+            let host = Host::start(config, host_options())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?;
+            let opts = CallOptions {
+                caller: user.map(UserInfo::new),
+                events: Some(std::sync::Arc::new(|event| match event {
+                    CallEvent::Progress {
+                        progress,
+                        total,
+                        message,
+                    } => eprintln!(
+                        "progress: {progress}{} {}",
+                        total.map(|t| format!("/{t}")).unwrap_or_default(),
+                        message.unwrap_or_default()
+                    ),
+                    CallEvent::Log { level, message, .. } => {
+                        eprintln!("log [{}]: {message}", level.as_str())
+                    }
+                })),
+                ..CallOptions::default()
+            };
+            let result = runtime.block_on(host.call(&tool, Some(args), opts));
+            host.shutdown();
+            match result {
+                Ok(result) => {
+                    println!("{}", serde_json::to_string_pretty(&result)?);
+                    let failed = result.get("isError").and_then(Value::as_bool) == Some(true);
+                    Ok(if failed {
+                        ExitCode::FAILURE
+                    } else {
+                        ExitCode::SUCCESS
+                    })
+                }
+                Err(e) => {
+                    eprintln!("mcp-host: {e}");
+                    Ok(ExitCode::from(2))
+                }
+            }
+        }
+    }
+}
+
+fn print_list(host: &Host, json: bool) -> anyhow::Result<()> {
+    let registry = host.registry();
+    let mut out = std::io::stdout().lock();
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&registry.entries)?)?;
+        return Ok(());
+    }
+    let rows: Vec<[String; 5]> = registry
+        .entries
+        .iter()
+        .map(|e| {
+            let status = match &e.status {
+                Status::Active => "active".to_owned(),
+                Status::OverriddenBy(p) => format!("overridden by {}", p.display()),
+                Status::DisabledService(why) => format!("disabled service ({why})"),
+                Status::InvalidName(why) => format!("invalid name ({why})"),
+                Status::InvalidSchema(why) => format!("invalid schema ({why})"),
+                Status::LoadError(why) => format!("load error: {why}"),
+            };
+            [
+                e.tool.clone(),
+                status,
+                e.service.clone().unwrap_or_else(|| "-".into()),
+                e.plugin.clone().unwrap_or_else(|| "-".into()),
+                e.file.display().to_string(),
+            ]
+        })
+        .collect();
+    let header = ["TOOL", "STATUS", "SERVICE", "PLUGIN", "FILE"].map(str::to_owned);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count()).min(60);
+        }
+    }
+    for row in std::iter::once(&header).chain(rows.iter()) {
+        let mut line = String::new();
+        for (i, (cell, w)) in row.iter().zip(widths).enumerate() {
+            if i + 1 == row.len() {
+                line.push_str(cell);
+            } else {
+                line.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    if rows.is_empty() {
+        writeln!(out, "(no plugins found in: {})", host.config().tool_dirs.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>().join(", "))?;
+    }
+    Ok(())
+}
+
+fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let report = mcp_host::host::check_file(config, file, &host_options());
+    match report {
+        Ok(manifest) => {
+            println!("{}", serde_json::to_string_pretty(&manifest)?);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", file.display());
+            Ok(ExitCode::FAILURE)
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! The child-process probe: test-load plugin files in short-lived `mcp-host probe` processes.
+//!
+//! A damaged library can kill the process inside `dlopen` itself (SIGBUS on a truncated `.so`, an
+//! ld.so assertion on overwritten bytes). So every file is first opened in a child, which checks the
+//! header, the ABI layout and the build fingerprint without running `init`. Files are checked in
+//! batches, one child per core; when a child dies, the file it was on is blamed and the rest of its
+//! batch goes to a fresh child.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use mcp_plugin_sdk::abi::BuildInfo;
+
+use crate::plugin::{LoadError, open_module};
+
+const MARK: &str = "\u{1}MCPPROBE ";
+
+/// Runs probes in child processes of the `mcp-host` executable.
+#[derive(Debug, Clone)]
+pub struct Prober {
+    exe: PathBuf,
+    parallelism: usize,
+    file_timeout: Duration,
+}
+
+impl Prober {
+    /// Probe with the `mcp-host` binary at `exe` (it must support the hidden `probe` command).
+    pub fn new(exe: PathBuf) -> Self {
+        Prober {
+            exe,
+            parallelism: std::thread::available_parallelism()
+                .map(usize::from)
+                .unwrap_or(2),
+            file_timeout: Duration::from_secs(10),
+        }
+    }
+
+    /// Probe every file; results are in the same order as `files`.
+    pub fn probe_all(&self, files: &[PathBuf]) -> Vec<Result<BuildInfo, LoadError>> {
+        if files.is_empty() {
+            return Vec::new();
+        }
+        let chunks = self.parallelism.clamp(1, files.len().div_ceil(8).max(1));
+        let per_chunk = files.len().div_ceil(chunks);
+        let mut results = Vec::with_capacity(files.len());
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = files
+                .chunks(per_chunk)
+                .map(|chunk| scope.spawn(move || self.probe_batch(chunk)))
+                .collect();
+            for (handle, chunk) in handles.into_iter().zip(files.chunks(per_chunk)) {
+                match handle.join() {
+                    Ok(r) => results.extend(r),
+                    Err(_) => results.extend(
+                        chunk
+                            .iter()
+                            .map(|_| Err(LoadError::Probe("probe thread panicked".into()))),
+                    ),
+                }
+            }
+        });
+        results
+    }
+
+    /// Probe one batch, restarting the child after a crash until every file has an answer.
+    fn probe_batch(&self, files: &[PathBuf]) -> Vec<Result<BuildInfo, LoadError>> {
+        let mut results: Vec<Option<Result<BuildInfo, LoadError>>> = vec![None; files.len()];
+        let mut start = 0;
+        while start < files.len() {
+            let done = self.run_child(&files[start..], &mut results[start..]);
+            // `done` files have answers; the next one (if any) took the child down.
+            let culprit = start + done;
+            if culprit < files.len() && results[culprit].is_none() {
+                // run_child records the crash reason itself; this is a fallback.
+                results[culprit] = Some(Err(LoadError::Probe(
+                    "probe process ended without an answer".into(),
+                )));
+            }
+            start = culprit + 1;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(LoadError::Probe("not probed".into()))))
+            .collect()
+    }
+
+    /// Run one child over `files`; returns how many got an answer before it stopped.
+    fn run_child(
+        &self,
+        files: &[PathBuf],
+        results: &mut [Option<Result<BuildInfo, LoadError>>],
+    ) -> usize {
+        let mut child = match Command::new(&self.exe)
+            .arg("probe")
+            .args(files)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .env("RUST_LOG", "off")
+            .spawn()
+        {
+            Ok(c) => c,
+            Err(e) => {
+                for r in results.iter_mut() {
+                    *r = Some(Err(LoadError::Probe(format!(
+                        "cannot start probe process {}: {e}",
+                        self.exe.display()
+                    ))));
+                }
+                return files.len();
+            }
+        };
+        let Some(stdout) = child.stdout.take() else {
+            let _ = child.kill();
+            return 0;
+        };
+        let (tx, rx) = mpsc::channel::<String>();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut answered = 0;
+        let mut timed_out = false;
+        loop {
+            match rx.recv_timeout(self.file_timeout) {
+                Ok(line) => {
+                    let Some(pos) = line.find(MARK) else { continue };
+                    let rest = &line[pos + MARK.len()..];
+                    let mut parts = rest.splitn(3, ' ');
+                    let (kind, index, payload) = (
+                        parts.next().unwrap_or(""),
+                        parts.next().and_then(|i| i.parse::<usize>().ok()),
+                        parts.next().unwrap_or(""),
+                    );
+                    let Some(i) = index.filter(|i| *i < results.len()) else {
+                        continue;
+                    };
+                    match kind {
+                        "ok" => {
+                            results[i] = Some(serde_json::from_str(payload).map_err(|e| {
+                                LoadError::Probe(format!("unreadable probe answer: {e}"))
+                            }));
+                            answered = i + 1;
+                        }
+                        "err" => {
+                            results[i] = Some(Err(decode_error(payload)));
+                            answered = i + 1;
+                        }
+                        _ => {}
+                    }
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    timed_out = true;
+                    let _ = child.kill();
+                    break;
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let status = child.wait();
+        let _ = reader.join();
+        if answered < files.len() {
+            let why = if timed_out {
+                format!(
+                    "probe timed out after {} s while loading it (a hang in dlopen or a static constructor)",
+                    self.file_timeout.as_secs()
+                )
+            } else {
+                match status {
+                    Ok(s) => describe_exit(s),
+                    Err(e) => format!("probe process lost: {e}"),
+                }
+            };
+            results[answered] = Some(Err(LoadError::Probe(format!(
+                "crashed the probe process: {why}; the file is damaged or not a plugin"
+            ))));
+        }
+        answered
+    }
+}
+
+fn describe_exit(status: std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        if let Some(sig) = status.signal() {
+            let name = match sig {
+                4 => "SIGILL",
+                6 => "SIGABRT",
+                7 => "SIGBUS",
+                8 => "SIGFPE",
+                9 => "SIGKILL",
+                11 => "SIGSEGV",
+                _ => "signal",
+            };
+            return format!("killed by {name} ({sig})");
+        }
+    }
+    match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => "ended abnormally".into(),
+    }
+}
+
+fn encode_error(e: &LoadError) -> String {
+    let kind = match e {
+        LoadError::Library(_) => "library",
+        LoadError::Abi(_) => "abi",
+        LoadError::Build(_) => "build",
+        _ => "other",
+    };
+    let text = match e {
+        LoadError::Library(s) | LoadError::Abi(s) | LoadError::Build(s) => s.clone(),
+        other => other.to_string(),
+    };
+    format!("{kind} {}", text.replace('\n', " "))
+}
+
+fn decode_error(payload: &str) -> LoadError {
+    let (kind, text) = payload.split_once(' ').unwrap_or(("other", payload));
+    let text = text.to_owned();
+    match kind {
+        "library" => LoadError::Library(text),
+        "abi" => LoadError::Abi(text),
+        "build" => LoadError::Build(text),
+        _ => LoadError::Probe(text),
+    }
+}
+
+/// The child's side: open each file and report on `out`. Never runs a plugin's `init`.
+pub fn run_probe_child(files: &[PathBuf], out: &mut dyn Write) -> std::io::Result<()> {
+    for (i, file) in files.iter().enumerate() {
+        writeln!(out, "\n{MARK}begin {i} ")?;
+        out.flush()?;
+        match open_module(Path::new(file)) {
+            Ok((_, build)) => {
+                let json = serde_json::to_string(&build).unwrap_or_default();
+                writeln!(out, "\n{MARK}ok {i} {json}")?;
+            }
+            Err(e) => writeln!(out, "\n{MARK}err {i} {}", encode_error(&e))?,
+        }
+        out.flush()?;
+    }
+    Ok(())
+}

@@ -1,0 +1,310 @@
+//! The registry: the tool set built from loaded plugins, with precedence, name rules, compiled input
+//! validators, and a status row for every tool discovered (for `mcp-host list`).
+//!
+//! A registry is immutable once built; the host swaps in a new one when the tool set changes, so a
+//! call never holds a lock while it runs inside a plugin.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_plugin_sdk::manifest::ToolDescriptor;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::config::Config;
+use crate::discovery::Candidate;
+use crate::plugin::{LoadError, Plugin};
+
+/// A loaded plugin as the registry and the executor see it.
+#[derive(Debug)]
+pub struct PluginSlot {
+    /// The plugin image.
+    pub plugin: Plugin,
+    /// Where it was found.
+    pub candidate: Candidate,
+    /// Its concurrency limit.
+    pub limiter: Arc<tokio::sync::Semaphore>,
+}
+
+/// One callable tool.
+pub struct Tool {
+    /// The name clients use (prefixes applied).
+    pub name: String,
+    /// The descriptor, with `name` already final.
+    pub descriptor: ToolDescriptor,
+    /// The plugin that serves it.
+    pub slot: Arc<PluginSlot>,
+    /// Its index in the plugin's manifest.
+    pub index: u32,
+    /// The compiled input schema.
+    pub validator: jsonschema::Validator,
+    /// How long a call may run.
+    pub timeout: Duration,
+}
+
+impl std::fmt::Debug for Tool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tool")
+            .field("name", &self.name)
+            .field("plugin", &self.slot.plugin.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// What became of a discovered tool (or of a plugin file that failed).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "status", content = "detail", rename_all = "snake_case")]
+pub enum Status {
+    /// Served.
+    Active,
+    /// A tool of the same name from an earlier directory (or file) wins.
+    OverriddenBy(PathBuf),
+    /// Its service's `enabled()` said no, panicked, or its constructor failed.
+    DisabledService(String),
+    /// The name is not safe for every client.
+    InvalidName(String),
+    /// Its input schema is not a usable JSON Schema object.
+    InvalidSchema(String),
+    /// The plugin file failed to load.
+    LoadError(String),
+}
+
+/// A row of `mcp-host list`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Entry {
+    /// Tool name (prefixed); `-` for a file that failed to load.
+    pub tool: String,
+    /// Plugin name, when known.
+    pub plugin: Option<String>,
+    /// The plugin file.
+    pub file: PathBuf,
+    /// Its tool directory.
+    pub dir: PathBuf,
+    /// The service, for service tools.
+    pub service: Option<String>,
+    /// What became of it.
+    #[serde(flatten)]
+    pub status: Status,
+}
+
+/// The tool set.
+#[derive(Debug, Default)]
+pub struct Registry {
+    tools: BTreeMap<String, Arc<Tool>>,
+    /// Every discovered tool and failed file, in discovery order.
+    pub entries: Vec<Entry>,
+    /// The plugins loaded, in discovery order.
+    pub plugins: Vec<Arc<PluginSlot>>,
+}
+
+/// Tool names every major client accepts: `^[a-zA-Z0-9_-]{1,64}$`.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs(60))
+}
+
+impl Registry {
+    /// Build the tool set from load results in discovery order, logging each decision.
+    pub fn build(loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>, config: &Config) -> Self {
+        let mut registry = Registry::default();
+        let mut winners: HashMap<String, PathBuf> = HashMap::new();
+        for (candidate, result) in loaded {
+            let slot = match result {
+                Ok(slot) => slot,
+                Err(e) => {
+                    tracing::error!("Error loading plugin {}: {e}", candidate.path.display());
+                    registry.entries.push(Entry {
+                        tool: "-".into(),
+                        plugin: None,
+                        file: candidate.path.clone(),
+                        dir: candidate.dir.clone(),
+                        service: None,
+                        status: Status::LoadError(e.to_string()),
+                    });
+                    continue;
+                }
+            };
+            registry.add_plugin(slot, config, &mut winners);
+        }
+        registry
+    }
+
+    fn add_plugin(
+        &mut self,
+        slot: Arc<PluginSlot>,
+        config: &Config,
+        winners: &mut HashMap<String, PathBuf>,
+    ) {
+        let manifest = &slot.plugin.manifest;
+        let file = slot.candidate.path.clone();
+        let settings = config.plugin(&manifest.plugin);
+        for service in manifest.services.iter().filter(|s| !s.enabled) {
+            let reason = service.disabled_reason.as_deref().unwrap_or("disabled");
+            if service.failed {
+                tracing::warn!(
+                    "Skipping disabled service: {} ({reason}) in {}",
+                    service.name,
+                    file.display()
+                );
+            } else {
+                tracing::info!("Skipping disabled service: {}", service.name);
+            }
+        }
+        let global_timeout = config.limits.call_timeout_secs;
+        for (index, tool) in manifest.tools.iter().enumerate() {
+            let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
+            let mut entry = Entry {
+                tool: name.clone(),
+                plugin: Some(manifest.plugin.clone()),
+                file: file.clone(),
+                dir: slot.candidate.dir.clone(),
+                service: tool.service.clone(),
+                status: Status::Active,
+            };
+            let service = tool
+                .service
+                .as_ref()
+                .and_then(|s| manifest.services.iter().find(|d| &d.name == s));
+            if let Some(service) = service.filter(|s| !s.enabled) {
+                entry.status = Status::DisabledService(
+                    service
+                        .disabled_reason
+                        .clone()
+                        .unwrap_or_else(|| "disabled".into()),
+                );
+                self.entries.push(entry);
+                continue;
+            }
+            if !is_valid_tool_name(&name) {
+                tracing::error!(
+                    "Invalid tool name {name:?} in {}: names must match ^[a-zA-Z0-9_-]{{1,64}}$ \
+                     (clients reject '.', '::' and long names); tool not loaded",
+                    file.display()
+                );
+                entry.status = Status::InvalidName(
+                    "must match ^[a-zA-Z0-9_-]{1,64}$".into(),
+                );
+                self.entries.push(entry);
+                continue;
+            }
+            if let Some(winner) = winners.get(&name) {
+                tracing::warn!(
+                    "Tool {name} from {} overridden by {}",
+                    file.display(),
+                    winner.display()
+                );
+                entry.status = Status::OverriddenBy(winner.clone());
+                self.entries.push(entry);
+                continue;
+            }
+            let validator = match compile_schema(&tool.input_schema) {
+                Ok(v) => v,
+                Err(why) => {
+                    tracing::error!(
+                        "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
+                        file.display()
+                    );
+                    entry.status = Status::InvalidSchema(why);
+                    self.entries.push(entry);
+                    continue;
+                }
+            };
+            if tool
+                .input_schema
+                .get("properties")
+                .and_then(|p| p.get("user_id"))
+                .is_some()
+            {
+                tracing::warn!(
+                    "Tool {name} takes a `user_id` argument: the host never fills it and any client \
+                     can pass someone else's id. Take `UserInfo` instead, which the host injects \
+                     from the verified caller"
+                );
+            }
+            let timeout = settings
+                .tools
+                .get(&tool.name)
+                .and_then(|t| t.timeout_secs)
+                .or_else(|| {
+                    tool.service
+                        .as_ref()
+                        .and_then(|s| settings.services.get(s))
+                        .and_then(|s| s.timeout_secs)
+                })
+                .or(settings.timeout_secs)
+                .unwrap_or(global_timeout);
+            let mut descriptor = tool.clone();
+            descriptor.name = name.clone();
+            tracing::info!("Loaded tool: {name}");
+            winners.insert(name.clone(), file.clone());
+            self.tools.insert(
+                name.clone(),
+                Arc::new(Tool {
+                    name,
+                    descriptor,
+                    slot: Arc::clone(&slot),
+                    index: index as u32,
+                    validator,
+                    timeout: secs(timeout),
+                }),
+            );
+            self.entries.push(entry);
+        }
+        self.plugins.push(slot);
+    }
+
+    /// The tool called `name`, if it is served.
+    pub fn get(&self, name: &str) -> Option<&Arc<Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Served tools in name order (deterministic for `tools/list` and its cursors).
+    pub fn tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
+        self.tools.values()
+    }
+
+    /// How many tools are served.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether no tool is served.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+/// Compile an input schema (2020-12 unless it names another dialect; remote `$ref`s are never
+/// fetched: the crate is built without its HTTP resolver).
+fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
+    if schema.get("type").and_then(Value::as_str) != Some("object") {
+        return Err("the root must be `\"type\": \"object\"`".into());
+    }
+    jsonschema::options()
+        .with_draft(jsonschema::Draft::Draft202012)
+        .build(schema)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tool_names_accepted_by_every_client() {
+        assert!(is_valid_tool_name("time_now"));
+        assert!(is_valid_tool_name("a-b_C9"));
+        assert!(!is_valid_tool_name("self.light.on"));
+        assert!(!is_valid_tool_name("ns::tool"));
+        assert!(!is_valid_tool_name(""));
+        assert!(!is_valid_tool_name(&"x".repeat(65)));
+    }
+}

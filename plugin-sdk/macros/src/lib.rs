@@ -1,0 +1,25 @@
+//! Procedural macros of `mcp-plugin-sdk`: `#[tool]` and `#[service]`.
+//!
+//! Use them through the SDK (`mcp_plugin_sdk::{tool, service}`); the generated code names the SDK as
+//! `::mcp_plugin_sdk`. See the SDK's documentation for what each construct becomes.
+
+mod docs;
+mod tool;
+
+use proc_macro::TokenStream;
+
+/// Turn a documented free function into an MCP tool (see the SDK docs).
+#[proc_macro_attribute]
+pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
+    tool::expand_free(attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Turn an `impl` block into a service: each `pub fn` is a tool (see the SDK docs).
+#[proc_macro_attribute]
+pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
+    tool::expand_service(attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}

@@ -1,0 +1,587 @@
+//! Expansion of `#[tool]` (free functions) and `#[service]` (impl blocks).
+//!
+//! Each tool becomes a `ToolSpec`: a descriptor function (argument struct -> schema via schemars, doc
+//! comment -> descriptions) and a handler (JSON -> argument struct -> the user's function -> result).
+//! Both live inside one block with the generated argument struct, so nothing leaks into the user's
+//! namespace except, for a free function, a braced struct named after it (type namespace only).
+
+use proc_macro2::{Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::{
+    Attribute, Expr, FnArg, GenericArgument, Ident, ImplItem, ItemFn, ItemImpl, LitStr, Pat,
+    PathArguments, ReturnType, Signature, Type, Visibility, spanned::Spanned,
+};
+
+use crate::docs;
+
+/// Options of `#[tool(...)]`.
+#[derive(Default)]
+struct ToolOptions {
+    name: Option<LitStr>,
+    title: Option<LitStr>,
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+    open_world: bool,
+    inline: bool,
+    input_schema: Option<Expr>,
+    meta: Option<Expr>,
+}
+
+impl ToolOptions {
+    fn parse(tokens: TokenStream) -> syn::Result<Self> {
+        let mut opts = ToolOptions::default();
+        if tokens.is_empty() {
+            return Ok(opts);
+        }
+        let parser = syn::meta::parser(|meta| {
+            let key = meta
+                .path
+                .get_ident()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            match key.as_str() {
+                "name" => opts.name = Some(meta.value()?.parse()?),
+                "title" => opts.title = Some(meta.value()?.parse()?),
+                "read_only" => opts.read_only = true,
+                "destructive" => opts.destructive = true,
+                "idempotent" => opts.idempotent = true,
+                "open_world" => opts.open_world = true,
+                "inline" => opts.inline = true,
+                "input_schema" => opts.input_schema = Some(meta.value()?.parse()?),
+                "meta" => opts.meta = Some(meta.value()?.parse()?),
+                _ => {
+                    return Err(meta.error(
+                        "unknown #[tool] option; expected one of: name, title, read_only, \
+                         destructive, idempotent, open_world, inline, input_schema, meta",
+                    ));
+                }
+            }
+            Ok(())
+        });
+        syn::parse::Parser::parse2(parser, tokens)?;
+        Ok(opts)
+    }
+}
+
+/// Options of `#[arg(...)]` on a parameter.
+#[derive(Default)]
+struct ArgOptions {
+    default: Option<Expr>,
+    min: Option<Expr>,
+    max: Option<Expr>,
+}
+
+enum Param {
+    Arg {
+        ident: Ident,
+        ty: Type,
+        opts: ArgOptions,
+    },
+    Caller {
+        optional: bool,
+    },
+    Context,
+    Host,
+}
+
+fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
+    match ty {
+        Type::Path(p) if p.qself.is_none() => p.path.segments.last(),
+        _ => None,
+    }
+}
+
+fn is_named(ty: &Type, name: &str) -> bool {
+    last_segment(ty).is_some_and(|s| s.ident == name)
+}
+
+fn generic_arg(seg: &syn::PathSegment, index: usize) -> Option<&Type> {
+    match &seg.arguments {
+        PathArguments::AngleBracketed(a) => a
+            .args
+            .iter()
+            .filter_map(|g| match g {
+                GenericArgument::Type(t) => Some(t),
+                _ => None,
+            })
+            .nth(index),
+        _ => None,
+    }
+}
+
+/// Take the `#[arg(...)]` attributes off a parameter.
+fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
+    let mut opts = ArgOptions::default();
+    let mut err = None;
+    attrs.retain(|attr| {
+        if !attr.path().is_ident("arg") {
+            return true;
+        }
+        let res = attr.parse_nested_meta(|meta| {
+            let key = meta
+                .path
+                .get_ident()
+                .map(ToString::to_string)
+                .unwrap_or_default();
+            match key.as_str() {
+                "default" => opts.default = Some(meta.value()?.parse()?),
+                "min" => opts.min = Some(meta.value()?.parse()?),
+                "max" => opts.max = Some(meta.value()?.parse()?),
+                _ => return Err(meta.error("unknown #[arg] option; expected default, min or max")),
+            }
+            Ok(())
+        });
+        if let Err(e) = res {
+            err = Some(e);
+        }
+        false
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(opts),
+    }
+}
+
+/// Classify the parameters of a tool function, stripping `#[arg]` attributes from `sig`.
+fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)> {
+    let mut receiver = None;
+    let mut out = Vec::new();
+    for input in sig.inputs.iter_mut() {
+        match input {
+            FnArg::Receiver(r) => {
+                if r.mutability.is_some() || r.reference.is_none() {
+                    return Err(syn::Error::new(
+                        r.span(),
+                        "a service tool takes `&self`: calls run concurrently, so the service is shared; \
+                         use interior mutability (a Mutex or a connection pool) for state",
+                    ));
+                }
+                receiver = Some(quote!(service));
+            }
+            FnArg::Typed(pt) => {
+                let opts = take_arg_options(&mut pt.attrs)?;
+                let ty = (*pt.ty).clone();
+                if let Type::Reference(r) = &ty {
+                    if is_named(&r.elem, "CallContext") {
+                        out.push(Param::Context);
+                        continue;
+                    }
+                    if is_named(&r.elem, "HostApi") {
+                        out.push(Param::Host);
+                        continue;
+                    }
+                    return Err(syn::Error::new(
+                        ty.span(),
+                        "tool parameters are owned values deserialized from JSON (use `String` rather \
+                         than `&str`); only `&CallContext` and `&HostApi` may be references",
+                    ));
+                }
+                if is_named(&ty, "UserInfo") {
+                    out.push(Param::Caller { optional: false });
+                    continue;
+                }
+                if let Some(seg) = last_segment(&ty)
+                    && seg.ident == "Option"
+                    && generic_arg(seg, 0).is_some_and(|t| is_named(t, "UserInfo"))
+                {
+                    out.push(Param::Caller { optional: true });
+                    continue;
+                }
+                let ident = match &*pt.pat {
+                    Pat::Ident(pi) => {
+                        let name = pi.ident.to_string();
+                        Ident::new(name.trim_start_matches("r#"), pi.ident.span())
+                    }
+                    other => {
+                        return Err(syn::Error::new(
+                            other.span(),
+                            "tool parameters must be plain names: the name is the JSON argument name",
+                        ));
+                    }
+                };
+                out.push(Param::Arg { ident, ty, opts });
+            }
+        }
+    }
+    Ok((receiver, out))
+}
+
+/// `Result<T, E>` -> (true, T); `T` -> (false, T).
+fn output_type(sig: &Signature) -> (bool, Type) {
+    match &sig.output {
+        ReturnType::Default => (false, syn::parse_quote!(())),
+        ReturnType::Type(_, ty) => {
+            if let Some(seg) = last_segment(ty)
+                && seg.ident == "Result"
+                && let Some(ok) = generic_arg(seg, 0)
+            {
+                return (true, ok.clone());
+            }
+            (false, (**ty).clone())
+        }
+    }
+}
+
+fn opt_str(s: &Option<LitStr>) -> TokenStream {
+    match s {
+        Some(s) => quote!(::core::option::Option::Some(::std::string::String::from(#s))),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+fn opt_bool(b: bool) -> TokenStream {
+    if b {
+        quote!(::core::option::Option::Some(true))
+    } else {
+        quote!(::core::option::Option::None)
+    }
+}
+
+/// Build the `ToolSpec` expression for one tool. `service` is the service type for methods.
+fn tool_spec(
+    attrs: &[Attribute],
+    sig: &mut Signature,
+    opts: &ToolOptions,
+    service: Option<&Type>,
+) -> syn::Result<TokenStream> {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let fn_name = sig.ident.clone();
+    let tool_name = opts
+        .name
+        .clone()
+        .unwrap_or_else(|| LitStr::new(&fn_name.to_string(), fn_name.span()));
+    let parsed = docs::parse(&docs::doc_lines(attrs));
+    if parsed.description.is_empty() {
+        return Err(syn::Error::new(
+            fn_name.span(),
+            format!(
+                "tool `{}` has no doc comment: its description is what the model reads to decide \
+                 when to call it, so write one (`/// ...`)",
+                tool_name.value()
+            ),
+        ));
+    }
+    if !sig.generics.params.is_empty() {
+        return Err(syn::Error::new(
+            sig.generics.span(),
+            "tool functions cannot be generic",
+        ));
+    }
+    let (receiver, params) = params(sig)?;
+    let is_async = sig.asyncness.is_some();
+    let (is_result, ok_ty) = output_type(sig);
+    let description = &parsed.description;
+
+    let mut fields = Vec::new();
+    let mut defaults = Vec::new();
+    let mut call_args = Vec::new();
+    let mut prelude = Vec::new();
+    let mut caller_need = quote!(#sdk::manifest::CallerNeed::None);
+    for param in &params {
+        match param {
+            Param::Arg { ident, ty, opts: a } => {
+                let name = ident.to_string();
+                let doc = match parsed.args.get(&name) {
+                    Some(d) => d.clone(),
+                    None if opts.input_schema.is_some() => String::new(),
+                    None => {
+                        return Err(syn::Error::new(
+                            ident.span(),
+                            format!(
+                                "parameter `{name}` of tool `{}` is not documented: add \
+                                 `/// * `{name}` - what it is` under a `/// # Arguments` heading",
+                                tool_name.value()
+                            ),
+                        ));
+                    }
+                };
+                let mut field_attrs = Vec::new();
+                if !doc.is_empty() {
+                    field_attrs.push(quote!(#[schemars(description = #doc)]));
+                }
+                if let Some(default) = &a.default {
+                    let default_fn = format_ident!("__mcp_default_{}", ident);
+                    let default_fn_str = default_fn.to_string();
+                    let value = match default {
+                        Expr::Lit(syn::ExprLit {
+                            lit: syn::Lit::Str(_),
+                            ..
+                        }) => quote!(::core::convert::Into::into(#default)),
+                        other => quote!(#other),
+                    };
+                    prelude.push(quote!(
+                        #[allow(clippy::unnecessary_fallible_conversions)]
+                        fn #default_fn() -> #ty { #value }
+                    ));
+                    field_attrs.push(quote!(#[serde(default = #default_fn_str)]));
+                    defaults.push(quote!((#name, #sdk::__private::serde_json::to_value(#default_fn()).ok())));
+                }
+                match (&a.min, &a.max) {
+                    (Some(min), Some(max)) => {
+                        field_attrs.push(quote!(#[schemars(range(min = #min, max = #max))]))
+                    }
+                    (Some(min), None) => field_attrs.push(quote!(#[schemars(range(min = #min))])),
+                    (None, Some(max)) => field_attrs.push(quote!(#[schemars(range(max = #max))])),
+                    (None, None) => {}
+                }
+                if is_named(ty, "Value") {
+                    field_attrs.push(quote!(#[schemars(schema_with = "::mcp_plugin_sdk::schema::object_schema")]));
+                }
+                fields.push(quote!(#(#field_attrs)* #ident: #ty));
+                call_args.push(quote!(args.#ident));
+            }
+            Param::Caller { optional } => {
+                if *optional {
+                    caller_need = quote!(#sdk::manifest::CallerNeed::Optional);
+                    call_args.push(quote!(match inv.optional_caller() { ::core::result::Result::Ok(c) => c, ::core::result::Result::Err(r) => return r }));
+                } else {
+                    caller_need = quote!(#sdk::manifest::CallerNeed::Required);
+                    call_args.push(quote!(match inv.caller() { ::core::result::Result::Ok(c) => c, ::core::result::Result::Err(r) => return r }));
+                }
+            }
+            Param::Context => call_args.push(quote!(inv.ctx())),
+            Param::Host => call_args.push(quote!(inv.host())),
+        }
+    }
+
+    let callee = match service {
+        Some(svc) => quote!(<#svc>::#fn_name),
+        None => quote!(#fn_name),
+    };
+    let receiver_arg = receiver.as_ref().map(|r| quote!(#r,));
+    let mut call = quote!(#callee(#receiver_arg #(#call_args),*));
+    if is_async {
+        call = quote!(#sdk::__private::block_on(#call));
+    }
+    let convert_ok = quote!({
+        #[allow(unused_imports)]
+        use #sdk::__private::{ViaContent as _, ViaJson as _};
+        let returned = #sdk::__private::Returned::new(value);
+        (&&returned).into_result()
+    });
+    let convert = if is_result {
+        quote!(match out {
+            ::core::result::Result::Ok(value) => #convert_ok,
+            ::core::result::Result::Err(e) => #sdk::__private::error_result(e),
+        })
+    } else {
+        quote!({ let value = out; #convert_ok })
+    };
+    let svc_ty = match service {
+        Some(svc) => quote!(#svc),
+        None => quote!(()),
+    };
+    let service_param = if receiver.is_some() {
+        quote!(service)
+    } else {
+        quote!(_service)
+    };
+
+    let input_schema = match &opts.input_schema {
+        Some(expr) => quote!(#sdk::__private::serde_json::Value::from(#expr)),
+        None => quote!(#sdk::schema::input_schema::<Args>(&[#(#defaults),*])),
+    };
+    let meta = match &opts.meta {
+        Some(expr) => quote!(::core::option::Option::Some(#sdk::__private::serde_json::Value::from(#expr))),
+        None => quote!(::core::option::Option::None),
+    };
+    let title = opt_str(&opts.title);
+    let read_only = opt_bool(opts.read_only);
+    let destructive = opt_bool(opts.destructive);
+    let idempotent = opt_bool(opts.idempotent);
+    let open_world = opt_bool(opts.open_world);
+    let inline = opts.inline;
+    let parse_args = if fields.is_empty() {
+        quote!(let _args: Args = match inv.parse_args() { ::core::result::Result::Ok(a) => a, ::core::result::Result::Err(r) => return r };)
+    } else {
+        quote!(let args: Args = match inv.parse_args() { ::core::result::Result::Ok(a) => a, ::core::result::Result::Err(r) => return r };)
+    };
+    let span = fn_name.span();
+    Ok(quote_spanned! {span=> {
+        #[derive(#sdk::__private::serde::Deserialize, #sdk::__private::schemars::JsonSchema)]
+        #[serde(crate = "::mcp_plugin_sdk::__private::serde", deny_unknown_fields)]
+        #[schemars(crate = "::mcp_plugin_sdk::__private::schemars")]
+        #[allow(non_camel_case_types, dead_code)]
+        struct Args { #(#fields),* }
+
+        #(#prelude)*
+
+        fn descriptor() -> #sdk::manifest::ToolDescriptor {
+            #[allow(unused_imports)]
+            use #sdk::__private::{SchemaViaContent as _, SchemaViaJson as _, SchemaViaNothing as _};
+            let title: ::core::option::Option<::std::string::String> = #title;
+            #sdk::manifest::ToolDescriptor {
+                name: ::std::string::String::from(#tool_name),
+                service: ::core::option::Option::None,
+                title: title.clone(),
+                description: ::std::string::String::from(#description),
+                input_schema: #input_schema,
+                output_schema: (&&#sdk::__private::OutputOf::<#ok_ty>::NEW).output_schema(),
+                annotations: #sdk::manifest::Annotations {
+                    title,
+                    read_only_hint: #read_only,
+                    destructive_hint: #destructive,
+                    idempotent_hint: #idempotent,
+                    open_world_hint: #open_world,
+                },
+                meta: #meta,
+                caller: #caller_need,
+                inline: #inline,
+            }
+        }
+
+        #[allow(clippy::unit_arg, clippy::let_unit_value)]
+        fn handler(#service_param: &#svc_ty, inv: &#sdk::__private::Invocation<'_>) -> #sdk::ToolResult {
+            #parse_args
+            let out = #call;
+            #convert
+        }
+
+        #sdk::__private::ToolSpec::<#svc_ty> { descriptor, handler }
+    }})
+}
+
+/// `#[tool]` on a free function.
+pub fn expand_free(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let opts = ToolOptions::parse(attr)?;
+    let mut func: ItemFn = syn::parse2(item)?;
+    let mut sig = func.sig.clone();
+    let spec = tool_spec(&func.attrs, &mut sig, &opts, None)?;
+    // The function keeps its signature minus the `#[arg]` attributes.
+    func.sig = sig;
+    let name = &func.sig.ident;
+    let vis = &func.vis;
+    Ok(quote! {
+        #func
+
+        #[doc(hidden)]
+        #[allow(non_camel_case_types)]
+        #vis struct #name {}
+
+        impl ::mcp_plugin_sdk::__private::ToolFactory for #name {
+            fn spec() -> ::mcp_plugin_sdk::__private::ToolSpec<()> #spec
+        }
+    })
+}
+
+/// `#[service]` on an impl block.
+pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    if !attr.is_empty() {
+        return Err(syn::Error::new(
+            Span::call_site(),
+            "#[service] takes no options: the service name is the type's name",
+        ));
+    }
+    let mut block: ItemImpl = syn::parse2(item)?;
+    if block.trait_.is_some() || !block.generics.params.is_empty() {
+        return Err(syn::Error::new(
+            block.self_ty.span(),
+            "#[service] goes on a plain inherent impl block of a non-generic type",
+        ));
+    }
+    let self_ty = (*block.self_ty).clone();
+    let Some(type_name) = last_segment(&self_ty).map(|s| s.ident.to_string()) else {
+        return Err(syn::Error::new(self_ty.span(), "#[service] needs a named type"));
+    };
+    let service_docs = docs::parse(&docs::doc_lines(&block.attrs)).description;
+    let description = if service_docs.is_empty() {
+        quote!(::core::option::Option::None)
+    } else {
+        quote!(::core::option::Option::Some(#service_docs))
+    };
+
+    let mut specs = Vec::new();
+    let mut enabled = quote!(true);
+    let mut construct =
+        quote!(::core::result::Result::Ok(<#self_ty as ::core::default::Default>::default()));
+    for item in block.items.iter_mut() {
+        let ImplItem::Fn(method) = item else { continue };
+        let name = method.sig.ident.to_string();
+        let takes_host = method
+            .sig
+            .inputs
+            .iter()
+            .any(|i| matches!(i, FnArg::Typed(_)));
+        let ident = &method.sig.ident;
+        if name == "enabled" {
+            enabled = if takes_host {
+                quote!(<#self_ty>::#ident(host))
+            } else {
+                quote!(<#self_ty>::#ident())
+            };
+            continue;
+        }
+        if name == "new" {
+            let call = if takes_host {
+                quote!(<#self_ty>::#ident(host))
+            } else {
+                quote!(<#self_ty>::#ident())
+            };
+            let fallible = matches!(&method.sig.output, ReturnType::Type(_, ty) if is_named(ty, "Result"));
+            construct = if fallible {
+                quote!(#call.map_err(|e| ::std::format!("{e:#}")))
+            } else {
+                quote!(::core::result::Result::Ok(#call))
+            };
+            continue;
+        }
+        let mut opts = ToolOptions::default();
+        let mut tool_attr_seen = false;
+        let mut err = None;
+        method.attrs.retain(|a| {
+            if a.path().is_ident("tool") {
+                tool_attr_seen = true;
+                let tokens = match &a.meta {
+                    syn::Meta::List(l) => l.tokens.clone(),
+                    _ => TokenStream::new(),
+                };
+                match ToolOptions::parse(tokens) {
+                    Ok(o) => opts = o,
+                    Err(e) => err = Some(e),
+                }
+                false
+            } else {
+                true
+            }
+        });
+        if let Some(e) = err {
+            return Err(e);
+        }
+        if !matches!(method.vis, Visibility::Public(_)) {
+            if tool_attr_seen {
+                return Err(syn::Error::new(
+                    method.sig.ident.span(),
+                    "only `pub fn` methods of a service are tools: make it `pub` or drop #[tool]",
+                ));
+            }
+            continue;
+        }
+        let mut sig = method.sig.clone();
+        specs.push(tool_spec(&method.attrs, &mut sig, &opts, Some(&self_ty))?);
+        method.sig = sig;
+    }
+
+    Ok(quote! {
+        #block
+
+        impl ::mcp_plugin_sdk::__private::Service for #self_ty {
+            const NAME: &'static str = #type_name;
+            const DESCRIPTION: ::core::option::Option<&'static str> = #description;
+
+            #[allow(unused_variables)]
+            fn enabled(host: &::mcp_plugin_sdk::HostApi) -> bool {
+                #enabled
+            }
+
+            #[allow(unused_variables)]
+            fn construct(host: &::mcp_plugin_sdk::HostApi) -> ::core::result::Result<Self, ::std::string::String> {
+                #construct
+            }
+
+            fn tools() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::ToolSpec<Self>> {
+                ::std::vec![#(#specs),*]
+            }
+        }
+    })
+}

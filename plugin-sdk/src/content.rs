@@ -1,0 +1,257 @@
+//! Tool results: MCP content items and the conversions from what a tool function returns.
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// One item of a tool result's `content`.
+///
+/// ```
+/// use mcp_plugin_sdk::Content;
+/// let item = Content::text("hello");
+/// assert_eq!(serde_json::to_value(&item).unwrap(), serde_json::json!({"type": "text", "text": "hello"}));
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Content {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// An image, base64-encoded.
+    Image {
+        /// Base64 data.
+        data: String,
+        /// MIME type, e.g. `image/png`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// Audio, base64-encoded.
+    Audio {
+        /// Base64 data.
+        data: String,
+        /// MIME type, e.g. `audio/wav`.
+        #[serde(rename = "mimeType")]
+        mime_type: String,
+    },
+    /// A resource embedded in the result.
+    Resource {
+        /// The resource contents.
+        resource: EmbeddedResource,
+    },
+    /// A link to a resource the client may read.
+    ResourceLink {
+        /// The resource URI.
+        uri: String,
+        /// Its name.
+        name: String,
+        /// Optional description.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        description: Option<String>,
+        /// Optional MIME type.
+        #[serde(default, rename = "mimeType", skip_serializing_if = "Option::is_none")]
+        mime_type: Option<String>,
+    },
+}
+
+/// The contents of an embedded resource: text or base64 blob.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EmbeddedResource {
+    /// The resource URI.
+    pub uri: String,
+    /// Optional MIME type.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// Text contents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Base64 contents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob: Option<String>,
+}
+
+impl Content {
+    /// A text item.
+    pub fn text(text: impl Into<String>) -> Self {
+        Content::Text { text: text.into() }
+    }
+
+    /// An image item from raw bytes (encoded to base64 here).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let png = Content::image(&[0x89, b'P', b'N', b'G'], "image/png");
+    /// assert!(matches!(png, Content::Image { ref data, .. } if data == "iVBORw=="));
+    /// ```
+    pub fn image(bytes: &[u8], mime_type: impl Into<String>) -> Self {
+        Content::Image {
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// An audio item from raw bytes (encoded to base64 here).
+    pub fn audio(bytes: &[u8], mime_type: impl Into<String>) -> Self {
+        Content::Audio {
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            mime_type: mime_type.into(),
+        }
+    }
+
+    /// An embedded text resource.
+    pub fn resource_text(
+        uri: impl Into<String>,
+        mime_type: impl Into<String>,
+        text: impl Into<String>,
+    ) -> Self {
+        Content::Resource {
+            resource: EmbeddedResource {
+                uri: uri.into(),
+                mime_type: Some(mime_type.into()),
+                text: Some(text.into()),
+                blob: None,
+            },
+        }
+    }
+
+    /// An embedded binary resource from raw bytes.
+    pub fn resource_blob(
+        uri: impl Into<String>,
+        mime_type: impl Into<String>,
+        bytes: &[u8],
+    ) -> Self {
+        Content::Resource {
+            resource: EmbeddedResource {
+                uri: uri.into(),
+                mime_type: Some(mime_type.into()),
+                text: None,
+                blob: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            },
+        }
+    }
+}
+
+/// A complete tool result (MCP `CallToolResult`).
+///
+/// Return it from a tool for full control; usually a tool returns a `String`, a struct, a [`Content`]
+/// or a `Vec<Content>`, and the SDK builds this for it.
+///
+/// ```
+/// use mcp_plugin_sdk::{Content, ToolResult};
+/// let r = ToolResult::error("no such city");
+/// assert!(r.is_error);
+/// let ok = ToolResult::new(vec![Content::text("a"), Content::text("b")]);
+/// assert_eq!(ok.content.len(), 2);
+/// ```
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolResult {
+    /// The content items.
+    pub content: Vec<Content>,
+    /// Structured output (an object), also sent serialized as text.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub structured_content: Option<Map<String, Value>>,
+    /// Whether the tool failed; the content says why.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+impl ToolResult {
+    /// A successful result with these items.
+    pub fn new(content: Vec<Content>) -> Self {
+        ToolResult {
+            content,
+            structured_content: None,
+            is_error: false,
+        }
+    }
+
+    /// A failed result whose text says why.
+    pub fn error(message: impl Into<String>) -> Self {
+        ToolResult {
+            content: vec![Content::text(message)],
+            structured_content: None,
+            is_error: true,
+        }
+    }
+
+    /// A successful result carrying `value` as structured content (when it is an object) and as JSON text.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::ToolResult;
+    /// let r = ToolResult::json(&serde_json::json!({"n": 1}));
+    /// assert_eq!(r.structured_content.unwrap()["n"], 1);
+    /// assert!(ToolResult::json(&vec![1, 2]).structured_content.is_none());
+    /// ```
+    pub fn json<T: Serialize + ?Sized>(value: &T) -> Self {
+        match serde_json::to_value(value) {
+            Ok(value) => {
+                let text = value.to_string();
+                ToolResult {
+                    content: vec![Content::text(text)],
+                    structured_content: match value {
+                        Value::Object(map) => Some(map),
+                        _ => None,
+                    },
+                    is_error: false,
+                }
+            }
+            Err(e) => ToolResult::error(format!("tool result could not be serialized: {e}")),
+        }
+    }
+
+    /// The concatenated text of all text items (handy in tests and wrapper tools).
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        for item in &self.content {
+            if let Content::Text { text } = item {
+                out.push_str(text);
+            }
+        }
+        out
+    }
+}
+
+/// Types a tool may return directly (anything else that is `Serialize` becomes structured JSON).
+pub trait IntoToolResult {
+    /// Convert into a result.
+    fn into_tool_result(self) -> ToolResult;
+}
+
+impl IntoToolResult for ToolResult {
+    fn into_tool_result(self) -> ToolResult {
+        self
+    }
+}
+impl IntoToolResult for String {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::new(vec![Content::text(self)])
+    }
+}
+impl IntoToolResult for &str {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::new(vec![Content::text(self)])
+    }
+}
+impl IntoToolResult for std::borrow::Cow<'_, str> {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::new(vec![Content::text(self)])
+    }
+}
+impl IntoToolResult for Content {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::new(vec![self])
+    }
+}
+impl IntoToolResult for Vec<Content> {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::new(self)
+    }
+}
+impl IntoToolResult for () {
+    fn into_tool_result(self) -> ToolResult {
+        ToolResult::new(Vec::new())
+    }
+}

@@ -1,0 +1,277 @@
+//! The plugin's side of the host API and of a call: [`HostApi`], [`CallContext`], [`UserInfo`], [`LogLevel`].
+
+use std::sync::Arc;
+
+use abi_stable::std_types::{RResult, RStr};
+use serde::{Deserialize, Serialize, de::DeserializeOwned};
+use serde_json::Value;
+
+use crate::abi::{CallContextRef, HostApiBox};
+use crate::content::ToolResult;
+
+/// Severity of a log message, with MCP's (RFC 5424) levels.
+///
+/// ```
+/// use mcp_plugin_sdk::LogLevel;
+/// assert!(LogLevel::Warning > LogLevel::Info);
+/// assert_eq!(LogLevel::from_u8(LogLevel::Error as u8), LogLevel::Error);
+/// assert_eq!(LogLevel::Notice.as_str(), "notice");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[repr(u8)]
+pub enum LogLevel {
+    /// Debugging detail.
+    Debug = 0,
+    /// Normal operation.
+    Info = 1,
+    /// Normal but significant.
+    Notice = 2,
+    /// Something unexpected that was handled.
+    Warning = 3,
+    /// A failure.
+    Error = 4,
+    /// A critical failure.
+    Critical = 5,
+    /// Action must be taken immediately.
+    Alert = 6,
+    /// The system is unusable.
+    Emergency = 7,
+}
+
+impl LogLevel {
+    /// The level for a number sent over the ABI (out-of-range numbers are `Emergency`).
+    pub fn from_u8(n: u8) -> Self {
+        match n {
+            0 => LogLevel::Debug,
+            1 => LogLevel::Info,
+            2 => LogLevel::Notice,
+            3 => LogLevel::Warning,
+            4 => LogLevel::Error,
+            5 => LogLevel::Critical,
+            6 => LogLevel::Alert,
+            _ => LogLevel::Emergency,
+        }
+    }
+
+    /// The MCP name of the level.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogLevel::Debug => "debug",
+            LogLevel::Info => "info",
+            LogLevel::Notice => "notice",
+            LogLevel::Warning => "warning",
+            LogLevel::Error => "error",
+            LogLevel::Critical => "critical",
+            LogLevel::Alert => "alert",
+            LogLevel::Emergency => "emergency",
+        }
+    }
+}
+
+/// The authenticated caller of a tool, filled in by the host from verified credentials.
+///
+/// Declare a parameter of this type (or `Option<UserInfo>`) and the host injects it; it never appears in
+/// the tool's input schema, so a model can neither see nor forge it. Scope every query to `user_id`.
+///
+/// ```
+/// use mcp_plugin_sdk::UserInfo;
+/// let u = UserInfo::new("alice");
+/// assert_eq!(u.user_id, "alice");
+/// assert!(u.agent.is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UserInfo {
+    /// The verified user id (a JWT's `sub`, or the user a personal secret belongs to).
+    pub user_id: String,
+    /// The MCP session, when the client has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+    /// The agent whose view of the tools the call came through.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+impl UserInfo {
+    /// A caller with just a user id (useful in a plugin's unit tests).
+    pub fn new(user_id: impl Into<String>) -> Self {
+        UserInfo {
+            user_id: user_id.into(),
+            session_id: None,
+            agent: None,
+        }
+    }
+}
+
+/// Why a nested [`HostApi::call_tool`] could not run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CallToolError(pub String);
+
+impl std::fmt::Display for CallToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for CallToolError {}
+
+/// What the host offers a plugin: its configuration, the host log, and calls to other tools.
+///
+/// A `&HostApi` is passed to a service's `enabled` and `new`, and is reachable from every call through
+/// [`CallContext::host`].
+#[derive(Clone)]
+pub struct HostApi {
+    inner: Arc<HostInner>,
+}
+
+struct HostInner {
+    ffi: HostApiBox,
+    config: Value,
+    plugin: String,
+}
+
+impl std::fmt::Debug for HostApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostApi")
+            .field("plugin", &self.inner.plugin)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl HostApi {
+    pub(crate) fn new(ffi: HostApiBox, plugin: &str) -> Self {
+        let raw = ffi.config();
+        let config = serde_json::from_str(raw.as_str()).unwrap_or(Value::Null);
+        HostApi {
+            inner: Arc::new(HostInner {
+                ffi,
+                config,
+                plugin: plugin.to_owned(),
+            }),
+        }
+    }
+
+    /// The plugin's name.
+    pub fn plugin_name(&self) -> &str {
+        &self.inner.plugin
+    }
+
+    /// This plugin's section of the host configuration (`plugins.<name>.config`), `Null` when absent.
+    pub fn config(&self) -> &Value {
+        &self.inner.config
+    }
+
+    /// One key of the plugin's configuration section, when present and not null.
+    pub fn config_value(&self, key: &str) -> Option<&Value> {
+        self.inner.config.get(key).filter(|v| !v.is_null())
+    }
+
+    /// The plugin's configuration section deserialized into `T` (a missing section reads as `{}`).
+    pub fn config_as<T: DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        match &self.inner.config {
+            Value::Null => serde_json::from_value(Value::Object(Default::default())),
+            other => T::deserialize(other),
+        }
+    }
+
+    /// Write to the host's log (not to the client), tagged with this plugin and `service`.
+    pub fn log(&self, level: LogLevel, service: &str, message: &str) {
+        self.inner
+            .ffi
+            .log(level as u8, RStr::from_str(service), RStr::from_str(message));
+    }
+
+    /// Call another tool through the host (the wrapper pattern): it is validated against that tool's
+    /// schema and, inside a call, runs as the same caller.
+    pub fn call_tool(&self, name: &str, args: &Value) -> Result<ToolResult, CallToolError> {
+        let args = args.to_string();
+        match self
+            .inner
+            .ffi
+            .call_tool(RStr::from_str(name), RStr::from_str(&args))
+        {
+            RResult::ROk(json) => serde_json::from_str(json.as_str())
+                .map_err(|e| CallToolError(format!("host returned an unreadable result: {e}"))),
+            RResult::RErr(e) => Err(CallToolError(e.into_string())),
+        }
+    }
+
+    /// A host capability by name, JSON in and out (the ABI's extension point).
+    pub fn request(&self, method: &str, params: &Value) -> Result<Value, CallToolError> {
+        let params = params.to_string();
+        match self
+            .inner
+            .ffi
+            .request(RStr::from_str(method), RStr::from_str(&params))
+        {
+            RResult::ROk(json) => serde_json::from_str(json.as_str())
+                .map_err(|e| CallToolError(format!("host returned unreadable JSON: {e}"))),
+            RResult::RErr(e) => Err(CallToolError(e.into_string())),
+        }
+    }
+}
+
+/// The per-call view a tool can take as `ctx: &CallContext`: cancellation, progress, client logs.
+pub struct CallContext<'a> {
+    ffi: CallContextRef<'a>,
+    host: &'a HostApi,
+}
+
+impl std::fmt::Debug for CallContext<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallContext")
+            .field("cancelled", &self.is_cancelled())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<'a> CallContext<'a> {
+    pub(crate) fn new(ffi: CallContextRef<'a>, host: &'a HostApi) -> Self {
+        CallContext { ffi, host }
+    }
+
+    /// True once the client cancelled the call or its timeout passed: stop work and return soon.
+    /// The host cannot stop a running function, so long loops should check this.
+    pub fn is_cancelled(&self) -> bool {
+        self.ffi.is_cancelled()
+    }
+
+    /// Report progress to the client (sent only if the client asked for progress).
+    pub fn progress(&self, progress: f64, total: Option<f64>, message: Option<&str>) {
+        self.ffi.progress(
+            progress,
+            total.unwrap_or(f64::NAN),
+            RStr::from_str(message.unwrap_or("")),
+        );
+    }
+
+    /// Send a log message to the client that made this call (sent at or above its requested level).
+    pub fn log(&self, level: LogLevel, message: &str) {
+        self.ffi.log(level as u8, RStr::from_str(message));
+    }
+
+    /// The host API (configuration, host log, nested tool calls).
+    pub fn host(&self) -> &HostApi {
+        self.host
+    }
+
+    /// Call another tool as the same caller (shorthand for `ctx.host().call_tool`).
+    pub fn call_tool(&self, name: &str, args: &Value) -> Result<ToolResult, CallToolError> {
+        self.host.call_tool(name, args)
+    }
+
+    /// A per-call capability by name, JSON in and out (the ABI's extension point for future flows
+    /// such as asking the client for input).
+    pub fn request(&self, method: &str, params: &Value) -> Result<Value, CallToolError> {
+        let params = params.to_string();
+        match self
+            .ffi
+            .request(RStr::from_str(method), RStr::from_str(&params))
+        {
+            RResult::ROk(json) => serde_json::from_str(json.as_str())
+                .map_err(|e| CallToolError(format!("host returned unreadable JSON: {e}"))),
+            RResult::RErr(e) => Err(CallToolError(e.into_string())),
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Write tools for [`mcp-host`](https://github.com/) as plain Rust functions.
+//!
+//! A plugin is a `cdylib` crate. Its functions become MCP tools: the doc comment is the description,
+//! the `# Arguments` section documents each parameter, and the parameter types give the JSON Schema.
+//! Drop the built `.so` / `.dylib` / `.dll` into one of the host's tool directories and it is served.
+//!
+//! ```
+//! use mcp_plugin_sdk::{tool, service, export_plugin, HostApi, UserInfo, CallContext};
+//!
+//! /// Add two numbers.
+//! ///
+//! /// # Arguments
+//! /// * `a` - The first addend.
+//! /// * `b` - The second addend, e.g. 2.5.
+//! #[tool(read_only, idempotent)]
+//! pub fn add(a: f64, b: f64) -> f64 {
+//!     a + b
+//! }
+//!
+//! /// Greetings, for the caller only.
+//! #[derive(Default)]
+//! pub struct Greeter;
+//!
+//! #[service]
+//! impl Greeter {
+//!     /// Only offered when the plugin's config sets `greeting`.
+//!     fn enabled(host: &HostApi) -> bool {
+//!         host.config_value("greeting").is_some()
+//!     }
+//!
+//!     /// Greet the authenticated caller.
+//!     ///
+//!     /// # Arguments
+//!     /// * `times` - How many greetings, 1 to 5.
+//!     pub fn greet(&self, caller: UserInfo, ctx: &CallContext, #[arg(default = 1, min = 1, max = 5)] times: u32) -> String {
+//!         let greeting = ctx.host().config_value("greeting").and_then(|v| v.as_str()).unwrap_or("hi");
+//!         format!("{greeting}, {}! ", caller.user_id).repeat(times as usize)
+//!     }
+//! }
+//!
+//! export_plugin!(tools: [add], services: [Greeter]);
+//! # fn main() {}
+//! ```
+//!
+//! # What becomes what
+//!
+//! | Rust | tool |
+//! |---|---|
+//! | `#[tool] fn` | a tool named after the function |
+//! | `#[service] impl T` | a service named `T`; each `pub fn` is a tool; `fn enabled(&HostApi) -> bool` gates it; `fn new(&HostApi) -> Self` (or `Result<Self, E>`, or `Default`) builds it once at load |
+//! | doc comment before the first `# ` heading | `description` |
+//! | `# Arguments` list: `` * `name` - text `` (continuation lines appended) | each parameter's `description` (an undocumented parameter is a compile error) |
+//! | `String`, integers, floats, `bool`, `Vec<T>`, maps, enums, `JsonSchema` structs | their JSON Schema; integers carry their bounds |
+//! | `Option<T>` | an optional parameter |
+//! | `#[arg(default = 30)]`, `#[arg(min = 0, max = 100)]` | `default` (applied when absent), `minimum`/`maximum` |
+//! | `serde_json::Value` | any object |
+//! | `UserInfo` / `Option<UserInfo>` | the caller, injected by the host, never in the schema |
+//! | `&CallContext` | cancellation, progress and client logs for this call |
+//! | `&HostApi` | the host API |
+//! | returns `String` / `&str` | text content |
+//! | returns a `Serialize` struct | `structuredContent` plus the same JSON as text, and an `outputSchema` |
+//! | returns [`Content`], `Vec<Content>`, [`ToolResult`] | exactly that content (images, audio, resources, several items) |
+//! | returns `Result<T, E>` with `E: Display` | `Ok` as above, `Err` as `isError: true` with the error text |
+//! | panics | `isError: true`, `tool panicked: <message>`; the host keeps running |
+//! | `async fn` | run to completion on the plugin's own tokio runtime (feature `async`, on by default) |
+//!
+//! `#[tool(...)]` options: `name = "..."`, `title = "..."`, `read_only`, `destructive`, `idempotent`,
+//! `open_world`, `inline` (the tool is quick and never blocks, so the host may skip its thread hand-off),
+//! `input_schema = expr` (a hand-written `serde_json::Value` schema used verbatim) and `meta = expr`
+//! (passed through as `_meta`).
+//!
+//! # Stability
+//!
+//! The binary interface lives in [`abi`] and never changes; see its evolution rule. Everything with
+//! structure crosses it as JSON, so this crate can grow without breaking plugins already built.
+
+#![warn(missing_docs)]
+
+pub mod abi;
+#[cfg(feature = "async")]
+mod async_rt;
+mod content;
+mod host;
+pub mod manifest;
+mod runtime;
+pub mod schema;
+
+pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
+pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
+pub use mcp_plugin_sdk_macros::{service, tool};
+/// Re-exported so plugin structs can `#[derive(JsonSchema)]` without their own dependency.
+pub use schemars::{self, JsonSchema};
+/// Re-exported so plugin structs can `#[derive(Serialize, Deserialize)]` without their own dependency.
+pub use serde::{self, Deserialize, Serialize};
+pub use serde_json::{self, Value, json};
+
+/// What the macros expand to; not part of the public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::runtime::{
+        Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init, shutdown,
+    };
+    pub use abi_stable;
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+
+    #[cfg(feature = "async")]
+    pub use crate::async_rt::block_on;
+
+    use crate::content::{IntoToolResult, ToolResult};
+    use std::cell::Cell;
+    use std::marker::PhantomData;
+
+    /// Holds a tool's return value while the autoref probes below pick its conversion.
+    pub struct Returned<T>(Cell<Option<T>>);
+
+    impl<T> Returned<T> {
+        /// Wrap a value.
+        pub fn new(value: T) -> Self {
+            Returned(Cell::new(Some(value)))
+        }
+        fn take(&self) -> T {
+            match self.0.take() {
+                Some(v) => v,
+                None => unreachable!("a returned value is converted once"),
+            }
+        }
+    }
+
+    /// First choice: types with their own content mapping (`String`, `Content`, `ToolResult`, ...).
+    pub trait ViaContent {
+        /// Convert.
+        fn into_result(self) -> ToolResult;
+    }
+    impl<T: IntoToolResult> ViaContent for &&Returned<T> {
+        fn into_result(self) -> ToolResult {
+            self.take().into_tool_result()
+        }
+    }
+
+    /// Second choice: anything `Serialize` becomes structured content plus JSON text.
+    pub trait ViaJson {
+        /// Convert.
+        fn into_result(self) -> ToolResult;
+    }
+    impl<T: serde::Serialize> ViaJson for &Returned<T> {
+        fn into_result(self) -> ToolResult {
+            ToolResult::json(&self.take())
+        }
+    }
+
+    /// Picks the output schema of a return type `T` by the same priorities.
+    pub struct OutputOf<T>(PhantomData<T>);
+
+    impl<T> OutputOf<T> {
+        /// The probe.
+        pub const NEW: Self = OutputOf(PhantomData);
+    }
+
+    /// Content-mapped types have no output schema.
+    pub trait SchemaViaContent {
+        /// The schema.
+        fn output_schema(self) -> Option<serde_json::Value>;
+    }
+    impl<T: IntoToolResult> SchemaViaContent for &&OutputOf<T> {
+        fn output_schema(self) -> Option<serde_json::Value> {
+            None
+        }
+    }
+    /// `JsonSchema` types get one when they are objects.
+    pub trait SchemaViaJson {
+        /// The schema.
+        fn output_schema(self) -> Option<serde_json::Value>;
+    }
+    impl<T: schemars::JsonSchema> SchemaViaJson for &OutputOf<T> {
+        fn output_schema(self) -> Option<serde_json::Value> {
+            crate::schema::output_schema::<T>()
+        }
+    }
+    /// Anything else has none.
+    pub trait SchemaViaNothing {
+        /// The schema.
+        fn output_schema(self) -> Option<serde_json::Value>;
+    }
+    impl<T> SchemaViaNothing for OutputOf<T> {
+        fn output_schema(self) -> Option<serde_json::Value> {
+            None
+        }
+    }
+
+    /// Format an error the way tool results show it (with its source chain where `{:#}` gives one).
+    pub fn error_result<E: std::fmt::Display>(e: E) -> ToolResult {
+        ToolResult::error(format!("{e:#}"))
+    }
+}
+
+/// Export this crate's tools and services as an mcp-host plugin. Use it once, at the crate root.
+///
+/// ```
+/// # use mcp_plugin_sdk::{tool, export_plugin};
+/// /// Say hello.
+/// #[tool]
+/// pub fn hello() -> &'static str { "hello" }
+///
+/// export_plugin!(tools: [hello]);
+/// # fn main() {}
+/// ```
+///
+/// Forms: `export_plugin!(tools: [a, b], services: [S, T])`, either list optional, and an optional
+/// leading `name: "..."` to override the plugin name (the crate name by default).
+#[macro_export]
+macro_rules! export_plugin {
+    ($(name: $name:expr,)? $(tools: [$($tool:path),* $(,)?])? $(,)? $(services: [$($svc:path),* $(,)?])? $(,)?) => {
+        const _: () = {
+            use $crate::__private::abi_stable as __abi;
+
+            const __NAME: &str = $crate::export_plugin!(@name $($name)?);
+
+            fn __register(registrar: &mut $crate::__private::Registrar) {
+                $($( registrar.tool::<$tool>(); )*)?
+                $($( registrar.service::<$svc>(); )*)?
+            }
+
+            extern "C" fn __build_info() -> __abi::std_types::RString {
+                $crate::__private::build_info(__NAME, env!("CARGO_PKG_VERSION"))
+            }
+
+            extern "C" fn __init(
+                host: $crate::abi::HostApiBox,
+            ) -> __abi::std_types::RResult<__abi::std_types::RString, __abi::std_types::RString> {
+                $crate::__private::init(host, __NAME, env!("CARGO_PKG_VERSION"), __register)
+            }
+
+            extern "C" fn __call(
+                tool: u32,
+                args: __abi::std_types::RStr<'_>,
+                caller: __abi::std_types::RStr<'_>,
+                ctx: $crate::abi::CallContextRef<'_>,
+            ) -> __abi::std_types::RResult<__abi::std_types::RString, __abi::std_types::RString> {
+                $crate::__private::call(tool, args, caller, ctx)
+            }
+
+            extern "C" fn __shutdown() {
+                $crate::__private::shutdown()
+            }
+
+            fn __root_module() -> $crate::abi::PluginModV1Ref {
+                __abi::prefix_type::PrefixTypeTrait::leak_into_prefix($crate::abi::PluginModV1 {
+                    build_info: __build_info,
+                    init: __init,
+                    call: __call,
+                    shutdown: __shutdown,
+                })
+            }
+
+            extern "C" fn __root_module_loader() -> __abi::library::RootModuleResult {
+                __abi::library::__call_root_module_loader(__root_module)
+            }
+
+            // The symbol abi_stable's loader looks up (`lib_header_from_path`).
+            #[unsafe(no_mangle)]
+            #[allow(unsafe_code)]
+            pub static _1as_0lib_1header_0root_bmodule_bloader: __abi::library::LibHeader = unsafe {
+                __abi::library::LibHeader::from_constructor::<$crate::abi::PluginModV1Ref>(
+                    __root_module_loader,
+                    __abi::library::CheckTypeLayout::Yes,
+                )
+            };
+        };
+    };
+    (@name $name:expr) => { $name };
+    (@name) => { env!("CARGO_PKG_NAME") };
+}

@@ -1,0 +1,263 @@
+//! The plugin-side runtime behind the exported entry points: tool registration, services, and the
+//! `catch_unwind` wall that keeps every panic on the plugin's side of the FFI boundary.
+
+use std::any::Any;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, OnceLock};
+
+use abi_stable::std_types::{RResult, RStr, RString};
+use serde::de::DeserializeOwned;
+
+use crate::abi::{BuildInfo, CallContextRef, HostApiBox};
+use crate::content::ToolResult;
+use crate::host::{CallContext, HostApi, LogLevel, UserInfo};
+use crate::manifest::{Manifest, ServiceDescriptor, ToolDescriptor};
+
+/// One tool as the macros describe it: how to describe it, and how to run it against a service `S`
+/// (`()` for a free function).
+pub struct ToolSpec<S> {
+    /// Builds the tool's descriptor (schemas are generated here, once, at `init`).
+    pub descriptor: fn() -> ToolDescriptor,
+    /// Runs the tool.
+    pub handler: fn(&S, &Invocation<'_>) -> ToolResult,
+}
+
+/// A `#[tool]` free function (implemented by the macro on a type named after the function).
+pub trait ToolFactory {
+    /// The tool's spec.
+    fn spec() -> ToolSpec<()>;
+}
+
+/// A `#[service]` impl block: a named group of tools sharing one value constructed at load.
+pub trait Service: Sized + Send + Sync + 'static {
+    /// The service name (the type's name).
+    const NAME: &'static str;
+    /// The doc comment on the impl block.
+    const DESCRIPTION: Option<&'static str>;
+    /// The `enabled()` gate; `true` when the impl block has none.
+    fn enabled(host: &HostApi) -> bool;
+    /// Build the service value: its `new` function, or `Default`.
+    fn construct(host: &HostApi) -> Result<Self, String>;
+    /// The service's tools, in declaration order.
+    fn tools() -> Vec<ToolSpec<Self>>;
+}
+
+/// The arguments of one call, as the generated handler sees them.
+pub struct Invocation<'a> {
+    args: &'a str,
+    caller: &'a str,
+    ctx: CallContext<'a>,
+}
+
+impl<'a> Invocation<'a> {
+    /// Deserialize the arguments into the tool's generated argument struct.
+    pub fn parse_args<T: DeserializeOwned>(&self) -> Result<T, ToolResult> {
+        let text = if self.args.trim().is_empty() {
+            "{}"
+        } else {
+            self.args
+        };
+        serde_json::from_str(text).map_err(|e| ToolResult::error(format!("invalid arguments: {e}")))
+    }
+
+    /// The caller, required: an error result when the host supplied none.
+    pub fn caller(&self) -> Result<UserInfo, ToolResult> {
+        self.optional_caller()?.ok_or_else(|| {
+            ToolResult::error("this tool needs an authenticated caller, and the call had none")
+        })
+    }
+
+    /// The caller, when there is one.
+    pub fn optional_caller(&self) -> Result<Option<UserInfo>, ToolResult> {
+        if self.caller.is_empty() {
+            return Ok(None);
+        }
+        serde_json::from_str(self.caller)
+            .map(Some)
+            .map_err(|e| ToolResult::error(format!("unreadable caller from host: {e}")))
+    }
+
+    /// The call context.
+    pub fn ctx(&self) -> &CallContext<'a> {
+        &self.ctx
+    }
+
+    /// The host API.
+    pub fn host(&self) -> &HostApi {
+        self.ctx.host()
+    }
+}
+
+type Handler = Box<dyn Fn(&Invocation<'_>) -> ToolResult + Send + Sync>;
+
+struct PluginState {
+    host: HostApi,
+    handlers: Vec<Handler>,
+}
+
+static STATE: OnceLock<PluginState> = OnceLock::new();
+
+/// Collects a plugin's tools and services during `init`.
+pub struct Registrar {
+    host: HostApi,
+    services: Vec<ServiceDescriptor>,
+    tools: Vec<ToolDescriptor>,
+    handlers: Vec<Handler>,
+}
+
+impl Registrar {
+    /// Register a free `#[tool]` function.
+    pub fn tool<T: ToolFactory>(&mut self) {
+        let spec = T::spec();
+        let handler = spec.handler;
+        self.tools.push((spec.descriptor)());
+        self.handlers.push(Box::new(move |inv| handler(&(), inv)));
+    }
+
+    /// Register a `#[service]`: evaluate `enabled()`, construct it once, register its tools.
+    pub fn service<S: Service>(&mut self) {
+        let host = self.host.clone();
+        let gate = catch_unwind(AssertUnwindSafe(|| S::enabled(&host)));
+        let built: Result<Arc<S>, (String, bool)> = match gate {
+            Ok(true) => match catch_unwind(AssertUnwindSafe(|| S::construct(&host))) {
+                Ok(Ok(service)) => Ok(Arc::new(service)),
+                Ok(Err(e)) => Err((format!("constructor failed: {e}"), true)),
+                Err(p) => Err((format!("constructor panicked: {}", panic_message(&*p)), true)),
+            },
+            Ok(false) => Err(("enabled() returned false".to_owned(), false)),
+            Err(p) => Err((format!("enabled() panicked: {}", panic_message(&*p)), true)),
+        };
+        let (enabled, reason, failed) = match &built {
+            Ok(_) => (true, None, false),
+            Err((why, failed)) => (false, Some(why.clone()), *failed),
+        };
+        self.services.push(ServiceDescriptor {
+            name: S::NAME.to_owned(),
+            description: S::DESCRIPTION.map(str::to_owned),
+            enabled,
+            disabled_reason: reason,
+            failed,
+        });
+        for spec in S::tools() {
+            let mut descriptor = (spec.descriptor)();
+            descriptor.service = Some(S::NAME.to_owned());
+            self.tools.push(descriptor);
+            let handler = spec.handler;
+            self.handlers.push(match &built {
+                Ok(service) => {
+                    let service = Arc::clone(service);
+                    Box::new(move |inv| handler(&service, inv))
+                }
+                Err(_) => Box::new(|_| ToolResult::error("this tool's service is disabled")),
+            });
+        }
+    }
+}
+
+/// The build fingerprint of a plugin named `plugin` at `version`, as JSON.
+pub fn build_info(plugin: &str, version: &str) -> RString {
+    let info = BuildInfo {
+        plugin: plugin.to_owned(),
+        plugin_version: version.to_owned(),
+        ..BuildInfo::host()
+    };
+    RString::from(serde_json::to_string(&info).unwrap_or_default())
+}
+
+/// The `init` entry point: register everything and return the manifest.
+pub fn init(
+    ffi: HostApiBox,
+    plugin: &str,
+    version: &str,
+    register: fn(&mut Registrar),
+) -> RResult<RString, RString> {
+    let outcome = catch_unwind(AssertUnwindSafe(|| {
+        let host = HostApi::new(ffi, plugin);
+        install_panic_hook(host.clone());
+        let mut registrar = Registrar {
+            host: host.clone(),
+            services: Vec::new(),
+            tools: Vec::new(),
+            handlers: Vec::new(),
+        };
+        register(&mut registrar);
+        let manifest = Manifest {
+            plugin: plugin.to_owned(),
+            version: version.to_owned(),
+            sdk_version: crate::abi::SDK_VERSION.to_owned(),
+            services: registrar.services,
+            tools: registrar.tools,
+        };
+        let json = serde_json::to_string(&manifest)
+            .map_err(|e| format!("manifest could not be serialized: {e}"))?;
+        STATE
+            .set(PluginState {
+                host,
+                handlers: registrar.handlers,
+            })
+            .map_err(|_| "init called twice on the same plugin image".to_owned())?;
+        Ok::<_, String>(json)
+    }));
+    match outcome {
+        Ok(Ok(json)) => RResult::ROk(json.into()),
+        Ok(Err(e)) => RResult::RErr(e.into()),
+        Err(p) => RResult::RErr(format!("init panicked: {}", panic_message(&*p)).into()),
+    }
+}
+
+/// The `call` entry point: run tool number `tool`, turning a panic into an error result.
+pub fn call(
+    tool: u32,
+    args: RStr<'_>,
+    caller: RStr<'_>,
+    ctx: CallContextRef<'_>,
+) -> RResult<RString, RString> {
+    let Some(state) = STATE.get() else {
+        return RResult::RErr("plugin called before init".into());
+    };
+    let Some(handler) = state.handlers.get(tool as usize) else {
+        return RResult::RErr(format!("plugin has no tool #{tool}").into());
+    };
+    let invocation = Invocation {
+        args: args.as_str(),
+        caller: caller.as_str(),
+        ctx: CallContext::new(ctx.sabi_reborrow(), &state.host),
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| handler(&invocation)))
+        .unwrap_or_else(|p| ToolResult::error(format!("tool panicked: {}", panic_message(&*p))));
+    // Serializing our own types cannot fail; guard anyway so nothing unwinds out of here.
+    match catch_unwind(AssertUnwindSafe(|| serde_json::to_string(&result))) {
+        Ok(Ok(json)) => RResult::ROk(json.into()),
+        _ => RResult::RErr("tool result could not be serialized".into()),
+    }
+}
+
+/// The `shutdown` entry point: stop the plugin's async runtime, if it started one.
+pub fn shutdown() {
+    let _ = catch_unwind(|| {
+        #[cfg(feature = "async")]
+        crate::async_rt::shutdown();
+    });
+}
+
+fn install_panic_hook(host: HostApi) {
+    std::panic::set_hook(Box::new(move |info| {
+        let location = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        let message = panic_message(info.payload());
+        host.log(LogLevel::Error, "", &format!("panic{location}: {message}"));
+    }));
+}
+
+/// The text of a panic payload.
+pub fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-string panic payload".to_owned()
+    }
+}
