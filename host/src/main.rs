@@ -84,13 +84,18 @@ fn main() -> ExitCode {
     }
 }
 
+/// The real stdout, for this command's output only: fd 1 is pointed at stderr first, so anything a
+/// plugin prints lands there instead of in machine-readable output.
+fn protected_stdout() -> Box<dyn std::io::Write> {
+    mcp_host::stdout_guard::take_stdout()
+        .map(|f| Box::new(std::io::LineWriter::new(f)) as Box<dyn std::io::Write>)
+        .unwrap_or_else(|_| Box::new(std::io::stdout()))
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let mut out = protected_stdout();
     match cli.command {
         Command::Probe { files } => {
-            // Report on the real stdout only; anything a plugin prints goes to stderr.
-            let mut out = mcp_host::stdout_guard::take_stdout()
-                .map(|f| Box::new(f) as Box<dyn std::io::Write>)
-                .unwrap_or_else(|_| Box::new(std::io::stdout()));
             mcp_host::probe::run_probe_child(&files, &mut out)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -98,13 +103,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging("warn");
             let config = Config::load(cli.config.as_deref())?;
             let host = Host::start(config, host_options())?;
-            print_list(&host, json)?;
+            print_list(&host, json, &mut out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {
             init_logging("warn");
             let config = Config::load(cli.config.as_deref())?;
-            check(&config, &file)
+            check(&config, &file, &mut out)
         }
         Command::Call { tool, args, user } => {
             init_logging("warn");
@@ -136,7 +141,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             host.shutdown();
             match result {
                 Ok(result) => {
-                    println!("{}", serde_json::to_string_pretty(&result)?);
+                    writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
                     let failed = result.get("isError").and_then(Value::as_bool) == Some(true);
                     Ok(if failed {
                         ExitCode::FAILURE
@@ -153,9 +158,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
-fn print_list(host: &Host, json: bool) -> anyhow::Result<()> {
+fn print_list(host: &Host, json: bool, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     let registry = host.registry();
-    let mut out = std::io::stdout().lock();
     if json {
         writeln!(out, "{}", serde_json::to_string_pretty(&registry.entries)?)?;
         return Ok(());
@@ -205,11 +209,15 @@ fn print_list(host: &Host, json: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn check(config: &Config, file: &std::path::Path) -> anyhow::Result<ExitCode> {
+fn check(
+    config: &Config,
+    file: &std::path::Path,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<ExitCode> {
     let report = mcp_host::host::check_file(config, file, &host_options());
     match report {
         Ok(manifest) => {
-            println!("{}", serde_json::to_string_pretty(&manifest)?);
+            writeln!(out, "{}", serde_json::to_string_pretty(&manifest)?)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {

@@ -43,7 +43,7 @@ pub fn input_schema<T: JsonSchema>(defaults: &[(&str, Option<Value>)]) -> Value 
             }
         }
     }
-    add_numeric_bounds(&mut value);
+    normalize(&mut value);
     value
 }
 
@@ -56,7 +56,7 @@ pub fn output_schema<T: JsonSchema>() -> Option<Value> {
     if let Value::Object(map) = &mut value {
         map.remove("$schema");
     }
-    add_numeric_bounds(&mut value);
+    normalize(&mut value);
     Some(value)
 }
 
@@ -65,10 +65,13 @@ pub fn object_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     schemars::json_schema!({ "type": "object" })
 }
 
-/// Give every integer (and `f32`) schema its type's bounds where schemars leaves them out.
-fn add_numeric_bounds(value: &mut Value) {
+/// Make schemas model-friendly, recursively: integer (and `f32`) schemas get their type's bounds
+/// where schemars leaves them out, and a `oneOf` of string constants (a documented unit enum)
+/// becomes a plain `enum`, the variants' docs folded into the description.
+fn normalize(value: &mut Value) {
     match value {
         Value::Object(map) => {
+            collapse_const_one_of(map);
             let bounds: Option<(Value, Value)> =
                 match map.get("format").and_then(Value::as_str) {
                     Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
@@ -83,10 +86,41 @@ fn add_numeric_bounds(value: &mut Value) {
                 map.entry("maximum").or_insert(max);
             }
             for child in map.values_mut() {
-                add_numeric_bounds(child);
+                normalize(child);
             }
         }
-        Value::Array(items) => items.iter_mut().for_each(add_numeric_bounds),
+        Value::Array(items) => items.iter_mut().for_each(normalize),
         _ => {}
+    }
+}
+
+fn collapse_const_one_of(map: &mut Map<String, Value>) {
+    let Some(Value::Array(variants)) = map.get("oneOf") else {
+        return;
+    };
+    let mut values = Vec::new();
+    let mut docs = Vec::new();
+    for variant in variants {
+        let (Some(constant), Some("string")) = (
+            variant.get("const").and_then(Value::as_str),
+            variant.get("type").and_then(Value::as_str),
+        ) else {
+            return;
+        };
+        values.push(json!(constant));
+        if let Some(doc) = variant.get("description").and_then(Value::as_str) {
+            docs.push(format!("`{constant}`: {doc}"));
+        }
+    }
+    map.remove("oneOf");
+    map.insert("type".into(), json!("string"));
+    map.insert("enum".into(), Value::Array(values));
+    if !docs.is_empty() {
+        let joined = docs.join("; ");
+        let description = match map.get("description").and_then(Value::as_str) {
+            Some(d) => format!("{d} {joined}"),
+            None => joined,
+        };
+        map.insert("description".into(), json!(description));
     }
 }
