@@ -172,6 +172,10 @@ fn suggest_zones(name: &str) -> Vec<String> {
         })
         .collect();
     scored.sort();
+    // An exact city match (e.g. "Paris") beats near misses ("Davis").
+    if scored.first().is_some_and(|(d, _)| *d == 0) {
+        scored.retain(|(d, _)| *d == 0);
+    }
     scored.into_iter().take(5).map(|(_, n)| n).collect()
 }
 
@@ -193,7 +197,9 @@ fn edit_distance(a: &str, b: &str) -> usize {
 /// Parse `+05:30`, `-08`, `+0100`.
 fn parse_fixed_offset(s: &str) -> Result<Offset, String> {
     let bad = || {
-        format!("invalid UTC offset {s:?}: expected a sign and hours, optionally minutes, e.g. \"+05:30\" or \"-08:00\"")
+        format!(
+            "invalid UTC offset {s:?}: expected a sign and hours, optionally minutes, e.g. \"+05:30\" or \"-08:00\""
+        )
     };
     let (sign, rest) = match s.as_bytes().first() {
         Some(b'+') => (1, &s[1..]),
@@ -257,9 +263,7 @@ fn parse_input(input: &str) -> Result<Parsed, String> {
             .map_err(|e| format!("cannot resolve time {s:?}: {e}"))?;
         return Ok(Parsed::Zoned(zdt));
     }
-    let dt = pieces
-        .date()
-        .to_datetime(pieces.time().unwrap_or_default());
+    let dt = pieces.date().to_datetime(pieces.time().unwrap_or_default());
     match pieces.to_numeric_offset() {
         Some(offset) => {
             let ts = offset
@@ -387,7 +391,9 @@ impl Clock {
         from_zone: Option<String>,
     ) -> Result<Conversion, String> {
         if to_zones.is_empty() {
-            return Err("to_zones is empty: give at least one zone, e.g. [\"America/New_York\"]".to_owned());
+            return Err(
+                "to_zones is empty: give at least one zone, e.g. [\"America/New_York\"]".to_owned(),
+            );
         }
         if to_zones.len() > MAX_TARGET_ZONES {
             return Err(format!(
@@ -464,19 +470,19 @@ fn list_zones(filter: Option<&str>, limit: usize, at: Timestamp) -> ZoneList {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum LargestUnit {
-    /// Years, months, days, hours, minutes, seconds.
+    /// years and all smaller units
     Year,
-    /// Months and smaller.
+    /// months and smaller
     Month,
-    /// Weeks and smaller.
+    /// weeks and smaller
     Week,
-    /// Days and smaller.
+    /// days and smaller
     Day,
-    /// Hours and smaller.
+    /// hours and smaller
     Hour,
-    /// Minutes and seconds.
+    /// minutes and seconds
     Minute,
-    /// Seconds only.
+    /// seconds only
     Second,
 }
 
@@ -575,8 +581,8 @@ impl Durations {
     /// * `end` - The end, same formats, e.g. "2026-12-25".
     /// * `zone` - IANA zone for times given without an offset and for calendar arithmetic, e.g.
     ///   "Europe/Paris" (default "UTC").
-    /// * `largest_unit` - The largest unit of the calendar span: "year" (default), "month", "week",
-    ///   "day", "hour", "minute" or "second".
+    /// * `largest_unit` - The largest unit of the calendar span (default "year"); e.g. "day" gives
+    ///   "P45DT3H" rather than "P1M14DT3H".
     #[tool(read_only, title = "Time between two times")]
     pub fn time_between(
         &self,
@@ -772,7 +778,11 @@ mod tests {
     #[test]
     fn convert_with_offsets_and_dst() {
         let c = Clock
-            .convert_time("2026-07-01T12:00:00Z".into(), vec!["Europe/London".into()], None)
+            .convert_time(
+                "2026-07-01T12:00:00Z".into(),
+                vec!["Europe/London".into()],
+                None,
+            )
             .unwrap();
         assert_eq!(c.input.zone, "UTC");
         assert_eq!(c.converted[0].utc_offset, "+01:00");
@@ -811,7 +821,11 @@ mod tests {
         );
         assert!(
             Clock
-                .convert_time("2026-13-45 99:00".into(), vec!["UTC".into()], Some("UTC".into()))
+                .convert_time(
+                    "2026-13-45 99:00".into(),
+                    vec!["UTC".into()],
+                    Some("UTC".into())
+                )
                 .is_err()
         );
         assert!(
@@ -896,7 +910,12 @@ mod tests {
             .unwrap();
         assert_eq!(s.result.iso8601, "2026-03-29T11:00:00+02:00");
         let s = Durations
-            .add_duration("2026-03-31T00:00:00+05:30".into(), "1 month".into(), None, true)
+            .add_duration(
+                "2026-03-31T00:00:00+05:30".into(),
+                "1 month".into(),
+                None,
+                true,
+            )
             .unwrap();
         assert_eq!(s.result.iso8601, "2026-02-28T00:00:00+05:30");
         assert_eq!(s.duration_iso8601, "-P1M");
@@ -924,7 +943,8 @@ mod tests {
         assert!(WorldClock::from_config(None).is_err());
         assert!(WorldClock::from_config(Some(&json!([]))).is_err());
         assert!(WorldClock::from_config(Some(&json!("Europe/Paris"))).is_err());
-        let e = WorldClock::from_config(Some(&json!(["Europe/Paris", "Nowhere/Land"]))).unwrap_err();
+        let e =
+            WorldClock::from_config(Some(&json!(["Europe/Paris", "Nowhere/Land"]))).unwrap_err();
         assert!(e.contains("Nowhere/Land"), "{e}");
         let wc = WorldClock::from_config(Some(&json!(["Europe/Paris", "Asia/Tokyo"]))).unwrap();
         let r = wc.world_clock();
