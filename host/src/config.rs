@@ -91,6 +91,37 @@ impl Default for Limits {
     }
 }
 
+/// Streamable HTTP settings.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HttpSettings {
+    /// The MCP endpoint path.
+    pub path: String,
+    /// Largest accepted request body (413 above).
+    pub max_body_bytes: usize,
+    /// Origins allowed besides localhost forms (exact `scheme://host[:port]`).
+    pub allowed_origins: Vec<String>,
+    /// Host names allowed besides localhost forms.
+    pub allowed_hosts: Vec<String>,
+    /// Legacy (2025) sessions kept at most.
+    pub max_sessions: usize,
+    /// Legacy sessions expire after this many idle seconds.
+    pub session_idle_secs: u64,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        HttpSettings {
+            path: "/mcp".into(),
+            max_body_bytes: 4 * 1024 * 1024,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+            max_sessions: 10_000,
+            session_idle_secs: 30 * 60,
+        }
+    }
+}
+
 /// Per-service or per-tool overrides.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -135,6 +166,18 @@ pub struct Config {
     pub runtime_dir: Option<PathBuf>,
     /// Address the HTTP transport listens on.
     pub listen: SocketAddr,
+    /// HTTP transport settings.
+    pub http: HttpSettings,
+    /// Seconds shutdown waits for in-flight requests.
+    pub shutdown_grace_secs: f64,
+    /// The user id stdio callers run as (default: `$USER`).
+    pub stdio_user: Option<String>,
+    /// Tools per `tools/list` page.
+    pub list_page_size: usize,
+    /// `ttlMs` on cacheable 2026 results (`server/discover`, `tools/list`).
+    pub cache_ttl_ms: u64,
+    /// Instructions for clients, sent in `initialize` / `server/discover`.
+    pub instructions: Option<String>,
 }
 
 impl Default for Config {
@@ -156,6 +199,12 @@ impl Default for Config {
             probe: true,
             runtime_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 18080)),
+            http: HttpSettings::default(),
+            shutdown_grace_secs: 10.0,
+            stdio_user: None,
+            list_page_size: 100,
+            cache_ttl_ms: 0,
+            instructions: None,
         }
     }
 }
@@ -171,6 +220,12 @@ struct Layer {
     probe: Option<bool>,
     runtime_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
+    http: Option<Value>,
+    shutdown_grace_secs: Option<f64>,
+    stdio_user: Option<String>,
+    list_page_size: Option<usize>,
+    cache_ttl_ms: Option<u64>,
+    instructions: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,11 +258,7 @@ impl Config {
         path: Option<&Path>,
         vars: &[(String, String)],
     ) -> Result<Config, ConfigError> {
-        let env = |name: &str| {
-            vars.iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.clone())
-        };
+        let env = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let base_file = match path {
             Some(p) => Some(p.to_path_buf()),
@@ -421,7 +472,11 @@ fn invalid(origin: &Origin, err: serde_path_to_error::Error<serde_json::Error>) 
     let key = err.path().to_string();
     ConfigError::Invalid {
         origin: origin.name.clone(),
-        key: if key == "." { "(top level)".into() } else { key },
+        key: if key == "." {
+            "(top level)".into()
+        } else {
+            key
+        },
         message: err.into_inner().to_string(),
     }
 }
@@ -441,6 +496,15 @@ fn apply_value(
             let mut e = invalid(origin, e);
             if let ConfigError::Invalid { key, .. } = &mut e {
                 *key = format!("limits.{key}");
+            }
+            e
+        })?;
+    }
+    if let Some(http) = &layer.http {
+        let _: HttpSettings = serde_path_to_error::deserialize(http.clone()).map_err(|e| {
+            let mut e = invalid(origin, e);
+            if let ConfigError::Invalid { key, .. } = &mut e {
+                *key = format!("http.{key}");
             }
             e
         })?;
@@ -481,8 +545,23 @@ fn apply_value(
     if let Some(listen) = layer.listen {
         config.listen = listen;
     }
+    if let Some(v) = layer.shutdown_grace_secs {
+        config.shutdown_grace_secs = v;
+    }
+    if let Some(v) = layer.stdio_user {
+        config.stdio_user = Some(v);
+    }
+    if let Some(v) = layer.list_page_size {
+        config.list_page_size = v.max(1);
+    }
+    if let Some(v) = layer.cache_ttl_ms {
+        config.cache_ttl_ms = v;
+    }
+    if let Some(v) = layer.instructions {
+        config.instructions = Some(v);
+    }
     if let Value::Object(map) = value {
-        for key in ["limits", "plugins"] {
+        for key in ["limits", "plugins", "http"] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
                 deep_merge(slot, v.clone());
@@ -512,6 +591,10 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     if let Some(limits) = merged.get("limits").filter(|v| !v.is_null()) {
         config.limits =
             serde_path_to_error::deserialize(limits.clone()).map_err(|e| invalid(&origin, e))?;
+    }
+    if let Some(http) = merged.get("http").filter(|v| !v.is_null()) {
+        config.http =
+            serde_path_to_error::deserialize(http.clone()).map_err(|e| invalid(&origin, e))?;
     }
     if let Some(Value::Object(plugins)) = merged.get("plugins") {
         for (name, section) in plugins {

@@ -86,6 +86,7 @@ impl std::fmt::Debug for Host {
 
 struct HostInner {
     config: Config,
+    changes: tokio::sync::broadcast::Sender<u64>,
     registry: ArcSwap<Registry>,
     pool: WorkerPool,
     global: Arc<Semaphore>,
@@ -144,6 +145,7 @@ impl Host {
             _ => None,
         };
         let inner = Arc::new(HostInner {
+            changes: tokio::sync::broadcast::channel(16).0,
             pool: WorkerPool::new(config.limits.max_concurrent_calls),
             global: Arc::new(Semaphore::new(config.limits.max_concurrent_calls.max(1))),
             registry: ArcSwap::from_pointee(Registry::default()),
@@ -167,7 +169,10 @@ impl Host {
     }
 
     /// Probe then load candidates, in order.
-    pub fn load(&self, candidates: Vec<Candidate>) -> Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)> {
+    pub fn load(
+        &self,
+        candidates: Vec<Candidate>,
+    ) -> Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)> {
         let inner = &self.inner;
         let probes: Vec<Result<(), LoadError>> = match &inner.prober {
             Some(prober) => {
@@ -191,21 +196,22 @@ impl Host {
             .into_iter()
             .zip(probes)
             .map(|(candidate, probe)| {
-                let result = probe
-                    .and_then(|()| Plugin::load(&candidate.path, &cx))
-                    .map(|plugin| {
-                        let limit = inner
-                            .config
-                            .plugin(plugin.name())
-                            .max_concurrent_calls
-                            .unwrap_or(inner.config.limits.max_concurrent_calls_per_plugin)
-                            .max(1);
-                        Arc::new(PluginSlot {
-                            plugin,
-                            candidate: candidate.clone(),
-                            limiter: Arc::new(Semaphore::new(limit)),
-                        })
-                    });
+                let result =
+                    probe
+                        .and_then(|()| Plugin::load(&candidate.path, &cx))
+                        .map(|plugin| {
+                            let limit = inner
+                                .config
+                                .plugin(plugin.name())
+                                .max_concurrent_calls
+                                .unwrap_or(inner.config.limits.max_concurrent_calls_per_plugin)
+                                .max(1);
+                            Arc::new(PluginSlot {
+                                plugin,
+                                candidate: candidate.clone(),
+                                limiter: Arc::new(Semaphore::new(limit)),
+                            })
+                        });
                 (candidate, result)
             })
             .collect()
@@ -214,6 +220,12 @@ impl Host {
     /// The current tool set.
     pub fn registry(&self) -> Arc<Registry> {
         self.inner.registry.load_full()
+    }
+
+    /// A receiver of tool-set changes (a generation number each time the served tools change), for
+    /// `tools/list_changed` notifications.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<u64> {
+        self.inner.changes.subscribe()
     }
 
     /// The configuration the host runs with.
@@ -446,8 +458,7 @@ pub fn check_file(
 ) -> Result<Value, LoadError> {
     let mut config = config.clone();
     config.tool_dirs.clear();
-    let host = Host::start(config, options.clone())
-        .map_err(|e| LoadError::Copy(e.to_string()))?;
+    let host = Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
     let candidate = Candidate {
         dir_index: 0,
         dir: file.parent().map(PathBuf::from).unwrap_or_default(),

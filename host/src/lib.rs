@@ -1,7 +1,7 @@
 //! mcp-host: serve a folder of compiled plugins as MCP tools.
 //!
 //! Data flows one way: [`config`] → [`discovery`] (+ [`probe`], [`plugin`]) → [`registry`] →
-//! [`host`] (the call path) → protocol and transports. The `mcp-host` binary wires these together;
+//! [`host`] (the call path) → [`protocol`] → [`transport`] (stdio, Streamable HTTP). The `mcp-host` binary wires these together;
 //! everything here is usable as a library.
 
 pub mod config;
@@ -11,8 +11,10 @@ pub mod host;
 pub mod host_api;
 pub mod plugin;
 pub mod probe;
+pub mod protocol;
 pub mod registry;
 pub mod stdout_guard;
+pub mod transport;
 
 pub use config::Config;
 pub use host::{CallError, CallOptions, Host, HostOptions};

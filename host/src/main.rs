@@ -14,7 +14,11 @@ use mcp_plugin_sdk::UserInfo;
 use serde_json::Value;
 
 #[derive(Parser, Debug)]
-#[command(name = "mcp-host", version, about = "Serve a folder of compiled plugins as MCP tools")]
+#[command(
+    name = "mcp-host",
+    version,
+    about = "Serve a folder of compiled plugins as MCP tools"
+)]
 struct Cli {
     /// Configuration file (default: config/mcp-host.yaml when it exists).
     #[arg(long, global = true, env = "MCP_HOST_CONFIG")]
@@ -26,6 +30,15 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Serve MCP: Streamable HTTP (default 127.0.0.1:18080/mcp) or stdio.
+    Serve {
+        /// HTTP address to listen on (overrides the config's `listen`).
+        #[arg(long, conflicts_with = "stdio")]
+        listen: Option<std::net::SocketAddr>,
+        /// Serve newline-delimited JSON-RPC on stdin/stdout instead of HTTP.
+        #[arg(long)]
+        stdio: bool,
+    },
     /// List every discovered tool with its plugin, directory, service and status.
     List {
         /// Print JSON instead of a table.
@@ -93,8 +106,12 @@ fn protected_stdout() -> Box<dyn std::io::Write> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    if let Command::Serve { listen, stdio } = cli.command {
+        return serve(cli.config.as_deref(), listen, stdio);
+    }
     let mut out = protected_stdout();
     match cli.command {
+        Command::Serve { .. } => unreachable!("handled above"),
         Command::Probe { files } => {
             mcp_host::probe::run_probe_child(&files, &mut out)?;
             Ok(ExitCode::SUCCESS)
@@ -158,6 +175,116 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn serve(
+    config_path: Option<&std::path::Path>,
+    listen: Option<std::net::SocketAddr>,
+    stdio: bool,
+) -> anyhow::Result<ExitCode> {
+    use mcp_host::protocol::{Protocol, ProtocolSettings};
+    use mcp_host::transport;
+    use std::time::Duration;
+
+    // stdout belongs to the protocol: take it before anything (a plugin above all) can print.
+    let protocol_out = if stdio {
+        Some(mcp_host::stdout_guard::take_stdout().context("cannot protect stdout")?)
+    } else {
+        None
+    };
+    init_logging("info");
+    let mut config = Config::load(config_path)?;
+    if let Some(addr) = listen {
+        config.listen = addr;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("mcp-host")
+        .build()?;
+    let host = Host::start(config.clone(), host_options())?;
+    let protocol = Protocol::new(
+        host.clone(),
+        ProtocolSettings {
+            page_size: config.list_page_size,
+            ttl_ms: config.cache_ttl_ms,
+            instructions: config.instructions.clone(),
+        },
+    );
+    let grace =
+        Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
+    let result = runtime.block_on(async {
+        match protocol_out {
+            Some(out) => {
+                let user = config
+                    .stdio_user
+                    .clone()
+                    .or_else(|| std::env::var("USER").ok())
+                    .filter(|u| !u.is_empty());
+                tracing::info!(
+                    "serving MCP on stdio (caller: {})",
+                    user.as_deref().unwrap_or("none")
+                );
+                transport::stdio::serve(
+                    protocol,
+                    tokio::io::stdin(),
+                    out,
+                    transport::stdio::StdioOptions {
+                        caller: user.map(UserInfo::new),
+                        max_message_bytes: config.http.max_body_bytes,
+                        grace,
+                    },
+                )
+                .await
+            }
+            None => {
+                let listener = transport::http::bind(config.listen)
+                    .await
+                    .with_context(|| format!("cannot listen on {}", config.listen))?;
+                let addr = listener.local_addr()?;
+                tracing::info!("listening on http://{addr}{}", config.http.path);
+                let options = transport::http::HttpOptions {
+                    path: config.http.path.clone(),
+                    max_body_bytes: config.http.max_body_bytes,
+                    allowed_origins: config.http.allowed_origins.clone(),
+                    allowed_hosts: config.http.allowed_hosts.clone(),
+                    max_sessions: config.http.max_sessions,
+                    session_idle: Duration::from_secs(config.http.session_idle_secs),
+                    grace,
+                    ..Default::default()
+                };
+                transport::http::serve(protocol, listener, options, shutdown_signal()).await
+            }
+        }
+        .map_err(anyhow::Error::from)
+    });
+    host.shutdown();
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    result?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
 fn print_list(host: &Host, json: bool, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     let registry = host.registry();
     if json {
@@ -204,7 +331,16 @@ fn print_list(host: &Host, json: bool, out: &mut dyn std::io::Write) -> anyhow::
         writeln!(out, "{}", line.trim_end())?;
     }
     if rows.is_empty() {
-        writeln!(out, "(no plugins found in: {})", host.config().tool_dirs.iter().map(|d| d.path.display().to_string()).collect::<Vec<_>>().join(", "))?;
+        writeln!(
+            out,
+            "(no plugins found in: {})",
+            host.config()
+                .tool_dirs
+                .iter()
+                .map(|d| d.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
     }
     Ok(())
 }

@@ -47,9 +47,12 @@ pub enum LoadError {
 fn summarize_library_error(e: &LibraryError) -> LoadError {
     let text = e.to_string();
     match e {
-        LibraryError::OpenError { .. } | LibraryError::GetSymbolError { .. } => {
-            LoadError::Library(first_line(&text))
-        }
+        // The loader's own reason, without the (private copy's) path.
+        LibraryError::OpenError { err, .. } => LoadError::Library(format!("dlopen failed: {err}")),
+        LibraryError::GetSymbolError { symbol, err, .. } => LoadError::Library(format!(
+            "missing export {} (not built with mcp-plugin-sdk's export_plugin!): {err}",
+            String::from_utf8_lossy(symbol)
+        )),
         _ => {
             let lines: Vec<&str> = text
                 .lines()
@@ -78,10 +81,6 @@ fn summarize_library_error(e: &LibraryError) -> LoadError {
             LoadError::Abi(s)
         }
     }
-}
-
-fn first_line(s: &str) -> String {
-    s.lines().find(|l| !l.trim().is_empty()).unwrap_or(s).trim().to_owned()
 }
 
 /// Open a library file and check it is a compatible plugin, without running its `init`.
@@ -202,4 +201,3 @@ impl Plugin {
 pub fn interface_name() -> &'static str {
     PluginModV1Ref::NAME
 }
-

@@ -42,6 +42,32 @@ pub struct Tool {
     pub validator: jsonschema::Validator,
     /// How long a call may run.
     pub timeout: Duration,
+    /// The tool as `tools/list` shows it (built once).
+    pub listing: Value,
+}
+
+/// The MCP `Tool` object for a descriptor.
+fn listing(d: &ToolDescriptor) -> Value {
+    let mut tool = serde_json::json!({
+        "name": d.name,
+        "description": d.description,
+        "inputSchema": d.input_schema,
+    });
+    if let Some(title) = &d.title {
+        tool["title"] = serde_json::json!(title);
+    }
+    if let Some(output) = &d.output_schema {
+        tool["outputSchema"] = output.clone();
+    }
+    if !d.annotations.is_empty()
+        && let Ok(a) = serde_json::to_value(&d.annotations)
+    {
+        tool["annotations"] = a;
+    }
+    if let Some(meta) = &d.meta {
+        tool["_meta"] = meta.clone();
+    }
+    tool
 }
 
 impl std::fmt::Debug for Tool {
@@ -113,7 +139,10 @@ fn secs(s: f64) -> Duration {
 
 impl Registry {
     /// Build the tool set from load results in discovery order, logging each decision.
-    pub fn build(loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>, config: &Config) -> Self {
+    pub fn build(
+        loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>,
+        config: &Config,
+    ) -> Self {
         let mut registry = Registry::default();
         let mut winners: HashMap<String, PathBuf> = HashMap::new();
         for (candidate, result) in loaded {
@@ -189,9 +218,7 @@ impl Registry {
                      (clients reject '.', '::' and long names); tool not loaded",
                     file.display()
                 );
-                entry.status = Status::InvalidName(
-                    "must match ^[a-zA-Z0-9_-]{1,64}$".into(),
-                );
+                entry.status = Status::InvalidName("must match ^[a-zA-Z0-9_-]{1,64}$".into());
                 self.entries.push(entry);
                 continue;
             }
@@ -249,6 +276,7 @@ impl Registry {
                 name.clone(),
                 Arc::new(Tool {
                     name,
+                    listing: listing(&descriptor),
                     descriptor,
                     slot: Arc::clone(&slot),
                     index: index as u32,

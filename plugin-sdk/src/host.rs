@@ -177,9 +177,11 @@ impl HostApi {
 
     /// Write to the host's log (not to the client), tagged with this plugin and `service`.
     pub fn log(&self, level: LogLevel, service: &str, message: &str) {
-        self.inner
-            .ffi
-            .log(level as u8, RStr::from_str(service), RStr::from_str(message));
+        self.inner.ffi.log(
+            level as u8,
+            RStr::from_str(service),
+            RStr::from_str(message),
+        );
     }
 
     /// Call another tool through the host (the wrapper pattern): it is validated against that tool's

@@ -66,8 +66,9 @@
 //!
 //! `#[tool(...)]` options: `name = "..."`, `title = "..."`, `read_only`, `destructive`, `idempotent`,
 //! `open_world`, `inline` (the tool is quick and never blocks, so the host may skip its thread hand-off),
-//! `input_schema = expr` (a hand-written `serde_json::Value` schema used verbatim) and `meta = expr`
-//! (passed through as `_meta`).
+//! `input_schema = expr` (a hand-written `serde_json::Value` schema used verbatim), `meta = expr`
+//! (passed through as `_meta`) and `client_capabilities = expr` (capabilities the client must have
+//! declared, e.g. `json!({"sampling": {}})`).
 //!
 //! # Stability
 //!

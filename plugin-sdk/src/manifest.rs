@@ -74,6 +74,10 @@ pub struct ToolDescriptor {
     /// The tool promised to return quickly without blocking, so the host may run it inline.
     #[serde(default)]
     pub inline: bool,
+    /// Client capabilities the tool needs (e.g. `{"sampling": {}}`): a client that did not declare
+    /// them gets a "missing required client capability" error instead of a call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_client_capabilities: Option<Value>,
 }
 
 /// MCP tool annotations (all hints; clients must not rely on them for security).

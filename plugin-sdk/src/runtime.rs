@@ -122,7 +122,10 @@ impl Registrar {
             Ok(true) => match catch_unwind(AssertUnwindSafe(|| S::construct(&host))) {
                 Ok(Ok(service)) => Ok(Arc::new(service)),
                 Ok(Err(e)) => Err((format!("constructor failed: {e}"), true)),
-                Err(p) => Err((format!("constructor panicked: {}", panic_message(&*p)), true)),
+                Err(p) => Err((
+                    format!("constructor panicked: {}", panic_message(&*p)),
+                    true,
+                )),
             },
             Ok(false) => Err(("enabled() returned false".to_owned(), false)),
             Err(p) => Err((format!("enabled() panicked: {}", panic_message(&*p)), true)),

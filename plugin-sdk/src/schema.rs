@@ -72,15 +72,14 @@ fn normalize(value: &mut Value) {
     match value {
         Value::Object(map) => {
             collapse_const_one_of(map);
-            let bounds: Option<(Value, Value)> =
-                match map.get("format").and_then(Value::as_str) {
-                    Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
-                    Some("uint32") => Some((json!(0), json!(u32::MAX))),
-                    Some("int64") | Some("int") => Some((json!(i64::MIN), json!(i64::MAX))),
-                    Some("uint64") | Some("uint") => Some((json!(0), json!(u64::MAX))),
-                    Some("float") => Some((json!(f32::MIN), json!(f32::MAX))),
-                    _ => None,
-                };
+            let bounds: Option<(Value, Value)> = match map.get("format").and_then(Value::as_str) {
+                Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
+                Some("uint32") => Some((json!(0), json!(u32::MAX))),
+                Some("int64") | Some("int") => Some((json!(i64::MIN), json!(i64::MAX))),
+                Some("uint64") | Some("uint") => Some((json!(0), json!(u64::MAX))),
+                Some("float") => Some((json!(f32::MIN), json!(f32::MAX))),
+                _ => None,
+            };
             if let Some((min, max)) = bounds {
                 map.entry("minimum").or_insert(min);
                 map.entry("maximum").or_insert(max);

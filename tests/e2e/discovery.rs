@@ -1,6 +1,8 @@
 //! Discovery and precedence: which files are read, in which order, and which definition of a tool
 //! wins — proven with real plugins in real directories through `mcp-host list`.
 
+#![allow(clippy::unwrap_used)]
+
 use mcp_host_tests::{Layout, row};
 
 #[test]
@@ -10,7 +12,10 @@ fn earlier_directory_overrides_a_later_one_and_the_loser_is_logged() {
     let loser = l.install("packaged", "fixture-basic", None);
     let cfg = l.config("tool_dirs: [mine, packaged]\n");
     let (rows, log) = l.list(&cfg);
-    assert_eq!(row(&rows, "echo", "libfixture_override.so")["status"], "active");
+    assert_eq!(
+        row(&rows, "echo", "libfixture_override.so")["status"],
+        "active"
+    );
     let lost = row(&rows, "echo", "libfixture_basic.so");
     assert_eq!(lost["status"], "overridden_by");
     assert_eq!(lost["detail"], winner.to_str().unwrap());
@@ -21,7 +26,10 @@ fn earlier_directory_overrides_a_later_one_and_the_loser_is_logged() {
     );
     assert!(log.contains(&line), "missing {line:?} in log:\n{log}");
     // Tools only the later directory defines are still served.
-    assert_eq!(row(&rows, "shout", "libfixture_basic.so")["status"], "active");
+    assert_eq!(
+        row(&rows, "shout", "libfixture_basic.so")["status"],
+        "active"
+    );
 }
 
 #[test]
@@ -31,8 +39,14 @@ fn swapping_directory_order_swaps_the_winner() {
     l.install("packaged", "fixture-basic", None);
     let cfg = l.config("tool_dirs: [packaged, mine]\n");
     let (rows, _) = l.list(&cfg);
-    assert_eq!(row(&rows, "echo", "libfixture_basic.so")["status"], "active");
-    assert_eq!(row(&rows, "echo", "libfixture_override.so")["status"], "overridden_by");
+    assert_eq!(
+        row(&rows, "echo", "libfixture_basic.so")["status"],
+        "active"
+    );
+    assert_eq!(
+        row(&rows, "echo", "libfixture_override.so")["status"],
+        "overridden_by"
+    );
 }
 
 #[test]
@@ -45,8 +59,16 @@ fn files_in_one_directory_are_taken_in_sorted_name_order() {
     assert_eq!(row(&rows, "echo", "a_override.so")["status"], "active");
     assert_eq!(row(&rows, "echo", "b_basic.so")["status"], "overridden_by");
     let files: Vec<&str> = rows.iter().filter_map(|r| r["file"].as_str()).collect();
-    let first_b = files.iter().position(|f| f.ends_with("b_basic.so")).unwrap();
-    assert!(files.iter().take(first_b).all(|f| f.ends_with("a_override.so")));
+    let first_b = files
+        .iter()
+        .position(|f| f.ends_with("b_basic.so"))
+        .unwrap();
+    assert!(
+        files
+            .iter()
+            .take(first_b)
+            .all(|f| f.ends_with("a_override.so"))
+    );
 }
 
 #[test]
@@ -65,7 +87,10 @@ fn underscore_files_subdirectories_and_non_libraries_are_not_loaded() {
     let cfg = l.config("tool_dirs: [d]\n");
     let (rows, _) = l.list(&cfg);
     let files: Vec<&str> = rows.iter().filter_map(|r| r["file"].as_str()).collect();
-    assert!(files.iter().all(|f| f.ends_with("libfixture_override.so")), "{files:?}");
+    assert!(
+        files.iter().all(|f| f.ends_with("libfixture_override.so")),
+        "{files:?}"
+    );
 }
 
 #[test]
@@ -80,7 +105,10 @@ fn relative_tool_dirs_resolve_against_the_config_file_directory() {
         .output()
         .unwrap();
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(row(&rows, "echo", "libfixture_override.so")["status"], "active");
+    assert_eq!(
+        row(&rows, "echo", "libfixture_override.so")["status"],
+        "active"
+    );
 }
 
 #[test]
@@ -95,7 +123,10 @@ fn mcp_tool_dirs_environment_variable_is_accepted_as_the_seed_alias() {
         .output()
         .unwrap();
     let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout).unwrap();
-    assert_eq!(row(&rows, "echo", "libfixture_override.so")["status"], "active");
+    assert_eq!(
+        row(&rows, "echo", "libfixture_override.so")["status"],
+        "active"
+    );
 }
 
 #[test]
@@ -104,13 +135,27 @@ fn every_loaded_tool_is_logged_and_listed_as_a_table() {
     l.install("d", "fixture-basic", None);
     let cfg = l.config("tool_dirs: [d]\n");
     let (_, log) = l.list(&cfg);
-    for tool in ["echo", "shout", "count", "sleep", "noisy", "whoami", "async_sleep"] {
-        assert!(log.contains(&format!("Loaded tool: {tool}")), "{tool} not logged:\n{log}");
+    for tool in [
+        "echo",
+        "shout",
+        "count",
+        "sleep",
+        "noisy",
+        "whoami",
+        "async_sleep",
+    ] {
+        assert!(
+            log.contains(&format!("Loaded tool: {tool}")),
+            "{tool} not logged:\n{log}"
+        );
     }
     let out = l.run(&cfg, &["list"]);
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.starts_with("TOOL"), "{table}");
-    assert!(table.contains("async_sleep") && table.contains("active"), "{table}");
+    assert!(
+        table.contains("async_sleep") && table.contains("active"),
+        "{table}"
+    );
 }
 
 #[test]
@@ -121,7 +166,10 @@ fn directory_and_plugin_prefixes_namespace_tools() {
         "tool_dirs:\n  - {path: ext, prefix: ext_}\nplugins:\n  fixture-override: {prefix: o_}\n",
     );
     let (rows, _) = l.list(&cfg);
-    assert_eq!(row(&rows, "ext_o_echo", "libfixture_override.so")["status"], "active");
+    assert_eq!(
+        row(&rows, "ext_o_echo", "libfixture_override.so")["status"],
+        "active"
+    );
 }
 
 #[test]
@@ -130,7 +178,10 @@ fn invalid_tool_names_are_rejected_with_a_log_line() {
     l.install("d", "fixture-faulty", None);
     let cfg = l.config("tool_dirs: [d]\n");
     let (rows, log) = l.list(&cfg);
-    assert_eq!(row(&rows, "bad.name", "libfixture_faulty.so")["status"], "invalid_name");
+    assert_eq!(
+        row(&rows, "bad.name", "libfixture_faulty.so")["status"],
+        "invalid_name"
+    );
     assert!(log.contains("Invalid tool name \"bad.name\""), "{log}");
 }
 
@@ -167,13 +218,27 @@ fn a_panicking_enabled_hook_counts_as_disabled_with_a_warning() {
     let gated = row(&rows, "gated_tool", "libfixture_faulty.so");
     assert_eq!(gated["status"], "disabled_service");
     assert!(
-        gated["detail"].as_str().unwrap().contains("enabled() panicked: boom from enabled()"),
+        gated["detail"]
+            .as_str()
+            .unwrap()
+            .contains("enabled() panicked: boom from enabled()"),
         "{gated}"
     );
-    assert!(log.contains("WARN") && log.contains("Skipping disabled service: PanickyGate"), "{log}");
+    assert!(
+        log.contains("WARN") && log.contains("Skipping disabled service: PanickyGate"),
+        "{log}"
+    );
     // A failing constructor disables its service the same way.
     let unbuilt = row(&rows, "unconstructed_tool", "libfixture_faulty.so");
-    assert!(unbuilt["detail"].as_str().unwrap().contains("database unreachable"));
+    assert!(
+        unbuilt["detail"]
+            .as_str()
+            .unwrap()
+            .contains("database unreachable")
+    );
     // The plugin's other tools are served.
-    assert_eq!(row(&rows, "still_fine", "libfixture_faulty.so")["status"], "active");
+    assert_eq!(
+        row(&rows, "still_fine", "libfixture_faulty.so")["status"],
+        "active"
+    );
 }

@@ -1,6 +1,8 @@
 //! Isolation: a plugin that panics, has the wrong ABI, is damaged, or returns garbage is contained,
 //! logged with a clear message, and every other tool keeps working.
 
+#![allow(clippy::unwrap_used)]
+
 use mcp_host::CallOptions;
 use mcp_host_tests::{Layout, row, runtime, text};
 use serde_json::json;
@@ -41,9 +43,19 @@ fn an_abi_mismatch_is_rejected_with_a_short_clear_error_naming_the_file() {
     let (rows, log) = l.list(&cfg);
     let err = load_error(&rows, "libfixture_abi_mismatch.so");
     assert!(err.starts_with("incompatible plugin ABI:"), "{err}");
-    assert!(err.len() < 700, "the report should be summarized, got {} bytes", err.len());
-    assert!(log.contains("Error loading plugin") && log.contains("libfixture_abi_mismatch.so"), "{log}");
-    assert_eq!(row(&rows, "echo", "libfixture_override.so")["status"], "active");
+    assert!(
+        err.len() < 700,
+        "the report should be summarized, got {} bytes",
+        err.len()
+    );
+    assert!(
+        log.contains("Error loading plugin") && log.contains("libfixture_abi_mismatch.so"),
+        "{log}"
+    );
+    assert_eq!(
+        row(&rows, "echo", "libfixture_override.so")["status"],
+        "active"
+    );
 }
 
 #[test]
@@ -53,14 +65,20 @@ fn a_plugin_built_for_another_target_is_refused_by_its_fingerprint() {
     let cfg = l.config("tool_dirs: [d]\n");
     let (rows, _) = l.list(&cfg);
     let err = load_error(&rows, "libfixture_wrong_target.so");
-    assert!(err.contains("built for target sparc64-unknown-openbsd"), "{err}");
+    assert!(
+        err.contains("built for target sparc64-unknown-openbsd"),
+        "{err}"
+    );
 }
 
 #[test]
 fn a_truncated_library_is_caught_by_the_probe_and_the_host_still_starts() {
     let l = Layout::new();
     let damaged = l.install("d", "fixture-basic", Some("libdamaged.so"));
-    let f = std::fs::OpenOptions::new().write(true).open(&damaged).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&damaged)
+        .unwrap();
     f.set_len(64 * 1024).unwrap();
     drop(f);
     l.install("d", "fixture-override", None);
@@ -68,8 +86,14 @@ fn a_truncated_library_is_caught_by_the_probe_and_the_host_still_starts() {
     let (rows, log) = l.list(&cfg);
     let err = load_error(&rows, "libdamaged.so");
     assert!(!err.is_empty(), "{rows:?}");
-    assert!(log.contains(&format!("Error loading plugin {}", damaged.display())), "{log}");
-    assert_eq!(row(&rows, "echo", "libfixture_override.so")["status"], "active");
+    assert!(
+        log.contains(&format!("Error loading plugin {}", damaged.display())),
+        "{log}"
+    );
+    assert_eq!(
+        row(&rows, "echo", "libfixture_override.so")["status"],
+        "active"
+    );
 }
 
 #[test]
@@ -86,7 +110,10 @@ fn corrupted_bytes_in_a_library_are_caught_and_the_host_still_starts() {
     let cfg = l.config("tool_dirs: [d]\n");
     let (rows, _) = l.list(&cfg);
     assert!(!load_error(&rows, "libcorrupt.so").is_empty());
-    assert_eq!(row(&rows, "echo", "libfixture_override.so")["status"], "active");
+    assert_eq!(
+        row(&rows, "echo", "libfixture_override.so")["status"],
+        "active"
+    );
 }
 
 #[test]
@@ -108,8 +135,14 @@ fn garbage_and_dispatch_errors_from_a_plugin_become_error_results() {
     let rt = runtime();
     for (tool, expect) in [
         ("returns_garbage", "the plugin returned an invalid result"),
-        ("returns_wrong_shape", "the plugin returned an invalid result"),
-        ("fails_dispatch", "the plugin could not run the tool: internal failure"),
+        (
+            "returns_wrong_shape",
+            "the plugin returned an invalid result",
+        ),
+        (
+            "fails_dispatch",
+            "the plugin could not run the tool: internal failure",
+        ),
     ] {
         let r = rt
             .block_on(host.call(tool, None, CallOptions::default()))
@@ -135,7 +168,10 @@ fn check_prints_the_manifest_or_fails_with_the_exact_error() {
     let out = l.run(&cfg, &["check", bad.to_str().unwrap()]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("incompatible build: built for target sparc64-unknown-openbsd"), "{err}");
+    assert!(
+        err.contains("incompatible build: built for target sparc64-unknown-openbsd"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -161,12 +197,20 @@ fn a_tool_can_call_a_tool_of_another_plugin_through_the_host() {
     let host = l.host(&cfg);
     let rt = runtime();
     let r = rt
-        .block_on(host.call("wrap_count", Some(json!({"steps": 2})), CallOptions::default()))
+        .block_on(host.call(
+            "wrap_count",
+            Some(json!({"steps": 2})),
+            CallOptions::default(),
+        ))
         .unwrap();
     assert_eq!(text(&r), "wrapped: counted to 2");
     // The wrapper's arguments are validated by the callee's schema too.
     let r = rt
-        .block_on(host.call("wrap_count", Some(json!({"steps": 0})), CallOptions::default()))
+        .block_on(host.call(
+            "wrap_count",
+            Some(json!({"steps": 0})),
+            CallOptions::default(),
+        ))
         .unwrap();
     assert_eq!(r["isError"], true);
     assert!(text(&r).contains("minimum"), "{r}");

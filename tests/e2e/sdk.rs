@@ -1,6 +1,8 @@
 //! The authoring API end to end: schemas generated from Rust types and docs (golden JSON), injected
 //! parameters, defaults and ranges, and every result shape — through a real host and real plugins.
 
+#![allow(clippy::unwrap_used)]
+
 use mcp_host::CallOptions;
 use mcp_host_tests::{Layout, runtime, text, workspace_root};
 use mcp_plugin_sdk::UserInfo;
@@ -11,7 +13,11 @@ fn manifest_tools() -> Value {
     let file = l.install("d", "fixture-schema", None);
     let cfg = l.config("tool_dirs: []\n");
     let out = l.run(&cfg, &["check", file.to_str().unwrap()]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     report["manifest"]["tools"].clone()
 }
@@ -35,7 +41,10 @@ fn schemas_for_every_supported_type_match_the_golden_file() {
     }
     let golden = std::fs::read_to_string(&golden_path)
         .expect("golden file missing: run with UPDATE_GOLDEN=1 once and review it");
-    assert_eq!(actual, golden, "schemas changed: review, then UPDATE_GOLDEN=1");
+    assert_eq!(
+        actual, golden,
+        "schemas changed: review, then UPDATE_GOLDEN=1"
+    );
 }
 
 #[test]
@@ -47,7 +56,10 @@ fn types_map_to_the_json_schema_a_model_needs() {
     assert_eq!(all["additionalProperties"], false);
     assert_eq!(p["text"]["type"], "string");
     assert_eq!(p["flag"]["type"], "boolean");
-    assert_eq!((p["i8v"]["minimum"].clone(), p["i8v"]["maximum"].clone()), (json!(-128), json!(127)));
+    assert_eq!(
+        (p["i8v"]["minimum"].clone(), p["i8v"]["maximum"].clone()),
+        (json!(-128), json!(127))
+    );
     assert_eq!(p["u16v"]["maximum"], 65535);
     assert_eq!(p["i32v"]["minimum"], i32::MIN);
     assert_eq!(p["u32v"]["maximum"], u32::MAX);
@@ -67,13 +79,32 @@ fn types_map_to_the_json_schema_a_model_needs() {
     assert_eq!(p["point"]["properties"]["x"]["type"], "number");
     assert_eq!(p["points"]["items"]["properties"]["y"]["type"], "number");
     assert_eq!(p["days"]["default"], 30);
-    assert_eq!((p["days"]["minimum"].clone(), p["days"]["maximum"].clone()), (json!(1), json!(365)));
+    assert_eq!(
+        (p["days"]["minimum"].clone(), p["days"]["maximum"].clone()),
+        (json!(1), json!(365))
+    );
     assert_eq!(p["zone"]["default"], "UTC");
-    assert_eq!((p["percent"]["minimum"].clone(), p["percent"]["maximum"].clone()), (json!(0), json!(100)));
+    assert_eq!(
+        (
+            p["percent"]["minimum"].clone(),
+            p["percent"]["maximum"].clone()
+        ),
+        (json!(0), json!(100))
+    );
     // Descriptions come from the `# Arguments` section, continuation lines appended.
-    assert_eq!(p["days"]["description"], "Defaults to 30, limited to 1..=365.");
-    let required: Vec<&str> = all["required"].as_array().unwrap().iter().filter_map(Value::as_str).collect();
-    for r in ["text", "flag", "list", "map", "any", "volume", "point", "percent"] {
+    assert_eq!(
+        p["days"]["description"],
+        "Defaults to 30, limited to 1..=365."
+    );
+    let required: Vec<&str> = all["required"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for r in [
+        "text", "flag", "list", "map", "any", "volume", "point", "percent",
+    ] {
         assert!(required.contains(&r), "{r} must be required: {required:?}");
     }
     for o in ["tags", "note", "days", "zone"] {
@@ -96,20 +127,35 @@ fn the_caller_and_context_never_appear_in_the_schema() {
 fn descriptions_annotations_meta_and_output_schemas_are_exported() {
     let tools = manifest_tools();
     let s = tool(&tools, "summarize");
-    assert_eq!(s["description"], "Return a struct: structured content, JSON text and an output schema.");
+    assert_eq!(
+        s["description"],
+        "Return a struct: structured content, JSON text and an output schema."
+    );
     assert_eq!(s["title"], "Summarize");
     assert_eq!(s["annotations"]["idempotentHint"], true);
     assert_eq!(s["outputSchema"]["properties"]["count"]["type"], "integer");
     assert!(tool(&tools, "maybe_fail")["outputSchema"].is_null());
-    assert_eq!(tool(&tools, "maybe_fail")["annotations"]["destructiveHint"], true);
-    assert_eq!(tool(&tools, "all_types")["annotations"]["readOnlyHint"], true);
+    assert_eq!(
+        tool(&tools, "maybe_fail")["annotations"]["destructiveHint"],
+        true
+    );
+    assert_eq!(
+        tool(&tools, "all_types")["annotations"]["readOnlyHint"],
+        true
+    );
     let custom = tool(&tools, "custom_schema");
     assert_eq!(custom["inputSchema"]["required"], json!(["sections"]));
     assert_eq!(custom["_meta"]["example.com/ui"], "sections");
     let add = tool(&tools, "add_to_start");
     assert_eq!(add["service"], "Counter");
     assert_eq!(tool(&tools, "static_tool")["service"], "Counter");
-    assert!(tools.as_array().unwrap().iter().all(|t| t["name"] != "helper"));
+    assert!(
+        tools
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["name"] != "helper")
+    );
 }
 
 fn schema_host(l: &Layout) -> mcp_host::Host {
@@ -129,7 +175,9 @@ fn defaults_are_applied_and_ranges_enforced_before_the_plugin_runs() {
         "ordered": {"k": "v"}, "any": {"x": [1]}, "volume": "high",
         "point": {"x": 1.0, "y": 2.0}, "points": [], "percent": 50
     });
-    let r = rt.block_on(host.call("all_types", Some(args.clone()), CallOptions::default())).unwrap();
+    let r = rt
+        .block_on(host.call("all_types", Some(args.clone()), CallOptions::default()))
+        .unwrap();
     assert_ne!(r["isError"], true, "{r}");
     let out: Value = serde_json::from_str(text(&r)).unwrap();
     assert_eq!(out["days"], 30);
@@ -139,14 +187,21 @@ fn defaults_are_applied_and_ranges_enforced_before_the_plugin_runs() {
 
     let mut bad = args.clone();
     bad["percent"] = json!(101);
-    let r = rt.block_on(host.call("all_types", Some(bad), CallOptions::default())).unwrap();
+    let r = rt
+        .block_on(host.call("all_types", Some(bad), CallOptions::default()))
+        .unwrap();
     assert_eq!(r["isError"], true);
-    assert!(text(&r).contains("argument `percent`") && text(&r).contains("maximum"), "{r}");
+    assert!(
+        text(&r).contains("argument `percent`") && text(&r).contains("maximum"),
+        "{r}"
+    );
 
     let mut bad = args;
     bad["u8v"] = json!(256);
     bad["user_info"] = json!({"user_id": "mallory"});
-    let r = rt.block_on(host.call("all_types", Some(bad), CallOptions::default())).unwrap();
+    let r = rt
+        .block_on(host.call("all_types", Some(bad), CallOptions::default()))
+        .unwrap();
     assert!(text(&r).contains("argument `u8v`"), "{r}");
     assert!(text(&r).contains("'user_info' was unexpected"), "{r}");
 }
@@ -157,26 +212,44 @@ fn results_map_to_text_structured_content_errors_and_rich_content() {
     let host = schema_host(&l);
     let rt = runtime();
     let call = |name: &str, args: Value| {
-        rt.block_on(host.call(name, Some(args), CallOptions::default())).unwrap()
+        rt.block_on(host.call(name, Some(args), CallOptions::default()))
+            .unwrap()
     };
     let s = call("summarize", json!({"text": "hi"}));
     assert_eq!(s["structuredContent"], json!({"count": 1, "text": "hi"}));
-    assert_eq!(serde_json::from_str::<Value>(text(&s)).unwrap(), s["structuredContent"]);
+    assert_eq!(
+        serde_json::from_str::<Value>(text(&s)).unwrap(),
+        s["structuredContent"]
+    );
     let ok = call("maybe_fail", json!({"fail": false}));
     assert_eq!(ok, json!({"content": [{"type": "text", "text": "fine"}]}));
     let err = call("maybe_fail", json!({"fail": true}));
     assert_eq!(err["isError"], true);
     assert_eq!(text(&err), "it failed as asked");
     let rich = call("rich", json!({}));
-    let kinds: Vec<&str> = rich["content"].as_array().unwrap().iter().filter_map(|c| c["type"].as_str()).collect();
-    assert_eq!(kinds, vec!["text", "image", "audio", "resource", "resource_link"]);
+    let kinds: Vec<&str> = rich["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c["type"].as_str())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["text", "image", "audio", "resource", "resource_link"]
+    );
     assert_eq!(rich["content"][1]["data"], "iVBORw==");
     assert_eq!(rich["content"][1]["mimeType"], "image/png");
     assert_eq!(rich["content"][3]["resource"]["text"], "hello");
-    let custom = call("custom_schema", json!({"sections": [{"title": "a"}, {"title": "b"}]}));
+    let custom = call(
+        "custom_schema",
+        json!({"sections": [{"title": "a"}, {"title": "b"}]}),
+    );
     assert_eq!(text(&custom), "2 sections");
     let svc = call("add_to_start", json!({"n": 2}));
-    assert_eq!(svc["structuredContent"]["value"], 42, "the service was built from its config");
+    assert_eq!(
+        svc["structuredContent"]["value"], 42,
+        "the service was built from its config"
+    );
     assert_eq!(text(&call("static_tool", json!({}))), "static");
 }
 
@@ -185,15 +258,35 @@ fn the_caller_is_injected_from_the_host_never_from_arguments() {
     let l = Layout::new();
     let host = schema_host(&l);
     let rt = runtime();
-    let as_alice = CallOptions { caller: Some(UserInfo::new("alice")), ..CallOptions::default() };
-    let r = rt.block_on(host.call("greet_caller", Some(json!({"greeting": "hello"})), as_alice.clone())).unwrap();
+    let as_alice = CallOptions {
+        caller: Some(UserInfo::new("alice")),
+        ..CallOptions::default()
+    };
+    let r = rt
+        .block_on(host.call(
+            "greet_caller",
+            Some(json!({"greeting": "hello"})),
+            as_alice.clone(),
+        ))
+        .unwrap();
     assert_eq!(text(&r), "hello, alice");
-    let anon = rt.block_on(host.call("maybe_caller", None, CallOptions::default())).unwrap();
+    let anon = rt
+        .block_on(host.call("maybe_caller", None, CallOptions::default()))
+        .unwrap();
     assert_eq!(text(&anon), "anonymous");
-    let named = rt.block_on(host.call("maybe_caller", None, as_alice)).unwrap();
+    let named = rt
+        .block_on(host.call("maybe_caller", None, as_alice))
+        .unwrap();
     assert_eq!(text(&named), "alice");
-    let refused = rt.block_on(host.call("greet_caller", Some(json!({"greeting": "hi"})), CallOptions::default()));
-    assert!(matches!(refused, Err(mcp_host::CallError::CallerRequired(_))), "{refused:?}");
+    let refused = rt.block_on(host.call(
+        "greet_caller",
+        Some(json!({"greeting": "hi"})),
+        CallOptions::default(),
+    ));
+    assert!(
+        matches!(refused, Err(mcp_host::CallError::CallerRequired(_))),
+        "{refused:?}"
+    );
 }
 
 #[test]
@@ -203,6 +296,12 @@ fn async_tools_run_on_the_plugins_own_runtime() {
     let cfg = l.config("tool_dirs: [d]\n");
     let host = l.host(&cfg);
     let rt = runtime();
-    let r = rt.block_on(host.call("async_sleep", Some(json!({"millis": 10})), CallOptions::default())).unwrap();
+    let r = rt
+        .block_on(host.call(
+            "async_sleep",
+            Some(json!({"millis": 10})),
+            CallOptions::default(),
+        ))
+        .unwrap();
     assert_eq!(text(&r), "async slept 10 ms");
 }

@@ -16,6 +16,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-abi-mismatch",
     "fixture-wrong-target",
     "fixture-garbage",
+    "fixture-conformance",
     "mcp-time",
     "mcp-text",
 ];
@@ -107,9 +108,9 @@ impl Layout {
     /// Copy plugin crate `krate`'s library into directory `dir` as `file` (default: its own name).
     pub fn install(&self, dir: &str, krate: &str, file: Option<&str>) -> PathBuf {
         let src = artifacts().plugin(krate);
-        let name = file.map(str::to_owned).unwrap_or_else(|| {
-            src.file_name().unwrap().to_string_lossy().into_owned()
-        });
+        let name = file
+            .map(str::to_owned)
+            .unwrap_or_else(|| src.file_name().unwrap().to_string_lossy().into_owned());
         let dest = self.dir(dir).join(name);
         std::fs::copy(&src, &dest).unwrap();
         dest
@@ -139,8 +140,13 @@ impl Layout {
         let out = self.run(config, &["list", "--json"]);
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert!(out.status.success(), "list failed: {stderr}");
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("list output is not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)));
+        let rows: Vec<serde_json::Value> =
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+                panic!(
+                    "list output is not JSON ({e}): {}",
+                    String::from_utf8_lossy(&out.stdout)
+                )
+            });
         (rows, stderr)
     }
 
@@ -160,12 +166,7 @@ impl Layout {
 /// The row for `tool` from `file` (file name match) in `list --json` output.
 pub fn row<'a>(rows: &'a [serde_json::Value], tool: &str, file: &str) -> &'a serde_json::Value {
     rows.iter()
-        .find(|r| {
-            r["tool"] == tool
-                && r["file"]
-                    .as_str()
-                    .is_some_and(|f| f.ends_with(file))
-        })
+        .find(|r| r["tool"] == tool && r["file"].as_str().is_some_and(|f| f.ends_with(file)))
         .unwrap_or_else(|| panic!("no row for {tool} from {file} in {rows:#?}"))
 }
 

@@ -81,12 +81,12 @@ pub fn parse(lines: &[String]) -> Docs {
             last = None;
             continue;
         }
-        if let Some(rest) = t.strip_prefix("* ").or_else(|| t.strip_prefix("- ")) {
-            if let Some((name, text)) = split_bullet(rest) {
-                docs.args.insert(name.clone(), text);
-                last = Some(name);
-                continue;
-            }
+        if let Some(rest) = t.strip_prefix("* ").or_else(|| t.strip_prefix("- "))
+            && let Some((name, text)) = split_bullet(rest)
+        {
+            docs.args.insert(name.clone(), text);
+            last = Some(name);
+            continue;
         }
         if let Some(name) = &last
             && let Some(text) = docs.args.get_mut(name)
@@ -132,7 +132,10 @@ mod tests {
         let d = parse(&lines(
             "Count readings\nabove a goal.\n\nSecond paragraph.\n# Arguments\n* `goal` - The target.\n  Continued here.\n* `days`: How far back.\n# Returns\n* `x` - ignored",
         ));
-        assert_eq!(d.description, "Count readings above a goal.\n\nSecond paragraph.");
+        assert_eq!(
+            d.description,
+            "Count readings above a goal.\n\nSecond paragraph."
+        );
         assert_eq!(d.args["goal"], "The target. Continued here.");
         assert_eq!(d.args["days"], "How far back.");
         assert!(!d.args.contains_key("x"));

@@ -26,6 +26,7 @@ struct ToolOptions {
     inline: bool,
     input_schema: Option<Expr>,
     meta: Option<Expr>,
+    client_capabilities: Option<Expr>,
 }
 
 impl ToolOptions {
@@ -50,10 +51,12 @@ impl ToolOptions {
                 "inline" => opts.inline = true,
                 "input_schema" => opts.input_schema = Some(meta.value()?.parse()?),
                 "meta" => opts.meta = Some(meta.value()?.parse()?),
+                "client_capabilities" => opts.client_capabilities = Some(meta.value()?.parse()?),
                 _ => {
                     return Err(meta.error(
                         "unknown #[tool] option; expected one of: name, title, read_only, \
-                         destructive, idempotent, open_world, inline, input_schema, meta",
+                         destructive, idempotent, open_world, inline, input_schema, meta, \
+                         client_capabilities",
                     ));
                 }
             }
@@ -75,8 +78,8 @@ struct ArgOptions {
 enum Param {
     Arg {
         ident: Ident,
-        ty: Type,
-        opts: ArgOptions,
+        ty: Box<Type>,
+        opts: Box<ArgOptions>,
     },
     Caller {
         optional: bool,
@@ -200,7 +203,11 @@ fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)>
                         ));
                     }
                 };
-                out.push(Param::Arg { ident, ty, opts });
+                out.push(Param::Arg {
+                    ident,
+                    ty: Box::new(ty),
+                    opts: Box::new(opts),
+                });
             }
         }
     }
@@ -315,7 +322,9 @@ fn tool_spec(
                         fn #default_fn() -> #ty { #value }
                     ));
                     field_attrs.push(quote!(#[serde(default = #default_fn_str)]));
-                    defaults.push(quote!((#name, #sdk::__private::serde_json::to_value(#default_fn()).ok())));
+                    defaults.push(
+                        quote!((#name, #sdk::__private::serde_json::to_value(#default_fn()).ok())),
+                    );
                 }
                 match (&a.min, &a.max) {
                     (Some(min), Some(max)) => {
@@ -334,10 +343,16 @@ fn tool_spec(
             Param::Caller { optional } => {
                 if *optional {
                     caller_need = quote!(#sdk::manifest::CallerNeed::Optional);
-                    call_args.push(quote!(match inv.optional_caller() { ::core::result::Result::Ok(c) => c, ::core::result::Result::Err(r) => return r }));
+                    call_args.push(quote!(match inv.optional_caller() {
+                        ::core::result::Result::Ok(c) => c,
+                        ::core::result::Result::Err(r) => return r,
+                    }));
                 } else {
                     caller_need = quote!(#sdk::manifest::CallerNeed::Required);
-                    call_args.push(quote!(match inv.caller() { ::core::result::Result::Ok(c) => c, ::core::result::Result::Err(r) => return r }));
+                    call_args.push(quote!(match inv.caller() {
+                        ::core::result::Result::Ok(c) => c,
+                        ::core::result::Result::Err(r) => return r,
+                    }));
                 }
             }
             Param::Context => call_args.push(quote!(inv.ctx())),
@@ -383,7 +398,15 @@ fn tool_spec(
         None => quote!(#sdk::schema::input_schema::<Args>(&[#(#defaults),*])),
     };
     let meta = match &opts.meta {
-        Some(expr) => quote!(::core::option::Option::Some(#sdk::__private::serde_json::Value::from(#expr))),
+        Some(expr) => {
+            quote!(::core::option::Option::Some(#sdk::__private::serde_json::Value::from(#expr)))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let client_caps = match &opts.client_capabilities {
+        Some(expr) => {
+            quote!(::core::option::Option::Some(#sdk::__private::serde_json::Value::from(#expr)))
+        }
         None => quote!(::core::option::Option::None),
     };
     let title = opt_str(&opts.title);
@@ -428,6 +451,7 @@ fn tool_spec(
                 meta: #meta,
                 caller: #caller_need,
                 inline: #inline,
+                required_client_capabilities: #client_caps,
             }
         }
 
@@ -482,7 +506,10 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
     }
     let self_ty = (*block.self_ty).clone();
     let Some(type_name) = last_segment(&self_ty).map(|s| s.ident.to_string()) else {
-        return Err(syn::Error::new(self_ty.span(), "#[service] needs a named type"));
+        return Err(syn::Error::new(
+            self_ty.span(),
+            "#[service] needs a named type",
+        ));
     };
     let service_docs = docs::parse(&docs::doc_lines(&block.attrs)).description;
     let description = if service_docs.is_empty() {
@@ -518,7 +545,8 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             } else {
                 quote!(<#self_ty>::#ident())
             };
-            let fallible = matches!(&method.sig.output, ReturnType::Type(_, ty) if is_named(ty, "Result"));
+            let fallible =
+                matches!(&method.sig.output, ReturnType::Type(_, ty) if is_named(ty, "Result"));
             construct = if fallible {
                 quote!(#call.map_err(|e| ::std::format!("{e:#}")))
             } else {

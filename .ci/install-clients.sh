@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Installs the MCP clients the protocol tests drive, into the project-local, gitignored .ci/.tools/:
+#   - Node 22 (the conformance suite needs >= 22; Debian has 18, the machine has 20), from the npm
+#     registry's prebuilt `node-linux-<arch>` package (the binary the `node` package's installer fetches);
+#   - the official conformance suite, two pinned versions (0.1.16 for 2025-11-25, 0.2.0-alpha.12 for
+#     2026-07-28);
+#   - the TypeScript SDK v1 client (`@modelcontextprotocol/sdk`, latest 1.x);
+#   - a Python venv with the Python SDK `mcp` 2.x.
+# Only package registries are used (npm, PyPI). Idempotent: what is already there at the right version
+# is kept. Prints the versions at the end; exits non-zero on any failure.
+#
+# Afterwards:  .ci/.tools/bin/node                     Node 22
+#              .ci/.tools/bin/conformance-2025-11-25    the 0.1.16 suite CLI (run with Node 22)
+#              .ci/.tools/bin/conformance-2026-07-28    the 0.2.0-alpha.12 suite CLI
+#              .ci/.tools/venv/bin/python              Python with `mcp`
+#              .ci/.tools/tssdk/node_modules/@modelcontextprotocol/sdk
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+NODE_VERSION=22.23.5
+CONFORMANCE_LEGACY=0.1.16
+CONFORMANCE_MODERN=0.2.0-alpha.12
+TS_SDK_MAJOR=1
+PY_MCP_VERSION=2.3.0
+
+TOOLS="$PWD/.ci/.tools"
+BIN="$TOOLS/bin"
+mkdir -p "$BIN"
+
+NPM_FLAGS=(--no-audit --no-fund --no-update-notifier --loglevel=error)
+
+# The version of npm package $2 installed under prefix $1, or nothing.
+installed_version() {
+    local pj="$1/node_modules/$2/package.json"
+    [[ -f "$pj" ]] || return 0
+    sed -n 's/^ *"version": *"\([^"]*\)".*/\1/p' "$pj" | head -n1
+}
+
+# npm_pin PREFIX PACKAGE SPEC WANT: install PACKAGE@SPEC into PREFIX unless the installed version
+# matches the regex WANT.
+npm_pin() {
+    local prefix="$1" pkg="$2" spec="$3" want="$4" have
+    have="$(installed_version "$prefix" "$pkg")"
+    if [[ -n "$have" && "$have" =~ $want ]]; then
+        echo "   $pkg $have already in ${prefix#"$PWD"/}"
+        return 0
+    fi
+    echo "   installing $pkg@$spec into ${prefix#"$PWD"/}"
+    mkdir -p "$prefix"
+    npm install --prefix "$prefix" "${NPM_FLAGS[@]}" "$pkg@$spec"
+    have="$(installed_version "$prefix" "$pkg")"
+    if [[ ! "$have" =~ $want ]]; then
+        echo "error: $pkg installed as '$have', wanted $spec" >&2
+        return 1
+    fi
+}
+
+command -v npm >/dev/null || { echo "error: npm is required (it installs Node 22 and the clients)" >&2; exit 1; }
+command -v python3 >/dev/null || { echo "error: python3 is required" >&2; exit 1; }
+
+echo "== Node $NODE_VERSION (npm package node-linux-<arch>)"
+case "$(uname -m)" in
+    x86_64 | amd64) node_arch=x64 ;;
+    aarch64 | arm64) node_arch=arm64 ;;
+    *) echo "error: no Node package for architecture $(uname -m)" >&2; exit 1 ;;
+esac
+node_pkg="node-linux-$node_arch"
+npm_pin "$TOOLS/node" "$node_pkg" "$NODE_VERSION" "^${NODE_VERSION//./\\.}\$"
+ln -sfn "$TOOLS/node/node_modules/$node_pkg/bin/node" "$BIN/node"
+NODE="$BIN/node"
+node_version="$("$NODE" --version)"
+if [[ "$node_version" != v22.* ]]; then
+    echo "error: $NODE reports '$node_version', wanted v22.x" >&2
+    exit 1
+fi
+
+echo "== conformance suite $CONFORMANCE_LEGACY and $CONFORMANCE_MODERN"
+conformance_pkg=@modelcontextprotocol/conformance
+for rev_ver in "2025-11-25:$CONFORMANCE_LEGACY" "2026-07-28:$CONFORMANCE_MODERN"; do
+    rev="${rev_ver%%:*}"
+    ver="${rev_ver#*:}"
+    dir="$TOOLS/conformance-$ver"
+    npm_pin "$dir" "$conformance_pkg" "$ver" "^${ver//./\\.}\$"
+    # A wrapper that runs the CLI with Node 22 (its shebang would pick the system's Node 20, on
+    # which it crashes: it imports fs.globSync).
+    cat > "$BIN/conformance-$rev.tmp" <<EOF
+#!/bin/sh
+exec "$NODE" "$dir/node_modules/$conformance_pkg/dist/index.js" "\$@"
+EOF
+    chmod +x "$BIN/conformance-$rev.tmp"
+    mv "$BIN/conformance-$rev.tmp" "$BIN/conformance-$rev"
+done
+
+echo "== TypeScript SDK @modelcontextprotocol/sdk@$TS_SDK_MAJOR.x"
+npm_pin "$TOOLS/tssdk" @modelcontextprotocol/sdk "^$TS_SDK_MAJOR.0.0" "^$TS_SDK_MAJOR\\."
+
+echo "== Python venv with mcp==$PY_MCP_VERSION"
+VENV="$TOOLS/venv"
+py_mcp_version() {
+    "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true
+}
+if [[ ! -x "$VENV/bin/python" ]]; then
+    python3 -m venv "$VENV"
+fi
+if [[ "$(py_mcp_version)" == "$PY_MCP_VERSION" ]]; then
+    echo "   mcp $PY_MCP_VERSION already in ${VENV#"$PWD"/}"
+else
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$PY_MCP_VERSION"
+fi
+"$VENV/bin/python" -c 'from mcp import Client, StdioServerParameters' # the 2.x client API imports
+
+echo "== versions"
+echo "node:                 $node_version ($NODE)"
+echo "conformance (legacy): $("$BIN/conformance-2025-11-25" --version) ($BIN/conformance-2025-11-25)"
+echo "conformance (2026):   $("$BIN/conformance-2026-07-28" --version) ($BIN/conformance-2026-07-28)"
+echo "TypeScript SDK:       $(installed_version "$TOOLS/tssdk" @modelcontextprotocol/sdk) ($TOOLS/tssdk)"
+echo "Python SDK mcp:       $(py_mcp_version) ($VENV/bin/python)"

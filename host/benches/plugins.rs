@@ -1,0 +1,203 @@
+//! Benchmark: discovery + child-process probe + load of 100 plugins, and the cost of one trivial
+//! call through the plugin ABI against the same work done by a direct Rust call.
+//!
+//! Run: `cargo bench -p mcp-host --bench plugins` (builds the release host and a release plugin first).
+//! Prints a Markdown table; the README quotes it.
+
+#![allow(clippy::unwrap_used)]
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_host::host_api::{CancelFlag, HostCallContext};
+use mcp_host::{CallOptions, Config, Host, HostOptions};
+use mcp_plugin_sdk::{Content, ToolResult};
+
+const PLUGINS: usize = 100;
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+fn build_release() -> (PathBuf, PathBuf) {
+    let root = root();
+    // A target directory of its own, so the release fixture never lands in `target/release`, which
+    // the default configuration serves.
+    let target = root.join("target").join("bench");
+    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
+        .current_dir(&root)
+        .env("CARGO_TARGET_DIR", &target)
+        .args([
+            "build",
+            "--release",
+            "--quiet",
+            "-p",
+            "mcp-host",
+            "-p",
+            "fixture-basic",
+        ])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let dir = target.join("release");
+    (dir.join("mcp-host"), dir.join("libfixture_basic.so"))
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let (exe, plugin) = build_release();
+    let size = std::fs::metadata(&plugin).unwrap().len();
+    let dir = tempfile::tempdir().unwrap();
+    for i in 0..PLUGINS {
+        std::fs::copy(&plugin, dir.path().join(format!("libp{i:03}.so"))).unwrap();
+    }
+    let config_file = dir.path().join("mcp-host.yaml");
+    std::fs::write(
+        &config_file,
+        format!("tool_dirs: [{}]\n", dir.path().display()),
+    )
+    .unwrap();
+    let config = Config::load_with_env(Some(&config_file), &[]).unwrap();
+
+    // 1. Discover + probe (child processes, in batches) + load 100 plugins, each run in a fresh
+    //    process as at start-up (images are never unloaded, so repeating in one process would
+    //    measure a growing link map). The host logs its own load time; wall time adds process start.
+    let run = |probe: bool| -> (Duration, Duration) {
+        let t = Instant::now();
+        let out = Command::new(&exe)
+            .args(["--config", config_file.to_str().unwrap(), "list", "--json"])
+            .env("RUST_LOG", "info")
+            .env("MCP_HOST_PROBE", probe.to_string())
+            .output()
+            .unwrap();
+        let wall = t.elapsed();
+        let log = String::from_utf8_lossy(&out.stderr);
+        let ms: u64 = log
+            .split("(loaded in ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no load time in log: {log}"));
+        (Duration::from_millis(ms), wall)
+    };
+    let (mut with_probe, mut with_probe_wall, mut without_probe) =
+        (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..7 {
+        let (load, wall) = run(true);
+        with_probe.push(load);
+        with_probe_wall.push(wall);
+        without_probe.push(run(false).0);
+    }
+
+    // 2. One trivial call through the ABI vs the same work as a direct call.
+    let host = Host::start(config.clone(), HostOptions { probe_exe: None }).unwrap();
+    let registry = host.registry();
+    let tool = registry.get("echo").unwrap();
+    let ctx = HostCallContext {
+        cancel: CancelFlag::new(),
+        deadline: None,
+        events: None,
+        caller_json: Arc::from(""),
+        depth: 0,
+        tool: Arc::from("echo"),
+    };
+    let args = r#"{"text":"hello"}"#;
+    #[derive(serde::Deserialize)]
+    struct Args {
+        text: String,
+    }
+    let direct = |args: &str| -> String {
+        let a: Args = serde_json::from_str(args).unwrap();
+        serde_json::to_string(&ToolResult::new(vec![Content::text(a.text)])).unwrap()
+    };
+    assert_eq!(
+        tool.slot
+            .plugin
+            .call_raw(tool.index, args, "", &ctx)
+            .unwrap(),
+        direct(args)
+    );
+    const N: u32 = 1_000_000;
+    let mut abi_runs = Vec::new();
+    let mut direct_runs = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..N {
+            black_box(
+                tool.slot
+                    .plugin
+                    .call_raw(tool.index, black_box(args), "", &ctx)
+                    .unwrap(),
+            );
+        }
+        abi_runs.push(t.elapsed() / N);
+        let t = Instant::now();
+        for _ in 0..N {
+            black_box(direct(black_box(args)));
+        }
+        direct_runs.push(t.elapsed() / N);
+    }
+    let abi = median(abi_runs);
+    let direct_t = median(direct_runs);
+
+    // 3. The whole in-process call path: lookup, schema validation, ABI call, result mapping.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let value = serde_json::json!({"text": "hello"});
+    let mut host_runs = Vec::new();
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..(N / 10) {
+            black_box(
+                rt.block_on(host.call("echo", Some(value.clone()), CallOptions::default()))
+                    .unwrap(),
+            );
+        }
+        host_runs.push(t.elapsed() / (N / 10));
+    }
+    let host_call = median(host_runs);
+
+    println!("| measurement | result |");
+    println!("|---|---|");
+    println!("| plugin file (release) | {:.2} MB |", size as f64 / 1e6);
+    println!(
+        "| discover + probe (child processes) + load {PLUGINS} plugins | {:.0} ms (median of 7 fresh processes) |",
+        median(with_probe).as_secs_f64() * 1e3
+    );
+    println!(
+        "| same, whole `mcp-host list` process wall time | {:.0} ms |",
+        median(with_probe_wall).as_secs_f64() * 1e3
+    );
+    println!(
+        "| discover + load {PLUGINS} plugins, probe off | {:.0} ms |",
+        median(without_probe).as_secs_f64() * 1e3
+    );
+    println!(
+        "| echo through the ABI (`call_raw`) | {} ns |",
+        abi.as_nanos()
+    );
+    println!(
+        "| same work as a direct Rust call | {} ns |",
+        direct_t.as_nanos()
+    );
+    println!(
+        "| ABI overhead per call | {} ns |",
+        abi.as_nanos() as i128 - direct_t.as_nanos() as i128
+    );
+    println!(
+        "| full in-process `Host::call` (validate + ABI + map) | {} ns |",
+        host_call.as_nanos()
+    );
+}

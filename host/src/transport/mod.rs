@@ -1,0 +1,5 @@
+//! Transports: how MCP messages reach the [`crate::protocol`] engine — newline-delimited JSON-RPC
+//! over stdio, and Streamable HTTP.
+
+pub mod http;
+pub mod stdio;

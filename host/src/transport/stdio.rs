@@ -1,0 +1,281 @@
+//! The stdio transport: newline-delimited JSON-RPC on stdin and (the protected) stdout.
+//!
+//! Each request runs in its own task, so a slow tool never blocks `ping`, `tools/list` or other
+//! calls; one writer thread serializes output and flushes when it has nothing more queued. The
+//! process exits when stdin closes, after in-flight requests finish (up to a grace period).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use mcp_plugin_sdk::UserInfo;
+use serde_json::Value;
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::sync::mpsc;
+
+use crate::host_api::CancelFlag;
+use crate::protocol::jsonrpc::{self, Incoming, RpcError};
+use crate::protocol::session::LegacySession;
+use crate::protocol::{Exchange, Protocol, Reply};
+
+/// Settings of the stdio transport.
+#[derive(Debug, Clone)]
+pub struct StdioOptions {
+    /// The caller every stdio request runs as (the process owner).
+    pub caller: Option<UserInfo>,
+    /// Largest accepted message, in bytes.
+    pub max_message_bytes: usize,
+    /// How long to wait for in-flight requests after stdin closes.
+    pub grace: Duration,
+}
+
+struct Connection {
+    protocol: Protocol,
+    out: mpsc::UnboundedSender<Value>,
+    session: OnceLock<Arc<LegacySession>>,
+    inflight: Mutex<HashMap<String, CancelFlag>>,
+    listens: Mutex<Vec<CancelFlag>>,
+    options: StdioOptions,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Serve `protocol` over `input` and `output` until `input` closes.
+pub async fn serve(
+    protocol: Protocol,
+    input: impl AsyncRead + Unpin,
+    output: impl Write + Send + 'static,
+    options: StdioOptions,
+) -> std::io::Result<()> {
+    let (tx, rx) = mpsc::unbounded_channel::<Value>();
+    let writer = std::thread::Builder::new()
+        .name("mcp-stdout".into())
+        .spawn(move || write_loop(rx, output))?;
+    let conn = Arc::new(Connection {
+        protocol,
+        out: tx,
+        session: OnceLock::new(),
+        inflight: Mutex::new(HashMap::new()),
+        listens: Mutex::new(Vec::new()),
+        options,
+    });
+    let changes = tokio::spawn(forward_changes(Arc::clone(&conn)));
+    let mut tasks = tokio::task::JoinSet::new();
+    let mut lines = BufReader::new(input).lines();
+    loop {
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
+                conn.send(jsonrpc::error_response(
+                    &Value::Null,
+                    &RpcError::parse("input is not valid UTF-8"),
+                ));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        if line.trim().is_empty() {
+            continue;
+        }
+        if line.len() > conn.options.max_message_bytes {
+            conn.send(jsonrpc::error_response(
+                &Value::Null,
+                &RpcError::invalid_request(format!(
+                    "message of {} bytes exceeds the limit of {} bytes",
+                    line.len(),
+                    conn.options.max_message_bytes
+                )),
+            ));
+            continue;
+        }
+        let conn = Arc::clone(&conn);
+        tasks.spawn(async move { conn.handle_line(&line).await });
+        // Reap finished tasks so the set stays small on long sessions.
+        while tasks.try_join_next().is_some() {}
+    }
+    // stdin closed: subscription streams end now; in-flight requests finish within the grace period.
+    for flag in lock(&conn.listens).drain(..) {
+        flag.cancel();
+    }
+    let grace = conn.options.grace;
+    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
+    changes.abort();
+    drop(conn);
+    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
+    Ok(())
+}
+
+fn write_loop(mut rx: mpsc::UnboundedReceiver<Value>, output: impl Write) {
+    let mut out = std::io::BufWriter::new(output);
+    while let Some(message) = rx.blocking_recv() {
+        let mut batch = vec![message];
+        while let Ok(more) = rx.try_recv() {
+            batch.push(more);
+        }
+        for m in batch {
+            if serde_json::to_writer(&mut out, &m).is_err() || out.write_all(b"\n").is_err() {
+                return;
+            }
+        }
+        if out.flush().is_err() {
+            return;
+        }
+    }
+}
+
+async fn forward_changes(conn: Arc<Connection>) {
+    let mut changes = conn.protocol.host().changes();
+    loop {
+        match changes.recv().await {
+            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                if conn.session.get().is_some() {
+                    conn.send(Protocol::tools_changed(None));
+                }
+            }
+            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+        }
+    }
+}
+
+impl Connection {
+    fn send(&self, message: Value) {
+        let _ = self.out.send(message);
+    }
+
+    async fn handle_line(self: Arc<Self>, line: &str) {
+        let value: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                self.send(jsonrpc::error_response(
+                    &Value::Null,
+                    &RpcError::parse(format!("invalid JSON: {e}")),
+                ));
+                return;
+            }
+        };
+        if let Value::Array(items) = value {
+            let batches_allowed = self.session.get().is_some_and(|s| s.allows_batches());
+            if !batches_allowed || items.is_empty() {
+                self.send(jsonrpc::error_response(
+                    &Value::Null,
+                    &RpcError::invalid_request(
+                        "JSON-RPC batches are not supported by this protocol revision",
+                    ),
+                ));
+                return;
+            }
+            let mut replies = Vec::new();
+            for item in items {
+                if let Some(reply) = Arc::clone(&self).handle_message(item, false).await {
+                    replies.push(reply);
+                }
+            }
+            if !replies.is_empty() {
+                self.send(Value::Array(replies));
+            }
+            return;
+        }
+        if let Some(reply) = Arc::clone(&self).handle_message(value, true).await {
+            self.send(reply);
+        }
+    }
+
+    /// Handle one message; returns the response to write (if any).
+    async fn handle_message(self: Arc<Self>, value: Value, streaming: bool) -> Option<Value> {
+        let (id, method, params) = match jsonrpc::classify(value) {
+            Ok(Incoming::Request { id, method, params }) => (id, method, params),
+            Ok(Incoming::Notification { method, params }) => {
+                if method == "notifications/cancelled"
+                    && let Some(id) = crate::protocol::cancelled_request(&params)
+                    && let Some(flag) = lock(&self.inflight).remove(&id.to_string())
+                {
+                    flag.cancel();
+                }
+                return None;
+            }
+            Ok(Incoming::Response) => return None,
+            Err((id, e)) => return Some(jsonrpc::error_response(&id, &e)),
+        };
+        let cancel = CancelFlag::new();
+        let key = id.to_string();
+        lock(&self.inflight).insert(key.clone(), cancel.clone());
+        let out = self.out.clone();
+        let exchange = Exchange {
+            session: self.session.get().cloned(),
+            headers: None,
+            caller: self.options.caller.clone(),
+            cancel: cancel.clone(),
+            notifier: Some(Arc::new(move |n| {
+                let _ = out.send(n);
+            })),
+            cache_private: false,
+        };
+        let reply = self
+            .protocol
+            .handle_request(id.clone(), &method, params, exchange)
+            .await;
+        lock(&self.inflight).remove(&key);
+        if cancel.is_cancelled() {
+            // A cancelled request gets no response.
+            return None;
+        }
+        match reply {
+            Reply::Response { body, .. } => Some(body),
+            Reply::Initialized {
+                body,
+                version,
+                capabilities,
+            } => {
+                let session = Arc::new(LegacySession::new("stdio".into(), version, capabilities));
+                if self.session.set(session).is_err() {
+                    return Some(jsonrpc::error_response(
+                        &id,
+                        &RpcError::invalid_request("this connection is already initialized"),
+                    ));
+                }
+                Some(body)
+            }
+            Reply::Listen { id, accepted } => {
+                if !streaming {
+                    return Some(jsonrpc::error_response(
+                        &id,
+                        &RpcError::invalid_request("subscriptions/listen cannot be batched"),
+                    ));
+                }
+                self.send(Protocol::listen_ack(&id, &accepted));
+                if accepted.get("toolsListChanged").is_some() {
+                    let mut changes = self.protocol.host().changes();
+                    let cancel_wait = async {
+                        while !cancel.is_cancelled() {
+                            tokio::time::sleep(Duration::from_millis(100)).await;
+                        }
+                    };
+                    let forward = async {
+                        loop {
+                            match changes.recv().await {
+                                Ok(_)
+                                | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                                    self.send(Protocol::tools_changed(Some(&id)));
+                                }
+                                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+                            }
+                        }
+                    };
+                    lock(&self.inflight).insert(key.clone(), cancel.clone());
+                    lock(&self.listens).push(cancel.clone());
+                    tokio::select! {
+                        _ = forward => {},
+                        _ = cancel_wait => { lock(&self.inflight).remove(&key); return None; },
+                    }
+                    lock(&self.inflight).remove(&key);
+                }
+                Some(self.protocol.listen_end(&id))
+            }
+        }
+    }
+}
