@@ -305,7 +305,8 @@ impl Config {
             let Some(key) = name.strip_prefix("MCP_HOST_") else {
                 continue;
             };
-            if key == "ENV" || key.is_empty() {
+            // Not configuration keys: the overlay selector and the CLI's `--config`.
+            if key == "ENV" || key == "CONFIG" || key.is_empty() {
                 continue;
             }
             let path: Vec<String> = key.split("__").map(|k| k.to_ascii_lowercase()).collect();

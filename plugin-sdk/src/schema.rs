@@ -84,6 +84,15 @@ fn normalize(value: &mut Value) {
                 map.entry("minimum").or_insert(min);
                 map.entry("maximum").or_insert(max);
             }
+            // schemars' Rust-type formats (`uint8`, `int64`, `double`, ...) are not JSON Schema
+            // formats: validators warn about them. The bounds above already say what they meant.
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| RUST_NUMBER_FORMATS.contains(&f))
+            {
+                map.remove("format");
+            }
             for child in map.values_mut() {
                 normalize(child);
             }
@@ -92,6 +101,11 @@ fn normalize(value: &mut Value) {
         _ => {}
     }
 }
+
+const RUST_NUMBER_FORMATS: &[&str] = &[
+    "int8", "int16", "int32", "int64", "int128", "int", "uint8", "uint16", "uint32", "uint64",
+    "uint128", "uint", "float", "double",
+];
 
 fn collapse_const_one_of(map: &mut Map<String, Value>) {
     let Some(Value::Array(variants)) = map.get("oneOf") else {

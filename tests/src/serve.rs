@@ -1,0 +1,750 @@
+//! Helpers for the `serve` tests: run `mcp-host serve` (stdio or HTTP) as a child process and talk to
+//! it over real pipes (a line-based JSON-RPC client) or a real socket (a raw HTTP/1.1 client).
+//!
+//! Every wait has a timeout, so a host bug fails a test instead of hanging CI, and every child is
+//! killed when its guard drops.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::{Layout, artifacts};
+
+/// The stateless protocol revision.
+pub const MODERN: &str = "2026-07-28";
+/// The newest legacy revision.
+pub const LEGACY: &str = "2025-11-25";
+/// The default wait for an answer that should come promptly.
+pub const WAIT: Duration = Duration::from_secs(5);
+/// How long a server may take to start (it probes and loads its plugins first).
+pub const START: Duration = Duration::from_secs(30);
+
+/// `params._meta` of a 2026-07-28 request.
+pub fn modern_meta() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+    })
+}
+
+/// `params` with the 2026 `_meta` merged in (keys already in `params._meta` win).
+pub fn with_meta(params: Value) -> Value {
+    let mut params = if params.is_null() { json!({}) } else { params };
+    let mut meta = modern_meta();
+    if let Some(existing) = params.get("_meta").and_then(Value::as_object) {
+        for (k, v) in existing {
+            meta[k] = v.clone();
+        }
+    }
+    params["_meta"] = meta;
+    params
+}
+
+/// A JSON-RPC request.
+pub fn request(id: impl Into<Value>, method: &str, params: Value) -> Value {
+    let mut r = json!({ "jsonrpc": "2.0", "id": id.into(), "method": method });
+    if !params.is_null() {
+        r["params"] = params;
+    }
+    r
+}
+
+/// A JSON-RPC notification.
+pub fn notification(method: &str, params: Value) -> Value {
+    let mut n = json!({ "jsonrpc": "2.0", "method": method });
+    if !params.is_null() {
+        n["params"] = params;
+    }
+    n
+}
+
+/// The text of the first content item of a JSON-RPC response's result.
+pub fn result_text(response: &Value) -> &str {
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no result text in {response}"))
+}
+
+/// A temporary layout with `fixture-basic` and `fixture-faulty` in `d`, and a config file made of
+/// `tool_dirs: [d]` plus `extra` (YAML lines).
+pub fn layout(extra: &str) -> (Layout, PathBuf) {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    l.install("d", "fixture-faulty", None);
+    let cfg = l.config(&format!("tool_dirs: [d]\n{extra}"));
+    (l, cfg)
+}
+
+fn host_command(config: &Path) -> Command {
+    let mut cmd = Command::new(&artifacts().host);
+    cmd.arg("--config").arg(config).env("RUST_LOG", "info");
+    // The config layers read MCP_* variables: keep the caller's environment out of the test.
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
+/// Kills the child (if still running) and reaps it on drop.
+#[derive(Debug)]
+pub struct ChildGuard(Child);
+
+impl ChildGuard {
+    /// The process id.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// Wait for the child to exit, up to `timeout`.
+    pub fn wait_timeout(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.0.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Send SIGTERM.
+    pub fn terminate(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success(), "kill -TERM failed");
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Collect a child's stderr on a thread; `on_line` sees each line as it arrives.
+fn collect_stderr(
+    stderr: impl Read + Send + 'static,
+    mut on_line: impl FnMut(&str) + Send + 'static,
+) -> Arc<Mutex<String>> {
+    let log = Arc::new(Mutex::new(String::new()));
+    let sink = Arc::clone(&log);
+    std::thread::spawn(move || {
+        let mut reader = BufReader::new(stderr);
+        let mut line = String::new();
+        while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+            on_line(&line);
+            sink.lock().unwrap().push_str(&line);
+            line.clear();
+        }
+    });
+    log
+}
+
+// ---------------------------------------------------------------------------------------------
+// stdio
+
+/// `mcp-host serve --stdio` with a newline-delimited JSON-RPC client on its pipes.
+#[derive(Debug)]
+pub struct StdioServer {
+    child: ChildGuard,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: Arc<Mutex<String>>,
+    /// Messages received but not yet consumed.
+    stash: VecDeque<Value>,
+    /// Every stdout line received so far, verbatim.
+    pub seen: Vec<String>,
+}
+
+impl StdioServer {
+    /// Start the server on `config`.
+    pub fn start(config: &Path) -> Self {
+        let mut child = host_command(config)
+            .args(["serve", "--stdio"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let stderr = collect_stderr(child.stderr.take().unwrap(), |_| {});
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            let mut buf = Vec::new();
+            // Raw bytes, so invalid UTF-8 on stdout shows up as a failed parse, not a lost line.
+            while reader.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
+                let line = String::from_utf8_lossy(&buf).trim_end_matches('\n').to_owned();
+                if tx.send(line).is_err() {
+                    return;
+                }
+                buf.clear();
+            }
+        });
+        StdioServer {
+            child: ChildGuard(child),
+            stdin,
+            lines,
+            stderr,
+            stash: VecDeque::new(),
+            seen: Vec::new(),
+        }
+    }
+
+    /// The log so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Write one raw line (a newline is appended).
+    pub fn send_raw(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin is closed");
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Write one message.
+    pub fn send(&mut self, message: &Value) {
+        self.send_raw(&message.to_string());
+    }
+
+    /// The next stdout line within `timeout`, parsed (a line that is not JSON fails the test).
+    fn read_message(&mut self, timeout: Duration) -> Option<Value> {
+        match self.lines.recv_timeout(timeout) {
+            Ok(line) => {
+                let value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!(
+                        "stdout line is not JSON ({e}): {line:?}\nstderr:\n{}",
+                        self.stderr()
+                    )
+                });
+                self.seen.push(line);
+                Some(value)
+            }
+            Err(RecvTimeoutError::Timeout) => None,
+            Err(RecvTimeoutError::Disconnected) => {
+                // stdout closed: give a moment so a racing line is not lost, then report nothing.
+                None
+            }
+        }
+    }
+
+    /// The next message (stashed ones first), or `None` if nothing arrives within `timeout`.
+    pub fn recv(&mut self, timeout: Duration) -> Option<Value> {
+        if let Some(m) = self.stash.pop_front() {
+            return Some(m);
+        }
+        self.read_message(timeout)
+    }
+
+    /// Wait for the response with `id`; returns it and the notifications that arrived before it.
+    /// Responses to other requests stay stashed for later.
+    pub fn response_within(&mut self, id: &Value, timeout: Duration) -> (Value, Vec<Value>) {
+        let deadline = Instant::now() + timeout;
+        let mut notifications = Vec::new();
+        let mut kept = VecDeque::new();
+        let mut pending: VecDeque<Value> = std::mem::take(&mut self.stash);
+        loop {
+            let next = match pending.pop_front() {
+                Some(m) => Some(m),
+                None => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        None
+                    } else {
+                        self.read_message(left)
+                    }
+                }
+            };
+            let Some(m) = next else {
+                kept.extend(pending);
+                self.stash = kept;
+                panic!(
+                    "no response to request {id} within {timeout:?}; other messages: {:?}\nstderr:\n{}",
+                    self.stash,
+                    self.stderr()
+                );
+            };
+            if m.get("id") == Some(id) && m.get("method").is_none() {
+                kept.extend(pending);
+                self.stash = kept;
+                return (m, notifications);
+            }
+            if m.get("id").is_none() && m.get("method").is_some() {
+                notifications.push(m);
+            } else {
+                kept.push_back(m);
+            }
+        }
+    }
+
+    /// Wait for the response with `id` (default timeout).
+    pub fn response(&mut self, id: impl Into<Value>) -> Value {
+        self.response_within(&id.into(), WAIT).0
+    }
+
+    /// Send a request and wait for its response.
+    pub fn call(&mut self, id: impl Into<Value>, method: &str, params: Value) -> Value {
+        let id = id.into();
+        self.send(&request(id.clone(), method, params));
+        self.response_within(&id, WAIT).0
+    }
+
+    /// Send a 2026-07-28 request (`_meta` added) and wait for its response.
+    pub fn call_modern(&mut self, id: impl Into<Value>, method: &str, params: Value) -> Value {
+        self.call(id, method, with_meta(params))
+    }
+
+    /// Assert that nothing (not even a stashed message) arrives within `window`.
+    pub fn assert_quiet(&mut self, window: Duration) {
+        let stray = self.recv(window);
+        assert!(stray.is_none(), "unexpected message: {stray:?}");
+    }
+
+    /// The legacy handshake: `initialize` with `version`, then `notifications/initialized`.
+    /// Returns the initialize response.
+    pub fn initialize(&mut self, version: &str) -> Value {
+        let resp = self.call(
+            "init",
+            "initialize",
+            json!({
+                "protocolVersion": version,
+                "capabilities": {},
+                "clientInfo": { "name": "e2e", "version": "0" },
+            }),
+        );
+        self.send(&notification("notifications/initialized", Value::Null));
+        resp
+    }
+
+    /// Close stdin (end of input for the server).
+    pub fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// Wait for the process to exit.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        self.child.wait_timeout(timeout)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+/// `mcp-host serve --listen 127.0.0.1:0`, with the address it bound.
+#[derive(Debug)]
+pub struct HttpServer {
+    child: ChildGuard,
+    /// The bound address.
+    pub addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl HttpServer {
+    /// Start the server on `config` and wait until it logs its address.
+    pub fn start(config: &Path) -> Self {
+        let mut child = host_command(config)
+            .args(["serve", "--listen", "127.0.0.1:0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = channel();
+        let stderr = collect_stderr(child.stderr.take().unwrap(), move |line| {
+            if let Some(rest) = line.split("listening on http://").nth(1) {
+                let addr = rest.split('/').next().unwrap_or("").trim().to_owned();
+                let _ = tx.send(addr);
+            }
+        });
+        let child = ChildGuard(child);
+        let addr = match rx.recv_timeout(START) {
+            Ok(a) => a.parse().unwrap_or_else(|e| panic!("bad address {a:?}: {e}")),
+            Err(_) => panic!(
+                "the server did not log its address within {START:?}:\n{}",
+                stderr.lock().unwrap()
+            ),
+        };
+        HttpServer {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    /// The log so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// The child process.
+    pub fn child(&mut self) -> &mut ChildGuard {
+        &mut self.child
+    }
+
+    /// A new connection.
+    pub fn connect(&self) -> HttpConn {
+        HttpConn::connect(self.addr)
+    }
+
+    /// `POST /mcp` with `body` on a fresh connection, with `Content-Type: application/json`, an
+    /// `Accept` for JSON and SSE, and `headers`.
+    pub fn post(&self, headers: &[(&str, &str)], body: &Value) -> HttpResponse {
+        self.connect().post(headers, body.to_string().as_bytes())
+    }
+
+    /// A 2026-07-28 request with `_meta` and the headers it needs (`MCP-Protocol-Version`,
+    /// `Mcp-Method`, and `Mcp-Name` for `tools/call`).
+    pub fn modern(&self, id: impl Into<Value>, method: &str, params: Value) -> HttpResponse {
+        let params = with_meta(params);
+        let headers = modern_headers(method, params.get("name").and_then(Value::as_str));
+        let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.post(&refs, &request(id, method, params))
+    }
+
+    /// The legacy handshake over HTTP; returns the initialize response and the session id.
+    pub fn initialize(&self, version: &str) -> (HttpResponse, String) {
+        let resp = self.post(
+            &[],
+            &request(
+                1,
+                "initialize",
+                json!({
+                    "protocolVersion": version,
+                    "capabilities": {},
+                    "clientInfo": { "name": "e2e", "version": "0" },
+                }),
+            ),
+        );
+        assert_eq!(resp.status, 200, "{resp:?}");
+        let session = resp
+            .header("mcp-session-id")
+            .unwrap_or_else(|| panic!("initialize returned no Mcp-Session-Id: {resp:?}"))
+            .to_owned();
+        let ack = self.post(
+            &[("Mcp-Session-Id", &session)],
+            &notification("notifications/initialized", Value::Null),
+        );
+        assert_eq!(ack.status, 202, "{ack:?}");
+        (resp, session)
+    }
+}
+
+/// The headers a 2026-07-28 request needs.
+pub fn modern_headers(method: &str, name: Option<&str>) -> Vec<(&'static str, String)> {
+    let mut h = vec![
+        ("MCP-Protocol-Version", MODERN.to_owned()),
+        ("Mcp-Method", method.to_owned()),
+    ];
+    if let Some(name) = name {
+        h.push(("Mcp-Name", name.to_owned()));
+    }
+    h
+}
+
+/// A complete HTTP response.
+#[derive(Debug, Clone)]
+pub struct HttpResponse {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased, in order.
+    pub headers: Vec<(String, String)>,
+    /// The body (de-chunked).
+    pub body: Vec<u8>,
+}
+
+impl HttpResponse {
+    /// The first header named `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<&str> {
+        let name = name.to_ascii_lowercase();
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// The media type of `Content-Type` (without parameters), or "".
+    pub fn content_type(&self) -> &str {
+        self.header("content-type")
+            .and_then(|c| c.split(';').next())
+            .unwrap_or("")
+            .trim()
+    }
+
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON (fails the test if it is not).
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("body is not JSON ({e}): {self:?}"))
+    }
+
+    /// The JSON messages of an SSE body.
+    pub fn events(&self) -> Vec<Value> {
+        sse_events(&self.text())
+    }
+
+    /// The JSON-RPC message this response carries: the JSON body, or the last SSE event.
+    pub fn message(&self) -> Value {
+        match self.content_type() {
+            "text/event-stream" => self
+                .events()
+                .pop()
+                .unwrap_or_else(|| panic!("empty event stream: {self:?}")),
+            _ => self.json(),
+        }
+    }
+}
+
+/// Parse the `data:` lines of SSE text into JSON values (one per event; comments skipped).
+pub fn sse_events(text: &str) -> Vec<Value> {
+    let text = text.replace("\r\n", "\n");
+    text.split("\n\n")
+        .filter_map(|event| {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                .collect();
+            if data.is_empty() {
+                return None;
+            }
+            let joined = data.join("\n");
+            Some(
+                serde_json::from_str(&joined)
+                    .unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {joined:?}")),
+            )
+        })
+        .collect()
+}
+
+/// The status line and headers of a response.
+#[derive(Debug, Clone)]
+pub struct Head {
+    /// Status code.
+    pub status: u16,
+    /// Headers, names lower-cased.
+    pub headers: Vec<(String, String)>,
+}
+
+impl Head {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn chunked(&self) -> bool {
+        self.header("transfer-encoding")
+            .is_some_and(|t| t.to_ascii_lowercase().contains("chunked"))
+    }
+}
+
+/// A minimal HTTP/1.1 client connection: arbitrary requests, Content-Length or chunked bodies,
+/// chunk-by-chunk reading for streams. Reads time out (default [`WAIT`]).
+#[derive(Debug)]
+pub struct HttpConn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    addr: SocketAddr,
+}
+
+impl HttpConn {
+    /// Connect to `addr`.
+    pub fn connect(addr: SocketAddr) -> Self {
+        let stream = TcpStream::connect_timeout(&addr, WAIT).unwrap();
+        stream.set_read_timeout(Some(WAIT)).unwrap();
+        stream.set_write_timeout(Some(WAIT)).unwrap();
+        stream.set_nodelay(true).unwrap();
+        HttpConn {
+            stream,
+            buf: Vec::new(),
+            addr,
+        }
+    }
+
+    /// Change the read timeout.
+    pub fn set_read_timeout(&self, timeout: Duration) {
+        self.stream.set_read_timeout(Some(timeout)).unwrap();
+    }
+
+    /// Write raw bytes.
+    pub fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).unwrap();
+        self.stream.flush().unwrap();
+    }
+
+    /// Send a request. `Host` (the server's address) and `Content-Length` are added unless
+    /// `headers` has them (or has `Transfer-Encoding`, in which case `body` is sent as given).
+    pub fn send(&mut self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) {
+        let has = |name: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(name));
+        let mut head = format!("{method} {path} HTTP/1.1\r\n");
+        if !has("host") {
+            head.push_str(&format!("Host: {}\r\n", self.addr));
+        }
+        for (k, v) in headers {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        if !has("content-length") && !has("transfer-encoding") && (method != "GET" || !body.is_empty()) {
+            head.push_str(&format!("Content-Length: {}\r\n", body.len()));
+        }
+        head.push_str("\r\n");
+        let mut bytes = head.into_bytes();
+        bytes.extend_from_slice(body);
+        self.send_raw(&bytes);
+    }
+
+    /// Read more bytes into the buffer; fails the test on timeout, and returns false at EOF.
+    fn fill(&mut self) -> bool {
+        let mut chunk = [0u8; 8192];
+        match self.stream.read(&mut chunk) {
+            Ok(0) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+            Err(e) => panic!(
+                "reading from {} failed: {e} (so far: {:?})",
+                self.addr,
+                String::from_utf8_lossy(&self.buf)
+            ),
+        }
+    }
+
+    fn read_line(&mut self) -> String {
+        loop {
+            if let Some(pos) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line: Vec<u8> = self.buf.drain(..pos + 2).take(pos).collect();
+                return String::from_utf8(line).unwrap();
+            }
+            assert!(
+                self.fill(),
+                "connection closed mid-line: {:?}",
+                String::from_utf8_lossy(&self.buf)
+            );
+        }
+    }
+
+    fn read_exact_bytes(&mut self, n: usize) -> Vec<u8> {
+        while self.buf.len() < n {
+            assert!(self.fill(), "connection closed mid-body");
+        }
+        self.buf.drain(..n).collect()
+    }
+
+    /// Read the status line and headers (skipping `100 Continue`).
+    pub fn read_head(&mut self) -> Head {
+        loop {
+            let status_line = self.read_line();
+            let status: u16 = status_line
+                .split(' ')
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or_else(|| panic!("bad status line {status_line:?}"));
+            let mut headers = Vec::new();
+            loop {
+                let line = self.read_line();
+                if line.is_empty() {
+                    break;
+                }
+                let (k, v) = line.split_once(':').unwrap();
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+            }
+            if status != 100 {
+                return Head { status, headers };
+            }
+        }
+    }
+
+    /// The next chunk of a chunked body; `None` after the last chunk.
+    pub fn read_chunk(&mut self) -> Option<Vec<u8>> {
+        let size_line = self.read_line();
+        let size = usize::from_str_radix(size_line.split(';').next().unwrap().trim(), 16)
+            .unwrap_or_else(|e| panic!("bad chunk size {size_line:?}: {e}"));
+        if size == 0 {
+            // Trailers, up to the empty line.
+            while !self.read_line().is_empty() {}
+            return None;
+        }
+        let data = self.read_exact_bytes(size);
+        assert_eq!(self.read_line(), "", "chunk not followed by CRLF");
+        Some(data)
+    }
+
+    /// Read the body that goes with `head`.
+    pub fn read_body(&mut self, head: &Head) -> Vec<u8> {
+        if head.chunked() {
+            let mut body = Vec::new();
+            while let Some(chunk) = self.read_chunk() {
+                body.extend(chunk);
+            }
+            return body;
+        }
+        if let Some(len) = head.header("content-length") {
+            return self.read_exact_bytes(len.parse().unwrap());
+        }
+        if matches!(head.status, 204 | 304) || (100..200).contains(&head.status) {
+            return Vec::new();
+        }
+        while self.fill() {}
+        std::mem::take(&mut self.buf)
+    }
+
+    /// Read a complete response.
+    pub fn read_response(&mut self) -> HttpResponse {
+        let head = self.read_head();
+        let body = self.read_body(&head);
+        HttpResponse {
+            status: head.status,
+            headers: head.headers,
+            body,
+        }
+    }
+
+    /// Send a request and read the complete response.
+    pub fn request(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+    ) -> HttpResponse {
+        self.send(method, path, headers, body);
+        self.read_response()
+    }
+
+    /// `POST /mcp` with JSON content type, an `Accept` for JSON and SSE, and `headers`.
+    pub fn post(&mut self, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+        let mut all = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+        ];
+        all.extend_from_slice(headers);
+        self.request("POST", "/mcp", &all, body)
+    }
+
+    /// Close both directions now.
+    pub fn close(self) {
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
