@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 use crate::config::Config;
 use crate::discovery::{self, Candidate};
 use crate::executor::WorkerPool;
-use crate::host_api::{CancelFlag, CurrentCall, EventSink, HostCallContext, NestedCaller};
+use crate::host_api::{CancelFlag, CurrentCall, EventSink, HostCallContext, HostCallbacks};
 use crate::plugin::{LoadContext, LoadError, Plugin};
 use crate::probe::Prober;
 use crate::registry::{PluginSlot, Registry, Tool};
@@ -87,6 +87,7 @@ impl std::fmt::Debug for Host {
 struct HostInner {
     config: Config,
     changes: tokio::sync::broadcast::Sender<u64>,
+    generation: std::sync::atomic::AtomicU64,
     registry: ArcSwap<Registry>,
     pool: WorkerPool,
     global: Arc<Semaphore>,
@@ -109,12 +110,18 @@ impl RuntimeDir {
 }
 
 /// The plugins' way back into the host for nested `call_tool`.
-struct NestedHandle(Weak<HostInner>);
+struct CallbackHandle(Weak<HostInner>);
 
-impl NestedCaller for NestedHandle {
+impl HostCallbacks for CallbackHandle {
     fn call_nested(&self, name: &str, args: &str) -> Result<String, String> {
         let inner = self.0.upgrade().ok_or("the host is shutting down")?;
         inner.call_nested(name, args)
+    }
+
+    fn notify_tools_changed(&self) {
+        if let Some(inner) = self.0.upgrade() {
+            inner.announce_change();
+        }
     }
 }
 
@@ -146,6 +153,7 @@ impl Host {
         };
         let inner = Arc::new(HostInner {
             changes: tokio::sync::broadcast::channel(16).0,
+            generation: std::sync::atomic::AtomicU64::new(0),
             pool: WorkerPool::new(config.limits.max_concurrent_calls),
             global: Arc::new(Semaphore::new(config.limits.max_concurrent_calls.max(1))),
             registry: ArcSwap::from_pointee(Registry::default()),
@@ -185,7 +193,7 @@ impl Host {
             }
             None => candidates.iter().map(|_| Ok(())).collect(),
         };
-        let nested: Arc<dyn NestedCaller> = Arc::new(NestedHandle(Arc::downgrade(inner)));
+        let nested: Arc<dyn HostCallbacks> = Arc::new(CallbackHandle(Arc::downgrade(inner)));
         let config_for = |name: &str| inner.config.plugin(name).config;
         let cx = LoadContext {
             runtime_dir: inner.runtime_dir.path(),
@@ -320,6 +328,13 @@ impl Host {
 }
 
 impl HostInner {
+    /// Tell listeners the served tools changed.
+    fn announce_change(&self) {
+        let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        // No receivers is fine: nobody is listening.
+        let _ = self.changes.send(generation);
+    }
+
     fn call_nested(&self, name: &str, args: &str) -> Result<String, String> {
         let parent = CurrentCall::parent();
         let depth = parent.as_ref().map_or(0, |p| p.depth + 1);

@@ -146,22 +146,24 @@ impl Drop for CurrentCall {
     }
 }
 
-/// How a plugin's `call_tool` reaches the current tool set.
-pub trait NestedCaller: Send + Sync {
+/// How a plugin's host API reaches the host: the current tool set, and its change notifications.
+pub trait HostCallbacks: Send + Sync {
     /// Call `name` with JSON `args` on this thread, inheriting the parent call when there is one.
     fn call_nested(&self, name: &str, args: &str) -> Result<String, String>;
+    /// Tell every listening client that the tool list changed.
+    fn notify_tools_changed(&self);
 }
 
 /// The host API object one plugin holds.
 pub struct HostApiImpl {
     plugin: String,
     config: String,
-    nested: Arc<dyn NestedCaller>,
+    nested: Arc<dyn HostCallbacks>,
 }
 
 impl HostApiImpl {
     /// The host API for plugin `plugin` with its `config` section.
-    pub fn new(plugin: String, config: serde_json::Value, nested: Arc<dyn NestedCaller>) -> Self {
+    pub fn new(plugin: String, config: serde_json::Value, nested: Arc<dyn HostCallbacks>) -> Self {
         HostApiImpl {
             plugin,
             config: config.to_string(),
@@ -195,6 +197,12 @@ impl HostApiFfi for HostApiImpl {
     }
 
     fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
-        RResult::RErr(format!("unsupported host method: {method}").into())
+        match method.as_str() {
+            "notify_tools_changed" => {
+                self.nested.notify_tools_changed();
+                RResult::ROk("null".into())
+            }
+            other => RResult::RErr(format!("unsupported host method: {other}").into()),
+        }
     }
 }

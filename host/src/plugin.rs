@@ -141,7 +141,7 @@ pub struct LoadContext<'a> {
     /// The plugin's `config` section by plugin name.
     pub config_for: &'a dyn Fn(&str) -> serde_json::Value,
     /// Handle for nested tool calls.
-    pub nested: Arc<dyn crate::host_api::NestedCaller>,
+    pub nested: Arc<dyn crate::host_api::HostCallbacks>,
 }
 
 impl Plugin {

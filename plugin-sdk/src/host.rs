@@ -199,6 +199,12 @@ impl HostApi {
         }
     }
 
+    /// Tell clients the tool list changed (`notifications/tools/list_changed` to every listener), for
+    /// a plugin whose tools depend on something outside the host.
+    pub fn notify_tools_changed(&self) -> Result<(), CallToolError> {
+        self.request("notify_tools_changed", &Value::Null).map(|_| ())
+    }
+
     /// A host capability by name, JSON in and out (the ABI's extension point).
     pub fn request(&self, method: &str, params: &Value) -> Result<Value, CallToolError> {
         let params = params.to_string();

@@ -53,6 +53,7 @@
 //! | `String`, integers, floats, `bool`, `Vec<T>`, maps, enums, `JsonSchema` structs | their JSON Schema; integers carry their bounds |
 //! | `Option<T>` | an optional parameter |
 //! | `#[arg(default = 30)]`, `#[arg(min = 0, max = 100)]` | `default` (applied when absent), `minimum`/`maximum` |
+//! | `#[arg(header = "Region")]` | `x-mcp-header`: 2026 HTTP clients mirror the value into `Mcp-Param-Region` |
 //! | `serde_json::Value` | any object |
 //! | `UserInfo` / `Option<UserInfo>` | the caller, injected by the host, never in the schema |
 //! | `&CallContext` | cancellation, progress and client logs for this call |

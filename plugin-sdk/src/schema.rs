@@ -26,6 +26,16 @@ fn generator() -> schemars::SchemaGenerator {
 /// assert_eq!(schema["required"], serde_json::json!(["count"]));
 /// ```
 pub fn input_schema<T: JsonSchema>(defaults: &[(&str, Option<Value>)]) -> Value {
+    input_schema_with_headers::<T>(defaults, &[])
+}
+
+/// [`input_schema`], plus `x-mcp-header` annotations: `(parameter, header name)` pairs whose values a
+/// 2026 HTTP client mirrors into `Mcp-Param-{Name}` headers (so proxies can route on them), and which
+/// the host checks against the body.
+pub fn input_schema_with_headers<T: JsonSchema>(
+    defaults: &[(&str, Option<Value>)],
+    headers: &[(&str, &str)],
+) -> Value {
     let mut value = generator().into_root_schema_for::<T>().to_value();
     if let Value::Object(map) = &mut value {
         map.remove("$schema");
@@ -39,6 +49,11 @@ pub fn input_schema<T: JsonSchema>(defaults: &[(&str, Option<Value>)]) -> Value 
                 if let (Some(Value::Object(prop)), Some(default)) = (props.get_mut(*name), default)
                 {
                     prop.insert("default".into(), default.clone());
+                }
+            }
+            for (name, header) in headers {
+                if let Some(Value::Object(prop)) = props.get_mut(*name) {
+                    prop.insert("x-mcp-header".into(), json!(header));
                 }
             }
         }

@@ -8,9 +8,10 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use mcp_host_tests::{Layout, artifacts, workspace_root};
+use mcp_host_tests::clients::{http_server, node, python, stdio_command};
+use mcp_host_tests::{Layout, workspace_root};
 use serde_json::Value;
 
 const PACKAGED: &[&str] = &[
@@ -32,38 +33,6 @@ const PACKAGED: &[&str] = &[
     "hmac_verify",
 ];
 
-fn require_or_skip(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
-    if found.is_none() {
-        assert!(
-            std::env::var_os("MCP_TEST_REQUIRE_CLIENTS").is_none(),
-            "{what} is required (MCP_TEST_REQUIRE_CLIENTS is set) but missing: run .ci/install-clients.sh"
-        );
-        eprintln!("skipping: {what} not installed (run .ci/install-clients.sh)");
-    }
-    found
-}
-
-fn python() -> Option<PathBuf> {
-    let candidate = std::env::var_os("MCP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".ci/.tools/venv/bin/python"));
-    let ok = Command::new(&candidate)
-        .args(["-c", "import mcp"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    require_or_skip("the Python MCP SDK", ok.then_some(candidate))
-}
-
-fn node() -> Option<(PathBuf, PathBuf)> {
-    let node = std::env::var_os("MCP_TEST_NODE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".ci/.tools/bin/node"));
-    let modules = workspace_root().join(".ci/.tools/tssdk/node_modules");
-    let ok = node.exists() && modules.join("@modelcontextprotocol/sdk").exists();
-    require_or_skip("Node with the TypeScript MCP SDK", ok.then_some(node)).map(|n| (n, modules))
-}
-
 /// The packaged plugins plus `fixture-basic` (echo, count), with the gated services enabled.
 fn layout() -> (Layout, PathBuf) {
     let l = Layout::new();
@@ -74,67 +43,6 @@ fn layout() -> (Layout, PathBuf) {
         "tool_dirs: [d]\nplugins:\n  mcp-time: {config: {world_clock: [UTC, Asia/Tokyo]}}\n  mcp-text: {config: {hmac_key: k}}\n",
     );
     (l, cfg)
-}
-
-struct Server(std::process::Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn http_server(cfg: &std::path::Path) -> (Server, String) {
-    use std::io::BufRead;
-    let mut child = Command::new(&artifacts().host)
-        .args([
-            "--config",
-            cfg.to_str().unwrap(),
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .stderr(Stdio::piped())
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr)
-            .lines()
-            .map_while(Result::ok)
-        {
-            let url = line
-                .split("listening on ")
-                .nth(1)
-                .map(|u| u.trim().to_owned());
-            let _ = tx.send((url, line));
-        }
-    });
-    let mut log = Vec::new();
-    let url = loop {
-        match rx.recv_timeout(std::time::Duration::from_secs(20)) {
-            Ok((Some(url), _)) => break url,
-            Ok((None, line)) => log.push(line),
-            Err(e) => panic!(
-                "server did not report its address ({e}): {}",
-                log.join("\n")
-            ),
-        }
-    };
-    (Server(child), url)
-}
-
-fn stdio_command(cfg: &std::path::Path) -> Vec<String> {
-    vec![
-        artifacts().host.display().to_string(),
-        "--config".into(),
-        cfg.display().to_string(),
-        "serve".into(),
-        "--stdio".into(),
-    ]
 }
 
 fn run_json(mut cmd: Command) -> Value {

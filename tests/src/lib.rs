@@ -3,6 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+pub mod clients;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
@@ -20,6 +22,8 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "mcp-time",
     "mcp-text",
 ];
+
+pub mod serve;
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {

@@ -67,6 +67,80 @@ pub struct HttpHeaders {
     pub method: Option<String>,
     /// `Mcp-Name` (already decoded from `=?base64?…?=`).
     pub name: Option<String>,
+    /// `Mcp-Param-{Name}` headers: (lower-cased `Name`, raw value, possibly `=?base64?…?=`).
+    pub params: Vec<(String, String)>,
+}
+
+/// Decode a header value that may use the `=?base64?…?=` form (strict base64, padding required).
+pub fn decode_header_value(value: &str) -> Result<String, RpcError> {
+    match value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    {
+        Some(encoded) => base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or_else(|| {
+                RpcError::new(jsonrpc::HEADER_MISMATCH, "invalid base64 in header value", 400)
+            }),
+        None => Ok(value.to_owned()),
+    }
+}
+
+/// Check `Mcp-Param-{Name}` headers against the arguments whose schema carries `x-mcp-header`.
+fn check_param_headers(
+    schema: &Value,
+    args: Option<&Value>,
+    headers: &HttpHeaders,
+) -> Result<(), RpcError> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Ok(());
+    };
+    let mismatch = |m: String| RpcError::new(jsonrpc::HEADER_MISMATCH, m, 400);
+    for (param, prop) in props {
+        let Some(name) = prop.get("x-mcp-header").and_then(Value::as_str) else {
+            continue;
+        };
+        let header = headers
+            .params
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim());
+        let body = args.and_then(|a| a.get(param)).filter(|v| !v.is_null());
+        match (header, body) {
+            (None, None) => {}
+            (None, Some(_)) => {
+                return Err(mismatch(format!(
+                    "missing Mcp-Param-{name} header for argument {param}"
+                )));
+            }
+            (Some(_), None) => {
+                return Err(mismatch(format!(
+                    "Mcp-Param-{name} header sent but argument {param} is absent"
+                )));
+            }
+            (Some(raw), Some(value)) => {
+                let decoded = decode_header_value(raw)?;
+                let matches = match value {
+                    Value::String(s) => *s == decoded,
+                    Value::Number(n) => decoded
+                        .parse::<f64>()
+                        .ok()
+                        .zip(n.as_f64())
+                        .is_some_and(|(a, b)| a == b),
+                    Value::Bool(b) => decoded == b.to_string(),
+                    _ => false,
+                };
+                if !matches {
+                    return Err(mismatch(format!(
+                        "Header mismatch: Mcp-Param-{name} header does not match argument {param}"
+                    )));
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What the transport knows about one request.
@@ -530,6 +604,9 @@ impl Protocol {
         let Some(tool) = registry.get(name) else {
             return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
         };
+        if let (Era::Modern { .. }, Some(headers)) = (&era, &ex.headers) {
+            check_param_headers(&tool.descriptor.input_schema, args.as_ref(), headers)?;
+        }
         let (caps, log_level) = match &era {
             Era::Modern { caps, log_level } => (*caps, *log_level),
             Era::Legacy(s) => (&s.capabilities, Some(s.log_level())),

@@ -9,7 +9,6 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use base64::Engine as _;
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::{Body as HttpBody, Frame, Incoming as IncomingBody, SizeHint};
@@ -24,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use crate::host_api::CancelFlag;
 use crate::protocol::jsonrpc::{self, Incoming, RpcError};
 use crate::protocol::session::{LegacySession, SessionStore, new_session_id};
-use crate::protocol::{Exchange, HttpHeaders, Protocol, Reply};
+use crate::protocol::{Exchange, HttpHeaders, Protocol, Reply, decode_header_value};
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
@@ -182,27 +181,6 @@ fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
         .get(name)
         .and_then(|v| v.to_str().ok())
         .map(str::trim)
-}
-
-/// Decode a header value that may use the `=?base64?…?=` form.
-fn decode_header(value: &str) -> Result<String, RpcError> {
-    match value
-        .strip_prefix("=?base64?")
-        .and_then(|v| v.strip_suffix("?="))
-    {
-        Some(encoded) => base64::engine::general_purpose::STANDARD
-            .decode(encoded)
-            .ok()
-            .and_then(|b| String::from_utf8(b).ok())
-            .ok_or_else(|| {
-                RpcError::new(
-                    jsonrpc::HEADER_MISMATCH,
-                    "invalid base64 in header value",
-                    400,
-                )
-            }),
-        None => Ok(value.to_owned()),
-    }
 }
 
 fn host_part(authority: &str) -> &str {
@@ -475,7 +453,7 @@ async fn post(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
         _ => None,
     };
     let name = match header(&parts.headers, "mcp-name")
-        .map(decode_header)
+        .map(decode_header_value)
         .transpose()
     {
         Ok(n) => n,
@@ -485,6 +463,14 @@ async fn post(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
         protocol_version: header(&parts.headers, "mcp-protocol-version").map(str::to_owned),
         method: header(&parts.headers, "mcp-method").map(str::to_owned),
         name,
+        params: parts
+            .headers
+            .iter()
+            .filter_map(|(k, v)| {
+                let name = k.as_str().strip_prefix("mcp-param-")?;
+                Some((name.to_owned(), v.to_str().ok()?.to_owned()))
+            })
+            .collect(),
     };
     if let Value::Array(items) = value {
         return batch(&state, items, session, headers).await;
@@ -730,9 +716,11 @@ mod tests {
 
     #[test]
     fn base64_header_values_are_decoded_and_bad_ones_rejected() {
-        assert_eq!(decode_header("=?base64?SGVsbG8=?=").unwrap(), "Hello");
-        assert_eq!(decode_header("plain").unwrap(), "plain");
-        assert!(decode_header("=?base64?!!!?=").is_err());
+        assert_eq!(decode_header_value("=?base64?SGVsbG8=?=").unwrap(), "Hello");
+        assert_eq!(decode_header_value("plain").unwrap(), "plain");
+        assert!(decode_header_value("=?base64?!!!?=").is_err());
+        assert!(decode_header_value("=?base64?SGVsbG8?=").is_err(), "padding is required");
+        assert_eq!(decode_header_value("=?base64?SGVsbG8=").unwrap(), "=?base64?SGVsbG8=");
     }
 
     #[test]

@@ -219,8 +219,10 @@ impl Connection {
             .protocol
             .handle_request(id.clone(), &method, params, exchange)
             .await;
-        lock(&self.inflight).remove(&key);
-        if cancel.is_cancelled() {
+        // `notifications/cancelled` takes the request out of `inflight`; the flag alone is not
+        // enough, since the host also sets it when a call times out, and that call must be answered.
+        let cancelled_by_client = lock(&self.inflight).remove(&key).is_none();
+        if cancelled_by_client {
             // A cancelled request gets no response.
             return None;
         }

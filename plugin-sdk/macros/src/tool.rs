@@ -73,6 +73,7 @@ struct ArgOptions {
     default: Option<Expr>,
     min: Option<Expr>,
     max: Option<Expr>,
+    header: Option<LitStr>,
 }
 
 enum Param {
@@ -131,7 +132,12 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
                 "default" => opts.default = Some(meta.value()?.parse()?),
                 "min" => opts.min = Some(meta.value()?.parse()?),
                 "max" => opts.max = Some(meta.value()?.parse()?),
-                _ => return Err(meta.error("unknown #[arg] option; expected default, min or max")),
+                "header" => opts.header = Some(meta.value()?.parse()?),
+                _ => {
+                    return Err(meta.error(
+                        "unknown #[arg] option; expected default, min, max or header",
+                    ));
+                }
             }
             Ok(())
         });
@@ -282,6 +288,7 @@ fn tool_spec(
 
     let mut fields = Vec::new();
     let mut defaults = Vec::new();
+    let mut headers = Vec::new();
     let mut call_args = Vec::new();
     let mut prelude = Vec::new();
     let mut caller_need = quote!(#sdk::manifest::CallerNeed::None);
@@ -333,6 +340,9 @@ fn tool_spec(
                     (Some(min), None) => field_attrs.push(quote!(#[schemars(range(min = #min))])),
                     (None, Some(max)) => field_attrs.push(quote!(#[schemars(range(max = #max))])),
                     (None, None) => {}
+                }
+                if let Some(h) = &a.header {
+                    headers.push(quote!((#name, #h)));
                 }
                 if is_named(ty, "Value") {
                     field_attrs.push(quote!(#[schemars(schema_with = "::mcp_plugin_sdk::schema::object_schema")]));
@@ -395,7 +405,7 @@ fn tool_spec(
 
     let input_schema = match &opts.input_schema {
         Some(expr) => quote!(#sdk::__private::serde_json::Value::from(#expr)),
-        None => quote!(#sdk::schema::input_schema::<Args>(&[#(#defaults),*])),
+        None => quote!(#sdk::schema::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*])),
     };
     let meta = match &opts.meta {
         Some(expr) => {
