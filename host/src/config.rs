@@ -122,6 +122,80 @@ impl Default for HttpSettings {
     }
 }
 
+/// How HTTP callers authenticate.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthSettings {
+    /// Every HTTP request needs a valid token, not only calls of tools that take `UserInfo`.
+    pub require_auth: bool,
+    /// This server's resource URI: the audience JWTs must name (RFC 8707) and the `resource` of the
+    /// protected-resource metadata. Default: `http://<listen><http.path>`.
+    pub resource: Option<String>,
+    /// Authorization servers advertised in `/.well-known/oauth-protected-resource`.
+    pub authorization_servers: Vec<String>,
+    /// JWT verification.
+    pub jwt: JwtSettings,
+    /// Personal MCP secrets (only their SHA-256 is stored).
+    pub secrets: Vec<SecretEntry>,
+}
+
+/// JWT verification keys and rules.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JwtSettings {
+    /// Required `iss`, when set.
+    pub issuer: Option<String>,
+    /// HS256 shared secret (use `${ENV_VAR}`).
+    pub hs256_secret: Option<String>,
+    /// RS256 / ES256 public keys as PEM files (relative to the config file).
+    pub public_keys: Vec<PathBuf>,
+    /// A local JWKS file (relative to the config file).
+    pub jwks_file: Option<PathBuf>,
+    /// The claim naming the agent a token is bound to.
+    pub agent_claim: String,
+    /// Clock skew tolerated for `exp` / `nbf`, in seconds.
+    pub leeway_secs: u64,
+}
+
+impl Default for JwtSettings {
+    fn default() -> Self {
+        JwtSettings {
+            issuer: None,
+            hs256_secret: None,
+            public_keys: Vec::new(),
+            jwks_file: None,
+            agent_claim: "agent".into(),
+            leeway_secs: 30,
+        }
+    }
+}
+
+/// One personal MCP secret: its SHA-256 and who it belongs to.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SecretEntry {
+    /// Hex SHA-256 of the secret.
+    pub sha256: String,
+    /// The user it authenticates.
+    pub user: String,
+    /// The agent it is bound to, if any.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// RFC 3339 expiry, if any.
+    #[serde(default)]
+    pub expires: Option<String>,
+}
+
+/// One agent: a named view of the tools.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AgentSettings {
+    /// Tool-name globs the agent may see (all when empty).
+    pub allow: Vec<String>,
+    /// Tool-name globs it may not see (deny wins).
+    pub deny: Vec<String>,
+}
+
 /// Per-service or per-tool overrides.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -178,6 +252,12 @@ pub struct Config {
     pub cache_ttl_ms: u64,
     /// Instructions for clients, sent in `initialize` / `server/discover`.
     pub instructions: Option<String>,
+    /// Authentication of HTTP callers.
+    pub auth: AuthSettings,
+    /// Agents: named views of the tools.
+    pub agents: BTreeMap<String, AgentSettings>,
+    /// The directory relative paths in the configuration resolve against.
+    pub base_dir: PathBuf,
 }
 
 impl Default for Config {
@@ -205,6 +285,9 @@ impl Default for Config {
             list_page_size: 100,
             cache_ttl_ms: 0,
             instructions: None,
+            auth: AuthSettings::default(),
+            agents: BTreeMap::new(),
+            base_dir: PathBuf::from("."),
         }
     }
 }
@@ -226,6 +309,8 @@ struct Layer {
     list_page_size: Option<usize>,
     cache_ttl_ms: Option<u64>,
     instructions: Option<String>,
+    auth: Option<Value>,
+    agents: Option<BTreeMap<String, Value>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -274,11 +359,13 @@ impl Config {
             dir.path = cwd.join(&dir.path);
         }
         let mut merged = Map::new();
+        config.base_dir = cwd.clone();
 
         if let Some(file) = &base_file {
             let file = absolute(&cwd, file);
             let dir = file.parent().map(Path::to_path_buf).unwrap_or(cwd.clone());
             config.source = Some(file.clone());
+            config.base_dir = dir.clone();
             let origin = Origin {
                 name: file.display().to_string(),
                 base_dir: dir.clone(),
@@ -326,6 +413,40 @@ impl Config {
         }
 
         finish(&mut config, merged)?;
+        // The seed's per-agent variables: ALLOWED_TOOLS_{NAME} / DISALLOWED_TOOLS_{NAME} (comma
+        // separated; NAME is the agent name in upper case) replace that agent's lists.
+        for (name, value) in vars {
+            let (agent, allow) = if let Some(a) = name.strip_prefix("ALLOWED_TOOLS_") {
+                (a, true)
+            } else if let Some(a) = name.strip_prefix("DISALLOWED_TOOLS_") {
+                (a, false)
+            } else {
+                continue;
+            };
+            if agent.is_empty() {
+                continue;
+            }
+            let key = config
+                .agents
+                .keys()
+                .find(|k| {
+                    k.eq_ignore_ascii_case(agent) || k.replace('-', "_").eq_ignore_ascii_case(agent)
+                })
+                .cloned()
+                .unwrap_or_else(|| agent.to_ascii_lowercase());
+            let globs: Vec<String> = value
+                .split(',')
+                .map(str::trim)
+                .filter(|g| !g.is_empty())
+                .map(str::to_owned)
+                .collect();
+            let entry = config.agents.entry(key).or_default();
+            if allow {
+                entry.allow = globs;
+            } else {
+                entry.deny = globs;
+            }
+        }
         Ok(config)
     }
 
@@ -510,6 +631,27 @@ fn apply_value(
             e
         })?;
     }
+    if let Some(auth) = &layer.auth {
+        let _: AuthSettings = serde_path_to_error::deserialize(auth.clone()).map_err(|e| {
+            let mut e = invalid(origin, e);
+            if let ConfigError::Invalid { key, .. } = &mut e {
+                *key = format!("auth.{key}");
+            }
+            e
+        })?;
+    }
+    if let Some(agents) = &layer.agents {
+        for (name, section) in agents {
+            let _: AgentSettings =
+                serde_path_to_error::deserialize(section.clone()).map_err(|e| {
+                    let mut e = invalid(origin, e);
+                    if let ConfigError::Invalid { key, .. } = &mut e {
+                        *key = format!("agents.{name}.{key}");
+                    }
+                    e
+                })?;
+        }
+    }
     if let Some(plugins) = &layer.plugins {
         for (name, section) in plugins {
             let _: PluginSettings =
@@ -562,7 +704,7 @@ fn apply_value(
         config.instructions = Some(v);
     }
     if let Value::Object(map) = value {
-        for key in ["limits", "plugins", "http"] {
+        for key in ["limits", "plugins", "http", "auth", "agents"] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
                 deep_merge(slot, v.clone());
@@ -596,6 +738,17 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     if let Some(http) = merged.get("http").filter(|v| !v.is_null()) {
         config.http =
             serde_path_to_error::deserialize(http.clone()).map_err(|e| invalid(&origin, e))?;
+    }
+    if let Some(auth) = merged.get("auth").filter(|v| !v.is_null()) {
+        config.auth =
+            serde_path_to_error::deserialize(auth.clone()).map_err(|e| invalid(&origin, e))?;
+    }
+    if let Some(Value::Object(agents)) = merged.get("agents") {
+        for (name, section) in agents {
+            let settings: AgentSettings = serde_path_to_error::deserialize(section.clone())
+                .map_err(|e| invalid(&origin, e))?;
+            config.agents.insert(name.clone(), settings);
+        }
     }
     if let Some(Value::Object(plugins)) = merged.get("plugins") {
         for (name, section) in plugins {

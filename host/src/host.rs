@@ -330,7 +330,10 @@ impl Host {
 impl HostInner {
     /// Tell listeners the served tools changed.
     fn announce_change(&self) {
-        let generation = self.generation.fetch_add(1, std::sync::atomic::Ordering::AcqRel) + 1;
+        let generation = self
+            .generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel)
+            + 1;
         // No receivers is fine: nobody is listening.
         let _ = self.changes.send(generation);
     }

@@ -4,6 +4,8 @@
 //! [`host`] (the call path) → [`protocol`] → [`transport`] (stdio, Streamable HTTP). The `mcp-host` binary wires these together;
 //! everything here is usable as a library.
 
+pub mod agents;
+pub mod auth;
 pub mod config;
 pub mod discovery;
 pub mod executor;

@@ -110,7 +110,6 @@ pub fn stdio_command(cfg: &Path) -> Vec<String> {
     ]
 }
 
-
 /// The conformance runner (`tests/conformance/run.sh`) when Node 22 and the suite are installed.
 pub fn conformance_runner() -> Option<PathBuf> {
     let tools = workspace_root().join(".ci/.tools/bin");

@@ -21,6 +21,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-conformance",
     "mcp-time",
     "mcp-text",
+    "mcp-series",
 ];
 
 pub mod serve;

@@ -189,7 +189,9 @@ impl StdioServer {
             let mut buf = Vec::new();
             // Raw bytes, so invalid UTF-8 on stdout shows up as a failed parse, not a lost line.
             while reader.read_until(b'\n', &mut buf).is_ok_and(|n| n > 0) {
-                let line = String::from_utf8_lossy(&buf).trim_end_matches('\n').to_owned();
+                let line = String::from_utf8_lossy(&buf)
+                    .trim_end_matches('\n')
+                    .to_owned();
                 if tx.send(line).is_err() {
                     return;
                 }
@@ -375,7 +377,9 @@ impl HttpServer {
         });
         let child = ChildGuard(child);
         let addr = match rx.recv_timeout(START) {
-            Ok(a) => a.parse().unwrap_or_else(|e| panic!("bad address {a:?}: {e}")),
+            Ok(a) => a
+                .parse()
+                .unwrap_or_else(|e| panic!("bad address {a:?}: {e}")),
             Err(_) => panic!(
                 "the server did not log its address within {START:?}:\n{}",
                 stderr.lock().unwrap()
@@ -414,8 +418,7 @@ impl HttpServer {
     pub fn modern(&self, id: impl Into<Value>, method: &str, params: Value) -> HttpResponse {
         let params = with_meta(params);
         let headers = modern_headers(method, params.get("name").and_then(Value::as_str));
-        let refs: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        self.post(&refs, &request(id, method, params))
+        self.post(&header_refs(&headers), &request(id, method, params))
     }
 
     /// The legacy handshake over HTTP; returns the initialize response and the session id.
@@ -456,6 +459,11 @@ pub fn modern_headers(method: &str, name: Option<&str>) -> Vec<(&'static str, St
         h.push(("Mcp-Name", name.to_owned()));
     }
     h
+}
+
+/// Borrow owned header pairs (as [`modern_headers`] returns them) for the request functions.
+pub fn header_refs<'a>(headers: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    headers.iter().map(|(k, v)| (*k, v.as_str())).collect()
 }
 
 /// A complete HTTP response.
@@ -605,7 +613,10 @@ impl HttpConn {
         for (k, v) in headers {
             head.push_str(&format!("{k}: {v}\r\n"));
         }
-        if !has("content-length") && !has("transfer-encoding") && (method != "GET" || !body.is_empty()) {
+        if !has("content-length")
+            && !has("transfer-encoding")
+            && (method != "GET" || !body.is_empty())
+        {
             head.push_str(&format!("Content-Length: {}\r\n", body.len()));
         }
         head.push_str("\r\n");

@@ -82,7 +82,11 @@ pub fn decode_header_value(value: &str) -> Result<String, RpcError> {
             .ok()
             .and_then(|b| String::from_utf8(b).ok())
             .ok_or_else(|| {
-                RpcError::new(jsonrpc::HEADER_MISMATCH, "invalid base64 in header value", 400)
+                RpcError::new(
+                    jsonrpc::HEADER_MISMATCH,
+                    "invalid base64 in header value",
+                    400,
+                )
             }),
         None => Ok(value.to_owned()),
     }

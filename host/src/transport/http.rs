@@ -584,9 +584,13 @@ async fn request(
         });
     }
     drop(tx);
-    // Whatever comes first decides the response type.
+    // Whether a notification comes before the reply decides the response type. The notifier is
+    // dropped (with the request's exchange) before the reply is sent, so polling notifications
+    // first is exact: a fast call that reported progress is still streamed (polling the reply
+    // first dropped its queued notifications), and `None` means the request ended without any.
     let first_notification = tokio::select! {
         biased;
+        n = rx.recv() => n,
         reply = &mut reply_rx => {
             guard.disarm();
             return match reply {
@@ -594,14 +598,21 @@ async fn request(
                 Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
             };
         }
-        n = rx.recv() => n,
+    };
+    let Some(first_notification) = first_notification else {
+        // No notification can come any more: a plain JSON answer. (Streaming it would send errors
+        // as `200 text/event-stream` instead of their 4xx status.)
+        let reply = reply_rx.await;
+        guard.disarm();
+        return match reply {
+            Ok(reply) => finish(&state, reply),
+            Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
+        };
     };
     // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
     guard.disarm();
     let (out, body) = mpsc::unbounded_channel::<Bytes>();
-    if let Some(n) = first_notification {
-        let _ = out.send(sse_frame(&n));
-    }
+    let _ = out.send(sse_frame(&first_notification));
     let state2 = Arc::clone(&state);
     tokio::spawn(async move {
         loop {
@@ -719,8 +730,14 @@ mod tests {
         assert_eq!(decode_header_value("=?base64?SGVsbG8=?=").unwrap(), "Hello");
         assert_eq!(decode_header_value("plain").unwrap(), "plain");
         assert!(decode_header_value("=?base64?!!!?=").is_err());
-        assert!(decode_header_value("=?base64?SGVsbG8?=").is_err(), "padding is required");
-        assert_eq!(decode_header_value("=?base64?SGVsbG8=").unwrap(), "=?base64?SGVsbG8=");
+        assert!(
+            decode_header_value("=?base64?SGVsbG8?=").is_err(),
+            "padding is required"
+        );
+        assert_eq!(
+            decode_header_value("=?base64?SGVsbG8=").unwrap(),
+            "=?base64?SGVsbG8="
+        );
     }
 
     #[test]
