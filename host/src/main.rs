@@ -29,6 +29,22 @@ struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+enum SecretCommand {
+    /// Print a fresh secret once, and the config entry (its hash) to add under `auth.secrets`.
+    New {
+        /// The user the secret authenticates.
+        #[arg(long)]
+        user: String,
+        /// Bind the secret to this agent.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Lifetime, e.g. `30d`, `12h`, `2w`.
+        #[arg(long)]
+        expires: Option<String>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum Command {
     /// Serve MCP: Streamable HTTP (default 127.0.0.1:18080/mcp) or stdio.
     Serve {
@@ -38,6 +54,14 @@ enum Command {
         /// Serve newline-delimited JSON-RPC on stdin/stdout instead of HTTP.
         #[arg(long)]
         stdio: bool,
+        /// With --stdio: serve this agent's view of the tools.
+        #[arg(long, requires = "stdio")]
+        agent: Option<String>,
+    },
+    /// Manage personal MCP secrets.
+    Secret {
+        #[command(subcommand)]
+        command: SecretCommand,
     },
     /// List every discovered tool with its plugin, directory, service and status.
     List {
@@ -106,12 +130,28 @@ fn protected_stdout() -> Box<dyn std::io::Write> {
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    if let Command::Serve { listen, stdio } = cli.command {
-        return serve(cli.config.as_deref(), listen, stdio);
+    if let Command::Serve {
+        listen,
+        stdio,
+        agent,
+    } = cli.command
+    {
+        return serve(cli.config.as_deref(), listen, stdio, agent);
+    }
+    if let Command::Secret {
+        command:
+            SecretCommand::New {
+                user,
+                agent,
+                expires,
+            },
+    } = cli.command
+    {
+        return new_secret(&user, agent.as_deref(), expires.as_deref());
     }
     let mut out = protected_stdout();
     match cli.command {
-        Command::Serve { .. } => unreachable!("handled above"),
+        Command::Serve { .. } | Command::Secret { .. } => unreachable!("handled above"),
         Command::Probe { files } => {
             mcp_host::probe::run_probe_child(&files, &mut out)?;
             Ok(ExitCode::SUCCESS)
@@ -175,10 +215,53 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     }
 }
 
+fn new_secret(user: &str, agent: Option<&str>, expires: Option<&str>) -> anyhow::Result<ExitCode> {
+    use mcp_host::auth;
+    let secret = auth::new_secret().map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
+    let expires_at = match expires {
+        Some(lifetime) => {
+            let secs = auth::parse_lifetime(lifetime)
+                .with_context(|| format!("--expires {lifetime:?}: use e.g. 30d, 12h, 2w"))?;
+            let at = jiff::Timestamp::now()
+                .checked_add(jiff::SignedDuration::from_secs(i64::try_from(secs)?))?;
+            Some(at.strftime("%Y-%m-%dT%H:%M:%SZ").to_string())
+        }
+        None => None,
+    };
+    let mut entry = format!(
+        "    - {{ sha256: \"{}\", user: {}",
+        auth::hash_secret(&secret),
+        serde_json::to_string(user)?
+    );
+    if let Some(agent) = agent {
+        entry.push_str(&format!(", agent: {}", serde_json::to_string(agent)?));
+    }
+    if let Some(at) = &expires_at {
+        entry.push_str(&format!(", expires: \"{at}\""));
+    }
+    entry.push_str(" }");
+    let mut out = protected_stdout();
+    writeln!(
+        out,
+        "Secret (shown once; the config keeps only its hash):\n\n    {secret}\n"
+    )?;
+    writeln!(
+        out,
+        "Add to your config file:\n\nauth:\n  secrets:\n{entry}"
+    )?;
+    writeln!(
+        out,
+        "\nClients send it as `Authorization: Bearer {}…`.",
+        &secret[..8]
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn serve(
     config_path: Option<&std::path::Path>,
     listen: Option<std::net::SocketAddr>,
     stdio: bool,
+    agent: Option<String>,
 ) -> anyhow::Result<ExitCode> {
     use mcp_host::protocol::{Protocol, ProtocolSettings};
     use mcp_host::transport;
@@ -199,6 +282,18 @@ fn serve(
         .enable_all()
         .thread_name("mcp-host")
         .build()?;
+    let access = std::sync::Arc::new(
+        mcp_host::auth::Access::from_config(&config)
+            .context("invalid auth or agents configuration")?,
+    );
+    let stdio_agent = match &agent {
+        Some(name) => Some(
+            access
+                .agent(name)
+                .with_context(|| format!("--agent {name}: no such agent in the configuration"))?,
+        ),
+        None => None,
+    };
     let host = Host::start(config.clone(), host_options())?;
     let protocol = Protocol::new(
         host.clone(),
@@ -227,7 +322,11 @@ fn serve(
                     tokio::io::stdin(),
                     out,
                     transport::stdio::StdioOptions {
-                        caller: user.map(UserInfo::new),
+                        caller: user.map(|u| UserInfo {
+                            agent: stdio_agent.as_ref().map(|a| a.name.clone()),
+                            ..UserInfo::new(u)
+                        }),
+                        agent: stdio_agent,
                         max_message_bytes: config.http.max_body_bytes,
                         grace,
                     },
@@ -250,7 +349,7 @@ fn serve(
                     grace,
                     ..Default::default()
                 };
-                transport::http::serve(protocol, listener, options, shutdown_signal()).await
+                transport::http::serve(protocol, access, listener, options, shutdown_signal()).await
             }
         }
         .map_err(anyhow::Error::from)

@@ -202,7 +202,8 @@ impl HostApi {
     /// Tell clients the tool list changed (`notifications/tools/list_changed` to every listener), for
     /// a plugin whose tools depend on something outside the host.
     pub fn notify_tools_changed(&self) -> Result<(), CallToolError> {
-        self.request("notify_tools_changed", &Value::Null).map(|_| ())
+        self.request("notify_tools_changed", &Value::Null)
+            .map(|_| ())
     }
 
     /// A host capability by name, JSON in and out (the ABI's extension point).

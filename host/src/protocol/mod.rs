@@ -162,6 +162,8 @@ pub struct Exchange {
     pub notifier: Option<Notifier>,
     /// The answer depends on who asks (agent views, authentication): `cacheScope: private`.
     pub cache_private: bool,
+    /// The agent whose view of the tools applies (tools it cannot see do not exist for it).
+    pub agent: Option<Arc<crate::agents::Agent>>,
 }
 
 impl std::fmt::Debug for Exchange {
@@ -262,7 +264,7 @@ impl Protocol {
     }
 
     fn cache_scope(ex: &Exchange) -> &'static str {
-        if ex.cache_private {
+        if ex.cache_private || ex.agent.is_some() {
             "private"
         } else {
             "public"
@@ -371,7 +373,7 @@ impl Protocol {
                     "level must be one of debug, info, notice, warning, error, critical, alert, emergency",
                 )),
             },
-            "tools/list" => match self.list_tools(params) {
+            "tools/list" => match self.list_tools(params, ex.agent.as_deref()) {
                 Ok((tools, next)) => {
                     let mut result = json!({ "tools": tools });
                     if let Some(next) = next {
@@ -517,7 +519,7 @@ impl Protocol {
                 }
                 Reply::ok(id, with_meta(result))
             }
-            "tools/list" => match self.list_tools(params) {
+            "tools/list" => match self.list_tools(params, ex.agent.as_deref()) {
                 Ok((tools, next)) => {
                     let mut result = json!({
                         "tools": tools,
@@ -562,6 +564,7 @@ impl Protocol {
     fn list_tools(
         &self,
         params: &Map<String, Value>,
+        agent: Option<&crate::agents::Agent>,
     ) -> Result<(Vec<Value>, Option<String>), RpcError> {
         let after = match params.get("cursor") {
             None | Some(Value::Null) => None,
@@ -580,6 +583,7 @@ impl Protocol {
         for tool in registry
             .tools()
             .filter(|t| after.as_deref().is_none_or(|a| t.name.as_str() > a))
+            .filter(|t| agent.is_none_or(|a| a.permits(&t.name)))
         {
             if page.len() == self.settings.page_size {
                 if let Some(last) = page.last().and_then(|t: &Value| t["name"].as_str()) {
@@ -605,7 +609,11 @@ impl Protocol {
         };
         let args = params.get("arguments").filter(|a| !a.is_null()).cloned();
         let registry = self.host.registry();
-        let Some(tool) = registry.get(name) else {
+        // A tool the agent cannot see does not exist for it: the same error as an unknown tool.
+        let Some(tool) = registry
+            .get(name)
+            .filter(|_| ex.agent.as_ref().is_none_or(|a| a.permits(name)))
+        else {
             return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
         };
         if let (Era::Modern { .. }, Some(headers)) = (&era, &ex.headers) {

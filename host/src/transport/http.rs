@@ -15,7 +15,6 @@ use hyper::body::{Body as HttpBody, Frame, Incoming as IncomingBody, SizeHint};
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::TokioIo;
-use mcp_plugin_sdk::UserInfo;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
@@ -65,6 +64,7 @@ impl Default for HttpOptions {
 
 struct State {
     protocol: Protocol,
+    access: Arc<crate::auth::Access>,
     options: HttpOptions,
     sessions: SessionStore,
     shutdown: watch::Receiver<bool>,
@@ -218,6 +218,7 @@ fn check_origin(headers: &HeaderMap, options: &HttpOptions) -> Result<(), RpcErr
 /// requests finish within the grace period.
 pub async fn serve(
     protocol: Protocol,
+    access: Arc<crate::auth::Access>,
     listener: TcpListener,
     options: HttpOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -226,6 +227,7 @@ pub async fn serve(
     let state = Arc::new(State {
         sessions: SessionStore::new(options.max_sessions, options.session_idle),
         protocol,
+        access,
         options,
         shutdown: stop_rx,
     });
@@ -305,11 +307,28 @@ async fn forward_changes(state: Arc<State>) {
 }
 
 async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
-    let path = req.uri().path();
+    let path = req.uri().path().to_owned();
     if path == "/healthz" {
         return json_response(200, &json!({ "status": "ok" }));
     }
-    if path != state.options.path {
+    if path == "/.well-known/oauth-protected-resource"
+        || path.starts_with("/.well-known/oauth-protected-resource/")
+    {
+        return match *req.method() {
+            Method::GET => json_response(200, &state.access.metadata()),
+            _ => empty(StatusCode::METHOD_NOT_ALLOWED),
+        };
+    }
+    // `/mcp` or `/mcp/agents/{name}`.
+    let agent = match path.strip_prefix(state.options.path.as_str()) {
+        Some("") => None,
+        Some(rest) => match rest.strip_prefix("/agents/") {
+            Some(name) if !name.is_empty() && !name.contains('/') => Some(name.to_owned()),
+            _ => None,
+        },
+        None => None,
+    };
+    if path != state.options.path && agent.is_none() {
         return json_response(
             404,
             &json!({ "error": "not found", "mcpEndpoint": state.options.path }),
@@ -319,7 +338,7 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
         return error_response(&Value::Null, &e);
     }
     match *req.method() {
-        Method::POST => post(state, req).await,
+        Method::POST => post(state, req, agent).await,
         Method::GET => get_stream(state, req.headers()),
         Method::DELETE => delete_session(&state, req.headers()),
         _ => {
@@ -381,7 +400,54 @@ fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
     }
 }
 
-async fn post(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
+/// A 401 with its `WWW-Authenticate` challenge, or the 403/404 for a refused identity.
+fn denied(state: &State, id: &Value, d: crate::auth::Denied) -> Response<Body> {
+    use crate::auth::Denied;
+    match d {
+        Denied::Unauthorized { error, description } => {
+            let mut resp = error_response(
+                id,
+                &RpcError::new(
+                    jsonrpc::UNAUTHORIZED,
+                    format!("Unauthorized: {description}"),
+                    401,
+                ),
+            );
+            if let Ok(v) = HeaderValue::from_str(&state.access.challenge(error, &description)) {
+                resp.headers_mut()
+                    .insert(hyper::header::WWW_AUTHENTICATE, v);
+            }
+            resp
+        }
+        Denied::Forbidden(why) => error_response(
+            id,
+            &RpcError::new(jsonrpc::INVALID_REQUEST, format!("Forbidden: {why}"), 403),
+        ),
+        Denied::UnknownAgent(name) => error_response(
+            id,
+            &RpcError::new(
+                jsonrpc::INVALID_REQUEST,
+                format!("No such agent: {name}"),
+                404,
+            ),
+        ),
+    }
+}
+
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = header(headers, "authorization")?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+async fn post(
+    state: Arc<State>,
+    req: Request<IncomingBody>,
+    endpoint_agent: Option<String>,
+) -> Response<Body> {
     let max = state.options.max_body_bytes;
     let too_large = || {
         error_response(
@@ -472,8 +538,17 @@ async fn post(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
             })
             .collect(),
     };
+    // Every request authenticates on its own (the 2026 protocol keeps no state between requests).
+    let identity = match state.access.resolve(
+        endpoint_agent.as_deref(),
+        bearer(&parts.headers),
+        session.as_ref().map(|s| s.id.as_str()),
+    ) {
+        Ok(identity) => identity,
+        Err(d) => return denied(&state, value.get("id").unwrap_or(&Value::Null), d),
+    };
     if let Value::Array(items) = value {
-        return batch(&state, items, session, headers).await;
+        return batch(&state, items, session, headers, identity).await;
     }
     let (id, method, params) = match jsonrpc::classify(value) {
         Ok(Incoming::Request { id, method, params }) => (id, method, params),
@@ -489,7 +564,7 @@ async fn post(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
         Ok(Incoming::Response) => return empty(StatusCode::ACCEPTED),
         Err((id, e)) => return error_response(&id, &e),
     };
-    request(state, id, method, params, session, headers, None).await
+    request(state, id, method, params, session, headers, identity).await
 }
 
 async fn batch(
@@ -497,6 +572,7 @@ async fn batch(
     items: Vec<Value>,
     session: Option<Arc<LegacySession>>,
     headers: HttpHeaders,
+    identity: crate::auth::Identity,
 ) -> Response<Body> {
     if !session.as_ref().is_some_and(|s| s.allows_batches()) || items.is_empty() {
         return error_response(
@@ -513,6 +589,9 @@ async fn batch(
                 let ex = Exchange {
                     session: session.clone(),
                     headers: Some(headers.clone()),
+                    caller: identity.caller.clone(),
+                    agent: identity.agent.clone(),
+                    cache_private: state.access.caller_dependent(),
                     ..Exchange::default()
                 };
                 match state
@@ -548,7 +627,7 @@ async fn request(
     params: serde_json::Map<String, Value>,
     session: Option<Arc<LegacySession>>,
     headers: HttpHeaders,
-    caller: Option<UserInfo>,
+    identity: crate::auth::Identity,
 ) -> Response<Body> {
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.
@@ -558,12 +637,13 @@ async fn request(
     let exchange = Exchange {
         session: session.clone(),
         headers: Some(headers),
-        caller,
+        caller: identity.caller,
+        agent: identity.agent,
         cancel: cancel.clone(),
         notifier: Some(Arc::new(move |n| {
             let _ = notify_tx.send(n);
         })),
-        cache_private: false,
+        cache_private: state.access.caller_dependent(),
     };
     if let Some(s) = &session {
         s.track(&id, cancel.clone());
@@ -653,6 +733,16 @@ async fn send_final(state: &Arc<State>, reply: Reply, out: &mpsc::UnboundedSende
 
 fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
     match reply {
+        Reply::Response { body, status: 401 } => {
+            // A tool that needs a verified caller was called without one: challenge the client.
+            let mut resp = json_response(401, &body);
+            let challenge = state.access.challenge(None, "");
+            if let Ok(v) = HeaderValue::from_str(&challenge) {
+                resp.headers_mut()
+                    .insert(hyper::header::WWW_AUTHENTICATE, v);
+            }
+            resp
+        }
         Reply::Response { body, status } => json_response(status, &body),
         Reply::Initialized {
             body,

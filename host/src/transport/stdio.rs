@@ -24,6 +24,8 @@ use crate::protocol::{Exchange, Protocol, Reply};
 pub struct StdioOptions {
     /// The caller every stdio request runs as (the process owner).
     pub caller: Option<UserInfo>,
+    /// The agent whose view applies (`serve --stdio --agent NAME`).
+    pub agent: Option<Arc<crate::agents::Agent>>,
     /// Largest accepted message, in bytes.
     pub max_message_bytes: usize,
     /// How long to wait for in-flight requests after stdin closes.
@@ -209,6 +211,7 @@ impl Connection {
             session: self.session.get().cloned(),
             headers: None,
             caller: self.options.caller.clone(),
+            agent: self.options.agent.clone(),
             cancel: cancel.clone(),
             notifier: Some(Arc::new(move |n| {
                 let _ = out.send(n);

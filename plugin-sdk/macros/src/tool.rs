@@ -134,9 +134,9 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
                 "max" => opts.max = Some(meta.value()?.parse()?),
                 "header" => opts.header = Some(meta.value()?.parse()?),
                 _ => {
-                    return Err(meta.error(
-                        "unknown #[arg] option; expected default, min, max or header",
-                    ));
+                    return Err(
+                        meta.error("unknown #[arg] option; expected default, min, max or header")
+                    );
                 }
             }
             Ok(())
@@ -405,7 +405,9 @@ fn tool_spec(
 
     let input_schema = match &opts.input_schema {
         Some(expr) => quote!(#sdk::__private::serde_json::Value::from(#expr)),
-        None => quote!(#sdk::schema::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*])),
+        None => {
+            quote!(#sdk::schema::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*]))
+        }
     };
     let meta = match &opts.meta {
         Some(expr) => {
