@@ -78,6 +78,9 @@ pub struct Limits {
     pub max_concurrent_calls_per_plugin: usize,
     /// Nesting depth of tools calling tools.
     pub max_call_depth: u32,
+    /// Plugin images loaded over the process's life (libraries are never unloaded, so each reload
+    /// keeps its old image mapped); past this, reloads stop and the log asks for a restart.
+    pub max_reloads: usize,
 }
 
 impl Default for Limits {
@@ -87,6 +90,7 @@ impl Default for Limits {
             max_concurrent_calls: 64,
             max_concurrent_calls_per_plugin: 16,
             max_call_depth: 8,
+            max_reloads: 500,
         }
     }
 }

@@ -22,6 +22,9 @@ use crate::registry::{PluginSlot, Registry, Tool};
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
 pub enum HostError {
+    /// The auth or agents configuration is unusable.
+    #[error("invalid auth or agents configuration: {0}")]
+    Access(#[from] crate::auth::AccessError),
     /// The runtime directory for private plugin copies could not be created.
     #[error("cannot create runtime directory {path}: {source}")]
     RuntimeDir {
@@ -41,6 +44,19 @@ pub enum CallError {
     /// The tool takes `UserInfo` and the call has no verified caller.
     #[error("tool {0} requires an authenticated caller")]
     CallerRequired(String),
+}
+
+/// What a rescan changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RescanReport {
+    /// Files loaded as new versions (or new plugins).
+    pub reloaded: Vec<PathBuf>,
+    /// Files that went away.
+    pub removed: Vec<PathBuf>,
+    /// Files that failed to load (their previous version, if any, stays).
+    pub failed: Vec<PathBuf>,
+    /// Whether the served tool list changed.
+    pub tools_changed: bool,
 }
 
 /// Per-call inputs besides the tool name and arguments.
@@ -85,7 +101,12 @@ impl std::fmt::Debug for Host {
 }
 
 struct HostInner {
-    config: Config,
+    config: ArcSwap<Config>,
+    access: ArcSwap<crate::auth::Access>,
+    /// Serializes rescans (start-up, file changes, SIGHUP).
+    reload_lock: std::sync::Mutex<()>,
+    /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
+    images: std::sync::atomic::AtomicUsize,
     changes: tokio::sync::broadcast::Sender<u64>,
     generation: std::sync::atomic::AtomicU64,
     registry: ArcSwap<Registry>,
@@ -151,21 +172,26 @@ impl Host {
             (Some(exe), true) => Some(Prober::new(exe.clone())),
             _ => None,
         };
+        let access = crate::auth::Access::from_config(&config)?;
         let inner = Arc::new(HostInner {
+            access: ArcSwap::from_pointee(access),
+            reload_lock: std::sync::Mutex::new(()),
+            images: std::sync::atomic::AtomicUsize::new(0),
             changes: tokio::sync::broadcast::channel(16).0,
             generation: std::sync::atomic::AtomicU64::new(0),
             pool: WorkerPool::new(config.limits.max_concurrent_calls),
             global: Arc::new(Semaphore::new(config.limits.max_concurrent_calls.max(1))),
             registry: ArcSwap::from_pointee(Registry::default()),
-            config,
+            config: ArcSwap::from_pointee(config),
             runtime_dir,
             prober,
         });
         let host = Host { inner };
         let started = Instant::now();
-        let candidates = discovery::scan(&host.inner.config.tool_dirs);
+        let config = host.config();
+        let candidates = discovery::scan(&config.tool_dirs);
         let loaded = host.load(candidates);
-        let registry = Registry::build(loaded, &host.inner.config);
+        let registry = Registry::build(loaded, &config);
         tracing::info!(
             "Serving {} tools from {} plugins (loaded in {} ms)",
             registry.len(),
@@ -194,7 +220,8 @@ impl Host {
             None => candidates.iter().map(|_| Ok(())).collect(),
         };
         let nested: Arc<dyn HostCallbacks> = Arc::new(CallbackHandle(Arc::downgrade(inner)));
-        let config_for = |name: &str| inner.config.plugin(name).config;
+        let config = inner.config.load_full();
+        let config_for = |name: &str| config.plugin(name).config;
         let cx = LoadContext {
             runtime_dir: inner.runtime_dir.path(),
             config_for: &config_for,
@@ -204,21 +231,26 @@ impl Host {
             .into_iter()
             .zip(probes)
             .map(|(candidate, probe)| {
+                // Stamp before loading: a change racing with the load shows up as a new stamp.
+                let stamp = crate::registry::FileStamp::of(&candidate.path);
                 let result =
                     probe
                         .and_then(|()| Plugin::load(&candidate.path, &cx))
                         .map(|plugin| {
-                            let limit = inner
-                                .config
-                                .plugin(plugin.name())
+                            inner
+                                .images
+                                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                            let settings = config.plugin(plugin.name());
+                            let limit = settings
                                 .max_concurrent_calls
-                                .unwrap_or(inner.config.limits.max_concurrent_calls_per_plugin)
-                                .max(1);
-                            Arc::new(PluginSlot {
+                                .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
+                            Arc::new(PluginSlot::new(
                                 plugin,
-                                candidate: candidate.clone(),
-                                limiter: Arc::new(Semaphore::new(limit)),
-                            })
+                                candidate.clone(),
+                                limit,
+                                stamp,
+                                settings,
+                            ))
                         });
                 (candidate, result)
             })
@@ -236,9 +268,165 @@ impl Host {
         self.inner.changes.subscribe()
     }
 
-    /// The configuration the host runs with.
-    pub fn config(&self) -> &Config {
-        &self.inner.config
+    /// The configuration the host runs with now.
+    pub fn config(&self) -> Arc<Config> {
+        self.inner.config.load_full()
+    }
+
+    /// The current access policy (authentication and agents).
+    pub fn access(&self) -> Arc<crate::auth::Access> {
+        self.inner.access.load_full()
+    }
+
+    /// How many plugin images this process has loaded (they are never unloaded).
+    pub fn loaded_images(&self) -> usize {
+        self.inner.images.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Rescan the tool directories (with `config` when the configuration changed) and swap in the new
+    /// tool set. Unchanged files keep their loaded image; changed ones are probed and loaded from a
+    /// fresh private copy; a file that fails keeps its previous good version in service. Calls
+    /// already running finish on the version they started on.
+    pub fn rescan(&self, config: Option<Config>) -> RescanReport {
+        let inner = &self.inner;
+        let _serial = inner.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let mut config_changed = false;
+        if let Some(config) = config {
+            match crate::auth::Access::from_config(&config) {
+                Ok(access) => {
+                    config_changed = *inner.config.load_full() != config;
+                    inner.access.store(Arc::new(access));
+                    inner.config.store(Arc::new(config));
+                }
+                Err(e) => tracing::error!("Not applying the changed configuration: {e}"),
+            }
+        }
+        let config = self.config();
+        let old = self.registry();
+        let old_slots: std::collections::HashMap<&std::path::Path, &Arc<PluginSlot>> = old
+            .plugins
+            .iter()
+            .map(|s| (s.candidate.path.as_path(), s))
+            .collect();
+        let candidates = discovery::scan(&config.tool_dirs);
+        let unchanged = |c: &Candidate| {
+            old_slots.get(c.path.as_path()).filter(|slot| {
+                slot.stamp.is_some()
+                    && slot.stamp == crate::registry::FileStamp::of(&c.path)
+                    && slot.candidate.prefix == c.prefix
+                    && slot.settings == config.plugin(slot.plugin.name())
+            })
+        };
+        let mut fresh: Vec<Candidate> = candidates
+            .iter()
+            .filter(|c| unchanged(c).is_none())
+            .cloned()
+            .collect();
+        let budget = config
+            .limits
+            .max_reloads
+            .saturating_sub(inner.images.load(std::sync::atomic::Ordering::Acquire));
+        let mut refused = Vec::new();
+        if fresh.len() > budget {
+            tracing::error!(
+                "max_reloads ({}) reached: {} plugin images are mapped and never unloaded; \
+                 restart mcp-host to load new plugin versions",
+                config.limits.max_reloads,
+                inner.images.load(std::sync::atomic::Ordering::Acquire)
+            );
+            refused = fresh.split_off(budget);
+        }
+        let mut loaded: std::collections::HashMap<PathBuf, Result<Arc<PluginSlot>, LoadError>> =
+            self.load(fresh)
+                .into_iter()
+                .map(|(c, r)| (c.path, r))
+                .collect();
+        let mut report = RescanReport::default();
+        let merged: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)> = candidates
+            .into_iter()
+            .map(|c| {
+                if let Some(slot) = unchanged(&c) {
+                    return (c, Ok(Arc::clone(slot)));
+                }
+                let result = match loaded.remove(&c.path) {
+                    Some(r) => r,
+                    None if refused.iter().any(|r| r.path == c.path) => Err(LoadError::Probe(
+                        "not loaded: max_reloads reached (restart mcp-host)".into(),
+                    )),
+                    None => Err(LoadError::Probe("not loaded".into())),
+                };
+                match (result, old_slots.get(c.path.as_path())) {
+                    (Ok(slot), old) => {
+                        let before: std::collections::HashSet<&str> = old
+                            .map(|o| {
+                                o.plugin
+                                    .manifest
+                                    .tools
+                                    .iter()
+                                    .map(|t| t.name.as_str())
+                                    .collect()
+                            })
+                            .unwrap_or_default();
+                        let after: std::collections::HashSet<&str> = slot
+                            .plugin
+                            .manifest
+                            .tools
+                            .iter()
+                            .map(|t| t.name.as_str())
+                            .collect();
+                        tracing::info!(
+                            "Reloaded plugin {}: +{} -{} tools",
+                            c.path.display(),
+                            after.difference(&before).count(),
+                            before.difference(&after).count()
+                        );
+                        report.reloaded.push(c.path.clone());
+                        (c, Ok(slot))
+                    }
+                    (Err(e), Some(previous)) => {
+                        tracing::error!(
+                            "Error loading plugin {}: {e}; the previous version stays in service",
+                            c.path.display()
+                        );
+                        report.failed.push(c.path.clone());
+                        (c, Ok(Arc::clone(previous)))
+                    }
+                    (Err(e), None) => {
+                        report.failed.push(c.path.clone());
+                        (c, Err(e))
+                    }
+                }
+            })
+            .collect();
+        let still_there: std::collections::HashSet<&std::path::Path> =
+            merged.iter().map(|(c, _)| c.path.as_path()).collect();
+        for path in old_slots.keys().filter(|p| !still_there.contains(*p)) {
+            tracing::info!("Removed plugin {}", path.display());
+            report.removed.push(path.to_path_buf());
+        }
+        let registry = Registry::build_logged(merged, &config, false);
+        let listing =
+            |r: &Registry| -> Vec<Value> { r.tools().map(|t| t.listing.clone()).collect() };
+        report.tools_changed = listing(&registry) != listing(&old);
+        drop(old_slots);
+        drop(old);
+        inner.registry.store(Arc::new(registry));
+        if !report.reloaded.is_empty() || !report.removed.is_empty() {
+            tracing::info!(
+                "{} plugin images loaded so far (retained in memory; max_reloads {})",
+                inner.images.load(std::sync::atomic::Ordering::Acquire),
+                config.limits.max_reloads
+            );
+        }
+        // Agents or access may have changed what clients see, too: announce on any change.
+        if config_changed
+            || report.tools_changed
+            || !report.reloaded.is_empty()
+            || !report.removed.is_empty()
+        {
+            inner.announce_change();
+        }
+        report
     }
 
     /// Call tool `name` with `args` (an object, or `None` for no arguments).
@@ -322,7 +510,7 @@ impl Host {
     /// Run every loaded plugin's shutdown hook (images stay mapped).
     pub fn shutdown(&self) {
         for slot in &self.registry().plugins {
-            slot.plugin.shutdown();
+            slot.retire();
         }
     }
 }
@@ -341,10 +529,10 @@ impl HostInner {
     fn call_nested(&self, name: &str, args: &str) -> Result<String, String> {
         let parent = CurrentCall::parent();
         let depth = parent.as_ref().map_or(0, |p| p.depth + 1);
-        if depth > self.config.limits.max_call_depth {
+        let max_depth = self.config.load().limits.max_call_depth;
+        if depth > max_depth {
             return Err(format!(
-                "tool calls nested deeper than {} (calling {name})",
-                self.config.limits.max_call_depth
+                "tool calls nested deeper than {max_depth} (calling {name})"
             ));
         }
         let tool = self

@@ -17,6 +17,7 @@ pub mod protocol;
 pub mod registry;
 pub mod stdout_guard;
 pub mod transport;
+pub mod watch;
 
 pub use config::Config;
 pub use host::{CallError, CallOptions, Host, HostOptions};

@@ -57,6 +57,9 @@ enum Command {
         /// With --stdio: serve this agent's view of the tools.
         #[arg(long, requires = "stdio")]
         agent: Option<String>,
+        /// Do not watch the tool directories and the config file for changes (SIGHUP still rescans).
+        #[arg(long)]
+        no_watch: bool,
     },
     /// Manage personal MCP secrets.
     Secret {
@@ -134,9 +137,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         listen,
         stdio,
         agent,
+        no_watch,
     } = cli.command
     {
-        return serve(cli.config.as_deref(), listen, stdio, agent);
+        return serve(cli.config.as_deref(), listen, stdio, agent, !no_watch);
     }
     if let Command::Secret {
         command:
@@ -262,6 +266,7 @@ fn serve(
     listen: Option<std::net::SocketAddr>,
     stdio: bool,
     agent: Option<String>,
+    watch: bool,
 ) -> anyhow::Result<ExitCode> {
     use mcp_host::protocol::{Protocol, ProtocolSettings};
     use mcp_host::transport;
@@ -282,19 +287,24 @@ fn serve(
         .enable_all()
         .thread_name("mcp-host")
         .build()?;
-    let access = std::sync::Arc::new(
-        mcp_host::auth::Access::from_config(&config)
-            .context("invalid auth or agents configuration")?,
-    );
-    let stdio_agent = match &agent {
-        Some(name) => Some(
-            access
-                .agent(name)
-                .with_context(|| format!("--agent {name}: no such agent in the configuration"))?,
-        ),
-        None => None,
-    };
     let host = Host::start(config.clone(), host_options())?;
+    if let Some(name) = &agent {
+        host.access()
+            .agent(name)
+            .with_context(|| format!("--agent {name}: no such agent in the configuration"))?;
+    }
+    let watcher = if watch {
+        match mcp_host::watch::watch(host.clone()) {
+            Ok(w) => Some(w),
+            Err(e) => {
+                tracing::warn!("hot reload disabled: cannot watch files: {e}");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let watcher = std::sync::Arc::new(watcher);
     let protocol = Protocol::new(
         host.clone(),
         ProtocolSettings {
@@ -306,6 +316,7 @@ fn serve(
     let grace =
         Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
     let result = runtime.block_on(async {
+        spawn_sighup_rescan(host.clone(), std::sync::Arc::clone(&watcher));
         match protocol_out {
             Some(out) => {
                 let user = config
@@ -323,10 +334,10 @@ fn serve(
                     out,
                     transport::stdio::StdioOptions {
                         caller: user.map(|u| UserInfo {
-                            agent: stdio_agent.as_ref().map(|a| a.name.clone()),
+                            agent: agent.clone(),
                             ..UserInfo::new(u)
                         }),
-                        agent: stdio_agent,
+                        agent,
                         max_message_bytes: config.http.max_body_bytes,
                         grace,
                     },
@@ -349,7 +360,7 @@ fn serve(
                     grace,
                     ..Default::default()
                 };
-                transport::http::serve(protocol, access, listener, options, shutdown_signal()).await
+                transport::http::serve(protocol, listener, options, shutdown_signal()).await
             }
         }
         .map_err(anyhow::Error::from)
@@ -359,6 +370,40 @@ fn serve(
     result?;
     tracing::info!("stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// SIGHUP: rescan the tool directories and re-read the configuration.
+fn spawn_sighup_rescan(host: Host, watcher: std::sync::Arc<Option<mcp_host::watch::Watcher>>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: rescanning");
+            match watcher.as_ref() {
+                Some(w) => w.rescan(),
+                None => {
+                    let host = host.clone();
+                    let _ = tokio::task::spawn_blocking(move || {
+                        let source = host.config().source.clone();
+                        match Config::load(source.as_deref()) {
+                            Ok(c) => {
+                                host.rescan(Some(c));
+                            }
+                            Err(e) => {
+                                tracing::error!("Not applying the changed configuration: {e}")
+                            }
+                        }
+                    })
+                    .await;
+                }
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (host, watcher);
 }
 
 /// Resolves on SIGINT or SIGTERM.

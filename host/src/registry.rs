@@ -26,6 +26,70 @@ pub struct PluginSlot {
     pub candidate: Candidate,
     /// Its concurrency limit.
     pub limiter: Arc<tokio::sync::Semaphore>,
+    /// The file's stamp when it was loaded (a different stamp means a new version).
+    pub stamp: Option<FileStamp>,
+    /// The plugin's settings when it was loaded (a different section means a reload).
+    pub settings: crate::config::PluginSettings,
+    retired: std::sync::atomic::AtomicBool,
+}
+
+/// What identifies a version of a file: size, modification time and inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    /// The stamp of `path` now.
+    pub fn of(path: &std::path::Path) -> Option<FileStamp> {
+        let m = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&m);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some(FileStamp {
+            len: m.len(),
+            modified: m.modified().ok(),
+            inode,
+        })
+    }
+}
+
+impl PluginSlot {
+    /// A slot for a freshly loaded plugin.
+    pub fn new(
+        plugin: Plugin,
+        candidate: Candidate,
+        limit: usize,
+        stamp: Option<FileStamp>,
+        settings: crate::config::PluginSettings,
+    ) -> Self {
+        PluginSlot {
+            plugin,
+            candidate,
+            limiter: Arc::new(tokio::sync::Semaphore::new(limit.max(1))),
+            stamp,
+            settings,
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Run the plugin's shutdown hook, once.
+    pub fn retire(&self) {
+        if !self.retired.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.plugin.shutdown();
+        }
+    }
+}
+
+impl Drop for PluginSlot {
+    /// The last reference is gone (no call is running on this version): run its shutdown hook. The
+    /// image itself stays mapped; libraries are never unloaded.
+    fn drop(&mut self) {
+        self.retire();
+    }
 }
 
 /// One callable tool.
@@ -143,6 +207,16 @@ impl Registry {
         loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>,
         config: &Config,
     ) -> Self {
+        Self::build_logged(loaded, config, true)
+    }
+
+    /// [`Registry::build`]; `log_tools: false` leaves out the per-tool `Loaded tool` lines (rescans
+    /// log one line per changed file instead).
+    pub fn build_logged(
+        loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>,
+        config: &Config,
+        log_tools: bool,
+    ) -> Self {
         let mut registry = Registry::default();
         let mut winners: HashMap<String, PathBuf> = HashMap::new();
         for (candidate, result) in loaded {
@@ -161,7 +235,7 @@ impl Registry {
                     continue;
                 }
             };
-            registry.add_plugin(slot, config, &mut winners);
+            registry.add_plugin(slot, config, &mut winners, log_tools);
         }
         registry
     }
@@ -171,12 +245,16 @@ impl Registry {
         slot: Arc<PluginSlot>,
         config: &Config,
         winners: &mut HashMap<String, PathBuf>,
+        log_tools: bool,
     ) {
         let manifest = &slot.plugin.manifest;
         let file = slot.candidate.path.clone();
         let settings = config.plugin(&manifest.plugin);
         for service in manifest.services.iter().filter(|s| !s.enabled) {
             let reason = service.disabled_reason.as_deref().unwrap_or("disabled");
+            if !log_tools {
+                continue;
+            }
             if service.failed {
                 tracing::warn!(
                     "Skipping disabled service: {} ({reason}) in {}",
@@ -270,7 +348,9 @@ impl Registry {
                 .unwrap_or(global_timeout);
             let mut descriptor = tool.clone();
             descriptor.name = name.clone();
-            tracing::info!("Loaded tool: {name}");
+            if log_tools {
+                tracing::info!("Loaded tool: {name}");
+            }
             winners.insert(name.clone(), file.clone());
             self.tools.insert(
                 name.clone(),

@@ -173,8 +173,16 @@ pub struct StdioServer {
 impl StdioServer {
     /// Start the server on `config`.
     pub fn start(config: &Path) -> Self {
+        Self::start_with(config, &[], &[])
+    }
+
+    /// Start the server on `config` with extra `serve` arguments (e.g. `--agent NAME`) and extra
+    /// environment variables.
+    pub fn start_with(config: &Path, args: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = host_command(config)
             .args(["serve", "--stdio"])
+            .args(args)
+            .envs(env.iter().copied())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -361,8 +369,14 @@ pub struct HttpServer {
 impl HttpServer {
     /// Start the server on `config` and wait until it logs its address.
     pub fn start(config: &Path) -> Self {
+        Self::start_with_env(config, &[])
+    }
+
+    /// [`HttpServer::start`] with extra environment variables for the server process.
+    pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Self {
         let mut child = host_command(config)
             .args(["serve", "--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
@@ -746,12 +760,17 @@ impl HttpConn {
 
     /// `POST /mcp` with JSON content type, an `Accept` for JSON and SSE, and `headers`.
     pub fn post(&mut self, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
+        self.post_to("/mcp", headers, body)
+    }
+
+    /// [`HttpConn::post`] to another path (e.g. `/mcp/agents/NAME`).
+    pub fn post_to(&mut self, path: &str, headers: &[(&str, &str)], body: &[u8]) -> HttpResponse {
         let mut all = vec![
             ("Content-Type", "application/json"),
             ("Accept", "application/json, text/event-stream"),
         ];
         all.extend_from_slice(headers);
-        self.request("POST", "/mcp", &all, body)
+        self.request("POST", path, &all, body)
     }
 
     /// Close both directions now.

@@ -64,7 +64,6 @@ impl Default for HttpOptions {
 
 struct State {
     protocol: Protocol,
-    access: Arc<crate::auth::Access>,
     options: HttpOptions,
     sessions: SessionStore,
     shutdown: watch::Receiver<bool>,
@@ -218,7 +217,6 @@ fn check_origin(headers: &HeaderMap, options: &HttpOptions) -> Result<(), RpcErr
 /// requests finish within the grace period.
 pub async fn serve(
     protocol: Protocol,
-    access: Arc<crate::auth::Access>,
     listener: TcpListener,
     options: HttpOptions,
     shutdown: impl std::future::Future<Output = ()>,
@@ -227,7 +225,6 @@ pub async fn serve(
     let state = Arc::new(State {
         sessions: SessionStore::new(options.max_sessions, options.session_idle),
         protocol,
-        access,
         options,
         shutdown: stop_rx,
     });
@@ -315,7 +312,7 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
         || path.starts_with("/.well-known/oauth-protected-resource/")
     {
         return match *req.method() {
-            Method::GET => json_response(200, &state.access.metadata()),
+            Method::GET => json_response(200, &state.protocol.host().access().metadata()),
             _ => empty(StatusCode::METHOD_NOT_ALLOWED),
         };
     }
@@ -413,7 +410,13 @@ fn denied(state: &State, id: &Value, d: crate::auth::Denied) -> Response<Body> {
                     401,
                 ),
             );
-            if let Ok(v) = HeaderValue::from_str(&state.access.challenge(error, &description)) {
+            if let Ok(v) = HeaderValue::from_str(
+                &state
+                    .protocol
+                    .host()
+                    .access()
+                    .challenge(error, &description),
+            ) {
                 resp.headers_mut()
                     .insert(hyper::header::WWW_AUTHENTICATE, v);
             }
@@ -539,7 +542,7 @@ async fn post(
             .collect(),
     };
     // Every request authenticates on its own (the 2026 protocol keeps no state between requests).
-    let identity = match state.access.resolve(
+    let identity = match state.protocol.host().access().resolve(
         endpoint_agent.as_deref(),
         bearer(&parts.headers),
         session.as_ref().map(|s| s.id.as_str()),
@@ -591,7 +594,7 @@ async fn batch(
                     headers: Some(headers.clone()),
                     caller: identity.caller.clone(),
                     agent: identity.agent.clone(),
-                    cache_private: state.access.caller_dependent(),
+                    cache_private: state.protocol.host().access().caller_dependent(),
                     ..Exchange::default()
                 };
                 match state
@@ -643,7 +646,7 @@ async fn request(
         notifier: Some(Arc::new(move |n| {
             let _ = notify_tx.send(n);
         })),
-        cache_private: state.access.caller_dependent(),
+        cache_private: state.protocol.host().access().caller_dependent(),
     };
     if let Some(s) = &session {
         s.track(&id, cancel.clone());
@@ -736,7 +739,7 @@ fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
         Reply::Response { body, status: 401 } => {
             // A tool that needs a verified caller was called without one: challenge the client.
             let mut resp = json_response(401, &body);
-            let challenge = state.access.challenge(None, "");
+            let challenge = state.protocol.host().access().challenge(None, "");
             if let Ok(v) = HeaderValue::from_str(&challenge) {
                 resp.headers_mut()
                     .insert(hyper::header::WWW_AUTHENTICATE, v);

@@ -24,8 +24,9 @@ use crate::protocol::{Exchange, Protocol, Reply};
 pub struct StdioOptions {
     /// The caller every stdio request runs as (the process owner).
     pub caller: Option<UserInfo>,
-    /// The agent whose view applies (`serve --stdio --agent NAME`).
-    pub agent: Option<Arc<crate::agents::Agent>>,
+    /// The agent whose view applies (`serve --stdio --agent NAME`), looked up per request so a
+    /// reloaded configuration applies.
+    pub agent: Option<String>,
     /// Largest accepted message, in bytes.
     pub max_message_bytes: usize,
     /// How long to wait for in-flight requests after stdin closes.
@@ -211,7 +212,11 @@ impl Connection {
             session: self.session.get().cloned(),
             headers: None,
             caller: self.options.caller.clone(),
-            agent: self.options.agent.clone(),
+            agent: self
+                .options
+                .agent
+                .as_deref()
+                .and_then(|a| self.protocol.host().access().agent(a)),
             cancel: cancel.clone(),
             notifier: Some(Arc::new(move |n| {
                 let _ = out.send(n);

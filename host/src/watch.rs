@@ -1,0 +1,165 @@
+//! Hot reload: watch the tool directories and the configuration file (notify, no recursion) and
+//! rescan the host after a quiet period.
+//!
+//! A copy in progress or a cargo build produces several events (`Modify(Data)` bursts, `Remove` then
+//! `Create`, a rename): they are debounced into one rescan once nothing happened for
+//! [`DEBOUNCE`]. The host's own reads of plugin files produce `Access` events, which are ignored —
+//! otherwise every reload would trigger the next.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use notify::{EventKind, RecursiveMode, Watcher as _};
+
+use crate::config::Config;
+use crate::discovery::is_plugin_file;
+use crate::host::Host;
+
+/// How long the directories must stay quiet before a rescan.
+pub const DEBOUNCE: Duration = Duration::from_millis(150);
+
+enum Msg {
+    Fs(notify::Result<notify::Event>),
+    Rescan,
+    Stop,
+}
+
+/// A running watcher; dropping it stops watching.
+#[derive(Debug)]
+pub struct Watcher {
+    tx: mpsc::Sender<Msg>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watcher {
+    /// Ask for a full rescan now (e.g. on SIGHUP), re-reading the configuration.
+    pub fn rescan(&self) {
+        let _ = self.tx.send(Msg::Rescan);
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        let _ = self.tx.send(Msg::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// The directories to watch: every tool directory that exists, and the configuration's directory.
+fn targets(config: &Config) -> BTreeSet<PathBuf> {
+    let mut dirs: BTreeSet<PathBuf> = config
+        .tool_dirs
+        .iter()
+        .map(|d| d.path.clone())
+        .filter(|p| p.is_dir())
+        .collect();
+    if let Some(dir) = config.source.as_ref().and_then(|s| s.parent()) {
+        dirs.insert(dir.to_path_buf());
+    }
+    dirs
+}
+
+/// Whether an event may change what the host serves.
+fn relevant(event: &notify::Event, config: &Config) -> bool {
+    if matches!(event.kind, EventKind::Access(_)) {
+        return false;
+    }
+    event.paths.iter().any(|p| {
+        let in_tool_dir = p
+            .parent()
+            .is_some_and(|parent| config.tool_dirs.iter().any(|d| d.path == parent));
+        (in_tool_dir && is_plugin_file(p)) || is_config_file(p, config)
+    })
+}
+
+fn is_config_file(path: &Path, config: &Config) -> bool {
+    let Some(source) = &config.source else {
+        return false;
+    };
+    if path == source {
+        return true;
+    }
+    let same_dir = path.parent() == source.parent();
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    same_dir && name.starts_with("config.") && name.ends_with(".yaml")
+}
+
+/// Start watching for `host`.
+pub fn watch(host: Host) -> notify::Result<Watcher> {
+    let (tx, rx) = mpsc::channel::<Msg>();
+    let fs_tx = tx.clone();
+    let mut watcher = notify::recommended_watcher(move |event| {
+        let _ = fs_tx.send(Msg::Fs(event));
+    })?;
+    let mut watched = BTreeSet::new();
+    rewatch(&mut watcher, &mut watched, targets(&host.config()));
+    let thread = std::thread::Builder::new()
+        .name("mcp-watch".into())
+        .spawn(move || run(host, watcher, watched, rx))
+        .map_err(|e| notify::Error::generic(&e.to_string()))?;
+    Ok(Watcher {
+        tx,
+        thread: Some(thread),
+    })
+}
+
+fn rewatch(
+    watcher: &mut notify::RecommendedWatcher,
+    watched: &mut BTreeSet<PathBuf>,
+    wanted: BTreeSet<PathBuf>,
+) {
+    for gone in watched.difference(&wanted) {
+        let _ = watcher.unwatch(gone);
+    }
+    for new in wanted.difference(watched) {
+        match watcher.watch(new, RecursiveMode::NonRecursive) {
+            Ok(()) => tracing::debug!("watching {}", new.display()),
+            Err(e) => tracing::warn!("cannot watch {}: {e}", new.display()),
+        }
+    }
+    *watched = wanted;
+}
+
+fn run(
+    host: Host,
+    mut watcher: notify::RecommendedWatcher,
+    mut watched: BTreeSet<PathBuf>,
+    rx: mpsc::Receiver<Msg>,
+) {
+    loop {
+        // Wait for something that matters.
+        match rx.recv() {
+            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => {}
+            Ok(Msg::Fs(Ok(_))) => continue,
+            Ok(Msg::Fs(Err(e))) => {
+                tracing::warn!("file watch error: {e}");
+                continue;
+            }
+            Ok(Msg::Rescan) => {}
+            Ok(Msg::Stop) | Err(_) => return,
+        }
+        // Debounce: wait for a quiet period.
+        loop {
+            match rx.recv_timeout(DEBOUNCE) {
+                Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => break,
+            }
+        }
+        let source = host.config().source.clone();
+        let config = match Config::load(source.as_deref()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!("Not applying the changed configuration: {e}");
+                None
+            }
+        };
+        let report = host.rescan(config);
+        tracing::debug!("rescan: {report:?}");
+        rewatch(&mut watcher, &mut watched, targets(&host.config()));
+    }
+}
