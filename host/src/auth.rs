@@ -379,9 +379,12 @@ mod tests {
         assert_eq!(a.verify(&expired), Err(AuthError::Expired));
         let other = jwt(json!({"sub": "alice", "aud": "https://elsewhere/mcp", "exp": exp}));
         assert_eq!(a.verify(&other), Err(AuthError::WrongAudience));
-        let mut tampered = ok.clone();
-        tampered.pop();
-        tampered.push('A');
+        // Forge the payload (another `sub`) and keep the original signature.
+        use base64::Engine as _;
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        let parts: Vec<&str> = ok.split('.').collect();
+        let forged = json!({"sub": "mallory", "aud": "http://127.0.0.1/mcp", "exp": exp});
+        let tampered = format!("{}.{}.{}", parts[0], b64.encode(forged.to_string()), parts[2]);
         assert!(a.verify(&tampered).is_err());
         assert_eq!(a.verify("garbage"), Err(AuthError::Invalid));
     }
