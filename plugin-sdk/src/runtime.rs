@@ -40,6 +40,8 @@ pub trait Service: Sized + Send + Sync + 'static {
     fn construct(host: &HostApi) -> Result<Self, String>;
     /// The service's tools, in declaration order.
     fn tools() -> Vec<ToolSpec<Self>>;
+    /// The `shutdown(&self)` hook: the host retired this version of the plugin (after its last call).
+    fn shutdown(&self) {}
 }
 
 /// The arguments of one call, as the generated handler sees them.
@@ -89,10 +91,12 @@ impl<'a> Invocation<'a> {
 }
 
 type Handler = Box<dyn Fn(&Invocation<'_>) -> ToolResult + Send + Sync>;
+type ShutdownHook = Box<dyn Fn() + Send + Sync>;
 
 struct PluginState {
     host: HostApi,
     handlers: Vec<Handler>,
+    shutdown_hooks: Vec<ShutdownHook>,
 }
 
 static STATE: OnceLock<PluginState> = OnceLock::new();
@@ -103,6 +107,7 @@ pub struct Registrar {
     services: Vec<ServiceDescriptor>,
     tools: Vec<ToolDescriptor>,
     handlers: Vec<Handler>,
+    shutdown_hooks: Vec<ShutdownHook>,
 }
 
 impl Registrar {
@@ -130,6 +135,11 @@ impl Registrar {
             Ok(false) => Err(("enabled() returned false".to_owned(), false)),
             Err(p) => Err((format!("enabled() panicked: {}", panic_message(&*p)), true)),
         };
+        if let Ok(service) = &built {
+            let service = Arc::clone(service);
+            self.shutdown_hooks
+                .push(Box::new(move || service.shutdown()));
+        }
         let (enabled, reason, failed) = match &built {
             Ok(_) => (true, None, false),
             Err((why, failed)) => (false, Some(why.clone()), *failed),
@@ -182,6 +192,7 @@ pub fn init(
             services: Vec::new(),
             tools: Vec::new(),
             handlers: Vec::new(),
+            shutdown_hooks: Vec::new(),
         };
         register(&mut registrar);
         let manifest = Manifest {
@@ -197,6 +208,7 @@ pub fn init(
             .set(PluginState {
                 host,
                 handlers: registrar.handlers,
+                shutdown_hooks: registrar.shutdown_hooks,
             })
             .map_err(|_| "init called twice on the same plugin image".to_owned())?;
         Ok::<_, String>(json)
@@ -235,8 +247,18 @@ pub fn call(
     }
 }
 
-/// The `shutdown` entry point: stop the plugin's async runtime, if it started one.
+/// The `shutdown` entry point: run the services' `shutdown` hooks, then stop the plugin's async
+/// runtime if it started one. Each hook runs once; a panicking hook is contained.
 pub fn shutdown() {
+    static DONE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if DONE.swap(true, std::sync::atomic::Ordering::AcqRel) {
+        return;
+    }
+    if let Some(state) = STATE.get() {
+        for hook in &state.shutdown_hooks {
+            let _ = catch_unwind(AssertUnwindSafe(hook));
+        }
+    }
     let _ = catch_unwind(|| {
         #[cfg(feature = "async")]
         crate::async_rt::shutdown();

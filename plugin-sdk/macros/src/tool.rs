@@ -532,6 +532,7 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
 
     let mut specs = Vec::new();
     let mut enabled = quote!(true);
+    let mut shutdown = quote!();
     let mut construct =
         quote!(::core::result::Result::Ok(<#self_ty as ::core::default::Default>::default()));
     for item in block.items.iter_mut() {
@@ -549,6 +550,14 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             } else {
                 quote!(<#self_ty>::#ident())
             };
+            continue;
+        }
+        if name == "shutdown" {
+            shutdown = quote!(
+                fn shutdown(&self) {
+                    <#self_ty>::#ident(self)
+                }
+            );
             continue;
         }
         if name == "new" {
@@ -622,6 +631,8 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             fn tools() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::ToolSpec<Self>> {
                 ::std::vec![#(#specs),*]
             }
+
+            #shutdown
         }
     })
 }
