@@ -460,12 +460,27 @@ impl Config {
     }
 }
 
+/// `p` made absolute against `cwd`, with `.` and `..` resolved lexically (no symlinks followed).
 fn absolute(cwd: &Path, p: &Path) -> PathBuf {
-    if p.is_absolute() {
+    use std::path::Component;
+    let joined = if p.is_absolute() {
         p.to_path_buf()
     } else {
         cwd.join(p)
+    };
+    let mut out = PathBuf::new();
+    for c in joined.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                if !out.pop() {
+                    out.push(c);
+                }
+            }
+            other => out.push(other),
+        }
     }
+    out
 }
 
 fn list_from_env(v: &str) -> Value {
