@@ -384,7 +384,12 @@ mod tests {
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
         let parts: Vec<&str> = ok.split('.').collect();
         let forged = json!({"sub": "mallory", "aud": "http://127.0.0.1/mcp", "exp": exp});
-        let tampered = format!("{}.{}.{}", parts[0], b64.encode(forged.to_string()), parts[2]);
+        let tampered = format!(
+            "{}.{}.{}",
+            parts[0],
+            b64.encode(forged.to_string()),
+            parts[2]
+        );
         assert!(a.verify(&tampered).is_err());
         assert_eq!(a.verify("garbage"), Err(AuthError::Invalid));
     }

@@ -632,56 +632,20 @@ fn apply_value(
     let layer: Layer =
         serde_path_to_error::deserialize(value.clone()).map_err(|e| invalid(origin, e))?;
     // Check nested sections of this layer on their own too, so errors name this file.
-    if let Some(limits) = &layer.limits {
-        let _: Limits = serde_path_to_error::deserialize(limits.clone()).map_err(|e| {
-            let mut e = invalid(origin, e);
-            if let ConfigError::Invalid { key, .. } = &mut e {
-                *key = format!("limits.{key}");
-            }
-            e
-        })?;
+    if let Some(v) = &layer.limits {
+        section::<Limits>(v, origin, "limits")?;
     }
-    if let Some(http) = &layer.http {
-        let _: HttpSettings = serde_path_to_error::deserialize(http.clone()).map_err(|e| {
-            let mut e = invalid(origin, e);
-            if let ConfigError::Invalid { key, .. } = &mut e {
-                *key = format!("http.{key}");
-            }
-            e
-        })?;
+    if let Some(v) = &layer.http {
+        section::<HttpSettings>(v, origin, "http")?;
     }
-    if let Some(auth) = &layer.auth {
-        let _: AuthSettings = serde_path_to_error::deserialize(auth.clone()).map_err(|e| {
-            let mut e = invalid(origin, e);
-            if let ConfigError::Invalid { key, .. } = &mut e {
-                *key = format!("auth.{key}");
-            }
-            e
-        })?;
+    if let Some(v) = &layer.auth {
+        section::<AuthSettings>(v, origin, "auth")?;
     }
-    if let Some(agents) = &layer.agents {
-        for (name, section) in agents {
-            let _: AgentSettings =
-                serde_path_to_error::deserialize(section.clone()).map_err(|e| {
-                    let mut e = invalid(origin, e);
-                    if let ConfigError::Invalid { key, .. } = &mut e {
-                        *key = format!("agents.{name}.{key}");
-                    }
-                    e
-                })?;
-        }
+    for (name, v) in layer.agents.iter().flatten() {
+        section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
     }
-    if let Some(plugins) = &layer.plugins {
-        for (name, section) in plugins {
-            let _: PluginSettings =
-                serde_path_to_error::deserialize(section.clone()).map_err(|e| {
-                    let mut e = invalid(origin, e);
-                    if let ConfigError::Invalid { key, .. } = &mut e {
-                        *key = format!("plugins.{name}.{key}");
-                    }
-                    e
-                })?;
-        }
+    for (name, v) in layer.plugins.iter().flatten() {
+        section::<PluginSettings>(v, origin, &format!("plugins.{name}"))?;
     }
     if let Some(dirs) = layer.tool_dirs {
         config.tool_dirs = dirs
@@ -750,33 +714,48 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
         name: "merged configuration".into(),
         base_dir: PathBuf::new(),
     };
-    if let Some(limits) = merged.get("limits").filter(|v| !v.is_null()) {
-        config.limits =
-            serde_path_to_error::deserialize(limits.clone()).map_err(|e| invalid(&origin, e))?;
+    let present = |key: &str| merged.get(key).filter(|v| !v.is_null());
+    if let Some(v) = present("limits") {
+        config.limits = section(v, &origin, "limits")?;
     }
-    if let Some(http) = merged.get("http").filter(|v| !v.is_null()) {
-        config.http =
-            serde_path_to_error::deserialize(http.clone()).map_err(|e| invalid(&origin, e))?;
+    if let Some(v) = present("http") {
+        config.http = section(v, &origin, "http")?;
     }
-    if let Some(auth) = merged.get("auth").filter(|v| !v.is_null()) {
-        config.auth =
-            serde_path_to_error::deserialize(auth.clone()).map_err(|e| invalid(&origin, e))?;
+    if let Some(v) = present("auth") {
+        config.auth = section(v, &origin, "auth")?;
     }
-    if let Some(Value::Object(agents)) = merged.get("agents") {
-        for (name, section) in agents {
-            let settings: AgentSettings = serde_path_to_error::deserialize(section.clone())
-                .map_err(|e| invalid(&origin, e))?;
+    if let Some(Value::Object(agents)) = present("agents") {
+        for (name, v) in agents {
+            let settings = section(v, &origin, &format!("agents.{name}"))?;
             config.agents.insert(name.clone(), settings);
         }
     }
-    if let Some(Value::Object(plugins)) = merged.get("plugins") {
-        for (name, section) in plugins {
-            let settings: PluginSettings = serde_path_to_error::deserialize(section.clone())
-                .map_err(|e| invalid(&origin, e))?;
+    if let Some(Value::Object(plugins)) = present("plugins") {
+        for (name, v) in plugins {
+            let settings = section(v, &origin, &format!("plugins.{name}"))?;
             config.plugins.insert(name.clone(), settings);
         }
     }
     Ok(())
+}
+
+/// Deserialize the section at `prefix` of one layer; errors name the full key path and the origin.
+fn section<T: serde::de::DeserializeOwned>(
+    value: &Value,
+    origin: &Origin,
+    prefix: &str,
+) -> Result<T, ConfigError> {
+    serde_path_to_error::deserialize(value.clone()).map_err(|e| {
+        let mut e = invalid(origin, e);
+        if let ConfigError::Invalid { key, .. } = &mut e {
+            *key = if key == "(top level)" {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}.{key}")
+            };
+        }
+        e
+    })
 }
 
 #[cfg(test)]

@@ -351,12 +351,7 @@ fn serve(
                 let addr = listener.local_addr()?;
                 tracing::info!("listening on http://{addr}{}", config.http.path);
                 let options = transport::http::HttpOptions {
-                    path: config.http.path.clone(),
-                    max_body_bytes: config.http.max_body_bytes,
-                    allowed_origins: config.http.allowed_origins.clone(),
-                    allowed_hosts: config.http.allowed_hosts.clone(),
-                    max_sessions: config.http.max_sessions,
-                    session_idle: Duration::from_secs(config.http.session_idle_secs),
+                    settings: config.http.clone(),
                     grace,
                     ..Default::default()
                 };

@@ -435,48 +435,37 @@ impl Protocol {
             );
         };
         if let Some(h) = &ex.headers {
-            if h.protocol_version.as_deref().map(str::trim) != Some(version) {
-                return Reply::error(
+            let mismatch = |header: &str, sent: Option<&str>, body: &str, value: &str| {
+                Reply::error(
                     id,
                     &RpcError::new(
                         jsonrpc::HEADER_MISMATCH,
                         format!(
-                            "Header mismatch: MCP-Protocol-Version header {:?} does not match _meta protocolVersion {version:?}",
-                            h.protocol_version.as_deref().unwrap_or("")
+                            "Header mismatch: {header} header {:?} does not match {body} {value:?}",
+                            sent.unwrap_or("")
                         ),
                         400,
                     ),
+                )
+            };
+            if h.protocol_version.as_deref().map(str::trim) != Some(version) {
+                let sent = h.protocol_version.as_deref();
+                return mismatch(
+                    "MCP-Protocol-Version",
+                    sent,
+                    "_meta protocolVersion",
+                    version,
                 );
             }
             if h.method.as_deref().map(str::trim) != Some(method) {
-                return Reply::error(
-                    id,
-                    &RpcError::new(
-                        jsonrpc::HEADER_MISMATCH,
-                        format!(
-                            "Header mismatch: Mcp-Method header {:?} does not match body method {method:?}",
-                            h.method.as_deref().unwrap_or("")
-                        ),
-                        400,
-                    ),
-                );
+                return mismatch("Mcp-Method", h.method.as_deref(), "body method", method);
             }
             if method == "tools/call" {
                 let body_name = params.get("name").and_then(Value::as_str);
                 let header_name = h.name.as_deref().map(str::trim);
                 if header_name.is_none() || header_name != body_name {
-                    return Reply::error(
-                        id,
-                        &RpcError::new(
-                            jsonrpc::HEADER_MISMATCH,
-                            format!(
-                                "Header mismatch: Mcp-Name header {:?} does not match body name {:?}",
-                                header_name.unwrap_or(""),
-                                body_name.unwrap_or("")
-                            ),
-                            400,
-                        ),
-                    );
+                    let body = body_name.unwrap_or("");
+                    return mismatch("Mcp-Name", header_name, "body name", body);
                 }
             }
         }

@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::config::HttpSettings;
 use crate::host_api::CancelFlag;
 use crate::protocol::jsonrpc::{self, Incoming, RpcError};
 use crate::protocol::session::{LegacySession, SessionStore, new_session_id};
@@ -26,21 +27,11 @@ use crate::protocol::{Exchange, HttpHeaders, Protocol, Reply, decode_header_valu
 
 const SESSION_HEADER: &str = "mcp-session-id";
 
-/// Settings of the HTTP transport.
+/// Settings of the HTTP transport: the configuration's `http` section plus timing.
 #[derive(Debug, Clone)]
 pub struct HttpOptions {
-    /// The MCP endpoint path.
-    pub path: String,
-    /// Largest accepted request body, in bytes (413 above).
-    pub max_body_bytes: usize,
-    /// Origins allowed besides the localhost forms (exact `scheme://host[:port]`).
-    pub allowed_origins: Vec<String>,
-    /// Host names allowed besides the localhost forms.
-    pub allowed_hosts: Vec<String>,
-    /// Legacy sessions kept at most.
-    pub max_sessions: usize,
-    /// Legacy sessions expire after this long without a request.
-    pub session_idle: Duration,
+    /// Endpoint path, body cap, allowed origins and hosts, session limits.
+    pub settings: HttpSettings,
     /// How long shutdown waits for in-flight requests.
     pub grace: Duration,
     /// Interval of SSE keep-alive comments on long-lived streams.
@@ -50,12 +41,7 @@ pub struct HttpOptions {
 impl Default for HttpOptions {
     fn default() -> Self {
         HttpOptions {
-            path: "/mcp".into(),
-            max_body_bytes: 4 * 1024 * 1024,
-            allowed_origins: Vec::new(),
-            allowed_hosts: Vec::new(),
-            max_sessions: 10_000,
-            session_idle: Duration::from_secs(30 * 60),
+            settings: HttpSettings::default(),
             grace: Duration::from_secs(10),
             keepalive: Duration::from_secs(15),
         }
@@ -199,14 +185,21 @@ fn check_origin(headers: &HeaderMap, options: &HttpOptions) -> Result<(), RpcErr
         |what: &str| RpcError::new(jsonrpc::INVALID_REQUEST, format!("Forbidden: {what}"), 403);
     if let Some(origin) = header(headers, "origin") {
         let authority = origin.split("://").nth(1).unwrap_or(origin);
-        if !(is_local(host_part(authority)) || options.allowed_origins.iter().any(|o| o == origin))
+        if !(is_local(host_part(authority))
+            || options.settings.allowed_origins.iter().any(|o| o == origin))
         {
             return Err(forbidden(&format!("Origin {origin} is not allowed")));
         }
     }
     if let Some(host) = header(headers, "host") {
         let name = host_part(host);
-        if !(is_local(name) || options.allowed_hosts.iter().any(|h| h == name || h == host)) {
+        if !(is_local(name)
+            || options
+                .settings
+                .allowed_hosts
+                .iter()
+                .any(|h| h == name || h == host))
+        {
             return Err(forbidden(&format!("Host {host} is not allowed")));
         }
     }
@@ -223,7 +216,10 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let (stop_tx, stop_rx) = watch::channel(false);
     let state = Arc::new(State {
-        sessions: SessionStore::new(options.max_sessions, options.session_idle),
+        sessions: SessionStore::new(
+            options.settings.max_sessions,
+            Duration::from_secs(options.settings.session_idle_secs),
+        ),
         protocol,
         options,
         shutdown: stop_rx,
@@ -317,7 +313,7 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
         };
     }
     // `/mcp` or `/mcp/agents/{name}`.
-    let agent = match path.strip_prefix(state.options.path.as_str()) {
+    let agent = match path.strip_prefix(state.options.settings.path.as_str()) {
         Some("") => None,
         Some(rest) => match rest.strip_prefix("/agents/") {
             Some(name) if !name.is_empty() && !name.contains('/') => Some(name.to_owned()),
@@ -325,10 +321,10 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
         },
         None => None,
     };
-    if path != state.options.path && agent.is_none() {
+    if path != state.options.settings.path && agent.is_none() {
         return json_response(
             404,
-            &json!({ "error": "not found", "mcpEndpoint": state.options.path }),
+            &json!({ "error": "not found", "mcpEndpoint": state.options.settings.path }),
         );
     }
     if let Err(e) = check_origin(req.headers(), &state.options) {
@@ -451,7 +447,7 @@ async fn post(
     req: Request<IncomingBody>,
     endpoint_agent: Option<String>,
 ) -> Response<Body> {
-    let max = state.options.max_body_bytes;
+    let max = state.options.settings.max_body_bytes;
     let too_large = || {
         error_response(
             &Value::Null,
