@@ -221,6 +221,16 @@ impl StdioServer {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// The server's process id (e.g. to send it a signal).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Whether the server process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child.0.try_wait().unwrap().is_none()
+    }
+
     /// Write one raw line (a newline is appended).
     pub fn send_raw(&mut self, line: &str) {
         let stdin = self.stdin.as_mut().expect("stdin is closed");
