@@ -275,10 +275,17 @@ impl Authenticator {
                         .filter(|s| !s.is_empty())
                         .ok_or_else(|| AuthError::Rejected("no `sub` claim".into()))?
                         .to_owned();
-                    let agent = claims
-                        .get(&self.agent_claim)
-                        .and_then(Value::as_str)
-                        .map(str::to_owned);
+                    let agent = match claims.get(&self.agent_claim) {
+                        None | Some(Value::Null) => None,
+                        Some(Value::String(a)) => Some(a.clone()),
+                        // A binding we cannot read must not silently become "unbound".
+                        Some(_) => {
+                            return Err(AuthError::Rejected(format!(
+                                "the `{}` claim must be a string",
+                                self.agent_claim
+                            )));
+                        }
+                    };
                     return Ok(Verified { user_id, agent });
                 }
                 Err(e) => {
@@ -502,14 +509,6 @@ impl Access {
         bearer: Option<&str>,
         session_id: Option<&str>,
     ) -> Result<Identity, Denied> {
-        let endpoint = match endpoint_agent {
-            Some(name) => Some(
-                self.agents
-                    .get(name)
-                    .ok_or_else(|| Denied::UnknownAgent(name.to_owned()))?,
-            ),
-            None => None,
-        };
         let verified = match (bearer, &self.auth) {
             (Some(token), Some(auth)) => match auth.verify(token) {
                 Ok(v) => Some(v),
@@ -535,6 +534,15 @@ impl Access {
                 description: "authentication required".into(),
             });
         }
+        // Only now look the endpoint's agent up: an unauthenticated caller learns nothing about agents.
+        let endpoint = match endpoint_agent {
+            Some(name) => Some(
+                self.agents
+                    .get(name)
+                    .ok_or_else(|| Denied::UnknownAgent(name.to_owned()))?,
+            ),
+            None => None,
+        };
         let agent = match (endpoint, verified.as_ref().and_then(|v| v.agent.as_deref())) {
             (Some(ep), Some(bound)) if ep.name != bound => {
                 return Err(Denied::Forbidden(format!(

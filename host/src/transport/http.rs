@@ -330,6 +330,17 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
     if let Err(e) = check_origin(req.headers(), &state.options) {
         return error_response(&Value::Null, &e);
     }
+    // GET and DELETE act on a legacy session: they authenticate like every request does.
+    if matches!(*req.method(), Method::GET | Method::DELETE)
+        && let Err(d) =
+            state
+                .protocol
+                .host()
+                .access()
+                .resolve(agent.as_deref(), bearer(req.headers()), None)
+    {
+        return denied(&state, &Value::Null, d);
+    }
     match *req.method() {
         Method::POST => post(state, req, agent).await,
         Method::GET => get_stream(state, req.headers()),
