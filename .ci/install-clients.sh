@@ -5,7 +5,8 @@
 #   - the official conformance suite, two pinned versions (0.1.16 for 2025-11-25, 0.2.0-alpha.12 for
 #     2026-07-28);
 #   - the TypeScript SDK v1 client (`@modelcontextprotocol/sdk`, latest 1.x);
-#   - a Python venv with the Python SDK `mcp` 2.x.
+#   - a Python venv with the Python SDK `mcp` 2.x;
+#   - the MCP Inspector (its CLI mode drives the server in the interop tests).
 # Only package registries are used (npm, PyPI). Idempotent: what is already there at the right version
 # is kept. Prints the versions at the end; exits non-zero on any failure.
 #
@@ -22,6 +23,7 @@ CONFORMANCE_LEGACY=0.1.16
 CONFORMANCE_MODERN=0.2.0-alpha.12
 TS_SDK_MAJOR=1
 PY_MCP_VERSION=2.3.0
+INSPECTOR_VERSION=2.12.0
 
 TOOLS="$PWD/.ci/.tools"
 BIN="$TOOLS/bin"
@@ -94,6 +96,15 @@ done
 echo "== TypeScript SDK @modelcontextprotocol/sdk@$TS_SDK_MAJOR.x"
 npm_pin "$TOOLS/tssdk" @modelcontextprotocol/sdk "^$TS_SDK_MAJOR.0.0" "^$TS_SDK_MAJOR\\."
 
+echo "== MCP Inspector $INSPECTOR_VERSION (its CLI mode)"
+npm_pin "$TOOLS/inspector" @modelcontextprotocol/inspector "$INSPECTOR_VERSION" "^${INSPECTOR_VERSION//./\\.}\$"
+cat > "$BIN/mcp-inspector.tmp" <<EOF
+#!/bin/sh
+exec "$NODE" "$TOOLS/inspector/node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js" "\$@"
+EOF
+chmod +x "$BIN/mcp-inspector.tmp"
+mv "$BIN/mcp-inspector.tmp" "$BIN/mcp-inspector"
+
 echo "== Python venv with mcp==$PY_MCP_VERSION"
 VENV="$TOOLS/venv"
 py_mcp_version() {
@@ -115,3 +126,4 @@ echo "conformance (legacy): $("$BIN/conformance-2025-11-25" --version) ($BIN/con
 echo "conformance (2026):   $("$BIN/conformance-2026-07-28" --version) ($BIN/conformance-2026-07-28)"
 echo "TypeScript SDK:       $(installed_version "$TOOLS/tssdk" @modelcontextprotocol/sdk) ($TOOLS/tssdk)"
 echo "Python SDK mcp:       $(py_mcp_version) ($VENV/bin/python)"
+echo "MCP Inspector:        $(installed_version "$TOOLS/inspector" @modelcontextprotocol/inspector) ($BIN/mcp-inspector)"

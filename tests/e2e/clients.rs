@@ -170,3 +170,61 @@ fn typescript_sdk_lists_and_calls_tools_over_http() {
         check_ts_report(&r);
     }
 }
+
+/// `mcp-inspector --cli <method args> -- <target>` as JSON.
+fn inspector_cli(l: &Layout, args: &[&str], target: &[String]) -> Option<Value> {
+    let bin = mcp_host_tests::clients::inspector()?;
+    let mut cmd = Command::new(bin);
+    cmd.arg("--cli").args(args).arg("--").args(target).env(
+        "MCP_CATALOG_PATH",
+        l.root.path().join("inspector-catalog.json"),
+    );
+    Some(run_json(cmd))
+}
+
+fn check_inspector(l: &Layout, target: &[String]) {
+    let Some(list) = inspector_cli(l, &["--method", "tools/list"], target) else {
+        return;
+    };
+    let names: Vec<&str> = list["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(PACKAGED.iter().all(|t| names.contains(t)), "{names:?}");
+    for (tool, arg) in [
+        ("current_time", "zone=Asia/Tokyo"),
+        ("hash_text", "text=hello"),
+        ("text_stats", "text=a b c"),
+    ] {
+        let r = inspector_cli(
+            l,
+            &[
+                "--method",
+                "tools/call",
+                "--tool-name",
+                tool,
+                "--tool-arg",
+                arg,
+            ],
+            target,
+        )
+        .unwrap();
+        assert_ne!(r["isError"], true, "{tool}: {r}");
+        assert!(r["structuredContent"].is_object(), "{tool}: {r}");
+    }
+}
+
+#[test]
+fn mcp_inspector_cli_lists_and_calls_packaged_tools_over_stdio() {
+    let (l, cfg) = layout();
+    check_inspector(&l, &stdio_command(&cfg));
+}
+
+#[test]
+fn mcp_inspector_cli_lists_and_calls_packaged_tools_over_http() {
+    let (l, cfg) = layout();
+    let (_server, url) = http_server(&cfg);
+    check_inspector(&l, &[url]);
+}

@@ -121,3 +121,9 @@ pub fn conformance_runner() -> Option<PathBuf> {
         ok.then(|| workspace_root().join("tests/conformance/run.sh")),
     )
 }
+
+/// The MCP Inspector's launcher (run with `--cli`).
+pub fn inspector() -> Option<PathBuf> {
+    let bin = workspace_root().join(".ci/.tools/bin/mcp-inspector");
+    require_or_skip("the MCP Inspector", bin.exists().then_some(bin))
+}
