@@ -208,17 +208,29 @@ impl Host {
         candidates: Vec<Candidate>,
     ) -> Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)> {
         let inner = &self.inner;
-        let probes: Vec<Result<(), LoadError>> = match &inner.prober {
-            Some(prober) => {
-                let files: Vec<PathBuf> = candidates.iter().map(|c| c.path.clone()).collect();
-                prober
-                    .probe_all(&files)
-                    .into_iter()
-                    .map(|r| r.map(|_| ()))
-                    .collect()
+        let runtime_dir = inner.runtime_dir.path();
+        // Copy first, then probe and load that same copy: the original may be replaced at any time.
+        // The stamp is taken before copying, so a change racing with the copy shows up as a new one.
+        let stamps: Vec<_> = candidates
+            .iter()
+            .map(|c| crate::registry::FileStamp::of(&c.path))
+            .collect();
+        let copies: Vec<Result<PathBuf, LoadError>> = candidates
+            .iter()
+            .map(|c| crate::plugin::private_copy(&c.path, runtime_dir))
+            .collect();
+        let mut probes: Vec<Result<(), LoadError>> =
+            copies.iter().map(|c| c.clone().map(|_| ())).collect();
+        if let Some(prober) = &inner.prober {
+            let (index, files): (Vec<usize>, Vec<PathBuf>) = copies
+                .iter()
+                .enumerate()
+                .filter_map(|(i, c)| c.as_ref().ok().map(|p| (i, p.clone())))
+                .unzip();
+            for (i, result) in index.into_iter().zip(prober.probe_all(&files)) {
+                probes[i] = result.map(|_| ());
             }
-            None => candidates.iter().map(|_| Ok(())).collect(),
-        };
+        }
         let nested: Arc<dyn HostCallbacks> = Arc::new(CallbackHandle(Arc::downgrade(inner)));
         let config = inner.config.load_full();
         let config_for = |name: &str| config.plugin(name).config;
@@ -229,29 +241,32 @@ impl Host {
         };
         candidates
             .into_iter()
-            .zip(probes)
-            .map(|(candidate, probe)| {
-                // Stamp before loading: a change racing with the load shows up as a new stamp.
-                let stamp = crate::registry::FileStamp::of(&candidate.path);
-                let result =
-                    probe
-                        .and_then(|()| Plugin::load(&candidate.path, &cx))
-                        .map(|plugin| {
-                            inner
-                                .images
-                                .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                            let settings = config.plugin(plugin.name());
-                            let limit = settings
-                                .max_concurrent_calls
-                                .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
-                            Arc::new(PluginSlot::new(
-                                plugin,
-                                candidate.clone(),
-                                limit,
-                                stamp,
-                                settings,
-                            ))
-                        });
+            .zip(copies.into_iter().zip(probes).zip(stamps))
+            .map(|(candidate, ((copy, probe), stamp))| {
+                let result = copy
+                    .and_then(|copy| match probe {
+                        Ok(()) => Plugin::load_copy(&candidate.path, &copy, &cx),
+                        Err(e) => {
+                            let _ = std::fs::remove_file(&copy);
+                            Err(e.mentioning(&copy, &candidate.path))
+                        }
+                    })
+                    .map(|plugin| {
+                        inner
+                            .images
+                            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                        let settings = config.plugin(plugin.name());
+                        let limit = settings
+                            .max_concurrent_calls
+                            .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
+                        Arc::new(PluginSlot::new(
+                            plugin,
+                            candidate.clone(),
+                            limit,
+                            stamp,
+                            settings,
+                        ))
+                    });
                 (candidate, result)
             })
             .collect()

@@ -43,6 +43,23 @@ pub enum LoadError {
     Copy(String),
 }
 
+impl LoadError {
+    /// The same error with every mention of the private copy replaced by the original file.
+    pub fn mentioning(self, copy: &Path, file: &Path) -> LoadError {
+        let (from, to) = (copy.display().to_string(), file.display().to_string());
+        let fix = |s: String| s.replace(&from, &to);
+        match self {
+            LoadError::Library(s) => LoadError::Library(fix(s)),
+            LoadError::Abi(s) => LoadError::Abi(fix(s)),
+            LoadError::Build(s) => LoadError::Build(fix(s)),
+            LoadError::Init(s) => LoadError::Init(fix(s)),
+            LoadError::Manifest(s) => LoadError::Manifest(fix(s)),
+            LoadError::Probe(s) => LoadError::Probe(fix(s)),
+            LoadError::Copy(s) => LoadError::Copy(fix(s)),
+        }
+    }
+}
+
 /// Keep the meaningful tail of abi_stable's (very long) layout report.
 fn summarize_library_error(e: &LibraryError) -> LoadError {
     let text = e.to_string();
@@ -122,8 +139,9 @@ impl std::fmt::Debug for Plugin {
 
 static COPY_SEQ: AtomicU64 = AtomicU64::new(0);
 
-/// Copy `file` to a unique name in `runtime_dir`.
-fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
+/// Copy `file` to a unique name in `runtime_dir`: the file that is probed and then loaded, so a
+/// replacement of the original in between can never slip in unprobed.
+pub fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
     let seq = COPY_SEQ.fetch_add(1, Ordering::Relaxed);
     let name = file
         .file_name()
@@ -148,10 +166,15 @@ impl Plugin {
     /// Load `file` from a private copy, check it, and run its `init`.
     pub fn load(file: &Path, cx: &LoadContext<'_>) -> Result<Plugin, LoadError> {
         let copy = private_copy(file, cx.runtime_dir)?;
-        let opened = open_module(&copy);
-        // The mapping stays valid after unlink; nothing is left behind if the host dies.
-        let _ = std::fs::remove_file(&copy);
-        let (module, build) = opened?;
+        Self::load_copy(file, &copy, cx)
+    }
+
+    /// Load `copy`, a private copy of `file` (see [`private_copy`]), and run its `init`. The copy is
+    /// unlinked once opened: the mapping stays valid, and nothing is left behind if the host dies.
+    pub fn load_copy(file: &Path, copy: &Path, cx: &LoadContext<'_>) -> Result<Plugin, LoadError> {
+        let opened = open_module(copy);
+        let _ = std::fs::remove_file(copy);
+        let (module, build) = opened.map_err(|e| e.mentioning(copy, file))?;
         let host_api = HostApiImpl::new(
             build.plugin.clone(),
             (cx.config_for)(&build.plugin),
