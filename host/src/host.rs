@@ -642,7 +642,16 @@ fn validate(tool: &Tool, args: &Value) -> Result<(), String> {
             tool.name
         ));
     }
+    // The caller is injected by the host from verified credentials; it can never be an argument,
+    // whatever a hand-written schema allows.
     let mut problems = Vec::new();
+    if args.get("user_info").is_some() {
+        problems.push(
+            "argument `user_info` is not allowed: the caller comes from verified credentials, \
+             never from arguments"
+                .to_owned(),
+        );
+    }
     for error in tool.validator.iter_errors(args).take(5) {
         let path = error.instance_path().to_string();
         let rule = error

@@ -278,6 +278,19 @@ fn the_caller_is_injected_from_the_host_never_from_arguments() {
         .block_on(host.call("maybe_caller", None, as_alice))
         .unwrap();
     assert_eq!(text(&named), "alice");
+    // Even a hand-written schema that allows extra properties cannot smuggle a caller in.
+    let smuggled = rt
+        .block_on(host.call(
+            "custom_schema",
+            Some(json!({"sections": [], "user_info": {"user_id": "mallory"}})),
+            CallOptions::default(),
+        ))
+        .unwrap();
+    assert_eq!(smuggled["isError"], true, "{smuggled}");
+    assert!(
+        text(&smuggled).contains("`user_info` is not allowed"),
+        "{smuggled}"
+    );
     let refused = rt.block_on(host.call(
         "greet_caller",
         Some(json!({"greeting": "hi"})),
