@@ -15,7 +15,8 @@
 //!   (pre-built request bytes, `Content-Length` framing) on a current-thread runtime; a warm-up, then a
 //!   fixed window; requests/s and per-request latency percentiles. The baseline is this same binary
 //!   re-executed as `--baseline-server PORT`: hyper 1.x http1 + serde_json, the same multi-thread
-//!   tokio runtime as `mcp-host`. Rounds alternate baseline and host; the best round of each counts
+//!   tokio runtime as `mcp-host`; it gets the same request headers (ignoring the MCP ones) and a plain
+//!   JSON-RPC body without `_meta`. Rounds alternate baseline and host; the best round of each counts
 //!   (interference from other processes only ever slows a round down).
 //! - stdio: newline-delimited 2026 `tools/call` of `echo`; 32 requests kept in flight (matched by id),
 //!   then one at a time.
@@ -23,7 +24,14 @@
 //!   answer; then the idle resident set size of that process, and of an HTTP server after one request.
 //!
 //! Environment: `MCP_BENCH_ROUNDS` (HTTP rounds per server, default 2), `MCP_BENCH_SECS` (measuring
-//! window per HTTP round / stdio phase, default 5 / 3).
+//! window per HTTP round / stdio phase, default 5 / 3), `MCP_BENCH_ONLY` (comma-separated sections:
+//! `http`, `stdio`, `cold`; default all), `MCP_BENCH_HOST_EXE` (benchmark this `mcp-host` binary
+//! instead of the one built into `target/bench`).
+//!
+//! Besides wall-clock figures, each load phase reports the server's CPU time (user + system, all its
+//! threads) per request. It moves much less than throughput when other processes compete for the
+//! machine (±10-20 % rather than 2-3×), so it is the one to compare between builds on a busy host;
+//! alternate the builds (`MCP_BENCH_HOST_EXE`) and compare each with the baseline of its own run.
 
 #![allow(clippy::unwrap_used)]
 // CPU affinity, poll(2) and PR_SET_PDEATHSIG go through libc.
@@ -192,10 +200,13 @@ struct Server {
     log: Arc<Mutex<Vec<String>>>,
     /// Receives lines containing `listening on` (HTTP servers).
     listening: mpsc::Receiver<String>,
+    /// A stdio server: the end of its stdin stops it.
+    stdio: bool,
 }
 
 impl Server {
     fn spawn(name: &'static str, mut cmd: Command) -> Server {
+        let stdio = cmd.get_args().any(|a| a == "--stdio");
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
@@ -230,6 +241,7 @@ impl Server {
             child,
             log,
             listening,
+            stdio,
         }
     }
 
@@ -272,18 +284,40 @@ impl Server {
     }
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        drop(self.stdin.take());
-        let _ = self.child.kill();
-        let deadline = Instant::now() + Duration::from_secs(5);
-        while Instant::now() < deadline {
+impl Server {
+    /// Wait up to `limit` for the child to exit; true when it has.
+    fn exited_within(&mut self, limit: Duration) -> bool {
+        let deadline = Instant::now() + limit;
+        loop {
             match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
+                Ok(Some(_)) | Err(_) => return true,
+                Ok(None) if Instant::now() >= deadline => return false,
                 Ok(None) => std::thread::sleep(Duration::from_millis(2)),
             }
         }
-        eprintln!("warning: {} (pid {}) did not exit", self.name, self.pid());
+    }
+}
+
+impl Drop for Server {
+    /// Stop the child gracefully, so `mcp-host` removes its runtime directory: the end of stdin for a
+    /// stdio server, SIGTERM otherwise (or if that did not work); SIGKILL when it has still not
+    /// exited after a few seconds.
+    fn drop(&mut self) {
+        drop(self.stdin.take());
+        if self.stdio && self.exited_within(Duration::from_secs(3)) {
+            return;
+        }
+        if let Ok(pid) = libc::pid_t::try_from(self.child.id()) {
+            // SAFETY: signalling our own child, which has not been reaped yet (so the pid is its).
+            unsafe { libc::kill(pid, libc::SIGTERM) };
+        }
+        if self.exited_within(Duration::from_secs(3)) {
+            return;
+        }
+        let _ = self.child.kill();
+        if !self.exited_within(Duration::from_secs(5)) {
+            eprintln!("warning: {} (pid {}) did not exit", self.name, self.pid());
+        }
     }
 }
 
@@ -852,12 +886,12 @@ fn bench_http(env: &Env, rows: &mut Vec<String>) {
     let host = Server::spawn("mcp-host serve (HTTP)", cmd);
     let host_addr = host.wait_listening();
 
-    let baseline_req = http_request(
+    // The baseline gets the same headers (it ignores the MCP ones), so both servers' HTTP parsing
+    // does the same work; its body is plain JSON-RPC without the 2026 `_meta`.
+    let baseline_req = host_http_request(
         baseline_addr,
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-        ],
+        "tools/call",
+        Some("echo"),
         r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}"#,
     );
     let host_req = host_http_request(host_addr, "tools/call", Some("echo"), &echo_body());
@@ -1075,7 +1109,10 @@ fn main() {
         pin_to(cpu).unwrap();
     }
     let env = Env {
-        exe: release.join("mcp-host"),
+        // Another build to compare (e.g. other profile settings); the table is for that binary.
+        exe: std::env::var_os("MCP_BENCH_HOST_EXE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| release.join("mcp-host")),
         echo_config: echo_config.to_str().unwrap().to_owned(),
         packaged_config: packaged_config.to_str().unwrap().to_owned(),
         place,

@@ -483,7 +483,7 @@ impl Host {
             depth: 0,
             tool: Arc::from(name),
         });
-        let args_text = args.to_string();
+        let args_text = serde_json::to_string(&args).unwrap_or_default();
         if tool.descriptor.inline {
             return Ok(run(&tool, &args_text, ctx));
         }

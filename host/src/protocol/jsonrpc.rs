@@ -170,17 +170,31 @@ pub fn classify(value: Value) -> Result<Incoming, (Value, RpcError)> {
 
 /// A success response.
 pub fn response(id: &Value, result: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "result": result })
+    envelope(id, "result", result)
+}
+
+/// `{"jsonrpc": "2.0", "id": id, member: value}`. Built by hand: `json!` would deep-copy `value`
+/// (a whole tool result) through `serde_json::to_value`.
+fn envelope(id: &Value, member: &str, value: Value) -> Value {
+    let mut m = Map::new();
+    m.insert("jsonrpc".into(), Value::from("2.0"));
+    m.insert("id".into(), id.clone());
+    m.insert(member.into(), value);
+    Value::Object(m)
 }
 
 /// An error response.
 pub fn error_response(id: &Value, error: &RpcError) -> Value {
-    json!({ "jsonrpc": "2.0", "id": id, "error": error.to_value() })
+    envelope(id, "error", error.to_value())
 }
 
 /// A notification.
 pub fn notification(method: &str, params: Value) -> Value {
-    json!({ "jsonrpc": "2.0", "method": method, "params": params })
+    let mut m = Map::new();
+    m.insert("jsonrpc".into(), Value::from("2.0"));
+    m.insert("method".into(), Value::from(method));
+    m.insert("params".into(), params);
+    Value::Object(m)
 }
 
 #[cfg(test)]

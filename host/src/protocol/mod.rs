@@ -260,7 +260,9 @@ impl Protocol {
     }
 
     fn modern_meta(&self) -> Value {
-        json!({ META_SERVER_INFO: self.server_info })
+        let mut meta = Map::new();
+        meta.insert(META_SERVER_INFO.into(), self.server_info.clone());
+        Value::Object(meta)
     }
 
     fn cache_scope(ex: &Exchange) -> &'static str {
@@ -511,10 +513,11 @@ impl Protocol {
             "tools/list" => match self.list_tools(params, ex.agent.as_deref()) {
                 Ok((tools, next)) => {
                     let mut result = json!({
-                        "tools": tools,
                         "ttlMs": self.settings.ttl_ms,
                         "cacheScope": Self::cache_scope(ex),
                     });
+                    // Moved in: `json!` would deep-copy the whole page through `to_value`.
+                    result["tools"] = Value::Array(tools);
                     if let Some(next) = next {
                         result["nextCursor"] = json!(next);
                     }

@@ -120,7 +120,10 @@ impl Drop for CancelOnDrop {
 }
 
 fn json_response(status: u16, body: &Value) -> Response<Body> {
-    let mut resp = Response::new(Body::Full(Some(Bytes::from(body.to_string()))));
+    let mut resp = Response::new(Body::Full(Some(Bytes::from(
+        // Straight into a buffer (`to_string` goes through `fmt::Display`); the same bytes.
+        serde_json::to_vec(body).unwrap_or_default(),
+    ))));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
