@@ -330,7 +330,7 @@ fn serve(
                 );
                 transport::stdio::serve(
                     protocol,
-                    tokio::io::stdin(),
+                    std::io::stdin(),
                     out,
                     transport::stdio::StdioOptions {
                         caller: user.map(|u| UserInfo {

@@ -1,18 +1,22 @@
 //! The stdio transport: newline-delimited JSON-RPC on stdin and (the protected) stdout.
 //!
-//! Each request runs in its own task, so a slow tool never blocks `ping`, `tools/list` or other
-//! calls; one writer thread serializes output and flushes when it has nothing more queued. The
-//! process exits when stdin closes, after in-flight requests finish (up to a grace period).
+//! A reader thread takes each line and polls its request once, right there: `ping`, `tools/list`
+//! and tools that declare themselves `inline` finish without a single thread hand-off. Anything
+//! still pending (a tool on the worker pool, a subscription) moves to the async runtime, so a slow
+//! tool never blocks other requests. Messages are written under one lock, so a request's
+//! notifications always precede its response. The process exits when stdin closes, after in-flight
+//! requests finish (up to a grace period).
 
 use std::collections::HashMap;
-use std::io::Write;
+use std::future::Future;
+use std::io::{BufRead, Read, Write};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Waker};
 use std::time::Duration;
 
 use mcp_plugin_sdk::UserInfo;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
-use tokio::sync::mpsc;
 
 use crate::host_api::CancelFlag;
 use crate::protocol::jsonrpc::{self, Incoming, RpcError};
@@ -35,7 +39,8 @@ pub struct StdioOptions {
 
 struct Connection {
     protocol: Protocol,
-    out: mpsc::UnboundedSender<Value>,
+    out: Mutex<Box<dyn Write + Send>>,
+    tasks: Mutex<tokio::task::JoinSet<()>>,
     session: OnceLock<Arc<LegacySession>>,
     inflight: Mutex<HashMap<String, CancelFlag>>,
     listens: Mutex<Vec<CancelFlag>>,
@@ -46,42 +51,70 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Serve `protocol` over `input` and `output` until `input` closes.
+/// Serve `protocol` over `input` and `output` until `input` closes. Call it inside a tokio runtime.
 pub async fn serve(
     protocol: Protocol,
-    input: impl AsyncRead + Unpin,
+    input: impl Read + Send + 'static,
     output: impl Write + Send + 'static,
     options: StdioOptions,
 ) -> std::io::Result<()> {
-    let (tx, rx) = mpsc::unbounded_channel::<Value>();
-    let writer = std::thread::Builder::new()
-        .name("mcp-stdout".into())
-        .spawn(move || write_loop(rx, output))?;
     let conn = Arc::new(Connection {
         protocol,
-        out: tx,
+        out: Mutex::new(Box::new(std::io::BufWriter::new(output))),
+        tasks: Mutex::new(tokio::task::JoinSet::new()),
         session: OnceLock::new(),
         inflight: Mutex::new(HashMap::new()),
         listens: Mutex::new(Vec::new()),
         options,
     });
     let changes = tokio::spawn(forward_changes(Arc::clone(&conn)));
-    let mut tasks = tokio::task::JoinSet::new();
-    let mut lines = BufReader::new(input).lines();
+    let reader = {
+        let conn = Arc::clone(&conn);
+        let runtime = tokio::runtime::Handle::current();
+        std::thread::Builder::new()
+            .name("mcp-stdin".into())
+            .spawn(move || read_loop(conn, input, runtime))?
+    };
+    let read = tokio::task::spawn_blocking(move || reader.join())
+        .await
+        .map_err(std::io::Error::other)?
+        .unwrap_or_else(|_| Err(std::io::Error::other("the stdin reader panicked")));
+    // stdin closed: subscription streams end now; in-flight requests finish within the grace period.
+    for flag in lock(&conn.listens).drain(..) {
+        flag.cancel();
+    }
+    let mut tasks = std::mem::take(&mut *lock(&conn.tasks));
+    let grace = conn.options.grace;
+    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+    tasks.abort_all();
+    changes.abort();
+    read
+}
+
+/// Read lines; run each request on this thread until it would wait, then hand it to the runtime.
+fn read_loop(
+    conn: Arc<Connection>,
+    input: impl Read,
+    runtime: tokio::runtime::Handle,
+) -> std::io::Result<()> {
+    // Timers and semaphores in the call path need the runtime's context when first polled here.
+    let _context = runtime.enter();
+    let mut input = std::io::BufReader::new(input);
+    let mut buf = Vec::new();
     loop {
-        let line = match lines.next_line().await {
-            Ok(Some(line)) => line,
-            Ok(None) => break,
-            Err(e) if e.kind() == std::io::ErrorKind::InvalidData => {
-                conn.send(jsonrpc::error_response(
-                    &Value::Null,
-                    &RpcError::parse("input is not valid UTF-8"),
-                ));
-                continue;
-            }
-            Err(e) => return Err(e),
+        buf.clear();
+        if input.read_until(b'\n', &mut buf)? == 0 {
+            return Ok(());
+        }
+        let Ok(line) = std::str::from_utf8(&buf) else {
+            conn.send(jsonrpc::error_response(
+                &Value::Null,
+                &RpcError::parse("input is not valid UTF-8"),
+            ));
+            continue;
         };
-        if line.trim().is_empty() {
+        let line = line.trim();
+        if line.is_empty() {
             continue;
         }
         if line.len() > conn.options.max_message_bytes {
@@ -95,38 +128,21 @@ pub async fn serve(
             ));
             continue;
         }
-        let conn = Arc::clone(&conn);
-        tasks.spawn(async move { conn.handle_line(&line).await });
-        // Reap finished tasks so the set stays small on long sessions.
-        while tasks.try_join_next().is_some() {}
-    }
-    // stdin closed: subscription streams end now; in-flight requests finish within the grace period.
-    for flag in lock(&conn.listens).drain(..) {
-        flag.cancel();
-    }
-    let grace = conn.options.grace;
-    let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-    tasks.abort_all();
-    changes.abort();
-    drop(conn);
-    let _ = tokio::task::spawn_blocking(move || writer.join()).await;
-    Ok(())
-}
-
-fn write_loop(mut rx: mpsc::UnboundedReceiver<Value>, output: impl Write) {
-    let mut out = std::io::BufWriter::new(output);
-    while let Some(message) = rx.blocking_recv() {
-        let mut batch = vec![message];
-        while let Ok(more) = rx.try_recv() {
-            batch.push(more);
-        }
-        for m in batch {
-            if serde_json::to_writer(&mut out, &m).is_err() || out.write_all(b"\n").is_err() {
-                return;
-            }
-        }
-        if out.flush().is_err() {
-            return;
+        let line = line.to_owned();
+        let task = Arc::clone(&conn);
+        let mut request: Pin<Box<dyn Future<Output = ()> + Send>> =
+            Box::pin(async move { task.handle_line(&line).await });
+        // Poll once here; a request that has to wait continues on the runtime, which polls it again
+        // with a real waker (primitives re-check their state on every poll, so nothing is lost).
+        if request
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+            .is_pending()
+        {
+            let mut tasks = lock(&conn.tasks);
+            tasks.spawn_on(request, &runtime);
+            // Reap finished tasks so the set stays small on long sessions.
+            while tasks.try_join_next().is_some() {}
         }
     }
 }
@@ -146,8 +162,13 @@ async fn forward_changes(conn: Arc<Connection>) {
 }
 
 impl Connection {
+    /// Write one message and flush (a broken pipe means the client is gone: nothing to do).
     fn send(&self, message: Value) {
-        let _ = self.out.send(message);
+        let mut out = lock(&self.out);
+        let _ = serde_json::to_writer(&mut *out, &message)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush());
     }
 
     async fn handle_line(self: Arc<Self>, line: &str) {
@@ -207,7 +228,7 @@ impl Connection {
         let cancel = CancelFlag::new();
         let key = id.to_string();
         lock(&self.inflight).insert(key.clone(), cancel.clone());
-        let out = self.out.clone();
+        let notify_to = Arc::clone(&self);
         let exchange = Exchange {
             session: self.session.get().cloned(),
             headers: None,
@@ -218,9 +239,7 @@ impl Connection {
                 .as_deref()
                 .and_then(|a| self.protocol.host().access().agent(a)),
             cancel: cancel.clone(),
-            notifier: Some(Arc::new(move |n| {
-                let _ = out.send(n);
-            })),
+            notifier: Some(Arc::new(move |n| notify_to.send(n))),
             cache_private: false,
         };
         let reply = self
