@@ -239,6 +239,9 @@ pub struct Config {
     pub plugins: BTreeMap<String, PluginSettings>,
     /// Probe each plugin in a child process before loading it in-process.
     pub probe: bool,
+    /// Where files that passed the probe are remembered across runs (by path, size, mtime, inode
+    /// and host build); `None` probes every file at every start.
+    pub probe_cache: Option<PathBuf>,
     /// Where private copies of plugin files are made (a fresh directory under the system's temp dir
     /// when unset).
     pub runtime_dir: Option<PathBuf>,
@@ -281,6 +284,7 @@ impl Default for Config {
             limits: Limits::default(),
             plugins: BTreeMap::new(),
             probe: true,
+            probe_cache: crate::probe::ProbeCache::default_path(),
             runtime_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 18080)),
             http: HttpSettings::default(),
@@ -305,6 +309,8 @@ struct Layer {
     limits: Option<Value>,
     plugins: Option<BTreeMap<String, Value>>,
     probe: Option<bool>,
+    /// A path, or `false` to turn the cache off.
+    probe_cache: Option<Value>,
     runtime_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
     http: Option<Value>,
@@ -667,6 +673,20 @@ fn apply_value(
     }
     if let Some(probe) = layer.probe {
         config.probe = probe;
+    }
+    match layer.probe_cache {
+        None => {}
+        Some(Value::Bool(false)) | Some(Value::Null) => config.probe_cache = None,
+        Some(Value::String(p)) => {
+            config.probe_cache = Some(absolute(&origin.base_dir, Path::new(&p)))
+        }
+        Some(other) => {
+            return Err(ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: "probe_cache".into(),
+                message: format!("expected a path or false, got {other}"),
+            });
+        }
     }
     if let Some(listen) = layer.listen {
         config.listen = listen;

@@ -105,6 +105,8 @@ struct HostInner {
     access: ArcSwap<crate::auth::Access>,
     /// Serializes rescans (start-up, file changes, SIGHUP).
     reload_lock: std::sync::Mutex<()>,
+    /// Files known to pass the probe (when probing and a cache location are configured).
+    probe_cache: Option<std::sync::Mutex<crate::probe::ProbeCache>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
     images: std::sync::atomic::AtomicUsize,
     changes: tokio::sync::broadcast::Sender<u64>,
@@ -176,6 +178,10 @@ impl Host {
         let inner = Arc::new(HostInner {
             access: ArcSwap::from_pointee(access),
             reload_lock: std::sync::Mutex::new(()),
+            probe_cache: prober
+                .as_ref()
+                .and(config.probe_cache.clone())
+                .map(|p| std::sync::Mutex::new(crate::probe::ProbeCache::open(p))),
             images: std::sync::atomic::AtomicUsize::new(0),
             changes: tokio::sync::broadcast::channel(16).0,
             generation: std::sync::atomic::AtomicU64::new(0),
@@ -222,13 +228,45 @@ impl Host {
         let mut probes: Vec<Result<(), LoadError>> =
             copies.iter().map(|c| c.clone().map(|_| ())).collect();
         if let Some(prober) = &inner.prober {
+            // A file whose identity did not change across the copy, and that passed a probe with
+            // that identity before, is known good: skip its child process.
+            let mut cache = inner
+                .probe_cache
+                .as_ref()
+                .map(|c| c.lock().unwrap_or_else(|p| p.into_inner()));
+            let stamp_keys: Vec<Option<String>> = candidates
+                .iter()
+                .zip(&stamps)
+                .map(|(c, before)| {
+                    let after = crate::registry::FileStamp::of(&c.path);
+                    before
+                        .as_ref()
+                        .filter(|b| Some(*b) == after.as_ref())
+                        .map(|b| b.key())
+                })
+                .collect();
             let (index, files): (Vec<usize>, Vec<PathBuf>) = copies
                 .iter()
                 .enumerate()
+                .filter(|(i, _)| {
+                    let known = match (&cache, &stamp_keys[*i]) {
+                        (Some(cache), Some(key)) => cache.contains(&candidates[*i].path, key),
+                        _ => false,
+                    };
+                    !known
+                })
                 .filter_map(|(i, c)| c.as_ref().ok().map(|p| (i, p.clone())))
                 .unzip();
             for (i, result) in index.into_iter().zip(prober.probe_all(&files)) {
+                if result.is_ok()
+                    && let (Some(cache), Some(key)) = (cache.as_mut(), &stamp_keys[i])
+                {
+                    cache.insert(&candidates[i].path, key);
+                }
                 probes[i] = result.map(|_| ());
+            }
+            if let Some(cache) = cache.as_mut() {
+                cache.save();
             }
         }
         let nested: Arc<dyn HostCallbacks> = Arc::new(CallbackHandle(Arc::downgrade(inner)));

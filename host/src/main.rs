@@ -293,18 +293,20 @@ fn serve(
             .agent(name)
             .with_context(|| format!("--agent {name}: no such agent in the configuration"))?;
     }
-    let watcher = if watch {
-        match mcp_host::watch::watch(host.clone()) {
-            Ok(w) => Some(w),
-            Err(e) => {
-                tracing::warn!("hot reload disabled: cannot watch files: {e}");
-                None
+    // Set up watching beside serving, off the start-up path (a change in between is caught by the
+    // first rescan, which compares every file's stamp).
+    let watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::watch::Watcher>> = Default::default();
+    if watch {
+        let (host, slot) = (host.clone(), std::sync::Arc::clone(&watcher));
+        std::thread::spawn(move || match mcp_host::watch::watch(host.clone()) {
+            Ok(w) => {
+                let _ = slot.set(w);
+                // Anything that changed while the watcher was starting.
+                host.rescan(None);
             }
-        }
-    } else {
-        None
-    };
-    let watcher = std::sync::Arc::new(watcher);
+            Err(e) => tracing::warn!("hot reload disabled: cannot watch files: {e}"),
+        });
+    }
     let protocol = Protocol::new(
         host.clone(),
         ProtocolSettings {
@@ -368,7 +370,10 @@ fn serve(
 }
 
 /// SIGHUP: rescan the tool directories and re-read the configuration.
-fn spawn_sighup_rescan(host: Host, watcher: std::sync::Arc<Option<mcp_host::watch::Watcher>>) {
+fn spawn_sighup_rescan(
+    host: Host,
+    watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::watch::Watcher>>,
+) {
     #[cfg(unix)]
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -377,7 +382,7 @@ fn spawn_sighup_rescan(host: Host, watcher: std::sync::Arc<Option<mcp_host::watc
         };
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: rescanning");
-            match watcher.as_ref() {
+            match watcher.get() {
                 Some(w) => w.rescan(),
                 None => {
                     let host = host.clone();

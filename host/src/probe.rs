@@ -234,6 +234,86 @@ fn decode_error(payload: &str) -> LoadError {
     }
 }
 
+/// Files that passed a probe, by identity (path, size, modification time, inode) and host build, kept
+/// across runs in the user's cache directory: a client that starts the host for every session
+/// does not pay for a probe of files it already checked. A changed file has a new identity and is
+/// probed again.
+#[derive(Debug)]
+pub struct ProbeCache {
+    path: PathBuf,
+    entries: std::collections::BTreeSet<String>,
+    dirty: bool,
+}
+
+impl ProbeCache {
+    /// The default location: `$XDG_CACHE_HOME/mcp-host/probed` or `~/.cache/mcp-host/probed`.
+    pub fn default_path() -> Option<PathBuf> {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+        Some(base.join("mcp-host").join("probed"))
+    }
+
+    /// Read the cache at `path` (empty when absent or unreadable).
+    pub fn open(path: PathBuf) -> Self {
+        let entries = std::fs::read_to_string(&path)
+            .map(|text| text.lines().map(str::to_owned).collect())
+            .unwrap_or_default();
+        ProbeCache {
+            path,
+            entries,
+            dirty: false,
+        }
+    }
+
+    fn key(file: &Path, stamp: &str) -> String {
+        let host = mcp_plugin_sdk::abi::BuildInfo::host();
+        format!(
+            "{}\t{stamp}\t{}\t{}\t{}",
+            file.display(),
+            env!("CARGO_PKG_VERSION"),
+            host.sdk_version,
+            host.target
+        )
+    }
+
+    /// Whether `file`, with this stamp, passed a probe before.
+    pub fn contains(&self, file: &Path, stamp: &str) -> bool {
+        self.entries.contains(&Self::key(file, stamp))
+    }
+
+    /// Record that `file`, with this stamp, passed.
+    pub fn insert(&mut self, file: &Path, stamp: &str) {
+        self.dirty |= self.entries.insert(Self::key(file, stamp));
+    }
+
+    /// Write the cache back (atomically; best effort).
+    pub fn save(&mut self) {
+        if !self.dirty {
+            return;
+        }
+        let Some(dir) = self.path.parent() else {
+            return;
+        };
+        // Forget files that no longer exist, so the cache stays as small as the tool directories.
+        self.entries
+            .retain(|e| e.split('\t').next().is_some_and(|p| Path::new(p).exists()));
+        let text: String = self.entries.iter().map(|e| format!("{e}\n")).collect();
+        let tmp = self
+            .path
+            .with_extension(format!("tmp{}", std::process::id()));
+        let written = std::fs::create_dir_all(dir)
+            .and_then(|()| std::fs::write(&tmp, text))
+            .and_then(|()| std::fs::rename(&tmp, &self.path));
+        if let Err(e) = written {
+            let _ = std::fs::remove_file(&tmp);
+            tracing::debug!("probe cache not saved to {}: {e}", self.path.display());
+        }
+        self.dirty = false;
+    }
+}
+
 /// The child's side: open each file and report on `out`. Never runs a plugin's `init`.
 pub fn run_probe_child(files: &[PathBuf], out: &mut dyn Write) -> std::io::Result<()> {
     for (i, file) in files.iter().enumerate() {

@@ -42,6 +42,15 @@ pub struct FileStamp {
 }
 
 impl FileStamp {
+    /// A stable text form, for the probe cache.
+    pub fn key(&self) -> String {
+        let nanos = self
+            .modified
+            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        format!("{}:{}:{}", self.len, nanos, self.inode)
+    }
+
     /// The stamp of `path` now.
     pub fn of(path: &std::path::Path) -> Option<FileStamp> {
         let m = std::fs::metadata(path).ok()?;

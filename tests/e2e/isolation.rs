@@ -215,3 +215,28 @@ fn a_tool_can_call_a_tool_of_another_plugin_through_the_host() {
     assert_eq!(r["isError"], true);
     assert!(text(&r).contains("minimum"), "{r}");
 }
+
+#[test]
+fn a_remembered_probe_never_hides_a_file_that_changed_since() {
+    let l = Layout::new();
+    let plugin = l.install("d", "fixture-basic", Some("libremembered.so"));
+    let cache = l.root.path().join("probe-cache");
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nprobe_cache: {}\n",
+        cache.display()
+    ));
+    let (rows, _) = l.list(&cfg);
+    assert_eq!(row(&rows, "echo", "libremembered.so")["status"], "active");
+    let remembered = std::fs::read_to_string(&cache).unwrap();
+    assert!(remembered.contains("libremembered.so"), "{remembered}");
+    // Damage the file in place: its identity changes, so it is probed (and caught) again.
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&plugin)
+        .unwrap();
+    f.set_len(64 * 1024).unwrap();
+    drop(f);
+    let (rows, _) = l.list(&cfg);
+    let err = load_error(&rows, "libremembered.so");
+    assert!(err.contains("crashed the probe process"), "{err}");
+}
