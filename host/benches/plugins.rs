@@ -6,8 +6,10 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -18,34 +20,8 @@ use mcp_plugin_sdk::{Content, ToolResult};
 
 const PLUGINS: usize = 100;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 fn build_release() -> (PathBuf, PathBuf) {
-    let root = root();
-    // A target directory of its own, so the release fixture never lands in `target/release`, which
-    // the default configuration serves.
-    let target = root.join("target").join("bench");
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .current_dir(&root)
-        .env("CARGO_TARGET_DIR", &target)
-        .args([
-            "build",
-            "--release",
-            "--quiet",
-            "-p",
-            "mcp-host",
-            "-p",
-            "fixture-basic",
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success());
-    let dir = target.join("release");
+    let dir = common::build_release(&["mcp-host", "fixture-basic"]);
     (dir.join("mcp-host"), dir.join("libfixture_basic.so"))
 }
 

@@ -12,6 +12,8 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -30,34 +32,8 @@ const STEP_TIMEOUT: Duration = Duration::from_secs(20);
 /// How often the client asks whether the new version is serving.
 const POLL: Duration = Duration::from_millis(1);
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Build the release host and both fixtures into `target/bench` (never `target/release`, which the
-/// default configuration serves); returns that release directory.
 fn build_release() -> PathBuf {
-    let root = root();
-    let target = root.join("target").join("bench");
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .current_dir(&root)
-        .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "--release", "--quiet"])
-        .args([
-            "-p",
-            "mcp-host",
-            "-p",
-            "fixture-basic",
-            "-p",
-            "fixture-override",
-        ])
-        .status()
-        .unwrap();
-    assert!(status.success(), "release build failed");
-    target.join("release")
+    common::build_release(&["mcp-host", "fixture-basic", "fixture-override"])
 }
 
 /// `mcp-host serve --stdio`, killed and reaped when dropped (also on panic).

@@ -37,6 +37,8 @@
 // CPU affinity, poll(2) and PR_SET_PDEATHSIG go through libc.
 #![allow(unsafe_code)]
 
+mod common;
+
 use std::convert::Infallible;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
@@ -69,28 +71,8 @@ const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-0
 // Build, placement, child processes
 // ---------------------------------------------------------------------------------------------
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// Build the release host and plugins into `target/bench` (never `target/release`, which the default
-/// configuration serves); returns that release directory.
 fn build_release() -> PathBuf {
-    let root = root();
-    let target = root.join("target").join("bench");
-    let status = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()))
-        .current_dir(&root)
-        .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "--release", "--quiet"])
-        .args(["-p", "mcp-host", "-p", "fixture-basic"])
-        .args(["-p", "mcp-time", "-p", "mcp-text"])
-        .status()
-        .unwrap();
-    assert!(status.success(), "release build failed");
-    target.join("release")
+    common::build_release(&["mcp-host", "fixture-basic", "mcp-time", "mcp-text"])
 }
 
 /// The CPUs this process may run on.

@@ -1,0 +1,24 @@
+//! What the benchmarks share: building release artifacts into `target/bench`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Build `packages` in release mode into `target/bench` (never `target/release`, which the default
+/// configuration serves) and return that release directory.
+pub fn build_release(packages: &[&str]) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the host crate lives in the workspace")
+        .to_path_buf();
+    let target = root.join("target").join("bench");
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    cmd.current_dir(&root)
+        .env("CARGO_TARGET_DIR", &target)
+        .args(["build", "--release", "--quiet"]);
+    for p in packages {
+        cmd.args(["-p", p]);
+    }
+    let status = cmd.status().expect("run cargo build");
+    assert!(status.success(), "release build failed");
+    target.join("release")
+}
