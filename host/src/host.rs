@@ -499,6 +499,18 @@ impl Host {
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
+        self.call_tool(tool, args, opts).await
+    }
+
+    /// [`Host::call`] for a tool already looked up in [`Host::registry`] (the protocol does, to apply
+    /// agent views and capability checks first).
+    pub async fn call_tool(
+        &self,
+        tool: Arc<Tool>,
+        args: Option<Value>,
+        opts: CallOptions,
+    ) -> Result<Value, CallError> {
+        let name = tool.name.as_str();
         let args = args.unwrap_or_else(|| json!({}));
         if let Err(message) = validate(&tool, &args) {
             return Ok(error_result(&message));

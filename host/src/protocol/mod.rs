@@ -600,11 +600,13 @@ impl Protocol {
             ));
         };
         let args = params.get("arguments").filter(|a| !a.is_null()).cloned();
-        let registry = self.host.registry();
         // A tool the agent cannot see does not exist for it: the same error as an unknown tool.
-        let Some(tool) = registry
+        let Some(tool) = self
+            .host
+            .registry()
             .get(name)
             .filter(|_| ex.agent.as_ref().is_none_or(|a| a.permits(name)))
+            .cloned()
         else {
             return Err(RpcError::invalid_params(format!("Unknown tool: {name}")));
         };
@@ -633,7 +635,6 @@ impl Protocol {
                 .with_data(json!({ "requiredCapabilities": missing })));
             }
         }
-        drop(registry);
         let progress_token = params
             .get("_meta")
             .and_then(|m| m.get("progressToken"))
@@ -648,7 +649,7 @@ impl Protocol {
             cancel: ex.cancel.clone(),
             events,
         };
-        match self.host.call(name, args, opts).await {
+        match self.host.call_tool(tool, args, opts).await {
             Ok(result) => Ok(result),
             Err(CallError::UnknownTool(n)) => {
                 Err(RpcError::invalid_params(format!("Unknown tool: {n}")))
