@@ -90,9 +90,11 @@ pub mod schema;
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
 pub use mcp_plugin_sdk_macros::{service, tool};
-/// Re-exported so plugin structs can `#[derive(JsonSchema)]` without their own dependency.
+/// Re-exported for argument and result types. The derive expands to `::schemars` paths, so either
+/// depend on `schemars` too or add `#[schemars(crate = "mcp_plugin_sdk::schemars")]`.
 pub use schemars::{self, JsonSchema};
-/// Re-exported so plugin structs can `#[derive(Serialize, Deserialize)]` without their own dependency.
+/// Re-exported for argument and result types. The derives expand to `serde` paths, so either depend
+/// on `serde` too or add `#[serde(crate = "mcp_plugin_sdk::serde")]`.
 pub use serde::{self, Deserialize, Serialize};
 pub use serde_json::{self, Value, json};
 
