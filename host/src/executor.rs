@@ -73,9 +73,4 @@ impl WorkerPool {
             tracing::error!("cannot start a call worker thread: {e}");
         }
     }
-
-    /// Threads started so far.
-    pub fn threads(&self) -> usize {
-        self.spawned.load(Ordering::Acquire)
-    }
 }

@@ -273,7 +273,6 @@ impl Host {
         let config = inner.config.load_full();
         let config_for = |name: &str| config.plugin(name).config;
         let cx = LoadContext {
-            runtime_dir: inner.runtime_dir.path(),
             config_for: &config_for,
             nested,
         };
@@ -329,11 +328,6 @@ impl Host {
     /// The current access policy (authentication and agents).
     pub fn access(&self) -> Arc<crate::auth::Access> {
         self.inner.access.load_full()
-    }
-
-    /// How many plugin images this process has loaded (they are never unloaded).
-    pub fn loaded_images(&self) -> usize {
-        self.inner.images.load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// Rescan the tool directories (with `config` when the configuration changed) and swap in the new

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use abi_stable::library::{LibraryError, RootModule, lib_header_from_path};
+use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::sabi_types::RRef;
 use abi_stable::std_types::{RResult, RStr};
 use mcp_plugin_sdk::abi::{BuildInfo, CallContextFfi_TO, HostApiFfi_TO, PluginModV1Ref};
@@ -154,8 +154,6 @@ pub fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadErro
 
 /// What the loader needs from the host to build a plugin's host API.
 pub struct LoadContext<'a> {
-    /// Where private copies go.
-    pub runtime_dir: &'a Path,
     /// The plugin's `config` section by plugin name.
     pub config_for: &'a dyn Fn(&str) -> serde_json::Value,
     /// Handle for nested tool calls.
@@ -163,12 +161,6 @@ pub struct LoadContext<'a> {
 }
 
 impl Plugin {
-    /// Load `file` from a private copy, check it, and run its `init`.
-    pub fn load(file: &Path, cx: &LoadContext<'_>) -> Result<Plugin, LoadError> {
-        let copy = private_copy(file, cx.runtime_dir)?;
-        Self::load_copy(file, &copy, cx)
-    }
-
     /// Load `copy`, a private copy of `file` (see [`private_copy`]), and run its `init`. The copy is
     /// unlinked once opened: the mapping stays valid, and nothing is left behind if the host dies.
     pub fn load_copy(file: &Path, copy: &Path, cx: &LoadContext<'_>) -> Result<Plugin, LoadError> {
@@ -218,9 +210,4 @@ impl Plugin {
     pub fn shutdown(&self) {
         (self.module.shutdown())();
     }
-}
-
-/// The root module's interface name, for messages.
-pub fn interface_name() -> &'static str {
-    PluginModV1Ref::NAME
 }
