@@ -263,16 +263,7 @@ impl Readings {
             ));
         }
         let id = self.write(|tx| {
-            let existing: Option<String> = tx
-                .prepare_cached(
-                    "SELECT unit FROM readings \
-                     WHERE user_id = ?1 AND indicator = ?2 AND deleted = 0 LIMIT 1",
-                )
-                .and_then(|mut s| {
-                    s.query_row(params![user, indicator], |r| r.get(0))
-                        .optional()
-                })
-                .map_err(db_err)?;
+            let existing = indicator_unit(tx, user, &indicator)?;
             if let Some(existing) = existing.filter(|u| *u != unit) {
                 return Err(format!(
                     "indicator {indicator:?} is recorded in {existing:?}, not {unit:?}: convert \
@@ -717,19 +708,27 @@ fn insert(
     .map_err(db_err)
 }
 
+/// The unit the user's (undeleted) readings of `indicator` use, if there are any.
+fn indicator_unit(
+    conn: &Connection,
+    user: &str,
+    indicator: &str,
+) -> Result<Option<String>, String> {
+    conn.prepare_cached(
+        "SELECT unit FROM readings \
+         WHERE user_id = ?1 AND indicator = ?2 AND deleted = 0 LIMIT 1",
+    )
+    .and_then(|mut s| {
+        s.query_row(params![user, indicator], |r| r.get(0))
+            .optional()
+    })
+    .map_err(db_err)
+}
+
 /// The unit of `indicator` when the user has (undeleted) readings of it, else a clear error that
 /// lists the names they do have.
 fn known_indicator(conn: &Connection, user: &str, indicator: &str) -> Result<String, String> {
-    let unit: Option<String> = conn
-        .prepare_cached(
-            "SELECT unit FROM readings \
-             WHERE user_id = ?1 AND indicator = ?2 AND deleted = 0 LIMIT 1",
-        )
-        .and_then(|mut s| {
-            s.query_row(params![user, indicator], |r| r.get(0))
-                .optional()
-        })
-        .map_err(db_err)?;
+    let unit = indicator_unit(conn, user, indicator)?;
     if let Some(unit) = unit {
         return Ok(unit);
     }
