@@ -105,6 +105,11 @@ struct HostInner {
     access: ArcSwap<crate::auth::Access>,
     /// Serializes rescans (start-up, file changes, SIGHUP).
     reload_lock: std::sync::Mutex<()>,
+    /// Files that failed to load, with their stamp then: unchanged, they are not retried (nor
+    /// re-logged) on every rescan.
+    failed: std::sync::Mutex<
+        std::collections::HashMap<PathBuf, (Option<crate::registry::FileStamp>, LoadError)>,
+    >,
     /// Files known to pass the probe (when probing and a cache location are configured).
     probe_cache: Option<std::sync::Mutex<crate::probe::ProbeCache>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
@@ -178,6 +183,7 @@ impl Host {
         let inner = Arc::new(HostInner {
             access: ArcSwap::from_pointee(access),
             reload_lock: std::sync::Mutex::new(()),
+            failed: Default::default(),
             probe_cache: prober
                 .as_ref()
                 .and(config.probe_cache.clone())
@@ -196,7 +202,12 @@ impl Host {
         let started = Instant::now();
         let config = host.config();
         let candidates = discovery::scan(&config.tool_dirs);
+        let stamps: Vec<_> = candidates
+            .iter()
+            .map(|c| crate::registry::FileStamp::of(&c.path))
+            .collect();
         let loaded = host.load(candidates);
+        host.remember_failures(&loaded, &stamps);
         let registry = Registry::build(loaded, &config);
         tracing::info!(
             "Serving {} tools from {} plugins (loaded in {} ms)",
@@ -364,10 +375,27 @@ impl Host {
                     && slot.settings == config.plugin(slot.plugin.name())
             })
         };
+        // Files that failed before and have not changed since keep their error without a retry.
+        let known_failures: std::collections::HashMap<PathBuf, LoadError> = {
+            let failed = inner.failed.lock().unwrap_or_else(|p| p.into_inner());
+            candidates
+                .iter()
+                .filter(|c| unchanged(c).is_none())
+                .filter_map(|c| {
+                    let (stamp, error) = failed.get(&c.path)?;
+                    (stamp.is_some() && *stamp == crate::registry::FileStamp::of(&c.path))
+                        .then(|| (c.path.clone(), error.clone()))
+                })
+                .collect()
+        };
         let mut fresh: Vec<Candidate> = candidates
             .iter()
-            .filter(|c| unchanged(c).is_none())
+            .filter(|c| unchanged(c).is_none() && !known_failures.contains_key(&c.path))
             .cloned()
+            .collect();
+        let fresh_stamps: Vec<_> = fresh
+            .iter()
+            .map(|c| crate::registry::FileStamp::of(&c.path))
             .collect();
         let budget = config
             .limits
@@ -383,17 +411,23 @@ impl Host {
             );
             refused = fresh.split_off(budget);
         }
+        let results = self.load(fresh);
+        self.remember_failures(&results, &fresh_stamps);
         let mut loaded: std::collections::HashMap<PathBuf, Result<Arc<PluginSlot>, LoadError>> =
-            self.load(fresh)
-                .into_iter()
-                .map(|(c, r)| (c.path, r))
-                .collect();
+            results.into_iter().map(|(c, r)| (c.path, r)).collect();
         let mut report = RescanReport::default();
         let merged: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)> = candidates
             .into_iter()
             .map(|c| {
                 if let Some(slot) = unchanged(&c) {
                     return (c, Ok(Arc::clone(slot)));
+                }
+                if let Some(error) = known_failures.get(&c.path) {
+                    // Already reported when it failed; the previous version (if any) stays.
+                    return match old_slots.get(c.path.as_path()) {
+                        Some(previous) => (c, Ok(Arc::clone(previous))),
+                        None => (c, Err(error.clone())),
+                    };
                 }
                 let result = match loaded.remove(&c.path) {
                     Some(r) => r,
@@ -439,6 +473,7 @@ impl Host {
                         (c, Ok(Arc::clone(previous)))
                     }
                     (Err(e), None) => {
+                        tracing::error!("Error loading plugin {}: {e}", c.path.display());
                         report.failed.push(c.path.clone());
                         (c, Err(e))
                     }
@@ -474,6 +509,26 @@ impl Host {
             inner.announce_change();
         }
         report
+    }
+
+    /// Record which loads failed (with the stamp their file had before loading) and forget the ones
+    /// that loaded.
+    fn remember_failures(
+        &self,
+        results: &[(Candidate, Result<Arc<PluginSlot>, LoadError>)],
+        stamps: &[Option<crate::registry::FileStamp>],
+    ) {
+        let mut failed = self.inner.failed.lock().unwrap_or_else(|p| p.into_inner());
+        for ((candidate, result), stamp) in results.iter().zip(stamps) {
+            match result {
+                Ok(_) => {
+                    failed.remove(&candidate.path);
+                }
+                Err(e) => {
+                    failed.insert(candidate.path.clone(), (stamp.clone(), e.clone()));
+                }
+            }
+        }
     }
 
     /// Call tool `name` with `args` (an object, or `None` for no arguments).

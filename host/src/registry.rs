@@ -232,7 +232,10 @@ impl Registry {
             let slot = match result {
                 Ok(slot) => slot,
                 Err(e) => {
-                    tracing::error!("Error loading plugin {}: {e}", candidate.path.display());
+                    // Rescans log their own fresh failures (and not the known ones again).
+                    if log_tools {
+                        tracing::error!("Error loading plugin {}: {e}", candidate.path.display());
+                    }
                     registry.entries.push(Entry {
                         tool: "-".into(),
                         plugin: None,

@@ -668,3 +668,40 @@ fn with_no_watch_a_new_file_is_ignored_until_sighup_rescans() {
     // The earlier directory keeps precedence for `echo` (sorted file order within one directory).
     assert_eq!(c.echo("z").as_deref(), Some("z"));
 }
+
+#[test]
+fn a_broken_file_is_reported_once_not_retried_on_unrelated_changes_and_loads_once_fixed() {
+    let l = Layout::new();
+    let broken = l.install("d", "fixture-override", Some("libbroken.so"));
+    let bytes = std::fs::read(&broken).unwrap();
+    std::fs::write(&broken, &bytes[..64 * 1024]).unwrap();
+    l.install("d", "fixture-basic", Some("libgood.so"));
+    let cfg = l.config("tool_dirs: [d]\n");
+    let mut c = Client::modern(&cfg, &[]);
+    assert_eq!(c.echo("a").as_deref(), Some("a"));
+    let errors = |log: &str| {
+        log.lines()
+            .filter(|l| l.contains("Error loading plugin") && l.contains("libbroken.so"))
+            .count()
+    };
+    assert_eq!(errors(&c.log()), 1, "{}", c.log());
+
+    // An unrelated change: a new plugin appears. The broken file is not probed or logged again.
+    l.install("d", "fixture-faulty", Some("libother.so"));
+    let other = poll(WAIT, || has(&c.tools(), "still_fine").then_some(()));
+    assert!(
+        other.is_some(),
+        "the new plugin was not picked up:\n{}",
+        c.log()
+    );
+    assert_eq!(errors(&c.log()), 1, "{}", c.log());
+
+    // Fixed: it loads (its `wrap_count` tool appears).
+    replace_atomically(&artifacts().plugin("fixture-override"), &broken);
+    let fixed = poll(WAIT, || has(&c.tools(), "wrap_count").then_some(()));
+    assert!(
+        fixed.is_some(),
+        "the fixed file was not loaded:\n{}",
+        c.log()
+    );
+}
