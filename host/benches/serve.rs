@@ -824,6 +824,20 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "met" } else { "**missed**" }
 }
 
+/// Start `mcp-host serve` over HTTP on CPU 0 with `config`; the server and its address.
+fn spawn_http_host(env: &Env, config: &str, what: &'static str) -> (Server, SocketAddr) {
+    let mut cmd = server_command(
+        &env.exe,
+        &["--config", config, "serve", "--listen", "127.0.0.1:0"],
+        env.place,
+        true,
+    );
+    cmd.env("RUST_LOG", "info");
+    let server = Server::spawn(what, cmd);
+    let addr = server.wait_listening();
+    (server, addr)
+}
+
 /// What every section needs.
 struct Env {
     exe: PathBuf,
@@ -852,21 +866,7 @@ fn bench_http(env: &Env, rows: &mut Vec<String>) {
         server_command(&me, &["--baseline-server", "0"], env.place, true),
     );
     let baseline_addr = baseline.wait_listening();
-    let mut cmd = server_command(
-        &env.exe,
-        &[
-            "--config",
-            &env.echo_config,
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        env.place,
-        true,
-    );
-    cmd.env("RUST_LOG", "info");
-    let host = Server::spawn("mcp-host serve (HTTP)", cmd);
-    let host_addr = host.wait_listening();
+    let (host, host_addr) = spawn_http_host(env, &env.echo_config, "mcp-host serve (HTTP)");
 
     // The baseline gets the same headers (it ignores the MCP ones), so both servers' HTTP parsing
     // does the same work; its body is plain JSON-RPC without the 2026 `_meta`.
@@ -997,21 +997,8 @@ fn bench_cold(env: &Env, rows: &mut Vec<String>) {
     let cold = median(starts);
     let stdio_rss = median(rss);
 
-    let mut cmd = server_command(
-        &env.exe,
-        &[
-            "--config",
-            &env.packaged_config,
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-        ],
-        env.place,
-        true,
-    );
-    cmd.env("RUST_LOG", "info");
-    let server = Server::spawn("mcp-host serve (HTTP, packaged)", cmd);
-    let addr = server.wait_listening();
+    let (server, addr) =
+        spawn_http_host(env, &env.packaged_config, "mcp-host serve (HTTP, packaged)");
     let list = host_http_request(
         addr,
         "tools/list",

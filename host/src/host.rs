@@ -46,6 +46,22 @@ pub enum CallError {
     CallerRequired(String),
 }
 
+/// Tool-set changes, from [`Host::changes`].
+#[derive(Debug)]
+pub struct Changes(tokio::sync::broadcast::Receiver<u64>);
+
+impl Changes {
+    /// Wait for the next change (changes missed while busy count as one); `false` once the host
+    /// is gone.
+    pub async fn next(&mut self) -> bool {
+        use tokio::sync::broadcast::error::RecvError;
+        match self.0.recv().await {
+            Ok(_) | Err(RecvError::Lagged(_)) => true,
+            Err(RecvError::Closed) => false,
+        }
+    }
+}
+
 /// What a rescan changed.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RescanReport {
@@ -202,12 +218,7 @@ impl Host {
         let started = Instant::now();
         let config = host.config();
         let candidates = discovery::scan(&config.tool_dirs);
-        let stamps: Vec<_> = candidates
-            .iter()
-            .map(|c| crate::registry::FileStamp::of(&c.path))
-            .collect();
         let loaded = host.load(candidates);
-        host.remember_failures(&loaded, &stamps);
         let registry = Registry::build(loaded, &config);
         tracing::info!(
             "Serving {} tools from {} plugins (loaded in {} ms)",
@@ -291,30 +302,37 @@ impl Host {
             .into_iter()
             .zip(copies.into_iter().zip(probes).zip(stamps))
             .map(|(candidate, ((copy, probe), stamp))| {
-                let result = copy
-                    .and_then(|copy| match probe {
-                        Ok(()) => Plugin::load_copy(&candidate.path, &copy, &cx),
-                        Err(e) => {
-                            let _ = std::fs::remove_file(&copy);
-                            Err(e.mentioning(&copy, &candidate.path))
-                        }
-                    })
-                    .map(|plugin| {
-                        inner
-                            .images
-                            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
-                        let settings = config.plugin(plugin.name());
-                        let limit = settings
-                            .max_concurrent_calls
-                            .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
-                        Arc::new(PluginSlot::new(
-                            plugin,
-                            candidate.clone(),
-                            limit,
-                            stamp,
-                            settings,
-                        ))
-                    });
+                let loaded = copy.and_then(|copy| match probe {
+                    Ok(()) => Plugin::load_copy(&candidate.path, &copy, &cx),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&copy);
+                        Err(e.mentioning(&copy, &candidate.path))
+                    }
+                });
+                // Remember a failure with the stamp the file had: unchanged, it is not retried.
+                {
+                    let mut failed = inner.failed.lock().unwrap_or_else(|p| p.into_inner());
+                    match &loaded {
+                        Ok(_) => failed.remove(&candidate.path),
+                        Err(e) => failed.insert(candidate.path.clone(), (stamp.clone(), e.clone())),
+                    };
+                }
+                let result = loaded.map(|plugin| {
+                    inner
+                        .images
+                        .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+                    let settings = config.plugin(plugin.name());
+                    let limit = settings
+                        .max_concurrent_calls
+                        .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
+                    Arc::new(PluginSlot::new(
+                        plugin,
+                        candidate.clone(),
+                        limit,
+                        stamp,
+                        settings,
+                    ))
+                });
                 (candidate, result)
             })
             .collect()
@@ -325,10 +343,9 @@ impl Host {
         self.inner.registry.load_full()
     }
 
-    /// A receiver of tool-set changes (a generation number each time the served tools change), for
-    /// `tools/list_changed` notifications.
-    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<u64> {
-        self.inner.changes.subscribe()
+    /// Tool-set changes from now on, for `tools/list_changed` notifications.
+    pub fn changes(&self) -> Changes {
+        Changes(self.inner.changes.subscribe())
     }
 
     /// The configuration the host runs with now.
@@ -367,35 +384,42 @@ impl Host {
             .map(|s| (s.candidate.path.as_path(), s))
             .collect();
         let candidates = discovery::scan(&config.tool_dirs);
-        let unchanged = |c: &Candidate| {
-            old_slots.get(c.path.as_path()).filter(|slot| {
-                slot.stamp.is_some()
-                    && slot.stamp == crate::registry::FileStamp::of(&c.path)
-                    && slot.candidate.prefix == c.prefix
-                    && slot.settings == config.plugin(slot.plugin.name())
+        // Each file's state, computed once: its stamp now, and its loaded slot when nothing that
+        // matters (file, prefix, plugin settings) changed.
+        let states: Vec<(Option<crate::registry::FileStamp>, Option<Arc<PluginSlot>>)> = candidates
+            .iter()
+            .map(|c| {
+                let stamp = crate::registry::FileStamp::of(&c.path);
+                let kept = old_slots.get(c.path.as_path()).filter(|slot| {
+                    slot.stamp.is_some()
+                        && slot.stamp == stamp
+                        && slot.candidate.prefix == c.prefix
+                        && config
+                            .plugins
+                            .get(slot.plugin.name())
+                            .map_or(slot.settings == Default::default(), |s| *s == slot.settings)
+                });
+                (stamp, kept.map(|slot| Arc::clone(slot)))
             })
-        };
+            .collect();
         // Files that failed before and have not changed since keep their error without a retry.
         let known_failures: std::collections::HashMap<PathBuf, LoadError> = {
             let failed = inner.failed.lock().unwrap_or_else(|p| p.into_inner());
             candidates
                 .iter()
-                .filter(|c| unchanged(c).is_none())
-                .filter_map(|c| {
+                .zip(&states)
+                .filter(|(_, (_, kept))| kept.is_none())
+                .filter_map(|(c, (now, _))| {
                     let (stamp, error) = failed.get(&c.path)?;
-                    (stamp.is_some() && *stamp == crate::registry::FileStamp::of(&c.path))
-                        .then(|| (c.path.clone(), error.clone()))
+                    (stamp.is_some() && stamp == now).then(|| (c.path.clone(), error.clone()))
                 })
                 .collect()
         };
         let mut fresh: Vec<Candidate> = candidates
             .iter()
-            .filter(|c| unchanged(c).is_none() && !known_failures.contains_key(&c.path))
-            .cloned()
-            .collect();
-        let fresh_stamps: Vec<_> = fresh
-            .iter()
-            .map(|c| crate::registry::FileStamp::of(&c.path))
+            .zip(&states)
+            .filter(|(c, (_, kept))| kept.is_none() && !known_failures.contains_key(&c.path))
+            .map(|(c, _)| c.clone())
             .collect();
         let budget = config
             .limits
@@ -411,16 +435,18 @@ impl Host {
             );
             refused = fresh.split_off(budget);
         }
-        let results = self.load(fresh);
-        self.remember_failures(&results, &fresh_stamps);
         let mut loaded: std::collections::HashMap<PathBuf, Result<Arc<PluginSlot>, LoadError>> =
-            results.into_iter().map(|(c, r)| (c.path, r)).collect();
+            self.load(fresh)
+                .into_iter()
+                .map(|(c, r)| (c.path, r))
+                .collect();
         let mut report = RescanReport::default();
         let merged: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)> = candidates
             .into_iter()
-            .map(|c| {
-                if let Some(slot) = unchanged(&c) {
-                    return (c, Ok(Arc::clone(slot)));
+            .zip(states)
+            .map(|(c, (_, kept))| {
+                if let Some(slot) = kept {
+                    return (c, Ok(slot));
                 }
                 if let Some(error) = known_failures.get(&c.path) {
                     // Already reported when it failed; the previous version (if any) stays.
@@ -509,26 +535,6 @@ impl Host {
             inner.announce_change();
         }
         report
-    }
-
-    /// Record which loads failed (with the stamp their file had before loading) and forget the ones
-    /// that loaded.
-    fn remember_failures(
-        &self,
-        results: &[(Candidate, Result<Arc<PluginSlot>, LoadError>)],
-        stamps: &[Option<crate::registry::FileStamp>],
-    ) {
-        let mut failed = self.inner.failed.lock().unwrap_or_else(|p| p.into_inner());
-        for ((candidate, result), stamp) in results.iter().zip(stamps) {
-            match result {
-                Ok(_) => {
-                    failed.remove(&candidate.path);
-                }
-                Err(e) => {
-                    failed.insert(candidate.path.clone(), (stamp.clone(), e.clone()));
-                }
-            }
-        }
     }
 
     /// Call tool `name` with `args` (an object, or `None` for no arguments).

@@ -119,8 +119,6 @@ pub fn open_module(path: &Path) -> Result<(PluginModV1Ref, BuildInfo), LoadError
 
 /// A loaded, initialised plugin image.
 pub struct Plugin {
-    /// The file in the tool directory it was loaded from.
-    pub file: PathBuf,
     /// Its build fingerprint.
     pub build: BuildInfo,
     /// What it exports.
@@ -131,7 +129,6 @@ pub struct Plugin {
 impl std::fmt::Debug for Plugin {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Plugin")
-            .field("file", &self.file)
             .field("name", &self.manifest.plugin)
             .finish_non_exhaustive()
     }
@@ -179,7 +176,6 @@ impl Plugin {
             RResult::RErr(e) => return Err(LoadError::Init(e.into_string())),
         };
         Ok(Plugin {
-            file: file.to_path_buf(),
             build,
             manifest,
             module,

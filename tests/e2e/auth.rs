@@ -507,41 +507,24 @@ fn jwt_and_secret_callers_each_see_only_their_own_readings() {
         "{err}"
     );
 
-    let goal = |token: &str, goal: f64| {
-        output(&call(
+    // Each sees the goal count over their own readings only: (examined, above goal).
+    for (token, goal, expected) in [
+        (&alice, 61.0, (Some(3), Some(2))),
+        (&bob, 61.0, (Some(2), Some(2))),
+        (&carol, 100.0, (Some(1), Some(0))),
+    ] {
+        let g = output(&call(
             &s,
             Some(token),
             "count_readings_above_goal",
             json!({ "indicator": "heart_rate", "goal": goal }),
-        ))
-    };
-    let g = goal(&alice, 61.0);
-    assert_eq!(
-        (
+        ));
+        let counts = (
             g["readings_examined"].as_u64(),
-            g["readings_above_goal"].as_u64()
-        ),
-        (Some(3), Some(2)),
-        "{g}"
-    );
-    let g = goal(&bob, 61.0);
-    assert_eq!(
-        (
-            g["readings_examined"].as_u64(),
-            g["readings_above_goal"].as_u64()
-        ),
-        (Some(2), Some(2)),
-        "{g}"
-    );
-    let g = goal(&carol, 100.0);
-    assert_eq!(
-        (
-            g["readings_examined"].as_u64(),
-            g["readings_above_goal"].as_u64()
-        ),
-        (Some(1), Some(0)),
-        "{g}"
-    );
+            g["readings_above_goal"].as_u64(),
+        );
+        assert_eq!(counts, expected, "{g}");
+    }
 
     // Deleting another user's reading does nothing.
     for (token, who) in [(&bob, "bob"), (&carol, "carol")] {

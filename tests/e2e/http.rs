@@ -548,18 +548,7 @@ fn delete_ends_a_session_and_later_requests_with_it_get_404() {
 #[test]
 fn get_with_a_session_opens_an_event_stream_and_without_one_is_405() {
     let (_l, s) = start("");
-    let (_, session) = s.initialize(LEGACY);
-    let mut conn = s.connect();
-    conn.send(
-        "GET",
-        "/mcp",
-        &[
-            ("Mcp-Session-Id", &session),
-            ("Accept", "text/event-stream"),
-        ],
-        b"",
-    );
-    let head = conn.read_head();
+    let (mut conn, head) = s.open_legacy_get_stream(LEGACY);
     assert_eq!(head.status, 200, "{head:?}");
     let ct = head
         .headers

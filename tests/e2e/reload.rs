@@ -285,19 +285,7 @@ fn http_echo(s: &HttpServer, text: &str) -> Option<String> {
 
 /// A legacy session's GET stream (the stream-open comment already read past).
 fn open_get_stream(s: &HttpServer) -> Stream {
-    let (_, session) = s.initialize(LEGACY);
-    let mut conn = s.connect();
-    conn.send(
-        "GET",
-        "/mcp",
-        &[
-            ("Mcp-Session-Id", &session),
-            ("MCP-Protocol-Version", LEGACY),
-            ("Accept", "text/event-stream"),
-        ],
-        b"",
-    );
-    let head = conn.read_head();
+    let (conn, head) = s.open_legacy_get_stream(LEGACY);
     assert_eq!(head.status, 200, "{head:?}");
     Stream::new(conn)
 }

@@ -445,6 +445,23 @@ impl HttpServer {
         self.post(&header_refs(&headers), &request(id, method, params))
     }
 
+    /// Open a new legacy session's GET event stream: the connection, past the response head.
+    pub fn open_legacy_get_stream(&self, version: &str) -> (HttpConn, Head) {
+        let (_, session) = self.initialize(version);
+        let mut conn = self.connect();
+        conn.send(
+            "GET",
+            "/mcp",
+            &[
+                ("Mcp-Session-Id", &session),
+                ("Accept", "text/event-stream"),
+            ],
+            b"",
+        );
+        let head = conn.read_head();
+        (conn, head)
+    }
+
     /// The legacy handshake over HTTP; returns the initialize response and the session id.
     pub fn initialize(&self, version: &str) -> (HttpResponse, String) {
         let resp = self.post(

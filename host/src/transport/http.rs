@@ -290,14 +290,9 @@ pub async fn serve(
 
 async fn forward_changes(state: Arc<State>) {
     let mut changes = state.protocol.host().changes();
-    loop {
-        match changes.recv().await {
-            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                for session in state.sessions.all() {
-                    session.notify(Protocol::tools_changed(None));
-                }
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+    while changes.next().await {
+        for session in state.sessions.all() {
+            session.notify(Protocol::tools_changed(None));
         }
     }
 }
@@ -804,14 +799,14 @@ async fn listen_stream(
     tick.tick().await;
     loop {
         tokio::select! {
-            change = changes.recv() => match change {
-                Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    if wants_tools && out.send(sse_frame(&Protocol::tools_changed(Some(&id)))).is_err() {
-                        return;
-                    }
+            changed = changes.next() => {
+                if !changed {
+                    break;
                 }
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => break,
-            },
+                if wants_tools && out.send(sse_frame(&Protocol::tools_changed(Some(&id)))).is_err() {
+                    return;
+                }
+            }
             _ = tick.tick() => if out.send(Bytes::from_static(b": keepalive\n\n")).is_err() { return },
             _ = shutdown.changed() => break,
         }

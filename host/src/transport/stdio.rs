@@ -149,14 +149,9 @@ fn read_loop(
 
 async fn forward_changes(conn: Arc<Connection>) {
     let mut changes = conn.protocol.host().changes();
-    loop {
-        match changes.recv().await {
-            Ok(_) | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                if conn.session.get().is_some() {
-                    conn.send(Protocol::tools_changed(None));
-                }
-            }
-            Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+    while changes.next().await {
+        if conn.session.get().is_some() {
+            conn.send(Protocol::tools_changed(None));
         }
     }
 }
@@ -285,14 +280,8 @@ impl Connection {
                         }
                     };
                     let forward = async {
-                        loop {
-                            match changes.recv().await {
-                                Ok(_)
-                                | Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                                    self.send(Protocol::tools_changed(Some(&id)));
-                                }
-                                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
-                            }
+                        while changes.next().await {
+                            self.send(Protocol::tools_changed(Some(&id)));
                         }
                     };
                     lock(&self.inflight).insert(key.clone(), cancel.clone());
