@@ -358,6 +358,21 @@ impl Host {
         self.inner.access.load_full()
     }
 
+    /// Re-read the configuration from where it came from (file, overlay and environment: every
+    /// layer) and rescan with it, applying any difference from what is loaded. A configuration that
+    /// no longer loads is logged and the running one kept; the plugin files are rescanned anyway.
+    pub fn reload(&self) -> RescanReport {
+        let source = self.config().source.clone();
+        let config = match Config::load(source.as_deref()) {
+            Ok(c) => Some(c),
+            Err(e) => {
+                tracing::error!("Not applying the changed configuration: {e}");
+                None
+            }
+        };
+        self.rescan(config)
+    }
+
     /// Rescan the tool directories (with `config` when the configuration changed) and swap in the new
     /// tool set. Unchanged files keep their loaded image; changed ones are probed and loaded from a
     /// fresh private copy; a file that fails keeps its previous good version in service. Calls

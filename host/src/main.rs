@@ -293,16 +293,15 @@ fn serve(
             .agent(name)
             .with_context(|| format!("--agent {name}: no such agent in the configuration"))?;
     }
-    // Set up watching beside serving, off the start-up path (a change in between is caught by the
-    // first rescan, which compares every file's stamp).
+    // Set up watching beside serving, off the start-up path. The watcher's first act, once its
+    // watches are in place, is a full reload (configuration and files): a change made in between
+    // is applied then.
     let watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::watch::Watcher>> = Default::default();
     if watch {
         let (host, slot) = (host.clone(), std::sync::Arc::clone(&watcher));
-        std::thread::spawn(move || match mcp_host::watch::watch(host.clone()) {
+        std::thread::spawn(move || match mcp_host::watch::watch(host) {
             Ok(w) => {
                 let _ = slot.set(w);
-                // Anything that changed while the watcher was starting.
-                host.rescan(None);
             }
             Err(e) => tracing::warn!("hot reload disabled: cannot watch files: {e}"),
         });
@@ -386,18 +385,7 @@ fn spawn_sighup_rescan(
                 Some(w) => w.rescan(),
                 None => {
                     let host = host.clone();
-                    let _ = tokio::task::spawn_blocking(move || {
-                        let source = host.config().source.clone();
-                        match Config::load(source.as_deref()) {
-                            Ok(c) => {
-                                host.rescan(Some(c));
-                            }
-                            Err(e) => {
-                                tracing::error!("Not applying the changed configuration: {e}")
-                            }
-                        }
-                    })
-                    .await;
+                    let _ = tokio::task::spawn_blocking(move || host.reload()).await;
                 }
             }
         }

@@ -130,36 +130,35 @@ fn run(
     mut watched: BTreeSet<PathBuf>,
     rx: mpsc::Receiver<Msg>,
 ) {
+    // Catch up first: whatever changed between the host's start and the watches being in place
+    // (the configuration in any of its layers, or a plugin file) produced no event.
     loop {
-        // Wait for something that matters.
-        match rx.recv() {
-            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => {}
-            Ok(Msg::Fs(Ok(_))) => continue,
-            Ok(Msg::Fs(Err(e))) => {
-                tracing::warn!("file watch error: {e}");
-                continue;
-            }
-            Ok(Msg::Rescan) => {}
-            Ok(Msg::Stop) | Err(_) => return,
-        }
-        // Debounce: wait for a quiet period.
-        loop {
-            match rx.recv_timeout(DEBOUNCE) {
-                Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return,
-                Ok(_) => continue,
-                Err(mpsc::RecvTimeoutError::Timeout) => break,
-            }
-        }
-        let source = host.config().source.clone();
-        let config = match Config::load(source.as_deref()) {
-            Ok(c) => Some(c),
-            Err(e) => {
-                tracing::error!("Not applying the changed configuration: {e}");
-                None
-            }
-        };
-        let report = host.rescan(config);
+        let report = host.reload();
         tracing::debug!("rescan: {report:?}");
         rewatch(&mut watcher, &mut watched, targets(&host.config()));
+        if !next_change(&host, &rx) {
+            return;
+        }
+    }
+}
+
+/// Wait for a relevant change (or a rescan request) followed by a quiet period of [`DEBOUNCE`];
+/// `false` when the watcher is stopping.
+fn next_change(host: &Host, rx: &mpsc::Receiver<Msg>) -> bool {
+    loop {
+        match rx.recv() {
+            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => break,
+            Ok(Msg::Fs(Ok(_))) => {}
+            Ok(Msg::Fs(Err(e))) => tracing::warn!("file watch error: {e}"),
+            Ok(Msg::Rescan) => break,
+            Ok(Msg::Stop) | Err(_) => return false,
+        }
+    }
+    loop {
+        match rx.recv_timeout(DEBOUNCE) {
+            Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+            Ok(_) => {}
+            Err(mpsc::RecvTimeoutError::Timeout) => return true,
+        }
     }
 }
