@@ -131,29 +131,36 @@ fn run(
     rx: mpsc::Receiver<Msg>,
 ) {
     // Catch up first: whatever changed between the host's start and the watches being in place
-    // (the configuration in any of its layers, or a plugin file) produced no event.
+    // (the configuration in any of its layers, or a plugin file) produced no event. It waits for a
+    // quiet period like any change, so a file being written right now is read once complete.
+    if !quiet(&rx) {
+        return;
+    }
     loop {
         let report = host.reload();
         tracing::debug!("rescan: {report:?}");
         rewatch(&mut watcher, &mut watched, targets(&host.config()));
-        if !next_change(&host, &rx) {
+        if !(next_change(&host, &rx) && quiet(&rx)) {
             return;
         }
     }
 }
 
-/// Wait for a relevant change (or a rescan request) followed by a quiet period of [`DEBOUNCE`];
-/// `false` when the watcher is stopping.
+/// Wait for a relevant change or a rescan request; `false` when the watcher is stopping.
 fn next_change(host: &Host, rx: &mpsc::Receiver<Msg>) -> bool {
     loop {
         match rx.recv() {
-            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => break,
+            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => return true,
             Ok(Msg::Fs(Ok(_))) => {}
             Ok(Msg::Fs(Err(e))) => tracing::warn!("file watch error: {e}"),
-            Ok(Msg::Rescan) => break,
+            Ok(Msg::Rescan) => return true,
             Ok(Msg::Stop) | Err(_) => return false,
         }
     }
+}
+
+/// Debounce: wait until nothing happened for [`DEBOUNCE`]; `false` when the watcher is stopping.
+fn quiet(rx: &mpsc::Receiver<Msg>) -> bool {
     loop {
         match rx.recv_timeout(DEBOUNCE) {
             Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return false,

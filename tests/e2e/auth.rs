@@ -1357,7 +1357,7 @@ fn tokens_and_secrets_never_reach_the_logs_or_error_bodies() {
         s.child().wait_timeout(Duration::from_secs(20)).is_some(),
         "the server did not stop"
     );
-    let deadline = Instant::now() + Duration::from_secs(5);
+    let deadline = Instant::now() + mcp_host_tests::serve::WAIT;
     while !s.stderr().contains("stopped") && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }

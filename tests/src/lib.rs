@@ -168,6 +168,30 @@ impl Layout {
     }
 }
 
+/// Open a gate that fixture-basic's `wait_for` tool waits on: write `content` to a temporary file,
+/// then rename it to `path`, so the tool never sees the file without its content.
+pub fn open_gate(path: &Path, content: &str) {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, content).unwrap();
+    std::fs::rename(&tmp, path).unwrap();
+}
+
+/// Wait (generously: up to [`serve::START`]) until `path` exists, e.g. the `started` file of
+/// fixture-basic's `wait_for` call; fails the test otherwise.
+#[track_caller]
+pub fn wait_for_file(path: &Path) {
+    let deadline = std::time::Instant::now() + serve::START;
+    while !path.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} did not appear within {:?}",
+            path.display(),
+            serve::START
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
 /// The row for `tool` from `file` (file name match) in `list --json` output.
 pub fn row<'a>(rows: &'a [serde_json::Value], tool: &str, file: &str) -> &'a serde_json::Value {
     rows.iter()

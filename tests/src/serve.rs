@@ -21,8 +21,10 @@ use crate::{Layout, artifacts};
 pub const MODERN: &str = "2026-07-28";
 /// The newest legacy revision.
 pub const LEGACY: &str = "2025-11-25";
-/// The default wait for an answer that should come promptly.
-pub const WAIT: Duration = Duration::from_secs(5);
+/// The deadline for an answer that should come promptly. Generous on purpose: waits end as soon
+/// as the answer arrives, and a loaded 2-core machine must not fail a test that is only slow. How
+/// fast answers come is measured by the benchmarks, never asserted by the tests.
+pub const WAIT: Duration = Duration::from_secs(20);
 /// How long a server may take to start (it probes and loads its plugins first).
 pub const START: Duration = Duration::from_secs(30);
 
