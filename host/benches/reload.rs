@@ -23,8 +23,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-/// The watcher's quiet period (`mcp_host::watch::DEBOUNCE`), included in every latency.
-const DEBOUNCE: Duration = mcp_host::watch::DEBOUNCE;
+/// The watcher's quiet period (`mcp_host::plugins::watch::DEBOUNCE`), included in every latency.
+const DEBOUNCE: Duration = mcp_host::plugins::watch::DEBOUNCE;
 /// The latency target.
 const TARGET: Duration = Duration::from_millis(300);
 /// Longest wait for any single step (start-up, one answer, one reload).

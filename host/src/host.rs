@@ -12,11 +12,11 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
-use crate::discovery::{self, Candidate};
-use crate::executor::WorkerPool;
-use crate::host_api::{CancelFlag, CurrentCall, EventSink, HostCallContext, HostCallbacks};
-use crate::plugin::{LoadContext, LoadError, Plugin};
-use crate::probe::Prober;
+use crate::plugins::discovery::{self, Candidate};
+use crate::exec::pool::WorkerPool;
+use crate::plugins::host_api::{CancelFlag, CurrentCall, EventSink, HostCallContext, HostCallbacks};
+use crate::plugins::image::{LoadContext, LoadError, Plugin};
+use crate::plugins::probe::Prober;
 use crate::registry::{PluginSlot, Registry, Tool};
 
 /// Why the host could not start.
@@ -24,7 +24,7 @@ use crate::registry::{PluginSlot, Registry, Tool};
 pub enum HostError {
     /// The auth or agents configuration is unusable.
     #[error("invalid auth or agents configuration: {0}")]
-    Access(#[from] crate::auth::AccessError),
+    Access(#[from] crate::access::AccessError),
     /// The runtime directory for private plugin copies could not be created.
     #[error("cannot create runtime directory {path}: {source}")]
     RuntimeDir {
@@ -118,7 +118,7 @@ impl std::fmt::Debug for Host {
 
 struct HostInner {
     config: ArcSwap<Config>,
-    access: ArcSwap<crate::auth::Access>,
+    access: ArcSwap<crate::access::Access>,
     /// Serializes rescans (start-up, file changes, SIGHUP).
     reload_lock: std::sync::Mutex<()>,
     /// Files that failed to load, with their stamp then: unchanged, they are not retried (nor
@@ -127,7 +127,7 @@ struct HostInner {
         std::collections::HashMap<PathBuf, (Option<crate::registry::FileStamp>, LoadError)>,
     >,
     /// Files known to pass the probe (when probing and a cache location are configured).
-    probe_cache: Option<std::sync::Mutex<crate::probe::ProbeCache>>,
+    probe_cache: Option<std::sync::Mutex<crate::plugins::probe::ProbeCache>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
     images: std::sync::atomic::AtomicUsize,
     changes: tokio::sync::broadcast::Sender<u64>,
@@ -195,7 +195,7 @@ impl Host {
             (Some(exe), true) => Some(Prober::new(exe.clone())),
             _ => None,
         };
-        let access = crate::auth::Access::from_config(&config)?;
+        let access = crate::access::Access::from_config(&config)?;
         let inner = Arc::new(HostInner {
             access: ArcSwap::from_pointee(access),
             reload_lock: std::sync::Mutex::new(()),
@@ -203,7 +203,7 @@ impl Host {
             probe_cache: prober
                 .as_ref()
                 .and(config.probe_cache.clone())
-                .map(|p| std::sync::Mutex::new(crate::probe::ProbeCache::open(p))),
+                .map(|p| std::sync::Mutex::new(crate::plugins::probe::ProbeCache::open(p))),
             images: std::sync::atomic::AtomicUsize::new(0),
             changes: tokio::sync::broadcast::channel(16).0,
             generation: std::sync::atomic::AtomicU64::new(0),
@@ -245,7 +245,7 @@ impl Host {
             .collect();
         let copies: Vec<Result<PathBuf, LoadError>> = candidates
             .iter()
-            .map(|c| crate::plugin::private_copy(&c.path, runtime_dir))
+            .map(|c| crate::plugins::image::private_copy(&c.path, runtime_dir))
             .collect();
         let mut probes: Vec<Result<(), LoadError>> =
             copies.iter().map(|c| c.clone().map(|_| ())).collect();
@@ -354,7 +354,7 @@ impl Host {
     }
 
     /// The current access policy (authentication and agents).
-    pub fn access(&self) -> Arc<crate::auth::Access> {
+    pub fn access(&self) -> Arc<crate::access::Access> {
         self.inner.access.load_full()
     }
 
@@ -382,7 +382,7 @@ impl Host {
         let _serial = inner.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
         let mut config_changed = false;
         if let Some(config) = config {
-            match crate::auth::Access::from_config(&config) {
+            match crate::access::Access::from_config(&config) {
                 Ok(access) => {
                     config_changed = *inner.config.load_full() != config;
                     inner.access.store(Arc::new(access));

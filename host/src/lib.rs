@@ -1,23 +1,18 @@
 //! mcp-host: serve a folder of compiled plugins as MCP tools.
 //!
-//! Data flows one way: [`config`] → [`discovery`] (+ [`probe`], [`plugin`]) → [`registry`] →
-//! [`host`] (the call path) → [`protocol`] → [`transport`] (stdio, Streamable HTTP). The `mcp-host` binary wires these together;
-//! everything here is usable as a library.
+//! Data flows one way: [`config`] → [`plugins`] (discovery, probe, loading) → [`registry`] →
+//! [`exec`] (the call path) → [`protocol`] → [`transport`] (stdio, Streamable HTTP), with [`access`]
+//! (who may call what) consulted by the transports. [`host`] ties loading, snapshots, execution and
+//! change notification together. The `mcp-host` binary wires these together.
 
-pub mod agents;
-pub mod auth;
+pub mod access;
 pub mod config;
-pub mod discovery;
-pub mod executor;
+pub mod exec;
 pub mod host;
-pub mod host_api;
-pub mod plugin;
-pub mod probe;
+pub mod plugins;
 pub mod protocol;
 pub mod registry;
-pub mod stdout_guard;
 pub mod transport;
-pub mod watch;
 
 pub use config::Config;
 pub use host::{CallError, CallOptions, Host, HostOptions};

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use mcp_host::host::CallOptions;
-use mcp_host::host_api::CallEvent;
+use mcp_host::plugins::host_api::CallEvent;
 use mcp_host::registry::Status;
 use mcp_host::{Config, Host, HostOptions};
 use mcp_plugin_sdk::UserInfo;
@@ -127,7 +127,7 @@ fn main() -> ExitCode {
 /// The real stdout, for this command's output only: fd 1 is pointed at stderr first, so anything a
 /// plugin prints lands there instead of in machine-readable output.
 fn protected_stdout() -> Box<dyn std::io::Write> {
-    mcp_host::stdout_guard::take_stdout()
+    mcp_host::transport::stdout_guard::take_stdout()
         .map(|f| Box::new(std::io::LineWriter::new(f)) as Box<dyn std::io::Write>)
         .unwrap_or_else(|_| Box::new(std::io::stdout()))
 }
@@ -157,7 +157,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Serve { .. } | Command::Secret { .. } => unreachable!("handled above"),
         Command::Probe { files } => {
-            mcp_host::probe::run_probe_child(&files, &mut out)?;
+            mcp_host::plugins::probe::run_probe_child(&files, &mut out)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::List { json } => {
@@ -220,7 +220,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn new_secret(user: &str, agent: Option<&str>, expires: Option<&str>) -> anyhow::Result<ExitCode> {
-    use mcp_host::auth;
+    use mcp_host::access::auth;
     let secret = auth::new_secret().map_err(|e| anyhow::anyhow!("no OS randomness: {e}"))?;
     let expires_at = match expires {
         Some(lifetime) => {
@@ -274,7 +274,7 @@ fn serve(
 
     // stdout belongs to the protocol: take it before anything (a plugin above all) can print.
     let protocol_out = if stdio {
-        Some(mcp_host::stdout_guard::take_stdout().context("cannot protect stdout")?)
+        Some(mcp_host::transport::stdout_guard::take_stdout().context("cannot protect stdout")?)
     } else {
         None
     };
@@ -296,10 +296,10 @@ fn serve(
     // Set up watching beside serving, off the start-up path. The watcher's first act, once its
     // watches are in place, is a full reload (configuration and files): a change made in between
     // is applied then.
-    let watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::watch::Watcher>> = Default::default();
+    let watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::plugins::watch::Watcher>> = Default::default();
     if watch {
         let (host, slot) = (host.clone(), std::sync::Arc::clone(&watcher));
-        std::thread::spawn(move || match mcp_host::watch::watch(host) {
+        std::thread::spawn(move || match mcp_host::plugins::watch::watch(host) {
             Ok(w) => {
                 let _ = slot.set(w);
             }
@@ -371,7 +371,7 @@ fn serve(
 /// SIGHUP: rescan the tool directories and re-read the configuration.
 fn spawn_sighup_rescan(
     host: Host,
-    watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::watch::Watcher>>,
+    watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::plugins::watch::Watcher>>,
 ) {
     #[cfg(unix)]
     tokio::spawn(async move {

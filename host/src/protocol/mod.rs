@@ -19,7 +19,7 @@ use mcp_plugin_sdk::{LogLevel, UserInfo};
 use serde_json::{Map, Value, json};
 
 use crate::host::{CallError, CallOptions, Host};
-use crate::host_api::{CallEvent, CancelFlag, EventSink};
+use crate::plugins::host_api::{CallEvent, CancelFlag, EventSink};
 use jsonrpc::{RpcError, response};
 use session::LegacySession;
 
@@ -163,7 +163,7 @@ pub struct Exchange {
     /// The answer depends on who asks (agent views, authentication): `cacheScope: private`.
     pub cache_private: bool,
     /// The agent whose view of the tools applies (tools it cannot see do not exist for it).
-    pub agent: Option<Arc<crate::agents::Agent>>,
+    pub agent: Option<Arc<crate::access::agents::Agent>>,
 }
 
 impl std::fmt::Debug for Exchange {
@@ -556,7 +556,7 @@ impl Protocol {
     fn list_tools(
         &self,
         params: &Map<String, Value>,
-        agent: Option<&crate::agents::Agent>,
+        agent: Option<&crate::access::agents::Agent>,
     ) -> Result<(Vec<Value>, Option<String>), RpcError> {
         let after = match params.get("cursor") {
             None | Some(Value::Null) => None,

@@ -11,7 +11,7 @@ use mcp_plugin_sdk::LogLevel;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
-use crate::host_api::CancelFlag;
+use crate::plugins::host_api::CancelFlag;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())

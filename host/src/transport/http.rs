@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::HttpSettings;
-use crate::host_api::CancelFlag;
+use crate::plugins::host_api::CancelFlag;
 use crate::protocol::jsonrpc::{self, Incoming, RpcError};
 use crate::protocol::session::{LegacySession, SessionStore, new_session_id};
 use crate::protocol::{Exchange, HttpHeaders, Protocol, Reply, decode_header_value};
@@ -403,8 +403,8 @@ fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
 }
 
 /// A 401 with its `WWW-Authenticate` challenge, or the 403/404 for a refused identity.
-fn denied(state: &State, id: &Value, d: crate::auth::Denied) -> Response<Body> {
-    use crate::auth::Denied;
+fn denied(state: &State, id: &Value, d: crate::access::Denied) -> Response<Body> {
+    use crate::access::Denied;
     match d {
         Denied::Unauthorized { error, description } => {
             let mut resp = error_response(
@@ -580,7 +580,7 @@ async fn batch(
     items: Vec<Value>,
     session: Option<Arc<LegacySession>>,
     headers: HttpHeaders,
-    identity: crate::auth::Identity,
+    identity: crate::access::Identity,
 ) -> Response<Body> {
     if !session.as_ref().is_some_and(|s| s.allows_batches()) || items.is_empty() {
         return error_response(
@@ -635,7 +635,7 @@ async fn request(
     params: serde_json::Map<String, Value>,
     session: Option<Arc<LegacySession>>,
     headers: HttpHeaders,
-    identity: crate::auth::Identity,
+    identity: crate::access::Identity,
 ) -> Response<Body> {
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.

@@ -3,3 +3,4 @@
 
 pub mod http;
 pub mod stdio;
+pub mod stdout_guard;

@@ -18,7 +18,7 @@ use std::time::Duration;
 use mcp_plugin_sdk::UserInfo;
 use serde_json::Value;
 
-use crate::host_api::CancelFlag;
+use crate::plugins::host_api::CancelFlag;
 use crate::protocol::jsonrpc::{self, Incoming, RpcError};
 use crate::protocol::session::LegacySession;
 use crate::protocol::{Exchange, Protocol, Reply};

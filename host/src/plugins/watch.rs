@@ -14,7 +14,7 @@ use std::time::Duration;
 use notify::{EventKind, RecursiveMode, Watcher as _};
 
 use crate::config::Config;
-use crate::discovery::is_plugin_file;
+use crate::plugins::discovery::is_plugin_file;
 use crate::host::Host;
 
 /// How long the directories must stay quiet before a rescan.

@@ -36,7 +36,7 @@ impl Agent {
     /// Whether the agent may see and call `tool`.
     ///
     /// ```
-    /// use mcp_host::agents::Agent;
+    /// use mcp_host::access::agents::Agent;
     /// use mcp_host::config::AgentSettings;
     /// let a = Agent::new("research", &AgentSettings {
     ///     allow: vec!["time_*".into(), "json_*".into()],

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use mcp_plugin_sdk::abi::BuildInfo;
 
-use crate::plugin::{LoadError, open_module};
+use crate::plugins::image::{LoadError, open_module};
 
 const MARK: &str = "\u{1}MCPPROBE ";
 

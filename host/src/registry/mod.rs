@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::discovery::Candidate;
-use crate::plugin::{LoadError, Plugin};
+use crate::plugins::discovery::Candidate;
+use crate::plugins::image::{LoadError, Plugin};
 
 /// A loaded plugin as the registry and the executor see it.
 #[derive(Debug)]

@@ -284,7 +284,7 @@ impl Default for Config {
             limits: Limits::default(),
             plugins: BTreeMap::new(),
             probe: true,
-            probe_cache: crate::probe::ProbeCache::default_path(),
+            probe_cache: crate::plugins::probe::ProbeCache::default_path(),
             runtime_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 18080)),
             http: HttpSettings::default(),

@@ -15,7 +15,7 @@ use abi_stable::std_types::{RResult, RStr};
 use mcp_plugin_sdk::abi::{BuildInfo, CallContextFfi_TO, HostApiFfi_TO, PluginModV1Ref};
 use mcp_plugin_sdk::manifest::Manifest;
 
-use crate::host_api::{HostApiImpl, HostCallContext};
+use crate::plugins::host_api::{HostApiImpl, HostCallContext};
 
 /// Why a plugin file could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -143,7 +143,7 @@ pub fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadErro
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| format!("plugin.{}", crate::discovery::LIBRARY_EXTENSION));
+        .unwrap_or_else(|| format!("plugin.{}", crate::plugins::discovery::LIBRARY_EXTENSION));
     let dest = runtime_dir.join(format!("{seq}-{name}"));
     std::fs::copy(file, &dest).map_err(|e| LoadError::Copy(e.to_string()))?;
     Ok(dest)
@@ -154,7 +154,7 @@ pub struct LoadContext<'a> {
     /// The plugin's `config` section by plugin name.
     pub config_for: &'a dyn Fn(&str) -> serde_json::Value,
     /// Handle for nested tool calls.
-    pub nested: Arc<dyn crate::host_api::HostCallbacks>,
+    pub nested: Arc<dyn crate::plugins::host_api::HostCallbacks>,
 }
 
 impl Plugin {
