@@ -12,9 +12,11 @@ use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use crate::config::Config;
-use crate::plugins::discovery::{self, Candidate};
 use crate::exec::pool::WorkerPool;
-use crate::plugins::host_api::{CancelFlag, CurrentCall, EventSink, HostCallContext, HostCallbacks};
+use crate::plugins::discovery::{self, Candidate};
+use crate::plugins::host_api::{
+    CancelFlag, CurrentCall, EventSink, HostCallContext, HostCallbacks,
+};
 use crate::plugins::image::{LoadContext, LoadError, Plugin};
 use crate::plugins::probe::Prober;
 use crate::registry::{PluginSlot, Registry, Tool};

@@ -268,7 +268,7 @@ fn serve(
     agent: Option<String>,
     watch: bool,
 ) -> anyhow::Result<ExitCode> {
-    use mcp_host::protocol::{Protocol, ProtocolSettings};
+    use mcp_host::protocol::Protocol;
     use mcp_host::transport;
     use std::time::Duration;
 
@@ -296,7 +296,8 @@ fn serve(
     // Set up watching beside serving, off the start-up path. The watcher's first act, once its
     // watches are in place, is a full reload (configuration and files): a change made in between
     // is applied then.
-    let watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::plugins::watch::Watcher>> = Default::default();
+    let watcher: std::sync::Arc<std::sync::OnceLock<mcp_host::plugins::watch::Watcher>> =
+        Default::default();
     if watch {
         let (host, slot) = (host.clone(), std::sync::Arc::clone(&watcher));
         std::thread::spawn(move || match mcp_host::plugins::watch::watch(host) {
@@ -306,14 +307,7 @@ fn serve(
             Err(e) => tracing::warn!("hot reload disabled: cannot watch files: {e}"),
         });
     }
-    let protocol = Protocol::new(
-        host.clone(),
-        ProtocolSettings {
-            page_size: config.list_page_size,
-            ttl_ms: config.cache_ttl_ms,
-            instructions: config.instructions.clone(),
-        },
-    );
+    let protocol = Protocol::new(host.clone());
     let grace =
         Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
     let result = runtime.block_on(async {

@@ -1475,7 +1475,8 @@ fn secret_new_prints_a_secret_and_a_config_line_that_make_it_work_and_an_expired
         .nth(1)
         .and_then(|r| r.split('"').next())
         .unwrap_or_else(|| panic!("no expires in {entry}"));
-    let at = mcp_host::access::auth::parse_time(expires).unwrap_or_else(|| panic!("bad time {expires}"));
+    let at =
+        mcp_host::access::auth::parse_time(expires).unwrap_or_else(|| panic!("bad time {expires}"));
     let want = now() + 30 * 86_400;
     assert!(
         at.abs_diff(want) < 60,

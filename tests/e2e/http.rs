@@ -7,11 +7,11 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_host_tests::{Layout, open_gate, wait_for_file};
 use mcp_host_tests::serve::{
-    HttpConn, HttpResponse, HttpServer, LEGACY, MODERN, WAIT, header_refs, layout, modern_headers, notification,
-    request, result_text, with_meta,
+    HttpConn, HttpResponse, HttpServer, LEGACY, MODERN, WAIT, header_refs, layout, modern_headers,
+    notification, request, result_text, with_meta,
 };
+use mcp_host_tests::{Layout, open_gate, wait_for_file};
 use serde_json::{Value, json};
 
 fn start(extra: &str) -> (Layout, HttpServer) {

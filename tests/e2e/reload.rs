@@ -491,9 +491,7 @@ fn deleting_an_overriding_plugin_brings_back_the_packaged_tool() {
     assert_eq!(c.echo("x").as_deref(), Some("override: x"));
 
     std::fs::remove_file(&mine).unwrap();
-    let back = poll(WAIT, || {
-        (c.echo("x").as_deref() == Some("x")).then_some(())
-    });
+    let back = poll(WAIT, || (c.echo("x").as_deref() == Some("x")).then_some(()));
     eprintln!(
         "packaged echo back {:?} after the delete",
         back.as_ref().map(|b| b.1)

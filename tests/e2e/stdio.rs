@@ -6,10 +6,10 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_host_tests::{Layout, open_gate, wait_for_file};
 use mcp_host_tests::serve::{
     LEGACY, MODERN, StdioServer, WAIT, layout, notification, request, result_text, with_meta,
 };
+use mcp_host_tests::{Layout, open_gate, wait_for_file};
 use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -14,8 +14,8 @@ use std::time::Duration;
 use notify::{EventKind, RecursiveMode, Watcher as _};
 
 use crate::config::Config;
-use crate::plugins::discovery::is_plugin_file;
 use crate::host::Host;
+use crate::plugins::discovery::is_plugin_file;
 
 /// How long the directories must stay quiet before a rescan.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);

@@ -1,7 +1,7 @@
 //! JSON-RPC 2.0 framing: classifying incoming messages and building responses and errors.
 //!
-//! Each error carries the HTTP status the Streamable HTTP transport must use for it, so transports
-//! never have to know which protocol rule produced an error.
+//! Every error has a kind ([`ErrorKind`]) that decides both its JSON-RPC code and its HTTP status, so
+//! transports never have to know which protocol rule produced an error.
 
 use serde_json::{Map, Value, json};
 
@@ -24,27 +24,116 @@ pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 /// 2026: unsupported protocol version.
 pub const UNSUPPORTED_VERSION: i64 = -32022;
 
-/// A JSON-RPC error with the HTTP status that goes with it.
-#[derive(Debug, Clone, PartialEq)]
+/// What went wrong. The kind alone fixes the JSON-RPC code ([`ErrorKind::code`]) and the HTTP
+/// status ([`ErrorKind::http_status`]): no error is built with a status of its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The message is not JSON (-32700, 400).
+    Parse,
+    /// Not a valid JSON-RPC request, or not valid here (-32600, 400).
+    InvalidRequest,
+    /// Unknown method, or one the negotiated revision does not have (-32601, 404).
+    MethodNotFound,
+    /// Invalid parameters: unknown tool, bad cursor, missing 2026 `_meta` (-32602, 400).
+    InvalidParams,
+    /// The server failed (-32603, 500).
+    Internal,
+    /// No verified caller where one is needed (-32001, 401 with a challenge).
+    Unauthorized,
+    /// Credentials that may not use this endpoint, or a refused Origin/Host (-32600, 403).
+    Forbidden,
+    /// No such session or agent (-32600, 404).
+    NotFound,
+    /// The request body is over the limit (-32600, 413).
+    PayloadTooLarge,
+    /// The request body is not JSON (-32600, 415).
+    UnsupportedMediaType,
+    /// 2026: an HTTP header disagrees with the body (-32020, 400).
+    HeaderMismatch,
+    /// 2026: a client capability the request needs was not declared (-32021, 400).
+    MissingCapability,
+    /// 2026: the protocol version is not supported (-32022, 400).
+    UnsupportedVersion,
+}
+
+impl ErrorKind {
+    /// The JSON-RPC error code.
+    pub fn code(self) -> i64 {
+        match self {
+            ErrorKind::Parse => PARSE_ERROR,
+            ErrorKind::InvalidRequest
+            | ErrorKind::Forbidden
+            | ErrorKind::NotFound
+            | ErrorKind::PayloadTooLarge
+            | ErrorKind::UnsupportedMediaType => INVALID_REQUEST,
+            ErrorKind::MethodNotFound => METHOD_NOT_FOUND,
+            ErrorKind::InvalidParams => INVALID_PARAMS,
+            ErrorKind::Internal => INTERNAL_ERROR,
+            ErrorKind::Unauthorized => UNAUTHORIZED,
+            ErrorKind::HeaderMismatch => HEADER_MISMATCH,
+            ErrorKind::MissingCapability => MISSING_CLIENT_CAPABILITY,
+            ErrorKind::UnsupportedVersion => UNSUPPORTED_VERSION,
+        }
+    }
+
+    /// The HTTP status of this error on Streamable HTTP, the one place that decides it.
+    ///
+    /// Inside a legacy (2025) session a method's error goes out as 200 (a legacy client reads a
+    /// 404 as "session gone"); what the transport or the session check refused keeps its status,
+    /// and so does 401, which carries the authentication challenge.
+    pub fn http_status(self, in_legacy_session: bool) -> u16 {
+        let status = match self {
+            ErrorKind::Parse
+            | ErrorKind::InvalidRequest
+            | ErrorKind::InvalidParams
+            | ErrorKind::HeaderMismatch
+            | ErrorKind::MissingCapability
+            | ErrorKind::UnsupportedVersion => 400,
+            ErrorKind::Unauthorized => 401,
+            ErrorKind::Forbidden => 403,
+            ErrorKind::MethodNotFound | ErrorKind::NotFound => 404,
+            ErrorKind::PayloadTooLarge => 413,
+            ErrorKind::UnsupportedMediaType => 415,
+            ErrorKind::Internal => 500,
+        };
+        let keeps_status = matches!(
+            self,
+            ErrorKind::Parse
+                | ErrorKind::InvalidRequest
+                | ErrorKind::Unauthorized
+                | ErrorKind::Forbidden
+                | ErrorKind::NotFound
+                | ErrorKind::PayloadTooLarge
+                | ErrorKind::UnsupportedMediaType
+        );
+        if in_legacy_session && !keeps_status {
+            200
+        } else {
+            status
+        }
+    }
+}
+
+/// A JSON-RPC error: its kind, a message for humans, and optional structured data.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{message} ({})", kind.code())]
 pub struct RpcError {
-    /// JSON-RPC error code.
-    pub code: i64,
+    /// What went wrong (fixes the code and the HTTP status).
+    pub kind: ErrorKind,
     /// Human-readable message.
     pub message: String,
     /// Optional structured data.
     pub data: Option<Value>,
-    /// The HTTP status for Streamable HTTP.
-    pub http_status: u16,
 }
 
 impl RpcError {
-    /// An error with an explicit status.
-    pub fn new(code: i64, message: impl Into<String>, http_status: u16) -> Self {
+    /// An error of `kind`.
+    pub fn new(kind: ErrorKind, message: impl Into<String>) -> Self {
         RpcError {
-            code,
+            kind,
             message: message.into(),
             data: None,
-            http_status,
         }
     }
 
@@ -54,34 +143,42 @@ impl RpcError {
         self
     }
 
-    /// -32700, HTTP 400.
+    /// The JSON-RPC code.
+    pub fn code(&self) -> i64 {
+        self.kind.code()
+    }
+
+    /// [`ErrorKind::Parse`].
     pub fn parse(message: impl Into<String>) -> Self {
-        Self::new(PARSE_ERROR, message, 400)
+        Self::new(ErrorKind::Parse, message)
     }
 
-    /// -32600, HTTP 400.
+    /// [`ErrorKind::InvalidRequest`].
     pub fn invalid_request(message: impl Into<String>) -> Self {
-        Self::new(INVALID_REQUEST, message, 400)
+        Self::new(ErrorKind::InvalidRequest, message)
     }
 
-    /// -32601, HTTP 404.
+    /// [`ErrorKind::MethodNotFound`] for `method`.
     pub fn method_not_found(method: &str) -> Self {
-        Self::new(METHOD_NOT_FOUND, format!("Method not found: {method}"), 404)
+        Self::new(
+            ErrorKind::MethodNotFound,
+            format!("Method not found: {method}"),
+        )
     }
 
-    /// -32602, HTTP 400 (HTTP 200 would also be valid JSON-RPC, but 2026 asks for 400).
+    /// [`ErrorKind::InvalidParams`].
     pub fn invalid_params(message: impl Into<String>) -> Self {
-        Self::new(INVALID_PARAMS, message, 400)
+        Self::new(ErrorKind::InvalidParams, message)
     }
 
-    /// -32603, HTTP 500.
+    /// [`ErrorKind::Internal`].
     pub fn internal(message: impl Into<String>) -> Self {
-        Self::new(INTERNAL_ERROR, message, 500)
+        Self::new(ErrorKind::Internal, message)
     }
 
     /// The error member of a response.
     pub fn to_value(&self) -> Value {
-        let mut error = json!({ "code": self.code, "message": self.message });
+        let mut error = json!({ "code": self.code(), "message": self.message });
         if let Some(data) = &self.data {
             error["data"] = data.clone();
         }
@@ -208,13 +305,13 @@ mod tests {
         let n = classify(json!({"jsonrpc": "2.0", "method": "notifications/initialized"})).unwrap();
         assert!(matches!(n, Incoming::Notification { .. }));
         let (id, e) = classify(json!({"jsonrpc": "1.0", "id": 7, "method": "x"})).unwrap_err();
-        assert_eq!((id, e.code), (json!(7), INVALID_REQUEST));
+        assert_eq!((id, e.code()), (json!(7), INVALID_REQUEST));
         let (_, e) = classify(json!([1])).unwrap_err();
-        assert_eq!(e.code, INVALID_REQUEST);
+        assert_eq!(e.code(), INVALID_REQUEST);
         let (_, e) = classify(json!({"jsonrpc": "2.0", "id": null, "method": "x"})).unwrap_err();
-        assert_eq!(e.code, INVALID_REQUEST);
+        assert_eq!(e.code(), INVALID_REQUEST);
         let (_, e) =
             classify(json!({"jsonrpc": "2.0", "id": 1, "method": "x", "params": [1]})).unwrap_err();
-        assert_eq!(e.code, INVALID_PARAMS);
+        assert_eq!(e.code(), INVALID_PARAMS);
     }
 }

@@ -21,7 +21,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::config::HttpSettings;
 use crate::plugins::host_api::CancelFlag;
-use crate::protocol::jsonrpc::{self, Incoming, RpcError};
+use crate::protocol::jsonrpc::{self, ErrorKind, Incoming, RpcError};
 use crate::protocol::session::{LegacySession, SessionStore, new_session_id};
 use crate::protocol::{Exchange, HttpHeaders, Protocol, Reply, decode_header_value};
 
@@ -133,7 +133,7 @@ fn json_response(status: u16, body: &Value) -> Response<Body> {
 }
 
 fn error_response(id: &Value, e: &RpcError) -> Response<Body> {
-    json_response(e.http_status, &jsonrpc::error_response(id, e))
+    json_response(e.kind.http_status(false), &jsonrpc::error_response(id, e))
 }
 
 fn empty(status: StatusCode) -> Response<Body> {
@@ -184,8 +184,7 @@ fn is_local(host: &str) -> bool {
 
 /// DNS-rebinding protection: Origin (when present) and Host must be local or explicitly allowed.
 fn check_origin(headers: &HeaderMap, options: &HttpOptions) -> Result<(), RpcError> {
-    let forbidden =
-        |what: &str| RpcError::new(jsonrpc::INVALID_REQUEST, format!("Forbidden: {what}"), 403);
+    let forbidden = |what: &str| RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {what}"));
     if let Some(origin) = header(headers, "origin") {
         let authority = origin.split("://").nth(1).unwrap_or(origin);
         if !(is_local(host_part(authority))
@@ -365,7 +364,7 @@ fn get_stream(state: Arc<State>, headers: &HeaderMap) -> Response<Body> {
     let Some(session) = state.sessions.get(id) else {
         return error_response(
             &Value::Null,
-            &RpcError::new(jsonrpc::INVALID_REQUEST, "Session not found", 404),
+            &RpcError::new(ErrorKind::NotFound, "Session not found"),
         );
     };
     let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
@@ -397,7 +396,7 @@ fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
         Some(id) if state.sessions.remove(id) => empty(StatusCode::OK),
         Some(_) => error_response(
             &Value::Null,
-            &RpcError::new(jsonrpc::INVALID_REQUEST, "Session not found", 404),
+            &RpcError::new(ErrorKind::NotFound, "Session not found"),
         ),
     }
 }
@@ -410,9 +409,8 @@ fn denied(state: &State, id: &Value, d: crate::access::Denied) -> Response<Body>
             let mut resp = error_response(
                 id,
                 &RpcError::new(
-                    jsonrpc::UNAUTHORIZED,
+                    ErrorKind::Unauthorized,
                     format!("Unauthorized: {description}"),
-                    401,
                 ),
             );
             if let Ok(v) = HeaderValue::from_str(
@@ -429,15 +427,11 @@ fn denied(state: &State, id: &Value, d: crate::access::Denied) -> Response<Body>
         }
         Denied::Forbidden(why) => error_response(
             id,
-            &RpcError::new(jsonrpc::INVALID_REQUEST, format!("Forbidden: {why}"), 403),
+            &RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {why}")),
         ),
         Denied::UnknownAgent(name) => error_response(
             id,
-            &RpcError::new(
-                jsonrpc::INVALID_REQUEST,
-                format!("No such agent: {name}"),
-                404,
-            ),
+            &RpcError::new(ErrorKind::NotFound, format!("No such agent: {name}")),
         ),
     }
 }
@@ -461,9 +455,8 @@ async fn post(
         error_response(
             &Value::Null,
             &RpcError::new(
-                jsonrpc::INVALID_REQUEST,
+                ErrorKind::PayloadTooLarge,
                 format!("request body exceeds the limit of {max} bytes"),
-                413,
             ),
         )
     };
@@ -477,9 +470,8 @@ async fn post(
         return error_response(
             &Value::Null,
             &RpcError::new(
-                jsonrpc::INVALID_REQUEST,
+                ErrorKind::UnsupportedMediaType,
                 format!("Content-Type must be application/json, got {ct}"),
-                415,
             ),
         );
     }
@@ -516,11 +508,7 @@ async fn post(
             None => {
                 return error_response(
                     &Value::Null,
-                    &RpcError::new(
-                        jsonrpc::INVALID_REQUEST,
-                        "Session not found: initialize again",
-                        404,
-                    ),
+                    &RpcError::new(ErrorKind::NotFound, "Session not found: initialize again"),
                 );
             }
         },
@@ -824,21 +812,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn base64_header_values_are_decoded_and_bad_ones_rejected() {
-        assert_eq!(decode_header_value("=?base64?SGVsbG8=?=").unwrap(), "Hello");
-        assert_eq!(decode_header_value("plain").unwrap(), "plain");
-        assert!(decode_header_value("=?base64?!!!?=").is_err());
-        assert!(
-            decode_header_value("=?base64?SGVsbG8?=").is_err(),
-            "padding is required"
-        );
-        assert_eq!(
-            decode_header_value("=?base64?SGVsbG8=").unwrap(),
-            "=?base64?SGVsbG8="
-        );
-    }
-
-    #[test]
     fn only_local_origins_and_hosts_pass_by_default() {
         let opts = HttpOptions::default();
         let mut h = HeaderMap::new();
@@ -849,7 +822,10 @@ mod tests {
             "origin",
             HeaderValue::from_static("http://evil.example.com"),
         );
-        assert_eq!(check_origin(&h, &opts).unwrap_err().http_status, 403);
+        assert_eq!(
+            check_origin(&h, &opts).unwrap_err().kind,
+            ErrorKind::Forbidden
+        );
         h.remove("origin");
         h.insert("host", HeaderValue::from_static("evil.example.com"));
         assert!(check_origin(&h, &opts).is_err());
