@@ -14,7 +14,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use mcp_host::plugins::host_api::{CancelFlag, HostCallContext};
+use mcp_host::exec::CancelFlag;
+use mcp_host::plugins::host_api::HostCallContext;
 use mcp_host::{CallOptions, Config, Host, HostOptions};
 use mcp_plugin_sdk::{Content, ToolResult};
 

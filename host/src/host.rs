@@ -13,10 +13,9 @@ use tokio::sync::Semaphore;
 
 use crate::config::Config;
 use crate::exec::pool::WorkerPool;
+use crate::exec::{CancelFlag, EventSink};
 use crate::plugins::discovery::{self, Candidate};
-use crate::plugins::host_api::{
-    CancelFlag, CurrentCall, EventSink, HostCallContext, HostCallbacks,
-};
+use crate::plugins::host_api::{CurrentCall, HostCallContext, HostCallbacks};
 use crate::plugins::image::{LoadContext, LoadError, Plugin};
 use crate::plugins::probe::Prober;
 use crate::registry::{PluginSlot, Registry, Tool};

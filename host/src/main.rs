@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use mcp_host::exec::CallEvent;
 use mcp_host::host::CallOptions;
-use mcp_host::plugins::host_api::CallEvent;
 use mcp_host::registry::Status;
 use mcp_host::{Config, Host, HostOptions};
 use mcp_plugin_sdk::UserInfo;

@@ -1,3 +1,37 @@
-//! Execution: where and how tool calls run ([`pool`]: worker threads off the async reactor).
+//! Execution: where and how tool calls run — [`pool`] (worker threads off the async reactor),
+//! [`cancel`] (cancellation shared with the caller), and the events a running call reports.
 
+pub mod cancel;
 pub mod pool;
+
+use std::sync::Arc;
+
+use mcp_plugin_sdk::LogLevel;
+
+pub use cancel::CancelFlag;
+
+/// Something a running call reports to whoever asked for it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEvent {
+    /// Progress, for `notifications/progress`.
+    Progress {
+        /// Work done.
+        progress: f64,
+        /// Total work, when known.
+        total: Option<f64>,
+        /// What is happening.
+        message: Option<String>,
+    },
+    /// A log message for the client, for `notifications/message`.
+    Log {
+        /// Severity.
+        level: LogLevel,
+        /// The text.
+        message: String,
+        /// The tool that logged it.
+        logger: String,
+    },
+}
+
+/// Receives a call's events (the protocol layer turns them into notifications).
+pub type EventSink = Arc<dyn Fn(CallEvent) + Send + Sync>;

@@ -3,57 +3,13 @@
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
 use abi_stable::std_types::{RResult, RStr, RString};
 use mcp_plugin_sdk::LogLevel;
+
+use crate::exec::{CallEvent, CancelFlag, EventSink};
 use mcp_plugin_sdk::abi::{CallContextFfi, HostApiFfi};
-
-/// Something a running call reports to whoever asked for it.
-#[derive(Debug, Clone, PartialEq)]
-pub enum CallEvent {
-    /// Progress, for `notifications/progress`.
-    Progress {
-        /// Work done.
-        progress: f64,
-        /// Total work, when known.
-        total: Option<f64>,
-        /// What is happening.
-        message: Option<String>,
-    },
-    /// A log message for the client, for `notifications/message`.
-    Log {
-        /// Severity.
-        level: LogLevel,
-        /// The text.
-        message: String,
-        /// The tool that logged it.
-        logger: String,
-    },
-}
-
-/// Receives a call's events (the protocol layer turns them into notifications).
-pub type EventSink = Arc<dyn Fn(CallEvent) + Send + Sync>;
-
-/// A cancellation flag shared between the host and a running call.
-#[derive(Debug, Clone, Default)]
-pub struct CancelFlag(Arc<AtomicBool>);
-
-impl CancelFlag {
-    /// A fresh, unset flag.
-    pub fn new() -> Self {
-        Self::default()
-    }
-    /// Ask the call to stop.
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::Release);
-    }
-    /// Whether it was asked to stop.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::Acquire)
-    }
-}
 
 /// The state of one call, handed to the plugin through the FFI call context.
 pub struct HostCallContext {

@@ -10,7 +10,7 @@ use super::era::parse_level;
 use super::jsonrpc::{self, RpcError};
 use super::session::LegacySession;
 use super::{Answer, Notifier, Request};
-use crate::plugins::host_api::{CallEvent, EventSink};
+use crate::exec::{CallEvent, EventSink};
 
 /// `logging/setLevel`: the minimum level of this session's `notifications/message`.
 pub(crate) fn set_level(req: &Request<'_>, session: &LegacySession) -> Result<Answer, RpcError> {

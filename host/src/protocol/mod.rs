@@ -25,8 +25,8 @@ use mcp_plugin_sdk::UserInfo;
 use serde_json::{Map, Value, json};
 
 use crate::config::Config;
+use crate::exec::CancelFlag;
 use crate::host::Host;
-use crate::plugins::host_api::CancelFlag;
 pub use headers::{HttpHeaders, decode_header_value};
 use jsonrpc::{RpcError, response};
 use session::LegacySession;

@@ -1,5 +1,6 @@
 //! Legacy (2025-xx) sessions: what an `initialize` handshake establishes for a stdio connection or an
-//! HTTP `Mcp-Session-Id`, and the bounded store that keeps HTTP sessions.
+//! HTTP `Mcp-Session-Id`, the bounded store that keeps HTTP sessions, and the requests in flight that
+//! `notifications/cancelled` can reach.
 //!
 //! 2026-07-28 requests are stateless and never touch this module.
 
@@ -9,16 +10,54 @@ use std::time::{Duration, Instant};
 
 use mcp_plugin_sdk::LogLevel;
 use serde_json::Value;
-use tokio::sync::mpsc;
 
-use crate::plugins::host_api::CancelFlag;
+use crate::exec::CancelFlag;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Requests in flight, by id, so `notifications/cancelled` can reach them: one set per stdio
+/// connection and per legacy HTTP session.
+#[derive(Debug, Default)]
+pub struct Inflight(Mutex<HashMap<String, CancelFlag>>);
+
+impl Inflight {
+    /// Track a request until [`Inflight::finish`].
+    pub fn track(&self, id: &Value, cancel: CancelFlag) {
+        lock(&self.0).insert(id.to_string(), cancel);
+    }
+
+    /// Stop tracking a request; `false` when a `notifications/cancelled` took it out first (the
+    /// client cancelled it and expects no response).
+    pub fn finish(&self, id: &Value) -> bool {
+        lock(&self.0).remove(&id.to_string()).is_some()
+    }
+
+    /// Cancel an in-flight request; true if it was running.
+    pub fn cancel(&self, id: &Value) -> bool {
+        match lock(&self.0).remove(&id.to_string()) {
+            Some(flag) => {
+                flag.cancel();
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// Where a connection's or a session's messages go: stdout, an SSE stream.
+pub trait Outbound: Send + Sync {
+    /// Send one message; `false` when the receiving end is gone.
+    fn send(&self, message: &Value) -> bool;
+
+    /// Keep an idle stream open (an SSE comment); `false` when the receiving end is gone.
+    fn keepalive(&self) -> bool {
+        true
+    }
+}
+
 /// The state of one legacy session.
-#[derive(Debug)]
 pub struct LegacySession {
     /// The session id (HTTP) or `stdio`.
     pub id: String,
@@ -26,10 +65,20 @@ pub struct LegacySession {
     pub version: String,
     /// The client's declared capabilities.
     pub capabilities: Value,
+    /// Its requests in flight.
+    pub inflight: Arc<Inflight>,
     log_level: Mutex<LogLevel>,
     last_seen: Mutex<Instant>,
-    inflight: Mutex<HashMap<String, CancelFlag>>,
-    stream: Mutex<Option<mpsc::UnboundedSender<Value>>>,
+    stream: Mutex<Option<Arc<dyn Outbound>>>,
+}
+
+impl std::fmt::Debug for LegacySession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LegacySession")
+            .field("id", &self.id)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LegacySession {
@@ -39,9 +88,9 @@ impl LegacySession {
             id,
             version,
             capabilities,
+            inflight: Arc::default(),
             log_level: Mutex::new(LogLevel::Info),
             last_seen: Mutex::new(Instant::now()),
-            inflight: Mutex::new(HashMap::new()),
             stream: Mutex::new(None),
         }
     }
@@ -69,37 +118,16 @@ impl LegacySession {
         lock(&self.last_seen).elapsed()
     }
 
-    /// Track an in-flight request so `notifications/cancelled` can reach it.
-    pub fn track(&self, id: &Value, cancel: CancelFlag) {
-        lock(&self.inflight).insert(id.to_string(), cancel);
-    }
-
-    /// Stop tracking a finished request.
-    pub fn untrack(&self, id: &Value) {
-        lock(&self.inflight).remove(&id.to_string());
-    }
-
-    /// Cancel an in-flight request; true if it was running.
-    pub fn cancel(&self, id: &Value) -> bool {
-        match lock(&self.inflight).remove(&id.to_string()) {
-            Some(flag) => {
-                flag.cancel();
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// Attach the standalone stream (HTTP GET) that carries session-level notifications.
-    pub fn attach_stream(&self, tx: mpsc::UnboundedSender<Value>) {
-        *lock(&self.stream) = Some(tx);
+    /// Attach the stream that carries session-level notifications (the HTTP GET stream, or stdout).
+    pub fn attach_stream(&self, out: Arc<dyn Outbound>) {
+        *lock(&self.stream) = Some(out);
     }
 
     /// Send a session-level notification (e.g. `tools/list_changed`) if a stream is open.
-    pub fn notify(&self, message: Value) -> bool {
+    pub fn notify(&self, message: &Value) -> bool {
         let mut slot = lock(&self.stream);
         match slot.as_ref() {
-            Some(tx) if tx.send(message).is_ok() => true,
+            Some(out) if out.send(message) => true,
             Some(_) => {
                 *slot = None;
                 false

@@ -1,4 +1,5 @@
-//! The stdio transport: newline-delimited JSON-RPC on stdin and (the protected) stdout.
+//! The stdio transport: newline-delimited JSON-RPC on stdin and (the protected) stdout, a pipe
+//! around the connection [`Core`].
 //!
 //! A reader thread takes each line and polls its request once, right there: `ping`, `tools/list`
 //! and tools that declare themselves `inline` finish without a single thread hand-off. Anything
@@ -7,7 +8,6 @@
 //! notifications always precede its response. The process exits when stdin closes, after in-flight
 //! requests finish (up to a grace period).
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io::{BufRead, Read, Write};
 use std::pin::Pin;
@@ -18,10 +18,12 @@ use std::time::Duration;
 use mcp_plugin_sdk::UserInfo;
 use serde_json::Value;
 
-use crate::plugins::host_api::CancelFlag;
-use crate::protocol::jsonrpc::{self, Incoming, RpcError};
-use crate::protocol::session::LegacySession;
-use crate::protocol::{Exchange, Protocol, Reply};
+use super::core::{Batched, Core, Origin, Routed};
+use crate::access::Identity;
+use crate::exec::CancelFlag;
+use crate::protocol::jsonrpc::{self, RpcError};
+use crate::protocol::session::{Inflight, LegacySession, Outbound};
+use crate::protocol::{Protocol, Reply};
 
 /// Settings of the stdio transport.
 #[derive(Debug, Clone)]
@@ -38,13 +40,38 @@ pub struct StdioOptions {
 }
 
 struct Connection {
-    protocol: Protocol,
-    out: Mutex<Box<dyn Write + Send>>,
+    core: Core,
+    out: Writer,
     tasks: Mutex<tokio::task::JoinSet<()>>,
     session: OnceLock<Arc<LegacySession>>,
-    inflight: Mutex<HashMap<String, CancelFlag>>,
-    listens: Mutex<Vec<CancelFlag>>,
+    inflight: Arc<Inflight>,
+    /// Set when stdin closes: subscription streams end.
+    closed: CancelFlag,
     options: StdioOptions,
+}
+
+/// The protected stdout, one whole message per write.
+struct Writer(Mutex<Box<dyn Write + Send>>);
+
+impl Outbound for Writer {
+    /// Write one message and flush (a broken pipe means the client is gone).
+    fn send(&self, message: &Value) -> bool {
+        let mut out = lock(&self.0);
+        serde_json::to_writer(&mut *out, message)
+            .map_err(std::io::Error::from)
+            .and_then(|()| out.write_all(b"\n"))
+            .and_then(|()| out.flush())
+            .is_ok()
+    }
+}
+
+/// The stdio session's stream: the connection's stdout (weak: the connection owns the session).
+struct SessionStream(std::sync::Weak<Connection>);
+
+impl Outbound for SessionStream {
+    fn send(&self, message: &Value) -> bool {
+        self.0.upgrade().is_some_and(|conn| conn.out.send(message))
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -59,15 +86,21 @@ pub async fn serve(
     options: StdioOptions,
 ) -> std::io::Result<()> {
     let conn = Arc::new(Connection {
-        protocol,
-        out: Mutex::new(Box::new(std::io::BufWriter::new(output))),
+        core: Core::new(protocol, CancelFlag::new()),
+        out: Writer(Mutex::new(Box::new(std::io::BufWriter::new(output)))),
         tasks: Mutex::new(tokio::task::JoinSet::new()),
         session: OnceLock::new(),
-        inflight: Mutex::new(HashMap::new()),
-        listens: Mutex::new(Vec::new()),
+        inflight: Arc::default(),
+        closed: CancelFlag::new(),
         options,
     });
-    let changes = tokio::spawn(forward_changes(Arc::clone(&conn)));
+    let changes = tokio::spawn({
+        let conn = Arc::clone(&conn);
+        async move {
+            let sessions = || conn.session.get().cloned().into_iter().collect();
+            conn.core.fan_out_changes(sessions).await;
+        }
+    });
     let reader = {
         let conn = Arc::clone(&conn);
         let runtime = tokio::runtime::Handle::current();
@@ -80,9 +113,7 @@ pub async fn serve(
         .map_err(std::io::Error::other)?
         .unwrap_or_else(|_| Err(std::io::Error::other("the stdin reader panicked")));
     // stdin closed: subscription streams end now; in-flight requests finish within the grace period.
-    for flag in lock(&conn.listens).drain(..) {
-        flag.cancel();
-    }
+    conn.closed.cancel();
     let mut tasks = std::mem::take(&mut *lock(&conn.tasks));
     let grace = conn.options.grace;
     let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
@@ -107,7 +138,7 @@ fn read_loop(
             return Ok(());
         }
         let Ok(line) = std::str::from_utf8(&buf) else {
-            conn.send(jsonrpc::error_response(
+            conn.out.send(&jsonrpc::error_response(
                 &Value::Null,
                 &RpcError::parse("input is not valid UTF-8"),
             ));
@@ -118,7 +149,7 @@ fn read_loop(
             continue;
         }
         if line.len() > conn.options.max_message_bytes {
-            conn.send(jsonrpc::error_response(
+            conn.out.send(&jsonrpc::error_response(
                 &Value::Null,
                 &RpcError::invalid_request(format!(
                     "message of {} bytes exceeds the limit of {} bytes",
@@ -128,171 +159,121 @@ fn read_loop(
             ));
             continue;
         }
-        let line = line.to_owned();
+        let value: Value = match serde_json::from_str(line) {
+            Ok(v) => v,
+            Err(e) => {
+                conn.out.send(&jsonrpc::error_response(
+                    &Value::Null,
+                    &RpcError::parse(format!("invalid JSON: {e}")),
+                ));
+                continue;
+            }
+        };
         let task = Arc::clone(&conn);
-        let mut request: Pin<Box<dyn Future<Output = ()> + Send>> =
-            Box::pin(async move { task.handle_line(&line).await });
-        // Poll once here; a request that has to wait continues on the runtime, which polls it again
+        let mut message: Pin<Box<dyn Future<Output = ()> + Send>> =
+            Box::pin(async move { task.handle(value).await });
+        // Poll once here; a message that has to wait continues on the runtime, which polls it again
         // with a real waker (primitives re-check their state on every poll, so nothing is lost).
-        if request
+        if message
             .as_mut()
             .poll(&mut Context::from_waker(Waker::noop()))
             .is_pending()
         {
             let mut tasks = lock(&conn.tasks);
-            tasks.spawn_on(request, &runtime);
+            tasks.spawn_on(message, &runtime);
             // Reap finished tasks so the set stays small on long sessions.
             while tasks.try_join_next().is_some() {}
         }
     }
 }
 
-async fn forward_changes(conn: Arc<Connection>) {
-    let mut changes = conn.protocol.host().changes();
-    while changes.next().await {
-        if conn.session.get().is_some() {
-            conn.send(Protocol::tools_changed(None));
-        }
-    }
-}
-
 impl Connection {
-    /// Write one message and flush (a broken pipe means the client is gone: nothing to do).
-    fn send(&self, message: Value) {
-        let mut out = lock(&self.out);
-        let _ = serde_json::to_writer(&mut *out, &message)
-            .map_err(std::io::Error::from)
-            .and_then(|()| out.write_all(b"\n"))
-            .and_then(|()| out.flush());
-    }
-
-    async fn handle_line(self: Arc<Self>, line: &str) {
-        let value: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
-            Err(e) => {
-                self.send(jsonrpc::error_response(
-                    &Value::Null,
-                    &RpcError::parse(format!("invalid JSON: {e}")),
-                ));
-                return;
-            }
-        };
-        if let Value::Array(items) = value {
-            let batches_allowed = self.session.get().is_some_and(|s| s.allows_batches());
-            if !batches_allowed || items.is_empty() {
-                self.send(jsonrpc::error_response(
-                    &Value::Null,
-                    &RpcError::invalid_request(
-                        "JSON-RPC batches are not supported by this protocol revision",
-                    ),
-                ));
-                return;
-            }
-            let mut replies = Vec::new();
-            for item in items {
-                if let Some(reply) = Arc::clone(&self).handle_message(item, false).await {
-                    replies.push(reply);
-                }
-            }
-            if !replies.is_empty() {
-                self.send(Value::Array(replies));
-            }
-            return;
-        }
-        if let Some(reply) = Arc::clone(&self).handle_message(value, true).await {
-            self.send(reply);
-        }
-    }
-
-    /// Handle one message; returns the response to write (if any).
-    async fn handle_message(self: Arc<Self>, value: Value, streaming: bool) -> Option<Value> {
-        let (id, method, params) = match jsonrpc::classify(value) {
-            Ok(Incoming::Request { id, method, params }) => (id, method, params),
-            Ok(Incoming::Notification { method, params }) => {
-                if method == "notifications/cancelled"
-                    && let Some(id) = crate::protocol::cancelled_request(&params)
-                    && let Some(flag) = lock(&self.inflight).remove(&id.to_string())
-                {
-                    flag.cancel();
-                }
-                return None;
-            }
-            Ok(Incoming::Response) => return None,
-            Err((id, e)) => return Some(jsonrpc::error_response(&id, &e)),
-        };
-        let cancel = CancelFlag::new();
-        let key = id.to_string();
-        lock(&self.inflight).insert(key.clone(), cancel.clone());
-        let notify_to = Arc::clone(&self);
-        let exchange = Exchange {
+    fn origin(&self) -> Origin {
+        let host = self.core.protocol().host();
+        Origin {
             session: self.session.get().cloned(),
             headers: None,
-            caller: self.options.caller.clone(),
-            agent: self
-                .options
-                .agent
-                .as_deref()
-                .and_then(|a| self.protocol.host().access().agent(a)),
-            cancel: cancel.clone(),
-            notifier: Some(Arc::new(move |n| notify_to.send(n))),
+            identity: Identity {
+                caller: self.options.caller.clone(),
+                agent: self
+                    .options
+                    .agent
+                    .as_deref()
+                    .and_then(|a| host.access().agent(a)),
+            },
             cache_private: false,
-        };
-        let reply = self
-            .protocol
-            .handle_request(id.clone(), &method, params, exchange)
-            .await;
-        // `notifications/cancelled` takes the request out of `inflight`; the flag alone is not
-        // enough, since the host also sets it when a call times out, and that call must be answered.
-        let cancelled_by_client = lock(&self.inflight).remove(&key).is_none();
-        if cancelled_by_client {
-            // A cancelled request gets no response.
-            return None;
+            inflight: Some(Arc::clone(&self.inflight)),
         }
-        match reply {
-            Reply::Response { body, .. } => Some(body),
+    }
+
+    async fn handle(self: Arc<Self>, value: Value) {
+        let origin = self.origin();
+        let (id, method, params) = match self.core.route(value, Some(&self.inflight)) {
+            Routed::Request { id, method, params } => (id, method, params),
+            Routed::Batch(items) => {
+                match self.core.batch(items, &origin).await {
+                    Batched::Replies(replies) => self.out.send(&replies),
+                    Batched::Refused(e) => {
+                        self.out.send(&jsonrpc::error_response(&Value::Null, &e))
+                    }
+                    Batched::Nothing => true,
+                };
+                return;
+            }
+            Routed::Invalid(id, e) => {
+                self.out.send(&jsonrpc::error_response(&id, &e));
+                return;
+            }
+            Routed::Done => return,
+        };
+        let cancel = CancelFlag::new();
+        let notify_to = Arc::clone(&self);
+        let notifier = Arc::new(move |n: Value| {
+            notify_to.out.send(&n);
+        });
+        let answered = self
+            .core
+            .request(
+                id.clone(),
+                &method,
+                params,
+                &origin,
+                cancel.clone(),
+                Some(notifier),
+            )
+            .await;
+        if answered.cancelled_by_client {
+            // A cancelled request gets no response.
+            return;
+        }
+        match answered.reply {
+            Reply::Response { body, .. } => {
+                self.out.send(&body);
+            }
             Reply::Initialized {
                 body,
                 version,
                 capabilities,
             } => {
                 let session = Arc::new(LegacySession::new("stdio".into(), version, capabilities));
+                session.attach_stream(Arc::new(SessionStream(Arc::downgrade(&self))));
                 if self.session.set(session).is_err() {
-                    return Some(jsonrpc::error_response(
+                    self.out.send(&jsonrpc::error_response(
                         &id,
                         &RpcError::invalid_request("this connection is already initialized"),
                     ));
+                    return;
                 }
-                Some(body)
+                self.out.send(&body);
             }
             Reply::Listen { id, accepted } => {
-                if !streaming {
-                    return Some(jsonrpc::error_response(
-                        &id,
-                        &RpcError::invalid_request("subscriptions/listen cannot be batched"),
-                    ));
+                // The stream lasts until the client cancels it or stdin closes.
+                self.inflight.track(&id, cancel.clone());
+                tokio::select! {
+                    () = self.core.listen(&id, &accepted, &self.out, None, &cancel) => {},
+                    () = self.closed.cancelled() => {},
                 }
-                self.send(Protocol::listen_ack(&id, &accepted));
-                if accepted.get("toolsListChanged").is_some() {
-                    let mut changes = self.protocol.host().changes();
-                    let cancel_wait = async {
-                        while !cancel.is_cancelled() {
-                            tokio::time::sleep(Duration::from_millis(100)).await;
-                        }
-                    };
-                    let forward = async {
-                        while changes.next().await {
-                            self.send(Protocol::tools_changed(Some(&id)));
-                        }
-                    };
-                    lock(&self.inflight).insert(key.clone(), cancel.clone());
-                    lock(&self.listens).push(cancel.clone());
-                    tokio::select! {
-                        _ = forward => {},
-                        _ = cancel_wait => { lock(&self.inflight).remove(&key); return None; },
-                    }
-                    lock(&self.inflight).remove(&key);
-                }
-                Some(self.protocol.listen_end(&id))
+                self.inflight.finish(&id);
             }
         }
     }

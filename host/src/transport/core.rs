@@ -1,0 +1,248 @@
+//! The connection core: what every transport does with a message once it has one. It classifies
+//! the message, routes `notifications/cancelled` to the request it names, runs requests through the
+//! [`Protocol`] with their cancellation tracked, answers batches, serves `subscriptions/listen`
+//! streams and fans tool-list changes out to legacy sessions.
+//!
+//! Transports are message pipes around it: stdio reads and writes lines; HTTP adds what only HTTP
+//! has (sessions by header, authentication, the JSON-or-SSE choice, GET streams).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::access::Identity;
+use crate::exec::CancelFlag;
+use crate::protocol::jsonrpc::{self, Incoming, RpcError};
+use crate::protocol::session::{Inflight, LegacySession, Outbound};
+use crate::protocol::{Exchange, HttpHeaders, Notifier, Protocol, Reply};
+
+/// What a transport knows about where a message came from.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Origin {
+    /// The legacy session it belongs to.
+    pub session: Option<Arc<LegacySession>>,
+    /// Its HTTP headers (`None` on stdio).
+    pub headers: Option<HttpHeaders>,
+    /// Who sent it, and through which agent.
+    pub identity: Identity,
+    /// Answers depend on who asks (`cacheScope: private`).
+    pub cache_private: bool,
+    /// Where its requests are tracked for `notifications/cancelled` (stdio: the connection; HTTP:
+    /// the legacy session).
+    pub inflight: Option<Arc<Inflight>>,
+}
+
+/// A message, sorted.
+pub(crate) enum Routed {
+    /// A request to run.
+    Request {
+        /// Its id.
+        id: Value,
+        /// Its method.
+        method: String,
+        /// Its params.
+        params: Map<String, Value>,
+    },
+    /// A JSON-RPC batch.
+    Batch(Vec<Value>),
+    /// Nothing to answer: a notification (already acted on) or a client's response.
+    Done,
+    /// Not a valid message: answer this error, with this id (null when unknown).
+    Invalid(Value, RpcError),
+}
+
+/// What came of a batch.
+pub(crate) enum Batched {
+    /// Batches are not allowed here: answer this error.
+    Refused(RpcError),
+    /// The array of responses.
+    Replies(Value),
+    /// Only notifications: nothing to answer.
+    Nothing,
+}
+
+/// A request's reply, and whether the client cancelled it meanwhile.
+pub(crate) struct Answered {
+    /// What the protocol answered.
+    pub reply: Reply,
+    /// A `notifications/cancelled` named the request while it ran: the client expects no answer.
+    pub cancelled_by_client: bool,
+}
+
+/// The shared core of every transport.
+#[derive(Debug, Clone)]
+pub(crate) struct Core {
+    protocol: Protocol,
+    /// Set when the server shuts down: listen streams end with their closing result.
+    shutdown: CancelFlag,
+}
+
+impl Core {
+    /// A core over `protocol`; `shutdown` ends every listen stream gracefully when set.
+    pub(crate) fn new(protocol: Protocol, shutdown: CancelFlag) -> Self {
+        Core { protocol, shutdown }
+    }
+
+    /// The protocol engine.
+    pub(crate) fn protocol(&self) -> &Protocol {
+        &self.protocol
+    }
+
+    /// Sort a parsed message; notifications take effect here (`notifications/cancelled` reaches the
+    /// request it names in `inflight`).
+    pub(crate) fn route(&self, value: Value, inflight: Option<&Inflight>) -> Routed {
+        if let Value::Array(items) = value {
+            return Routed::Batch(items);
+        }
+        match jsonrpc::classify(value) {
+            Ok(Incoming::Request { id, method, params }) => Routed::Request { id, method, params },
+            Ok(Incoming::Notification { method, params }) => {
+                if method == "notifications/cancelled"
+                    && let (Some(inflight), Some(id)) =
+                        (inflight, crate::protocol::cancelled_request(&params))
+                {
+                    inflight.cancel(id);
+                }
+                Routed::Done
+            }
+            Ok(Incoming::Response) => Routed::Done,
+            Err((id, e)) => Routed::Invalid(id, e),
+        }
+    }
+
+    /// Run one request with its cancellation tracked in `origin.inflight`.
+    pub(crate) async fn request(
+        &self,
+        id: Value,
+        method: &str,
+        params: Map<String, Value>,
+        origin: &Origin,
+        cancel: CancelFlag,
+        notifier: Option<Notifier>,
+    ) -> Answered {
+        if let Some(inflight) = &origin.inflight {
+            inflight.track(&id, cancel.clone());
+        }
+        let ex = Exchange {
+            session: origin.session.clone(),
+            headers: origin.headers.clone(),
+            caller: origin.identity.caller.clone(),
+            agent: origin.identity.agent.clone(),
+            cancel,
+            notifier,
+            cache_private: origin.cache_private,
+        };
+        let reply = self
+            .protocol
+            .handle_request(id.clone(), method, params, ex)
+            .await;
+        let cancelled_by_client = origin
+            .inflight
+            .as_ref()
+            .is_some_and(|inflight| !inflight.finish(&id));
+        Answered {
+            reply,
+            cancelled_by_client,
+        }
+    }
+
+    /// A JSON-RPC batch (2025-03-26 sessions only), its requests run in order.
+    pub(crate) async fn batch(&self, items: Vec<Value>, origin: &Origin) -> Batched {
+        let allowed = origin.session.as_ref().is_some_and(|s| s.allows_batches());
+        if !allowed || items.is_empty() {
+            return Batched::Refused(RpcError::invalid_request(
+                "JSON-RPC batches are not supported by this protocol revision",
+            ));
+        }
+        let mut out = Vec::new();
+        for item in items {
+            match self.route(item, origin.inflight.as_deref()) {
+                Routed::Request { id, method, params } => {
+                    let answered = self
+                        .request(id, &method, params, origin, CancelFlag::new(), None)
+                        .await;
+                    if answered.cancelled_by_client {
+                        continue;
+                    }
+                    match answered.reply {
+                        Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
+                            out.push(body)
+                        }
+                        Reply::Listen { id, .. } => out.push(jsonrpc::error_response(
+                            &id,
+                            &RpcError::invalid_request("subscriptions/listen cannot be batched"),
+                        )),
+                    }
+                }
+                Routed::Batch(_) => out.push(jsonrpc::error_response(
+                    &Value::Null,
+                    &RpcError::invalid_request("a batch cannot contain a batch"),
+                )),
+                Routed::Invalid(id, e) => out.push(jsonrpc::error_response(&id, &e)),
+                Routed::Done => {}
+            }
+        }
+        if out.is_empty() {
+            Batched::Nothing
+        } else {
+            Batched::Replies(Value::Array(out))
+        }
+    }
+
+    /// Serve a `subscriptions/listen` stream on `out`: the acknowledgement, then tagged tool-list
+    /// changes (when accepted) and keep-alives, until the server shuts down (the closing result is
+    /// sent), `cancel` is set or the receiver is gone (nothing more is sent).
+    pub(crate) async fn listen(
+        &self,
+        id: &Value,
+        accepted: &Value,
+        out: &dyn Outbound,
+        keepalive: Option<Duration>,
+        cancel: &CancelFlag,
+    ) {
+        if !out.send(&Protocol::listen_ack(id, accepted)) {
+            return;
+        }
+        let wants_tools = accepted.get("toolsListChanged").is_some();
+        let mut changes = self.protocol.host().changes();
+        let mut tick = keepalive.map(tokio::time::interval);
+        if let Some(tick) = &mut tick {
+            tick.tick().await;
+        }
+        let next_tick = async |tick: &mut Option<tokio::time::Interval>| match tick {
+            Some(t) => {
+                t.tick().await;
+            }
+            None => std::future::pending().await,
+        };
+        loop {
+            tokio::select! {
+                changed = changes.next() => {
+                    if !changed {
+                        break;
+                    }
+                    if wants_tools && !out.send(&Protocol::tools_changed(Some(id))) {
+                        return;
+                    }
+                }
+                () = next_tick(&mut tick) => if !out.keepalive() { return },
+                () = self.shutdown.cancelled() => break,
+                () = cancel.cancelled() => return,
+            }
+        }
+        out.send(&self.protocol.listen_end(id));
+    }
+
+    /// Tell every legacy session with a stream that the tool list changed, for as long as the host
+    /// runs. `sessions` lists the sessions at the time of each change.
+    pub(crate) async fn fan_out_changes(&self, sessions: impl Fn() -> Vec<Arc<LegacySession>>) {
+        let mut changes = self.protocol.host().changes();
+        let note = Protocol::tools_changed(None);
+        while changes.next().await {
+            for session in sessions() {
+                session.notify(&note);
+            }
+        }
+    }
+}

@@ -1,0 +1,157 @@
+//! HTTP responses: a complete JSON body or an SSE stream (whose drop cancels the request it
+//! carries), and the SSE side of [`Outbound`].
+
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use hyper::Response;
+use hyper::StatusCode;
+use hyper::body::{Body as HttpBody, Frame, SizeHint};
+use hyper::header::HeaderValue;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use crate::exec::CancelFlag;
+use crate::protocol::jsonrpc::{self, RpcError};
+use crate::protocol::session::Outbound;
+
+/// Response body: a complete buffer or an SSE stream.
+pub enum Body {
+    /// A complete body.
+    Full(Option<Bytes>),
+    /// A stream of SSE frames; dropping it (client gone) cancels the request it belongs to.
+    Stream {
+        /// Frames to send.
+        rx: mpsc::UnboundedReceiver<Bytes>,
+        /// Cancels the request when the stream is dropped before it finished.
+        guard: CancelOnDrop,
+    },
+}
+
+impl HttpBody for Body {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        match self.get_mut() {
+            Body::Full(data) => Poll::Ready(data.take().map(|d| Ok(Frame::data(d)))),
+            Body::Stream { rx, guard } => match rx.poll_recv(cx) {
+                Poll::Ready(Some(bytes)) => Poll::Ready(Some(Ok(Frame::data(bytes)))),
+                Poll::Ready(None) => {
+                    guard.disarm();
+                    Poll::Ready(None)
+                }
+                Poll::Pending => Poll::Pending,
+            },
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Body::Full(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Body::Full(Some(d)) => SizeHint::with_exact(d.len() as u64),
+            Body::Full(None) => SizeHint::with_exact(0),
+            Body::Stream { .. } => SizeHint::default(),
+        }
+    }
+}
+
+/// Sets a cancellation flag when dropped, unless disarmed.
+pub struct CancelOnDrop(pub(crate) Option<CancelFlag>);
+
+impl CancelOnDrop {
+    /// Do not cancel after all (the request finished).
+    pub(crate) fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some(flag) = self.0.take() {
+            flag.cancel();
+        }
+    }
+}
+
+/// A JSON response.
+pub(crate) fn json_response(status: u16, body: &Value) -> Response<Body> {
+    let mut resp = Response::new(Body::Full(Some(Bytes::from(
+        // Straight into a buffer (`to_string` goes through `fmt::Display`); the same bytes.
+        serde_json::to_vec(body).unwrap_or_default(),
+    ))));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
+    resp.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    resp
+}
+
+/// An error response outside any session, with the status of the error's kind.
+pub(crate) fn error_response(id: &Value, e: &RpcError) -> Response<Body> {
+    json_response(e.kind.http_status(false), &jsonrpc::error_response(id, e))
+}
+
+/// A response without a body.
+pub(crate) fn empty(status: StatusCode) -> Response<Body> {
+    let mut resp = Response::new(Body::Full(None));
+    *resp.status_mut() = status;
+    resp
+}
+
+/// One SSE event carrying `message`.
+pub(crate) fn sse_frame(message: &Value) -> Bytes {
+    Bytes::from(format!("data: {message}\n\n"))
+}
+
+/// A streaming `text/event-stream` response fed by `rx`; `cancel` is set if the client goes away
+/// before the stream ended.
+pub(crate) fn sse_response(
+    rx: mpsc::UnboundedReceiver<Bytes>,
+    cancel: Option<CancelFlag>,
+) -> Response<Body> {
+    let mut resp = Response::new(Body::Stream {
+        rx,
+        guard: CancelOnDrop(cancel),
+    });
+    let h = resp.headers_mut();
+    h.insert(
+        hyper::header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    h.insert(
+        hyper::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache"),
+    );
+    h.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    resp
+}
+
+/// The sending side of an SSE response.
+pub(crate) struct Sse(pub(crate) mpsc::UnboundedSender<Bytes>);
+
+impl Outbound for Sse {
+    fn send(&self, message: &Value) -> bool {
+        self.0.send(sse_frame(message)).is_ok()
+    }
+
+    fn keepalive(&self) -> bool {
+        self.comment(": keepalive")
+    }
+}
+
+impl Sse {
+    /// An SSE comment line (`text` starts with `:`).
+    pub(crate) fn comment(&self, text: &'static str) -> bool {
+        self.0.send(Bytes::from(format!("{text}\n\n"))).is_ok()
+    }
+}

@@ -1,0 +1,137 @@
+//! Who may talk to the HTTP endpoint at all: Origin/Host validation against DNS rebinding, the
+//! bearer token, and the answers for refused identities (401 with its challenge, 403, 404).
+
+use hyper::Response;
+use hyper::header::{HeaderMap, HeaderValue};
+use serde_json::Value;
+
+use super::HttpOptions;
+use super::body::{Body, error_response, json_response};
+use crate::access::{Access, Denied};
+use crate::protocol::jsonrpc::{ErrorKind, RpcError};
+
+/// A header's value, trimmed (`None` when absent or not visible ASCII).
+pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+    headers
+        .get(name)
+        .and_then(|v| v.to_str().ok())
+        .map(str::trim)
+}
+
+fn host_part(authority: &str) -> &str {
+    if let Some(rest) = authority.strip_prefix('[') {
+        return rest.split(']').next().unwrap_or("");
+    }
+    authority.split(':').next().unwrap_or("")
+}
+
+fn is_local(host: &str) -> bool {
+    matches!(host, "localhost" | "127.0.0.1" | "::1") || host.ends_with(".localhost")
+}
+
+/// DNS-rebinding protection: Origin (when present) and Host must be local or explicitly allowed.
+pub(crate) fn check_origin(headers: &HeaderMap, options: &HttpOptions) -> Result<(), RpcError> {
+    let forbidden = |what: &str| RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {what}"));
+    if let Some(origin) = header(headers, "origin") {
+        let authority = origin.split("://").nth(1).unwrap_or(origin);
+        if !(is_local(host_part(authority))
+            || options.settings.allowed_origins.iter().any(|o| o == origin))
+        {
+            return Err(forbidden(&format!("Origin {origin} is not allowed")));
+        }
+    }
+    if let Some(host) = header(headers, "host") {
+        let name = host_part(host);
+        if !(is_local(name)
+            || options
+                .settings
+                .allowed_hosts
+                .iter()
+                .any(|h| h == name || h == host))
+        {
+            return Err(forbidden(&format!("Host {host} is not allowed")));
+        }
+    }
+    Ok(())
+}
+
+/// The bearer token of the `Authorization` header.
+pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = header(headers, "authorization")?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// A 401 with its `WWW-Authenticate` challenge, or the 403/404 for a refused identity.
+pub(crate) fn denied(access: &Access, id: &Value, d: Denied) -> Response<Body> {
+    match d {
+        Denied::Unauthorized { error, description } => challenge(
+            access,
+            error_response(
+                id,
+                &RpcError::new(
+                    ErrorKind::Unauthorized,
+                    format!("Unauthorized: {description}"),
+                ),
+            ),
+            error,
+            &description,
+        ),
+        Denied::Forbidden(why) => error_response(
+            id,
+            &RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {why}")),
+        ),
+        Denied::UnknownAgent(name) => error_response(
+            id,
+            &RpcError::new(ErrorKind::NotFound, format!("No such agent: {name}")),
+        ),
+    }
+}
+
+/// A 401 response (`body`) for a tool that needs a verified caller, with its challenge.
+pub(crate) fn unauthorized(access: &Access, body: &Value) -> Response<Body> {
+    challenge(access, json_response(401, body), None, "")
+}
+
+fn challenge(
+    access: &Access,
+    mut resp: Response<Body>,
+    error: Option<&str>,
+    description: &str,
+) -> Response<Body> {
+    if let Ok(v) = HeaderValue::from_str(&access.challenge(error, description)) {
+        resp.headers_mut()
+            .insert(hyper::header::WWW_AUTHENTICATE, v);
+    }
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_local_origins_and_hosts_pass_by_default() {
+        let opts = HttpOptions::default();
+        let mut h = HeaderMap::new();
+        h.insert("origin", HeaderValue::from_static("http://localhost:3000"));
+        h.insert("host", HeaderValue::from_static("127.0.0.1:18080"));
+        assert!(check_origin(&h, &opts).is_ok());
+        h.insert(
+            "origin",
+            HeaderValue::from_static("http://evil.example.com"),
+        );
+        assert_eq!(
+            check_origin(&h, &opts).unwrap_err().kind,
+            ErrorKind::Forbidden
+        );
+        h.remove("origin");
+        h.insert("host", HeaderValue::from_static("evil.example.com"));
+        assert!(check_origin(&h, &opts).is_err());
+        h.insert("host", HeaderValue::from_static("[::1]:8080"));
+        assert!(check_origin(&h, &opts).is_ok());
+    }
+}

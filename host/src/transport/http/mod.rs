@@ -1,0 +1,266 @@
+//! The Streamable HTTP transport on hyper 1.x: `POST /mcp` (JSON, or an SSE stream once a request
+//! emits notifications; [`post`]), legacy sessions with `GET`/`DELETE`, `/healthz`, the RFC 9728
+//! metadata, Origin/Host validation against DNS rebinding ([`guard`]), a request body cap,
+//! keep-alive and graceful shutdown. Messages themselves go through the connection core.
+
+mod body;
+mod guard;
+mod post;
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper::body::Incoming as IncomingBody;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+pub use body::{Body, CancelOnDrop};
+use body::{Sse, empty, error_response, json_response, sse_response};
+use guard::{bearer, check_origin, denied, header};
+use post::SESSION_HEADER;
+
+use super::core::Core;
+use crate::config::HttpSettings;
+use crate::exec::CancelFlag;
+use crate::protocol::Protocol;
+use crate::protocol::jsonrpc::{ErrorKind, RpcError};
+use crate::protocol::session::{Outbound, SessionStore};
+
+/// Settings of the HTTP transport: the configuration's `http` section plus timing.
+#[derive(Debug, Clone)]
+pub struct HttpOptions {
+    /// Endpoint path, body cap, allowed origins and hosts, session limits.
+    pub settings: HttpSettings,
+    /// How long shutdown waits for in-flight requests.
+    pub grace: Duration,
+    /// Interval of SSE keep-alive comments on long-lived streams.
+    pub keepalive: Duration,
+}
+
+impl Default for HttpOptions {
+    fn default() -> Self {
+        HttpOptions {
+            settings: HttpSettings::default(),
+            grace: Duration::from_secs(10),
+            keepalive: Duration::from_secs(15),
+        }
+    }
+}
+
+struct State {
+    core: Core,
+    options: HttpOptions,
+    sessions: SessionStore,
+    /// Set at shutdown: long-lived streams end.
+    shutdown: CancelFlag,
+}
+
+/// Serve until `shutdown` resolves; then stop accepting, end long-lived streams, and let in-flight
+/// requests finish within the grace period.
+pub async fn serve(
+    protocol: Protocol,
+    listener: TcpListener,
+    options: HttpOptions,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> std::io::Result<()> {
+    let stop = CancelFlag::new();
+    let state = Arc::new(State {
+        sessions: SessionStore::new(
+            options.settings.max_sessions,
+            Duration::from_secs(options.settings.session_idle_secs),
+        ),
+        core: Core::new(protocol, stop.clone()),
+        options,
+        shutdown: stop.clone(),
+    });
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let sweeper = {
+        let state = Arc::clone(&state);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                state.sessions.sweep();
+            }
+        })
+    };
+    let notifier = {
+        let state = Arc::clone(&state);
+        tokio::spawn(async move { state.core.fan_out_changes(|| state.sessions.all()).await })
+    };
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => {
+                let (stream, _peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let _ = stream.set_nodelay(true);
+                let state = Arc::clone(&state);
+                let service = hyper::service::service_fn(move |req| {
+                    let state = Arc::clone(&state);
+                    async move { Ok::<_, Infallible>(handle(state, req).await) }
+                });
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .keep_alive(true)
+                    .serve_connection(TokioIo::new(stream), service);
+                let conn = graceful.watch(conn);
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!("connection ended: {e}");
+                    }
+                });
+            }
+            () = &mut shutdown => break,
+        }
+    }
+    drop(listener);
+    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+    stop.cancel();
+    let grace = state.options.grace;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "grace period of {} s over; closing remaining connections",
+            grace.as_secs()
+        );
+    }
+    sweeper.abort();
+    notifier.abort();
+    Ok(())
+}
+
+async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
+    let path = req.uri().path().to_owned();
+    if path == "/healthz" {
+        return json_response(200, &json!({ "status": "ok" }));
+    }
+    let access = state.core.protocol().host().access();
+    if path == "/.well-known/oauth-protected-resource"
+        || path.starts_with("/.well-known/oauth-protected-resource/")
+    {
+        return match *req.method() {
+            Method::GET => json_response(200, &access.metadata()),
+            _ => empty(StatusCode::METHOD_NOT_ALLOWED),
+        };
+    }
+    // `/mcp` or `/mcp/agents/{name}`.
+    let agent = match path.strip_prefix(state.options.settings.path.as_str()) {
+        Some("") => None,
+        Some(rest) => match rest.strip_prefix("/agents/") {
+            Some(name) if !name.is_empty() && !name.contains('/') => Some(name.to_owned()),
+            _ => None,
+        },
+        None => None,
+    };
+    if path != state.options.settings.path && agent.is_none() {
+        return json_response(
+            404,
+            &json!({ "error": "not found", "mcpEndpoint": state.options.settings.path }),
+        );
+    }
+    if let Err(e) = check_origin(req.headers(), &state.options) {
+        return error_response(&Value::Null, &e);
+    }
+    // GET and DELETE act on a legacy session: they authenticate like every request does.
+    if matches!(*req.method(), Method::GET | Method::DELETE)
+        && let Err(d) = access.resolve(agent.as_deref(), bearer(req.headers()), None)
+    {
+        return denied(&access, &Value::Null, d);
+    }
+    match *req.method() {
+        Method::POST => post::post(state, req, agent).await,
+        Method::GET => get_stream(&state, req.headers()),
+        Method::DELETE => delete_session(&state, req.headers()),
+        _ => {
+            let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
+            resp.headers_mut().insert(
+                hyper::header::ALLOW,
+                HeaderValue::from_static("POST, GET, DELETE"),
+            );
+            resp
+        }
+    }
+}
+
+/// A session's end of its GET stream.
+struct Relay(mpsc::UnboundedSender<Value>);
+
+impl Outbound for Relay {
+    fn send(&self, message: &Value) -> bool {
+        self.0.send(message.clone()).is_ok()
+    }
+}
+
+fn session_not_found() -> Response<Body> {
+    error_response(
+        &Value::Null,
+        &RpcError::new(ErrorKind::NotFound, "Session not found"),
+    )
+}
+
+/// A legacy session's GET stream: its session-level notifications, with keep-alives, until the
+/// client goes or the server stops.
+fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
+    let Some(id) = header(headers, SESSION_HEADER) else {
+        // 2026 has no GET stream (subscriptions/listen replaces it).
+        let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
+        resp.headers_mut()
+            .insert(hyper::header::ALLOW, HeaderValue::from_static("POST"));
+        return resp;
+    };
+    let Some(session) = state.sessions.get(id) else {
+        return session_not_found();
+    };
+    // The session holds the relay; the task below owns the response stream, so the stream ends
+    // when the task does (client gone, session's stream replaced, server stopping).
+    let (relay, mut rx) = mpsc::unbounded_channel::<Value>();
+    session.attach_stream(Arc::new(Relay(relay)));
+    let (out, body) = mpsc::unbounded_channel::<Bytes>();
+    let out = Sse(out);
+    out.comment(": stream open");
+    let shutdown = state.shutdown.clone();
+    let keepalive = state.options.keepalive;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(keepalive);
+        tick.tick().await;
+        loop {
+            tokio::select! {
+                m = rx.recv() => match m {
+                    Some(m) => if !out.send(&m) { return },
+                    None => return,
+                },
+                _ = tick.tick() => if !out.keepalive() { return },
+                () = shutdown.cancelled() => return,
+            }
+        }
+    });
+    sse_response(body, None)
+}
+
+fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
+    match header(headers, SESSION_HEADER) {
+        None => empty(StatusCode::METHOD_NOT_ALLOWED),
+        Some(id) if state.sessions.remove(id) => empty(StatusCode::OK),
+        Some(_) => session_not_found(),
+    }
+}
+
+/// Bind `addr` (for callers that want the bound address before serving, e.g. port 0).
+pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    TcpListener::bind(addr).await
+}

@@ -1,0 +1,292 @@
+//! `POST /mcp`: read and check the body, resolve the session and the caller, then run the message
+//! through the connection core. A request is answered as plain JSON unless it emits a notification
+//! before its reply, in which case the answer becomes an SSE stream carrying the notifications and
+//! then the reply.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming as IncomingBody;
+use hyper::header::{HeaderMap, HeaderValue};
+use hyper::{Request, Response, StatusCode};
+use serde_json::{Map, Value};
+use tokio::sync::mpsc;
+
+use super::State;
+use super::body::{
+    Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_frame, sse_response,
+};
+use super::guard::{bearer, denied, header, unauthorized};
+use crate::exec::CancelFlag;
+use crate::protocol::jsonrpc::{ErrorKind, RpcError};
+use crate::protocol::session::{LegacySession, new_session_id};
+use crate::protocol::{HttpHeaders, Reply, decode_header_value};
+use crate::transport::core::{Batched, Origin, Routed};
+
+/// The header naming a legacy session.
+pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
+
+/// Read the body within its size limit; the error response otherwise.
+async fn read_body(
+    state: &State,
+    req: Request<IncomingBody>,
+) -> Result<(hyper::http::request::Parts, Bytes), Response<Body>> {
+    let max = state.options.settings.max_body_bytes;
+    let too_large = || {
+        error_response(
+            &Value::Null,
+            &RpcError::new(
+                ErrorKind::PayloadTooLarge,
+                format!("request body exceeds the limit of {max} bytes"),
+            ),
+        )
+    };
+    let declared = header(req.headers(), "content-length").and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > max as u64) {
+        return Err(too_large());
+    }
+    if let Some(ct) = header(req.headers(), "content-type")
+        && !ct.to_ascii_lowercase().starts_with("application/json")
+    {
+        return Err(error_response(
+            &Value::Null,
+            &RpcError::new(
+                ErrorKind::UnsupportedMediaType,
+                format!("Content-Type must be application/json, got {ct}"),
+            ),
+        ));
+    }
+    let (parts, body) = req.into_parts();
+    match http_body_util::Limited::new(body, max).collect().await {
+        Ok(collected) => Ok((parts, collected.to_bytes())),
+        Err(e)
+            if e.downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some() =>
+        {
+            Err(too_large())
+        }
+        Err(e) => Err(error_response(
+            &Value::Null,
+            &RpcError::invalid_request(format!("cannot read body: {e}")),
+        )),
+    }
+}
+
+/// The 2026 headers that mirror the body.
+fn mirrored_headers(headers: &HeaderMap) -> Result<HttpHeaders, RpcError> {
+    let name = header(headers, "mcp-name")
+        .map(decode_header_value)
+        .transpose()?;
+    Ok(HttpHeaders {
+        protocol_version: header(headers, "mcp-protocol-version").map(str::to_owned),
+        method: header(headers, "mcp-method").map(str::to_owned),
+        name,
+        params: headers
+            .iter()
+            .filter_map(|(k, v)| {
+                let name = k.as_str().strip_prefix("mcp-param-")?;
+                Some((name.to_owned(), v.to_str().ok()?.to_owned()))
+            })
+            .collect(),
+    })
+}
+
+/// Serve one POST.
+pub(crate) async fn post(
+    state: Arc<State>,
+    req: Request<IncomingBody>,
+    endpoint_agent: Option<String>,
+) -> Response<Body> {
+    let (parts, bytes) = match read_body(&state, req).await {
+        Ok(read) => read,
+        Err(resp) => return resp,
+    };
+    let value: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(e) => {
+            return error_response(&Value::Null, &RpcError::parse(format!("invalid JSON: {e}")));
+        }
+    };
+    let id = value.get("id").cloned().unwrap_or(Value::Null);
+    let is_modern = value
+        .get("params")
+        .and_then(|p| p.get("_meta"))
+        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .is_some();
+    let session = match header(&parts.headers, SESSION_HEADER) {
+        Some(sid) if !is_modern => match state.sessions.get(sid) {
+            Some(s) => Some(s),
+            None => {
+                return error_response(
+                    &Value::Null,
+                    &RpcError::new(ErrorKind::NotFound, "Session not found: initialize again"),
+                );
+            }
+        },
+        _ => None,
+    };
+    let headers = match mirrored_headers(&parts.headers) {
+        Ok(h) => h,
+        Err(e) => return error_response(&id, &e),
+    };
+    // Every request authenticates on its own (the 2026 protocol keeps no state between requests).
+    let access = state.core.protocol().host().access();
+    let identity = match access.resolve(
+        endpoint_agent.as_deref(),
+        bearer(&parts.headers),
+        session.as_ref().map(|s| s.id.as_str()),
+    ) {
+        Ok(identity) => identity,
+        Err(d) => return denied(&access, &id, d),
+    };
+    let origin = Origin {
+        inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
+        session,
+        headers: Some(headers),
+        identity,
+        cache_private: access.caller_dependent(),
+    };
+    match state.core.route(value, origin.inflight.as_deref()) {
+        Routed::Request { id, method, params } => request(state, id, method, params, origin).await,
+        Routed::Batch(items) => match state.core.batch(items, &origin).await {
+            Batched::Replies(replies) => json_response(200, &replies),
+            Batched::Refused(e) => error_response(&Value::Null, &e),
+            Batched::Nothing => empty(StatusCode::ACCEPTED),
+        },
+        Routed::Invalid(id, e) => error_response(&id, &e),
+        Routed::Done => empty(StatusCode::ACCEPTED),
+    }
+}
+
+/// Run one request; answer JSON if it finishes before emitting a notification, SSE otherwise.
+async fn request(
+    state: Arc<State>,
+    id: Value,
+    method: String,
+    params: Map<String, Value>,
+    origin: Origin,
+) -> Response<Body> {
+    let cancel = CancelFlag::new();
+    // Cancels the call if this handler is dropped (client gone) before it answered.
+    let mut guard = CancelOnDrop(Some(cancel.clone()));
+    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let (reply_tx, mut reply_rx) = tokio::sync::oneshot::channel::<Reply>();
+    {
+        let core = state.core.clone();
+        let id = id.clone();
+        let cancel = cancel.clone();
+        let notifier: crate::protocol::Notifier = Arc::new(move |n| {
+            let _ = tx.send(n);
+        });
+        tokio::spawn(async move {
+            let answered = core
+                .request(id, &method, params, &origin, cancel, Some(notifier))
+                .await;
+            // Over HTTP a cancelled request's POST is still closed out with its reply.
+            let _ = reply_tx.send(answered.reply);
+        });
+    }
+    // Whether a notification comes before the reply decides the response type. The notifier is
+    // dropped (with the request's exchange) before the reply is sent, so polling notifications
+    // first is exact: a fast call that reported progress is still streamed (polling the reply
+    // first dropped its queued notifications), and `None` means the request ended without any.
+    let first_notification = tokio::select! {
+        biased;
+        n = rx.recv() => n,
+        reply = &mut reply_rx => {
+            guard.disarm();
+            return match reply {
+                Ok(reply) => finish(&state, reply),
+                Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
+            };
+        }
+    };
+    let Some(first_notification) = first_notification else {
+        // No notification can come any more: a plain JSON answer. (Streaming it would send errors
+        // as `200 text/event-stream` instead of their 4xx status.)
+        let reply = reply_rx.await;
+        guard.disarm();
+        return match reply {
+            Ok(reply) => finish(&state, reply),
+            Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
+        };
+    };
+    // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
+    guard.disarm();
+    let (out, body) = mpsc::unbounded_channel::<Bytes>();
+    let _ = out.send(sse_frame(&first_notification));
+    tokio::spawn(async move {
+        let reply = loop {
+            tokio::select! {
+                biased;
+                n = rx.recv() => match n {
+                    Some(n) => { let _ = out.send(sse_frame(&n)); }
+                    None => break (&mut reply_rx).await,
+                },
+                reply = &mut reply_rx => {
+                    while let Ok(n) = rx.try_recv() {
+                        let _ = out.send(sse_frame(&n));
+                    }
+                    break reply;
+                }
+            }
+        };
+        if let Ok(reply) = reply {
+            stream_reply(&state, reply, Sse(out)).await;
+        }
+    });
+    sse_response(body, Some(cancel))
+}
+
+/// The reply at the end of a request's SSE stream (a listen stream goes on from there).
+async fn stream_reply(state: &State, reply: Reply, out: Sse) {
+    match reply {
+        Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
+            let _ = out.0.send(sse_frame(&body));
+        }
+        Reply::Listen { id, accepted } => {
+            let keepalive = Some(state.options.keepalive);
+            state
+                .core
+                .listen(&id, &accepted, &out, keepalive, &CancelFlag::new())
+                .await;
+        }
+    }
+}
+
+/// The HTTP response for a reply that came before any notification.
+fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
+    match reply {
+        Reply::Response { body, status: 401 } => {
+            // A tool that needs a verified caller was called without one: challenge the client.
+            unauthorized(&state.core.protocol().host().access(), &body)
+        }
+        Reply::Response { body, status } => json_response(status, &body),
+        Reply::Initialized {
+            body,
+            version,
+            capabilities,
+        } => {
+            let id = new_session_id();
+            state.sessions.insert(Arc::new(LegacySession::new(
+                id.clone(),
+                version,
+                capabilities,
+            )));
+            let mut resp = json_response(200, &body);
+            if let Ok(v) = HeaderValue::from_str(&id) {
+                resp.headers_mut().insert(SESSION_HEADER, v);
+            }
+            resp
+        }
+        Reply::Listen { id, accepted } => {
+            let (out, body) = mpsc::unbounded_channel::<Bytes>();
+            let state = Arc::clone(state);
+            tokio::spawn(async move {
+                stream_reply(&state, Reply::Listen { id, accepted }, Sse(out)).await
+            });
+            sse_response(body, None)
+        }
+    }
+}
