@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use abi_stable::std_types::{RResult, RStr, RString};
 use mcp_plugin_sdk::LogLevel;
-use mcp_plugin_sdk::abi::{CallContextFfi, HostApiFfi};
+use mcp_plugin_sdk::wire::{CallContextFfi, HostApiFfi};
 
 /// Something a running call reports to whoever asked for it.
 #[derive(Debug, Clone, PartialEq)]

@@ -73,19 +73,23 @@
 //!
 //! # Stability
 //!
-//! The binary interface lives in [`abi`] and never changes; see its evolution rule. Everything with
-//! structure crosses it as JSON, so this crate can grow without breaking plugins already built.
+//! The binary interface is tiny and frozen (see [`wire`], which is the host's, not the authors'):
+//! everything with structure crosses it as JSON, so this crate can grow without breaking plugins
+//! already built.
 
 #![warn(missing_docs)]
 
-pub mod abi;
+// `abi` keeps its path (`mcp_plugin_sdk::abi`), where the frozen types were first defined; it is
+// private to authors and reached through `wire`. abi_stable compares a type's name, package and
+// package version at load (not its module path), but nothing is gained by moving it.
+mod abi;
 #[cfg(feature = "async")]
 mod async_rt;
 mod content;
 mod host;
-pub mod manifest;
+mod manifest;
 mod runtime;
-pub mod schema;
+mod schema;
 
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
@@ -98,12 +102,45 @@ pub use schemars::{self, JsonSchema};
 pub use serde::{self, Deserialize, Serialize};
 pub use serde_json::{self, Value, json};
 
+pub mod wire {
+    //! The host's side of the plugin interface: the frozen binary interface and the manifest.
+    //!
+    //! **For `mcp-host` (and hand-built plugins), not for plugin authors.** Nothing here is part of the
+    //! authoring API: a plugin written with [`tool`](crate::tool), [`service`](crate::service) and
+    //! [`export_plugin!`](crate::export_plugin) never names these types, and they may gain items or
+    //! be reorganised in any release without notice to authors. What does not change is what crosses
+    //! the boundary:
+    //!
+    //! - the binary interface ([`PluginModV1`], the [`HostApiFfi`] and [`CallContextFfi`] trait objects,
+    //!   [`BuildInfo`]) is frozen for the life of the 0.1 line; abi_stable checks it when a plugin
+    //!   loads. Its evolution rule: a type here is never changed once released (not a field, not a
+    //!   method, not an order). An incompatible change adds a new root module (`PluginModV2`, under a
+    //!   new symbol) that the host tries first, falling back to [`PluginModV1`] on the same library
+    //!   header; [`ABI_VERSION`] names the newest one the SDK exports;
+    //! - the manifest ([`Manifest`], [`ToolDescriptor`], ...) crosses as JSON and only grows by
+    //!   optional fields (`#[serde(default)]`), so hosts and plugins of different SDK releases read each
+    //!   other.
+    //!
+    //! ```
+    //! use mcp_plugin_sdk::wire::BuildInfo;
+    //! let host = BuildInfo::host();
+    //! let plugin = BuildInfo { plugin: "demo".into(), plugin_version: "1.0.0".into(), ..host.clone() };
+    //! assert!(plugin.incompatibility(&host).is_none());
+    //! ```
+
+    pub use crate::abi::*;
+    pub use crate::manifest::*;
+}
+
 /// What the macros expand to; not part of the public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::abi::{CallContextRef, HostApiBox, PluginModV1, PluginModV1Ref};
+    pub use crate::manifest::{Annotations, CallerNeed, ToolDescriptor};
     pub use crate::runtime::{
         Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init, shutdown,
     };
+    pub use crate::schema::{input_schema_with_headers, object_schema};
     pub use abi_stable;
     pub use schemars;
     pub use serde;
@@ -231,7 +268,7 @@ macro_rules! export_plugin {
             }
 
             extern "C" fn __init(
-                host: $crate::abi::HostApiBox,
+                host: $crate::__private::HostApiBox,
             ) -> __abi::std_types::RResult<__abi::std_types::RString, __abi::std_types::RString> {
                 $crate::__private::init(host, __NAME, env!("CARGO_PKG_VERSION"), __register)
             }
@@ -240,7 +277,7 @@ macro_rules! export_plugin {
                 tool: u32,
                 args: __abi::std_types::RStr<'_>,
                 caller: __abi::std_types::RStr<'_>,
-                ctx: $crate::abi::CallContextRef<'_>,
+                ctx: $crate::__private::CallContextRef<'_>,
             ) -> __abi::std_types::RResult<__abi::std_types::RString, __abi::std_types::RString> {
                 $crate::__private::call(tool, args, caller, ctx)
             }
@@ -249,8 +286,8 @@ macro_rules! export_plugin {
                 $crate::__private::shutdown()
             }
 
-            fn __root_module() -> $crate::abi::PluginModV1Ref {
-                __abi::prefix_type::PrefixTypeTrait::leak_into_prefix($crate::abi::PluginModV1 {
+            fn __root_module() -> $crate::__private::PluginModV1Ref {
+                __abi::prefix_type::PrefixTypeTrait::leak_into_prefix($crate::__private::PluginModV1 {
                     build_info: __build_info,
                     init: __init,
                     call: __call,
@@ -266,7 +303,7 @@ macro_rules! export_plugin {
             #[unsafe(no_mangle)]
             #[allow(unsafe_code)]
             pub static _1as_0lib_1header_0root_bmodule_bloader: __abi::library::LibHeader = unsafe {
-                __abi::library::LibHeader::from_constructor::<$crate::abi::PluginModV1Ref>(
+                __abi::library::LibHeader::from_constructor::<$crate::__private::PluginModV1Ref>(
                     __root_module_loader,
                     __abi::library::CheckTypeLayout::Yes,
                 )

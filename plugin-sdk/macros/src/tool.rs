@@ -291,7 +291,7 @@ fn tool_spec(
     let mut headers = Vec::new();
     let mut call_args = Vec::new();
     let mut prelude = Vec::new();
-    let mut caller_need = quote!(#sdk::manifest::CallerNeed::None);
+    let mut caller_need = quote!(#sdk::__private::CallerNeed::None);
     for param in &params {
         match param {
             Param::Arg { ident, ty, opts: a } => {
@@ -345,20 +345,20 @@ fn tool_spec(
                     headers.push(quote!((#name, #h)));
                 }
                 if is_named(ty, "Value") {
-                    field_attrs.push(quote!(#[schemars(schema_with = "::mcp_plugin_sdk::schema::object_schema")]));
+                    field_attrs.push(quote!(#[schemars(schema_with = "::mcp_plugin_sdk::__private::object_schema")]));
                 }
                 fields.push(quote!(#(#field_attrs)* #ident: #ty));
                 call_args.push(quote!(args.#ident));
             }
             Param::Caller { optional } => {
                 if *optional {
-                    caller_need = quote!(#sdk::manifest::CallerNeed::Optional);
+                    caller_need = quote!(#sdk::__private::CallerNeed::Optional);
                     call_args.push(quote!(match inv.optional_caller() {
                         ::core::result::Result::Ok(c) => c,
                         ::core::result::Result::Err(r) => return r,
                     }));
                 } else {
-                    caller_need = quote!(#sdk::manifest::CallerNeed::Required);
+                    caller_need = quote!(#sdk::__private::CallerNeed::Required);
                     call_args.push(quote!(match inv.caller() {
                         ::core::result::Result::Ok(c) => c,
                         ::core::result::Result::Err(r) => return r,
@@ -406,7 +406,7 @@ fn tool_spec(
     let input_schema = match &opts.input_schema {
         Some(expr) => quote!(#sdk::__private::serde_json::Value::from(#expr)),
         None => {
-            quote!(#sdk::schema::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*]))
+            quote!(#sdk::__private::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*]))
         }
     };
     let meta = match &opts.meta {
@@ -442,18 +442,18 @@ fn tool_spec(
 
         #(#prelude)*
 
-        fn descriptor() -> #sdk::manifest::ToolDescriptor {
+        fn descriptor() -> #sdk::__private::ToolDescriptor {
             #[allow(unused_imports)]
             use #sdk::__private::{SchemaViaContent as _, SchemaViaJson as _, SchemaViaNothing as _};
             let title: ::core::option::Option<::std::string::String> = #title;
-            #sdk::manifest::ToolDescriptor {
+            #sdk::__private::ToolDescriptor {
                 name: ::std::string::String::from(#tool_name),
                 service: ::core::option::Option::None,
                 title: title.clone(),
                 description: ::std::string::String::from(#description),
                 input_schema: #input_schema,
                 output_schema: (&&#sdk::__private::OutputOf::<#ok_ty>::NEW).output_schema(),
-                annotations: #sdk::manifest::Annotations {
+                annotations: #sdk::__private::Annotations {
                     title,
                     read_only_hint: #read_only,
                     destructive_hint: #destructive,
