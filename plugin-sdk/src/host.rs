@@ -74,13 +74,18 @@ impl LogLevel {
 /// Declare a parameter of this type (or `Option<UserInfo>`) and the host injects it; it never appears in
 /// the tool's input schema, so a model can neither see nor forge it. Scope every query to `user_id`.
 ///
+/// `#[non_exhaustive]`: the host will pass more verified facts about the caller over time. Build one
+/// (in a unit test) with [`UserInfo::new`] and set the other fields, which stay public.
+///
 /// ```
 /// use mcp_plugin_sdk::UserInfo;
-/// let u = UserInfo::new("alice");
+/// let mut u = UserInfo::new("alice");
 /// assert_eq!(u.user_id, "alice");
 /// assert!(u.agent.is_none());
+/// u.agent = Some("support".into());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UserInfo {
     /// The verified user id (a JWT's `sub`, or the user a personal secret belongs to).
     pub user_id: String,
