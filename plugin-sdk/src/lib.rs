@@ -47,7 +47,7 @@
 //! | Rust | tool |
 //! |---|---|
 //! | `#[tool] fn` | a tool named after the function |
-//! | `#[service] impl T` | a service named `T`; each `pub fn` is a tool; `fn enabled(&HostApi) -> bool` gates it; `fn new(&HostApi) -> Self` (or `Result<Self, E>`, or `Default`) builds it once at load; `fn shutdown(&self)` runs when the host retires this version (after its last call: stop threads, flush files) |
+//! | `#[service] impl T` | a service named `T`; each `pub fn` is a tool (a `pub fn` helper takes `#[tool(skip)]`; private methods are never tools); `fn enabled(&HostApi) -> bool` gates it; `fn new(&HostApi) -> Self` (or `Result<Self, E>`, or `Default`) builds it once at load; `fn shutdown(&self)` runs when the host retires this version (after its last call: stop threads, flush files) |
 //! | doc comment before the first `# ` heading | `description` |
 //! | `# Arguments` list: `` * `name` - text `` (continuation lines appended) | each parameter's `description` (an undocumented parameter is a compile error) |
 //! | `String`, integers, floats, `bool`, `Vec<T>`, maps, enums, `JsonSchema` structs | their JSON Schema; integers carry their bounds |

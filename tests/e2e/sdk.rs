@@ -149,13 +149,17 @@ fn descriptions_annotations_meta_and_output_schemas_are_exported() {
     let add = tool(&tools, "add_to_start");
     assert_eq!(add["service"], "Counter");
     assert_eq!(tool(&tools, "static_tool")["service"], "Counter");
-    assert!(
-        tools
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["name"] != "helper")
-    );
+    // A private method and a `#[tool(skip)]` public one are helpers, not tools.
+    for helper in ["helper", "start"] {
+        assert!(
+            tools
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| t["name"] != helper),
+            "{helper} must not be a tool"
+        );
+    }
 }
 
 fn schema_host(l: &Layout) -> mcp_host::Host {

@@ -8,7 +8,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::{
-    Attribute, Expr, FnArg, GenericArgument, Ident, ImplItem, ItemFn, ItemImpl, LitStr, Pat,
+    Attribute, Expr, FnArg, GenericArgument, Ident, ImplItem, Item, ItemFn, ItemImpl, LitStr, Pat,
     PathArguments, ReturnType, Signature, Type, Visibility, spanned::Spanned,
 };
 
@@ -27,6 +27,8 @@ struct ToolOptions {
     input_schema: Option<Expr>,
     meta: Option<Expr>,
     client_capabilities: Option<Expr>,
+    /// `#[tool(skip)]`: a `pub fn` of a service that is a helper, not a tool.
+    skip: Option<Span>,
 }
 
 impl ToolOptions {
@@ -35,7 +37,13 @@ impl ToolOptions {
         if tokens.is_empty() {
             return Ok(opts);
         }
+        let mut others = 0usize;
         let parser = syn::meta::parser(|meta| {
+            if meta.path.is_ident("skip") {
+                opts.skip = Some(meta.path.span());
+                return Ok(());
+            }
+            others += 1;
             let key = meta
                 .path
                 .get_ident()
@@ -56,14 +64,31 @@ impl ToolOptions {
                     return Err(meta.error(
                         "unknown #[tool] option; expected one of: name, title, read_only, \
                          destructive, idempotent, open_world, inline, input_schema, meta, \
-                         client_capabilities",
+                         client_capabilities, skip",
                     ));
                 }
             }
             Ok(())
         });
         syn::parse::Parser::parse2(parser, tokens)?;
+        if let Some(span) = opts.skip
+            && others > 0
+        {
+            return Err(syn::Error::new(
+                span,
+                "#[tool(skip)] takes no other options: a skipped method is not a tool",
+            ));
+        }
         Ok(opts)
+    }
+}
+
+/// What to add to an error about a service method: it may be a helper rather than a tool.
+fn helper_hint(service: Option<&Type>) -> &'static str {
+    if service.is_some() {
+        "; if this `pub fn` is a helper rather than a tool, mark it #[tool(skip)]"
+    } else {
+        ""
     }
 }
 
@@ -153,12 +178,22 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
 }
 
 /// Classify the parameters of a tool function, stripping `#[arg]` attributes from `sig`.
-fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)> {
+fn params(
+    sig: &mut Signature,
+    service: Option<&Type>,
+) -> syn::Result<(Option<TokenStream>, Vec<Param>)> {
     let mut receiver = None;
     let mut out = Vec::new();
     for input in sig.inputs.iter_mut() {
         match input {
             FnArg::Receiver(r) => {
+                if service.is_none() {
+                    return Err(syn::Error::new(
+                        r.span(),
+                        "#[tool] on a method needs #[service] on its impl block: a service's \
+                         `pub fn` methods are its tools",
+                    ));
+                }
                 if r.mutability.is_some() || r.reference.is_none() {
                     return Err(syn::Error::new(
                         r.span(),
@@ -182,8 +217,12 @@ fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)>
                     }
                     return Err(syn::Error::new(
                         ty.span(),
-                        "tool parameters are owned values deserialized from JSON (use `String` rather \
-                         than `&str`); only `&CallContext` and `&HostApi` may be references",
+                        format!(
+                            "tool parameters are owned values deserialized from JSON (use `String` \
+                             rather than `&str`); only `&CallContext` and `&HostApi` may be \
+                             references{}",
+                            helper_hint(service)
+                        ),
                     ));
                 }
                 if is_named(&ty, "UserInfo") {
@@ -205,7 +244,11 @@ fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)>
                     other => {
                         return Err(syn::Error::new(
                             other.span(),
-                            "tool parameters must be plain names: the name is the JSON argument name",
+                            format!(
+                                "tool parameters must be plain names: the name is the JSON argument \
+                                 name{}",
+                                helper_hint(service)
+                            ),
                         ));
                     }
                 };
@@ -270,8 +313,9 @@ fn tool_spec(
             fn_name.span(),
             format!(
                 "tool `{}` has no doc comment: its description is what the model reads to decide \
-                 when to call it, so write one (`/// ...`)",
-                tool_name.value()
+                 when to call it, so write one (`/// ...`){}",
+                tool_name.value(),
+                helper_hint(service)
             ),
         ));
     }
@@ -281,7 +325,7 @@ fn tool_spec(
             "tool functions cannot be generic",
         ));
     }
-    let (receiver, params) = params(sig)?;
+    let (receiver, params) = params(sig, service)?;
     let is_async = sig.asyncness.is_some();
     let (is_result, ok_ty) = output_type(sig);
     let description = &parsed.description;
@@ -304,8 +348,9 @@ fn tool_spec(
                             ident.span(),
                             format!(
                                 "parameter `{name}` of tool `{}` is not documented: add \
-                                 `/// * `{name}` - what it is` under a `/// # Arguments` heading",
-                                tool_name.value()
+                                 `/// * `{name}` - what it is` under a `/// # Arguments` heading{}",
+                                tool_name.value(),
+                                helper_hint(service)
                             ),
                         ));
                     }
@@ -481,7 +526,31 @@ fn tool_spec(
 /// `#[tool]` on a free function.
 pub fn expand_free(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let opts = ToolOptions::parse(attr)?;
-    let mut func: ItemFn = syn::parse2(item)?;
+    let mut func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(Item::Fn(func)) => func,
+        Ok(Item::Impl(block)) => {
+            return Err(syn::Error::new(
+                block.impl_token.span,
+                "#[tool] goes on a function; to make an impl block's `pub fn` methods tools, \
+                 put #[service] on the impl block",
+            ));
+        }
+        _ => {
+            return Err(syn::Error::new(
+                item.into_iter()
+                    .next()
+                    .map_or_else(Span::call_site, |t| t.span()),
+                "#[tool] goes on a function (or, inside a #[service] impl block, on a method)",
+            ));
+        }
+    };
+    if let Some(span) = opts.skip {
+        return Err(syn::Error::new(
+            span,
+            "#[tool(skip)] marks a helper `pub fn` inside a #[service] impl block; a free function \
+             without #[tool] is already not a tool, so drop the attribute",
+        ));
+    }
     let mut sig = func.sig.clone();
     let spec = tool_spec(&func.attrs, &mut sig, &opts, None)?;
     // The function keeps its signature minus the `#[arg]` attributes.
@@ -501,6 +570,39 @@ pub fn expand_free(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStr
     })
 }
 
+/// Take the `#[tool(...)]` attribute off a service method: its span and options (at most one).
+fn take_tool_attr(attrs: &mut Vec<Attribute>) -> syn::Result<Option<(Span, ToolOptions)>> {
+    let mut found: Option<(Span, ToolOptions)> = None;
+    let mut err = None;
+    attrs.retain(|a| {
+        if !a.path().is_ident("tool") {
+            return true;
+        }
+        let span = a.path().span();
+        if found.is_some() {
+            err.get_or_insert_with(|| {
+                syn::Error::new(span, "duplicate #[tool] attribute: put every option in one")
+            });
+            return false;
+        }
+        let tokens = match &a.meta {
+            syn::Meta::List(l) => l.tokens.clone(),
+            _ => TokenStream::new(),
+        };
+        match ToolOptions::parse(tokens) {
+            Ok(opts) => found = Some((span, opts)),
+            Err(e) => {
+                err.get_or_insert(e);
+            }
+        }
+        false
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(found),
+    }
+}
+
 /// `#[service]` on an impl block.
 pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     if !attr.is_empty() {
@@ -509,7 +611,23 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             "#[service] takes no options: the service name is the type's name",
         ));
     }
-    let mut block: ItemImpl = syn::parse2(item)?;
+    let mut block: ItemImpl = match syn::parse2(item.clone()) {
+        Ok(Item::Impl(block)) => block,
+        Ok(Item::Fn(func)) => {
+            return Err(syn::Error::new(
+                func.sig.fn_token.span,
+                "#[service] goes on an impl block; a free function becomes a tool with #[tool]",
+            ));
+        }
+        _ => {
+            return Err(syn::Error::new(
+                item.into_iter()
+                    .next()
+                    .map_or_else(Span::call_site, |t| t.span()),
+                "#[service] goes on an impl block (`#[service] impl MyService { ... }`)",
+            ));
+        }
+    };
     if block.trait_.is_some() || !block.generics.params.is_empty() {
         return Err(syn::Error::new(
             block.self_ty.span(),
@@ -537,7 +655,22 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
         quote!(::core::result::Result::Ok(<#self_ty as ::core::default::Default>::default()));
     for item in block.items.iter_mut() {
         let ImplItem::Fn(method) = item else { continue };
+        let tool_attr = take_tool_attr(&mut method.attrs)?;
         let name = method.sig.ident.to_string();
+        if let Some((span, _)) = &tool_attr {
+            let role = match name.as_str() {
+                "enabled" => Some("gate"),
+                "new" => Some("constructor"),
+                "shutdown" => Some("shutdown hook"),
+                _ => None,
+            };
+            if let Some(role) = role {
+                return Err(syn::Error::new(
+                    *span,
+                    format!("`{name}` is the service's {role}, never a tool: drop #[tool]"),
+                ));
+            }
+        }
         let takes_host = method
             .sig
             .inputs
@@ -575,37 +708,29 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             };
             continue;
         }
-        let mut opts = ToolOptions::default();
-        let mut tool_attr_seen = false;
-        let mut err = None;
-        method.attrs.retain(|a| {
-            if a.path().is_ident("tool") {
-                tool_attr_seen = true;
-                let tokens = match &a.meta {
-                    syn::Meta::List(l) => l.tokens.clone(),
-                    _ => TokenStream::new(),
-                };
-                match ToolOptions::parse(tokens) {
-                    Ok(o) => opts = o,
-                    Err(e) => err = Some(e),
+        let is_pub = matches!(method.vis, Visibility::Public(_));
+        let opts = match tool_attr {
+            Some((_, opts)) => {
+                if let Some(span) = opts.skip {
+                    if !is_pub {
+                        return Err(syn::Error::new(
+                            span,
+                            "a method that is not `pub` is never a tool: drop #[tool(skip)]",
+                        ));
+                    }
+                    continue;
                 }
-                false
-            } else {
-                true
+                if !is_pub {
+                    return Err(syn::Error::new(
+                        method.sig.ident.span(),
+                        "only `pub fn` methods of a service are tools: make it `pub` or drop #[tool]",
+                    ));
+                }
+                opts
             }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        if !matches!(method.vis, Visibility::Public(_)) {
-            if tool_attr_seen {
-                return Err(syn::Error::new(
-                    method.sig.ident.span(),
-                    "only `pub fn` methods of a service are tools: make it `pub` or drop #[tool]",
-                ));
-            }
-            continue;
-        }
+            None if !is_pub => continue,
+            None => ToolOptions::default(),
+        };
         let mut sig = method.sig.clone();
         specs.push(tool_spec(&method.attrs, &mut sig, &opts, Some(&self_ty))?);
         method.sig = sig;
