@@ -138,10 +138,12 @@ pub mod __private {
     pub use crate::abi::{CallContextRef, HostApiBox, PluginModV1, PluginModV1Ref};
     pub use crate::manifest::{Annotations, CallerNeed, ToolDescriptor};
     pub use crate::runtime::{
-        Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init, shutdown,
+        AutoExport, Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init,
+        shutdown,
     };
     pub use crate::schema::{input_schema_with_headers, object_schema};
     pub use abi_stable;
+    pub use inventory;
     pub use schemars;
     pub use serde;
     pub use serde_json;
@@ -236,7 +238,10 @@ pub mod __private {
     }
 }
 
-/// Export this crate's tools and services as an mcp-host plugin. Use it once, at the crate root.
+/// Export this crate's tools and services as an mcp-host plugin. Use it once, in the `cdylib` crate.
+///
+/// Every `#[tool]` function and `#[service]` impl block of the crate is exported, wherever it is
+/// in the crate: nothing is dropped for want of being listed.
 ///
 /// ```
 /// # use mcp_plugin_sdk::{tool, export_plugin};
@@ -244,12 +249,16 @@ pub mod __private {
 /// #[tool]
 /// pub fn hello() -> &'static str { "hello" }
 ///
-/// export_plugin!(tools: [hello]);
+/// export_plugin!();
 /// # fn main() {}
 /// ```
 ///
-/// Forms: `export_plugin!(tools: [a, b], services: [S, T])`, either list optional, and an optional
-/// leading `name: "..."` to override the plugin name (the crate name by default).
+/// Forms: `export_plugin!()`, `export_plugin!(tools: [a, b], services: [S, T])` (either list
+/// optional), and an optional leading `name: "...",` to override the plugin name (the crate name by
+/// default). The lists are optional: they put those items first in the manifest, in list order
+/// (the others follow, free tools then services, each by name), and they are how a plugin exports a
+/// `#[tool]` or `#[service]` defined in another crate (only the exporting crate's own are found
+/// without a list). Naming an item twice, or naming one that would be found anyway, exports it once.
 #[macro_export]
 macro_rules! export_plugin {
     ($(name: $name:expr,)? $(tools: [$($tool:path),* $(,)?])? $(,)? $(services: [$($svc:path),* $(,)?])? $(,)?) => {
@@ -261,6 +270,7 @@ macro_rules! export_plugin {
             fn __register(registrar: &mut $crate::__private::Registrar) {
                 $($( registrar.tool::<$tool>(); )*)?
                 $($( registrar.service::<$svc>(); )*)?
+                registrar.auto_exports(::core::module_path!());
             }
 
             extern "C" fn __build_info() -> __abi::std_types::RString {

@@ -567,6 +567,14 @@ pub fn expand_free(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStr
         impl ::mcp_plugin_sdk::__private::ToolFactory for #name {
             fn spec() -> ::mcp_plugin_sdk::__private::ToolSpec<()> #spec
         }
+
+        // Found by `export_plugin!` without a list (registered when the library is loaded).
+        ::mcp_plugin_sdk::__private::inventory::submit! {
+            ::mcp_plugin_sdk::__private::AutoExport::tool::<#name>(
+                ::core::module_path!(),
+                ::core::stringify!(#name),
+            )
+        }
     })
 }
 
@@ -758,6 +766,14 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             }
 
             #shutdown
+        }
+
+        // Found by `export_plugin!` without a list (registered when the library is loaded).
+        ::mcp_plugin_sdk::__private::inventory::submit! {
+            ::mcp_plugin_sdk::__private::AutoExport::service::<#self_ty>(
+                ::core::module_path!(),
+                #type_name,
+            )
         }
     })
 }
