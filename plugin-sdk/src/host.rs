@@ -157,6 +157,24 @@ impl HostApi {
         }
     }
 
+    /// A host API for a unit test: `config` as the plugin's configuration section, no other tools.
+    ///
+    /// Shorthand for [`TestHost::new().with_config(config).api()`](crate::testing::TestHost); use a
+    /// [`TestHost`](crate::testing::TestHost) to also answer nested tool calls and read the host log.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::{HostApi, json};
+    /// let host = HostApi::for_test(json!({"database": "readings.db"}));
+    /// assert_eq!(host.config_value("database"), Some(&json!("readings.db")));
+    /// assert!(host.config_value("missing").is_none());
+    /// ```
+    pub fn for_test(config: Value) -> HostApi {
+        crate::testing::TestHost::new()
+            .with_config(config)
+            .api()
+            .clone()
+    }
+
     /// The plugin's name.
     pub fn plugin_name(&self) -> &str {
         &self.inner.plugin
@@ -227,6 +245,23 @@ impl HostApi {
 }
 
 /// The per-call view a tool can take as `ctx: &CallContext`: cancellation, progress, client logs.
+///
+/// A context borrows its call. In a unit test, make the call with
+/// [`TestCall`](crate::testing::TestCall) (which records what the tool reports and can be cancelled)
+/// and pass `&call.context()`.
+///
+/// ```
+/// use mcp_plugin_sdk::testing::{CallEvent, TestCall};
+/// use mcp_plugin_sdk::CallContext;
+///
+/// fn halfway(ctx: &CallContext) {
+///     ctx.progress(50.0, Some(100.0), None);
+/// }
+///
+/// let call = TestCall::new();
+/// halfway(&call.context());
+/// assert_eq!(call.events(), [CallEvent::Progress { progress: 50.0, total: Some(100.0), message: None }]);
+/// ```
 pub struct CallContext<'a> {
     ffi: CallContextRef<'a>,
     host: &'a HostApi,

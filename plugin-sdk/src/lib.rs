@@ -90,6 +90,7 @@ mod host;
 mod manifest;
 mod runtime;
 mod schema;
+pub mod testing;
 
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
