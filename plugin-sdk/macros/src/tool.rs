@@ -50,8 +50,8 @@ impl ToolOptions {
                 .map(ToString::to_string)
                 .unwrap_or_default();
             match key.as_str() {
-                "name" => opts.name = Some(meta.value()?.parse()?),
-                "title" => opts.title = Some(meta.value()?.parse()?),
+                "name" => opts.name = Some(string_value(&meta, "name = \"my_tool\"")?),
+                "title" => opts.title = Some(string_value(&meta, "title = \"My tool\"")?),
                 "read_only" => opts.read_only = true,
                 "destructive" => opts.destructive = true,
                 "idempotent" => opts.idempotent = true,
@@ -81,6 +81,41 @@ impl ToolOptions {
         }
         Ok(opts)
     }
+}
+
+/// The string literal after `key =` in an attribute, or an error showing `example`.
+fn string_value(meta: &syn::meta::ParseNestedMeta<'_>, example: &str) -> syn::Result<LitStr> {
+    let value = meta.value()?;
+    let span = value.span();
+    value
+        .parse::<LitStr>()
+        .map_err(|_| syn::Error::new(span, format!("expected a string literal: {example}")))
+}
+
+/// The first token of an item after its attributes and visibility: its keyword, where errors
+/// about the item as a whole point.
+fn item_keyword_span(tokens: &TokenStream) -> Span {
+    use proc_macro2::{Delimiter, TokenTree};
+    let mut iter = tokens.clone().into_iter().peekable();
+    while let Some(token) = iter.next() {
+        match &token {
+            TokenTree::Punct(p) if p.as_char() == '#' => {
+                // `#[...]` (or `#![...]`): skip the bracketed group.
+                if matches!(iter.peek(), Some(TokenTree::Punct(b)) if b.as_char() == '!') {
+                    iter.next();
+                }
+                iter.next();
+            }
+            TokenTree::Ident(i) if i == "pub" => {
+                if matches!(iter.peek(), Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis)
+                {
+                    iter.next();
+                }
+            }
+            other => return other.span(),
+        }
+    }
+    Span::call_site()
 }
 
 /// What to add to an error about a service method: it may be a helper rather than a tool.
@@ -157,7 +192,7 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
                 "default" => opts.default = Some(meta.value()?.parse()?),
                 "min" => opts.min = Some(meta.value()?.parse()?),
                 "max" => opts.max = Some(meta.value()?.parse()?),
-                "header" => opts.header = Some(meta.value()?.parse()?),
+                "header" => opts.header = Some(string_value(&meta, "header = \"Region\"")?),
                 _ => {
                     return Err(
                         meta.error("unknown #[arg] option; expected default, min, max or header")
@@ -197,8 +232,12 @@ fn params(
                 if r.mutability.is_some() || r.reference.is_none() {
                     return Err(syn::Error::new(
                         r.span(),
-                        "a service tool takes `&self`: calls run concurrently, so the service is shared; \
-                         use interior mutability (a Mutex or a connection pool) for state",
+                        format!(
+                            "a service tool takes `&self`: calls run concurrently, so the service \
+                             is shared; use interior mutability (a Mutex or a connection pool) for \
+                             state{}",
+                            helper_hint(service)
+                        ),
                     ));
                 }
                 receiver = Some(quote!(service));
@@ -537,9 +576,7 @@ pub fn expand_free(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStr
         }
         _ => {
             return Err(syn::Error::new(
-                item.into_iter()
-                    .next()
-                    .map_or_else(Span::call_site, |t| t.span()),
+                item_keyword_span(&item),
                 "#[tool] goes on a function (or, inside a #[service] impl block, on a method)",
             ));
         }
@@ -613,9 +650,9 @@ fn take_tool_attr(attrs: &mut Vec<Attribute>) -> syn::Result<Option<(Span, ToolO
 
 /// `#[service]` on an impl block.
 pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    if !attr.is_empty() {
+    if let Some(first) = attr.into_iter().next() {
         return Err(syn::Error::new(
-            Span::call_site(),
+            first.span(),
             "#[service] takes no options: the service name is the type's name",
         ));
     }
@@ -629,9 +666,7 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
         }
         _ => {
             return Err(syn::Error::new(
-                item.into_iter()
-                    .next()
-                    .map_or_else(Span::call_site, |t| t.span()),
+                item_keyword_span(&item),
                 "#[service] goes on an impl block (`#[service] impl MyService { ... }`)",
             ));
         }
