@@ -38,7 +38,8 @@
 //!     }
 //! }
 //!
-//! export_plugin!(tools: [add], services: [Greeter]);
+//! // Exports every `#[tool]` and `#[service]` of the crate.
+//! export_plugin!();
 //! # fn main() {}
 //! ```
 //!
@@ -46,6 +47,7 @@
 //!
 //! | Rust | tool |
 //! |---|---|
+//! | [`export_plugin!()`](export_plugin) | the plugin: every `#[tool]` and `#[service]` of the crate (lists are optional) |
 //! | `#[tool] fn` | a tool named after the function |
 //! | `#[service] impl T` | a service named `T`; each `pub fn` is a tool (a `pub fn` helper takes `#[tool(skip)]`; private methods are never tools); `fn enabled(&HostApi) -> bool` gates it; `fn new(&HostApi) -> Self` (or `Result<Self, E>`, or `Default`) builds it once at load; `fn shutdown(&self)` runs when the host retires this version (after its last call: stop threads, flush files) |
 //! | doc comment before the first `# ` heading | `description` |
@@ -68,8 +70,20 @@
 //! `#[tool(...)]` options: `name = "..."`, `title = "..."`, `read_only`, `destructive`, `idempotent`,
 //! `open_world`, `inline` (the tool is quick and never blocks, so the host may skip its thread hand-off),
 //! `input_schema = expr` (a hand-written `serde_json::Value` schema used verbatim), `meta = expr`
-//! (passed through as `_meta`) and `client_capabilities = expr` (capabilities the client must have
-//! declared, e.g. `json!({"sampling": {}})`).
+//! (passed through as `_meta`), `client_capabilities = expr` (capabilities the client must have
+//! declared, e.g. `json!({"sampling": {}})`) and `skip` (on a `pub fn` of a service: a helper, not a
+//! tool). Misuse of the macros is a compile error that says what to do.
+//!
+//! [`UserInfo`], [`ToolResult`] and [`Content`] (with each of its kinds) are `#[non_exhaustive]`:
+//! build them with their constructors, and match content with `..`, so that fields MCP or the host
+//! adds later do not break a plugin's source.
+//!
+//! # Testing
+//!
+//! Tools stay plain functions: a unit test calls them. [`testing`] has stand-ins for what only the
+//! host can make: [`testing::TestHost`] (configuration, answers for nested tool calls, a record of
+//! host log lines and nested calls) and [`testing::TestCall`] (cancellation, a record of progress and
+//! client log events); [`HostApi::for_test`] is the one-line form.
 //!
 //! # Stability
 //!
@@ -132,6 +146,11 @@ pub mod wire {
     pub use crate::abi::*;
     pub use crate::manifest::*;
 }
+
+/// The README's examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
 
 /// What the macros expand to; not part of the public API.
 #[doc(hidden)]
