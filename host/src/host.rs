@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use mcp_plugin_sdk::UserInfo;
-use mcp_plugin_sdk::manifest::CallerNeed;
+use mcp_plugin_sdk::wire::CallerNeed;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 

@@ -328,9 +328,10 @@ fn serve(
                     std::io::stdin(),
                     out,
                     transport::stdio::StdioOptions {
-                        caller: user.map(|u| UserInfo {
-                            agent: agent.clone(),
-                            ..UserInfo::new(u)
+                        caller: user.map(|u| {
+                            let mut caller = UserInfo::new(u);
+                            caller.agent = agent.clone();
+                            caller
                         }),
                         agent,
                         max_message_bytes: config.http.max_body_bytes,

@@ -53,7 +53,7 @@ pub struct PluginModV1 {
     /// The build fingerprint as JSON ([`BuildInfo`]). Must not run plugin code beyond constants.
     pub build_info: extern "C" fn() -> RString,
     /// Initialise the plugin: construct its services, evaluate their `enabled()` hooks and return the
-    /// manifest as JSON ([`crate::manifest::Manifest`]). Called once per loaded image.
+    /// manifest as JSON ([`crate::wire::Manifest`]). Called once per loaded image.
     pub init: extern "C" fn(host: HostApiBox) -> RResult<RString, RString>,
     /// Call tool number `tool` (its index in the manifest's `tools`) with JSON `args` and the caller as
     /// JSON (empty when there is none). Returns a `CallToolResult` as JSON; `Err` only when the call
@@ -145,7 +145,7 @@ impl BuildInfo {
     /// Why a plugin with this fingerprint cannot run in a host with fingerprint `host`, if it cannot.
     ///
     /// ```
-    /// use mcp_plugin_sdk::abi::BuildInfo;
+    /// use mcp_plugin_sdk::wire::BuildInfo;
     /// let host = BuildInfo::host();
     /// let mut plugin = BuildInfo { plugin: "demo".into(), plugin_version: "1.0.0".into(), ..host.clone() };
     /// assert!(plugin.incompatibility(&host).is_none());

@@ -6,20 +6,28 @@ use serde_json::{Map, Value};
 
 /// One item of a tool result's `content`.
 ///
+/// MCP adds content kinds and optional fields (annotations, `_meta`, a link's title and size) over
+/// time, so the enum and each variant are `#[non_exhaustive]`: build items with the constructors
+/// ([`Content::text`], [`Content::image`], [`Content::resource_link`], ...) and match with `..`.
+///
 /// ```
 /// use mcp_plugin_sdk::Content;
 /// let item = Content::text("hello");
 /// assert_eq!(serde_json::to_value(&item).unwrap(), serde_json::json!({"type": "text", "text": "hello"}));
+/// assert!(matches!(item, Content::Text { ref text, .. } if text == "hello"));
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Content {
     /// Plain text.
+    #[non_exhaustive]
     Text {
         /// The text.
         text: String,
     },
     /// An image, base64-encoded.
+    #[non_exhaustive]
     Image {
         /// Base64 data.
         data: String,
@@ -28,6 +36,7 @@ pub enum Content {
         mime_type: String,
     },
     /// Audio, base64-encoded.
+    #[non_exhaustive]
     Audio {
         /// Base64 data.
         data: String,
@@ -36,11 +45,13 @@ pub enum Content {
         mime_type: String,
     },
     /// A resource embedded in the result.
+    #[non_exhaustive]
     Resource {
         /// The resource contents.
         resource: EmbeddedResource,
     },
     /// A link to a resource the client may read.
+    #[non_exhaustive]
     ResourceLink {
         /// The resource URI.
         uri: String,
@@ -56,8 +67,12 @@ pub enum Content {
 }
 
 /// The contents of an embedded resource: text or base64 blob.
+///
+/// Built by [`Content::resource_text`] and [`Content::resource_blob`]; `#[non_exhaustive]` because
+/// MCP resource contents grow optional fields (such as `_meta`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct EmbeddedResource {
     /// The resource URI.
     pub uri: String,
@@ -92,7 +107,27 @@ impl Content {
         }
     }
 
+    /// An image item from data that is already base64-encoded (used as is: no decoding, no check).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let png = Content::image_base64("iVBORw==", "image/png");
+    /// assert_eq!(png, Content::image(&[0x89, b'P', b'N', b'G'], "image/png"));
+    /// ```
+    pub fn image_base64(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Content::Image {
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }
+    }
+
     /// An audio item from raw bytes (encoded to base64 here).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let wav = Content::audio(b"RIFF", "audio/wav");
+    /// assert_eq!(serde_json::to_value(&wav).unwrap()["data"], "UklGRg==");
+    /// ```
     pub fn audio(bytes: &[u8], mime_type: impl Into<String>) -> Self {
         Content::Audio {
             data: base64::engine::general_purpose::STANDARD.encode(bytes),
@@ -100,7 +135,30 @@ impl Content {
         }
     }
 
+    /// An audio item from data that is already base64-encoded (used as is: no decoding, no check).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// assert_eq!(Content::audio_base64("UklGRg==", "audio/wav"), Content::audio(b"RIFF", "audio/wav"));
+    /// ```
+    pub fn audio_base64(data: impl Into<String>, mime_type: impl Into<String>) -> Self {
+        Content::Audio {
+            data: data.into(),
+            mime_type: mime_type.into(),
+        }
+    }
+
     /// An embedded text resource.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let notes = Content::resource_text("file:///notes.txt", "text/plain", "hello");
+    /// assert_eq!(
+    ///     serde_json::to_value(&notes).unwrap(),
+    ///     serde_json::json!({"type": "resource", "resource":
+    ///         {"uri": "file:///notes.txt", "mimeType": "text/plain", "text": "hello"}}),
+    /// );
+    /// ```
     pub fn resource_text(
         uri: impl Into<String>,
         mime_type: impl Into<String>,
@@ -116,7 +174,13 @@ impl Content {
         }
     }
 
-    /// An embedded binary resource from raw bytes.
+    /// An embedded binary resource from raw bytes (encoded to base64 here).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let blob = Content::resource_blob("file:///a.bin", "application/octet-stream", &[1, 2, 3]);
+    /// assert_eq!(serde_json::to_value(&blob).unwrap()["resource"]["blob"], "AQID");
+    /// ```
     pub fn resource_blob(
         uri: impl Into<String>,
         mime_type: impl Into<String>,
@@ -131,6 +195,63 @@ impl Content {
             },
         }
     }
+
+    /// A link to a resource the client may read, by URI and name; add what else is known with
+    /// [`Content::with_description`] and [`Content::with_mime_type`].
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let link = Content::resource_link("file:///big.bin", "big.bin")
+    ///     .with_mime_type("application/octet-stream");
+    /// assert_eq!(
+    ///     serde_json::to_value(&link).unwrap(),
+    ///     serde_json::json!({"type": "resource_link", "uri": "file:///big.bin", "name": "big.bin",
+    ///         "mimeType": "application/octet-stream"}),
+    /// );
+    /// ```
+    pub fn resource_link(uri: impl Into<String>, name: impl Into<String>) -> Self {
+        Content::ResourceLink {
+            uri: uri.into(),
+            name: name.into(),
+            description: None,
+            mime_type: None,
+        }
+    }
+
+    /// This item with its MIME type set (images, audio, embedded resources and resource links;
+    /// text has none and is returned unchanged).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let jpeg = Content::image(b"...", "image/png").with_mime_type("image/jpeg");
+    /// assert!(matches!(jpeg, Content::Image { ref mime_type, .. } if mime_type == "image/jpeg"));
+    /// assert_eq!(Content::text("a").with_mime_type("text/plain"), Content::text("a"));
+    /// ```
+    pub fn with_mime_type(mut self, mime: impl Into<String>) -> Self {
+        match &mut self {
+            Content::Image { mime_type, .. } | Content::Audio { mime_type, .. } => {
+                *mime_type = mime.into()
+            }
+            Content::Resource { resource } => resource.mime_type = Some(mime.into()),
+            Content::ResourceLink { mime_type, .. } => *mime_type = Some(mime.into()),
+            Content::Text { .. } => {}
+        }
+        self
+    }
+
+    /// This resource link with a description (other items have none and are returned unchanged).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::Content;
+    /// let link = Content::resource_link("file:///a.csv", "a.csv").with_description("Last month");
+    /// assert_eq!(serde_json::to_value(&link).unwrap()["description"], "Last month");
+    /// ```
+    pub fn with_description(mut self, text: impl Into<String>) -> Self {
+        if let Content::ResourceLink { description, .. } = &mut self {
+            *description = Some(text.into());
+        }
+        self
+    }
 }
 
 /// A complete tool result (MCP `CallToolResult`).
@@ -138,15 +259,20 @@ impl Content {
 /// Return it from a tool for full control; usually a tool returns a `String`, a struct, a [`Content`]
 /// or a `Vec<Content>`, and the SDK builds this for it.
 ///
+/// `#[non_exhaustive]` because MCP's `CallToolResult` grows fields (`_meta`, ...): build one with
+/// [`ToolResult::new`], [`ToolResult::error`] or [`ToolResult::json`]; the fields stay readable.
+///
 /// ```
 /// use mcp_plugin_sdk::{Content, ToolResult};
 /// let r = ToolResult::error("no such city");
 /// assert!(r.is_error);
 /// let ok = ToolResult::new(vec![Content::text("a"), Content::text("b")]);
 /// assert_eq!(ok.content.len(), 2);
+/// assert_eq!(ok.text(), "ab");
 /// ```
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
+#[non_exhaustive]
 pub struct ToolResult {
     /// The content items.
     pub content: Vec<Content>,

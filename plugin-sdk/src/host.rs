@@ -74,13 +74,18 @@ impl LogLevel {
 /// Declare a parameter of this type (or `Option<UserInfo>`) and the host injects it; it never appears in
 /// the tool's input schema, so a model can neither see nor forge it. Scope every query to `user_id`.
 ///
+/// `#[non_exhaustive]`: the host will pass more verified facts about the caller over time. Build one
+/// (in a unit test) with [`UserInfo::new`] and set the other fields, which stay public.
+///
 /// ```
 /// use mcp_plugin_sdk::UserInfo;
-/// let u = UserInfo::new("alice");
+/// let mut u = UserInfo::new("alice");
 /// assert_eq!(u.user_id, "alice");
 /// assert!(u.agent.is_none());
+/// u.agent = Some("support".into());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct UserInfo {
     /// The verified user id (a JWT's `sub`, or the user a personal secret belongs to).
     pub user_id: String,
@@ -150,6 +155,24 @@ impl HostApi {
                 plugin: plugin.to_owned(),
             }),
         }
+    }
+
+    /// A host API for a unit test: `config` as the plugin's configuration section, no other tools.
+    ///
+    /// Shorthand for [`TestHost::new().with_config(config).api()`](crate::testing::TestHost); use a
+    /// [`TestHost`](crate::testing::TestHost) to also answer nested tool calls and read the host log.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::{HostApi, json};
+    /// let host = HostApi::for_test(json!({"database": "readings.db"}));
+    /// assert_eq!(host.config_value("database"), Some(&json!("readings.db")));
+    /// assert!(host.config_value("missing").is_none());
+    /// ```
+    pub fn for_test(config: Value) -> HostApi {
+        crate::testing::TestHost::new()
+            .with_config(config)
+            .api()
+            .clone()
     }
 
     /// The plugin's name.
@@ -222,6 +245,23 @@ impl HostApi {
 }
 
 /// The per-call view a tool can take as `ctx: &CallContext`: cancellation, progress, client logs.
+///
+/// A context borrows its call. In a unit test, make the call with
+/// [`TestCall`](crate::testing::TestCall) (which records what the tool reports and can be cancelled)
+/// and pass `&call.context()`.
+///
+/// ```
+/// use mcp_plugin_sdk::testing::{CallEvent, TestCall};
+/// use mcp_plugin_sdk::CallContext;
+///
+/// fn halfway(ctx: &CallContext) {
+///     ctx.progress(50.0, Some(100.0), None);
+/// }
+///
+/// let call = TestCall::new();
+/// halfway(&call.context());
+/// assert_eq!(call.events(), [CallEvent::Progress { progress: 50.0, total: Some(100.0), message: None }]);
+/// ```
 pub struct CallContext<'a> {
     ffi: CallContextRef<'a>,
     host: &'a HostApi,

@@ -38,7 +38,8 @@
 //!     }
 //! }
 //!
-//! export_plugin!(tools: [add], services: [Greeter]);
+//! // Exports every `#[tool]` and `#[service]` of the crate.
+//! export_plugin!();
 //! # fn main() {}
 //! ```
 //!
@@ -46,8 +47,9 @@
 //!
 //! | Rust | tool |
 //! |---|---|
+//! | [`export_plugin!()`](export_plugin) | the plugin: every `#[tool]` and `#[service]` of the crate (lists are optional) |
 //! | `#[tool] fn` | a tool named after the function |
-//! | `#[service] impl T` | a service named `T`; each `pub fn` is a tool; `fn enabled(&HostApi) -> bool` gates it; `fn new(&HostApi) -> Self` (or `Result<Self, E>`, or `Default`) builds it once at load; `fn shutdown(&self)` runs when the host retires this version (after its last call: stop threads, flush files) |
+//! | `#[service] impl T` | a service named `T`; each `pub fn` is a tool (a `pub fn` helper takes `#[tool(skip)]`; private methods are never tools); `fn enabled(&HostApi) -> bool` gates it; `fn new(&HostApi) -> Self` (or `Result<Self, E>`, or `Default`) builds it once at load; `fn shutdown(&self)` runs when the host retires this version (after its last call: stop threads, flush files) |
 //! | doc comment before the first `# ` heading | `description` |
 //! | `# Arguments` list: `` * `name` - text `` (continuation lines appended) | each parameter's `description` (an undocumented parameter is a compile error) |
 //! | `String`, integers, floats, `bool`, `Vec<T>`, maps, enums, `JsonSchema` structs | their JSON Schema; integers carry their bounds |
@@ -68,24 +70,41 @@
 //! `#[tool(...)]` options: `name = "..."`, `title = "..."`, `read_only`, `destructive`, `idempotent`,
 //! `open_world`, `inline` (the tool is quick and never blocks, so the host may skip its thread hand-off),
 //! `input_schema = expr` (a hand-written `serde_json::Value` schema used verbatim), `meta = expr`
-//! (passed through as `_meta`) and `client_capabilities = expr` (capabilities the client must have
-//! declared, e.g. `json!({"sampling": {}})`).
+//! (passed through as `_meta`), `client_capabilities = expr` (capabilities the client must have
+//! declared, e.g. `json!({"sampling": {}})`) and `skip` (on a `pub fn` of a service: a helper, not a
+//! tool). Misuse of the macros is a compile error that says what to do.
+//!
+//! [`UserInfo`], [`ToolResult`] and [`Content`] (with each of its kinds) are `#[non_exhaustive]`:
+//! build them with their constructors, and match content with `..`, so that fields MCP or the host
+//! adds later do not break a plugin's source.
+//!
+//! # Testing
+//!
+//! Tools stay plain functions: a unit test calls them. [`testing`] has stand-ins for what only the
+//! host can make: [`testing::TestHost`] (configuration, answers for nested tool calls, a record of
+//! host log lines and nested calls) and [`testing::TestCall`] (cancellation, a record of progress and
+//! client log events); [`HostApi::for_test`] is the one-line form.
 //!
 //! # Stability
 //!
-//! The binary interface lives in [`abi`] and never changes; see its evolution rule. Everything with
-//! structure crosses it as JSON, so this crate can grow without breaking plugins already built.
+//! The binary interface is tiny and frozen (see [`wire`], which is the host's, not the authors'):
+//! everything with structure crosses it as JSON, so this crate can grow without breaking plugins
+//! already built.
 
 #![warn(missing_docs)]
 
-pub mod abi;
+// `abi` keeps its path (`mcp_plugin_sdk::abi`), where the frozen types were first defined; it is
+// private to authors and reached through `wire`. abi_stable compares a type's name, package and
+// package version at load (not its module path), but nothing is gained by moving it.
+mod abi;
 #[cfg(feature = "async")]
 mod async_rt;
 mod content;
 mod host;
-pub mod manifest;
+mod manifest;
 mod runtime;
-pub mod schema;
+mod schema;
+pub mod testing;
 
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
@@ -98,13 +117,53 @@ pub use schemars::{self, JsonSchema};
 pub use serde::{self, Deserialize, Serialize};
 pub use serde_json::{self, Value, json};
 
+pub mod wire {
+    //! The host's side of the plugin interface: the frozen binary interface and the manifest.
+    //!
+    //! **For `mcp-host` (and hand-built plugins), not for plugin authors.** Nothing here is part of the
+    //! authoring API: a plugin written with [`tool`](crate::tool), [`service`](crate::service) and
+    //! [`export_plugin!`](crate::export_plugin) never names these types, and they may gain items or
+    //! be reorganised in any release without notice to authors. What does not change is what crosses
+    //! the boundary:
+    //!
+    //! - the binary interface ([`PluginModV1`], the [`HostApiFfi`] and [`CallContextFfi`] trait objects,
+    //!   [`BuildInfo`]) is frozen for the life of the 0.1 line; abi_stable checks it when a plugin
+    //!   loads. Its evolution rule: a type here is never changed once released (not a field, not a
+    //!   method, not an order). An incompatible change adds a new root module (`PluginModV2`, under a
+    //!   new symbol) that the host tries first, falling back to [`PluginModV1`] on the same library
+    //!   header; [`ABI_VERSION`] names the newest one the SDK exports;
+    //! - the manifest ([`Manifest`], [`ToolDescriptor`], ...) crosses as JSON and only grows by
+    //!   optional fields (`#[serde(default)]`), so hosts and plugins of different SDK releases read each
+    //!   other.
+    //!
+    //! ```
+    //! use mcp_plugin_sdk::wire::BuildInfo;
+    //! let host = BuildInfo::host();
+    //! let plugin = BuildInfo { plugin: "demo".into(), plugin_version: "1.0.0".into(), ..host.clone() };
+    //! assert!(plugin.incompatibility(&host).is_none());
+    //! ```
+
+    pub use crate::abi::*;
+    pub use crate::manifest::*;
+}
+
+/// The README's examples, compiled by `cargo test --doc`.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
+
 /// What the macros expand to; not part of the public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::abi::{CallContextRef, HostApiBox, PluginModV1, PluginModV1Ref};
+    pub use crate::manifest::{Annotations, CallerNeed, ToolDescriptor};
     pub use crate::runtime::{
-        Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init, shutdown,
+        AutoExport, Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init,
+        shutdown,
     };
+    pub use crate::schema::{input_schema_with_headers, object_schema};
     pub use abi_stable;
+    pub use inventory;
     pub use schemars;
     pub use serde;
     pub use serde_json;
@@ -199,7 +258,10 @@ pub mod __private {
     }
 }
 
-/// Export this crate's tools and services as an mcp-host plugin. Use it once, at the crate root.
+/// Export this crate's tools and services as an mcp-host plugin. Use it once, in the `cdylib` crate.
+///
+/// Every `#[tool]` function and `#[service]` impl block of the crate is exported, wherever it is
+/// in the crate: nothing is dropped for want of being listed.
 ///
 /// ```
 /// # use mcp_plugin_sdk::{tool, export_plugin};
@@ -207,12 +269,16 @@ pub mod __private {
 /// #[tool]
 /// pub fn hello() -> &'static str { "hello" }
 ///
-/// export_plugin!(tools: [hello]);
+/// export_plugin!();
 /// # fn main() {}
 /// ```
 ///
-/// Forms: `export_plugin!(tools: [a, b], services: [S, T])`, either list optional, and an optional
-/// leading `name: "..."` to override the plugin name (the crate name by default).
+/// Forms: `export_plugin!()`, `export_plugin!(tools: [a, b], services: [S, T])` (either list
+/// optional), and an optional leading `name: "...",` to override the plugin name (the crate name by
+/// default). The lists are optional: they put those items first in the manifest, in list order
+/// (the others follow, free tools then services, each by name), and they are how a plugin exports a
+/// `#[tool]` or `#[service]` defined in another crate (only the exporting crate's own are found
+/// without a list). Naming an item twice, or naming one that would be found anyway, exports it once.
 #[macro_export]
 macro_rules! export_plugin {
     ($(name: $name:expr,)? $(tools: [$($tool:path),* $(,)?])? $(,)? $(services: [$($svc:path),* $(,)?])? $(,)?) => {
@@ -224,6 +290,7 @@ macro_rules! export_plugin {
             fn __register(registrar: &mut $crate::__private::Registrar) {
                 $($( registrar.tool::<$tool>(); )*)?
                 $($( registrar.service::<$svc>(); )*)?
+                registrar.auto_exports(::core::module_path!());
             }
 
             extern "C" fn __build_info() -> __abi::std_types::RString {
@@ -231,7 +298,7 @@ macro_rules! export_plugin {
             }
 
             extern "C" fn __init(
-                host: $crate::abi::HostApiBox,
+                host: $crate::__private::HostApiBox,
             ) -> __abi::std_types::RResult<__abi::std_types::RString, __abi::std_types::RString> {
                 $crate::__private::init(host, __NAME, env!("CARGO_PKG_VERSION"), __register)
             }
@@ -240,7 +307,7 @@ macro_rules! export_plugin {
                 tool: u32,
                 args: __abi::std_types::RStr<'_>,
                 caller: __abi::std_types::RStr<'_>,
-                ctx: $crate::abi::CallContextRef<'_>,
+                ctx: $crate::__private::CallContextRef<'_>,
             ) -> __abi::std_types::RResult<__abi::std_types::RString, __abi::std_types::RString> {
                 $crate::__private::call(tool, args, caller, ctx)
             }
@@ -249,8 +316,8 @@ macro_rules! export_plugin {
                 $crate::__private::shutdown()
             }
 
-            fn __root_module() -> $crate::abi::PluginModV1Ref {
-                __abi::prefix_type::PrefixTypeTrait::leak_into_prefix($crate::abi::PluginModV1 {
+            fn __root_module() -> $crate::__private::PluginModV1Ref {
+                __abi::prefix_type::PrefixTypeTrait::leak_into_prefix($crate::__private::PluginModV1 {
                     build_info: __build_info,
                     init: __init,
                     call: __call,
@@ -266,7 +333,7 @@ macro_rules! export_plugin {
             #[unsafe(no_mangle)]
             #[allow(unsafe_code)]
             pub static _1as_0lib_1header_0root_bmodule_bloader: __abi::library::LibHeader = unsafe {
-                __abi::library::LibHeader::from_constructor::<$crate::abi::PluginModV1Ref>(
+                __abi::library::LibHeader::from_constructor::<$crate::__private::PluginModV1Ref>(
                     __root_module_loader,
                     __abi::library::CheckTypeLayout::Yes,
                 )

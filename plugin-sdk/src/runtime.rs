@@ -1,7 +1,8 @@
 //! The plugin-side runtime behind the exported entry points: tool registration, services, and the
 //! `catch_unwind` wall that keeps every panic on the plugin's side of the FFI boundary.
 
-use std::any::Any;
+use std::any::{Any, TypeId};
+use std::collections::HashSet;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, OnceLock};
 
@@ -101,6 +102,75 @@ struct PluginState {
 
 static STATE: OnceLock<PluginState> = OnceLock::new();
 
+/// Whether an [`AutoExport`] is a free tool or a service (tools are registered first).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ExportKind {
+    /// A `#[tool]` free function.
+    Tool,
+    /// A `#[service]` impl block.
+    Service,
+}
+
+/// A `#[tool]` or `#[service]`, submitted by the macro expansion and collected at load time (each
+/// entry is added by a constructor that runs when the library is loaded), so `export_plugin!` finds
+/// every one without a list.
+#[derive(Debug)]
+pub struct AutoExport {
+    /// `module_path!()` where it was defined; its first segment is the defining crate.
+    pub module: &'static str,
+    /// The function's or type's name.
+    pub name: &'static str,
+    /// Tool or service.
+    pub kind: ExportKind,
+    /// Registers it.
+    pub register: fn(&mut Registrar),
+}
+
+impl AutoExport {
+    /// The entry of the `#[tool]` function `T`.
+    pub const fn tool<T: ToolFactory + 'static>(module: &'static str, name: &'static str) -> Self {
+        AutoExport {
+            module,
+            name,
+            kind: ExportKind::Tool,
+            register: Registrar::tool::<T>,
+        }
+    }
+
+    /// The entry of the `#[service]` `S`.
+    pub const fn service<S: Service>(module: &'static str, name: &'static str) -> Self {
+        AutoExport {
+            module,
+            name,
+            kind: ExportKind::Service,
+            register: Registrar::service::<S>,
+        }
+    }
+}
+
+inventory::collect!(AutoExport);
+
+/// The crate a `module_path!()` belongs to.
+fn crate_of(module: &str) -> &str {
+    module.split("::").next().unwrap_or(module)
+}
+
+/// The `#[tool]`s and `#[service]`s defined in the crate of `module`, in registration order: free
+/// tools, then services, each by name (then module). Other crates' entries are left out, so what a
+/// plugin exports never depends on which of a dependency's objects the linker kept.
+fn select<'a>(
+    entries: impl IntoIterator<Item = &'a AutoExport>,
+    module: &str,
+) -> Vec<&'a AutoExport> {
+    let krate = crate_of(module);
+    let mut found: Vec<&AutoExport> = entries
+        .into_iter()
+        .filter(|e| crate_of(e.module) == krate)
+        .collect();
+    found.sort_by_key(|e| (e.kind, e.name, e.module));
+    found
+}
+
 /// Collects a plugin's tools and services during `init`.
 pub struct Registrar {
     host: HostApi,
@@ -108,19 +178,37 @@ pub struct Registrar {
     tools: Vec<ToolDescriptor>,
     handlers: Vec<Handler>,
     shutdown_hooks: Vec<ShutdownHook>,
+    /// The tool and service types registered so far: each is registered once, however often it
+    /// is listed or found.
+    registered: HashSet<TypeId>,
 }
 
 impl Registrar {
-    /// Register a free `#[tool]` function.
-    pub fn tool<T: ToolFactory>(&mut self) {
+    /// Register everything `#[tool]` and `#[service]` defined in the crate of `module` (the crate
+    /// calling `export_plugin!`) that is not registered yet.
+    pub fn auto_exports(&mut self, module: &str) {
+        for export in select(inventory::iter::<AutoExport>, module) {
+            (export.register)(self);
+        }
+    }
+
+    /// Register a free `#[tool]` function (once: a repeat is ignored).
+    pub fn tool<T: ToolFactory + 'static>(&mut self) {
+        if !self.registered.insert(TypeId::of::<T>()) {
+            return;
+        }
         let spec = T::spec();
         let handler = spec.handler;
         self.tools.push((spec.descriptor)());
         self.handlers.push(Box::new(move |inv| handler(&(), inv)));
     }
 
-    /// Register a `#[service]`: evaluate `enabled()`, construct it once, register its tools.
+    /// Register a `#[service]`: evaluate `enabled()`, construct it once, register its tools (once:
+    /// a repeat is ignored).
     pub fn service<S: Service>(&mut self) {
+        if !self.registered.insert(TypeId::of::<S>()) {
+            return;
+        }
         let host = self.host.clone();
         let gate = catch_unwind(AssertUnwindSafe(|| S::enabled(&host)));
         let built: Result<Arc<S>, (String, bool)> = match gate {
@@ -193,6 +281,7 @@ pub fn init(
             tools: Vec::new(),
             handlers: Vec::new(),
             shutdown_hooks: Vec::new(),
+            registered: HashSet::new(),
         };
         register(&mut registrar);
         let manifest = Manifest {
@@ -284,5 +373,45 @@ pub fn panic_message(payload: &(dyn Any + Send)) -> String {
         s.clone()
     } else {
         "non-string panic payload".to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(module: &'static str, name: &'static str, kind: ExportKind) -> AutoExport {
+        AutoExport {
+            module,
+            name,
+            kind,
+            register: |_| {},
+        }
+    }
+
+    #[test]
+    fn only_the_exporting_crates_items_are_selected_tools_first_then_by_name() {
+        let entries = [
+            entry("plugin::store", "Store", ExportKind::Service),
+            entry("plugin", "zeta", ExportKind::Tool),
+            entry("other_crate", "alpha", ExportKind::Tool),
+            entry("plugin::util", "alpha", ExportKind::Tool),
+            entry("plugin_extra", "beta", ExportKind::Tool),
+            entry("plugin", "Clock", ExportKind::Service),
+        ];
+        let picked: Vec<(&str, &str)> = select(&entries, "plugin")
+            .iter()
+            .map(|e| (e.module, e.name))
+            .collect();
+        assert_eq!(
+            picked,
+            [
+                ("plugin::util", "alpha"),
+                ("plugin", "zeta"),
+                ("plugin", "Clock"),
+                ("plugin::store", "Store"),
+            ]
+        );
+        assert!(select(&entries, "nobody::here").is_empty());
     }
 }

@@ -15,23 +15,10 @@ fn generator() -> schemars::SchemaGenerator {
 /// The input schema of a tool whose arguments deserialize into `T`, with `defaults` advertised.
 ///
 /// The root is always an object; integer types carry their bounds; `$schema` and the generated
-/// struct's title are dropped (MCP's default dialect is 2020-12).
-///
-/// ```
-/// #[derive(schemars::JsonSchema)]
-/// struct Args { count: u8, name: Option<String> }
-/// let schema = mcp_plugin_sdk::schema::input_schema::<Args>(&[]);
-/// assert_eq!(schema["type"], "object");
-/// assert_eq!(schema["properties"]["count"]["maximum"], 255);
-/// assert_eq!(schema["required"], serde_json::json!(["count"]));
-/// ```
-pub fn input_schema<T: JsonSchema>(defaults: &[(&str, Option<Value>)]) -> Value {
-    input_schema_with_headers::<T>(defaults, &[])
-}
-
-/// [`input_schema`], plus `x-mcp-header` annotations: `(parameter, header name)` pairs whose values a
-/// 2026 HTTP client mirrors into `Mcp-Param-{Name}` headers (so proxies can route on them), and which
-/// the host checks against the body.
+/// struct's title are dropped (MCP's default dialect is 2020-12). `headers` are `x-mcp-header`
+/// annotations: `(parameter, header name)` pairs whose values a 2026 HTTP client mirrors into
+/// `Mcp-Param-{Name}` headers (so proxies can route on them), and which the host checks against the
+/// body.
 pub fn input_schema_with_headers<T: JsonSchema>(
     defaults: &[(&str, Option<Value>)],
     headers: &[(&str, &str)],
@@ -150,5 +137,27 @@ fn collapse_const_one_of(map: &mut Map<String, Value>) {
             None => joined,
         };
         map.insert("description".into(), json!(description));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(JsonSchema)]
+    #[allow(dead_code)]
+    struct Args {
+        count: u8,
+        name: Option<String>,
+    }
+
+    #[test]
+    fn input_schemas_are_objects_with_integer_bounds() {
+        let schema = input_schema_with_headers::<Args>(&[], &[("name", "Name")]);
+        assert_eq!(schema["type"], "object");
+        assert_eq!(schema["properties"]["count"]["maximum"], 255);
+        assert_eq!(schema["required"], json!(["count"]));
+        assert_eq!(schema["properties"]["name"]["x-mcp-header"], "Name");
+        assert!(schema.get("title").is_none() && schema.get("$schema").is_none());
     }
 }

@@ -149,13 +149,17 @@ fn descriptions_annotations_meta_and_output_schemas_are_exported() {
     let add = tool(&tools, "add_to_start");
     assert_eq!(add["service"], "Counter");
     assert_eq!(tool(&tools, "static_tool")["service"], "Counter");
-    assert!(
-        tools
-            .as_array()
-            .unwrap()
-            .iter()
-            .all(|t| t["name"] != "helper")
-    );
+    // A private method and a `#[tool(skip)]` public one are helpers, not tools.
+    for helper in ["helper", "start"] {
+        assert!(
+            tools
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|t| t["name"] != helper),
+            "{helper} must not be a tool"
+        );
+    }
 }
 
 fn schema_host(l: &Layout) -> mcp_host::Host {
@@ -317,4 +321,55 @@ fn async_tools_run_on_the_plugins_own_runtime() {
         ))
         .unwrap();
     assert_eq!(text(&r), "async slept 10 ms");
+}
+
+#[test]
+fn every_tool_and_service_of_the_crate_is_exported_once_listed_or_not() {
+    let l = Layout::new();
+    let file = l.install("d", "fixture-exports", None);
+    let cfg = l.config("tool_dirs: [d]\n");
+    let out = l.run(&cfg, &["check", file.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = report["manifest"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    // The listed tool first and once (it is named three times), then the unlisted ones: free tools,
+    // then services, each by name. The `#[tool(skip)]` helper is not among them.
+    assert_eq!(
+        names,
+        [
+            "listed",
+            "unlisted",
+            "unlisted_in_module",
+            "unlisted_service_tool"
+        ]
+    );
+    assert_eq!(report["manifest"]["services"][0]["name"], "Unlisted");
+    assert_eq!(report["manifest"]["services"][0]["enabled"], true);
+
+    // Loaded in-process (dlopen), the unlisted ones are served like the listed one.
+    let host = l.host(&cfg);
+    let rt = runtime();
+    let call = |name: &str, args: Value| {
+        rt.block_on(host.call(name, Some(args), CallOptions::default()))
+            .unwrap()
+    };
+    assert_eq!(text(&call("listed", json!({}))), "listed");
+    assert_eq!(text(&call("unlisted", json!({}))), "unlisted");
+    assert_eq!(
+        text(&call("unlisted_in_module", json!({"text": "hi"}))),
+        "inner: hi"
+    );
+    assert_eq!(
+        text(&call("unlisted_service_tool", json!({"text": "héllo"}))),
+        "5 chars"
+    );
 }

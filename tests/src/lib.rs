@@ -19,6 +19,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-wrong-target",
     "fixture-garbage",
     "fixture-conformance",
+    "fixture-exports",
     "mcp-time",
     "mcp-text",
     "mcp-series",

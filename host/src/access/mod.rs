@@ -149,10 +149,11 @@ impl Access {
             })?),
             (None, None) => None,
         };
-        let caller = verified.map(|v| mcp_plugin_sdk::UserInfo {
-            user_id: v.user_id,
-            session_id: session_id.map(str::to_owned),
-            agent: agent.as_ref().map(|a| a.name.clone()),
+        let caller = verified.map(|v| {
+            let mut caller = mcp_plugin_sdk::UserInfo::new(v.user_id);
+            caller.session_id = session_id.map(str::to_owned);
+            caller.agent = agent.as_ref().map(|a| a.name.clone());
+            caller
         });
         Ok(Identity { caller, agent })
     }

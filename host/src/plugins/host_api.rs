@@ -9,7 +9,7 @@ use abi_stable::std_types::{RResult, RStr, RString};
 use mcp_plugin_sdk::LogLevel;
 
 use crate::exec::{CallEvent, CancelFlag, EventSink};
-use mcp_plugin_sdk::abi::{CallContextFfi, HostApiFfi};
+use mcp_plugin_sdk::wire::{CallContextFfi, HostApiFfi};
 
 /// The state of one call, handed to the plugin through the FFI call context.
 pub struct HostCallContext {

@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::sabi_types::RRef;
 use abi_stable::std_types::{RResult, RStr};
-use mcp_plugin_sdk::abi::{BuildInfo, CallContextFfi_TO, HostApiFfi_TO, PluginModV1Ref};
-use mcp_plugin_sdk::manifest::Manifest;
+use mcp_plugin_sdk::wire::{BuildInfo, CallContextFfi_TO, HostApiFfi_TO, Manifest, PluginModV1Ref};
 
 use crate::plugins::host_api::{HostApiImpl, HostCallContext};
 

@@ -12,7 +12,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use mcp_plugin_sdk::abi::BuildInfo;
+use mcp_plugin_sdk::wire::BuildInfo;
 
 use crate::plugins::image::{LoadError, open_module};
 
@@ -268,7 +268,7 @@ impl ProbeCache {
     }
 
     fn key(file: &Path, stamp: &str) -> String {
-        let host = mcp_plugin_sdk::abi::BuildInfo::host();
+        let host = mcp_plugin_sdk::wire::BuildInfo::host();
         format!(
             "{}\t{stamp}\t{}\t{}\t{}",
             file.display(),

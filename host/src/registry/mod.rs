@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_plugin_sdk::manifest::ToolDescriptor;
+use mcp_plugin_sdk::wire::ToolDescriptor;
 use serde::Serialize;
 use serde_json::Value;
 

@@ -16,7 +16,8 @@ pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
         .into()
 }
 
-/// Turn an `impl` block into a service: each `pub fn` is a tool (see the SDK docs).
+/// Turn an `impl` block into a service: each `pub fn` is a tool, except the `enabled`, `new` and
+/// `shutdown` hooks and helpers marked `#[tool(skip)]` (see the SDK docs).
 #[proc_macro_attribute]
 pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
     tool::expand_service(attr.into(), item.into())

@@ -8,7 +8,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned};
 use syn::{
-    Attribute, Expr, FnArg, GenericArgument, Ident, ImplItem, ItemFn, ItemImpl, LitStr, Pat,
+    Attribute, Expr, FnArg, GenericArgument, Ident, ImplItem, Item, ItemFn, ItemImpl, LitStr, Pat,
     PathArguments, ReturnType, Signature, Type, Visibility, spanned::Spanned,
 };
 
@@ -27,6 +27,8 @@ struct ToolOptions {
     input_schema: Option<Expr>,
     meta: Option<Expr>,
     client_capabilities: Option<Expr>,
+    /// `#[tool(skip)]`: a `pub fn` of a service that is a helper, not a tool.
+    skip: Option<Span>,
 }
 
 impl ToolOptions {
@@ -35,15 +37,21 @@ impl ToolOptions {
         if tokens.is_empty() {
             return Ok(opts);
         }
+        let mut others = 0usize;
         let parser = syn::meta::parser(|meta| {
+            if meta.path.is_ident("skip") {
+                opts.skip = Some(meta.path.span());
+                return Ok(());
+            }
+            others += 1;
             let key = meta
                 .path
                 .get_ident()
                 .map(ToString::to_string)
                 .unwrap_or_default();
             match key.as_str() {
-                "name" => opts.name = Some(meta.value()?.parse()?),
-                "title" => opts.title = Some(meta.value()?.parse()?),
+                "name" => opts.name = Some(string_value(&meta, "name = \"my_tool\"")?),
+                "title" => opts.title = Some(string_value(&meta, "title = \"My tool\"")?),
                 "read_only" => opts.read_only = true,
                 "destructive" => opts.destructive = true,
                 "idempotent" => opts.idempotent = true,
@@ -56,14 +64,66 @@ impl ToolOptions {
                     return Err(meta.error(
                         "unknown #[tool] option; expected one of: name, title, read_only, \
                          destructive, idempotent, open_world, inline, input_schema, meta, \
-                         client_capabilities",
+                         client_capabilities, skip",
                     ));
                 }
             }
             Ok(())
         });
         syn::parse::Parser::parse2(parser, tokens)?;
+        if let Some(span) = opts.skip
+            && others > 0
+        {
+            return Err(syn::Error::new(
+                span,
+                "#[tool(skip)] takes no other options: a skipped method is not a tool",
+            ));
+        }
         Ok(opts)
+    }
+}
+
+/// The string literal after `key =` in an attribute, or an error showing `example`.
+fn string_value(meta: &syn::meta::ParseNestedMeta<'_>, example: &str) -> syn::Result<LitStr> {
+    let value = meta.value()?;
+    let span = value.span();
+    value
+        .parse::<LitStr>()
+        .map_err(|_| syn::Error::new(span, format!("expected a string literal: {example}")))
+}
+
+/// The first token of an item after its attributes and visibility: its keyword, where errors
+/// about the item as a whole point.
+fn item_keyword_span(tokens: &TokenStream) -> Span {
+    use proc_macro2::{Delimiter, TokenTree};
+    let mut iter = tokens.clone().into_iter().peekable();
+    while let Some(token) = iter.next() {
+        match &token {
+            TokenTree::Punct(p) if p.as_char() == '#' => {
+                // `#[...]` (or `#![...]`): skip the bracketed group.
+                if matches!(iter.peek(), Some(TokenTree::Punct(b)) if b.as_char() == '!') {
+                    iter.next();
+                }
+                iter.next();
+            }
+            TokenTree::Ident(i) if i == "pub" => {
+                if matches!(iter.peek(), Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Parenthesis)
+                {
+                    iter.next();
+                }
+            }
+            other => return other.span(),
+        }
+    }
+    Span::call_site()
+}
+
+/// What to add to an error about a service method: it may be a helper rather than a tool.
+fn helper_hint(service: Option<&Type>) -> &'static str {
+    if service.is_some() {
+        "; if this `pub fn` is a helper rather than a tool, mark it #[tool(skip)]"
+    } else {
+        ""
     }
 }
 
@@ -132,7 +192,7 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
                 "default" => opts.default = Some(meta.value()?.parse()?),
                 "min" => opts.min = Some(meta.value()?.parse()?),
                 "max" => opts.max = Some(meta.value()?.parse()?),
-                "header" => opts.header = Some(meta.value()?.parse()?),
+                "header" => opts.header = Some(string_value(&meta, "header = \"Region\"")?),
                 _ => {
                     return Err(
                         meta.error("unknown #[arg] option; expected default, min, max or header")
@@ -153,17 +213,31 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
 }
 
 /// Classify the parameters of a tool function, stripping `#[arg]` attributes from `sig`.
-fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)> {
+fn params(
+    sig: &mut Signature,
+    service: Option<&Type>,
+) -> syn::Result<(Option<TokenStream>, Vec<Param>)> {
     let mut receiver = None;
     let mut out = Vec::new();
     for input in sig.inputs.iter_mut() {
         match input {
             FnArg::Receiver(r) => {
+                if service.is_none() {
+                    return Err(syn::Error::new(
+                        r.span(),
+                        "#[tool] on a method needs #[service] on its impl block: a service's \
+                         `pub fn` methods are its tools",
+                    ));
+                }
                 if r.mutability.is_some() || r.reference.is_none() {
                     return Err(syn::Error::new(
                         r.span(),
-                        "a service tool takes `&self`: calls run concurrently, so the service is shared; \
-                         use interior mutability (a Mutex or a connection pool) for state",
+                        format!(
+                            "a service tool takes `&self`: calls run concurrently, so the service \
+                             is shared; use interior mutability (a Mutex or a connection pool) for \
+                             state{}",
+                            helper_hint(service)
+                        ),
                     ));
                 }
                 receiver = Some(quote!(service));
@@ -182,8 +256,12 @@ fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)>
                     }
                     return Err(syn::Error::new(
                         ty.span(),
-                        "tool parameters are owned values deserialized from JSON (use `String` rather \
-                         than `&str`); only `&CallContext` and `&HostApi` may be references",
+                        format!(
+                            "tool parameters are owned values deserialized from JSON (use `String` \
+                             rather than `&str`); only `&CallContext` and `&HostApi` may be \
+                             references{}",
+                            helper_hint(service)
+                        ),
                     ));
                 }
                 if is_named(&ty, "UserInfo") {
@@ -205,7 +283,11 @@ fn params(sig: &mut Signature) -> syn::Result<(Option<TokenStream>, Vec<Param>)>
                     other => {
                         return Err(syn::Error::new(
                             other.span(),
-                            "tool parameters must be plain names: the name is the JSON argument name",
+                            format!(
+                                "tool parameters must be plain names: the name is the JSON argument \
+                                 name{}",
+                                helper_hint(service)
+                            ),
                         ));
                     }
                 };
@@ -270,8 +352,9 @@ fn tool_spec(
             fn_name.span(),
             format!(
                 "tool `{}` has no doc comment: its description is what the model reads to decide \
-                 when to call it, so write one (`/// ...`)",
-                tool_name.value()
+                 when to call it, so write one (`/// ...`){}",
+                tool_name.value(),
+                helper_hint(service)
             ),
         ));
     }
@@ -281,7 +364,7 @@ fn tool_spec(
             "tool functions cannot be generic",
         ));
     }
-    let (receiver, params) = params(sig)?;
+    let (receiver, params) = params(sig, service)?;
     let is_async = sig.asyncness.is_some();
     let (is_result, ok_ty) = output_type(sig);
     let description = &parsed.description;
@@ -291,7 +374,7 @@ fn tool_spec(
     let mut headers = Vec::new();
     let mut call_args = Vec::new();
     let mut prelude = Vec::new();
-    let mut caller_need = quote!(#sdk::manifest::CallerNeed::None);
+    let mut caller_need = quote!(#sdk::__private::CallerNeed::None);
     for param in &params {
         match param {
             Param::Arg { ident, ty, opts: a } => {
@@ -304,8 +387,9 @@ fn tool_spec(
                             ident.span(),
                             format!(
                                 "parameter `{name}` of tool `{}` is not documented: add \
-                                 `/// * `{name}` - what it is` under a `/// # Arguments` heading",
-                                tool_name.value()
+                                 `/// * `{name}` - what it is` under a `/// # Arguments` heading{}",
+                                tool_name.value(),
+                                helper_hint(service)
                             ),
                         ));
                     }
@@ -345,20 +429,20 @@ fn tool_spec(
                     headers.push(quote!((#name, #h)));
                 }
                 if is_named(ty, "Value") {
-                    field_attrs.push(quote!(#[schemars(schema_with = "::mcp_plugin_sdk::schema::object_schema")]));
+                    field_attrs.push(quote!(#[schemars(schema_with = "::mcp_plugin_sdk::__private::object_schema")]));
                 }
                 fields.push(quote!(#(#field_attrs)* #ident: #ty));
                 call_args.push(quote!(args.#ident));
             }
             Param::Caller { optional } => {
                 if *optional {
-                    caller_need = quote!(#sdk::manifest::CallerNeed::Optional);
+                    caller_need = quote!(#sdk::__private::CallerNeed::Optional);
                     call_args.push(quote!(match inv.optional_caller() {
                         ::core::result::Result::Ok(c) => c,
                         ::core::result::Result::Err(r) => return r,
                     }));
                 } else {
-                    caller_need = quote!(#sdk::manifest::CallerNeed::Required);
+                    caller_need = quote!(#sdk::__private::CallerNeed::Required);
                     call_args.push(quote!(match inv.caller() {
                         ::core::result::Result::Ok(c) => c,
                         ::core::result::Result::Err(r) => return r,
@@ -406,7 +490,7 @@ fn tool_spec(
     let input_schema = match &opts.input_schema {
         Some(expr) => quote!(#sdk::__private::serde_json::Value::from(#expr)),
         None => {
-            quote!(#sdk::schema::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*]))
+            quote!(#sdk::__private::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*]))
         }
     };
     let meta = match &opts.meta {
@@ -442,18 +526,18 @@ fn tool_spec(
 
         #(#prelude)*
 
-        fn descriptor() -> #sdk::manifest::ToolDescriptor {
+        fn descriptor() -> #sdk::__private::ToolDescriptor {
             #[allow(unused_imports)]
             use #sdk::__private::{SchemaViaContent as _, SchemaViaJson as _, SchemaViaNothing as _};
             let title: ::core::option::Option<::std::string::String> = #title;
-            #sdk::manifest::ToolDescriptor {
+            #sdk::__private::ToolDescriptor {
                 name: ::std::string::String::from(#tool_name),
                 service: ::core::option::Option::None,
                 title: title.clone(),
                 description: ::std::string::String::from(#description),
                 input_schema: #input_schema,
                 output_schema: (&&#sdk::__private::OutputOf::<#ok_ty>::NEW).output_schema(),
-                annotations: #sdk::manifest::Annotations {
+                annotations: #sdk::__private::Annotations {
                     title,
                     read_only_hint: #read_only,
                     destructive_hint: #destructive,
@@ -481,7 +565,29 @@ fn tool_spec(
 /// `#[tool]` on a free function.
 pub fn expand_free(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let opts = ToolOptions::parse(attr)?;
-    let mut func: ItemFn = syn::parse2(item)?;
+    let mut func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(Item::Fn(func)) => func,
+        Ok(Item::Impl(block)) => {
+            return Err(syn::Error::new(
+                block.impl_token.span,
+                "#[tool] goes on a function; to make an impl block's `pub fn` methods tools, \
+                 put #[service] on the impl block",
+            ));
+        }
+        _ => {
+            return Err(syn::Error::new(
+                item_keyword_span(&item),
+                "#[tool] goes on a function (or, inside a #[service] impl block, on a method)",
+            ));
+        }
+    };
+    if let Some(span) = opts.skip {
+        return Err(syn::Error::new(
+            span,
+            "#[tool(skip)] marks a helper `pub fn` inside a #[service] impl block; a free function \
+             without #[tool] is already not a tool, so drop the attribute",
+        ));
+    }
     let mut sig = func.sig.clone();
     let spec = tool_spec(&func.attrs, &mut sig, &opts, None)?;
     // The function keeps its signature minus the `#[arg]` attributes.
@@ -498,18 +604,73 @@ pub fn expand_free(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStr
         impl ::mcp_plugin_sdk::__private::ToolFactory for #name {
             fn spec() -> ::mcp_plugin_sdk::__private::ToolSpec<()> #spec
         }
+
+        // Found by `export_plugin!` without a list (registered when the library is loaded).
+        ::mcp_plugin_sdk::__private::inventory::submit! {
+            ::mcp_plugin_sdk::__private::AutoExport::tool::<#name>(
+                ::core::module_path!(),
+                ::core::stringify!(#name),
+            )
+        }
     })
+}
+
+/// Take the `#[tool(...)]` attribute off a service method: its span and options (at most one).
+fn take_tool_attr(attrs: &mut Vec<Attribute>) -> syn::Result<Option<(Span, ToolOptions)>> {
+    let mut found: Option<(Span, ToolOptions)> = None;
+    let mut err = None;
+    attrs.retain(|a| {
+        if !a.path().is_ident("tool") {
+            return true;
+        }
+        let span = a.path().span();
+        if found.is_some() {
+            err.get_or_insert_with(|| {
+                syn::Error::new(span, "duplicate #[tool] attribute: put every option in one")
+            });
+            return false;
+        }
+        let tokens = match &a.meta {
+            syn::Meta::List(l) => l.tokens.clone(),
+            _ => TokenStream::new(),
+        };
+        match ToolOptions::parse(tokens) {
+            Ok(opts) => found = Some((span, opts)),
+            Err(e) => {
+                err.get_or_insert(e);
+            }
+        }
+        false
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(found),
+    }
 }
 
 /// `#[service]` on an impl block.
 pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
-    if !attr.is_empty() {
+    if let Some(first) = attr.into_iter().next() {
         return Err(syn::Error::new(
-            Span::call_site(),
+            first.span(),
             "#[service] takes no options: the service name is the type's name",
         ));
     }
-    let mut block: ItemImpl = syn::parse2(item)?;
+    let mut block: ItemImpl = match syn::parse2(item.clone()) {
+        Ok(Item::Impl(block)) => block,
+        Ok(Item::Fn(func)) => {
+            return Err(syn::Error::new(
+                func.sig.fn_token.span,
+                "#[service] goes on an impl block; a free function becomes a tool with #[tool]",
+            ));
+        }
+        _ => {
+            return Err(syn::Error::new(
+                item_keyword_span(&item),
+                "#[service] goes on an impl block (`#[service] impl MyService { ... }`)",
+            ));
+        }
+    };
     if block.trait_.is_some() || !block.generics.params.is_empty() {
         return Err(syn::Error::new(
             block.self_ty.span(),
@@ -537,7 +698,22 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
         quote!(::core::result::Result::Ok(<#self_ty as ::core::default::Default>::default()));
     for item in block.items.iter_mut() {
         let ImplItem::Fn(method) = item else { continue };
+        let tool_attr = take_tool_attr(&mut method.attrs)?;
         let name = method.sig.ident.to_string();
+        if let Some((span, _)) = &tool_attr {
+            let role = match name.as_str() {
+                "enabled" => Some("gate"),
+                "new" => Some("constructor"),
+                "shutdown" => Some("shutdown hook"),
+                _ => None,
+            };
+            if let Some(role) = role {
+                return Err(syn::Error::new(
+                    *span,
+                    format!("`{name}` is the service's {role}, never a tool: drop #[tool]"),
+                ));
+            }
+        }
         let takes_host = method
             .sig
             .inputs
@@ -575,37 +751,29 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             };
             continue;
         }
-        let mut opts = ToolOptions::default();
-        let mut tool_attr_seen = false;
-        let mut err = None;
-        method.attrs.retain(|a| {
-            if a.path().is_ident("tool") {
-                tool_attr_seen = true;
-                let tokens = match &a.meta {
-                    syn::Meta::List(l) => l.tokens.clone(),
-                    _ => TokenStream::new(),
-                };
-                match ToolOptions::parse(tokens) {
-                    Ok(o) => opts = o,
-                    Err(e) => err = Some(e),
+        let is_pub = matches!(method.vis, Visibility::Public(_));
+        let opts = match tool_attr {
+            Some((_, opts)) => {
+                if let Some(span) = opts.skip {
+                    if !is_pub {
+                        return Err(syn::Error::new(
+                            span,
+                            "a method that is not `pub` is never a tool: drop #[tool(skip)]",
+                        ));
+                    }
+                    continue;
                 }
-                false
-            } else {
-                true
+                if !is_pub {
+                    return Err(syn::Error::new(
+                        method.sig.ident.span(),
+                        "only `pub fn` methods of a service are tools: make it `pub` or drop #[tool]",
+                    ));
+                }
+                opts
             }
-        });
-        if let Some(e) = err {
-            return Err(e);
-        }
-        if !matches!(method.vis, Visibility::Public(_)) {
-            if tool_attr_seen {
-                return Err(syn::Error::new(
-                    method.sig.ident.span(),
-                    "only `pub fn` methods of a service are tools: make it `pub` or drop #[tool]",
-                ));
-            }
-            continue;
-        }
+            None if !is_pub => continue,
+            None => ToolOptions::default(),
+        };
         let mut sig = method.sig.clone();
         specs.push(tool_spec(&method.attrs, &mut sig, &opts, Some(&self_ty))?);
         method.sig = sig;
@@ -633,6 +801,14 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             }
 
             #shutdown
+        }
+
+        // Found by `export_plugin!` without a list (registered when the library is loaded).
+        ::mcp_plugin_sdk::__private::inventory::submit! {
+            ::mcp_plugin_sdk::__private::AutoExport::service::<#self_ty>(
+                ::core::module_path!(),
+                #type_name,
+            )
         }
     })
 }

@@ -1,0 +1,569 @@
+//! Unit-test tools without a host: a stand-in host API and call context that record what a tool
+//! does with them.
+//!
+//! A tool is a plain function, so a test calls it directly. What it cannot build by itself are the
+//! host-provided parameters: [`TestHost`] stands in for the host (the plugin's configuration,
+//! answers for nested [`HostApi::call_tool`] calls, and a record of host log lines and nested
+//! calls), and [`TestCall`] stands in for one call (a cancellation flag the test sets, and a record
+//! of progress and client log events).
+//!
+//! Both sit behind the same binary interface the real host implements, so the tool sees exactly
+//! the [`HostApi`] and [`CallContext`] it gets in production: arguments and results of nested
+//! calls travel as JSON text, as they do through the real host.
+//!
+//! ```
+//! use mcp_plugin_sdk::testing::{CallEvent, TestHost};
+//! use mcp_plugin_sdk::{CallContext, Content, LogLevel, ToolResult, json, tool};
+//!
+//! /// Shout what `echo` says, reporting progress.
+//! ///
+//! /// # Arguments
+//! /// * `text` - What to shout.
+//! #[tool]
+//! pub fn shout(ctx: &CallContext, text: String) -> Result<String, String> {
+//!     if ctx.is_cancelled() {
+//!         return Err("cancelled".into());
+//!     }
+//!     ctx.progress(1.0, Some(2.0), Some("echoing"));
+//!     let echoed = ctx.call_tool("echo", &json!({"text": text})).map_err(|e| e.to_string())?;
+//!     ctx.log(LogLevel::Info, "echoed");
+//!     Ok(echoed.text().to_uppercase())
+//! }
+//!
+//! let host = TestHost::new().with_tool("echo", |args| {
+//!     Ok(ToolResult::new(vec![Content::text(args["text"].as_str().unwrap_or_default())]))
+//! });
+//! let call = host.call();
+//! assert_eq!(shout(&call.context(), "hi".into()), Ok("HI".to_owned()));
+//! assert_eq!(
+//!     call.events(),
+//!     [
+//!         CallEvent::Progress { progress: 1.0, total: Some(2.0), message: Some("echoing".into()) },
+//!         CallEvent::Log { level: LogLevel::Info, message: "echoed".into() },
+//!     ]
+//! );
+//! assert_eq!(host.tool_calls()[0].arguments, json!({"text": "hi"}));
+//!
+//! let cancelled = host.call();
+//! cancelled.cancel();
+//! assert_eq!(shout(&cancelled.context(), "hi".into()), Err("cancelled".to_owned()));
+//! ```
+
+use std::collections::HashMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::sabi_types::RRef;
+use abi_stable::std_types::{RResult, RStr, RString};
+use serde_json::Value;
+
+use crate::abi::{CallContextFfi, CallContextFfi_TO, HostApiFfi, HostApiFfi_TO};
+use crate::content::ToolResult;
+use crate::host::{CallContext, CallToolError, HostApi, LogLevel};
+use crate::runtime::panic_message;
+
+/// The plugin name a [`TestHost`] reports through [`HostApi::plugin_name`].
+pub const TEST_PLUGIN_NAME: &str = "test";
+
+/// One line a plugin wrote to the host's log with [`HostApi::log`].
+///
+/// ```
+/// use mcp_plugin_sdk::testing::{HostLog, TestHost};
+/// use mcp_plugin_sdk::LogLevel;
+/// let host = TestHost::new();
+/// host.api().log(LogLevel::Warning, "Store", "disk almost full");
+/// assert_eq!(
+///     host.logs(),
+///     [HostLog { level: LogLevel::Warning, service: "Store".into(), message: "disk almost full".into() }]
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostLog {
+    /// Severity.
+    pub level: LogLevel,
+    /// The service that logged it (empty when none was named).
+    pub service: String,
+    /// The text.
+    pub message: String,
+}
+
+/// One nested tool call a plugin made through [`HostApi::call_tool`] or [`CallContext::call_tool`].
+///
+/// ```
+/// use mcp_plugin_sdk::testing::{TestHost, ToolCall};
+/// use mcp_plugin_sdk::json;
+/// let host = TestHost::new();
+/// let _ = host.api().call_tool("lookup", &json!({"id": 7}));
+/// assert_eq!(host.tool_calls(), [ToolCall { name: "lookup".into(), arguments: json!({"id": 7}) }]);
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The tool called.
+    pub name: String,
+    /// Its arguments (`Value::Null` if the plugin sent text that is not JSON).
+    pub arguments: Value,
+}
+
+/// Something a tool reported through its [`CallContext`] during one [`TestCall`].
+///
+/// Each variant mirrors one call of the frozen call-context interface; new kinds of events (say, a
+/// question to the client) would be new variants, hence `#[non_exhaustive]`.
+///
+/// ```
+/// use mcp_plugin_sdk::testing::{CallEvent, TestCall};
+/// use mcp_plugin_sdk::LogLevel;
+/// let call = TestCall::new();
+/// call.context().progress(3.0, None, None);
+/// call.context().log(LogLevel::Debug, "done");
+/// assert_eq!(
+///     call.events(),
+///     [
+///         CallEvent::Progress { progress: 3.0, total: None, message: None },
+///         CallEvent::Log { level: LogLevel::Debug, message: "done".into() },
+///     ]
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum CallEvent {
+    /// [`CallContext::progress`].
+    Progress {
+        /// Work done.
+        progress: f64,
+        /// Total work, when given.
+        total: Option<f64>,
+        /// What is happening, when given.
+        message: Option<String>,
+    },
+    /// [`CallContext::log`]: a log message for the client that made the call.
+    Log {
+        /// Severity.
+        level: LogLevel,
+        /// The text.
+        message: String,
+    },
+}
+
+type ToolStub = Arc<dyn Fn(&Value) -> Result<ToolResult, CallToolError> + Send + Sync>;
+
+/// What every [`HostApi`] of one [`TestHost`] shares: stubs in, records out.
+#[derive(Default)]
+struct Shared {
+    tools: Mutex<HashMap<String, ToolStub>>,
+    logs: Mutex<Vec<HostLog>>,
+    tool_calls: Mutex<Vec<ToolCall>>,
+    tools_changed: AtomicUsize,
+}
+
+/// A poisoned lock only means a test thread panicked while holding it; the records stay usable.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The host side of a [`TestHost`]'s [`HostApi`].
+struct TestHostFfi {
+    config: String,
+    shared: Arc<Shared>,
+}
+
+impl HostApiFfi for TestHostFfi {
+    fn config(&self) -> RString {
+        RString::from(self.config.as_str())
+    }
+
+    fn log(&self, level: u8, service: RStr<'_>, message: RStr<'_>) {
+        lock(&self.shared.logs).push(HostLog {
+            level: LogLevel::from_u8(level),
+            service: service.as_str().to_owned(),
+            message: message.as_str().to_owned(),
+        });
+    }
+
+    fn call_tool(&self, name: RStr<'_>, args: RStr<'_>) -> RResult<RString, RString> {
+        let name = name.as_str();
+        let arguments = serde_json::from_str(args.as_str()).unwrap_or(Value::Null);
+        lock(&self.shared.tool_calls).push(ToolCall {
+            name: name.to_owned(),
+            arguments: arguments.clone(),
+        });
+        let Some(stub) = lock(&self.shared.tools).get(name).cloned() else {
+            return RResult::RErr(format!("unknown tool: {name}").into());
+        };
+        // The stub is test code running under an `extern "C"` frame: keep its panic on this side.
+        let answer = catch_unwind(AssertUnwindSafe(|| stub(&arguments))).unwrap_or_else(|p| {
+            Err(CallToolError(format!(
+                "stub for {name} panicked: {}",
+                panic_message(&*p)
+            )))
+        });
+        match answer.map(|result| serde_json::to_string(&result)) {
+            Ok(Ok(json)) => RResult::ROk(json.into()),
+            Ok(Err(e)) => RResult::RErr(format!("stub result could not be serialized: {e}").into()),
+            Err(e) => RResult::RErr(e.0.into()),
+        }
+    }
+
+    fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
+        match method.as_str() {
+            "notify_tools_changed" => {
+                self.shared.tools_changed.fetch_add(1, Ordering::Relaxed);
+                RResult::ROk("null".into())
+            }
+            other => RResult::RErr(format!("unsupported host method: {other}").into()),
+        }
+    }
+}
+
+/// A stand-in for the host: the [`HostApi`] a service's `enabled` and `new` and a tool's `&HostApi`
+/// parameter get, with a configuration, stubbed nested tools, and a record of what the plugin did.
+///
+/// ```
+/// use mcp_plugin_sdk::testing::TestHost;
+/// use mcp_plugin_sdk::{HostApi, json};
+///
+/// fn enabled(host: &HostApi) -> bool {
+///     host.config_value("database").is_some()
+/// }
+///
+/// assert!(!enabled(TestHost::new().api()));
+/// assert!(enabled(TestHost::new().with_config(json!({"database": "db.sqlite"})).api()));
+/// ```
+pub struct TestHost {
+    shared: Arc<Shared>,
+    api: HostApi,
+}
+
+impl std::fmt::Debug for TestHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestHost")
+            .field("api", &self.api)
+            .field("logs", &*lock(&self.shared.logs))
+            .field("tool_calls", &*lock(&self.shared.tool_calls))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TestHost {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestHost {
+    /// A host with no configuration for the plugin (`null`) and no other tools.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::{TEST_PLUGIN_NAME, TestHost};
+    /// let host = TestHost::new();
+    /// assert!(host.api().config().is_null());
+    /// assert_eq!(host.api().plugin_name(), TEST_PLUGIN_NAME);
+    /// ```
+    pub fn new() -> Self {
+        let shared = Arc::new(Shared::default());
+        let api = Self::api_with(&shared, &Value::Null);
+        TestHost { shared, api }
+    }
+
+    fn api_with(shared: &Arc<Shared>, config: &Value) -> HostApi {
+        let ffi = TestHostFfi {
+            config: config.to_string(),
+            shared: Arc::clone(shared),
+        };
+        HostApi::new(HostApiFfi_TO::from_value(ffi, TD_Opaque), TEST_PLUGIN_NAME)
+    }
+
+    /// This host, handing the plugin `config` as its section of the host configuration
+    /// (`plugins.<name>.config`).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// use mcp_plugin_sdk::json;
+    /// let host = TestHost::new().with_config(json!({"start": 40}));
+    /// assert_eq!(host.api().config_value("start"), Some(&json!(40)));
+    /// ```
+    pub fn with_config(mut self, config: Value) -> Self {
+        self.api = Self::api_with(&self.shared, &config);
+        self
+    }
+
+    /// This host, answering nested calls of tool `name` with `answer` (given the call's arguments).
+    /// A nested call of a tool without an answer fails with `unknown tool: <name>`, as it does in
+    /// the real host.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// use mcp_plugin_sdk::{CallToolError, ToolResult, json};
+    /// let host = TestHost::new()
+    ///     .with_tool("lookup", |args| Ok(ToolResult::json(&json!({"id": args["id"]}))))
+    ///     .with_tool("flaky", |_| Err(CallToolError("timed out after 1 s".into())));
+    /// let found = host.api().call_tool("lookup", &json!({"id": 7})).unwrap();
+    /// assert_eq!(found.structured_content.unwrap()["id"], 7);
+    /// assert_eq!(host.api().call_tool("flaky", &json!({})).unwrap_err().0, "timed out after 1 s");
+    /// assert_eq!(host.api().call_tool("other", &json!({})).unwrap_err().0, "unknown tool: other");
+    /// ```
+    pub fn with_tool(
+        self,
+        name: impl Into<String>,
+        answer: impl Fn(&Value) -> Result<ToolResult, CallToolError> + Send + Sync + 'static,
+    ) -> Self {
+        lock(&self.shared.tools).insert(name.into(), Arc::new(answer));
+        self
+    }
+
+    /// The host API, as a plugin gets it.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// use mcp_plugin_sdk::HostApi;
+    /// let host = TestHost::new();
+    /// let api: &HostApi = host.api();
+    /// assert!(api.config_as::<std::collections::HashMap<String, String>>().unwrap().is_empty());
+    /// ```
+    pub fn api(&self) -> &HostApi {
+        &self.api
+    }
+
+    /// A new call on this host, for a tool that takes `&CallContext` (its nested calls and host
+    /// log lines are recorded here).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// use mcp_plugin_sdk::json;
+    /// let host = TestHost::new().with_config(json!({"greeting": "hey"}));
+    /// let call = host.call();
+    /// assert_eq!(call.context().host().config_value("greeting"), Some(&json!("hey")));
+    /// ```
+    pub fn call(&self) -> TestCall {
+        TestCall::on(self.api.clone())
+    }
+
+    /// The lines the plugin wrote to the host log ([`HostApi::log`]), oldest first.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// use mcp_plugin_sdk::LogLevel;
+    /// let host = TestHost::new();
+    /// host.api().log(LogLevel::Info, "", "started");
+    /// assert_eq!(host.logs()[0].message, "started");
+    /// ```
+    pub fn logs(&self) -> Vec<HostLog> {
+        lock(&self.shared.logs).clone()
+    }
+
+    /// The nested tool calls the plugin made, oldest first, answered or not.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// use mcp_plugin_sdk::json;
+    /// let host = TestHost::new();
+    /// assert!(host.api().call_tool("missing", &json!({})).is_err());
+    /// assert_eq!(host.tool_calls()[0].name, "missing");
+    /// ```
+    pub fn tool_calls(&self) -> Vec<ToolCall> {
+        lock(&self.shared.tool_calls).clone()
+    }
+
+    /// How many times the plugin announced a tool-list change ([`HostApi::notify_tools_changed`]).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// let host = TestHost::new();
+    /// host.api().notify_tools_changed().unwrap();
+    /// assert_eq!(host.tools_changed(), 1);
+    /// ```
+    pub fn tools_changed(&self) -> usize {
+        self.shared.tools_changed.load(Ordering::Relaxed)
+    }
+}
+
+/// The per-call side of a [`TestCall`], behind its [`CallContext`].
+#[derive(Default)]
+struct CallState {
+    cancelled: AtomicBool,
+    events: Mutex<Vec<CallEvent>>,
+}
+
+impl CallContextFfi for CallState {
+    fn is_cancelled(&self) -> bool {
+        self.cancelled.load(Ordering::Acquire)
+    }
+
+    fn progress(&self, progress: f64, total: f64, message: RStr<'_>) {
+        lock(&self.events).push(CallEvent::Progress {
+            progress,
+            total: (!total.is_nan()).then_some(total),
+            message: (!message.is_empty()).then(|| message.as_str().to_owned()),
+        });
+    }
+
+    fn log(&self, level: u8, message: RStr<'_>) {
+        lock(&self.events).push(CallEvent::Log {
+            level: LogLevel::from_u8(level),
+            message: message.as_str().to_owned(),
+        });
+    }
+
+    fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
+        RResult::RErr(format!("unsupported call-context method: {method}").into())
+    }
+}
+
+/// A stand-in for one call of a tool: the [`CallContext`] it gets, a cancellation flag the test
+/// sets, and a record of the progress and log events it sent.
+///
+/// A [`CallContext`] borrows its call, so a test keeps the `TestCall` and passes
+/// `&call.context()` to the tool. It is `Sync`: a test may cancel from another thread while the
+/// tool runs.
+///
+/// ```
+/// use mcp_plugin_sdk::testing::TestCall;
+/// use mcp_plugin_sdk::CallContext;
+///
+/// fn count_until_cancelled(ctx: &CallContext, limit: u32) -> u32 {
+///     (0..limit).take_while(|_| !ctx.is_cancelled()).count() as u32
+/// }
+///
+/// let call = TestCall::new();
+/// assert_eq!(count_until_cancelled(&call.context(), 5), 5);
+/// call.cancel();
+/// assert_eq!(count_until_cancelled(&call.context(), 5), 0);
+/// ```
+pub struct TestCall {
+    host: HostApi,
+    state: CallState,
+}
+
+impl std::fmt::Debug for TestCall {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TestCall")
+            .field("cancelled", &self.state.cancelled.load(Ordering::Acquire))
+            .field("events", &*lock(&self.state.events))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for TestCall {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl TestCall {
+    /// A call on a fresh [`TestHost`] (no configuration, no other tools). Use [`TestHost::call`] to
+    /// configure the host or read its records.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestCall;
+    /// let call = TestCall::new();
+    /// assert!(!call.context().is_cancelled());
+    /// assert!(call.events().is_empty());
+    /// ```
+    pub fn new() -> Self {
+        TestHost::new().call()
+    }
+
+    fn on(host: HostApi) -> Self {
+        TestCall {
+            host,
+            state: CallState::default(),
+        }
+    }
+
+    /// The call context to pass to the tool (as `&call.context()`).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestCall;
+    /// use mcp_plugin_sdk::json;
+    /// let call = TestCall::new();
+    /// let ctx = call.context();
+    /// assert_eq!(
+    ///     ctx.request("elicit", &json!({})).unwrap_err().0,
+    ///     "unsupported call-context method: elicit"
+    /// );
+    /// ```
+    pub fn context(&self) -> CallContext<'_> {
+        CallContext::new(
+            CallContextFfi_TO::from_ptr(RRef::new(&self.state), TD_Opaque),
+            &self.host,
+        )
+    }
+
+    /// Cancel the call: from now on [`CallContext::is_cancelled`] is true, as when the client
+    /// cancels or the call's time is up.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestCall;
+    /// let call = TestCall::new();
+    /// call.cancel();
+    /// assert!(call.context().is_cancelled());
+    /// ```
+    pub fn cancel(&self) {
+        self.state.cancelled.store(true, Ordering::Release);
+    }
+
+    /// The progress and log events the tool sent during this call, oldest first.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::{CallEvent, TestCall};
+    /// let call = TestCall::new();
+    /// call.context().progress(1.0, Some(4.0), Some("first of four"));
+    /// assert!(matches!(&call.events()[0], CallEvent::Progress { total: Some(t), .. } if *t == 4.0));
+    /// ```
+    pub fn events(&self) -> Vec<CallEvent> {
+        lock(&self.state.events).clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::Content;
+
+    #[test]
+    fn a_panicking_stub_is_an_error_for_the_caller_not_an_abort() {
+        let host = TestHost::new().with_tool("boom", |_| panic!("stub exploded"));
+        let err = host.api().call_tool("boom", &Value::Null);
+        assert_eq!(
+            err.map_err(|e| e.0),
+            Err("stub for boom panicked: stub exploded".to_owned())
+        );
+    }
+
+    #[test]
+    fn nested_results_cross_as_json_like_through_the_real_host() {
+        let host = TestHost::new().with_tool("rich", |_| {
+            Ok(ToolResult::new(vec![
+                Content::text("a"),
+                Content::resource_link("file:///x", "x"),
+            ]))
+        });
+        let call = host.call();
+        let result = call.context().call_tool("rich", &serde_json::json!({}));
+        assert_eq!(
+            result.map(|r| r.content),
+            Ok(vec![
+                Content::text("a"),
+                Content::resource_link("file:///x", "x")
+            ])
+        );
+        assert_eq!(host.tool_calls().len(), 1);
+    }
+
+    #[test]
+    fn a_call_can_be_cancelled_from_another_thread_while_the_tool_runs() {
+        let call = TestCall::new();
+        std::thread::scope(|s| {
+            let running = s.spawn(|| {
+                let ctx = call.context();
+                while !ctx.is_cancelled() {
+                    std::thread::yield_now();
+                }
+                "stopped"
+            });
+            call.cancel();
+            assert_eq!(running.join().ok(), Some("stopped"));
+        });
+    }
+}
