@@ -14,8 +14,8 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use mcp_host::exec::CallState;
 use mcp_host::exec::CancelFlag;
-use mcp_host::plugins::host_api::HostCallContext;
 use mcp_host::{CallOptions, Config, Host, HostOptions};
 use mcp_plugin_sdk::{Content, ToolResult};
 
@@ -80,14 +80,15 @@ fn main() {
     let host = Host::start(config.clone(), HostOptions { probe_exe: None }).unwrap();
     let registry = host.registry();
     let tool = registry.get("echo").unwrap();
-    let ctx = HostCallContext {
+    let ctx = Arc::new(CallState {
         cancel: CancelFlag::new(),
         deadline: None,
         events: None,
         caller_json: Arc::from(""),
+        agent: None,
         depth: 0,
         tool: Arc::from("echo"),
-    };
+    });
     let args = r#"{"text":"hello"}"#;
     #[derive(serde::Deserialize)]
     struct Args {
@@ -99,8 +100,8 @@ fn main() {
     };
     assert_eq!(
         tool.slot
-            .plugin
-            .call_raw(tool.index, args, "", &ctx)
+            .backend
+            .call_blocking(tool.index, args, &ctx)
             .unwrap(),
         direct(args)
     );
@@ -112,8 +113,8 @@ fn main() {
         for _ in 0..N {
             black_box(
                 tool.slot
-                    .plugin
-                    .call_raw(tool.index, black_box(args), "", &ctx)
+                    .backend
+                    .call_blocking(tool.index, black_box(args), &ctx)
                     .unwrap(),
             );
         }

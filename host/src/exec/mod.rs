@@ -1,14 +1,20 @@
-//! Execution: where and how tool calls run — [`pool`] (worker threads off the async reactor),
-//! [`cancel`] (cancellation shared with the caller), and the events a running call reports.
+//! Execution: where and how tool calls run — [`call`] (the call path: validation, permits,
+//! timeout, result mapping, nested calls), [`state`] (one running call), [`pool`] (worker threads
+//! off the async reactor), [`cancel`] (cancellation shared with the caller), and the events a
+//! running call reports.
 
+pub mod call;
 pub mod cancel;
 pub mod pool;
+pub mod state;
 
 use std::sync::Arc;
 
 use mcp_plugin_sdk::LogLevel;
 
+pub use call::{CallError, CallOptions, Executor, error_result};
 pub use cancel::CancelFlag;
+pub use state::CallState;
 
 /// Something a running call reports to whoever asked for it.
 #[derive(Debug, Clone, PartialEq)]

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use mcp_plugin_sdk::wire::BuildInfo;
 
-use crate::plugins::image::{LoadError, open_module};
+use crate::plugins::LoadError;
+use crate::plugins::in_process::open_module;
 
 const MARK: &str = "\u{1}MCPPROBE ";
 

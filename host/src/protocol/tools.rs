@@ -106,6 +106,7 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         .and_then(|n| event_sink(Arc::clone(n), progress_token, req.era.log_level()));
     let opts = CallOptions {
         caller: req.ex.caller.clone(),
+        agent: req.ex.agent.clone(),
         cancel: req.ex.cancel.clone(),
         events,
     };

@@ -14,92 +14,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::config::Config;
+use crate::plugins::LoadError;
 use crate::plugins::discovery::Candidate;
-use crate::plugins::image::{LoadError, Plugin};
-
-/// A loaded plugin as the registry and the executor see it.
-#[derive(Debug)]
-pub struct PluginSlot {
-    /// The plugin image.
-    pub plugin: Plugin,
-    /// Where it was found.
-    pub candidate: Candidate,
-    /// Its concurrency limit.
-    pub limiter: Arc<tokio::sync::Semaphore>,
-    /// The file's stamp when it was loaded (a different stamp means a new version).
-    pub stamp: Option<FileStamp>,
-    /// The plugin's settings when it was loaded (a different section means a reload).
-    pub settings: crate::config::PluginSettings,
-    retired: std::sync::atomic::AtomicBool,
-}
-
-/// What identifies a version of a file: size, modification time and inode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileStamp {
-    len: u64,
-    modified: Option<std::time::SystemTime>,
-    inode: u64,
-}
-
-impl FileStamp {
-    /// A stable text form, for the probe cache.
-    pub fn key(&self) -> String {
-        let nanos = self
-            .modified
-            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
-            .map_or(0, |d| d.as_nanos());
-        format!("{}:{}:{}", self.len, nanos, self.inode)
-    }
-
-    /// The stamp of `path` now.
-    pub fn of(path: &std::path::Path) -> Option<FileStamp> {
-        let m = std::fs::metadata(path).ok()?;
-        #[cfg(unix)]
-        let inode = std::os::unix::fs::MetadataExt::ino(&m);
-        #[cfg(not(unix))]
-        let inode = 0;
-        Some(FileStamp {
-            len: m.len(),
-            modified: m.modified().ok(),
-            inode,
-        })
-    }
-}
-
-impl PluginSlot {
-    /// A slot for a freshly loaded plugin.
-    pub fn new(
-        plugin: Plugin,
-        candidate: Candidate,
-        limit: usize,
-        stamp: Option<FileStamp>,
-        settings: crate::config::PluginSettings,
-    ) -> Self {
-        PluginSlot {
-            plugin,
-            candidate,
-            limiter: Arc::new(tokio::sync::Semaphore::new(limit.max(1))),
-            stamp,
-            settings,
-            retired: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// Run the plugin's shutdown hook, once.
-    pub fn retire(&self) {
-        if !self.retired.swap(true, std::sync::atomic::Ordering::AcqRel) {
-            self.plugin.shutdown();
-        }
-    }
-}
-
-impl Drop for PluginSlot {
-    /// The last reference is gone (no call is running on this version): run its shutdown hook. The
-    /// image itself stays mapped; libraries are never unloaded.
-    fn drop(&mut self) {
-        self.retire();
-    }
-}
+pub use crate::plugins::slot::{FileStamp, PluginSlot};
 
 /// One callable tool.
 pub struct Tool {
@@ -147,7 +64,7 @@ impl std::fmt::Debug for Tool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tool")
             .field("name", &self.name)
-            .field("plugin", &self.slot.plugin.name())
+            .field("plugin", &self.slot.backend.name())
             .finish_non_exhaustive()
     }
 }
@@ -259,7 +176,7 @@ impl Registry {
         winners: &mut HashMap<String, PathBuf>,
         log_tools: bool,
     ) {
-        let manifest = &slot.plugin.manifest;
+        let manifest = slot.backend.manifest();
         let file = slot.candidate.path.clone();
         let settings = config.plugin(&manifest.plugin);
         for service in manifest.services.iter().filter(|s| !s.enabled) {

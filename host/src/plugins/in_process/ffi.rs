@@ -1,50 +1,25 @@
-//! The host's side of the FFI objects: the host API each plugin gets at `init`, and the per-call
-//! context behind `CallContext` (cancellation, deadline, progress and log events).
+//! The host's side of the FFI objects for in-process plugins: the host API each plugin gets at
+//! `init`, and the call context behind the SDK's `CallContext` (a view of the host's
+//! [`CallState`]).
+//!
+//! A plugin's `call_tool` arrives on the host API without saying which call makes it. In-process,
+//! it always runs on the thread of that call, so a thread-local stack of running calls names the
+//! parent; the nested call itself then goes through [`HostCallbacks::call_nested`] with that parent
+//! passed explicitly. The thread-local never leaves this module.
 
 use std::cell::RefCell;
 use std::sync::Arc;
-use std::time::Instant;
 
 use abi_stable::std_types::{RResult, RStr, RString};
 use mcp_plugin_sdk::LogLevel;
-
-use crate::exec::{CallEvent, CancelFlag, EventSink};
 use mcp_plugin_sdk::wire::{CallContextFfi, HostApiFfi};
 
-/// The state of one call, handed to the plugin through the FFI call context.
-pub struct HostCallContext {
-    /// Set on client cancellation and on timeout.
-    pub cancel: CancelFlag,
-    /// When the call's time is up.
-    pub deadline: Option<Instant>,
-    /// Where progress and log events go.
-    pub events: Option<EventSink>,
-    /// The caller as JSON (empty when there is none), inherited by nested calls.
-    pub caller_json: Arc<str>,
-    /// Nesting depth (0 for a client's call).
-    pub depth: u32,
-    /// The tool being called, for log messages.
-    pub tool: Arc<str>,
-}
+use crate::exec::{CallEvent, CallState};
+use crate::plugins::backend::HostCallbacks;
 
-impl std::fmt::Debug for HostCallContext {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostCallContext")
-            .field("tool", &self.tool)
-            .field("depth", &self.depth)
-            .finish_non_exhaustive()
-    }
-}
-
-impl HostCallContext {
-    fn cancelled(&self) -> bool {
-        self.cancel.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
-    }
-}
-
-impl CallContextFfi for HostCallContext {
+impl CallContextFfi for CallState {
     fn is_cancelled(&self) -> bool {
-        self.cancelled()
+        CallState::is_cancelled(self)
     }
 
     fn progress(&self, progress: f64, total: f64, message: RStr<'_>) {
@@ -73,23 +48,22 @@ impl CallContextFfi for HostCallContext {
 }
 
 thread_local! {
-    /// The calls running on this thread, innermost last: a plugin's `call_tool` happens on the same
-    /// thread as the call that makes it, so this is how a nested call finds its parent.
-    static CURRENT: RefCell<Vec<Arc<HostCallContext>>> = const { RefCell::new(Vec::new()) };
+    /// The calls running on this thread, innermost last.
+    static CURRENT: RefCell<Vec<Arc<CallState>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// Marks `ctx` as the running call on this thread until dropped.
-pub struct CurrentCall(());
+/// Marks a call as running on this thread until dropped.
+pub(super) struct CurrentCall(());
 
 impl CurrentCall {
-    /// Push `ctx` as this thread's innermost running call.
-    pub fn enter(ctx: Arc<HostCallContext>) -> CurrentCall {
-        CURRENT.with(|c| c.borrow_mut().push(ctx));
+    /// Push `call` as this thread's innermost running call.
+    pub(super) fn enter(call: Arc<CallState>) -> CurrentCall {
+        CURRENT.with(|c| c.borrow_mut().push(call));
         CurrentCall(())
     }
 
     /// The innermost call running on this thread.
-    pub fn parent() -> Option<Arc<HostCallContext>> {
+    fn innermost() -> Option<Arc<CallState>> {
         CURRENT.with(|c| c.borrow().last().cloned())
     }
 }
@@ -102,28 +76,24 @@ impl Drop for CurrentCall {
     }
 }
 
-/// How a plugin's host API reaches the host: the current tool set, and its change notifications.
-pub trait HostCallbacks: Send + Sync {
-    /// Call `name` with JSON `args` on this thread, inheriting the parent call when there is one.
-    fn call_nested(&self, name: &str, args: &str) -> Result<String, String>;
-    /// Tell every listening client that the tool list changed.
-    fn notify_tools_changed(&self);
-}
-
 /// The host API object one plugin holds.
-pub struct HostApiImpl {
+pub(super) struct HostApiImpl {
     plugin: String,
     config: String,
-    nested: Arc<dyn HostCallbacks>,
+    host: Arc<dyn HostCallbacks>,
 }
 
 impl HostApiImpl {
     /// The host API for plugin `plugin` with its `config` section.
-    pub fn new(plugin: String, config: serde_json::Value, nested: Arc<dyn HostCallbacks>) -> Self {
+    pub(super) fn new(
+        plugin: String,
+        config: &serde_json::Value,
+        host: Arc<dyn HostCallbacks>,
+    ) -> Self {
         HostApiImpl {
             plugin,
             config: config.to_string(),
-            nested,
+            host,
         }
     }
 }
@@ -146,7 +116,11 @@ impl HostApiFfi for HostApiImpl {
     }
 
     fn call_tool(&self, name: RStr<'_>, args: RStr<'_>) -> RResult<RString, RString> {
-        match self.nested.call_nested(name.as_str(), args.as_str()) {
+        let parent = CurrentCall::innermost();
+        match self
+            .host
+            .call_nested(parent.as_ref(), name.as_str(), args.as_str())
+        {
             Ok(json) => RResult::ROk(json.into()),
             Err(e) => RResult::RErr(e.into()),
         }
@@ -155,7 +129,7 @@ impl HostApiFfi for HostApiImpl {
     fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
         match method.as_str() {
             "notify_tools_changed" => {
-                self.nested.notify_tools_changed();
+                self.host.notify_tools_changed();
                 RResult::ROk("null".into())
             }
             other => RResult::RErr(format!("unsupported host method: {other}").into()),

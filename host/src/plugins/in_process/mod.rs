@@ -1,63 +1,25 @@
-//! Loading one plugin file: a private copy, abi_stable's version and layout checks, the build
-//! fingerprint, `init`, and the raw call into the plugin.
+//! In-process plugins: loading one plugin file (a private copy, abi_stable's version and layout
+//! checks, the build fingerprint, `init`) and running its tools on the calling thread through the
+//! frozen ABI. The FFI objects the plugin talks to live in [`ffi`].
 //!
 //! Libraries are never unloaded (unloading Rust cdylibs is unsound), and each load works on a fresh
 //! private copy: the same path can never be `dlopen`ed twice (the loader would hand back the old
 //! image), and overwriting a mapped file in place crashes the process.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::sabi_types::RRef;
 use abi_stable::std_types::{RResult, RStr};
 use mcp_plugin_sdk::wire::{BuildInfo, CallContextFfi_TO, HostApiFfi_TO, Manifest, PluginModV1Ref};
 
-use crate::plugins::host_api::{HostApiImpl, HostCallContext};
+mod ffi;
 
-/// Why a plugin file could not be loaded.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum LoadError {
-    /// dlopen failed, or the file is not an mcp-host plugin.
-    #[error("not a loadable plugin: {0}")]
-    Library(String),
-    /// abi_stable's version or layout check failed.
-    #[error("incompatible plugin ABI: {0}")]
-    Abi(String),
-    /// The build fingerprint does not match this host.
-    #[error("incompatible build: {0}")]
-    Build(String),
-    /// `init` failed or panicked.
-    #[error("init failed: {0}")]
-    Init(String),
-    /// The manifest is not what the SDK produces.
-    #[error("unreadable manifest: {0}")]
-    Manifest(String),
-    /// The child-process probe failed (or crashed) on this file.
-    #[error("{0}")]
-    Probe(String),
-    /// The private copy could not be made.
-    #[error("cannot copy plugin to the runtime directory: {0}")]
-    Copy(String),
-}
-
-impl LoadError {
-    /// The same error with every mention of the private copy replaced by the original file.
-    pub fn mentioning(self, copy: &Path, file: &Path) -> LoadError {
-        let (from, to) = (copy.display().to_string(), file.display().to_string());
-        let fix = |s: String| s.replace(&from, &to);
-        match self {
-            LoadError::Library(s) => LoadError::Library(fix(s)),
-            LoadError::Abi(s) => LoadError::Abi(fix(s)),
-            LoadError::Build(s) => LoadError::Build(fix(s)),
-            LoadError::Init(s) => LoadError::Init(fix(s)),
-            LoadError::Manifest(s) => LoadError::Manifest(fix(s)),
-            LoadError::Probe(s) => LoadError::Probe(fix(s)),
-            LoadError::Copy(s) => LoadError::Copy(fix(s)),
-        }
-    }
-}
+use crate::exec::CallState;
+use crate::plugins::LoadError;
+use crate::plugins::backend::{HostCallbacks, PluginBackend};
+use ffi::{CurrentCall, HostApiImpl};
 
 /// Keep the meaningful tail of abi_stable's (very long) layout report.
 fn summarize_library_error(e: &LibraryError) -> LoadError {
@@ -116,16 +78,14 @@ pub fn open_module(path: &Path) -> Result<(PluginModV1Ref, BuildInfo), LoadError
     Ok((module, build))
 }
 
-/// A loaded, initialised plugin image.
-pub struct Plugin {
-    /// Its build fingerprint.
-    pub build: BuildInfo,
-    /// What it exports.
-    pub manifest: Manifest,
+/// A loaded, initialised plugin image, running its tools in this process.
+pub struct InProcess {
+    build: BuildInfo,
+    manifest: Manifest,
     module: PluginModV1Ref,
 }
 
-impl std::fmt::Debug for Plugin {
+impl std::fmt::Debug for InProcess {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Plugin")
             .field("name", &self.manifest.plugin)
@@ -133,40 +93,29 @@ impl std::fmt::Debug for Plugin {
     }
 }
 
-static COPY_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// Copy `file` to a unique name in `runtime_dir`: the file that is probed and then loaded, so a
-/// replacement of the original in between can never slip in unprobed.
-pub fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
-    let seq = COPY_SEQ.fetch_add(1, Ordering::Relaxed);
-    let name = file
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| format!("plugin.{}", crate::plugins::discovery::LIBRARY_EXTENSION));
-    let dest = runtime_dir.join(format!("{seq}-{name}"));
-    std::fs::copy(file, &dest).map_err(|e| LoadError::Copy(e.to_string()))?;
-    Ok(dest)
-}
-
 /// What the loader needs from the host to build a plugin's host API.
 pub struct LoadContext<'a> {
     /// The plugin's `config` section by plugin name.
     pub config_for: &'a dyn Fn(&str) -> serde_json::Value,
-    /// Handle for nested tool calls.
-    pub nested: Arc<dyn crate::plugins::host_api::HostCallbacks>,
+    /// The plugin's way back into the host.
+    pub host: Arc<dyn HostCallbacks>,
 }
 
-impl Plugin {
+impl InProcess {
     /// Load `copy`, a private copy of `file` (see [`private_copy`]), and run its `init`. The copy is
     /// unlinked once opened: the mapping stays valid, and nothing is left behind if the host dies.
-    pub fn load_copy(file: &Path, copy: &Path, cx: &LoadContext<'_>) -> Result<Plugin, LoadError> {
+    pub fn load_copy(
+        file: &Path,
+        copy: &Path,
+        cx: &LoadContext<'_>,
+    ) -> Result<InProcess, LoadError> {
         let opened = open_module(copy);
         let _ = std::fs::remove_file(copy);
         let (module, build) = opened.map_err(|e| e.mentioning(copy, file))?;
         let host_api = HostApiImpl::new(
             build.plugin.clone(),
-            (cx.config_for)(&build.plugin),
-            Arc::clone(&cx.nested),
+            &(cx.config_for)(&build.plugin),
+            Arc::clone(&cx.host),
         );
         let host_box = HostApiFfi_TO::from_value(host_api, abi_stable::sabi_trait::TD_Opaque);
         let manifest = match (module.init())(host_box) {
@@ -174,35 +123,41 @@ impl Plugin {
                 .map_err(|e| LoadError::Manifest(e.to_string()))?,
             RResult::RErr(e) => return Err(LoadError::Init(e.into_string())),
         };
-        Ok(Plugin {
+        Ok(InProcess {
             build,
             manifest,
             module,
         })
     }
+}
 
-    /// The plugin's name.
-    pub fn name(&self) -> &str {
-        &self.manifest.plugin
+impl PluginBackend for InProcess {
+    fn build(&self) -> &BuildInfo {
+        &self.build
     }
 
-    /// Call tool number `index` on this thread. `Err` when the plugin could not dispatch the call.
-    pub fn call_raw(
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn call_blocking(
         &self,
         index: u32,
         args: &str,
-        caller: &str,
-        ctx: &HostCallContext,
+        call: &Arc<CallState>,
     ) -> Result<String, String> {
-        let ctx = CallContextFfi_TO::from_ptr(RRef::new(ctx), abi_stable::sabi_trait::TD_Opaque);
+        // The plugin's nested calls find this call as their parent.
+        let _current = CurrentCall::enter(Arc::clone(call));
+        let caller = &*call.caller_json;
+        let ctx =
+            CallContextFfi_TO::from_ptr(RRef::new(&**call), abi_stable::sabi_trait::TD_Opaque);
         match (self.module.call())(index, RStr::from_str(args), RStr::from_str(caller), ctx) {
             RResult::ROk(json) => Ok(json.into_string()),
             RResult::RErr(e) => Err(e.into_string()),
         }
     }
 
-    /// Run the plugin's shutdown hook (the image stays mapped).
-    pub fn shutdown(&self) {
+    fn shutdown(&self) {
         (self.module.shutdown())();
     }
 }

@@ -1,0 +1,42 @@
+//! The state of one running call: what the plugin can ask about it (cancellation, deadline), where
+//! its events go, and what a nested call inherits from it (caller, agent view, depth, deadline).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use super::{CancelFlag, EventSink};
+use crate::access::agents::Agent;
+
+/// One running call, shared with the plugin for as long as it runs.
+pub struct CallState {
+    /// Set on client cancellation and on timeout.
+    pub cancel: CancelFlag,
+    /// When the call's time is up.
+    pub deadline: Option<Instant>,
+    /// Where progress and log events go.
+    pub events: Option<EventSink>,
+    /// The caller as JSON (empty when there is none), inherited by nested calls.
+    pub caller_json: Arc<str>,
+    /// The agent whose view applies, inherited by nested calls.
+    pub agent: Option<Arc<Agent>>,
+    /// Nesting depth (0 for a client's call).
+    pub depth: u32,
+    /// The tool being called, for log messages.
+    pub tool: Arc<str>,
+}
+
+impl std::fmt::Debug for CallState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallState")
+            .field("tool", &self.tool)
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl CallState {
+    /// Whether the call should stop: cancelled, or past its deadline.
+    pub fn is_cancelled(&self) -> bool {
+        self.cancel.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+}

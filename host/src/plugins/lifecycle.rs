@@ -1,0 +1,465 @@
+//! The plugin lifecycle: copy, probe and load plugin files into versions, and rescans that keep
+//! unchanged versions, load changed ones, keep the previous version of a file that fails, and
+//! never retry a file that failed until it changes.
+//!
+//! Every load works on a private copy in a runtime directory: the copy is probed in a child process
+//! and that same copy is loaded, so a file replaced in between can never be loaded unprobed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::LoadError;
+use super::backend::{HostCallbacks, PluginBackend};
+use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
+use super::in_process::{InProcess, LoadContext};
+use super::probe::{ProbeCache, Prober};
+use super::slot::{FileStamp, PluginSlot};
+use crate::config::Config;
+use crate::registry::Registry;
+
+/// What a rescan changed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RescanReport {
+    /// Files loaded as new versions (or new plugins).
+    pub reloaded: Vec<PathBuf>,
+    /// Files that went away.
+    pub removed: Vec<PathBuf>,
+    /// Files that failed to load (their previous version, if any, stays).
+    pub failed: Vec<PathBuf>,
+    /// Whether the served tool list changed.
+    pub tools_changed: bool,
+}
+
+impl RescanReport {
+    /// Whether any plugin version came or went.
+    pub fn versions_changed(&self) -> bool {
+        !self.reloaded.is_empty() || !self.removed.is_empty()
+    }
+}
+
+/// The runtime directory for private copies could not be created.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot create runtime directory {path}: {source}")]
+pub struct RuntimeDirError {
+    /// The directory.
+    pub path: PathBuf,
+    /// Why.
+    pub source: std::io::Error,
+}
+
+enum RuntimeDir {
+    Temp(tempfile::TempDir),
+    Fixed(PathBuf),
+}
+
+impl RuntimeDir {
+    fn create(configured: Option<&Path>) -> Result<RuntimeDir, RuntimeDirError> {
+        match configured {
+            Some(dir) => {
+                let path = dir.join(format!("mcp-host-{}", std::process::id()));
+                std::fs::create_dir_all(&path).map_err(|source| RuntimeDirError {
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok(RuntimeDir::Fixed(path))
+            }
+            None => tempfile::Builder::new()
+                .prefix("mcp-host-")
+                .tempdir()
+                .map(RuntimeDir::Temp)
+                .map_err(|source| RuntimeDirError {
+                    path: std::env::temp_dir(),
+                    source,
+                }),
+        }
+    }
+
+    fn path(&self) -> &Path {
+        match self {
+            RuntimeDir::Temp(t) => t.path(),
+            RuntimeDir::Fixed(p) => p,
+        }
+    }
+}
+
+/// A load result per candidate, in discovery order.
+pub type Loaded = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
+
+/// Loads plugin files and remembers what it needs across rescans.
+pub struct Loader {
+    runtime_dir: RuntimeDir,
+    prober: Option<Prober>,
+    /// Files known to pass the probe (when probing and a cache location are configured).
+    probe_cache: Option<Mutex<ProbeCache>>,
+    /// Files that failed to load, with their stamp then: unchanged, they are not retried (nor
+    /// re-logged) on every rescan.
+    failed: Mutex<HashMap<PathBuf, (Option<FileStamp>, LoadError)>>,
+    /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
+    images: AtomicUsize,
+}
+
+impl std::fmt::Debug for Loader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Loader")
+            .field("runtime_dir", &self.runtime_dir.path())
+            .field("images", &self.images())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+static COPY_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Copy `file` to a unique name in `runtime_dir`: the file that is probed and then loaded.
+fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
+    let seq = COPY_SEQ.fetch_add(1, Ordering::Relaxed);
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| format!("plugin.{LIBRARY_EXTENSION}"));
+    let dest = runtime_dir.join(format!("{seq}-{name}"));
+    std::fs::copy(file, &dest).map_err(|e| LoadError::Copy(e.to_string()))?;
+    Ok(dest)
+}
+
+impl Loader {
+    /// A loader for `config`, probing with the `mcp-host` executable `probe_exe` (no probing when
+    /// `None` or when the configuration turns it off).
+    pub fn new(config: &Config, probe_exe: Option<&Path>) -> Result<Loader, RuntimeDirError> {
+        let prober = probe_exe
+            .filter(|_| config.probe)
+            .map(|exe| Prober::new(exe.to_path_buf()));
+        Ok(Loader {
+            runtime_dir: RuntimeDir::create(config.runtime_dir.as_deref())?,
+            probe_cache: prober
+                .as_ref()
+                .and(config.probe_cache.clone())
+                .map(|p| Mutex::new(ProbeCache::open(p))),
+            prober,
+            failed: Mutex::default(),
+            images: AtomicUsize::new(0),
+        })
+    }
+
+    /// Plugin images loaded so far (they stay mapped for the life of the process).
+    pub fn images(&self) -> usize {
+        self.images.load(Ordering::Acquire)
+    }
+
+    /// Copy, probe and load `candidates`, in order.
+    pub fn load(
+        &self,
+        candidates: Vec<Candidate>,
+        config: &Config,
+        host: &Arc<dyn HostCallbacks>,
+    ) -> Loaded {
+        // Copy first, then probe and load that same copy: the original may be replaced at any time.
+        // The stamp is taken before copying, so a change racing with the copy shows up as a new one.
+        let stamps: Vec<_> = candidates.iter().map(|c| FileStamp::of(&c.path)).collect();
+        let copies: Vec<Result<PathBuf, LoadError>> = candidates
+            .iter()
+            .map(|c| private_copy(&c.path, self.runtime_dir.path()))
+            .collect();
+        let probes = self.probe(&candidates, &stamps, &copies);
+        let config_for = |name: &str| config.plugin(name).config;
+        let cx = LoadContext {
+            config_for: &config_for,
+            host: Arc::clone(host),
+        };
+        candidates
+            .into_iter()
+            .zip(copies.into_iter().zip(probes).zip(stamps))
+            .map(|(candidate, ((copy, probe), stamp))| {
+                let loaded = copy.and_then(|copy| match probe {
+                    Ok(()) => InProcess::load_copy(&candidate.path, &copy, &cx),
+                    Err(e) => {
+                        let _ = std::fs::remove_file(&copy);
+                        Err(e.mentioning(&copy, &candidate.path))
+                    }
+                });
+                // Remember a failure with the stamp the file had: unchanged, it is not retried.
+                match &loaded {
+                    Ok(_) => lock(&self.failed).remove(&candidate.path),
+                    Err(e) => lock(&self.failed)
+                        .insert(candidate.path.clone(), (stamp.clone(), e.clone())),
+                };
+                let result = loaded.map(|plugin| {
+                    self.images.fetch_add(1, Ordering::AcqRel);
+                    let backend: Arc<dyn PluginBackend> = Arc::new(plugin);
+                    let settings = config.plugin(backend.name());
+                    let limit = settings
+                        .max_concurrent_calls
+                        .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
+                    Arc::new(PluginSlot::new(
+                        backend,
+                        candidate.clone(),
+                        limit,
+                        stamp,
+                        settings,
+                    ))
+                });
+                (candidate, result)
+            })
+            .collect()
+    }
+
+    /// Probe each copy in a child process, skipping files the probe cache knows to be good.
+    fn probe(
+        &self,
+        candidates: &[Candidate],
+        stamps: &[Option<FileStamp>],
+        copies: &[Result<PathBuf, LoadError>],
+    ) -> Vec<Result<(), LoadError>> {
+        let mut probes: Vec<Result<(), LoadError>> =
+            copies.iter().map(|c| c.clone().map(|_| ())).collect();
+        let Some(prober) = &self.prober else {
+            return probes;
+        };
+        // A file whose identity did not change across the copy, and that passed a probe with that
+        // identity before, is known good: skip its child process.
+        let mut cache: Option<std::sync::MutexGuard<'_, ProbeCache>> =
+            self.probe_cache.as_ref().map(|c| lock(c));
+        let stamp_keys: Vec<Option<String>> = candidates
+            .iter()
+            .zip(stamps)
+            .map(|(c, before)| {
+                let after = FileStamp::of(&c.path);
+                before
+                    .as_ref()
+                    .filter(|b| Some(*b) == after.as_ref())
+                    .map(FileStamp::key)
+            })
+            .collect();
+        let (index, files): (Vec<usize>, Vec<PathBuf>) = copies
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| match (&cache, &stamp_keys[*i]) {
+                (Some(cache), Some(key)) => !cache.contains(&candidates[*i].path, key),
+                _ => true,
+            })
+            .filter_map(|(i, c)| c.as_ref().ok().map(|p| (i, p.clone())))
+            .unzip();
+        for (i, result) in index.into_iter().zip(prober.probe_all(&files)) {
+            if result.is_ok()
+                && let (Some(cache), Some(key)) = (cache.as_mut(), &stamp_keys[i])
+            {
+                cache.insert(&candidates[i].path, key);
+            }
+            probes[i] = result.map(|_| ());
+        }
+        if let Some(cache) = cache.as_mut() {
+            cache.save();
+        }
+        probes
+    }
+
+    /// Rescan the tool directories against the `old` tool set: unchanged files keep their loaded
+    /// version; changed ones are loaded from a fresh private copy; a file that fails keeps its
+    /// previous version in service. Returns the new tool set and what changed.
+    pub fn rescan(
+        &self,
+        config: &Config,
+        old: &Registry,
+        host: &Arc<dyn HostCallbacks>,
+    ) -> (Registry, RescanReport) {
+        let old_slots: HashMap<&Path, &Arc<PluginSlot>> = old
+            .plugins
+            .iter()
+            .map(|s| (s.candidate.path.as_path(), s))
+            .collect();
+        let candidates = discovery::scan(&config.tool_dirs);
+        let plan = self.plan(&candidates, &old_slots, config);
+        let mut loaded: HashMap<PathBuf, Result<Arc<PluginSlot>, LoadError>> = self
+            .load(plan.fresh, config, host)
+            .into_iter()
+            .map(|(c, r)| (c.path, r))
+            .collect();
+        let mut report = RescanReport::default();
+        let merged: Loaded = candidates
+            .into_iter()
+            .zip(plan.kept)
+            .map(|(c, kept)| {
+                let result = match kept {
+                    Some(slot) => Ok(slot),
+                    None => settle(
+                        &c.path,
+                        plan.known_failures.get(&c.path),
+                        loaded.remove(&c.path),
+                        plan.refused.contains(&c.path),
+                        old_slots.get(c.path.as_path()).copied(),
+                        &mut report,
+                    ),
+                };
+                (c, result)
+            })
+            .collect();
+        let still_there: HashSet<&Path> = merged.iter().map(|(c, _)| c.path.as_path()).collect();
+        for path in old_slots.keys().filter(|p| !still_there.contains(*p)) {
+            tracing::info!("Removed plugin {}", path.display());
+            report.removed.push(path.to_path_buf());
+        }
+        let registry = Registry::build_logged(merged, config, false);
+        let listing = |r: &Registry| -> Vec<serde_json::Value> {
+            r.tools().map(|t| t.listing.clone()).collect()
+        };
+        report.tools_changed = listing(&registry) != listing(old);
+        if report.versions_changed() {
+            tracing::info!(
+                "{} plugin images loaded so far (retained in memory; max_reloads {})",
+                self.images(),
+                config.limits.max_reloads
+            );
+        }
+        (registry, report)
+    }
+
+    /// What a rescan must do with each candidate: keep its version, report its known failure, or
+    /// load it (within the `max_reloads` budget).
+    fn plan(
+        &self,
+        candidates: &[Candidate],
+        old_slots: &HashMap<&Path, &Arc<PluginSlot>>,
+        config: &Config,
+    ) -> Plan {
+        // Each file's stamp now, and its loaded slot when nothing that matters (file, prefix,
+        // plugin settings) changed.
+        let stamps: Vec<Option<FileStamp>> =
+            candidates.iter().map(|c| FileStamp::of(&c.path)).collect();
+        let kept: Vec<Option<Arc<PluginSlot>>> = candidates
+            .iter()
+            .zip(&stamps)
+            .map(|(c, stamp)| {
+                old_slots
+                    .get(c.path.as_path())
+                    .filter(|slot| {
+                        slot.stamp.is_some()
+                            && slot.stamp == *stamp
+                            && slot.candidate.prefix == c.prefix
+                            && config
+                                .plugins
+                                .get(slot.backend.name())
+                                .map_or(slot.settings == Default::default(), |s| {
+                                    *s == slot.settings
+                                })
+                    })
+                    .map(|slot| Arc::clone(slot))
+            })
+            .collect();
+        // Files that failed before and have not changed since keep their error without a retry.
+        let known_failures: HashMap<PathBuf, LoadError> = {
+            let failed = lock(&self.failed);
+            candidates
+                .iter()
+                .zip(&stamps)
+                .zip(&kept)
+                .filter(|(_, kept)| kept.is_none())
+                .filter_map(|((c, now), _)| {
+                    let (stamp, error) = failed.get(&c.path)?;
+                    (stamp.is_some() && stamp == now).then(|| (c.path.clone(), error.clone()))
+                })
+                .collect()
+        };
+        let mut fresh: Vec<Candidate> = candidates
+            .iter()
+            .zip(&kept)
+            .filter(|(c, kept)| kept.is_none() && !known_failures.contains_key(&c.path))
+            .map(|(c, _)| c.clone())
+            .collect();
+        let budget = config.limits.max_reloads.saturating_sub(self.images());
+        let mut refused = HashSet::new();
+        if fresh.len() > budget {
+            tracing::error!(
+                "max_reloads ({}) reached: {} plugin images are mapped and never unloaded; \
+                 restart mcp-host to load new plugin versions",
+                config.limits.max_reloads,
+                self.images()
+            );
+            refused = fresh
+                .split_off(budget)
+                .into_iter()
+                .map(|c| c.path)
+                .collect();
+        }
+        Plan {
+            kept,
+            known_failures,
+            fresh,
+            refused,
+        }
+    }
+}
+
+/// What [`Loader::plan`] decided.
+struct Plan {
+    /// Per candidate, its version when it is kept as it is.
+    kept: Vec<Option<Arc<PluginSlot>>>,
+    /// Unchanged files that failed before.
+    known_failures: HashMap<PathBuf, LoadError>,
+    /// Files to load.
+    fresh: Vec<Candidate>,
+    /// Files not loaded because `max_reloads` was reached.
+    refused: HashSet<PathBuf>,
+}
+
+/// The outcome for a file that was not kept as it was: its new version, or its previous one when
+/// the new one failed (logged once here), or the error.
+fn settle(
+    path: &Path,
+    known_failure: Option<&LoadError>,
+    loaded: Option<Result<Arc<PluginSlot>, LoadError>>,
+    refused: bool,
+    previous: Option<&Arc<PluginSlot>>,
+    report: &mut RescanReport,
+) -> Result<Arc<PluginSlot>, LoadError> {
+    if let Some(error) = known_failure {
+        // Already reported when it failed; the previous version (if any) stays.
+        return previous.map(Arc::clone).ok_or_else(|| error.clone());
+    }
+    let result = match loaded {
+        Some(r) => r,
+        None if refused => Err(LoadError::Probe(
+            "not loaded: max_reloads reached (restart mcp-host)".into(),
+        )),
+        None => Err(LoadError::Probe("not loaded".into())),
+    };
+    match (result, previous) {
+        (Ok(slot), previous) => {
+            let names = |s: &PluginSlot| -> HashSet<String> {
+                s.backend
+                    .manifest()
+                    .tools
+                    .iter()
+                    .map(|t| t.name.clone())
+                    .collect()
+            };
+            let before = previous.map(|p| names(p)).unwrap_or_default();
+            let after = names(&slot);
+            tracing::info!(
+                "Reloaded plugin {}: +{} -{} tools",
+                path.display(),
+                after.difference(&before).count(),
+                before.difference(&after).count()
+            );
+            report.reloaded.push(path.to_path_buf());
+            Ok(slot)
+        }
+        (Err(e), Some(previous)) => {
+            tracing::error!(
+                "Error loading plugin {}: {e}; the previous version stays in service",
+                path.display()
+            );
+            report.failed.push(path.to_path_buf());
+            Ok(Arc::clone(previous))
+        }
+        (Err(e), None) => {
+            tracing::error!("Error loading plugin {}: {e}", path.display());
+            report.failed.push(path.to_path_buf());
+            Err(e)
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! A loaded plugin version as the registry and the executor see it: its backend, where it was
+//! found, its concurrency limit, and the file stamp and settings it was loaded with (a different
+//! stamp or section means a new version). Its shutdown hook runs once, when the last call on it
+//! has finished and the host has moved on to another version.
+
+use std::sync::Arc;
+
+use crate::plugins::backend::PluginBackend;
+use crate::plugins::discovery::Candidate;
+
+/// A loaded plugin as the registry and the executor see it.
+#[derive(Debug)]
+pub struct PluginSlot {
+    /// What runs its tools.
+    pub backend: Arc<dyn PluginBackend>,
+    /// Where it was found.
+    pub candidate: Candidate,
+    /// Its concurrency limit.
+    pub limiter: Arc<tokio::sync::Semaphore>,
+    /// The file's stamp when it was loaded (a different stamp means a new version).
+    pub stamp: Option<FileStamp>,
+    /// The plugin's settings when it was loaded (a different section means a reload).
+    pub settings: crate::config::PluginSettings,
+    retired: std::sync::atomic::AtomicBool,
+}
+
+/// What identifies a version of a file: size, modification time and inode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileStamp {
+    len: u64,
+    modified: Option<std::time::SystemTime>,
+    inode: u64,
+}
+
+impl FileStamp {
+    /// A stable text form, for the probe cache.
+    pub fn key(&self) -> String {
+        let nanos = self
+            .modified
+            .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
+            .map_or(0, |d| d.as_nanos());
+        format!("{}:{}:{}", self.len, nanos, self.inode)
+    }
+
+    /// The stamp of `path` now.
+    pub fn of(path: &std::path::Path) -> Option<FileStamp> {
+        let m = std::fs::metadata(path).ok()?;
+        #[cfg(unix)]
+        let inode = std::os::unix::fs::MetadataExt::ino(&m);
+        #[cfg(not(unix))]
+        let inode = 0;
+        Some(FileStamp {
+            len: m.len(),
+            modified: m.modified().ok(),
+            inode,
+        })
+    }
+}
+
+impl PluginSlot {
+    /// A slot for a freshly loaded plugin.
+    pub fn new(
+        backend: Arc<dyn PluginBackend>,
+        candidate: Candidate,
+        limit: usize,
+        stamp: Option<FileStamp>,
+        settings: crate::config::PluginSettings,
+    ) -> Self {
+        PluginSlot {
+            backend,
+            candidate,
+            limiter: Arc::new(tokio::sync::Semaphore::new(limit.max(1))),
+            stamp,
+            settings,
+            retired: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Run the plugin's shutdown hook, once.
+    pub fn retire(&self) {
+        if !self.retired.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            self.backend.shutdown();
+        }
+    }
+}
+
+impl Drop for PluginSlot {
+    /// The last reference is gone (no call is running on this version): run its shutdown hook. The
+    /// image itself stays mapped; libraries are never unloaded.
+    fn drop(&mut self) {
+        self.retire();
+    }
+}
