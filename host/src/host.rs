@@ -222,7 +222,14 @@ impl Host {
     fn apply_config(&self, config: Config) -> bool {
         match Access::from_config(&config) {
             Ok(access) => {
-                let changed = *self.inner.config.load_full() != config;
+                let old = self.inner.config.load_full();
+                for key in old.start_only_changes(&config) {
+                    tracing::warn!(
+                        "Configuration key `{key}` changed, but it applies at start only: \
+                         restart mcp-host to use the new value"
+                    );
+                }
+                let changed = *old != config;
                 self.inner.access.store(Arc::new(access));
                 self.inner.config.store(Arc::new(config));
                 changed

@@ -5,6 +5,8 @@
 //! (who may call what) consulted by the transports. [`host`] ties loading, snapshots, execution and
 //! change notification together. The `mcp-host` binary wires these together.
 
+#![warn(missing_docs, unreachable_pub)]
+
 pub mod access;
 pub mod config;
 pub mod exec;

@@ -672,6 +672,30 @@ fn a_changed_plugin_config_section_reloads_that_plugin_with_the_new_settings() {
     );
 }
 
+#[test]
+fn a_reload_applies_protocol_settings_at_once_and_warns_about_start_only_keys() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let cfg = l.config("tool_dirs: [d]\n");
+    let mut c = Client::modern(&cfg, &[]);
+    let first = c.rpc("tools/list", json!({}));
+    assert!(first["result"].get("nextCursor").is_none(), "{first}");
+
+    l.config("tool_dirs: [d]\nlist_page_size: 1\nshutdown_grace_secs: 3\n");
+    let paged = poll(WAIT, || {
+        let r = c.rpc("tools/list", json!({}));
+        (r["result"]["tools"].as_array().map(Vec::len) == Some(1)).then_some(r)
+    });
+    let (paged, _) = paged.unwrap_or_else(|| panic!("the page size did not apply:\n{}", c.log()));
+    assert!(paged["result"]["nextCursor"].is_string(), "{paged}");
+    assert!(
+        c.logged("Configuration key `shutdown_grace_secs` changed, but it applies at start only"),
+        "{}",
+        c.log()
+    );
+    assert!(!c.log().contains("`list_page_size` changed"), "{}", c.log());
+}
+
 // ---------------------------------------------------------------------------------------------
 // --no-watch and SIGHUP
 

@@ -5,13 +5,16 @@
 //! wrong type is reported with the key path and the file (or variable) it came from. Maps merge deeply;
 //! lists such as `tool_dirs` are replaced. Relative paths resolve against the directory of the file
 //! that set them. String values may reference the environment as `${NAME}` or `${NAME:-default}`.
+//! The types live here; how layers are read, checked and merged lives in `layers`.
+
+mod layers;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// The default configuration file, relative to the working directory.
 pub const DEFAULT_CONFIG: &str = "config/mcp-host.yaml";
@@ -300,164 +303,40 @@ impl Default for Config {
     }
 }
 
-/// The shape of one layer: every key optional, unknown keys refused.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Layer {
-    #[serde(alias = "MCP_TOOL_DIRS")]
-    tool_dirs: Option<Vec<ToolDirEntry>>,
-    limits: Option<Value>,
-    plugins: Option<BTreeMap<String, Value>>,
-    probe: Option<bool>,
-    /// A path, or `false` to turn the cache off.
-    probe_cache: Option<Value>,
-    runtime_dir: Option<PathBuf>,
-    listen: Option<SocketAddr>,
-    http: Option<Value>,
-    shutdown_grace_secs: Option<f64>,
-    stdio_user: Option<String>,
-    list_page_size: Option<usize>,
-    cache_ttl_ms: Option<u64>,
-    instructions: Option<String>,
-    auth: Option<Value>,
-    agents: Option<BTreeMap<String, Value>>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum ToolDirEntry {
-    Path(PathBuf),
-    WithPrefix {
-        path: PathBuf,
-        #[serde(default)]
-        prefix: String,
-    },
-}
-
-/// Where a layer came from, for messages and relative paths.
-struct Origin {
-    name: String,
-    base_dir: PathBuf,
-}
-
 impl Config {
-    /// Load the configuration: `path` (or [`DEFAULT_CONFIG`] when it exists), its
-    /// `config.{MCP_HOST_ENV}.yaml` overlay, then `MCP_HOST_*` and `MCP_TOOL_DIRS` variables.
-    pub fn load(path: Option<&Path>) -> Result<Config, ConfigError> {
-        let vars: Vec<(String, String)> = std::env::vars().collect();
-        Self::load_with_env(path, &vars)
-    }
-
-    /// [`Config::load`] with an explicit environment (for tests).
-    pub fn load_with_env(
-        path: Option<&Path>,
-        vars: &[(String, String)],
-    ) -> Result<Config, ConfigError> {
-        let env = |name: &str| vars.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
-        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
-        let base_file = match path {
-            Some(p) => Some(p.to_path_buf()),
-            None => {
-                let default = cwd.join(DEFAULT_CONFIG);
-                default.exists().then_some(default)
+    /// The keys that apply at start only and differ in `new`: a reload keeps running with the
+    /// old value of each (the listener, the session store, the worker pool and the runtime
+    /// directory are built once); everything else applies at the reload.
+    pub fn start_only_changes(&self, new: &Config) -> Vec<&'static str> {
+        let mut changed = Vec::new();
+        let mut check = |key: &'static str, differs: bool| {
+            if differs {
+                changed.push(key);
             }
         };
-
-        let mut config = Config::default();
-        // Defaults resolve against the working directory.
-        for dir in &mut config.tool_dirs {
-            dir.path = cwd.join(&dir.path);
-        }
-        let mut merged = Map::new();
-        config.base_dir = cwd.clone();
-
-        if let Some(file) = &base_file {
-            let file = absolute(&cwd, file);
-            let dir = file.parent().map(Path::to_path_buf).unwrap_or(cwd.clone());
-            config.source = Some(file.clone());
-            config.base_dir = dir.clone();
-            let origin = Origin {
-                name: file.display().to_string(),
-                base_dir: dir.clone(),
-            };
-            apply_file(&mut config, &mut merged, &file, &origin, &env)?;
-            if let Some(env_name) = env("MCP_HOST_ENV").filter(|e| !e.is_empty()) {
-                let overlay = dir.join(format!("config.{env_name}.yaml"));
-                if overlay.exists() {
-                    let origin = Origin {
-                        name: overlay.display().to_string(),
-                        base_dir: dir.clone(),
-                    };
-                    apply_file(&mut config, &mut merged, &overlay, &origin, &env)?;
-                }
-            }
-        }
-
-        // Environment variables: MCP_TOOL_DIRS (the seed's name), then MCP_HOST_<KEY>.
-        let mut env_layer = Map::new();
-        if let Some(v) = env("MCP_TOOL_DIRS") {
-            env_layer.insert("tool_dirs".into(), list_from_env(&v));
-        }
-        for (name, value) in vars {
-            let Some(key) = name.strip_prefix("MCP_HOST_") else {
-                continue;
-            };
-            // Not configuration keys: the overlay selector and the CLI's `--config`.
-            if key == "ENV" || key == "CONFIG" || key.is_empty() {
-                continue;
-            }
-            let path: Vec<String> = key.split("__").map(|k| k.to_ascii_lowercase()).collect();
-            let parsed = if path.len() == 1 && path[0] == "tool_dirs" {
-                list_from_env(value)
-            } else {
-                scalar_from_env(value)
-            };
-            insert_path(&mut env_layer, &path, parsed);
-        }
-        if !env_layer.is_empty() {
-            let origin = Origin {
-                name: "environment (MCP_HOST_*)".into(),
-                base_dir: cwd.clone(),
-            };
-            apply_value(&mut config, &mut merged, Value::Object(env_layer), &origin)?;
-        }
-
-        finish(&mut config, merged)?;
-        // The seed's per-agent variables: ALLOWED_TOOLS_{NAME} / DISALLOWED_TOOLS_{NAME} (comma
-        // separated; NAME is the agent name in upper case) replace that agent's lists.
-        for (name, value) in vars {
-            let (agent, allow) = if let Some(a) = name.strip_prefix("ALLOWED_TOOLS_") {
-                (a, true)
-            } else if let Some(a) = name.strip_prefix("DISALLOWED_TOOLS_") {
-                (a, false)
-            } else {
-                continue;
-            };
-            if agent.is_empty() {
-                continue;
-            }
-            let key = config
-                .agents
-                .keys()
-                .find(|k| {
-                    k.eq_ignore_ascii_case(agent) || k.replace('-', "_").eq_ignore_ascii_case(agent)
-                })
-                .cloned()
-                .unwrap_or_else(|| agent.to_ascii_lowercase());
-            let globs: Vec<String> = value
-                .split(',')
-                .map(str::trim)
-                .filter(|g| !g.is_empty())
-                .map(str::to_owned)
-                .collect();
-            let entry = config.agents.entry(key).or_default();
-            if allow {
-                entry.allow = globs;
-            } else {
-                entry.deny = globs;
-            }
-        }
-        Ok(config)
+        check("listen", self.listen != new.listen);
+        check("http.path", self.http.path != new.http.path);
+        check(
+            "http.max_sessions",
+            self.http.max_sessions != new.http.max_sessions,
+        );
+        check(
+            "http.session_idle_secs",
+            self.http.session_idle_secs != new.http.session_idle_secs,
+        );
+        check(
+            "shutdown_grace_secs",
+            self.shutdown_grace_secs != new.shutdown_grace_secs,
+        );
+        check("stdio_user", self.stdio_user != new.stdio_user);
+        check("runtime_dir", self.runtime_dir != new.runtime_dir);
+        check("probe", self.probe != new.probe);
+        check("probe_cache", self.probe_cache != new.probe_cache);
+        check(
+            "limits.max_concurrent_calls",
+            self.limits.max_concurrent_calls != new.limits.max_concurrent_calls,
+        );
+        changed
     }
 
     /// The settings of plugin `name` (defaults when it has no section).
@@ -466,321 +345,10 @@ impl Config {
     }
 }
 
-/// `p` made absolute against `cwd`, with `.` and `..` resolved lexically (no symlinks followed).
-fn absolute(cwd: &Path, p: &Path) -> PathBuf {
-    use std::path::Component;
-    let joined = if p.is_absolute() {
-        p.to_path_buf()
-    } else {
-        cwd.join(p)
-    };
-    let mut out = PathBuf::new();
-    for c in joined.components() {
-        match c {
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if !out.pop() {
-                    out.push(c);
-                }
-            }
-            other => out.push(other),
-        }
-    }
-    out
-}
-
-fn list_from_env(v: &str) -> Value {
-    let trimmed = v.trim();
-    if trimmed.starts_with('[')
-        && let Ok(list) = serde_saphyr::from_str::<Value>(trimmed)
-    {
-        return list;
-    }
-    let sep = if trimmed.contains(',') { ',' } else { ':' };
-    Value::Array(
-        trimmed
-            .split(sep)
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-            .map(|s| Value::String(s.to_owned()))
-            .collect(),
-    )
-}
-
-fn scalar_from_env(v: &str) -> Value {
-    serde_saphyr::from_str::<Value>(v).unwrap_or_else(|_| Value::String(v.to_owned()))
-}
-
-fn insert_path(map: &mut Map<String, Value>, path: &[String], value: Value) {
-    match path {
-        [] => {}
-        [last] => {
-            map.insert(last.clone(), value);
-        }
-        [first, rest @ ..] => {
-            let entry = map
-                .entry(first.clone())
-                .or_insert_with(|| Value::Object(Map::new()));
-            if !entry.is_object() {
-                *entry = Value::Object(Map::new());
-            }
-            if let Value::Object(inner) = entry {
-                insert_path(inner, rest, value);
-            }
-        }
-    }
-}
-
-fn apply_file(
-    config: &mut Config,
-    merged: &mut Map<String, Value>,
-    file: &Path,
-    origin: &Origin,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), ConfigError> {
-    let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
-        path: file.to_path_buf(),
-        source,
-    })?;
-    let mut value: Value = if text.trim().is_empty() {
-        Value::Object(Map::new())
-    } else {
-        serde_saphyr::from_str(&text).map_err(|e| ConfigError::Syntax {
-            origin: origin.name.clone(),
-            message: e.to_string(),
-        })?
-    };
-    if value.is_null() {
-        value = Value::Object(Map::new());
-    }
-    expand_vars(&mut value, &mut Vec::new(), origin, env)?;
-    apply_value(config, merged, value, origin)
-}
-
-fn expand_vars(
-    value: &mut Value,
-    path: &mut Vec<String>,
-    origin: &Origin,
-    env: &dyn Fn(&str) -> Option<String>,
-) -> Result<(), ConfigError> {
-    match value {
-        Value::String(s) if s.contains("${") => {
-            let mut out = String::new();
-            let mut rest = s.as_str();
-            while let Some(start) = rest.find("${") {
-                out.push_str(&rest[..start]);
-                let after = &rest[start + 2..];
-                let Some(end) = after.find('}') else {
-                    out.push_str(&rest[start..]);
-                    rest = "";
-                    break;
-                };
-                let inner = &after[..end];
-                let (name, default) = match inner.split_once(":-") {
-                    Some((n, d)) => (n, Some(d)),
-                    None => (inner, None),
-                };
-                match (env(name), default) {
-                    (Some(v), _) => out.push_str(&v),
-                    (None, Some(d)) => out.push_str(d),
-                    (None, None) => {
-                        return Err(ConfigError::MissingVar {
-                            origin: origin.name.clone(),
-                            key: path.join("."),
-                            var: name.to_owned(),
-                        });
-                    }
-                }
-                rest = &after[end + 1..];
-            }
-            out.push_str(rest);
-            *s = out;
-        }
-        Value::Array(items) => {
-            for (i, item) in items.iter_mut().enumerate() {
-                path.push(i.to_string());
-                expand_vars(item, path, origin, env)?;
-                path.pop();
-            }
-        }
-        Value::Object(map) => {
-            for (k, v) in map.iter_mut() {
-                path.push(k.clone());
-                expand_vars(v, path, origin, env)?;
-                path.pop();
-            }
-        }
-        _ => {}
-    }
-    Ok(())
-}
-
-fn invalid(origin: &Origin, err: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
-    let key = err.path().to_string();
-    ConfigError::Invalid {
-        origin: origin.name.clone(),
-        key: if key == "." {
-            "(top level)".into()
-        } else {
-            key
-        },
-        message: err.into_inner().to_string(),
-    }
-}
-
-/// Check one layer against the schema, resolve its paths, and merge it.
-fn apply_value(
-    config: &mut Config,
-    merged: &mut Map<String, Value>,
-    value: Value,
-    origin: &Origin,
-) -> Result<(), ConfigError> {
-    let layer: Layer =
-        serde_path_to_error::deserialize(value.clone()).map_err(|e| invalid(origin, e))?;
-    // Check nested sections of this layer on their own too, so errors name this file.
-    if let Some(v) = &layer.limits {
-        section::<Limits>(v, origin, "limits")?;
-    }
-    if let Some(v) = &layer.http {
-        section::<HttpSettings>(v, origin, "http")?;
-    }
-    if let Some(v) = &layer.auth {
-        section::<AuthSettings>(v, origin, "auth")?;
-    }
-    for (name, v) in layer.agents.iter().flatten() {
-        section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
-    }
-    for (name, v) in layer.plugins.iter().flatten() {
-        section::<PluginSettings>(v, origin, &format!("plugins.{name}"))?;
-    }
-    if let Some(dirs) = layer.tool_dirs {
-        config.tool_dirs = dirs
-            .into_iter()
-            .map(|d| {
-                let (path, prefix) = match d {
-                    ToolDirEntry::Path(p) => (p, String::new()),
-                    ToolDirEntry::WithPrefix { path, prefix } => (path, prefix),
-                };
-                ToolDir {
-                    path: absolute(&origin.base_dir, &path),
-                    prefix,
-                }
-            })
-            .collect();
-    }
-    if let Some(dir) = layer.runtime_dir {
-        config.runtime_dir = Some(absolute(&origin.base_dir, &dir));
-    }
-    if let Some(probe) = layer.probe {
-        config.probe = probe;
-    }
-    match layer.probe_cache {
-        None => {}
-        Some(Value::Bool(false)) | Some(Value::Null) => config.probe_cache = None,
-        Some(Value::String(p)) => {
-            config.probe_cache = Some(absolute(&origin.base_dir, Path::new(&p)))
-        }
-        Some(other) => {
-            return Err(ConfigError::Invalid {
-                origin: origin.name.clone(),
-                key: "probe_cache".into(),
-                message: format!("expected a path or false, got {other}"),
-            });
-        }
-    }
-    if let Some(listen) = layer.listen {
-        config.listen = listen;
-    }
-    if let Some(v) = layer.shutdown_grace_secs {
-        config.shutdown_grace_secs = v;
-    }
-    if let Some(v) = layer.stdio_user {
-        config.stdio_user = Some(v);
-    }
-    if let Some(v) = layer.list_page_size {
-        config.list_page_size = v.max(1);
-    }
-    if let Some(v) = layer.cache_ttl_ms {
-        config.cache_ttl_ms = v;
-    }
-    if let Some(v) = layer.instructions {
-        config.instructions = Some(v);
-    }
-    if let Value::Object(map) = value {
-        for key in ["limits", "plugins", "http", "auth", "agents"] {
-            if let Some(v) = map.get(key) {
-                let slot = merged.entry(key).or_insert(Value::Null);
-                deep_merge(slot, v.clone());
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Maps merge key by key; anything else (lists included) is replaced.
-fn deep_merge(into: &mut Value, from: Value) {
-    match (into, from) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                deep_merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (slot, v) => *slot = v,
-    }
-}
-
-fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigError> {
-    let origin = Origin {
-        name: "merged configuration".into(),
-        base_dir: PathBuf::new(),
-    };
-    let present = |key: &str| merged.get(key).filter(|v| !v.is_null());
-    if let Some(v) = present("limits") {
-        config.limits = section(v, &origin, "limits")?;
-    }
-    if let Some(v) = present("http") {
-        config.http = section(v, &origin, "http")?;
-    }
-    if let Some(v) = present("auth") {
-        config.auth = section(v, &origin, "auth")?;
-    }
-    if let Some(Value::Object(agents)) = present("agents") {
-        for (name, v) in agents {
-            let settings = section(v, &origin, &format!("agents.{name}"))?;
-            config.agents.insert(name.clone(), settings);
-        }
-    }
-    if let Some(Value::Object(plugins)) = present("plugins") {
-        for (name, v) in plugins {
-            let settings = section(v, &origin, &format!("plugins.{name}"))?;
-            config.plugins.insert(name.clone(), settings);
-        }
-    }
-    Ok(())
-}
-
-/// Deserialize the section at `prefix` of one layer; errors name the full key path and the origin.
-fn section<T: serde::de::DeserializeOwned>(
-    value: &Value,
-    origin: &Origin,
-    prefix: &str,
-) -> Result<T, ConfigError> {
-    serde_path_to_error::deserialize(value.clone()).map_err(|e| {
-        let mut e = invalid(origin, e);
-        if let ConfigError::Invalid { key, .. } = &mut e {
-            *key = if key == "(top level)" {
-                prefix.to_owned()
-            } else {
-                format!("{prefix}.{key}")
-            };
-        }
-        e
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
         let p = dir.join(name);

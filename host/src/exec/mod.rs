@@ -5,7 +5,7 @@
 
 pub mod call;
 pub mod cancel;
-pub mod pool;
+pub(crate) mod pool;
 pub mod state;
 
 use std::sync::Arc;

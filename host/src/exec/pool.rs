@@ -15,7 +15,7 @@ type Job = Box<dyn FnOnce() + Send + 'static>;
 
 /// A growable pool of worker threads for plugin calls.
 #[derive(Debug)]
-pub struct WorkerPool {
+pub(crate) struct WorkerPool {
     tx: Sender<Job>,
     rx: Receiver<Job>,
     idle: Arc<AtomicUsize>,
@@ -25,7 +25,7 @@ pub struct WorkerPool {
 
 impl WorkerPool {
     /// A pool of at most `max` threads (none are started until needed).
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         let (tx, rx) = crossbeam_channel::unbounded();
         WorkerPool {
             tx,
@@ -37,7 +37,7 @@ impl WorkerPool {
     }
 
     /// Run `job` on a worker thread.
-    pub fn submit(&self, job: impl FnOnce() + Send + 'static) {
+    pub(crate) fn submit(&self, job: impl FnOnce() + Send + 'static) {
         // The receiver lives as long as the pool, so sending cannot fail.
         let _ = self.tx.send(Box::new(job));
         // More queued jobs than idle workers: start one more (bounded by `max`; the permits callers

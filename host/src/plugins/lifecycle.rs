@@ -85,10 +85,10 @@ impl RuntimeDir {
 }
 
 /// A load result per candidate, in discovery order.
-pub type Loaded = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
+pub(crate) type Loaded = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
 
 /// Loads plugin files and remembers what it needs across rescans.
-pub struct Loader {
+pub(crate) struct Loader {
     runtime_dir: RuntimeDir,
     prober: Option<Prober>,
     /// Files known to pass the probe (when probing and a cache location are configured).
@@ -130,7 +130,10 @@ fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
 impl Loader {
     /// A loader for `config`, probing with the `mcp-host` executable `probe_exe` (no probing when
     /// `None` or when the configuration turns it off).
-    pub fn new(config: &Config, probe_exe: Option<&Path>) -> Result<Loader, RuntimeDirError> {
+    pub(crate) fn new(
+        config: &Config,
+        probe_exe: Option<&Path>,
+    ) -> Result<Loader, RuntimeDirError> {
         let prober = probe_exe
             .filter(|_| config.probe)
             .map(|exe| Prober::new(exe.to_path_buf()));
@@ -147,12 +150,12 @@ impl Loader {
     }
 
     /// Plugin images loaded so far (they stay mapped for the life of the process).
-    pub fn images(&self) -> usize {
+    pub(crate) fn images(&self) -> usize {
         self.images.load(Ordering::Acquire)
     }
 
     /// Copy, probe and load `candidates`, in order.
-    pub fn load(
+    pub(crate) fn load(
         &self,
         candidates: Vec<Candidate>,
         config: &Config,
@@ -261,7 +264,7 @@ impl Loader {
     /// Rescan the tool directories against the `old` tool set: unchanged files keep their loaded
     /// version; changed ones are loaded from a fresh private copy; a file that fails keeps its
     /// previous version in service. Returns the new tool set and what changed.
-    pub fn rescan(
+    pub(crate) fn rescan(
         &self,
         config: &Config,
         old: &Registry,

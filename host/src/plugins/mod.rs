@@ -6,8 +6,8 @@
 
 pub mod backend;
 pub mod discovery;
-pub mod in_process;
-pub mod lifecycle;
+pub(crate) mod in_process;
+pub(crate) mod lifecycle;
 pub mod probe;
 pub mod slot;
 pub mod watch;

@@ -132,29 +132,9 @@ impl Prober {
         loop {
             match rx.recv_timeout(self.file_timeout) {
                 Ok(line) => {
-                    let Some(pos) = line.find(MARK) else { continue };
-                    let rest = &line[pos + MARK.len()..];
-                    let mut parts = rest.splitn(3, ' ');
-                    let (kind, index, payload) = (
-                        parts.next().unwrap_or(""),
-                        parts.next().and_then(|i| i.parse::<usize>().ok()),
-                        parts.next().unwrap_or(""),
-                    );
-                    let Some(i) = index.filter(|i| *i < results.len()) else {
-                        continue;
-                    };
-                    match kind {
-                        "ok" => {
-                            results[i] = Some(serde_json::from_str(payload).map_err(|e| {
-                                LoadError::Probe(format!("unreadable probe answer: {e}"))
-                            }));
-                            answered = i + 1;
-                        }
-                        "err" => {
-                            results[i] = Some(Err(decode_error(payload)));
-                            answered = i + 1;
-                        }
-                        _ => {}
+                    if let Some((i, result)) = parse_answer(&line, results.len()) {
+                        results[i] = Some(result);
+                        answered = i + 1;
                     }
                 }
                 Err(mpsc::RecvTimeoutError::Timeout) => {
@@ -222,6 +202,28 @@ fn encode_error(e: &LoadError) -> String {
         other => other.to_string(),
     };
     format!("{kind} {}", text.replace('\n', " "))
+}
+
+/// A child's answer line: the index of the file it is about and its result (`None` for any other
+/// line, e.g. something a library printed while loading).
+fn parse_answer(line: &str, files: usize) -> Option<(usize, Result<BuildInfo, LoadError>)> {
+    let rest = &line[line.find(MARK)? + MARK.len()..];
+    let mut parts = rest.splitn(3, ' ');
+    let (kind, index, payload) = (
+        parts.next().unwrap_or(""),
+        parts.next().and_then(|i| i.parse::<usize>().ok()),
+        parts.next().unwrap_or(""),
+    );
+    let i = index.filter(|i| *i < files)?;
+    match kind {
+        "ok" => Some((
+            i,
+            serde_json::from_str(payload)
+                .map_err(|e| LoadError::Probe(format!("unreadable probe answer: {e}"))),
+        )),
+        "err" => Some((i, Err(decode_error(payload)))),
+        _ => None,
+    }
 }
 
 fn decode_error(payload: &str) -> LoadError {

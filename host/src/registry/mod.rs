@@ -9,11 +9,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_plugin_sdk::wire::ToolDescriptor;
+use mcp_plugin_sdk::wire::{Manifest, ToolDescriptor};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::Config;
+use crate::config::{Config, PluginSettings};
 use crate::plugins::LoadError;
 use crate::plugins::discovery::Candidate;
 pub use crate::plugins::slot::{FileStamp, PluginSlot};
@@ -179,22 +179,9 @@ impl Registry {
         let manifest = slot.backend.manifest();
         let file = slot.candidate.path.clone();
         let settings = config.plugin(&manifest.plugin);
-        for service in manifest.services.iter().filter(|s| !s.enabled) {
-            let reason = service.disabled_reason.as_deref().unwrap_or("disabled");
-            if !log_tools {
-                continue;
-            }
-            if service.failed {
-                tracing::warn!(
-                    "Skipping disabled service: {} ({reason}) in {}",
-                    service.name,
-                    file.display()
-                );
-            } else {
-                tracing::info!("Skipping disabled service: {}", service.name);
-            }
+        if log_tools {
+            log_disabled_services(manifest, &file);
         }
-        let global_timeout = config.limits.call_timeout_secs;
         for (index, tool) in manifest.tools.iter().enumerate() {
             let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
             let mut entry = Entry {
@@ -205,94 +192,30 @@ impl Registry {
                 service: tool.service.clone(),
                 status: Status::Active,
             };
-            let service = tool
-                .service
-                .as_ref()
-                .and_then(|s| manifest.services.iter().find(|d| &d.name == s));
-            if let Some(service) = service.filter(|s| !s.enabled) {
-                entry.status = Status::DisabledService(
-                    service
-                        .disabled_reason
-                        .clone()
-                        .unwrap_or_else(|| "disabled".into()),
-                );
-                self.entries.push(entry);
-                continue;
-            }
-            if !is_valid_tool_name(&name) {
-                tracing::error!(
-                    "Invalid tool name {name:?} in {}: names must match ^[a-zA-Z0-9_-]{{1,64}}$ \
-                     (clients reject '.', '::' and long names); tool not loaded",
-                    file.display()
-                );
-                entry.status = Status::InvalidName("must match ^[a-zA-Z0-9_-]{1,64}$".into());
-                self.entries.push(entry);
-                continue;
-            }
-            if let Some(winner) = winners.get(&name) {
-                tracing::warn!(
-                    "Tool {name} from {} overridden by {}",
-                    file.display(),
-                    winner.display()
-                );
-                entry.status = Status::OverriddenBy(winner.clone());
-                self.entries.push(entry);
-                continue;
-            }
-            let validator = match compile_schema(&tool.input_schema) {
-                Ok(v) => v,
-                Err(why) => {
-                    tracing::error!(
-                        "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
-                        file.display()
+            match admit(&name, tool, manifest, &file, winners) {
+                Ok(validator) => {
+                    let timeout = timeout_of(tool, &settings, config.limits.call_timeout_secs);
+                    let mut descriptor = tool.clone();
+                    descriptor.name = name.clone();
+                    if log_tools {
+                        tracing::info!("Loaded tool: {name}");
+                    }
+                    winners.insert(name.clone(), file.clone());
+                    self.tools.insert(
+                        name.clone(),
+                        Arc::new(Tool {
+                            name,
+                            listing: listing(&descriptor),
+                            descriptor,
+                            slot: Arc::clone(&slot),
+                            index: index as u32,
+                            validator,
+                            timeout: secs(timeout),
+                        }),
                     );
-                    entry.status = Status::InvalidSchema(why);
-                    self.entries.push(entry);
-                    continue;
                 }
-            };
-            if tool
-                .input_schema
-                .get("properties")
-                .and_then(|p| p.get("user_id"))
-                .is_some()
-            {
-                tracing::warn!(
-                    "Tool {name} takes a `user_id` argument: the host never fills it and any client \
-                     can pass someone else's id. Take `UserInfo` instead, which the host injects \
-                     from the verified caller"
-                );
+                Err(status) => entry.status = status,
             }
-            let timeout = settings
-                .tools
-                .get(&tool.name)
-                .and_then(|t| t.timeout_secs)
-                .or_else(|| {
-                    tool.service
-                        .as_ref()
-                        .and_then(|s| settings.services.get(s))
-                        .and_then(|s| s.timeout_secs)
-                })
-                .or(settings.timeout_secs)
-                .unwrap_or(global_timeout);
-            let mut descriptor = tool.clone();
-            descriptor.name = name.clone();
-            if log_tools {
-                tracing::info!("Loaded tool: {name}");
-            }
-            winners.insert(name.clone(), file.clone());
-            self.tools.insert(
-                name.clone(),
-                Arc::new(Tool {
-                    name,
-                    listing: listing(&descriptor),
-                    descriptor,
-                    slot: Arc::clone(&slot),
-                    index: index as u32,
-                    validator,
-                    timeout: secs(timeout),
-                }),
-            );
             self.entries.push(entry);
         }
         self.plugins.push(slot);
@@ -317,6 +240,100 @@ impl Registry {
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
     }
+}
+
+/// Log each service whose `enabled()` said no (a warning when it failed).
+fn log_disabled_services(manifest: &Manifest, file: &std::path::Path) {
+    for service in manifest.services.iter().filter(|s| !s.enabled) {
+        let reason = service.disabled_reason.as_deref().unwrap_or("disabled");
+        if service.failed {
+            tracing::warn!(
+                "Skipping disabled service: {} ({reason}) in {}",
+                service.name,
+                file.display()
+            );
+        } else {
+            tracing::info!("Skipping disabled service: {}", service.name);
+        }
+    }
+}
+
+/// Whether tool `name` (its final name) is served: its service is enabled, its name is safe for
+/// every client, no earlier directory or file defined it, and its input schema compiles. The
+/// compiled schema, or the status that keeps it out (logged here).
+fn admit(
+    name: &str,
+    tool: &ToolDescriptor,
+    manifest: &Manifest,
+    file: &std::path::Path,
+    winners: &HashMap<String, PathBuf>,
+) -> Result<jsonschema::Validator, Status> {
+    let service = tool
+        .service
+        .as_ref()
+        .and_then(|s| manifest.services.iter().find(|d| &d.name == s));
+    if let Some(service) = service.filter(|s| !s.enabled) {
+        return Err(Status::DisabledService(
+            service
+                .disabled_reason
+                .clone()
+                .unwrap_or_else(|| "disabled".into()),
+        ));
+    }
+    if !is_valid_tool_name(name) {
+        tracing::error!(
+            "Invalid tool name {name:?} in {}: names must match ^[a-zA-Z0-9_-]{{1,64}}$ \
+             (clients reject '.', '::' and long names); tool not loaded",
+            file.display()
+        );
+        return Err(Status::InvalidName(
+            "must match ^[a-zA-Z0-9_-]{1,64}$".into(),
+        ));
+    }
+    if let Some(winner) = winners.get(name) {
+        tracing::warn!(
+            "Tool {name} from {} overridden by {}",
+            file.display(),
+            winner.display()
+        );
+        return Err(Status::OverriddenBy(winner.clone()));
+    }
+    let validator = compile_schema(&tool.input_schema).map_err(|why| {
+        tracing::error!(
+            "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
+            file.display()
+        );
+        Status::InvalidSchema(why)
+    })?;
+    if tool
+        .input_schema
+        .get("properties")
+        .and_then(|p| p.get("user_id"))
+        .is_some()
+    {
+        tracing::warn!(
+            "Tool {name} takes a `user_id` argument: the host never fills it and any client \
+             can pass someone else's id. Take `UserInfo` instead, which the host injects \
+             from the verified caller"
+        );
+    }
+    Ok(validator)
+}
+
+/// A tool's call timeout in seconds: per tool, else per service, else per plugin, else global.
+fn timeout_of(tool: &ToolDescriptor, settings: &PluginSettings, global: f64) -> f64 {
+    settings
+        .tools
+        .get(&tool.name)
+        .and_then(|t| t.timeout_secs)
+        .or_else(|| {
+            tool.service
+                .as_ref()
+                .and_then(|s| settings.services.get(s))
+                .and_then(|s| s.timeout_secs)
+        })
+        .or(settings.timeout_secs)
+        .unwrap_or(global)
 }
 
 /// Compile an input schema (2020-12 unless it names another dialect; remote `$ref`s are never

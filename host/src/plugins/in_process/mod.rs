@@ -64,7 +64,7 @@ fn summarize_library_error(e: &LibraryError) -> LoadError {
 /// Open a library file and check it is a compatible plugin, without running its `init`.
 ///
 /// This is what the child-process probe does; in-process loads do it on the private copy.
-pub fn open_module(path: &Path) -> Result<(PluginModV1Ref, BuildInfo), LoadError> {
+pub(crate) fn open_module(path: &Path) -> Result<(PluginModV1Ref, BuildInfo), LoadError> {
     let header = lib_header_from_path(path).map_err(|e| summarize_library_error(&e))?;
     let module = header
         .init_root_module::<PluginModV1Ref>()
@@ -79,7 +79,7 @@ pub fn open_module(path: &Path) -> Result<(PluginModV1Ref, BuildInfo), LoadError
 }
 
 /// A loaded, initialised plugin image, running its tools in this process.
-pub struct InProcess {
+pub(crate) struct InProcess {
     build: BuildInfo,
     manifest: Manifest,
     module: PluginModV1Ref,
@@ -94,7 +94,7 @@ impl std::fmt::Debug for InProcess {
 }
 
 /// What the loader needs from the host to build a plugin's host API.
-pub struct LoadContext<'a> {
+pub(crate) struct LoadContext<'a> {
     /// The plugin's `config` section by plugin name.
     pub config_for: &'a dyn Fn(&str) -> serde_json::Value,
     /// The plugin's way back into the host.
@@ -104,7 +104,7 @@ pub struct LoadContext<'a> {
 impl InProcess {
     /// Load `copy`, a private copy of `file` (see [`private_copy`]), and run its `init`. The copy is
     /// unlinked once opened: the mapping stays valid, and nothing is left behind if the host dies.
-    pub fn load_copy(
+    pub(crate) fn load_copy(
         file: &Path,
         copy: &Path,
         cx: &LoadContext<'_>,

@@ -5,9 +5,9 @@ use hyper::Response;
 use hyper::header::{HeaderMap, HeaderValue};
 use serde_json::Value;
 
-use super::HttpOptions;
 use super::body::{Body, error_response, json_response};
 use crate::access::{Access, Denied};
+use crate::config::HttpSettings;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
 
 /// A header's value, trimmed (`None` when absent or not visible ASCII).
@@ -30,12 +30,11 @@ fn is_local(host: &str) -> bool {
 }
 
 /// DNS-rebinding protection: Origin (when present) and Host must be local or explicitly allowed.
-pub(crate) fn check_origin(headers: &HeaderMap, options: &HttpOptions) -> Result<(), RpcError> {
+pub(crate) fn check_origin(headers: &HeaderMap, settings: &HttpSettings) -> Result<(), RpcError> {
     let forbidden = |what: &str| RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {what}"));
     if let Some(origin) = header(headers, "origin") {
         let authority = origin.split("://").nth(1).unwrap_or(origin);
-        if !(is_local(host_part(authority))
-            || options.settings.allowed_origins.iter().any(|o| o == origin))
+        if !(is_local(host_part(authority)) || settings.allowed_origins.iter().any(|o| o == origin))
         {
             return Err(forbidden(&format!("Origin {origin} is not allowed")));
         }
@@ -43,8 +42,7 @@ pub(crate) fn check_origin(headers: &HeaderMap, options: &HttpOptions) -> Result
     if let Some(host) = header(headers, "host") {
         let name = host_part(host);
         if !(is_local(name)
-            || options
-                .settings
+            || settings
                 .allowed_hosts
                 .iter()
                 .any(|h| h == name || h == host))
@@ -115,7 +113,7 @@ mod tests {
 
     #[test]
     fn only_local_origins_and_hosts_pass_by_default() {
-        let opts = HttpOptions::default();
+        let opts = HttpSettings::default();
         let mut h = HeaderMap::new();
         h.insert("origin", HeaderValue::from_static("http://localhost:3000"));
         h.insert("host", HeaderValue::from_static("127.0.0.1:18080"));

@@ -173,7 +173,8 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
             &json!({ "error": "not found", "mcpEndpoint": state.options.settings.path }),
         );
     }
-    if let Err(e) = check_origin(req.headers(), &state.options) {
+    // Read at each request: a reload of these settings applies at once.
+    if let Err(e) = check_origin(req.headers(), &state.core.protocol().host().config().http) {
         return error_response(&Value::Null, &e);
     }
     // GET and DELETE act on a legacy session: they authenticate like every request does.

@@ -32,7 +32,7 @@ async fn read_body(
     state: &State,
     req: Request<IncomingBody>,
 ) -> Result<(hyper::http::request::Parts, Bytes), Response<Body>> {
-    let max = state.options.settings.max_body_bytes;
+    let max = state.core.protocol().host().config().http.max_body_bytes;
     let too_large = || {
         error_response(
             &Value::Null,

@@ -1,0 +1,5 @@
+//! The subcommands of the `mcp-host` binary, one module each; `main.rs` parses and dispatches.
+
+pub(crate) mod inspect;
+pub(crate) mod secret;
+pub(crate) mod serve;

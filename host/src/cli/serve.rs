@@ -1,0 +1,170 @@
+//! `mcp-host serve`: the host on stdio or Streamable HTTP, with hot reload, SIGHUP rescans and a
+//! graceful shutdown on SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use anyhow::Context as _;
+use mcp_host::plugins::watch::{self, Watcher};
+use mcp_host::protocol::Protocol;
+use mcp_host::transport;
+use mcp_host::{Config, Host};
+use mcp_plugin_sdk::UserInfo;
+
+/// What `serve` was asked for.
+pub(crate) struct ServeArgs {
+    pub(crate) listen: Option<SocketAddr>,
+    pub(crate) stdio: bool,
+    pub(crate) agent: Option<String>,
+    pub(crate) watch: bool,
+}
+
+/// Run the server until stdin closes (stdio) or a shutdown signal (HTTP).
+pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Result<ExitCode> {
+    // stdout belongs to the protocol: take it before anything (a plugin above all) can print.
+    let protocol_out = if args.stdio {
+        Some(transport::stdout_guard::take_stdout().context("cannot protect stdout")?)
+    } else {
+        None
+    };
+    crate::init_logging("info");
+    let mut config = Config::load(config_path)?;
+    if let Some(addr) = args.listen {
+        config.listen = addr;
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("mcp-host")
+        .build()?;
+    let host = Host::start(config.clone(), crate::host_options())?;
+    if let Some(name) = &args.agent {
+        host.access()
+            .agent(name)
+            .with_context(|| format!("--agent {name}: no such agent in the configuration"))?;
+    }
+    let watcher = start_watching(&host, args.watch);
+    let protocol = Protocol::new(host.clone());
+    let grace =
+        Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
+    let result = runtime.block_on(async {
+        spawn_sighup_rescan(host.clone(), Arc::clone(&watcher));
+        match protocol_out {
+            Some(out) => serve_stdio(protocol, out, &config, args.agent, grace).await,
+            None => serve_http(protocol, &config, grace).await,
+        }
+    });
+    host.shutdown();
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    result?;
+    tracing::info!("stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Set up watching beside serving, off the start-up path. The watcher's first act, once its
+/// watches are in place, is a full reload (configuration and files): a change made in between is
+/// applied then.
+fn start_watching(host: &Host, enabled: bool) -> Arc<OnceLock<Watcher>> {
+    let slot: Arc<OnceLock<Watcher>> = Arc::default();
+    if enabled {
+        let (host, slot) = (host.clone(), Arc::clone(&slot));
+        std::thread::spawn(move || match watch::watch(host) {
+            Ok(w) => {
+                let _ = slot.set(w);
+            }
+            Err(e) => tracing::warn!("hot reload disabled: cannot watch files: {e}"),
+        });
+    }
+    slot
+}
+
+async fn serve_stdio(
+    protocol: Protocol,
+    out: std::fs::File,
+    config: &Config,
+    agent: Option<String>,
+    grace: Duration,
+) -> anyhow::Result<()> {
+    let user = config
+        .stdio_user
+        .clone()
+        .or_else(|| std::env::var("USER").ok())
+        .filter(|u| !u.is_empty());
+    tracing::info!(
+        "serving MCP on stdio (caller: {})",
+        user.as_deref().unwrap_or("none")
+    );
+    let options = transport::stdio::StdioOptions {
+        caller: user.map(|u| {
+            let mut caller = UserInfo::new(u);
+            caller.agent = agent.clone();
+            caller
+        }),
+        agent,
+        max_message_bytes: config.http.max_body_bytes,
+        grace,
+    };
+    Ok(transport::stdio::serve(protocol, std::io::stdin(), out, options).await?)
+}
+
+async fn serve_http(protocol: Protocol, config: &Config, grace: Duration) -> anyhow::Result<()> {
+    let listener = transport::http::bind(config.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", config.listen))?;
+    let addr = listener.local_addr()?;
+    tracing::info!("listening on http://{addr}{}", config.http.path);
+    let options = transport::http::HttpOptions {
+        settings: config.http.clone(),
+        grace,
+        ..Default::default()
+    };
+    Ok(transport::http::serve(protocol, listener, options, shutdown_signal()).await?)
+}
+
+/// SIGHUP: rescan the tool directories and re-read the configuration.
+fn spawn_sighup_rescan(host: Host, watcher: Arc<OnceLock<Watcher>>) {
+    #[cfg(unix)]
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            tracing::info!("SIGHUP: rescanning");
+            match watcher.get() {
+                Some(w) => w.rescan(),
+                None => {
+                    let host = host.clone();
+                    let _ = tokio::task::spawn_blocking(move || host.reload()).await;
+                }
+            }
+        }
+    });
+    #[cfg(not(unix))]
+    let _ = (host, watcher);
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = match signal(SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+                return;
+            }
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
