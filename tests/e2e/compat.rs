@@ -61,13 +61,7 @@ fn a_plugin_built_against_sdk_0_1_0_loads_and_its_tools_work() {
 fn schemas_of_a_plugin_built_against_sdk_0_1_0_are_read_as_they_were() {
     let (l, cfg) = layout_with("libfixture_schema.so");
     let file = l.root.path().join("d/libfixture_schema.so");
-    let out = l.run(&cfg, &["check", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = l.check(&cfg, &file);
     let expected: Value = serde_json::from_str(
         &std::fs::read_to_string(sdk_0_1_0().join("schema-tools.json")).unwrap(),
     )

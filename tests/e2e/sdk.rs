@@ -12,14 +12,7 @@ fn manifest_tools() -> Value {
     let l = Layout::new();
     let file = l.install("d", "fixture-schema", None);
     let cfg = l.config("tool_dirs: []\n");
-    let out = l.run(&cfg, &["check", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
-    report["manifest"]["tools"].clone()
+    l.check(&cfg, &file)["manifest"]["tools"].clone()
 }
 
 fn tool<'a>(tools: &'a Value, name: &str) -> &'a Value {
@@ -328,13 +321,7 @@ fn every_tool_and_service_of_the_crate_is_exported_once_listed_or_not() {
     let l = Layout::new();
     let file = l.install("d", "fixture-exports", None);
     let cfg = l.config("tool_dirs: [d]\n");
-    let out = l.run(&cfg, &["check", file.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = l.check(&cfg, &file);
     let names: Vec<&str> = report["manifest"]["tools"]
         .as_array()
         .unwrap()

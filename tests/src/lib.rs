@@ -156,6 +156,24 @@ impl Layout {
         (rows, stderr)
     }
 
+    /// `mcp-host check <file>` with `config`: the report (build fingerprint and manifest) as JSON;
+    /// fails the test when the file does not load.
+    pub fn check(&self, config: &Path, file: &Path) -> serde_json::Value {
+        let out = self.run(config, &["check", &file.to_string_lossy()]);
+        assert!(
+            out.status.success(),
+            "check {} failed: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "check output is not JSON ({e}): {}",
+                String::from_utf8_lossy(&out.stdout)
+            )
+        })
+    }
+
     /// Start an in-process host on `config`, probing with the real binary.
     pub fn host(&self, config: &Path) -> mcp_host::Host {
         let config = mcp_host::Config::load_with_env(Some(config), &[]).unwrap();
