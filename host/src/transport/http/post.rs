@@ -58,7 +58,22 @@ async fn read_body(
         ));
     }
     let (parts, body) = req.into_parts();
-    match http_body_util::Limited::new(body, max).collect().await {
+    let settings = &state.options.settings;
+    let deadline = std::time::Duration::from_secs(settings.body_read_timeout_secs.max(1));
+    let read = tokio::time::timeout(deadline, http_body_util::Limited::new(body, max).collect());
+    let Ok(read) = read.await else {
+        return Err(error_response(
+            &Value::Null,
+            &RpcError::new(
+                ErrorKind::RequestTimeout,
+                format!(
+                    "the request body did not arrive within {} s (http.body_read_timeout_secs)",
+                    deadline.as_secs()
+                ),
+            ),
+        ));
+    };
+    match read {
         Ok(collected) => Ok((parts, collected.to_bytes())),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -97,6 +112,7 @@ pub(crate) async fn post(
     state: Arc<State>,
     req: Request<IncomingBody>,
     endpoint_agent: Option<String>,
+    peer: std::net::IpAddr,
 ) -> Response<Body> {
     let (parts, bytes) = match read_body(&state, req).await {
         Ok(read) => read,
@@ -138,7 +154,7 @@ pub(crate) async fn post(
         session.as_ref().map(|s| s.id.as_str()),
     ) {
         Ok(identity) => identity,
-        Err(d) => return denied(&access, &id, d),
+        Err(d) => return denied(&access, endpoint_agent.as_deref(), &id, d),
     };
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
@@ -146,9 +162,12 @@ pub(crate) async fn post(
         headers: Some(headers),
         identity,
         cache_private: access.caller_dependent(),
+        peer: Some(peer),
     };
     match state.core.route(value, origin.inflight.as_deref()) {
-        Routed::Request { id, method, params } => request(state, id, method, params, origin).await,
+        Routed::Request { id, method, params } => {
+            request(state, id, method, params, origin, endpoint_agent).await
+        }
         Routed::Batch(items) => match state.core.batch(items, &origin).await {
             Batched::Replies(replies) => json_response(200, &replies),
             Batched::Refused(e) => error_response(&Value::Null, &e),
@@ -166,7 +185,12 @@ async fn request(
     method: String,
     params: Map<String, Value>,
     origin: Origin,
+    endpoint_agent: Option<String>,
 ) -> Response<Body> {
+    let reply_to = ReplyTo {
+        owner: origin.identity.caller_key(origin.peer),
+        endpoint_agent,
+    };
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.
     let mut guard = CancelOnDrop(Some(cancel.clone()));
@@ -197,7 +221,7 @@ async fn request(
         reply = &mut reply_rx => {
             guard.disarm();
             return match reply {
-                Ok(reply) => finish(&state, reply),
+                Ok(reply) => finish(&state, reply, &reply_to),
                 Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
             };
         }
@@ -208,7 +232,7 @@ async fn request(
         let reply = reply_rx.await;
         guard.disarm();
         return match reply {
-            Ok(reply) => finish(&state, reply),
+            Ok(reply) => finish(&state, reply, &reply_to),
             Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
         };
     };
@@ -255,12 +279,28 @@ async fn stream_reply(state: &State, reply: Reply, out: Sse) {
     }
 }
 
+/// Who a reply goes to: the caller a new session belongs to, and the endpoint asked.
+struct ReplyTo {
+    owner: Arc<str>,
+    endpoint_agent: Option<String>,
+}
+
 /// The HTTP response for a reply that came before any notification.
-fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
+fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
     match reply {
         Reply::Response { body, status: 401 } => {
             // A tool that needs a verified caller was called without one: challenge the client.
-            unauthorized(&state.core.protocol().host().access(), &body)
+            let access = state.core.protocol().host().access();
+            unauthorized(&access, to.endpoint_agent.as_deref(), &body)
+        }
+        Reply::Response { body, status: 429 } => {
+            let mut resp = json_response(429, &body);
+            let retry = body["error"]["data"]["retryAfterSecs"]
+                .as_u64()
+                .unwrap_or(1);
+            resp.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from(retry));
+            resp
         }
         Reply::Response { body, status } => json_response(status, &body),
         Reply::Initialized {
@@ -269,11 +309,10 @@ fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
             capabilities,
         } => {
             let id = new_session_id();
-            state.sessions.insert(Arc::new(LegacySession::new(
-                id.clone(),
-                version,
-                capabilities,
-            )));
+            state.sessions.insert(
+                Arc::new(LegacySession::new(id.clone(), version, capabilities)),
+                Arc::clone(&to.owner),
+            );
             let mut resp = json_response(200, &body);
             if let Ok(v) = HeaderValue::from_str(&id) {
                 resp.headers_mut().insert(SESSION_HEADER, v);
