@@ -15,8 +15,10 @@
 //! | `Hmac` | `hmac_sign` | HMAC-SHA256 of a message with the configured key (only when configured) |
 //! | `Hmac` | `hmac_verify` | check an HMAC-SHA256 signature in constant time (only when configured) |
 //!
-//! Inputs are capped (10 MiB of text, 10,000-character regex patterns) so a call cannot exhaust
-//! the host; every failure is an error result, never a panic.
+//! Inputs are capped (10 MiB of text, 10,000-character regex patterns and JSONPath queries, 500,000
+//! JSON values to parse) and every answer is sized before it is built ([`budget`]: at most 4 MiB;
+//! a JSONPath query is bounded from its structure before it runs, [`query_bound`]), so a small call
+//! can never make the plugin build a huge answer; every failure is an error result, never a panic.
 //!
 //! # Configuration
 //!
@@ -38,12 +40,24 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Digest as _;
 
+pub mod budget;
+pub mod query_bound;
+
+use budget::{BoundedWriter, MAX_OUTPUT_BYTES, json_size, json_str_size, too_large};
+
 /// Largest text (or JSON document) accepted, in bytes.
 pub const MAX_INPUT_BYTES: usize = 10 * 1024 * 1024;
 /// Longest regex pattern accepted, in characters.
 pub const MAX_PATTERN_CHARS: usize = 10_000;
 /// Memory cap for a compiled regex.
 const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
+/// Most values a JSON document parsed whole (`json_query`, sorted `json_format`) may have: a
+/// parsed value takes 32 bytes or more, several times its text.
+pub const MAX_JSON_VALUES: usize = 500_000;
+/// Most nodes a JSONPath query may select (duplicates counted) by its bound, before it runs.
+pub const MAX_SELECTED_NODES: u128 = 1_000_000;
+/// Most nodes a JSONPath query may visit, filter sub-queries included, by its bound.
+pub const MAX_QUERY_WORK: u128 = 50_000_000;
 
 fn check_size(what: &str, s: &str) -> Result<(), String> {
     if s.len() > MAX_INPUT_BYTES {
@@ -76,15 +90,116 @@ pub struct JsonMatch {
 pub struct JsonQueryResult {
     /// How many nodes the query selected in total.
     pub count: usize,
-    /// Whether `results` was cut at `max_results`.
+    /// Whether `results` holds fewer than `count` nodes (cut at `max_results` or at the 4 MiB
+    /// answer budget).
     pub truncated: bool,
-    /// The selected nodes, in document order.
+    /// The selected nodes, in the query's order; cut at `max_results` or where the answer would
+    /// pass 4 MiB.
     pub results: Vec<JsonMatch>,
 }
 
 fn parse_json(json: &str) -> Result<Value, String> {
     check_size("the JSON document", json)?;
+    let values = budget::json_values_bound(json);
+    if values > MAX_JSON_VALUES {
+        return Err(format!(
+            "the JSON document has up to {values} values, over the limit of {MAX_JSON_VALUES}; \
+             pass the part you need"
+        ));
+    }
     serde_json::from_str(json).map_err(|e| format!("invalid JSON: {e}"))
+}
+
+/// Where each node of `wanted` (by address) is in `doc`: its normalized path and JSON pointer.
+/// One walk of the document, holding only the current path.
+fn locate(
+    doc: &Value,
+    wanted: &std::collections::HashSet<*const Value>,
+) -> std::collections::HashMap<*const Value, (String, String)> {
+    enum Step<'a> {
+        Name(&'a str),
+        Index(usize),
+    }
+    fn walk<'a>(
+        v: &'a Value,
+        path: &mut Vec<Step<'a>>,
+        wanted: &std::collections::HashSet<*const Value>,
+        found: &mut std::collections::HashMap<*const Value, (String, String)>,
+    ) {
+        if wanted.contains(&(v as *const Value)) {
+            let (mut normalized, mut pointer) = (String::from("$"), String::new());
+            for step in path.iter() {
+                match step {
+                    Step::Name(n) => {
+                        normalized.push_str("['");
+                        for ch in n.chars() {
+                            match ch {
+                                '\'' | '\\' => {
+                                    normalized.push('\\');
+                                    normalized.push(ch);
+                                }
+                                _ => normalized.push(ch),
+                            }
+                        }
+                        normalized.push_str("']");
+                        pointer.push('/');
+                        pointer.push_str(&n.replace('~', "~0").replace('/', "~1"));
+                    }
+                    Step::Index(i) => {
+                        normalized.push_str(&format!("[{i}]"));
+                        pointer.push_str(&format!("/{i}"));
+                    }
+                }
+            }
+            found.insert(v as *const Value, (normalized, pointer));
+        }
+        match v {
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    path.push(Step::Index(i));
+                    walk(item, path, wanted, found);
+                    path.pop();
+                }
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    path.push(Step::Name(k));
+                    walk(item, path, wanted, found);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = std::collections::HashMap::new();
+    walk(doc, &mut Vec::new(), wanted, &mut found);
+    found
+}
+
+/// The size of a location's two strings in JSON, without building them (an upper bound).
+fn location_sizes(doc: &Value) -> std::collections::HashMap<*const Value, usize> {
+    fn walk(v: &Value, size: usize, out: &mut std::collections::HashMap<*const Value, usize>) {
+        out.insert(v as *const Value, size);
+        match v {
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    // `[i]` and `/i`.
+                    let digits = i.checked_ilog10().unwrap_or(0) as usize + 1;
+                    walk(item, size + 2 * digits + 3, out);
+                }
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    // `['k']` and `/k`, escapes at their worst.
+                    walk(item, size + 3 * json_str_size(k) + 5, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = std::collections::HashMap::new();
+    walk(doc, 4, &mut out);
+    out
 }
 
 /// JSON querying and formatting.
@@ -115,21 +230,63 @@ impl Json {
                 "invalid JSONPath {path:?}: {e} (expected RFC 9535 syntax, e.g. \"$.items[*].name\" or \"$..id\")"
             )
         })?;
+        if path.len() > MAX_PATTERN_CHARS {
+            return Err(format!(
+                "the JSONPath is too long: {} bytes, the limit is {MAX_PATTERN_CHARS}",
+                path.len()
+            ));
+        }
         let doc = parse_json(&json)?;
-        let nodes = query.query_located(&doc);
+        // Bound what the query can build before running it (its evaluation is eager).
+        let bound = query_bound::bound(&path, query_bound::DocShape::of(&doc));
+        if bound.selected > MAX_SELECTED_NODES || bound.work > MAX_QUERY_WORK {
+            return Err(format!(
+                "the JSONPath {path:?} could select up to {} nodes of this document (doing up to \
+                 {} steps), over the limits of {MAX_SELECTED_NODES} and {MAX_QUERY_WORK}; use \
+                 fewer `..` segments, unions or filter sub-queries",
+                bound.selected, bound.work
+            ));
+        }
+        let nodes = query.query(&doc);
         let count = nodes.len();
-        let results = nodes
+        // Keep matches while the answer stays within its budget, sizing each before copying it.
+        let sizes = location_sizes(&doc);
+        let mut kept = Vec::new();
+        let mut total = 64usize;
+        for node in nodes.iter().take(max_results as usize) {
+            let room = MAX_OUTPUT_BYTES.saturating_sub(total);
+            let location = sizes.get(&(*node as *const Value)).copied().unwrap_or(0);
+            match json_size(node, room.saturating_sub(location)) {
+                Some(size) if total + size + location + 32 <= MAX_OUTPUT_BYTES => {
+                    total += size + location + 32;
+                    kept.push(*node);
+                }
+                _ if kept.is_empty() => {
+                    return Err(too_large("the first match", format!("more than {room}")));
+                }
+                _ => break,
+            }
+        }
+        drop(sizes);
+        let wanted = kept.iter().map(|n| *n as *const Value).collect();
+        let locations = locate(&doc, &wanted);
+        let results = kept
             .iter()
-            .take(max_results as usize)
-            .map(|n| JsonMatch {
-                path: n.location().to_string(),
-                pointer: n.location().to_json_pointer(),
-                value: n.node().clone(),
+            .map(|n| {
+                let (path, pointer) = locations
+                    .get(&(*n as *const Value))
+                    .cloned()
+                    .unwrap_or_default();
+                JsonMatch {
+                    path,
+                    pointer,
+                    value: (*n).clone(),
+                }
             })
-            .collect();
+            .collect::<Vec<_>>();
         Ok(JsonQueryResult {
             count,
-            truncated: count > max_results as usize,
+            truncated: count > results.len(),
             results,
         })
     }
@@ -151,24 +308,36 @@ impl Json {
     ) -> Result<String, String> {
         check_size("the JSON document", &json)?;
         let indent = " ".repeat(indent.min(8) as usize);
-        let mut out = Vec::with_capacity(json.len() + json.len() / 4);
+        // Indentation grows with depth: the output stops at its budget instead of growing with it.
+        let mut out = BoundedWriter::new(MAX_OUTPUT_BYTES);
         let mut de = serde_json::Deserializer::from_str(&json);
         let result = if sort_keys {
-            let value = Value::deserialize(&mut de).map_err(|e| format!("invalid JSON: {e}"))?;
+            let value = parse_json(&json)?;
             write_json(&mut out, &sort_value(value), &indent)
         } else {
             // Stream through so key order is kept exactly.
             transcode_json(&mut de, &mut out, &indent)
         };
-        result.map_err(|e| format!("invalid JSON: {e}"))?;
-        de.end().map_err(|e| format!("invalid JSON: {e}"))?;
-        String::from_utf8(out).map_err(|e| format!("internal error: non-UTF-8 output: {e}"))
+        match result {
+            // (Through the transcoder, the writer's error comes back as a data error.)
+            Err(_) if out.exhausted => {
+                return Err(too_large(
+                    "the formatted JSON",
+                    format!("more than {MAX_OUTPUT_BYTES}"),
+                ));
+            }
+            other => other.map_err(|e| format!("invalid JSON: {e}"))?,
+        }
+        if !sort_keys {
+            de.end().map_err(|e| format!("invalid JSON: {e}"))?;
+        }
+        String::from_utf8(out.buf).map_err(|e| format!("internal error: non-UTF-8 output: {e}"))
     }
 }
 
 fn transcode_json<'de>(
     de: &mut serde_json::Deserializer<serde_json::de::StrRead<'de>>,
-    out: &mut Vec<u8>,
+    out: &mut BoundedWriter,
     indent: &str,
 ) -> Result<(), serde_json::Error> {
     if indent.is_empty() {
@@ -181,7 +350,11 @@ fn transcode_json<'de>(
     }
 }
 
-fn write_json(out: &mut Vec<u8>, value: &Value, indent: &str) -> Result<(), serde_json::Error> {
+fn write_json(
+    out: &mut BoundedWriter,
+    value: &Value,
+    indent: &str,
+) -> Result<(), serde_json::Error> {
     if indent.is_empty() {
         serde_json::to_writer(out, value)
     } else {
@@ -249,7 +422,8 @@ pub struct RegexMatches {
     pub is_match: bool,
     /// How many matches are returned.
     pub count: usize,
-    /// Whether the search stopped at `max_matches` (more matches may exist).
+    /// Whether the search stopped at `max_matches` or at the 4 MiB answer budget (more matches
+    /// may exist).
     pub truncated: bool,
     /// The matches, left to right, non-overlapping.
     pub matches: Vec<RegexMatch>,
@@ -323,12 +497,32 @@ impl Regex {
         let limit = max_matches.clamp(1, 10_000) as usize;
         let mut matches = Vec::new();
         let mut truncated = false;
+        let mut total = 64usize;
         for caps in re.captures_iter(&text) {
             if matches.len() == limit {
                 truncated = true;
                 break;
             }
             let Some(whole) = caps.get(0) else { continue };
+            // Size the match (its text and every group's, which nested groups repeat) first.
+            let size = 64
+                + json_str_size(whole.as_str())
+                + (1..caps.len())
+                    .map(|i| {
+                        caps.get(i).map_or(5, |g| {
+                            80 + json_str_size(g.as_str())
+                                + names.get(i).copied().flatten().map_or(0, str::len)
+                        })
+                    })
+                    .sum::<usize>();
+            if total + size > MAX_OUTPUT_BYTES {
+                if matches.is_empty() {
+                    return Err(too_large("the first match with its groups", size));
+                }
+                truncated = true;
+                break;
+            }
+            total += size;
             let groups = (1..caps.len())
                 .map(|i| {
                     caps.get(i).map(|g| CaptureGroup {
@@ -383,25 +577,21 @@ impl Regex {
         check_size("text", &text)?;
         check_size("replacement", &replacement)?;
         let re = build_regex(&pattern, case_insensitive, multi_line)?;
-        let limit = max_replacements as usize;
-        let found = re.find_iter(&text).count();
-        let replacements = if limit == 0 { found } else { found.min(limit) };
-        let out = if literal {
-            re.replacen(&text, limit, regex::NoExpand(&replacement))
+        let template = if literal {
+            budget::Template::literal(&replacement)
         } else {
-            re.replacen(&text, limit, replacement.as_str())
+            budget::Template::parse(&replacement, &re)
         };
-        if out.len() > 4 * MAX_INPUT_BYTES {
-            return Err(format!(
-                "the result would be {} bytes, over the {} byte limit",
-                out.len(),
-                4 * MAX_INPUT_BYTES
-            ));
-        }
-        Ok(RegexReplaced {
-            text: out.into_owned(),
-            replacements,
-        })
+        // The result's size is computed from the matches first; only a result within the budget
+        // is built.
+        let (text, replacements) = budget::replace(
+            &re,
+            &text,
+            &template,
+            max_replacements as usize,
+            MAX_OUTPUT_BYTES,
+        )?;
+        Ok(RegexReplaced { text, replacements })
     }
 }
 
@@ -852,6 +1042,91 @@ mod tests {
         assert!(e.contains("invalid JSON") && e.contains("line 1"), "{e}");
         let deep = "[".repeat(10_000);
         assert!(Json.json_query(deep, "$".into(), 10).is_err());
+    }
+
+    #[test]
+    fn amplifying_json_queries_are_bounded_before_they_run() {
+        // `$..*` on a deep document: every node's value repeats its subtree.
+        let deep = format!(
+            "{}{}{}",
+            "[".repeat(100),
+            "1,".repeat(50_000) + "1",
+            "]".repeat(100)
+        );
+        let r = Json
+            .json_query(deep.clone(), "$..*".into(), 100_000)
+            .unwrap();
+        assert!(r.truncated && r.count > r.results.len());
+        let size = serde_json::to_string(&r.results).unwrap().len();
+        assert!(size <= MAX_OUTPUT_BYTES, "{size} bytes");
+        // Unions that multiply the node list are refused before they run.
+        let unions = format!(
+            "$[{}][{}][{}]",
+            ["0"; 200].join(","),
+            ["0"; 200].join(","),
+            ["0"; 200].join(",")
+        );
+        let e = Json.json_query("[[[1]]]".into(), unions, 10).unwrap_err();
+        assert!(e.contains("could select up to"), "{e}");
+        let e = Json.json_query(deep, "$..*..*..*".into(), 10).unwrap_err();
+        assert!(e.contains("could select up to"), "{e}");
+        // Too many values to parse.
+        let wide = format!("[{}0]", "0,".repeat(MAX_JSON_VALUES));
+        let e = Json.json_query(wide, "$[0]".into(), 10).unwrap_err();
+        assert!(e.contains("values"), "{e}");
+        // Long keys make long locations: they count too.
+        let key = "k".repeat(30_000);
+        let nested = format!(
+            "{}1{}",
+            format!("{{\"{key}\":").repeat(100),
+            "}".repeat(100)
+        );
+        let r = Json.json_query(nested, "$..*".into(), 1000).unwrap();
+        let size = serde_json::to_string(&r.results).unwrap().len();
+        assert!(size <= MAX_OUTPUT_BYTES && r.truncated, "{size} bytes");
+    }
+
+    #[test]
+    fn regex_answers_are_sized_before_they_are_built() {
+        // The reported attack: 45,000-char text and replacement, empty pattern, literal.
+        let e = Regex
+            .regex_replace(
+                String::new(),
+                "a".repeat(45_000),
+                "b".repeat(45_000),
+                0,
+                true,
+                false,
+                false,
+            )
+            .unwrap_err();
+        assert!(e.contains("2025090000 bytes"), "{e}");
+        // Many nested groups repeat each match: the answer stops at its budget.
+        let pattern = format!("{}a{}", "(".repeat(200), ")".repeat(200));
+        let r = Regex
+            .regex_match(pattern, "a".repeat(100_000), false, false, 10_000)
+            .unwrap();
+        assert!(r.truncated);
+        assert!(serde_json::to_string(&r).unwrap().len() <= MAX_OUTPUT_BYTES);
+        let e = Regex
+            .regex_match(
+                format!("{}(?s).+{}", "(".repeat(20), ")".repeat(20)),
+                "a".repeat(500_000),
+                false,
+                false,
+                1,
+            )
+            .unwrap_err();
+        assert!(e.contains("first match"), "{e}");
+        // Deep pretty-printing grows with depth; the output stops at its budget.
+        let deep = format!(
+            "{}{}{}",
+            "[".repeat(120),
+            "0,".repeat(100_000) + "0",
+            "]".repeat(120)
+        );
+        let e = Json.json_format(deep, 8, false).unwrap_err();
+        assert!(e.contains("over the"), "{e}");
     }
 
     #[test]
