@@ -241,6 +241,13 @@ impl StdioServer {
         stdin.flush().unwrap();
     }
 
+    /// Write raw bytes as they are (no newline), e.g. one piece of a message too large to hold.
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin is closed");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
     /// Write one message.
     pub fn send(&mut self, message: &Value) {
         self.send_raw(&message.to_string());

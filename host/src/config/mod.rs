@@ -87,6 +87,9 @@ pub struct Limits {
     /// Largest tool result, in bytes of the plugin's result JSON; a larger result becomes an
     /// `isError` result naming its size and the limit.
     pub max_result_bytes: usize,
+    /// Most JSON values in one tool result (a parsed value takes 32 bytes or more, so a result of
+    /// many tiny values costs far more memory than its size); more become an `isError` result.
+    pub max_result_values: usize,
     /// Most messages in one JSON-RPC batch (2025-03-26 sessions); a longer batch is refused whole.
     pub max_batch_len: usize,
     /// What one caller may have running, and how often it may call.
@@ -124,7 +127,8 @@ impl Default for Limits {
             max_concurrent_calls_per_plugin: 16,
             max_call_depth: 8,
             max_reloads: 500,
-            max_result_bytes: 16 * 1024 * 1024,
+            max_result_bytes: 8 * 1024 * 1024,
+            max_result_values: 250_000,
             max_batch_len: 64,
             per_caller: PerCallerLimits::default(),
         }

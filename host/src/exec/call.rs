@@ -120,7 +120,7 @@ impl Executor {
             Some(key) => Some(self.quotas.admit(key, &limits.per_caller)?),
             None => None,
         };
-        let max_result = limits.max_result_bytes;
+        let max_result = ResultLimits::of(&limits);
         let started = Instant::now();
         let call = Arc::new(CallState {
             cancel: opts.cancel.clone(),
@@ -149,22 +149,34 @@ impl Executor {
                 // slot, so other plugins keep running. Waiting ends when the client goes.
                 let local = Arc::clone(&tool.slot.limiter);
                 let cancel = call.cancel.clone();
-                let local = tokio::select! {
-                    p = local.acquire_owned() => p,
-                    () = cancel.cancelled() => return Ok(None),
+                let left_queue = || {
+                    tracing::info!(tool = %tool.name, "call cancelled while queued; it never starts");
+                    Ok(None)
+                };
+                let local = match Arc::clone(&local).try_acquire_owned() {
+                    Ok(p) => Ok(p),
+                    Err(_) => {
+                        tracing::debug!(tool = %tool.name, "call queued: its plugin is at its concurrency limit");
+                        tokio::select! {
+                            p = local.acquire_owned() => p,
+                            () = cancel.cancelled() => return left_queue(),
+                        }
+                    }
                 };
                 let global = tokio::select! {
                     p = global.acquire_owned() => p,
-                    () = cancel.cancelled() => return Ok(None),
+                    () = cancel.cancelled() => return left_queue(),
                 };
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 pool.submit(move || {
                     // Permits (and the caller's slot) are released only when the plugin function
                     // has returned.
-                    let _permits = (global, local, quota);
+                    let permits = (global, local, quota);
                     // A call whose client went away while it waited for a thread never starts.
                     let result = (!call.cancel.is_cancelled())
                         .then(|| run(&tool, &args_text, &call, max_result));
+                    // Free the slots before answering: a client that got its answer may call again.
+                    drop(permits);
                     let _ = tx.send(result);
                 });
                 rx.await
@@ -236,7 +248,7 @@ impl Executor {
             depth,
             tool: Arc::from(name),
         });
-        let max_result = self.limits.load().max_result_bytes;
+        let max_result = ResultLimits::of(&self.limits.load());
         Ok(run(&tool, args, &call, max_result).to_string())
     }
 }
@@ -256,22 +268,74 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
 /// The answer of a call that was cancelled before its plugin function started.
 const NOT_STARTED: &str = "cancelled before it started";
 
-/// Run a tool on this thread and map what the plugin returned; a result over `max_result` bytes
-/// is refused before it is parsed.
-fn run(tool: &Tool, args: &str, call: &Arc<CallState>, max_result: usize) -> Value {
-    match tool.slot.backend.call_blocking(tool.index, args, call) {
-        Ok(json) if json.len() > max_result => {
-            tracing::warn!(
-                tool = %tool.name,
-                "result of {} bytes refused (limits.max_result_bytes = {max_result})",
-                json.len()
-            );
-            error_result(&format!(
-                "the tool's result is {} bytes, over the limit of {max_result} bytes \
-                 (limits.max_result_bytes)",
-                json.len()
-            ))
+/// How large a result the host takes from a plugin (`limits.max_result_bytes` and
+/// `limits.max_result_values`).
+#[derive(Debug, Clone, Copy)]
+struct ResultLimits {
+    bytes: usize,
+    values: usize,
+}
+
+impl ResultLimits {
+    fn of(limits: &Limits) -> Self {
+        ResultLimits {
+            bytes: limits.max_result_bytes,
+            values: limits.max_result_values,
         }
+    }
+
+    /// Why the result `json` is refused before it is parsed, if it is.
+    fn refuse(&self, json: &str) -> Option<String> {
+        if json.len() > self.bytes {
+            return Some(format!(
+                "the tool's result is {} bytes, over the limit of {} bytes (limits.max_result_bytes)",
+                json.len(),
+                self.bytes
+            ));
+        }
+        let values = json_values_bound(json);
+        (values > self.values).then(|| {
+            format!(
+                "the tool's result has up to {values} JSON values, over the limit of {} \
+                 (limits.max_result_values)",
+                self.values
+            )
+        })
+    }
+}
+
+/// An upper bound of the values in a JSON text, without parsing it: every value but the first
+/// follows a `,`, `:` or `[` outside strings.
+fn json_values_bound(text: &str) -> usize {
+    let (mut count, mut in_string, mut escaped) = (1usize, false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+        } else {
+            match b {
+                b'"' => in_string = true,
+                b',' | b':' | b'[' => count += 1,
+                _ => {}
+            }
+        }
+    }
+    count
+}
+
+/// Run a tool on this thread and map what the plugin returned; a result over `limits` is refused
+/// before it is parsed.
+fn run(tool: &Tool, args: &str, call: &Arc<CallState>, limits: ResultLimits) -> Value {
+    let result = tool.slot.backend.call_blocking(tool.index, args, call);
+    if let Some(why) = result.as_deref().ok().and_then(|json| limits.refuse(json)) {
+        tracing::warn!(tool = %tool.name, "result refused: {why}");
+        return error_result(&why);
+    }
+    match result {
         Ok(json) => match serde_json::from_str::<Value>(&json) {
             Ok(v) if v.get("content").is_some_and(Value::is_array) => v,
             _ => {
@@ -342,5 +406,45 @@ fn validate(tool: &Tool, args: &Value) -> Result<(), String> {
             tool.name,
             problems.join("; ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_refused_by_size_or_by_their_number_of_values_before_parsing() {
+        let limits = ResultLimits {
+            bytes: 100,
+            values: 10,
+        };
+        assert!(
+            limits
+                .refuse(r#"{"content":[{"type":"text","text":"ok"}]}"#)
+                .is_none()
+        );
+        let long = format!(
+            r#"{{"content":[{{"type":"text","text":"{}"}}]}}"#,
+            "x".repeat(200)
+        );
+        assert!(
+            limits
+                .refuse(&long)
+                .unwrap()
+                .contains("limits.max_result_bytes")
+        );
+        let many = format!(
+            r#"{{"content":[],"structuredContent":[{}1]}}"#,
+            "1,".repeat(20)
+        );
+        assert!(
+            limits
+                .refuse(&many)
+                .unwrap()
+                .contains("limits.max_result_values")
+        );
+        // Commas inside strings are not values.
+        assert_eq!(json_values_bound(r#"["a,b:c[", 1]"#), 3);
     }
 }

@@ -7,9 +7,13 @@ use std::collections::HashMap;
 
 use serde_json::Value;
 
-/// The largest answer a tool builds, in bytes (of its main text, or of its structured result as
-/// JSON).
-pub const MAX_OUTPUT_BYTES: usize = 4 * 1024 * 1024;
+/// The largest answer a tool builds, in bytes: of its main text, or of its structured result as
+/// JSON with [`VALUE_COST`] added per JSON value (a parsed value takes far more memory than its
+/// text: `1,` is two bytes of JSON and 32 bytes as a `serde_json::Value`).
+pub const MAX_OUTPUT_BYTES: usize = 2 * 1024 * 1024;
+/// What each JSON value of a structured answer counts against [`MAX_OUTPUT_BYTES`], besides its
+/// text.
+pub const VALUE_COST: usize = 32;
 
 /// The error for an answer over [`MAX_OUTPUT_BYTES`].
 pub fn too_large(what: &str, size: impl std::fmt::Display) -> String {
@@ -58,15 +62,24 @@ impl std::io::Write for BoundedWriter {
     }
 }
 
-/// Counts bytes written to it, giving up (with an error) past a limit.
+/// Counts bytes written to it (and, with `per_value`, that much more for each `,`, `:`, `[` or
+/// `{`: an upper bound of the values written), giving up (with an error) past a limit.
 struct Counter {
     n: usize,
+    per_value: usize,
     limit: usize,
 }
 
 impl std::io::Write for Counter {
     fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
         self.n += data.len();
+        if self.per_value > 0 {
+            let values = data
+                .iter()
+                .filter(|b| matches!(b, b',' | b':' | b'[' | b'{'))
+                .count();
+            self.n += values * self.per_value;
+        }
         if self.n > self.limit {
             return Err(std::io::Error::other("over the limit"));
         }
@@ -80,7 +93,23 @@ impl std::io::Write for Counter {
 
 /// The size of `value` as compact JSON, or `None` once it is over `limit` (counting stops there).
 pub fn json_size(value: &Value, limit: usize) -> Option<usize> {
-    let mut counter = Counter { n: 0, limit };
+    let mut counter = Counter {
+        n: 0,
+        per_value: 0,
+        limit,
+    };
+    serde_json::to_writer(&mut counter, value).ok()?;
+    Some(counter.n)
+}
+
+/// What `value` counts against an answer's budget: its JSON size plus [`VALUE_COST`] per value
+/// (over-counted: a `,` inside a string counts too), or `None` once over `limit`.
+pub fn json_cost(value: &Value, limit: usize) -> Option<usize> {
+    let mut counter = Counter {
+        n: VALUE_COST,
+        per_value: VALUE_COST,
+        limit,
+    };
     serde_json::to_writer(&mut counter, value).ok()?;
     Some(counter.n)
 }
@@ -300,6 +329,8 @@ mod tests {
         let v = serde_json::json!({"a": ["\n", "\u{1}", "é"]});
         assert_eq!(json_size(&v, usize::MAX), Some(v.to_string().len()));
         assert_eq!(json_size(&v, 3), None);
+        let cost = json_cost(&v, usize::MAX).unwrap();
+        assert!(cost >= v.to_string().len() + 5 * VALUE_COST, "{cost}");
         for s in ["plain", "q\"uote\\", "\u{0}\u{1f}\t", "é"] {
             assert_eq!(json_str_size(s), Value::from(s).to_string().len(), "{s:?}");
         }

@@ -16,7 +16,7 @@
 //! | `Hmac` | `hmac_verify` | check an HMAC-SHA256 signature in constant time (only when configured) |
 //!
 //! Inputs are capped (10 MiB of text, 10,000-character regex patterns and JSONPath queries, 500,000
-//! JSON values to parse) and every answer is sized before it is built ([`budget`]: at most 4 MiB;
+//! JSON values to parse) and every answer is sized before it is built ([`budget`]: at most 2 MiB;
 //! a JSONPath query is bounded from its structure before it runs, [`query_bound`]), so a small call
 //! can never make the plugin build a huge answer; every failure is an error result, never a panic.
 //!
@@ -43,7 +43,7 @@ use sha2::Digest as _;
 pub mod budget;
 pub mod query_bound;
 
-use budget::{BoundedWriter, MAX_OUTPUT_BYTES, json_size, json_str_size, too_large};
+use budget::{BoundedWriter, MAX_OUTPUT_BYTES, VALUE_COST, json_cost, json_str_size, too_large};
 
 /// Largest text (or JSON document) accepted, in bytes.
 pub const MAX_INPUT_BYTES: usize = 10 * 1024 * 1024;
@@ -90,11 +90,11 @@ pub struct JsonMatch {
 pub struct JsonQueryResult {
     /// How many nodes the query selected in total.
     pub count: usize,
-    /// Whether `results` holds fewer than `count` nodes (cut at `max_results` or at the 4 MiB
+    /// Whether `results` holds fewer than `count` nodes (cut at `max_results` or at the 2 MiB
     /// answer budget).
     pub truncated: bool,
     /// The selected nodes, in the query's order; cut at `max_results` or where the answer would
-    /// pass 4 MiB.
+    /// pass 2 MiB.
     pub results: Vec<JsonMatch>,
 }
 
@@ -256,9 +256,9 @@ impl Json {
         for node in nodes.iter().take(max_results as usize) {
             let room = MAX_OUTPUT_BYTES.saturating_sub(total);
             let location = sizes.get(&(*node as *const Value)).copied().unwrap_or(0);
-            match json_size(node, room.saturating_sub(location)) {
-                Some(size) if total + size + location + 32 <= MAX_OUTPUT_BYTES => {
-                    total += size + location + 32;
+            match json_cost(node, room.saturating_sub(location)) {
+                Some(size) if total + size + location + 4 * VALUE_COST <= MAX_OUTPUT_BYTES => {
+                    total += size + location + 4 * VALUE_COST;
                     kept.push(*node);
                 }
                 _ if kept.is_empty() => {
@@ -422,7 +422,7 @@ pub struct RegexMatches {
     pub is_match: bool,
     /// How many matches are returned.
     pub count: usize,
-    /// Whether the search stopped at `max_matches` or at the 4 MiB answer budget (more matches
+    /// Whether the search stopped at `max_matches` or at the 2 MiB answer budget (more matches
     /// may exist).
     pub truncated: bool,
     /// The matches, left to right, non-overlapping.
@@ -506,11 +506,13 @@ impl Regex {
             let Some(whole) = caps.get(0) else { continue };
             // Size the match (its text and every group's, which nested groups repeat) first.
             let size = 64
+                + 5 * VALUE_COST
                 + json_str_size(whole.as_str())
                 + (1..caps.len())
                     .map(|i| {
-                        caps.get(i).map_or(5, |g| {
-                            80 + json_str_size(g.as_str())
+                        caps.get(i).map_or(5 + VALUE_COST, |g| {
+                            80 + 6 * VALUE_COST
+                                + json_str_size(g.as_str())
                                 + names.get(i).copied().flatten().map_or(0, str::len)
                         })
                     })
@@ -1075,7 +1077,7 @@ mod tests {
         let e = Json.json_query(wide, "$[0]".into(), 10).unwrap_err();
         assert!(e.contains("values"), "{e}");
         // Long keys make long locations: they count too.
-        let key = "k".repeat(30_000);
+        let key = "k".repeat(10_000);
         let nested = format!(
             "{}1{}",
             format!("{{\"{key}\":").repeat(100),
