@@ -15,11 +15,11 @@ pub const MAX_OUTPUT_BYTES: usize = 2 * 1024 * 1024;
 /// text.
 pub const VALUE_COST: usize = 32;
 
-/// The error for an answer over [`MAX_OUTPUT_BYTES`].
-pub fn too_large(what: &str, size: impl std::fmt::Display) -> String {
+/// The error for an answer over its `limit`.
+pub fn too_large(what: &str, size: impl std::fmt::Display, limit: usize) -> String {
     format!(
-        "{what} would be {size} bytes, over the {MAX_OUTPUT_BYTES}-byte limit of an answer; \
-         narrow the request"
+        "{what} would be {size} bytes, over the {limit}-byte limit of an answer \
+         (max_answer_bytes); narrow the request"
     )
 }
 
@@ -270,7 +270,7 @@ pub fn replace(
         count += 1;
     }
     if size > budget {
-        return Err(too_large("the result", size));
+        return Err(too_large("the result", size, budget));
     }
     let mut out = String::with_capacity(size);
     let mut last = 0;

@@ -29,6 +29,12 @@
 //!       # Optional. Enables the `Hmac` service. The UTF-8 bytes of the string are the key, or
 //!       # prefix it with `base64:` to give raw key bytes. It is never returned by any tool.
 //!       hmac_key: "s3cret"
+//!       # Optional bounds (defaults shown): the largest answer a tool builds, the most values of a
+//!       # JSON document parsed whole, and what a JSONPath query may select and do by its bound.
+//!       max_answer_bytes: 2097152
+//!       max_json_values: 500000
+//!       max_query_nodes: 1000000
+//!       max_query_steps: 50000000
 //! ```
 
 use base64::Engine as _;
@@ -58,6 +64,54 @@ pub const MAX_JSON_VALUES: usize = 500_000;
 pub const MAX_SELECTED_NODES: u128 = 1_000_000;
 /// Most nodes a JSONPath query may visit, filter sub-queries included, by its bound.
 pub const MAX_QUERY_WORK: u128 = 50_000_000;
+
+/// The bounds of the JSON and regex tools; each can be set in the plugin's config section
+/// (`max_answer_bytes`, `max_json_values`, `max_query_nodes`, `max_query_steps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest answer built ([`MAX_OUTPUT_BYTES`] by default).
+    pub max_answer_bytes: usize,
+    /// Most values of a JSON document parsed whole ([`MAX_JSON_VALUES`]).
+    pub max_json_values: usize,
+    /// Most nodes a JSONPath query may select by its bound ([`MAX_SELECTED_NODES`]).
+    pub max_query_nodes: u128,
+    /// Most steps a JSONPath query may take by its bound ([`MAX_QUERY_WORK`]).
+    pub max_query_steps: u128,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_answer_bytes: MAX_OUTPUT_BYTES,
+            max_json_values: MAX_JSON_VALUES,
+            max_query_nodes: MAX_SELECTED_NODES,
+            max_query_steps: MAX_QUERY_WORK,
+        }
+    }
+}
+
+impl Limits {
+    /// The limits in the plugin's config section (defaults for the keys it does not set).
+    pub fn from_config(host: &HostApi) -> Result<Limits, String> {
+        let key = |name: &str| -> Result<Option<u64>, String> {
+            match host.config_value(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .map(Some)
+                    .ok_or_else(|| format!("config key `{name}` must be a positive integer")),
+            }
+        };
+        let d = Limits::default();
+        Ok(Limits {
+            max_answer_bytes: key("max_answer_bytes")?.map_or(d.max_answer_bytes, |n| n as usize),
+            max_json_values: key("max_json_values")?.map_or(d.max_json_values, |n| n as usize),
+            max_query_nodes: key("max_query_nodes")?.map_or(d.max_query_nodes, u128::from),
+            max_query_steps: key("max_query_steps")?.map_or(d.max_query_steps, u128::from),
+        })
+    }
+}
 
 fn check_size(what: &str, s: &str) -> Result<(), String> {
     if s.len() > MAX_INPUT_BYTES {
@@ -98,13 +152,13 @@ pub struct JsonQueryResult {
     pub results: Vec<JsonMatch>,
 }
 
-fn parse_json(json: &str) -> Result<Value, String> {
+fn parse_json(json: &str, max_values: usize) -> Result<Value, String> {
     check_size("the JSON document", json)?;
     let values = budget::json_values_bound(json);
-    if values > MAX_JSON_VALUES {
+    if values > max_values {
         return Err(format!(
-            "the JSON document has up to {values} values, over the limit of {MAX_JSON_VALUES}; \
-             pass the part you need"
+            "the JSON document has up to {values} values, over the limit of {max_values} \
+             (max_json_values); pass the part you need"
         ));
     }
     serde_json::from_str(json).map_err(|e| format!("invalid JSON: {e}"))
@@ -204,10 +258,18 @@ fn location_sizes(doc: &Value) -> std::collections::HashMap<*const Value, usize>
 
 /// JSON querying and formatting.
 #[derive(Debug, Default)]
-pub struct Json;
+pub struct Json {
+    limits: Limits,
+}
 
 #[service]
 impl Json {
+    fn new(host: &HostApi) -> Result<Self, String> {
+        Ok(Json {
+            limits: Limits::from_config(host)?,
+        })
+    }
+
     /// Query a JSON document with an RFC 9535 JSONPath expression and get every matching value with
     /// its location. Use it to pull fields out of large API responses or configs instead of reading
     /// them whole. Supports wildcards (`*`), recursive descent (`..`), slices (`[0:3]`) and filters
@@ -236,15 +298,16 @@ impl Json {
                 path.len()
             ));
         }
-        let doc = parse_json(&json)?;
+        let limits = self.limits;
+        let doc = parse_json(&json, limits.max_json_values)?;
         // Bound what the query can build before running it (its evaluation is eager).
         let bound = query_bound::bound(&path, query_bound::DocShape::of(&doc));
-        if bound.selected > MAX_SELECTED_NODES || bound.work > MAX_QUERY_WORK {
+        if bound.selected > limits.max_query_nodes || bound.work > limits.max_query_steps {
             return Err(format!(
                 "the JSONPath {path:?} could select up to {} nodes of this document (doing up to \
-                 {} steps), over the limits of {MAX_SELECTED_NODES} and {MAX_QUERY_WORK}; use \
+                 {} steps), over the limits of {} and {} (max_query_nodes, max_query_steps); use \
                  fewer `..` segments, unions or filter sub-queries",
-                bound.selected, bound.work
+                bound.selected, bound.work, limits.max_query_nodes, limits.max_query_steps
             ));
         }
         let nodes = query.query(&doc);
@@ -254,15 +317,21 @@ impl Json {
         let mut kept = Vec::new();
         let mut total = 64usize;
         for node in nodes.iter().take(max_results as usize) {
-            let room = MAX_OUTPUT_BYTES.saturating_sub(total);
+            let room = limits.max_answer_bytes.saturating_sub(total);
             let location = sizes.get(&(*node as *const Value)).copied().unwrap_or(0);
             match json_cost(node, room.saturating_sub(location)) {
-                Some(size) if total + size + location + 4 * VALUE_COST <= MAX_OUTPUT_BYTES => {
+                Some(size)
+                    if total + size + location + 4 * VALUE_COST <= limits.max_answer_bytes =>
+                {
                     total += size + location + 4 * VALUE_COST;
                     kept.push(*node);
                 }
                 _ if kept.is_empty() => {
-                    return Err(too_large("the first match", format!("more than {room}")));
+                    return Err(too_large(
+                        "the first match",
+                        format!("more than {room}"),
+                        limits.max_answer_bytes,
+                    ));
                 }
                 _ => break,
             }
@@ -309,10 +378,11 @@ impl Json {
         check_size("the JSON document", &json)?;
         let indent = " ".repeat(indent.min(8) as usize);
         // Indentation grows with depth: the output stops at its budget instead of growing with it.
-        let mut out = BoundedWriter::new(MAX_OUTPUT_BYTES);
+        let max = self.limits.max_answer_bytes;
+        let mut out = BoundedWriter::new(max);
         let mut de = serde_json::Deserializer::from_str(&json);
         let result = if sort_keys {
-            let value = parse_json(&json)?;
+            let value = parse_json(&json, self.limits.max_json_values)?;
             write_json(&mut out, &sort_value(value), &indent)
         } else {
             // Stream through so key order is kept exactly.
@@ -323,7 +393,8 @@ impl Json {
             Err(_) if out.exhausted => {
                 return Err(too_large(
                     "the formatted JSON",
-                    format!("more than {MAX_OUTPUT_BYTES}"),
+                    format!("more than {max}"),
+                    max,
                 ));
             }
             other => other.map_err(|e| format!("invalid JSON: {e}"))?,
@@ -465,10 +536,18 @@ fn build_regex(
 
 /// Regular expressions (Rust `regex` syntax: linear time, no look-around or backreferences).
 #[derive(Debug, Default)]
-pub struct Regex;
+pub struct Regex {
+    limits: Limits,
+}
 
 #[service]
 impl Regex {
+    fn new(host: &HostApi) -> Result<Self, String> {
+        Ok(Regex {
+            limits: Limits::from_config(host)?,
+        })
+    }
+
     /// Find all matches of a regular expression in a text, with byte offsets and capture groups.
     /// Use it to extract structured bits (IDs, dates, emails, log fields) or to test whether a
     /// pattern matches. Syntax is Rust `regex` (like PCRE without look-around or backreferences);
@@ -517,9 +596,13 @@ impl Regex {
                         })
                     })
                     .sum::<usize>();
-            if total + size > MAX_OUTPUT_BYTES {
+            if total + size > self.limits.max_answer_bytes {
                 if matches.is_empty() {
-                    return Err(too_large("the first match with its groups", size));
+                    return Err(too_large(
+                        "the first match with its groups",
+                        size,
+                        self.limits.max_answer_bytes,
+                    ));
                 }
                 truncated = true;
                 break;
@@ -591,7 +674,7 @@ impl Regex {
             &text,
             &template,
             max_replacements as usize,
-            MAX_OUTPUT_BYTES,
+            self.limits.max_answer_bytes,
         )?;
         Ok(RegexReplaced { text, replacements })
     }
@@ -1017,18 +1100,20 @@ mod tests {
 
     #[test]
     fn json_query_selects_with_locations() {
-        let r = Json
+        let r = Json::default()
             .json_query(DOC.into(), "$.store.book[*].title".into(), 1000)
             .unwrap();
         assert_eq!(r.count, 2);
         assert_eq!(r.results[0].value, json!("A"));
         assert_eq!(r.results[0].path, "$['store']['book'][0]['title']");
         assert_eq!(r.results[1].pointer, "/store/book/1/title");
-        let r = Json
+        let r = Json::default()
             .json_query(DOC.into(), "$.store.book[?@.price < 10].title".into(), 1000)
             .unwrap();
         assert_eq!(r.results.len(), 1);
-        let r = Json.json_query(DOC.into(), "$..price".into(), 1).unwrap();
+        let r = Json::default()
+            .json_query(DOC.into(), "$..price".into(), 1)
+            .unwrap();
         assert_eq!(r.count, 2);
         assert!(r.truncated);
         assert_eq!(r.results.len(), 1);
@@ -1036,14 +1121,16 @@ mod tests {
 
     #[test]
     fn json_query_errors() {
-        let e = Json
+        let e = Json::default()
             .json_query(DOC.into(), "store.book".into(), 10)
             .unwrap_err();
         assert!(e.contains("invalid JSONPath"), "{e}");
-        let e = Json.json_query("{nope".into(), "$".into(), 10).unwrap_err();
+        let e = Json::default()
+            .json_query("{nope".into(), "$".into(), 10)
+            .unwrap_err();
         assert!(e.contains("invalid JSON") && e.contains("line 1"), "{e}");
         let deep = "[".repeat(10_000);
-        assert!(Json.json_query(deep, "$".into(), 10).is_err());
+        assert!(Json::default().json_query(deep, "$".into(), 10).is_err());
     }
 
     #[test]
@@ -1055,7 +1142,7 @@ mod tests {
             "1,".repeat(50_000) + "1",
             "]".repeat(100)
         );
-        let r = Json
+        let r = Json::default()
             .json_query(deep.clone(), "$..*".into(), 100_000)
             .unwrap();
         assert!(r.truncated && r.count > r.results.len());
@@ -1068,13 +1155,19 @@ mod tests {
             ["0"; 200].join(","),
             ["0"; 200].join(",")
         );
-        let e = Json.json_query("[[[1]]]".into(), unions, 10).unwrap_err();
+        let e = Json::default()
+            .json_query("[[[1]]]".into(), unions, 10)
+            .unwrap_err();
         assert!(e.contains("could select up to"), "{e}");
-        let e = Json.json_query(deep, "$..*..*..*".into(), 10).unwrap_err();
+        let e = Json::default()
+            .json_query(deep, "$..*..*..*".into(), 10)
+            .unwrap_err();
         assert!(e.contains("could select up to"), "{e}");
         // Too many values to parse.
         let wide = format!("[{}0]", "0,".repeat(MAX_JSON_VALUES));
-        let e = Json.json_query(wide, "$[0]".into(), 10).unwrap_err();
+        let e = Json::default()
+            .json_query(wide, "$[0]".into(), 10)
+            .unwrap_err();
         assert!(e.contains("values"), "{e}");
         // Long keys make long locations: they count too.
         let key = "k".repeat(10_000);
@@ -1083,15 +1176,41 @@ mod tests {
             format!("{{\"{key}\":").repeat(100),
             "}".repeat(100)
         );
-        let r = Json.json_query(nested, "$..*".into(), 1000).unwrap();
+        let r = Json::default()
+            .json_query(nested, "$..*".into(), 1000)
+            .unwrap();
         let size = serde_json::to_string(&r.results).unwrap().len();
         assert!(size <= MAX_OUTPUT_BYTES && r.truncated, "{size} bytes");
     }
 
     #[test]
+    fn the_bounds_come_from_the_plugins_config_section() {
+        let host =
+            HostApi::for_test(serde_json::json!({"max_answer_bytes": 100, "max_json_values": 3}));
+        let limits = Limits::from_config(&host).unwrap();
+        assert_eq!((limits.max_answer_bytes, limits.max_json_values), (100, 3));
+        assert_eq!(limits.max_query_nodes, MAX_SELECTED_NODES);
+        let json = Json { limits };
+        let e = json
+            .json_format(format!("\"{}\"", "x".repeat(200)), 0, false)
+            .unwrap_err();
+        assert!(e.contains("100-byte limit"), "{e}");
+        let e = json
+            .json_query("[1,2,3,4]".into(), "$".into(), 10)
+            .unwrap_err();
+        assert!(e.contains("max_json_values"), "{e}");
+        let bad = HostApi::for_test(serde_json::json!({"max_answer_bytes": "big"}));
+        assert!(
+            Limits::from_config(&bad)
+                .unwrap_err()
+                .contains("max_answer_bytes")
+        );
+    }
+
+    #[test]
     fn regex_answers_are_sized_before_they_are_built() {
         // The reported attack: 45,000-char text and replacement, empty pattern, literal.
-        let e = Regex
+        let e = Regex::default()
             .regex_replace(
                 String::new(),
                 "a".repeat(45_000),
@@ -1105,12 +1224,12 @@ mod tests {
         assert!(e.contains("2025090000 bytes"), "{e}");
         // Many nested groups repeat each match: the answer stops at its budget.
         let pattern = format!("{}a{}", "(".repeat(200), ")".repeat(200));
-        let r = Regex
+        let r = Regex::default()
             .regex_match(pattern, "a".repeat(100_000), false, false, 10_000)
             .unwrap();
         assert!(r.truncated);
         assert!(serde_json::to_string(&r).unwrap().len() <= MAX_OUTPUT_BYTES);
-        let e = Regex
+        let e = Regex::default()
             .regex_match(
                 format!("{}(?s).+{}", "(".repeat(20), ")".repeat(20)),
                 "a".repeat(500_000),
@@ -1127,7 +1246,7 @@ mod tests {
             "0,".repeat(100_000) + "0",
             "]".repeat(120)
         );
-        let e = Json.json_format(deep, 8, false).unwrap_err();
+        let e = Json::default().json_format(deep, 8, false).unwrap_err();
         assert!(e.contains("over the"), "{e}");
     }
 
@@ -1135,26 +1254,32 @@ mod tests {
     fn json_format_keeps_order_or_sorts() {
         let src = r#"{"b":1,"a":{"d":[1,2],"c":null}}"#;
         assert_eq!(
-            Json.json_format(src.into(), 0, false).unwrap(),
+            Json::default().json_format(src.into(), 0, false).unwrap(),
             r#"{"b":1,"a":{"d":[1,2],"c":null}}"#
         );
         assert_eq!(
-            Json.json_format(src.into(), 0, true).unwrap(),
+            Json::default().json_format(src.into(), 0, true).unwrap(),
             r#"{"a":{"c":null,"d":[1,2]},"b":1}"#
         );
-        let pretty = Json.json_format(r#"{"a":[1]}"#.into(), 4, false).unwrap();
+        let pretty = Json::default()
+            .json_format(r#"{"a":[1]}"#.into(), 4, false)
+            .unwrap();
         assert_eq!(pretty, "{\n    \"a\": [\n        1\n    ]\n}");
-        let e = Json
+        let e = Json::default()
             .json_format(r#"{"a":1} x"#.into(), 2, false)
             .unwrap_err();
         assert!(e.contains("trailing"), "{e}");
-        assert!(Json.json_format("".into(), 2, true).is_err());
-        assert!(Json.json_format("[".repeat(100_000), 2, false).is_err());
+        assert!(Json::default().json_format("".into(), 2, true).is_err());
+        assert!(
+            Json::default()
+                .json_format("[".repeat(100_000), 2, false)
+                .is_err()
+        );
     }
 
     #[test]
     fn regex_match_offsets_and_groups() {
-        let r = Regex
+        let r = Regex::default()
             .regex_match(
                 r"(?<user>\w+)@(?<domain>[\w.]+)(!)?".into(),
                 "mail bob@example.com or amy@x.org".into(),
@@ -1175,16 +1300,16 @@ mod tests {
         );
         assert_eq!(m.groups[1].as_ref().unwrap().start, 9);
         assert!(m.groups[2].is_none());
-        let r = Regex
+        let r = Regex::default()
             .regex_match("a".into(), "aaaa".into(), false, false, 2)
             .unwrap();
         assert_eq!(r.count, 2);
         assert!(r.truncated);
-        let r = Regex
+        let r = Regex::default()
             .regex_match("^B".into(), "a\nb".into(), true, true, 10)
             .unwrap();
         assert_eq!(r.matches[0].start, 2);
-        let r = Regex
+        let r = Regex::default()
             .regex_match("z".into(), "abc".into(), false, false, 10)
             .unwrap();
         assert!(!r.is_match && !r.truncated);
@@ -1192,15 +1317,15 @@ mod tests {
 
     #[test]
     fn regex_rejects_bad_and_huge_patterns() {
-        let e = Regex
+        let e = Regex::default()
             .regex_match("(".into(), "x".into(), false, false, 10)
             .unwrap_err();
         assert!(e.contains("invalid regex"), "{e}");
-        let e = Regex
+        let e = Regex::default()
             .regex_match("a".repeat(10_001), "x".into(), false, false, 10)
             .unwrap_err();
         assert!(e.contains("too long"), "{e}");
-        let e = Regex
+        let e = Regex::default()
             .regex_match(r"\w{1000}{1000}".into(), "x".into(), false, false, 10)
             .unwrap_err();
         assert!(e.contains("simplify") || e.contains("invalid"), "{e}");
@@ -1208,7 +1333,7 @@ mod tests {
 
     #[test]
     fn regex_replace_with_references() {
-        let r = Regex
+        let r = Regex::default()
             .regex_replace(
                 r"(\d{4})-(\d{2})-(\d{2})".into(),
                 "on 2026-11-29 and 2027-01-02".into(),
@@ -1221,12 +1346,12 @@ mod tests {
             .unwrap();
         assert_eq!(r.text, "on 29/11/2026 and 02/01/2027");
         assert_eq!(r.replacements, 2);
-        let r = Regex
+        let r = Regex::default()
             .regex_replace("a".into(), "aaa".into(), "$1".into(), 2, true, false, false)
             .unwrap();
         assert_eq!(r.text, "$1$1a");
         assert_eq!(r.replacements, 2);
-        let r = Regex
+        let r = Regex::default()
             .regex_replace(
                 r"(?<w>\w+)".into(),
                 "hi".into(),
