@@ -76,15 +76,12 @@ fn call_at(
     tool: &str,
     args: Value,
 ) -> HttpResponse {
-    let params = with_meta(json!({ "name": tool, "arguments": args }));
-    let auth = token.map(|t| format!("Bearer {t}"));
-    let mut headers = modern_headers("tools/call", Some(tool));
-    if let Some(a) = &auth {
-        headers.push(("Authorization", a.clone()));
-    }
-    let body = request(1, "tools/call", params).to_string();
-    s.connect()
-        .post_to(path, &header_refs(&headers), body.as_bytes())
+    s.modern_at(
+        path,
+        token,
+        "tools/call",
+        json!({ "name": tool, "arguments": args }),
+    )
 }
 
 /// The server answers `/healthz` and a normal call from another caller.

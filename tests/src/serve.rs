@@ -454,6 +454,25 @@ impl HttpServer {
         self.post(&header_refs(&headers), &request(id, method, params))
     }
 
+    /// A 2026-07-28 request to `path` (`/mcp` or `/mcp/agents/NAME`) with the headers it needs and,
+    /// when given, `Authorization: Bearer <token>`, on a fresh connection.
+    pub fn modern_at(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> HttpResponse {
+        let params = with_meta(params);
+        let mut headers = modern_headers(method, params.get("name").and_then(Value::as_str));
+        if let Some(t) = token {
+            headers.push(("Authorization", format!("Bearer {t}")));
+        }
+        let body = request(1, method, params).to_string();
+        self.connect()
+            .post_to(path, &header_refs(&headers), body.as_bytes())
+    }
+
     /// Open a new legacy session's GET event stream: the connection, past the response head.
     pub fn open_legacy_get_stream(&self, version: &str) -> (HttpConn, Head) {
         let (_, session) = self.initialize(version);
