@@ -18,7 +18,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use hyper::body::Incoming as IncomingBody;
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -28,7 +27,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
 
 pub use body::{Body, CancelOnDrop};
-use body::{Sse, empty, error_response, json_response, sse_response};
+use body::{empty, error_response, json_response, sse_channel, sse_response};
 use guard::{bearer, check_origin, denied, header};
 use post::SESSION_HEADER;
 
@@ -294,8 +293,7 @@ fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
     // when the task does (client gone, session's stream replaced, server stopping).
     let (relay, mut rx) = mpsc::unbounded_channel::<Value>();
     session.attach_stream(Arc::new(Relay(relay)));
-    let (out, body) = mpsc::unbounded_channel::<Bytes>();
-    let out = Sse(out);
+    let (out, body) = sse_channel();
     out.comment(": stream open");
     let shutdown = state.shutdown.clone();
     let keepalive = state.options.keepalive;

@@ -15,12 +15,12 @@ use tokio::sync::mpsc;
 
 use super::State;
 use super::body::{
-    Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_frame, sse_response,
+    Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_channel, sse_response,
 };
 use super::guard::{bearer, denied, header, unauthorized};
 use crate::exec::CancelFlag;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
-use crate::protocol::session::{LegacySession, new_session_id};
+use crate::protocol::session::{LegacySession, Outbound as _, new_session_id};
 use crate::protocol::{HttpHeaders, Reply, decode_header_value};
 use crate::transport::core::{Batched, Origin, Routed};
 
@@ -238,26 +238,26 @@ async fn request(
     };
     // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
     guard.disarm();
-    let (out, body) = mpsc::unbounded_channel::<Bytes>();
-    let _ = out.send(sse_frame(&first_notification));
+    let (out, body) = sse_channel();
+    out.send(&first_notification);
     tokio::spawn(async move {
         let reply = loop {
             tokio::select! {
                 biased;
                 n = rx.recv() => match n {
-                    Some(n) => { let _ = out.send(sse_frame(&n)); }
+                    Some(n) => { out.send(&n); }
                     None => break (&mut reply_rx).await,
                 },
                 reply = &mut reply_rx => {
                     while let Ok(n) = rx.try_recv() {
-                        let _ = out.send(sse_frame(&n));
+                        out.send(&n);
                     }
                     break reply;
                 }
             }
         };
         if let Ok(reply) = reply {
-            stream_reply(&state, reply, Sse(out)).await;
+            stream_reply(&state, reply, out).await;
         }
     });
     sse_response(body, Some(cancel))
@@ -267,7 +267,7 @@ async fn request(
 async fn stream_reply(state: &State, reply: Reply, out: Sse) {
     match reply {
         Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
-            let _ = out.0.send(sse_frame(&body));
+            out.send_waiting(&body).await;
         }
         Reply::Listen { id, accepted } => {
             let keepalive = Some(state.options.keepalive);
@@ -320,11 +320,11 @@ fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
             resp
         }
         Reply::Listen { id, accepted } => {
-            let (out, body) = mpsc::unbounded_channel::<Bytes>();
+            let (out, body) = sse_channel();
             let state = Arc::clone(state);
-            tokio::spawn(async move {
-                stream_reply(&state, Reply::Listen { id, accepted }, Sse(out)).await
-            });
+            tokio::spawn(
+                async move { stream_reply(&state, Reply::Listen { id, accepted }, out).await },
+            );
             sse_response(body, None)
         }
     }
