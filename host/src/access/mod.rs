@@ -54,6 +54,26 @@ impl Identity {
     }
 }
 
+/// `name` as a URL path segment: bytes a segment may hold stay (so a name taken from a request path
+/// comes back as it was sent), anything else (quotes, spaces, controls, non-ASCII) is
+/// percent-encoded, so the URL is safe inside a quoted header parameter too.
+fn path_segment(name: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@%".contains(&b);
+    if name.bytes().all(keep) {
+        return name.into();
+    }
+    name.bytes()
+        .map(|b| {
+            if keep(b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// Why a request is refused before it reaches the protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
@@ -188,7 +208,11 @@ impl Access {
     /// `<auth.resource>/agents/{name}` for an agent's.
     pub fn resource_of(&self, agent: Option<&str>) -> String {
         match agent {
-            Some(name) => format!("{}/agents/{name}", self.resource.trim_end_matches('/')),
+            Some(name) => format!(
+                "{}/agents/{}",
+                self.resource.trim_end_matches('/'),
+                path_segment(name)
+            ),
             None => self.resource.clone(),
         }
     }
@@ -230,5 +254,34 @@ impl Access {
             ));
         }
         value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_resources_are_urls_safe_in_a_quoted_header_parameter() {
+        let mut config = crate::config::Config::default();
+        config.auth.resource = Some("https://mcp.example/mcp".into());
+        let access = Access::from_config(&config).unwrap();
+        assert_eq!(
+            access.resource_of(Some("research")),
+            "https://mcp.example/mcp/agents/research"
+        );
+        assert_eq!(
+            access.resource_of(Some("a%20b")),
+            "https://mcp.example/mcp/agents/a%20b"
+        );
+        let hostile = access.challenge(Some("x\", error=\"evil é"), None, "");
+        assert!(
+            hostile.ends_with("/mcp/agents/x%22,%20error=%22evil%20%C3%A9\""),
+            "{hostile}"
+        );
+        assert_eq!(
+            access.metadata_url(Some("research")),
+            "https://mcp.example/.well-known/oauth-protected-resource/mcp/agents/research"
+        );
     }
 }
