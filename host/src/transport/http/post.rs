@@ -32,7 +32,9 @@ async fn read_body(
     state: &State,
     req: Request<IncomingBody>,
 ) -> Result<(hyper::http::request::Parts, Bytes), Response<Body>> {
-    let max = state.core.protocol().host().config().http.max_body_bytes;
+    // Read at each request: a reload of these settings applies at once.
+    let http = &state.core.protocol().host().config().http;
+    let (max, body_secs) = (http.max_body_bytes, http.body_read_timeout_secs);
     let too_large = || {
         error_response(
             &Value::Null,
@@ -58,8 +60,7 @@ async fn read_body(
         ));
     }
     let (parts, body) = req.into_parts();
-    let settings = &state.options.settings;
-    let deadline = std::time::Duration::from_secs(settings.body_read_timeout_secs.max(1));
+    let deadline = std::time::Duration::from_secs(body_secs.max(1));
     let read = tokio::time::timeout(deadline, http_body_util::Limited::new(body, max).collect());
     let Ok(read) = read.await else {
         return Err(error_response(
