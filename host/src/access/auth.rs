@@ -133,6 +133,60 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// The HS256 key, when a secret is configured; a secret shorter than [`MIN_HS256_SECRET_BYTES`]
+/// is refused.
+fn hs256_key(secret: Option<&str>) -> Result<Option<DecodingKey>, AuthSetupError> {
+    let Some(secret) = secret.filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    if secret.len() < MIN_HS256_SECRET_BYTES {
+        return Err(AuthSetupError::Key {
+            what: "auth.jwt.hs256_secret".into(),
+            reason: format!(
+                "{} bytes is too short to resist guessing; use at least {MIN_HS256_SECRET_BYTES} \
+                 random bytes (e.g. `openssl rand -base64 32`)",
+                secret.len()
+            ),
+        });
+    }
+    Ok(Some(DecodingKey::from_secret(secret.as_bytes())))
+}
+
+/// The personal secrets of the configuration, checked: a hash of 64 hex digits, a user id without
+/// surrounding whitespace, an RFC 3339 expiry.
+fn read_secrets(entries: &[crate::config::SecretEntry]) -> Result<Vec<Secret>, AuthSetupError> {
+    let mut secrets = Vec::new();
+    for (i, s) in entries.iter().enumerate() {
+        if !valid_user_id(&s.user) {
+            return Err(AuthSetupError::Key {
+                what: format!("auth.secrets[{i}].user"),
+                reason: format!(
+                    "{:?} is empty or has leading or trailing whitespace",
+                    s.user
+                ),
+            });
+        }
+        let hash = unhex(&s.sha256).ok_or_else(|| AuthSetupError::Key {
+            what: format!("auth.secrets[{i}]"),
+            reason: "sha256 must be 64 hex digits".into(),
+        })?;
+        let expires = match &s.expires {
+            Some(t) => Some(parse_time(t).ok_or_else(|| AuthSetupError::Key {
+                what: format!("auth.secrets[{i}].expires"),
+                reason: format!("{t:?} is not an RFC 3339 time"),
+            })?),
+            None => None,
+        };
+        secrets.push(Secret {
+            hash,
+            user: s.user.clone(),
+            agent: s.agent.clone(),
+            expires,
+        });
+    }
+    Ok(secrets)
+}
+
 impl Authenticator {
     /// Build from the `auth` settings; `audience` is this server's resource URI; key paths resolve
     /// against `base_dir`.
@@ -169,53 +223,10 @@ impl Authenticator {
             })?),
             None => None,
         };
-        if let Some(secret) = jwt.hs256_secret.as_ref().filter(|s| !s.is_empty())
-            && secret.len() < MIN_HS256_SECRET_BYTES
-        {
-            return Err(AuthSetupError::Key {
-                what: "auth.jwt.hs256_secret".into(),
-                reason: format!(
-                    "{} bytes is too short to resist guessing; use at least {MIN_HS256_SECRET_BYTES} \
-                     random bytes (e.g. `openssl rand -base64 32`)",
-                    secret.len()
-                ),
-            });
-        }
-        let mut secrets = Vec::new();
-        for (i, s) in settings.secrets.iter().enumerate() {
-            if !valid_user_id(&s.user) {
-                return Err(AuthSetupError::Key {
-                    what: format!("auth.secrets[{i}].user"),
-                    reason: format!(
-                        "{:?} is empty or has leading or trailing whitespace",
-                        s.user
-                    ),
-                });
-            }
-            let hash = unhex(&s.sha256).ok_or_else(|| AuthSetupError::Key {
-                what: format!("auth.secrets[{i}]"),
-                reason: "sha256 must be 64 hex digits".into(),
-            })?;
-            let expires = match &s.expires {
-                Some(t) => Some(parse_time(t).ok_or_else(|| AuthSetupError::Key {
-                    what: format!("auth.secrets[{i}].expires"),
-                    reason: format!("{t:?} is not an RFC 3339 time"),
-                })?),
-                None => None,
-            };
-            secrets.push(Secret {
-                hash,
-                user: s.user.clone(),
-                agent: s.agent.clone(),
-                expires,
-            });
-        }
+        let hs256 = hs256_key(jwt.hs256_secret.as_deref())?;
+        let secrets = read_secrets(&settings.secrets)?;
         Ok(Authenticator {
-            hs256: jwt
-                .hs256_secret
-                .as_ref()
-                .filter(|s| !s.is_empty())
-                .map(|s| DecodingKey::from_secret(s.as_bytes())),
+            hs256,
             public_keys,
             jwks,
             issuer: jwt.issuer.clone(),
@@ -259,6 +270,26 @@ impl Authenticator {
         })
     }
 
+    /// What a JWT signed with `alg` must satisfy: its signature, `exp`/`nbf` within the leeway, the
+    /// audience (this server's, or `also_audience`), and the issuer when one is configured (then
+    /// `iss` is required, not waved through when absent).
+    fn validation(&self, alg: Algorithm, also_audience: Option<&str>) -> Validation {
+        let mut validation = Validation::new(alg);
+        match also_audience {
+            Some(other) => validation.set_audience(&[self.audience.as_str(), other]),
+            None => validation.set_audience(&[&self.audience]),
+        }
+        validation.validate_nbf = true;
+        validation.leeway = self.leeway;
+        if let Some(iss) = &self.issuer {
+            validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
+            validation.set_issuer(&[iss]);
+        } else {
+            validation.set_required_spec_claims(&["exp", "sub", "aud"]);
+        }
+        validation
+    }
+
     fn verify_jwt(&self, token: &str, also_audience: Option<&str>) -> Result<Verified, AuthError> {
         let header = decode_header(token).map_err(|_| AuthError::Invalid)?;
         let keys: Vec<DecodingKey> = match header.alg {
@@ -288,20 +319,7 @@ impl Authenticator {
                 header.alg
             )));
         }
-        let mut validation = Validation::new(header.alg);
-        match also_audience {
-            Some(other) => validation.set_audience(&[self.audience.as_str(), other]),
-            None => validation.set_audience(&[&self.audience]),
-        }
-        validation.validate_nbf = true;
-        validation.leeway = self.leeway;
-        if let Some(iss) = &self.issuer {
-            // Configured: a token without `iss` is refused, not waved through.
-            validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
-            validation.set_issuer(&[iss]);
-        } else {
-            validation.set_required_spec_claims(&["exp", "sub", "aud"]);
-        }
+        let validation = self.validation(header.alg, also_audience);
         let mut last = AuthError::Invalid;
         for key in &keys {
             match decode::<Value>(token, key, &validation) {

@@ -13,7 +13,7 @@ use arc_swap::ArcSwap;
 use mcp_plugin_sdk::UserInfo;
 use mcp_plugin_sdk::wire::CallerNeed;
 use serde_json::{Value, json};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, Quotas};
@@ -140,47 +140,24 @@ impl Executor {
         }
 
         let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
-        let work = {
-            let tool = Arc::clone(&tool);
-            let call = Arc::clone(&call);
-            let (global, pool) = (Arc::clone(&self.global), &self.pool);
-            async move {
-                // The plugin's permit first: a call queued behind a busy plugin holds no global
-                // slot, so other plugins keep running. Waiting ends when the client goes.
-                let local = Arc::clone(&tool.slot.limiter);
-                let cancel = call.cancel.clone();
-                let left_queue = || {
-                    tracing::info!(tool = %tool.name, "call cancelled while queued; it never starts");
-                    Ok(None)
-                };
-                let local = match Arc::clone(&local).try_acquire_owned() {
-                    Ok(p) => Ok(p),
-                    Err(_) => {
-                        tracing::debug!(tool = %tool.name, "call queued: its plugin is at its concurrency limit");
-                        tokio::select! {
-                            p = local.acquire_owned() => p,
-                            () = cancel.cancelled() => return left_queue(),
-                        }
-                    }
-                };
-                let global = tokio::select! {
-                    p = global.acquire_owned() => p,
-                    () = cancel.cancelled() => return left_queue(),
-                };
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                pool.submit(move || {
-                    // Permits (and the caller's slot) are released only when the plugin function
-                    // has returned.
-                    let permits = (global, local, quota);
-                    // A call whose client went away while it waited for a thread never starts.
-                    let result = (!call.cancel.is_cancelled())
-                        .then(|| run(&tool, &args_text, &call, max_result));
-                    // Free the slots before answering: a client that got its answer may call again.
-                    drop(permits);
-                    let _ = tx.send(result);
-                });
-                rx.await
-            }
+        let work = async {
+            let Some((local, global)) = self.slots(&tool, &call.cancel).await else {
+                return Ok(None);
+            };
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (tool, call) = (Arc::clone(&tool), Arc::clone(&call));
+            self.pool.submit(move || {
+                // Permits (and the caller's slot) are released only when the plugin function
+                // has returned.
+                let permits = (global, local, quota);
+                // A call whose client went away while it waited for a thread never starts.
+                let result = (!call.cancel.is_cancelled())
+                    .then(|| run(&tool, &args_text, &call, max_result));
+                // Free the slots before answering: a client that got its answer may call again.
+                drop(permits);
+                let _ = tx.send(result);
+            });
+            rx.await
         };
         let outcome = tokio::time::timeout(tool.timeout, work).await;
         guard.0 = None;
@@ -198,6 +175,36 @@ impl Executor {
                 error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
             }
         })
+    }
+
+    /// The plugin's slot, then a global one: a call queued behind a busy plugin holds no global
+    /// slot, so other plugins keep running. `None` when `cancel` is set while waiting (the client
+    /// went away): the call never starts.
+    async fn slots(
+        &self,
+        tool: &Tool,
+        cancel: &CancelFlag,
+    ) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+        let left_queue = || {
+            tracing::info!(tool = %tool.name, "call cancelled while queued; it never starts");
+            None
+        };
+        let limiter = &tool.slot.limiter;
+        let local = match Arc::clone(limiter).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                tracing::debug!(tool = %tool.name, "call queued: its plugin is at its concurrency limit");
+                tokio::select! {
+                    p = Arc::clone(limiter).acquire_owned() => p.ok()?,
+                    () = cancel.cancelled() => return left_queue(),
+                }
+            }
+        };
+        let global = tokio::select! {
+            p = Arc::clone(&self.global).acquire_owned() => p.ok()?,
+            () = cancel.cancelled() => return left_queue(),
+        };
+        Some((local, global))
     }
 
     /// A tool calling tool `name` with JSON `args`, on the calling thread, on behalf of `parent`

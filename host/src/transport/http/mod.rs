@@ -138,25 +138,7 @@ pub async fn serve(
                 continue;
             }
         };
-        let _ = stream.set_nodelay(true);
-        let state = Arc::clone(&state);
-        let peer = peer.ip();
-        let service = hyper::service::service_fn(move |req| {
-            let state = Arc::clone(&state);
-            async move { Ok::<_, Infallible>(handle(state, req, peer).await) }
-        });
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(TokioTimer::new())
-            .header_read_timeout(header_timeout)
-            .keep_alive(true)
-            .serve_connection(TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!("connection ended: {e}");
-            }
-            drop(permit);
-        });
+        serve_connection(&state, &graceful, stream, peer.ip(), permit, header_timeout);
     }
     drop(listener);
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
@@ -174,6 +156,36 @@ pub async fn serve(
     sweeper.abort();
     notifier.abort();
     Ok(())
+}
+
+/// Serve one accepted connection on its own task (hyper's HTTP/1 with the header-read timer),
+/// holding its connection slot until it closes.
+fn serve_connection(
+    state: &Arc<State>,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+    stream: tokio::net::TcpStream,
+    peer: std::net::IpAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    header_timeout: Duration,
+) {
+    let _ = stream.set_nodelay(true);
+    let state = Arc::clone(state);
+    let service = hyper::service::service_fn(move |req| {
+        let state = Arc::clone(&state);
+        async move { Ok::<_, Infallible>(handle(state, req, peer).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    let conn = graceful.watch(conn);
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("connection ended: {e}");
+        }
+        drop(permit);
+    });
 }
 
 /// Pauses after failed `accept`s in a row: 10 ms doubling up to 1 s.
