@@ -130,7 +130,7 @@ impl Host {
             access: ArcSwap::from_pointee(access),
             reload_lock: Mutex::new(()),
             loader,
-            exec: Executor::new(config.limits.max_concurrent_calls),
+            exec: Executor::new(&config.limits),
             changes: tokio::sync::broadcast::channel(16).0,
             generation: AtomicU64::new(0),
             registry: ArcSwap::from_pointee(Registry::default()),
@@ -230,6 +230,7 @@ impl Host {
                     );
                 }
                 let changed = *old != config;
+                self.inner.exec.set_limits(&config.limits);
                 self.inner.access.store(Arc::new(access));
                 self.inner.config.store(Arc::new(config));
                 changed

@@ -275,14 +275,7 @@ fn rpc_at(
     method: &str,
     params: Value,
 ) -> HttpResponse {
-    let params = with_meta(params);
-    let mut headers = modern_headers(method, params.get("name").and_then(Value::as_str));
-    if let Some(t) = token {
-        headers.push(("Authorization", format!("Bearer {t}")));
-    }
-    let body = request(1, method, params).to_string();
-    s.connect()
-        .post_to(path, &header_refs(&headers), body.as_bytes())
+    s.modern_at(path, token, method, params)
 }
 
 fn call_at(

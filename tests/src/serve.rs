@@ -241,6 +241,13 @@ impl StdioServer {
         stdin.flush().unwrap();
     }
 
+    /// Write raw bytes as they are (no newline), e.g. one piece of a message too large to hold.
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin is closed");
+        stdin.write_all(bytes).unwrap();
+        stdin.flush().unwrap();
+    }
+
     /// Write one message.
     pub fn send(&mut self, message: &Value) {
         self.send_raw(&message.to_string());
@@ -445,6 +452,25 @@ impl HttpServer {
         let params = with_meta(params);
         let headers = modern_headers(method, params.get("name").and_then(Value::as_str));
         self.post(&header_refs(&headers), &request(id, method, params))
+    }
+
+    /// A 2026-07-28 request to `path` (`/mcp` or `/mcp/agents/NAME`) with the headers it needs and,
+    /// when given, `Authorization: Bearer <token>`, on a fresh connection.
+    pub fn modern_at(
+        &self,
+        path: &str,
+        token: Option<&str>,
+        method: &str,
+        params: Value,
+    ) -> HttpResponse {
+        let params = with_meta(params);
+        let mut headers = modern_headers(method, params.get("name").and_then(Value::as_str));
+        if let Some(t) = token {
+            headers.push(("Authorization", format!("Bearer {t}")));
+        }
+        let body = request(1, method, params).to_string();
+        self.connect()
+            .post_to(path, &header_refs(&headers), body.as_bytes())
     }
 
     /// Open a new legacy session's GET event stream: the connection, past the response head.

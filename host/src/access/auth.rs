@@ -15,6 +15,14 @@ use crate::config::AuthSettings;
 
 /// The prefix of personal MCP secrets.
 pub const SECRET_PREFIX: &str = "mcp_";
+/// The shortest HS256 secret accepted, in bytes (RFC 7518 §3.2: a key as long as the hash).
+pub const MIN_HS256_SECRET_BYTES: usize = 32;
+
+/// Whether a user id is usable as given: not empty, and without leading or trailing whitespace
+/// (which would make `"demo "` a different caller that some code might read as `demo`).
+pub fn valid_user_id(id: &str) -> bool {
+    !id.is_empty() && id.trim() == id
+}
 
 /// A verified caller.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,6 +133,60 @@ fn unhex(s: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
+/// The HS256 key, when a secret is configured; a secret shorter than [`MIN_HS256_SECRET_BYTES`]
+/// is refused.
+fn hs256_key(secret: Option<&str>) -> Result<Option<DecodingKey>, AuthSetupError> {
+    let Some(secret) = secret.filter(|s| !s.is_empty()) else {
+        return Ok(None);
+    };
+    if secret.len() < MIN_HS256_SECRET_BYTES {
+        return Err(AuthSetupError::Key {
+            what: "auth.jwt.hs256_secret".into(),
+            reason: format!(
+                "{} bytes is too short to resist guessing; use at least {MIN_HS256_SECRET_BYTES} \
+                 random bytes (e.g. `openssl rand -base64 32`)",
+                secret.len()
+            ),
+        });
+    }
+    Ok(Some(DecodingKey::from_secret(secret.as_bytes())))
+}
+
+/// The personal secrets of the configuration, checked: a hash of 64 hex digits, a user id without
+/// surrounding whitespace, an RFC 3339 expiry.
+fn read_secrets(entries: &[crate::config::SecretEntry]) -> Result<Vec<Secret>, AuthSetupError> {
+    let mut secrets = Vec::new();
+    for (i, s) in entries.iter().enumerate() {
+        if !valid_user_id(&s.user) {
+            return Err(AuthSetupError::Key {
+                what: format!("auth.secrets[{i}].user"),
+                reason: format!(
+                    "{:?} is empty or has leading or trailing whitespace",
+                    s.user
+                ),
+            });
+        }
+        let hash = unhex(&s.sha256).ok_or_else(|| AuthSetupError::Key {
+            what: format!("auth.secrets[{i}]"),
+            reason: "sha256 must be 64 hex digits".into(),
+        })?;
+        let expires = match &s.expires {
+            Some(t) => Some(parse_time(t).ok_or_else(|| AuthSetupError::Key {
+                what: format!("auth.secrets[{i}].expires"),
+                reason: format!("{t:?} is not an RFC 3339 time"),
+            })?),
+            None => None,
+        };
+        secrets.push(Secret {
+            hash,
+            user: s.user.clone(),
+            agent: s.agent.clone(),
+            expires,
+        });
+    }
+    Ok(secrets)
+}
+
 impl Authenticator {
     /// Build from the `auth` settings; `audience` is this server's resource URI; key paths resolve
     /// against `base_dir`.
@@ -161,32 +223,10 @@ impl Authenticator {
             })?),
             None => None,
         };
-        let mut secrets = Vec::new();
-        for (i, s) in settings.secrets.iter().enumerate() {
-            let hash = unhex(&s.sha256).ok_or_else(|| AuthSetupError::Key {
-                what: format!("auth.secrets[{i}]"),
-                reason: "sha256 must be 64 hex digits".into(),
-            })?;
-            let expires = match &s.expires {
-                Some(t) => Some(parse_time(t).ok_or_else(|| AuthSetupError::Key {
-                    what: format!("auth.secrets[{i}].expires"),
-                    reason: format!("{t:?} is not an RFC 3339 time"),
-                })?),
-                None => None,
-            };
-            secrets.push(Secret {
-                hash,
-                user: s.user.clone(),
-                agent: s.agent.clone(),
-                expires,
-            });
-        }
+        let hs256 = hs256_key(jwt.hs256_secret.as_deref())?;
+        let secrets = read_secrets(&settings.secrets)?;
         Ok(Authenticator {
-            hs256: jwt
-                .hs256_secret
-                .as_ref()
-                .filter(|s| !s.is_empty())
-                .map(|s| DecodingKey::from_secret(s.as_bytes())),
+            hs256,
             public_keys,
             jwks,
             issuer: jwt.issuer.clone(),
@@ -202,12 +242,13 @@ impl Authenticator {
         &self.audience
     }
 
-    /// Verify a bearer token.
-    pub fn verify(&self, token: &str) -> Result<Verified, AuthError> {
+    /// Verify a bearer token. A JWT's audience must be this server's resource URI, or
+    /// `also_audience` when given (an agent endpoint's own resource URI).
+    pub fn verify(&self, token: &str, also_audience: Option<&str>) -> Result<Verified, AuthError> {
         if token.starts_with(SECRET_PREFIX) {
             return self.verify_secret(token);
         }
-        self.verify_jwt(token)
+        self.verify_jwt(token, also_audience)
     }
 
     fn verify_secret(&self, token: &str) -> Result<Verified, AuthError> {
@@ -229,7 +270,27 @@ impl Authenticator {
         })
     }
 
-    fn verify_jwt(&self, token: &str) -> Result<Verified, AuthError> {
+    /// What a JWT signed with `alg` must satisfy: its signature, `exp`/`nbf` within the leeway, the
+    /// audience (this server's, or `also_audience`), and the issuer when one is configured (then
+    /// `iss` is required, not waved through when absent).
+    fn validation(&self, alg: Algorithm, also_audience: Option<&str>) -> Validation {
+        let mut validation = Validation::new(alg);
+        match also_audience {
+            Some(other) => validation.set_audience(&[self.audience.as_str(), other]),
+            None => validation.set_audience(&[&self.audience]),
+        }
+        validation.validate_nbf = true;
+        validation.leeway = self.leeway;
+        if let Some(iss) = &self.issuer {
+            validation.set_required_spec_claims(&["exp", "sub", "aud", "iss"]);
+            validation.set_issuer(&[iss]);
+        } else {
+            validation.set_required_spec_claims(&["exp", "sub", "aud"]);
+        }
+        validation
+    }
+
+    fn verify_jwt(&self, token: &str, also_audience: Option<&str>) -> Result<Verified, AuthError> {
         let header = decode_header(token).map_err(|_| AuthError::Invalid)?;
         let keys: Vec<DecodingKey> = match header.alg {
             Algorithm::HS256 => self.hs256.iter().cloned().collect(),
@@ -237,7 +298,9 @@ impl Authenticator {
                 let mut keys = self.public_keys.clone();
                 if let Some(jwks) = &self.jwks {
                     let matching = jwks.keys.iter().filter(|k| {
-                        header.kid.is_none() || k.common.key_id.as_deref() == header.kid.as_deref()
+                        (header.kid.is_none()
+                            || k.common.key_id.as_deref() == header.kid.as_deref())
+                            && jwk_signs_with(k, header.alg)
                     });
                     keys.extend(matching.filter_map(|k| DecodingKey::from_jwk(k).ok()));
                 }
@@ -256,14 +319,7 @@ impl Authenticator {
                 header.alg
             )));
         }
-        let mut validation = Validation::new(header.alg);
-        validation.set_audience(&[&self.audience]);
-        validation.validate_nbf = true;
-        validation.leeway = self.leeway;
-        validation.set_required_spec_claims(&["exp", "sub", "aud"]);
-        if let Some(iss) = &self.issuer {
-            validation.set_issuer(&[iss]);
-        }
+        let validation = self.validation(header.alg, also_audience);
         let mut last = AuthError::Invalid;
         for key in &keys {
             match decode::<Value>(token, key, &validation) {
@@ -275,6 +331,11 @@ impl Authenticator {
                         .filter(|s| !s.is_empty())
                         .ok_or_else(|| AuthError::Rejected("no `sub` claim".into()))?
                         .to_owned();
+                    if !valid_user_id(&user_id) {
+                        return Err(AuthError::Rejected(
+                            "the `sub` claim has leading or trailing whitespace".into(),
+                        ));
+                    }
                     let agent = match claims.get(&self.agent_claim) {
                         None | Some(Value::Null) => None,
                         Some(Value::String(a)) => Some(a.clone()),
@@ -312,6 +373,24 @@ impl Authenticator {
     }
 }
 
+/// Whether a JWKS key may verify a signature made with `alg`: its `use` (when given) is `sig`, and
+/// its `alg` (when given) is the token's (RFC 7517 §4.2, §4.4).
+fn jwk_signs_with(key: &jsonwebtoken::jwk::Jwk, alg: Algorithm) -> bool {
+    use jsonwebtoken::jwk::{KeyAlgorithm, PublicKeyUse};
+    let usable = key
+        .common
+        .public_key_use
+        .as_ref()
+        .is_none_or(|u| *u == PublicKeyUse::Signature);
+    let same_alg = match key.common.key_algorithm {
+        None => true,
+        Some(KeyAlgorithm::RS256) => alg == Algorithm::RS256,
+        Some(KeyAlgorithm::ES256) => alg == Algorithm::ES256,
+        Some(_) => false,
+    };
+    usable && same_alg
+}
+
 /// A fresh personal MCP secret (`mcp_` + 256 random bits, base64url).
 pub fn new_secret() -> Result<String, getrandom::Error> {
     use base64::Engine as _;
@@ -346,9 +425,11 @@ mod tests {
     use jsonwebtoken::{EncodingKey, Header, encode};
     use serde_json::json;
 
+    const TEST_SECRET: &str = "unit-test-hs256-secret-of-40-bytes-xxxxx";
+
     fn auth(secret_hash: &str, expires: Option<&str>) -> Authenticator {
         let mut s = AuthSettings::default();
-        s.jwt.hs256_secret = Some("test-secret".into());
+        s.jwt.hs256_secret = Some(TEST_SECRET.into());
         s.secrets.push(SecretEntry {
             sha256: secret_hash.into(),
             user: "carol".into(),
@@ -362,7 +443,7 @@ mod tests {
         encode(
             &Header::new(Algorithm::HS256),
             &claims,
-            &EncodingKey::from_secret(b"test-secret"),
+            &EncodingKey::from_secret(TEST_SECRET.as_bytes()),
         )
         .unwrap()
     }
@@ -375,7 +456,7 @@ mod tests {
             json!({"sub": "alice", "aud": "http://127.0.0.1/mcp", "exp": exp, "agent": "research"}),
         );
         assert_eq!(
-            a.verify(&ok).unwrap(),
+            a.verify(&ok, None).unwrap(),
             Verified {
                 user_id: "alice".into(),
                 agent: Some("research".into())
@@ -383,9 +464,9 @@ mod tests {
         );
         let expired =
             jwt(json!({"sub": "alice", "aud": "http://127.0.0.1/mcp", "exp": now() - 3600}));
-        assert_eq!(a.verify(&expired), Err(AuthError::Expired));
+        assert_eq!(a.verify(&expired, None), Err(AuthError::Expired));
         let other = jwt(json!({"sub": "alice", "aud": "https://elsewhere/mcp", "exp": exp}));
-        assert_eq!(a.verify(&other), Err(AuthError::WrongAudience));
+        assert_eq!(a.verify(&other, None), Err(AuthError::WrongAudience));
         // Forge the payload (another `sub`) and keep the original signature.
         use base64::Engine as _;
         let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -397,18 +478,84 @@ mod tests {
             b64.encode(forged.to_string()),
             parts[2]
         );
-        assert!(a.verify(&tampered).is_err());
-        assert_eq!(a.verify("garbage"), Err(AuthError::Invalid));
+        assert!(a.verify(&tampered, None).is_err());
+        assert_eq!(a.verify("garbage", None), Err(AuthError::Invalid));
     }
 
     #[test]
     fn secrets_match_by_hash_and_expire() {
         let secret = new_secret().unwrap();
         let a = auth(&hash_secret(&secret), None);
-        assert_eq!(a.verify(&secret).unwrap().user_id, "carol");
-        assert_eq!(a.verify("mcp_wrong"), Err(AuthError::Invalid));
+        assert_eq!(a.verify(&secret, None).unwrap().user_id, "carol");
+        assert_eq!(a.verify("mcp_wrong", None), Err(AuthError::Invalid));
         let old = auth(&hash_secret(&secret), Some("2000-01-01T00:00:00Z"));
-        assert_eq!(old.verify(&secret), Err(AuthError::Expired));
+        assert_eq!(old.verify(&secret, None), Err(AuthError::Expired));
+    }
+
+    #[test]
+    fn a_configured_issuer_is_required_and_whitespace_in_sub_is_refused() {
+        let mut s = AuthSettings::default();
+        s.jwt.hs256_secret = Some(TEST_SECRET.into());
+        s.jwt.issuer = Some("https://issuer.example".into());
+        let a = Authenticator::new(&s, "http://127.0.0.1/mcp".into(), Path::new(".")).unwrap();
+        let base = json!({"sub": "alice", "aud": "http://127.0.0.1/mcp", "exp": now() + 600});
+        assert!(
+            matches!(a.verify(&jwt(base.clone()), None), Err(AuthError::Rejected(m)) if m.contains("iss"))
+        );
+        let mut with_iss = base.clone();
+        with_iss["iss"] = json!("https://issuer.example");
+        assert_eq!(
+            a.verify(&jwt(with_iss.clone()), None).unwrap().user_id,
+            "alice"
+        );
+        with_iss["sub"] = json!("alice ");
+        assert!(a.verify(&jwt(with_iss), None).is_err());
+        // A second accepted audience (an agent endpoint's own resource).
+        let mut for_agent = base;
+        for_agent["iss"] = json!("https://issuer.example");
+        for_agent["aud"] = json!("http://127.0.0.1/mcp/agents/r");
+        assert_eq!(
+            a.verify(&jwt(for_agent.clone()), None),
+            Err(AuthError::WrongAudience)
+        );
+        assert!(
+            a.verify(&jwt(for_agent), Some("http://127.0.0.1/mcp/agents/r"))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn short_hs256_secrets_and_untrimmed_secret_users_are_refused_at_start() {
+        let mut s = AuthSettings::default();
+        s.jwt.hs256_secret = Some("short".into());
+        let err = Authenticator::new(&s, "x".into(), Path::new(".")).unwrap_err();
+        assert!(err.to_string().contains("at least 32"), "{err}");
+        let mut s = AuthSettings::default();
+        s.secrets.push(SecretEntry {
+            sha256: hash_secret("mcp_x"),
+            user: " demo".into(),
+            agent: None,
+            expires: None,
+        });
+        assert!(Authenticator::new(&s, "x".into(), Path::new(".")).is_err());
+    }
+
+    #[test]
+    fn jwks_keys_are_used_only_for_their_use_and_algorithm() {
+        use jsonwebtoken::jwk::{Jwk, KeyAlgorithm, PublicKeyUse};
+        let mut key: Jwk = serde_json::from_value(json!({
+            "kty": "RSA", "n": "AQAB", "e": "AQAB"
+        }))
+        .unwrap();
+        assert!(jwk_signs_with(&key, Algorithm::RS256));
+        key.common.public_key_use = Some(PublicKeyUse::Encryption);
+        assert!(!jwk_signs_with(&key, Algorithm::RS256));
+        key.common.public_key_use = Some(PublicKeyUse::Signature);
+        key.common.key_algorithm = Some(KeyAlgorithm::ES256);
+        assert!(!jwk_signs_with(&key, Algorithm::RS256));
+        assert!(jwk_signs_with(&key, Algorithm::ES256));
+        key.common.key_algorithm = Some(KeyAlgorithm::RSA_OAEP);
+        assert!(!jwk_signs_with(&key, Algorithm::RS256));
     }
 
     #[test]

@@ -31,6 +31,49 @@ pub struct Identity {
     pub agent: Option<Arc<Agent>>,
 }
 
+impl Identity {
+    /// Whom the per-caller limits (calls in flight, rate, legacy sessions) count this request
+    /// against: the verified user, else the agent, else the remote address (an IPv6 address by its
+    /// /64, which one client usually owns whole), else everyone without one together.
+    pub fn caller_key(&self, peer: Option<std::net::IpAddr>) -> Arc<str> {
+        use std::net::IpAddr;
+        if let Some(caller) = &self.caller {
+            return format!("user:{}", caller.user_id).into();
+        }
+        if let Some(agent) = &self.agent {
+            return format!("agent:{}", agent.name).into();
+        }
+        match peer.map(|ip| ip.to_canonical()) {
+            Some(IpAddr::V6(v6)) => {
+                let s = v6.segments();
+                format!("addr:{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3]).into()
+            }
+            Some(ip) => format!("addr:{ip}").into(),
+            None => Arc::from("anonymous"),
+        }
+    }
+}
+
+/// `name` as a URL path segment: bytes a segment may hold stay (so a name taken from a request path
+/// comes back as it was sent), anything else (quotes, spaces, controls, non-ASCII) is
+/// percent-encoded, so the URL is safe inside a quoted header parameter too.
+fn path_segment(name: &str) -> std::borrow::Cow<'_, str> {
+    let keep = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@%".contains(&b);
+    if name.bytes().all(keep) {
+        return name.into();
+    }
+    name.bytes()
+        .map(|b| {
+            if keep(b) {
+                (b as char).to_string()
+            } else {
+                format!("%{b:02X}")
+            }
+        })
+        .collect::<String>()
+        .into()
+}
+
 /// Why a request is refused before it reaches the protocol.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Denied {
@@ -102,8 +145,11 @@ impl Access {
         bearer: Option<&str>,
         session_id: Option<&str>,
     ) -> Result<Identity, Denied> {
+        // A token minted for the agent's own resource (RFC 8707) is accepted at its endpoint, as
+        // is one for the server's endpoint.
+        let agent_resource = endpoint_agent.map(|name| self.resource_of(Some(name)));
         let verified = match (bearer, &self.auth) {
-            (Some(token), Some(auth)) => match auth.verify(token) {
+            (Some(token), Some(auth)) => match auth.verify(token, agent_resource.as_deref()) {
                 Ok(v) => Some(v),
                 Err(e) => {
                     tracing::info!("refused a bearer token: {e}");
@@ -158,31 +204,49 @@ impl Access {
         Ok(Identity { caller, agent })
     }
 
-    /// The RFC 9728 protected-resource metadata document.
-    pub fn metadata(&self) -> Value {
+    /// The resource URI of an endpoint: `auth.resource` for the MCP endpoint, and
+    /// `<auth.resource>/agents/{name}` for an agent's.
+    pub fn resource_of(&self, agent: Option<&str>) -> String {
+        match agent {
+            Some(name) => format!(
+                "{}/agents/{}",
+                self.resource.trim_end_matches('/'),
+                path_segment(name)
+            ),
+            None => self.resource.clone(),
+        }
+    }
+
+    /// The RFC 9728 protected-resource metadata document of the MCP endpoint, or of the agent
+    /// endpoint `/mcp/agents/{agent}` (whose `resource` is its own URL, as strict clients check).
+    pub fn metadata(&self, agent: Option<&str>) -> Value {
         serde_json::json!({
-            "resource": self.resource,
+            "resource": self.resource_of(agent),
             "authorization_servers": self.authorization_servers,
             "bearer_methods_supported": ["header"],
-            "resource_name": "mcp-host",
+            "resource_name": match agent {
+                Some(name) => format!("mcp-host agent {name}"),
+                None => "mcp-host".to_owned(),
+            },
         })
     }
 
-    /// Where the metadata is served: `<origin>/.well-known/oauth-protected-resource<path>`.
-    pub fn metadata_url(&self) -> String {
-        let (origin, path) = match self.resource.split_once("://") {
+    /// Where an endpoint's metadata is served: `<origin>/.well-known/oauth-protected-resource<path>`.
+    pub fn metadata_url(&self, agent: Option<&str>) -> String {
+        let resource = self.resource_of(agent);
+        let (origin, path) = match resource.split_once("://") {
             Some((scheme, rest)) => match rest.find('/') {
                 Some(i) => (format!("{scheme}://{}", &rest[..i]), &rest[i..]),
-                None => (self.resource.clone(), ""),
+                None => (resource.clone(), ""),
             },
-            None => (String::new(), self.resource.as_str()),
+            None => (String::new(), resource.as_str()),
         };
         format!("{origin}/.well-known/oauth-protected-resource{path}")
     }
 
-    /// The `WWW-Authenticate` value for a 401.
-    pub fn challenge(&self, error: Option<&str>, description: &str) -> String {
-        let mut value = format!("Bearer resource_metadata=\"{}\"", self.metadata_url());
+    /// The `WWW-Authenticate` value for a 401 at the MCP endpoint or at agent `agent`'s.
+    pub fn challenge(&self, agent: Option<&str>, error: Option<&str>, description: &str) -> String {
+        let mut value = format!("Bearer resource_metadata=\"{}\"", self.metadata_url(agent));
         if let Some(error) = error {
             let description = description.replace('"', "'");
             value.push_str(&format!(
@@ -190,5 +254,34 @@ impl Access {
             ));
         }
         value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn agent_resources_are_urls_safe_in_a_quoted_header_parameter() {
+        let mut config = crate::config::Config::default();
+        config.auth.resource = Some("https://mcp.example/mcp".into());
+        let access = Access::from_config(&config).unwrap();
+        assert_eq!(
+            access.resource_of(Some("research")),
+            "https://mcp.example/mcp/agents/research"
+        );
+        assert_eq!(
+            access.resource_of(Some("a%20b")),
+            "https://mcp.example/mcp/agents/a%20b"
+        );
+        let hostile = access.challenge(Some("x\", error=\"evil é"), None, "");
+        assert!(
+            hostile.ends_with("/mcp/agents/x%22,%20error=%22evil%20%C3%A9\""),
+            "{hostile}"
+        );
+        assert_eq!(
+            access.metadata_url(Some("research")),
+            "https://mcp.example/.well-known/oauth-protected-resource/mcp/agents/research"
+        );
     }
 }

@@ -105,6 +105,11 @@ pub(crate) fn call(
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<ExitCode> {
     let args: Value = serde_json::from_str(args).context("--args is not valid JSON")?;
+    if let Some(u) = user.as_deref()
+        && !mcp_host::access::auth::valid_user_id(u)
+    {
+        anyhow::bail!("--user {u:?}: a user id is taken exactly as given; remove the whitespace");
+    }
     let host = Host::start(config, crate::host_options())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -92,6 +92,14 @@ async fn serve_stdio(
         .clone()
         .or_else(|| std::env::var("USER").ok())
         .filter(|u| !u.is_empty());
+    if let Some(u) = &user
+        && !mcp_host::access::auth::valid_user_id(u)
+    {
+        anyhow::bail!(
+            "stdio_user {u:?} has leading or trailing whitespace: user ids are taken exactly as \
+             given, so fix the configuration (or $USER)"
+        );
+    }
     tracing::info!(
         "serving MCP on stdio (caller: {})",
         user.as_deref().unwrap_or("none")

@@ -37,15 +37,35 @@ struct Layer {
     agents: Option<BTreeMap<String, Value>>,
 }
 
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
+/// One `tool_dirs` entry: a path, or `{path, prefix}` whose keys are checked like every other
+/// key (an untagged enum would let `{path: x, prefx: y}` through as a plain path).
+#[derive(Debug)]
 enum ToolDirEntry {
     Path(PathBuf),
-    WithPrefix {
-        path: PathBuf,
-        #[serde(default)]
-        prefix: String,
-    },
+    WithPrefix(ToolDirWithPrefix),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolDirWithPrefix {
+    path: PathBuf,
+    #[serde(default)]
+    prefix: String,
+}
+
+impl<'de> Deserialize<'de> for ToolDirEntry {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use serde::de::Error as _;
+        match Value::deserialize(deserializer)? {
+            Value::String(path) => Ok(ToolDirEntry::Path(PathBuf::from(path))),
+            map @ Value::Object(_) => serde_json::from_value(map)
+                .map(ToolDirEntry::WithPrefix)
+                .map_err(D::Error::custom),
+            other => Err(D::Error::custom(format!(
+                "expected a path or {{path, prefix}}, got {other}"
+            ))),
+        }
+    }
 }
 
 /// Where a layer came from, for messages and relative paths.
@@ -408,7 +428,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
             .map(|d| {
                 let (path, prefix) = match d {
                     ToolDirEntry::Path(p) => (p, String::new()),
-                    ToolDirEntry::WithPrefix { path, prefix } => (path, prefix),
+                    ToolDirEntry::WithPrefix(ToolDirWithPrefix { path, prefix }) => (path, prefix),
                 };
                 ToolDir {
                     path: absolute(&origin.base_dir, &path),

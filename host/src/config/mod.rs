@@ -84,6 +84,39 @@ pub struct Limits {
     /// Plugin images loaded over the process's life (libraries are never unloaded, so each reload
     /// keeps its old image mapped); past this, reloads stop and the log asks for a restart.
     pub max_reloads: usize,
+    /// Largest tool result, in bytes of the plugin's result JSON; a larger result becomes an
+    /// `isError` result naming its size and the limit.
+    pub max_result_bytes: usize,
+    /// Most JSON values in one tool result (a parsed value takes 32 bytes or more, so a result of
+    /// many tiny values costs far more memory than its size); more become an `isError` result.
+    pub max_result_values: usize,
+    /// Most messages in one JSON-RPC batch (2025-03-26 sessions); a longer batch is refused whole.
+    pub max_batch_len: usize,
+    /// What one caller may have running, and how often it may call.
+    pub per_caller: PerCallerLimits,
+}
+
+/// Fair sharing between callers: a caller is the verified user, else the agent, else the remote
+/// address (stdio: the connection).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PerCallerLimits {
+    /// Tool calls one caller may have in flight (running or queued); more are refused (HTTP 429).
+    pub max_in_flight: usize,
+    /// Sustained tool calls per second one caller may start (`None`: no rate limit).
+    pub calls_per_sec: Option<f64>,
+    /// Calls a caller may start at once above the sustained rate (the bucket's size).
+    pub burst: u32,
+}
+
+impl Default for PerCallerLimits {
+    fn default() -> Self {
+        PerCallerLimits {
+            max_in_flight: 32,
+            calls_per_sec: None,
+            burst: 20,
+        }
+    }
 }
 
 impl Default for Limits {
@@ -94,6 +127,10 @@ impl Default for Limits {
             max_concurrent_calls_per_plugin: 16,
             max_call_depth: 8,
             max_reloads: 500,
+            max_result_bytes: 8 * 1024 * 1024,
+            max_result_values: 250_000,
+            max_batch_len: 64,
+            per_caller: PerCallerLimits::default(),
         }
     }
 }
@@ -114,6 +151,16 @@ pub struct HttpSettings {
     pub max_sessions: usize,
     /// Legacy sessions expire after this many idle seconds.
     pub session_idle_secs: u64,
+    /// Legacy sessions one caller (verified user, else agent, else remote address) keeps at most;
+    /// its own least recently used session makes room for a new one.
+    pub max_sessions_per_caller: usize,
+    /// Connections served at once; more wait in the listen backlog until one closes.
+    pub max_connections: usize,
+    /// Seconds a connection has to send a complete request head, counted from when it opened or
+    /// from its previous response (so it also closes idle keep-alive connections).
+    pub header_read_timeout_secs: u64,
+    /// Seconds a request has to send its whole body (408 after).
+    pub body_read_timeout_secs: u64,
 }
 
 impl Default for HttpSettings {
@@ -125,6 +172,10 @@ impl Default for HttpSettings {
             allowed_hosts: Vec::new(),
             max_sessions: 10_000,
             session_idle_secs: 30 * 60,
+            max_sessions_per_caller: 64,
+            max_connections: 1024,
+            header_read_timeout_secs: 10,
+            body_read_timeout_secs: 30,
         }
     }
 }
@@ -336,6 +387,18 @@ impl Config {
             "limits.max_concurrent_calls",
             self.limits.max_concurrent_calls != new.limits.max_concurrent_calls,
         );
+        check(
+            "http.max_sessions_per_caller",
+            self.http.max_sessions_per_caller != new.http.max_sessions_per_caller,
+        );
+        check(
+            "http.max_connections",
+            self.http.max_connections != new.http.max_connections,
+        );
+        check(
+            "http.header_read_timeout_secs",
+            self.http.header_read_timeout_secs != new.http.header_read_timeout_secs,
+        );
         changed
     }
 
@@ -396,6 +459,31 @@ mod tests {
             .to_string();
         assert!(err.contains("mcp-host.yaml"), "{err}");
         assert!(err.contains("limits.call_timeout"), "{err}");
+    }
+
+    #[test]
+    fn unknown_key_in_a_tool_dir_entry_is_an_error_naming_key_and_file() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let base = write(
+            tmp.path(),
+            "mcp-host.yaml",
+            "tool_dirs:\n  - a\n  - {path: x, prefx: y}\n",
+        );
+        let err = Config::load_with_env(Some(&base), &[])
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("mcp-host.yaml"), "{err}");
+        assert!(
+            err.contains("tool_dirs[1]") && err.contains("prefx"),
+            "{err}"
+        );
+        let ok = write(
+            tmp.path(),
+            "ok.yaml",
+            "tool_dirs: [a, {path: b, prefix: p_}]\n",
+        );
+        let c = Config::load_with_env(Some(&ok), &[]).expect("load");
+        assert_eq!(c.tool_dirs[1].prefix, "p_");
     }
 
     #[test]

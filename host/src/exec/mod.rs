@@ -1,11 +1,12 @@
 //! Execution: where and how tool calls run — [`call`] (the call path: validation, permits,
 //! timeout, result mapping, nested calls), [`state`] (one running call), [`pool`] (worker threads
-//! off the async reactor), [`cancel`] (cancellation shared with the caller), and the events a
-//! running call reports.
+//! off the async reactor), [`cancel`] (cancellation shared with the caller), [`quota`] (fair
+//! sharing between callers), and the events a running call reports.
 
 pub mod call;
 pub mod cancel;
 pub(crate) mod pool;
+pub mod quota;
 pub mod state;
 
 use std::sync::Arc;

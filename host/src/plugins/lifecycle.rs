@@ -49,39 +49,78 @@ pub struct RuntimeDirError {
     pub source: std::io::Error,
 }
 
-enum RuntimeDir {
-    Temp(tempfile::TempDir),
-    Fixed(PathBuf),
-}
+/// The private directory plugin copies are made in: always created fresh (mode 0700, a random
+/// name, never an existing directory) and removed at exit.
+struct RuntimeDir(tempfile::TempDir);
 
 impl RuntimeDir {
+    /// A fresh directory under `configured` (created 0700 when missing; when it exists it must be
+    /// ours: see [`check_parent`]), or under the system's temp directory.
     fn create(configured: Option<&Path>) -> Result<RuntimeDir, RuntimeDirError> {
-        match configured {
-            Some(dir) => {
-                let path = dir.join(format!("mcp-host-{}", std::process::id()));
-                std::fs::create_dir_all(&path).map_err(|source| RuntimeDirError {
-                    path: path.clone(),
-                    source,
-                })?;
-                Ok(RuntimeDir::Fixed(path))
-            }
-            None => tempfile::Builder::new()
-                .prefix("mcp-host-")
-                .tempdir()
-                .map(RuntimeDir::Temp)
-                .map_err(|source| RuntimeDirError {
-                    path: std::env::temp_dir(),
-                    source,
-                }),
+        let parent = configured.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        let error = |source| RuntimeDirError {
+            path: parent.clone(),
+            source,
+        };
+        if configured.is_some() && !parent.exists() {
+            let mut builder = std::fs::DirBuilder::new();
+            builder.recursive(true);
+            #[cfg(unix)]
+            std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+            builder.create(&parent).map_err(error)?;
         }
+        // A new directory with a random name (creation fails rather than reuse an existing name).
+        let mut builder = tempfile::Builder::new();
+        builder.prefix("mcp-host-");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            builder.permissions(std::fs::Permissions::from_mode(0o700));
+        }
+        let dir = builder.tempdir_in(&parent).map_err(error)?;
+        if configured.is_some() {
+            check_parent(&parent, dir.path()).map_err(error)?;
+        }
+        Ok(RuntimeDir(dir))
     }
 
     fn path(&self) -> &Path {
-        match self {
-            RuntimeDir::Temp(t) => t.path(),
-            RuntimeDir::Fixed(p) => p,
+        self.0.path()
+    }
+}
+
+/// A configured `runtime_dir` must not let anyone else swap our private directory: it is a real
+/// directory (not a symlink), owned by us (the owner of the directory just made in it) or root,
+/// and not writable by others unless sticky like `/tmp`.
+fn check_parent(parent: &Path, ours: &Path) -> std::io::Result<()> {
+    let meta = std::fs::symlink_metadata(parent)?;
+    if !meta.is_dir() {
+        return Err(std::io::Error::other(
+            "not a directory (or a symbolic link)",
+        ));
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt as _;
+        let me = std::fs::metadata(ours)?.uid();
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(std::io::Error::other(format!(
+                "owned by uid {}, not by this user (uid {me}): refusing to keep plugin copies there",
+                meta.uid()
+            )));
+        }
+        let mode = meta.mode();
+        if mode & 0o022 != 0 && mode & 0o1000 == 0 {
+            return Err(std::io::Error::other(format!(
+                "writable by others (mode {:o}) without the sticky bit: refusing to keep plugin \
+                 copies there",
+                mode & 0o7777
+            )));
         }
     }
+    #[cfg(not(unix))]
+    let _ = ours;
+    Ok(())
 }
 
 /// A load result per candidate, in discovery order.
@@ -463,6 +502,36 @@ fn settle(
             tracing::error!("Error loading plugin {}: {e}", path.display());
             report.failed.push(path.to_path_buf());
             Err(e)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_runtime_directory_is_always_fresh_and_private() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let configured = tmp.path().join("rt");
+        let a = RuntimeDir::create(Some(&configured)).expect("created");
+        let b = RuntimeDir::create(Some(&configured)).expect("created again");
+        assert_ne!(a.path(), b.path(), "never reused");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(a.path()).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o700);
+            // A shared directory others can write to (no sticky bit) is refused.
+            let shared = tmp.path().join("shared");
+            std::fs::create_dir(&shared).unwrap();
+            std::fs::set_permissions(&shared, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let err = RuntimeDir::create(Some(&shared)).err().expect("refused");
+            assert!(err.to_string().contains("writable by others"), "{err}");
+            // A symbolic link is refused too.
+            let link = tmp.path().join("link");
+            std::os::unix::fs::symlink(&configured, &link).unwrap();
+            assert!(RuntimeDir::create(Some(&link)).is_err());
         }
     }
 }

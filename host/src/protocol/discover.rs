@@ -49,7 +49,7 @@ pub(crate) fn initialize(
     Reply::Initialized {
         body: response(id, result),
         version: version.to_owned(),
-        capabilities: params.get("capabilities").cloned().unwrap_or(json!({})),
+        capabilities: super::session::kept_capabilities(params.get("capabilities")),
     }
 }
 

@@ -17,6 +17,9 @@ pub const INVALID_PARAMS: i64 = -32602;
 pub const INTERNAL_ERROR: i64 = -32603;
 /// Authentication required (implementation-defined, outside the spec-reserved -32020..-32099).
 pub const UNAUTHORIZED: i64 = -32001;
+/// Too many requests from one caller (implementation-defined, outside -32020..-32099); `data`
+/// carries `retryAfterSecs`.
+pub const TOO_MANY_REQUESTS: i64 = -32010;
 /// 2026: an HTTP header disagrees with the body.
 pub const HEADER_MISMATCH: i64 = -32020;
 /// 2026: the request needs a client capability the client did not declare.
@@ -49,6 +52,11 @@ pub enum ErrorKind {
     PayloadTooLarge,
     /// The request body is not JSON (-32600, 415).
     UnsupportedMediaType,
+    /// The request body did not arrive in time (-32600, 408).
+    RequestTimeout,
+    /// The caller has too many calls in flight or is over its rate (-32010, 429 with
+    /// `Retry-After` from `data.retryAfterSecs`).
+    TooManyRequests,
     /// 2026: an HTTP header disagrees with the body (-32020, 400).
     HeaderMismatch,
     /// 2026: a client capability the request needs was not declared (-32021, 400).
@@ -66,7 +74,9 @@ impl ErrorKind {
             | ErrorKind::Forbidden
             | ErrorKind::NotFound
             | ErrorKind::PayloadTooLarge
-            | ErrorKind::UnsupportedMediaType => INVALID_REQUEST,
+            | ErrorKind::UnsupportedMediaType
+            | ErrorKind::RequestTimeout => INVALID_REQUEST,
+            ErrorKind::TooManyRequests => TOO_MANY_REQUESTS,
             ErrorKind::MethodNotFound => METHOD_NOT_FOUND,
             ErrorKind::InvalidParams => INVALID_PARAMS,
             ErrorKind::Internal => INTERNAL_ERROR,
@@ -93,8 +103,10 @@ impl ErrorKind {
             ErrorKind::Unauthorized => 401,
             ErrorKind::Forbidden => 403,
             ErrorKind::MethodNotFound | ErrorKind::NotFound => 404,
+            ErrorKind::RequestTimeout => 408,
             ErrorKind::PayloadTooLarge => 413,
             ErrorKind::UnsupportedMediaType => 415,
+            ErrorKind::TooManyRequests => 429,
             ErrorKind::Internal => 500,
         };
         let keeps_status = matches!(
@@ -106,6 +118,8 @@ impl ErrorKind {
                 | ErrorKind::NotFound
                 | ErrorKind::PayloadTooLarge
                 | ErrorKind::UnsupportedMediaType
+                | ErrorKind::RequestTimeout
+                | ErrorKind::TooManyRequests
         );
         if in_legacy_session && !keeps_status {
             200
@@ -174,6 +188,17 @@ impl RpcError {
     /// [`ErrorKind::Internal`].
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Internal, message)
+    }
+
+    /// [`ErrorKind::TooManyRequests`], telling the client when to retry.
+    pub fn too_many_requests(message: impl Into<String>, retry_after_secs: u64) -> Self {
+        Self::new(ErrorKind::TooManyRequests, message)
+            .with_data(json!({ "retryAfterSecs": retry_after_secs }))
+    }
+
+    /// The seconds after which a [`ErrorKind::TooManyRequests`] may be retried.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        self.data.as_ref()?.get("retryAfterSecs")?.as_u64()
     }
 
     /// The error member of a response.

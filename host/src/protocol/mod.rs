@@ -56,6 +56,8 @@ pub struct Exchange {
     pub cache_private: bool,
     /// The agent whose view of the tools applies (tools it cannot see do not exist for it).
     pub agent: Option<Arc<crate::access::agents::Agent>>,
+    /// Whom `limits.per_caller` counts this request's tool calls against.
+    pub quota_key: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Exchange {

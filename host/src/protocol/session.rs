@@ -2,6 +2,12 @@
 //! HTTP `Mcp-Session-Id`, the bounded store that keeps HTTP sessions, and the requests in flight that
 //! `notifications/cancelled` can reach.
 //!
+//! A session keeps only what the host uses of what the client sent, bounded: the names of its
+//! capabilities (at most [`MAX_KEPT_CAPABILITIES`]), the negotiated version and a log level. The
+//! store bounds sessions per caller as well as in total, and a full store makes room at the
+//! expense of the caller holding the most sessions, so a flood of `initialize` only ever evicts the
+//! flooder's own sessions.
+//!
 //! 2026-07-28 requests are stateless and never touch this module.
 
 use std::collections::HashMap;
@@ -57,13 +63,32 @@ pub trait Outbound: Send + Sync {
     }
 }
 
+/// Most client capability names a session keeps (the host only ever asks whether one is present).
+pub const MAX_KEPT_CAPABILITIES: usize = 64;
+/// Longest client capability name a session keeps, in bytes.
+pub const MAX_CAPABILITY_NAME: usize = 128;
+
+/// What a session keeps of the client's declared `capabilities`: their names, each with an empty
+/// object, at most [`MAX_KEPT_CAPABILITIES`] of at most [`MAX_CAPABILITY_NAME`] bytes.
+pub fn kept_capabilities(capabilities: Option<&Value>) -> Value {
+    let kept = capabilities
+        .and_then(Value::as_object)
+        .into_iter()
+        .flatten()
+        .filter(|(name, _)| name.len() <= MAX_CAPABILITY_NAME)
+        .take(MAX_KEPT_CAPABILITIES)
+        .map(|(name, _)| (name.clone(), Value::Object(serde_json::Map::new())))
+        .collect();
+    Value::Object(kept)
+}
+
 /// The state of one legacy session.
 pub struct LegacySession {
     /// The session id (HTTP) or `stdio`.
     pub id: String,
     /// The negotiated protocol version.
     pub version: String,
-    /// The client's declared capabilities.
+    /// The names of the client's declared capabilities ([`kept_capabilities`]).
     pub capabilities: Value,
     /// Its requests in flight.
     pub inflight: Arc<Inflight>,
@@ -137,47 +162,83 @@ impl LegacySession {
     }
 }
 
-/// The HTTP sessions, bounded in number and expired when idle.
+/// A stored session and the caller that opened it.
+#[derive(Debug)]
+struct Stored {
+    owner: Arc<str>,
+    session: Arc<LegacySession>,
+}
+
+/// The HTTP sessions, bounded in number (in total and per caller) and expired when idle.
 #[derive(Debug)]
 pub struct SessionStore {
-    sessions: Mutex<HashMap<String, Arc<LegacySession>>>,
+    sessions: Mutex<HashMap<String, Stored>>,
     max: usize,
+    per_caller: usize,
     idle: Duration,
 }
 
 impl SessionStore {
-    /// A store of at most `max` sessions, each expiring after `idle` without requests.
-    pub fn new(max: usize, idle: Duration) -> Self {
+    /// A store of at most `max` sessions, `per_caller` of them per caller, each expiring after
+    /// `idle` without requests.
+    pub fn new(max: usize, per_caller: usize, idle: Duration) -> Self {
         SessionStore {
             sessions: Mutex::new(HashMap::new()),
             max: max.max(1),
+            per_caller: per_caller.max(1),
             idle,
         }
     }
 
-    /// Register a new session, evicting expired ones and, at the limit, the least recently used.
-    pub fn insert(&self, session: Arc<LegacySession>) {
+    /// Register a new session of caller `owner`, evicting expired ones; at the caller's limit its
+    /// own least recently used session goes, and at the total limit the least recently used
+    /// session of the caller holding the most.
+    pub fn insert(&self, session: Arc<LegacySession>, owner: Arc<str>) {
         let mut map = lock(&self.sessions);
-        map.retain(|_, s| s.idle_for() < self.idle);
-        while map.len() >= self.max {
-            let oldest = map
-                .iter()
-                .max_by_key(|(_, s)| s.idle_for())
-                .map(|(k, _)| k.clone());
-            match oldest {
-                Some(k) => {
-                    map.remove(&k);
-                }
-                None => break,
+        map.retain(|_, s| s.session.idle_for() < self.idle);
+        let mut counts: HashMap<&str, usize> = HashMap::new();
+        for s in map.values() {
+            *counts.entry(&s.owner).or_default() += 1;
+        }
+        let mut victims = Vec::new();
+        let own = counts.get(&*owner).copied().unwrap_or(0);
+        for _ in 0..(own + 1).saturating_sub(self.per_caller) {
+            victims.push(Arc::clone(&owner));
+            if let Some(n) = counts.get_mut(&*owner) {
+                *n -= 1;
             }
         }
-        map.insert(session.id.clone(), session);
+        let mut total = map.len() - victims.len();
+        while total >= self.max {
+            let Some((biggest, n)) = counts
+                .iter_mut()
+                .max_by_key(|(k, n)| (**n, **k == &*owner))
+                .filter(|(_, n)| **n > 0)
+            else {
+                break;
+            };
+            victims.push(Arc::from(*biggest));
+            *n -= 1;
+            total -= 1;
+        }
+        drop(counts);
+        for victim in victims {
+            let oldest = map
+                .iter()
+                .filter(|(_, s)| s.owner == victim)
+                .max_by_key(|(_, s)| s.session.idle_for())
+                .map(|(k, _)| k.clone());
+            if let Some(k) = oldest {
+                map.remove(&k);
+            }
+        }
+        map.insert(session.id.clone(), Stored { owner, session });
     }
 
     /// The live session with this id (refreshing its idle timer).
     pub fn get(&self, id: &str) -> Option<Arc<LegacySession>> {
         let mut map = lock(&self.sessions);
-        match map.get(id) {
+        match map.get(id).map(|s| &s.session) {
             Some(s) if s.idle_for() < self.idle => {
                 s.touch();
                 Some(Arc::clone(s))
@@ -198,13 +259,16 @@ impl SessionStore {
     /// Drop expired sessions; returns how many remain.
     pub fn sweep(&self) -> usize {
         let mut map = lock(&self.sessions);
-        map.retain(|_, s| s.idle_for() < self.idle);
+        map.retain(|_, s| s.session.idle_for() < self.idle);
         map.len()
     }
 
     /// Every live session (for broadcasting `tools/list_changed`).
     pub fn all(&self) -> Vec<Arc<LegacySession>> {
-        lock(&self.sessions).values().cloned().collect()
+        lock(&self.sessions)
+            .values()
+            .map(|s| Arc::clone(&s.session))
+            .collect()
     }
 }
 
@@ -226,35 +290,70 @@ pub fn new_session_id() -> String {
 mod tests {
     use super::*;
 
+    fn session(id: &str) -> Arc<LegacySession> {
+        Arc::new(LegacySession::new(
+            id.into(),
+            "2025-11-25".into(),
+            Value::Null,
+        ))
+    }
+
     #[test]
     fn store_is_bounded_and_evicts_the_least_recently_used() {
-        let store = SessionStore::new(2, Duration::from_secs(60));
+        let store = SessionStore::new(2, 10, Duration::from_secs(60));
         for id in ["a", "b"] {
-            store.insert(Arc::new(LegacySession::new(
-                id.into(),
-                "2025-11-25".into(),
-                Value::Null,
-            )));
+            store.insert(session(id), "x".into());
             std::thread::sleep(Duration::from_millis(2));
         }
         assert!(store.get("a").is_some()); // a is now the most recent
-        store.insert(Arc::new(LegacySession::new(
-            "c".into(),
-            "2025-11-25".into(),
-            Value::Null,
-        )));
+        store.insert(session("c"), "x".into());
         assert!(store.get("b").is_none());
         assert!(store.get("a").is_some() && store.get("c").is_some());
     }
 
     #[test]
+    fn a_flood_of_sessions_evicts_only_the_flooders_own() {
+        let store = SessionStore::new(4, 3, Duration::from_secs(60));
+        store.insert(session("alice-1"), "alice".into());
+        store.insert(session("bob-1"), "bob".into());
+        for i in 0..50 {
+            store.insert(session(&format!("m-{i}")), "mallory".into());
+        }
+        assert!(store.get("alice-1").is_some() && store.get("bob-1").is_some());
+        assert!(store.get("m-49").is_some() && store.get("m-48").is_some());
+        assert_eq!(store.sweep(), 4);
+        // At the total limit a newcomer evicts from the caller holding the most.
+        store.insert(session("carol-1"), "carol".into());
+        assert!(store.get("alice-1").is_some() && store.get("bob-1").is_some());
+        assert!(store.get("carol-1").is_some());
+        assert_eq!(store.sweep(), 4, "one of mallory's sessions made room");
+    }
+
+    #[test]
+    fn only_bounded_capability_names_are_kept() {
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "sampling".into(),
+            serde_json::json!({"huge": "x".repeat(10_000)}),
+        );
+        caps.insert("x".repeat(MAX_CAPABILITY_NAME + 1), Value::Null);
+        for i in 0..200 {
+            caps.insert(format!("c{i:03}"), serde_json::json!([1, 2, 3]));
+        }
+        let kept = kept_capabilities(Some(&Value::Object(caps)));
+        let kept = kept.as_object().unwrap();
+        assert_eq!(kept.len(), MAX_KEPT_CAPABILITIES);
+        assert!(kept.values().all(|v| v == &serde_json::json!({})));
+        assert_eq!(
+            kept_capabilities(Some(&serde_json::json!([1]))),
+            serde_json::json!({})
+        );
+    }
+
+    #[test]
     fn idle_sessions_expire() {
-        let store = SessionStore::new(10, Duration::from_millis(1));
-        store.insert(Arc::new(LegacySession::new(
-            "a".into(),
-            "2025-11-25".into(),
-            Value::Null,
-        )));
+        let store = SessionStore::new(10, 10, Duration::from_millis(1));
+        store.insert(session("a"), "x".into());
         std::thread::sleep(Duration::from_millis(5));
         assert!(store.get("a").is_none());
         assert_eq!(store.sweep(), 0);

@@ -109,6 +109,7 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         agent: req.ex.agent.clone(),
         cancel: req.ex.cancel.clone(),
         events,
+        quota_key: req.ex.quota_key.clone(),
     };
     match protocol.host.call_tool(tool, args, opts).await {
         Ok(result) => Ok(Answer::plain(result)),
@@ -116,6 +117,10 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         Err(CallError::CallerRequired(n)) => Err(RpcError::new(
             ErrorKind::Unauthorized,
             format!("Authentication required: tool {n} needs a verified caller"),
+        )),
+        Err(CallError::Throttled(q)) => Err(RpcError::too_many_requests(
+            format!("Too many requests: {q}"),
+            q.retry_after_secs(),
         )),
     }
 }

@@ -31,6 +31,8 @@ pub(crate) struct Origin {
     /// Where its requests are tracked for `notifications/cancelled` (stdio: the connection; HTTP:
     /// the legacy session).
     pub inflight: Option<Arc<Inflight>>,
+    /// The remote address (HTTP), for the per-caller limits of callers without an identity.
+    pub peer: Option<std::net::IpAddr>,
 }
 
 /// A message, sorted.
@@ -132,6 +134,7 @@ impl Core {
             cancel,
             notifier,
             cache_private: origin.cache_private,
+            quota_key: Some(origin.identity.caller_key(origin.peer)),
         };
         let reply = self
             .protocol
@@ -154,6 +157,13 @@ impl Core {
             return Batched::Refused(RpcError::invalid_request(
                 "JSON-RPC batches are not supported by this protocol revision",
             ));
+        }
+        let max = self.protocol.host().config().limits.max_batch_len;
+        if items.len() > max {
+            return Batched::Refused(RpcError::invalid_request(format!(
+                "a batch of {} messages exceeds the limit of {max} (limits.max_batch_len)",
+                items.len()
+            )));
         }
         let mut out = Vec::new();
         for item in items {

@@ -132,10 +132,20 @@ fn read_loop(
     let _context = runtime.enter();
     let mut input = std::io::BufReader::new(input);
     let mut buf = Vec::new();
+    let max = conn.options.max_message_bytes;
     loop {
-        buf.clear();
-        if input.read_until(b'\n', &mut buf)? == 0 {
-            return Ok(());
+        match read_line(&mut input, &mut buf, max)? {
+            Line::Eof => return Ok(()),
+            Line::Message => {}
+            Line::TooLong(size) => {
+                conn.out.send(&jsonrpc::error_response(
+                    &Value::Null,
+                    &RpcError::invalid_request(format!(
+                        "message of {size} bytes exceeds the limit of {max} bytes"
+                    )),
+                ));
+                continue;
+            }
         }
         let Ok(line) = std::str::from_utf8(&buf) else {
             conn.out.send(&jsonrpc::error_response(
@@ -146,17 +156,6 @@ fn read_loop(
         };
         let line = line.trim();
         if line.is_empty() {
-            continue;
-        }
-        if line.len() > conn.options.max_message_bytes {
-            conn.out.send(&jsonrpc::error_response(
-                &Value::Null,
-                &RpcError::invalid_request(format!(
-                    "message of {} bytes exceeds the limit of {} bytes",
-                    line.len(),
-                    conn.options.max_message_bytes
-                )),
-            ));
             continue;
         }
         let value: Value = match serde_json::from_str(line) {
@@ -187,6 +186,53 @@ fn read_loop(
     }
 }
 
+/// What [`read_line`] found.
+#[derive(Debug, PartialEq)]
+enum Line {
+    /// A message (without its newline) is in the buffer.
+    Message,
+    /// A message of this many bytes (so far) was over the limit and skipped up to its newline.
+    TooLong(usize),
+    /// The input is closed.
+    Eof,
+}
+
+/// Read one newline-terminated message into `buf` in the reader's own chunks, never holding more
+/// than `max` bytes of it: a longer message is dropped as it streams in, up to its newline.
+fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
+    buf.clear();
+    let mut skipped: Option<usize> = None;
+    loop {
+        let chunk = match input.fill_buf() {
+            Ok(chunk) => chunk,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if chunk.is_empty() {
+            return Ok(match skipped {
+                Some(size) => Line::TooLong(size),
+                None if buf.is_empty() => Line::Eof,
+                None => Line::Message,
+            });
+        }
+        let newline = chunk.iter().position(|b| *b == b'\n');
+        let part = &chunk[..newline.unwrap_or(chunk.len())];
+        match &mut skipped {
+            Some(size) => *size += part.len(),
+            None if buf.len() + part.len() > max => {
+                skipped = Some(buf.len() + part.len());
+                buf.clear();
+            }
+            None => buf.extend_from_slice(part),
+        }
+        let used = newline.map_or(chunk.len(), |i| i + 1);
+        input.consume(used);
+        if newline.is_some() {
+            return Ok(skipped.map_or(Line::Message, Line::TooLong));
+        }
+    }
+}
+
 impl Connection {
     fn origin(&self) -> Origin {
         let host = self.core.protocol().host();
@@ -203,6 +249,7 @@ impl Connection {
             },
             cache_private: false,
             inflight: Some(Arc::clone(&self.inflight)),
+            peer: None,
         }
     }
 
@@ -276,5 +323,33 @@ impl Connection {
                 self.inflight.finish(&id);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_oversized_line_is_skipped_to_its_newline_without_being_buffered() {
+        let long = "x".repeat(100);
+        let input = format!("{{}}\n{long}\nab\n{long}");
+        // A small reader buffer: the long lines arrive in several chunks.
+        let mut reader = std::io::BufReader::with_capacity(8, input.as_bytes());
+        let mut buf = Vec::new();
+        assert_eq!(read_line(&mut reader, &mut buf, 10).unwrap(), Line::Message);
+        assert_eq!(buf, b"{}");
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 10).unwrap(),
+            Line::TooLong(100)
+        );
+        assert!(buf.capacity() <= 16, "held {} bytes", buf.capacity());
+        assert_eq!(read_line(&mut reader, &mut buf, 10).unwrap(), Line::Message);
+        assert_eq!(buf, b"ab");
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 10).unwrap(),
+            Line::TooLong(100)
+        );
+        assert_eq!(read_line(&mut reader, &mut buf, 10).unwrap(), Line::Eof);
     }
 }

@@ -752,10 +752,14 @@ fn known_indicator(conn: &Connection, user: &str, indicator: &str) -> Result<Str
     })
 }
 
+/// The caller's user id exactly as the host verified it: never trimmed or otherwise normalized
+/// (`"demo "` is not `demo`), and refused when empty or padded with whitespace.
 fn user_of(caller: &UserInfo) -> Result<&str, String> {
-    let user = caller.user_id.trim();
+    let user = caller.user_id.as_str();
     if user.is_empty() {
         Err("this tool needs an authenticated caller, and the call had none".into())
+    } else if user.trim() != user {
+        Err("the caller's user id has leading or trailing whitespace; it is refused".into())
     } else {
         Ok(user)
     }
@@ -950,6 +954,18 @@ mod tests {
             ("heart_rate", "bpm", 2)
         );
         assert_eq!(s.first, "2026-01-15T08:30:00Z");
+    }
+
+    #[test]
+    fn a_user_id_is_taken_exactly_as_verified() {
+        let (_dir, svc) = db();
+        record(&svc, "demo", "steps", 9000.0, "2026-01-15T09:30:00Z");
+        for padded in ["demo ", " demo", "demo\n"] {
+            let err = Readings::query_health_indicators(&svc, who(padded)).unwrap_err();
+            assert!(err.contains("whitespace"), "{err}");
+        }
+        let list = Readings::query_health_indicators(&svc, who("demo")).unwrap();
+        assert_eq!(list.indicators.len(), 1);
     }
 
     #[test]

@@ -15,8 +15,10 @@
 //! | `Hmac` | `hmac_sign` | HMAC-SHA256 of a message with the configured key (only when configured) |
 //! | `Hmac` | `hmac_verify` | check an HMAC-SHA256 signature in constant time (only when configured) |
 //!
-//! Inputs are capped (10 MiB of text, 10,000-character regex patterns) so a call cannot exhaust
-//! the host; every failure is an error result, never a panic.
+//! Inputs are capped (10 MiB of text, 10,000-character regex patterns and JSONPath queries, 500,000
+//! JSON values to parse) and every answer is sized before it is built ([`budget`]: at most 2 MiB;
+//! a JSONPath query is bounded from its structure before it runs, [`query_bound`]), so a small call
+//! can never make the plugin build a huge answer; every failure is an error result, never a panic.
 //!
 //! # Configuration
 //!
@@ -27,6 +29,12 @@
 //!       # Optional. Enables the `Hmac` service. The UTF-8 bytes of the string are the key, or
 //!       # prefix it with `base64:` to give raw key bytes. It is never returned by any tool.
 //!       hmac_key: "s3cret"
+//!       # Optional bounds (defaults shown): the largest answer a tool builds, the most values of a
+//!       # JSON document parsed whole, and what a JSONPath query may select and do by its bound.
+//!       max_answer_bytes: 2097152
+//!       max_json_values: 500000
+//!       max_query_nodes: 1000000
+//!       max_query_steps: 50000000
 //! ```
 
 use base64::Engine as _;
@@ -38,12 +46,72 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::Digest as _;
 
+pub mod budget;
+pub mod query_bound;
+
+use budget::{BoundedWriter, MAX_OUTPUT_BYTES, VALUE_COST, json_cost, json_str_size, too_large};
+
 /// Largest text (or JSON document) accepted, in bytes.
 pub const MAX_INPUT_BYTES: usize = 10 * 1024 * 1024;
 /// Longest regex pattern accepted, in characters.
 pub const MAX_PATTERN_CHARS: usize = 10_000;
 /// Memory cap for a compiled regex.
 const REGEX_SIZE_LIMIT: usize = 10 * 1024 * 1024;
+/// Most values a JSON document parsed whole (`json_query`, sorted `json_format`) may have: a
+/// parsed value takes 32 bytes or more, several times its text.
+pub const MAX_JSON_VALUES: usize = 500_000;
+/// Most nodes a JSONPath query may select (duplicates counted) by its bound, before it runs.
+pub const MAX_SELECTED_NODES: u128 = 1_000_000;
+/// Most nodes a JSONPath query may visit, filter sub-queries included, by its bound.
+pub const MAX_QUERY_WORK: u128 = 50_000_000;
+
+/// The bounds of the JSON and regex tools; each can be set in the plugin's config section
+/// (`max_answer_bytes`, `max_json_values`, `max_query_nodes`, `max_query_steps`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The largest answer built ([`MAX_OUTPUT_BYTES`] by default).
+    pub max_answer_bytes: usize,
+    /// Most values of a JSON document parsed whole ([`MAX_JSON_VALUES`]).
+    pub max_json_values: usize,
+    /// Most nodes a JSONPath query may select by its bound ([`MAX_SELECTED_NODES`]).
+    pub max_query_nodes: u128,
+    /// Most steps a JSONPath query may take by its bound ([`MAX_QUERY_WORK`]).
+    pub max_query_steps: u128,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_answer_bytes: MAX_OUTPUT_BYTES,
+            max_json_values: MAX_JSON_VALUES,
+            max_query_nodes: MAX_SELECTED_NODES,
+            max_query_steps: MAX_QUERY_WORK,
+        }
+    }
+}
+
+impl Limits {
+    /// The limits in the plugin's config section (defaults for the keys it does not set).
+    pub fn from_config(host: &HostApi) -> Result<Limits, String> {
+        let key = |name: &str| -> Result<Option<u64>, String> {
+            match host.config_value(name) {
+                None | Some(Value::Null) => Ok(None),
+                Some(v) => v
+                    .as_u64()
+                    .filter(|n| *n > 0)
+                    .map(Some)
+                    .ok_or_else(|| format!("config key `{name}` must be a positive integer")),
+            }
+        };
+        let d = Limits::default();
+        Ok(Limits {
+            max_answer_bytes: key("max_answer_bytes")?.map_or(d.max_answer_bytes, |n| n as usize),
+            max_json_values: key("max_json_values")?.map_or(d.max_json_values, |n| n as usize),
+            max_query_nodes: key("max_query_nodes")?.map_or(d.max_query_nodes, u128::from),
+            max_query_steps: key("max_query_steps")?.map_or(d.max_query_steps, u128::from),
+        })
+    }
+}
 
 fn check_size(what: &str, s: &str) -> Result<(), String> {
     if s.len() > MAX_INPUT_BYTES {
@@ -76,23 +144,132 @@ pub struct JsonMatch {
 pub struct JsonQueryResult {
     /// How many nodes the query selected in total.
     pub count: usize,
-    /// Whether `results` was cut at `max_results`.
+    /// Whether `results` holds fewer than `count` nodes (cut at `max_results` or at the 2 MiB
+    /// answer budget).
     pub truncated: bool,
-    /// The selected nodes, in document order.
+    /// The selected nodes, in the query's order; cut at `max_results` or where the answer would
+    /// pass 2 MiB.
     pub results: Vec<JsonMatch>,
 }
 
-fn parse_json(json: &str) -> Result<Value, String> {
+fn parse_json(json: &str, max_values: usize) -> Result<Value, String> {
     check_size("the JSON document", json)?;
+    let values = budget::json_values_bound(json);
+    if values > max_values {
+        return Err(format!(
+            "the JSON document has up to {values} values, over the limit of {max_values} \
+             (max_json_values); pass the part you need"
+        ));
+    }
     serde_json::from_str(json).map_err(|e| format!("invalid JSON: {e}"))
+}
+
+/// Where each node of `wanted` (by address) is in `doc`: its normalized path and JSON pointer.
+/// One walk of the document, holding only the current path.
+fn locate(
+    doc: &Value,
+    wanted: &std::collections::HashSet<*const Value>,
+) -> std::collections::HashMap<*const Value, (String, String)> {
+    enum Step<'a> {
+        Name(&'a str),
+        Index(usize),
+    }
+    fn walk<'a>(
+        v: &'a Value,
+        path: &mut Vec<Step<'a>>,
+        wanted: &std::collections::HashSet<*const Value>,
+        found: &mut std::collections::HashMap<*const Value, (String, String)>,
+    ) {
+        if wanted.contains(&(v as *const Value)) {
+            let (mut normalized, mut pointer) = (String::from("$"), String::new());
+            for step in path.iter() {
+                match step {
+                    Step::Name(n) => {
+                        normalized.push_str("['");
+                        for ch in n.chars() {
+                            match ch {
+                                '\'' | '\\' => {
+                                    normalized.push('\\');
+                                    normalized.push(ch);
+                                }
+                                _ => normalized.push(ch),
+                            }
+                        }
+                        normalized.push_str("']");
+                        pointer.push('/');
+                        pointer.push_str(&n.replace('~', "~0").replace('/', "~1"));
+                    }
+                    Step::Index(i) => {
+                        normalized.push_str(&format!("[{i}]"));
+                        pointer.push_str(&format!("/{i}"));
+                    }
+                }
+            }
+            found.insert(v as *const Value, (normalized, pointer));
+        }
+        match v {
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    path.push(Step::Index(i));
+                    walk(item, path, wanted, found);
+                    path.pop();
+                }
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    path.push(Step::Name(k));
+                    walk(item, path, wanted, found);
+                    path.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut found = std::collections::HashMap::new();
+    walk(doc, &mut Vec::new(), wanted, &mut found);
+    found
+}
+
+/// The size of a location's two strings in JSON, without building them (an upper bound).
+fn location_sizes(doc: &Value) -> std::collections::HashMap<*const Value, usize> {
+    fn walk(v: &Value, size: usize, out: &mut std::collections::HashMap<*const Value, usize>) {
+        out.insert(v as *const Value, size);
+        match v {
+            Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    // `[i]` and `/i`.
+                    let digits = i.checked_ilog10().unwrap_or(0) as usize + 1;
+                    walk(item, size + 2 * digits + 3, out);
+                }
+            }
+            Value::Object(map) => {
+                for (k, item) in map {
+                    // `['k']` and `/k`, escapes at their worst.
+                    walk(item, size + 3 * json_str_size(k) + 5, out);
+                }
+            }
+            _ => {}
+        }
+    }
+    let mut out = std::collections::HashMap::new();
+    walk(doc, 4, &mut out);
+    out
 }
 
 /// JSON querying and formatting.
 #[derive(Debug, Default)]
-pub struct Json;
+pub struct Json {
+    limits: Limits,
+}
 
 #[service]
 impl Json {
+    fn new(host: &HostApi) -> Result<Self, String> {
+        Ok(Json {
+            limits: Limits::from_config(host)?,
+        })
+    }
+
     /// Query a JSON document with an RFC 9535 JSONPath expression and get every matching value with
     /// its location. Use it to pull fields out of large API responses or configs instead of reading
     /// them whole. Supports wildcards (`*`), recursive descent (`..`), slices (`[0:3]`) and filters
@@ -115,21 +292,70 @@ impl Json {
                 "invalid JSONPath {path:?}: {e} (expected RFC 9535 syntax, e.g. \"$.items[*].name\" or \"$..id\")"
             )
         })?;
-        let doc = parse_json(&json)?;
-        let nodes = query.query_located(&doc);
+        if path.len() > MAX_PATTERN_CHARS {
+            return Err(format!(
+                "the JSONPath is too long: {} bytes, the limit is {MAX_PATTERN_CHARS}",
+                path.len()
+            ));
+        }
+        let limits = self.limits;
+        let doc = parse_json(&json, limits.max_json_values)?;
+        // Bound what the query can build before running it (its evaluation is eager).
+        let bound = query_bound::bound(&path, query_bound::DocShape::of(&doc));
+        if bound.selected > limits.max_query_nodes || bound.work > limits.max_query_steps {
+            return Err(format!(
+                "the JSONPath {path:?} could select up to {} nodes of this document (doing up to \
+                 {} steps), over the limits of {} and {} (max_query_nodes, max_query_steps); use \
+                 fewer `..` segments, unions or filter sub-queries",
+                bound.selected, bound.work, limits.max_query_nodes, limits.max_query_steps
+            ));
+        }
+        let nodes = query.query(&doc);
         let count = nodes.len();
-        let results = nodes
+        // Keep matches while the answer stays within its budget, sizing each before copying it.
+        let sizes = location_sizes(&doc);
+        let mut kept = Vec::new();
+        let mut total = 64usize;
+        for node in nodes.iter().take(max_results as usize) {
+            let room = limits.max_answer_bytes.saturating_sub(total);
+            let location = sizes.get(&(*node as *const Value)).copied().unwrap_or(0);
+            match json_cost(node, room.saturating_sub(location)) {
+                Some(size)
+                    if total + size + location + 4 * VALUE_COST <= limits.max_answer_bytes =>
+                {
+                    total += size + location + 4 * VALUE_COST;
+                    kept.push(*node);
+                }
+                _ if kept.is_empty() => {
+                    return Err(too_large(
+                        "the first match",
+                        format!("more than {room}"),
+                        limits.max_answer_bytes,
+                    ));
+                }
+                _ => break,
+            }
+        }
+        drop(sizes);
+        let wanted = kept.iter().map(|n| *n as *const Value).collect();
+        let locations = locate(&doc, &wanted);
+        let results = kept
             .iter()
-            .take(max_results as usize)
-            .map(|n| JsonMatch {
-                path: n.location().to_string(),
-                pointer: n.location().to_json_pointer(),
-                value: n.node().clone(),
+            .map(|n| {
+                let (path, pointer) = locations
+                    .get(&(*n as *const Value))
+                    .cloned()
+                    .unwrap_or_default();
+                JsonMatch {
+                    path,
+                    pointer,
+                    value: (*n).clone(),
+                }
             })
-            .collect();
+            .collect::<Vec<_>>();
         Ok(JsonQueryResult {
             count,
-            truncated: count > max_results as usize,
+            truncated: count > results.len(),
             results,
         })
     }
@@ -151,24 +377,38 @@ impl Json {
     ) -> Result<String, String> {
         check_size("the JSON document", &json)?;
         let indent = " ".repeat(indent.min(8) as usize);
-        let mut out = Vec::with_capacity(json.len() + json.len() / 4);
+        // Indentation grows with depth: the output stops at its budget instead of growing with it.
+        let max = self.limits.max_answer_bytes;
+        let mut out = BoundedWriter::new(max);
         let mut de = serde_json::Deserializer::from_str(&json);
         let result = if sort_keys {
-            let value = Value::deserialize(&mut de).map_err(|e| format!("invalid JSON: {e}"))?;
+            let value = parse_json(&json, self.limits.max_json_values)?;
             write_json(&mut out, &sort_value(value), &indent)
         } else {
             // Stream through so key order is kept exactly.
             transcode_json(&mut de, &mut out, &indent)
         };
-        result.map_err(|e| format!("invalid JSON: {e}"))?;
-        de.end().map_err(|e| format!("invalid JSON: {e}"))?;
-        String::from_utf8(out).map_err(|e| format!("internal error: non-UTF-8 output: {e}"))
+        match result {
+            // (Through the transcoder, the writer's error comes back as a data error.)
+            Err(_) if out.exhausted => {
+                return Err(too_large(
+                    "the formatted JSON",
+                    format!("more than {max}"),
+                    max,
+                ));
+            }
+            other => other.map_err(|e| format!("invalid JSON: {e}"))?,
+        }
+        if !sort_keys {
+            de.end().map_err(|e| format!("invalid JSON: {e}"))?;
+        }
+        String::from_utf8(out.buf).map_err(|e| format!("internal error: non-UTF-8 output: {e}"))
     }
 }
 
 fn transcode_json<'de>(
     de: &mut serde_json::Deserializer<serde_json::de::StrRead<'de>>,
-    out: &mut Vec<u8>,
+    out: &mut BoundedWriter,
     indent: &str,
 ) -> Result<(), serde_json::Error> {
     if indent.is_empty() {
@@ -181,7 +421,11 @@ fn transcode_json<'de>(
     }
 }
 
-fn write_json(out: &mut Vec<u8>, value: &Value, indent: &str) -> Result<(), serde_json::Error> {
+fn write_json(
+    out: &mut BoundedWriter,
+    value: &Value,
+    indent: &str,
+) -> Result<(), serde_json::Error> {
     if indent.is_empty() {
         serde_json::to_writer(out, value)
     } else {
@@ -249,7 +493,8 @@ pub struct RegexMatches {
     pub is_match: bool,
     /// How many matches are returned.
     pub count: usize,
-    /// Whether the search stopped at `max_matches` (more matches may exist).
+    /// Whether the search stopped at `max_matches` or at the 2 MiB answer budget (more matches
+    /// may exist).
     pub truncated: bool,
     /// The matches, left to right, non-overlapping.
     pub matches: Vec<RegexMatch>,
@@ -291,10 +536,18 @@ fn build_regex(
 
 /// Regular expressions (Rust `regex` syntax: linear time, no look-around or backreferences).
 #[derive(Debug, Default)]
-pub struct Regex;
+pub struct Regex {
+    limits: Limits,
+}
 
 #[service]
 impl Regex {
+    fn new(host: &HostApi) -> Result<Self, String> {
+        Ok(Regex {
+            limits: Limits::from_config(host)?,
+        })
+    }
+
     /// Find all matches of a regular expression in a text, with byte offsets and capture groups.
     /// Use it to extract structured bits (IDs, dates, emails, log fields) or to test whether a
     /// pattern matches. Syntax is Rust `regex` (like PCRE without look-around or backreferences);
@@ -323,12 +576,38 @@ impl Regex {
         let limit = max_matches.clamp(1, 10_000) as usize;
         let mut matches = Vec::new();
         let mut truncated = false;
+        let mut total = 64usize;
         for caps in re.captures_iter(&text) {
             if matches.len() == limit {
                 truncated = true;
                 break;
             }
             let Some(whole) = caps.get(0) else { continue };
+            // Size the match (its text and every group's, which nested groups repeat) first.
+            let size = 64
+                + 5 * VALUE_COST
+                + json_str_size(whole.as_str())
+                + (1..caps.len())
+                    .map(|i| {
+                        caps.get(i).map_or(5 + VALUE_COST, |g| {
+                            80 + 6 * VALUE_COST
+                                + json_str_size(g.as_str())
+                                + names.get(i).copied().flatten().map_or(0, str::len)
+                        })
+                    })
+                    .sum::<usize>();
+            if total + size > self.limits.max_answer_bytes {
+                if matches.is_empty() {
+                    return Err(too_large(
+                        "the first match with its groups",
+                        size,
+                        self.limits.max_answer_bytes,
+                    ));
+                }
+                truncated = true;
+                break;
+            }
+            total += size;
             let groups = (1..caps.len())
                 .map(|i| {
                     caps.get(i).map(|g| CaptureGroup {
@@ -383,25 +662,21 @@ impl Regex {
         check_size("text", &text)?;
         check_size("replacement", &replacement)?;
         let re = build_regex(&pattern, case_insensitive, multi_line)?;
-        let limit = max_replacements as usize;
-        let found = re.find_iter(&text).count();
-        let replacements = if limit == 0 { found } else { found.min(limit) };
-        let out = if literal {
-            re.replacen(&text, limit, regex::NoExpand(&replacement))
+        let template = if literal {
+            budget::Template::literal(&replacement)
         } else {
-            re.replacen(&text, limit, replacement.as_str())
+            budget::Template::parse(&replacement, &re)
         };
-        if out.len() > 4 * MAX_INPUT_BYTES {
-            return Err(format!(
-                "the result would be {} bytes, over the {} byte limit",
-                out.len(),
-                4 * MAX_INPUT_BYTES
-            ));
-        }
-        Ok(RegexReplaced {
-            text: out.into_owned(),
-            replacements,
-        })
+        // The result's size is computed from the matches first; only a result within the budget
+        // is built.
+        let (text, replacements) = budget::replace(
+            &re,
+            &text,
+            &template,
+            max_replacements as usize,
+            self.limits.max_answer_bytes,
+        )?;
+        Ok(RegexReplaced { text, replacements })
     }
 }
 
@@ -825,18 +1100,20 @@ mod tests {
 
     #[test]
     fn json_query_selects_with_locations() {
-        let r = Json
+        let r = Json::default()
             .json_query(DOC.into(), "$.store.book[*].title".into(), 1000)
             .unwrap();
         assert_eq!(r.count, 2);
         assert_eq!(r.results[0].value, json!("A"));
         assert_eq!(r.results[0].path, "$['store']['book'][0]['title']");
         assert_eq!(r.results[1].pointer, "/store/book/1/title");
-        let r = Json
+        let r = Json::default()
             .json_query(DOC.into(), "$.store.book[?@.price < 10].title".into(), 1000)
             .unwrap();
         assert_eq!(r.results.len(), 1);
-        let r = Json.json_query(DOC.into(), "$..price".into(), 1).unwrap();
+        let r = Json::default()
+            .json_query(DOC.into(), "$..price".into(), 1)
+            .unwrap();
         assert_eq!(r.count, 2);
         assert!(r.truncated);
         assert_eq!(r.results.len(), 1);
@@ -844,40 +1121,165 @@ mod tests {
 
     #[test]
     fn json_query_errors() {
-        let e = Json
+        let e = Json::default()
             .json_query(DOC.into(), "store.book".into(), 10)
             .unwrap_err();
         assert!(e.contains("invalid JSONPath"), "{e}");
-        let e = Json.json_query("{nope".into(), "$".into(), 10).unwrap_err();
+        let e = Json::default()
+            .json_query("{nope".into(), "$".into(), 10)
+            .unwrap_err();
         assert!(e.contains("invalid JSON") && e.contains("line 1"), "{e}");
         let deep = "[".repeat(10_000);
-        assert!(Json.json_query(deep, "$".into(), 10).is_err());
+        assert!(Json::default().json_query(deep, "$".into(), 10).is_err());
+    }
+
+    #[test]
+    fn amplifying_json_queries_are_bounded_before_they_run() {
+        // `$..*` on a deep document: every node's value repeats its subtree.
+        let deep = format!(
+            "{}{}{}",
+            "[".repeat(100),
+            "1,".repeat(50_000) + "1",
+            "]".repeat(100)
+        );
+        let r = Json::default()
+            .json_query(deep.clone(), "$..*".into(), 100_000)
+            .unwrap();
+        assert!(r.truncated && r.count > r.results.len());
+        let size = serde_json::to_string(&r.results).unwrap().len();
+        assert!(size <= MAX_OUTPUT_BYTES, "{size} bytes");
+        // Unions that multiply the node list are refused before they run.
+        let unions = format!(
+            "$[{}][{}][{}]",
+            ["0"; 200].join(","),
+            ["0"; 200].join(","),
+            ["0"; 200].join(",")
+        );
+        let e = Json::default()
+            .json_query("[[[1]]]".into(), unions, 10)
+            .unwrap_err();
+        assert!(e.contains("could select up to"), "{e}");
+        let e = Json::default()
+            .json_query(deep, "$..*..*..*".into(), 10)
+            .unwrap_err();
+        assert!(e.contains("could select up to"), "{e}");
+        // Too many values to parse.
+        let wide = format!("[{}0]", "0,".repeat(MAX_JSON_VALUES));
+        let e = Json::default()
+            .json_query(wide, "$[0]".into(), 10)
+            .unwrap_err();
+        assert!(e.contains("values"), "{e}");
+        // Long keys make long locations: they count too.
+        let key = "k".repeat(10_000);
+        let nested = format!(
+            "{}1{}",
+            format!("{{\"{key}\":").repeat(100),
+            "}".repeat(100)
+        );
+        let r = Json::default()
+            .json_query(nested, "$..*".into(), 1000)
+            .unwrap();
+        let size = serde_json::to_string(&r.results).unwrap().len();
+        assert!(size <= MAX_OUTPUT_BYTES && r.truncated, "{size} bytes");
+    }
+
+    #[test]
+    fn the_bounds_come_from_the_plugins_config_section() {
+        let host =
+            HostApi::for_test(serde_json::json!({"max_answer_bytes": 100, "max_json_values": 3}));
+        let limits = Limits::from_config(&host).unwrap();
+        assert_eq!((limits.max_answer_bytes, limits.max_json_values), (100, 3));
+        assert_eq!(limits.max_query_nodes, MAX_SELECTED_NODES);
+        let json = Json { limits };
+        let e = json
+            .json_format(format!("\"{}\"", "x".repeat(200)), 0, false)
+            .unwrap_err();
+        assert!(e.contains("100-byte limit"), "{e}");
+        let e = json
+            .json_query("[1,2,3,4]".into(), "$".into(), 10)
+            .unwrap_err();
+        assert!(e.contains("max_json_values"), "{e}");
+        let bad = HostApi::for_test(serde_json::json!({"max_answer_bytes": "big"}));
+        assert!(
+            Limits::from_config(&bad)
+                .unwrap_err()
+                .contains("max_answer_bytes")
+        );
+    }
+
+    #[test]
+    fn regex_answers_are_sized_before_they_are_built() {
+        // The reported attack: 45,000-char text and replacement, empty pattern, literal.
+        let e = Regex::default()
+            .regex_replace(
+                String::new(),
+                "a".repeat(45_000),
+                "b".repeat(45_000),
+                0,
+                true,
+                false,
+                false,
+            )
+            .unwrap_err();
+        assert!(e.contains("2025090000 bytes"), "{e}");
+        // Many nested groups repeat each match: the answer stops at its budget.
+        let pattern = format!("{}a{}", "(".repeat(200), ")".repeat(200));
+        let r = Regex::default()
+            .regex_match(pattern, "a".repeat(100_000), false, false, 10_000)
+            .unwrap();
+        assert!(r.truncated);
+        assert!(serde_json::to_string(&r).unwrap().len() <= MAX_OUTPUT_BYTES);
+        let e = Regex::default()
+            .regex_match(
+                format!("{}(?s).+{}", "(".repeat(20), ")".repeat(20)),
+                "a".repeat(500_000),
+                false,
+                false,
+                1,
+            )
+            .unwrap_err();
+        assert!(e.contains("first match"), "{e}");
+        // Deep pretty-printing grows with depth; the output stops at its budget.
+        let deep = format!(
+            "{}{}{}",
+            "[".repeat(120),
+            "0,".repeat(100_000) + "0",
+            "]".repeat(120)
+        );
+        let e = Json::default().json_format(deep, 8, false).unwrap_err();
+        assert!(e.contains("over the"), "{e}");
     }
 
     #[test]
     fn json_format_keeps_order_or_sorts() {
         let src = r#"{"b":1,"a":{"d":[1,2],"c":null}}"#;
         assert_eq!(
-            Json.json_format(src.into(), 0, false).unwrap(),
+            Json::default().json_format(src.into(), 0, false).unwrap(),
             r#"{"b":1,"a":{"d":[1,2],"c":null}}"#
         );
         assert_eq!(
-            Json.json_format(src.into(), 0, true).unwrap(),
+            Json::default().json_format(src.into(), 0, true).unwrap(),
             r#"{"a":{"c":null,"d":[1,2]},"b":1}"#
         );
-        let pretty = Json.json_format(r#"{"a":[1]}"#.into(), 4, false).unwrap();
+        let pretty = Json::default()
+            .json_format(r#"{"a":[1]}"#.into(), 4, false)
+            .unwrap();
         assert_eq!(pretty, "{\n    \"a\": [\n        1\n    ]\n}");
-        let e = Json
+        let e = Json::default()
             .json_format(r#"{"a":1} x"#.into(), 2, false)
             .unwrap_err();
         assert!(e.contains("trailing"), "{e}");
-        assert!(Json.json_format("".into(), 2, true).is_err());
-        assert!(Json.json_format("[".repeat(100_000), 2, false).is_err());
+        assert!(Json::default().json_format("".into(), 2, true).is_err());
+        assert!(
+            Json::default()
+                .json_format("[".repeat(100_000), 2, false)
+                .is_err()
+        );
     }
 
     #[test]
     fn regex_match_offsets_and_groups() {
-        let r = Regex
+        let r = Regex::default()
             .regex_match(
                 r"(?<user>\w+)@(?<domain>[\w.]+)(!)?".into(),
                 "mail bob@example.com or amy@x.org".into(),
@@ -898,16 +1300,16 @@ mod tests {
         );
         assert_eq!(m.groups[1].as_ref().unwrap().start, 9);
         assert!(m.groups[2].is_none());
-        let r = Regex
+        let r = Regex::default()
             .regex_match("a".into(), "aaaa".into(), false, false, 2)
             .unwrap();
         assert_eq!(r.count, 2);
         assert!(r.truncated);
-        let r = Regex
+        let r = Regex::default()
             .regex_match("^B".into(), "a\nb".into(), true, true, 10)
             .unwrap();
         assert_eq!(r.matches[0].start, 2);
-        let r = Regex
+        let r = Regex::default()
             .regex_match("z".into(), "abc".into(), false, false, 10)
             .unwrap();
         assert!(!r.is_match && !r.truncated);
@@ -915,15 +1317,15 @@ mod tests {
 
     #[test]
     fn regex_rejects_bad_and_huge_patterns() {
-        let e = Regex
+        let e = Regex::default()
             .regex_match("(".into(), "x".into(), false, false, 10)
             .unwrap_err();
         assert!(e.contains("invalid regex"), "{e}");
-        let e = Regex
+        let e = Regex::default()
             .regex_match("a".repeat(10_001), "x".into(), false, false, 10)
             .unwrap_err();
         assert!(e.contains("too long"), "{e}");
-        let e = Regex
+        let e = Regex::default()
             .regex_match(r"\w{1000}{1000}".into(), "x".into(), false, false, 10)
             .unwrap_err();
         assert!(e.contains("simplify") || e.contains("invalid"), "{e}");
@@ -931,7 +1333,7 @@ mod tests {
 
     #[test]
     fn regex_replace_with_references() {
-        let r = Regex
+        let r = Regex::default()
             .regex_replace(
                 r"(\d{4})-(\d{2})-(\d{2})".into(),
                 "on 2026-11-29 and 2027-01-02".into(),
@@ -944,12 +1346,12 @@ mod tests {
             .unwrap();
         assert_eq!(r.text, "on 29/11/2026 and 02/01/2027");
         assert_eq!(r.replacements, 2);
-        let r = Regex
+        let r = Regex::default()
             .regex_replace("a".into(), "aaa".into(), "$1".into(), 2, true, false, false)
             .unwrap();
         assert_eq!(r.text, "$1$1a");
         assert_eq!(r.replacements, 2);
-        let r = Regex
+        let r = Regex::default()
             .regex_replace(
                 r"(?<w>\w+)".into(),
                 "hi".into(),

@@ -1,5 +1,7 @@
 //! HTTP responses: a complete JSON body or an SSE stream (whose drop cancels the request it
-//! carries), and the SSE side of [`Outbound`].
+//! carries), and the SSE side of [`Outbound`]. An SSE stream holds at most [`SSE_BACKLOG`] frames
+//! for a client that reads slower than they come: beyond that, notifications are dropped rather
+//! than queued without bound, and a request's reply waits for room.
 
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -24,7 +26,7 @@ pub enum Body {
     /// A stream of SSE frames; dropping it (client gone) cancels the request it belongs to.
     Stream {
         /// Frames to send.
-        rx: mpsc::UnboundedReceiver<Bytes>,
+        rx: mpsc::Receiver<Bytes>,
         /// Cancels the request when the stream is dropped before it finished.
         guard: CancelOnDrop,
     },
@@ -116,7 +118,7 @@ pub(crate) fn sse_frame(message: &Value) -> Bytes {
 /// A streaming `text/event-stream` response fed by `rx`; `cancel` is set if the client goes away
 /// before the stream ended.
 pub(crate) fn sse_response(
-    rx: mpsc::UnboundedReceiver<Bytes>,
+    rx: mpsc::Receiver<Bytes>,
     cancel: Option<CancelFlag>,
 ) -> Response<Body> {
     let mut resp = Response::new(Body::Stream {
@@ -136,12 +138,23 @@ pub(crate) fn sse_response(
     resp
 }
 
+/// Frames an SSE response holds for a client that does not read them yet.
+pub(crate) const SSE_BACKLOG: usize = 1024;
+
+/// A new SSE stream: its sending side, and the receiver its response body reads.
+pub(crate) fn sse_channel() -> (Sse, mpsc::Receiver<Bytes>) {
+    let (tx, rx) = mpsc::channel(SSE_BACKLOG);
+    (Sse(tx), rx)
+}
+
 /// The sending side of an SSE response.
-pub(crate) struct Sse(pub(crate) mpsc::UnboundedSender<Bytes>);
+pub(crate) struct Sse(mpsc::Sender<Bytes>);
 
 impl Outbound for Sse {
+    /// Queue a notification; dropped (the stream stays open) when the client is [`SSE_BACKLOG`]
+    /// frames behind.
     fn send(&self, message: &Value) -> bool {
-        self.0.send(sse_frame(message)).is_ok()
+        self.push(sse_frame(message))
     }
 
     fn keepalive(&self) -> bool {
@@ -150,8 +163,45 @@ impl Outbound for Sse {
 }
 
 impl Sse {
+    fn push(&self, frame: Bytes) -> bool {
+        match self.0.try_send(frame) {
+            Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => true,
+            Err(mpsc::error::TrySendError::Closed(_)) => false,
+        }
+    }
+
     /// An SSE comment line (`text` starts with `:`).
     pub(crate) fn comment(&self, text: &'static str) -> bool {
-        self.0.send(Bytes::from(format!("{text}\n\n"))).is_ok()
+        self.push(Bytes::from(format!("{text}\n\n")))
+    }
+
+    /// Send a message that must not be dropped (a request's reply), waiting for room.
+    pub(crate) async fn send_waiting(&self, message: &Value) -> bool {
+        self.0.send(sse_frame(message)).await.is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_client_that_does_not_read_holds_a_bounded_backlog_and_still_gets_the_reply() {
+        let (out, mut rx) = sse_channel();
+        for i in 0..10 * SSE_BACKLOG {
+            assert!(out.send(&serde_json::json!({ "progress": i })));
+        }
+        let reply =
+            tokio::spawn(async move { out.send_waiting(&serde_json::json!("reply")).await });
+        let mut frames = Vec::new();
+        while let Some(frame) = rx.recv().await {
+            frames.push(frame);
+        }
+        assert!(reply.await.unwrap());
+        assert_eq!(frames.len(), SSE_BACKLOG + 1);
+        assert_eq!(
+            frames.last().unwrap(),
+            &sse_frame(&serde_json::json!("reply"))
+        );
     }
 }

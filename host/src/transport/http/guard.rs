@@ -29,17 +29,36 @@ fn is_local(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1") || host.ends_with(".localhost")
 }
 
+/// A header that must be checked when present: its single value as visible ASCII, `Ok(None)` when
+/// absent, and an error when it is repeated or not plain ASCII (such a value is refused, never
+/// treated as absent).
+fn checked_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, String> {
+    let mut values = headers.get_all(name).iter();
+    let Some(value) = values.next() else {
+        return Ok(None);
+    };
+    if values.next().is_some() {
+        return Err(format!("more than one {name} header"));
+    }
+    value
+        .to_str()
+        .map(|v| Some(v.trim()))
+        .map_err(|_| format!("the {name} header is not plain ASCII"))
+}
+
 /// DNS-rebinding protection: Origin (when present) and Host must be local or explicitly allowed.
 pub(crate) fn check_origin(headers: &HeaderMap, settings: &HttpSettings) -> Result<(), RpcError> {
     let forbidden = |what: &str| RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {what}"));
-    if let Some(origin) = header(headers, "origin") {
+    let origin = checked_header(headers, "origin").map_err(|e| forbidden(&e))?;
+    let host = checked_header(headers, "host").map_err(|e| forbidden(&e))?;
+    if let Some(origin) = origin {
         let authority = origin.split("://").nth(1).unwrap_or(origin);
         if !(is_local(host_part(authority)) || settings.allowed_origins.iter().any(|o| o == origin))
         {
             return Err(forbidden(&format!("Origin {origin} is not allowed")));
         }
     }
-    if let Some(host) = header(headers, "host") {
+    if let Some(host) = host {
         let name = host_part(host);
         if !(is_local(name)
             || settings
@@ -63,11 +82,18 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// A 401 with its `WWW-Authenticate` challenge, or the 403/404 for a refused identity.
-pub(crate) fn denied(access: &Access, id: &Value, d: Denied) -> Response<Body> {
+/// A 401 with its `WWW-Authenticate` challenge (naming the metadata of the endpoint asked, `agent`
+/// for `/mcp/agents/{agent}`), or the 403/404 for a refused identity.
+pub(crate) fn denied(
+    access: &Access,
+    agent: Option<&str>,
+    id: &Value,
+    d: Denied,
+) -> Response<Body> {
     match d {
         Denied::Unauthorized { error, description } => challenge(
             access,
+            agent,
             error_response(
                 id,
                 &RpcError::new(
@@ -90,17 +116,18 @@ pub(crate) fn denied(access: &Access, id: &Value, d: Denied) -> Response<Body> {
 }
 
 /// A 401 response (`body`) for a tool that needs a verified caller, with its challenge.
-pub(crate) fn unauthorized(access: &Access, body: &Value) -> Response<Body> {
-    challenge(access, json_response(401, body), None, "")
+pub(crate) fn unauthorized(access: &Access, agent: Option<&str>, body: &Value) -> Response<Body> {
+    challenge(access, agent, json_response(401, body), None, "")
 }
 
 fn challenge(
     access: &Access,
+    agent: Option<&str>,
     mut resp: Response<Body>,
     error: Option<&str>,
     description: &str,
 ) -> Response<Body> {
-    if let Ok(v) = HeaderValue::from_str(&access.challenge(error, description)) {
+    if let Ok(v) = HeaderValue::from_str(&access.challenge(agent, error, description)) {
         resp.headers_mut()
             .insert(hyper::header::WWW_AUTHENTICATE, v);
     }
@@ -131,5 +158,25 @@ mod tests {
         assert!(check_origin(&h, &opts).is_err());
         h.insert("host", HeaderValue::from_static("[::1]:8080"));
         assert!(check_origin(&h, &opts).is_ok());
+    }
+
+    #[test]
+    fn non_ascii_or_repeated_origin_and_host_are_refused_not_ignored() {
+        let opts = HttpSettings::default();
+        let mut h = HeaderMap::new();
+        h.insert("host", HeaderValue::from_static("127.0.0.1:18080"));
+        h.insert(
+            "origin",
+            HeaderValue::from_bytes(b"http://evil.example\xc3\xa9").unwrap(),
+        );
+        let e = check_origin(&h, &opts).unwrap_err();
+        assert_eq!(e.kind, ErrorKind::Forbidden);
+        assert!(e.message.contains("not plain ASCII"), "{}", e.message);
+        h.remove("origin");
+        h.insert("host", HeaderValue::from_bytes(b"localhost\xff").unwrap());
+        assert!(check_origin(&h, &opts).is_err());
+        h.insert("host", HeaderValue::from_static("localhost"));
+        h.append("host", HeaderValue::from_static("evil.example.com"));
+        assert!(check_origin(&h, &opts).is_err());
     }
 }

@@ -2,6 +2,12 @@
 //! emits notifications; [`post`]), legacy sessions with `GET`/`DELETE`, `/healthz`, the RFC 9728
 //! metadata, Origin/Host validation against DNS rebinding ([`guard`]), a request body cap,
 //! keep-alive and graceful shutdown. Messages themselves go through the connection core.
+//!
+//! Connections are bounded: at most `http.max_connections` are served at once (the next one waits
+//! in the listen backlog until one closes), each must send its request head within
+//! `http.header_read_timeout_secs` (hyper's timer; also the idle keep-alive limit) and its body
+//! within `http.body_read_timeout_secs`, and a failing `accept` (out of file descriptors) backs
+//! off instead of spinning.
 
 mod body;
 mod guard;
@@ -12,17 +18,16 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use hyper::body::Incoming as IncomingBody;
 use hyper::header::{HeaderMap, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
-use tokio::sync::mpsc;
+use tokio::sync::{Semaphore, mpsc};
 
 pub use body::{Body, CancelOnDrop};
-use body::{Sse, empty, error_response, json_response, sse_response};
+use body::{empty, error_response, json_response, sse_channel, sse_response};
 use guard::{bearer, check_origin, denied, header};
 use post::SESSION_HEADER;
 
@@ -74,6 +79,7 @@ pub async fn serve(
     let state = Arc::new(State {
         sessions: SessionStore::new(
             options.settings.max_sessions,
+            options.settings.max_sessions_per_caller,
             Duration::from_secs(options.settings.session_idle_secs),
         ),
         core: Core::new(protocol, stop.clone()),
@@ -95,36 +101,44 @@ pub async fn serve(
         let state = Arc::clone(&state);
         tokio::spawn(async move { state.core.fan_out_changes(|| state.sessions.all()).await })
     };
+    let connections = Arc::new(Semaphore::new(
+        state.options.settings.max_connections.max(1),
+    ));
+    let header_timeout =
+        Duration::from_secs(state.options.settings.header_read_timeout_secs.max(1));
+    let mut backoff = Backoff::default();
     tokio::pin!(shutdown);
     loop {
-        tokio::select! {
-            accepted = listener.accept() => {
-                let (stream, _peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!("accept failed: {e}");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let _ = stream.set_nodelay(true);
-                let state = Arc::clone(&state);
-                let service = hyper::service::service_fn(move |req| {
-                    let state = Arc::clone(&state);
-                    async move { Ok::<_, Infallible>(handle(state, req).await) }
-                });
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .keep_alive(true)
-                    .serve_connection(TokioIo::new(stream), service);
-                let conn = graceful.watch(conn);
-                tokio::spawn(async move {
-                    if let Err(e) = conn.await {
-                        tracing::debug!("connection ended: {e}");
-                    }
-                });
-            }
+        // A connection slot first: beyond the limit, new connections wait in the backlog.
+        let permit = tokio::select! {
+            permit = Arc::clone(&connections).acquire_owned() => match permit {
+                Ok(p) => p,
+                Err(_) => break,
+            },
             () = &mut shutdown => break,
-        }
+        };
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            () = &mut shutdown => break,
+        };
+        let (stream, peer) = match accepted {
+            Ok(a) => {
+                backoff.reset();
+                a
+            }
+            Err(e) => {
+                // Out of descriptors (EMFILE/ENFILE) or a connection reset before accept: wait,
+                // longer each time in a row, rather than spin on a listener that stays readable.
+                let pause = backoff.next();
+                tracing::warn!("accept failed: {e}; pausing {} ms", pause.as_millis());
+                tokio::select! {
+                    () = tokio::time::sleep(pause) => {},
+                    () = &mut shutdown => break,
+                }
+                continue;
+            }
+        };
+        serve_connection(&state, &graceful, stream, peer.ip(), permit, header_timeout);
     }
     drop(listener);
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
@@ -144,35 +158,95 @@ pub async fn serve(
     Ok(())
 }
 
-async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body> {
+/// Serve one accepted connection on its own task (hyper's HTTP/1 with the header-read timer),
+/// holding its connection slot until it closes.
+fn serve_connection(
+    state: &Arc<State>,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+    stream: tokio::net::TcpStream,
+    peer: std::net::IpAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    header_timeout: Duration,
+) {
+    let _ = stream.set_nodelay(true);
+    let state = Arc::clone(state);
+    let service = hyper::service::service_fn(move |req| {
+        let state = Arc::clone(&state);
+        async move { Ok::<_, Infallible>(handle(state, req, peer).await) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .keep_alive(true)
+        .serve_connection(TokioIo::new(stream), service);
+    let conn = graceful.watch(conn);
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!("connection ended: {e}");
+        }
+        drop(permit);
+    });
+}
+
+/// Pauses after failed `accept`s in a row: 10 ms doubling up to 1 s.
+#[derive(Debug, Default)]
+struct Backoff(u32);
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let pause = Duration::from_millis(10u64 << self.0.min(7)).min(Duration::from_secs(1));
+        self.0 = self.0.saturating_add(1);
+        pause
+    }
+
+    fn reset(&mut self) {
+        self.0 = 0;
+    }
+}
+
+/// The agent named by an endpoint path below `base`: `Some(None)` for `base` itself,
+/// `Some(Some(name))` for `base/agents/{name}`, `None` for anything else.
+fn endpoint_agent<'a>(path: &'a str, base: &str) -> Option<Option<&'a str>> {
+    match path.strip_prefix(base)? {
+        "" => Some(None),
+        rest => match rest.strip_prefix("/agents/") {
+            Some(name) if !name.is_empty() && !name.contains('/') => Some(Some(name)),
+            _ => None,
+        },
+    }
+}
+
+async fn handle(
+    state: Arc<State>,
+    req: Request<IncomingBody>,
+    peer: std::net::IpAddr,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
     if path == "/healthz" {
         return json_response(200, &json!({ "status": "ok" }));
     }
     let access = state.core.protocol().host().access();
-    if path == "/.well-known/oauth-protected-resource"
-        || path.starts_with("/.well-known/oauth-protected-resource/")
-    {
-        return match *req.method() {
-            Method::GET => json_response(200, &access.metadata()),
+    if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource") {
+        // `…/oauth-protected-resource` or `…<http.path>`: the endpoint's document;
+        // `…<http.path>/agents/{name}`: that agent endpoint's own (RFC 9728 §3.1).
+        let agent = match rest {
+            "" => Some(None),
+            _ => endpoint_agent(rest, &state.options.settings.path),
+        };
+        return match (req.method(), agent) {
+            (&Method::GET, Some(agent)) => json_response(200, &access.metadata(agent)),
+            (_, None) => json_response(404, &json!({ "error": "not found" })),
             _ => empty(StatusCode::METHOD_NOT_ALLOWED),
         };
     }
     // `/mcp` or `/mcp/agents/{name}`.
-    let agent = match path.strip_prefix(state.options.settings.path.as_str()) {
-        Some("") => None,
-        Some(rest) => match rest.strip_prefix("/agents/") {
-            Some(name) if !name.is_empty() && !name.contains('/') => Some(name.to_owned()),
-            _ => None,
-        },
-        None => None,
-    };
-    if path != state.options.settings.path && agent.is_none() {
+    let Some(agent) = endpoint_agent(&path, &state.options.settings.path) else {
         return json_response(
             404,
             &json!({ "error": "not found", "mcpEndpoint": state.options.settings.path }),
         );
-    }
+    };
+    let agent = agent.map(str::to_owned);
     // Read at each request: a reload of these settings applies at once.
     if let Err(e) = check_origin(req.headers(), &state.core.protocol().host().config().http) {
         return error_response(&Value::Null, &e);
@@ -181,10 +255,10 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
     if matches!(*req.method(), Method::GET | Method::DELETE)
         && let Err(d) = access.resolve(agent.as_deref(), bearer(req.headers()), None)
     {
-        return denied(&access, &Value::Null, d);
+        return denied(&access, agent.as_deref(), &Value::Null, d);
     }
     match *req.method() {
-        Method::POST => post::post(state, req, agent).await,
+        Method::POST => post::post(state, req, agent, peer).await,
         Method::GET => get_stream(&state, req.headers()),
         Method::DELETE => delete_session(&state, req.headers()),
         _ => {
@@ -231,8 +305,7 @@ fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
     // when the task does (client gone, session's stream replaced, server stopping).
     let (relay, mut rx) = mpsc::unbounded_channel::<Value>();
     session.attach_stream(Arc::new(Relay(relay)));
-    let (out, body) = mpsc::unbounded_channel::<Bytes>();
-    let out = Sse(out);
+    let (out, body) = sse_channel();
     out.comment(": stream open");
     let shutdown = state.shutdown.clone();
     let keepalive = state.options.keepalive;

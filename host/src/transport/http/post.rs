@@ -15,12 +15,12 @@ use tokio::sync::mpsc;
 
 use super::State;
 use super::body::{
-    Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_frame, sse_response,
+    Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_channel, sse_response,
 };
 use super::guard::{bearer, denied, header, unauthorized};
 use crate::exec::CancelFlag;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
-use crate::protocol::session::{LegacySession, new_session_id};
+use crate::protocol::session::{LegacySession, Outbound as _, new_session_id};
 use crate::protocol::{HttpHeaders, Reply, decode_header_value};
 use crate::transport::core::{Batched, Origin, Routed};
 
@@ -32,7 +32,9 @@ async fn read_body(
     state: &State,
     req: Request<IncomingBody>,
 ) -> Result<(hyper::http::request::Parts, Bytes), Response<Body>> {
-    let max = state.core.protocol().host().config().http.max_body_bytes;
+    // Read at each request: a reload of these settings applies at once.
+    let http = &state.core.protocol().host().config().http;
+    let (max, body_secs) = (http.max_body_bytes, http.body_read_timeout_secs);
     let too_large = || {
         error_response(
             &Value::Null,
@@ -58,7 +60,21 @@ async fn read_body(
         ));
     }
     let (parts, body) = req.into_parts();
-    match http_body_util::Limited::new(body, max).collect().await {
+    let deadline = std::time::Duration::from_secs(body_secs.max(1));
+    let read = tokio::time::timeout(deadline, http_body_util::Limited::new(body, max).collect());
+    let Ok(read) = read.await else {
+        return Err(error_response(
+            &Value::Null,
+            &RpcError::new(
+                ErrorKind::RequestTimeout,
+                format!(
+                    "the request body did not arrive within {} s (http.body_read_timeout_secs)",
+                    deadline.as_secs()
+                ),
+            ),
+        ));
+    };
+    match read {
         Ok(collected) => Ok((parts, collected.to_bytes())),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
@@ -97,6 +113,7 @@ pub(crate) async fn post(
     state: Arc<State>,
     req: Request<IncomingBody>,
     endpoint_agent: Option<String>,
+    peer: std::net::IpAddr,
 ) -> Response<Body> {
     let (parts, bytes) = match read_body(&state, req).await {
         Ok(read) => read,
@@ -138,7 +155,7 @@ pub(crate) async fn post(
         session.as_ref().map(|s| s.id.as_str()),
     ) {
         Ok(identity) => identity,
-        Err(d) => return denied(&access, &id, d),
+        Err(d) => return denied(&access, endpoint_agent.as_deref(), &id, d),
     };
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
@@ -146,9 +163,12 @@ pub(crate) async fn post(
         headers: Some(headers),
         identity,
         cache_private: access.caller_dependent(),
+        peer: Some(peer),
     };
     match state.core.route(value, origin.inflight.as_deref()) {
-        Routed::Request { id, method, params } => request(state, id, method, params, origin).await,
+        Routed::Request { id, method, params } => {
+            request(state, id, method, params, origin, endpoint_agent).await
+        }
         Routed::Batch(items) => match state.core.batch(items, &origin).await {
             Batched::Replies(replies) => json_response(200, &replies),
             Batched::Refused(e) => error_response(&Value::Null, &e),
@@ -166,7 +186,12 @@ async fn request(
     method: String,
     params: Map<String, Value>,
     origin: Origin,
+    endpoint_agent: Option<String>,
 ) -> Response<Body> {
+    let reply_to = ReplyTo {
+        owner: origin.identity.caller_key(origin.peer),
+        endpoint_agent,
+    };
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.
     let mut guard = CancelOnDrop(Some(cancel.clone()));
@@ -197,7 +222,7 @@ async fn request(
         reply = &mut reply_rx => {
             guard.disarm();
             return match reply {
-                Ok(reply) => finish(&state, reply),
+                Ok(reply) => finish(&state, reply, &reply_to),
                 Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
             };
         }
@@ -208,32 +233,32 @@ async fn request(
         let reply = reply_rx.await;
         guard.disarm();
         return match reply {
-            Ok(reply) => finish(&state, reply),
+            Ok(reply) => finish(&state, reply, &reply_to),
             Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
         };
     };
     // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
     guard.disarm();
-    let (out, body) = mpsc::unbounded_channel::<Bytes>();
-    let _ = out.send(sse_frame(&first_notification));
+    let (out, body) = sse_channel();
+    out.send(&first_notification);
     tokio::spawn(async move {
         let reply = loop {
             tokio::select! {
                 biased;
                 n = rx.recv() => match n {
-                    Some(n) => { let _ = out.send(sse_frame(&n)); }
+                    Some(n) => { out.send(&n); }
                     None => break (&mut reply_rx).await,
                 },
                 reply = &mut reply_rx => {
                     while let Ok(n) = rx.try_recv() {
-                        let _ = out.send(sse_frame(&n));
+                        out.send(&n);
                     }
                     break reply;
                 }
             }
         };
         if let Ok(reply) = reply {
-            stream_reply(&state, reply, Sse(out)).await;
+            stream_reply(&state, reply, out).await;
         }
     });
     sse_response(body, Some(cancel))
@@ -243,7 +268,7 @@ async fn request(
 async fn stream_reply(state: &State, reply: Reply, out: Sse) {
     match reply {
         Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
-            let _ = out.0.send(sse_frame(&body));
+            out.send_waiting(&body).await;
         }
         Reply::Listen { id, accepted } => {
             let keepalive = Some(state.options.keepalive);
@@ -255,12 +280,28 @@ async fn stream_reply(state: &State, reply: Reply, out: Sse) {
     }
 }
 
+/// Who a reply goes to: the caller a new session belongs to, and the endpoint asked.
+struct ReplyTo {
+    owner: Arc<str>,
+    endpoint_agent: Option<String>,
+}
+
 /// The HTTP response for a reply that came before any notification.
-fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
+fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
     match reply {
         Reply::Response { body, status: 401 } => {
             // A tool that needs a verified caller was called without one: challenge the client.
-            unauthorized(&state.core.protocol().host().access(), &body)
+            let access = state.core.protocol().host().access();
+            unauthorized(&access, to.endpoint_agent.as_deref(), &body)
+        }
+        Reply::Response { body, status: 429 } => {
+            let mut resp = json_response(429, &body);
+            let retry = body["error"]["data"]["retryAfterSecs"]
+                .as_u64()
+                .unwrap_or(1);
+            resp.headers_mut()
+                .insert(hyper::header::RETRY_AFTER, HeaderValue::from(retry));
+            resp
         }
         Reply::Response { body, status } => json_response(status, &body),
         Reply::Initialized {
@@ -269,11 +310,10 @@ fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
             capabilities,
         } => {
             let id = new_session_id();
-            state.sessions.insert(Arc::new(LegacySession::new(
-                id.clone(),
-                version,
-                capabilities,
-            )));
+            state.sessions.insert(
+                Arc::new(LegacySession::new(id.clone(), version, capabilities)),
+                Arc::clone(&to.owner),
+            );
             let mut resp = json_response(200, &body);
             if let Ok(v) = HeaderValue::from_str(&id) {
                 resp.headers_mut().insert(SESSION_HEADER, v);
@@ -281,11 +321,11 @@ fn finish(state: &Arc<State>, reply: Reply) -> Response<Body> {
             resp
         }
         Reply::Listen { id, accepted } => {
-            let (out, body) = mpsc::unbounded_channel::<Bytes>();
+            let (out, body) = sse_channel();
             let state = Arc::clone(state);
-            tokio::spawn(async move {
-                stream_reply(&state, Reply::Listen { id, accepted }, Sse(out)).await
-            });
+            tokio::spawn(
+                async move { stream_reply(&state, Reply::Listen { id, accepted }, out).await },
+            );
             sse_response(body, None)
         }
     }

@@ -1,0 +1,175 @@
+//! Per-caller fair sharing: how many tool calls one caller may have in flight, and an optional
+//! token-bucket rate. A caller is keyed by the transport (verified user, else agent, else remote
+//! address); a refused call is told when to retry.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use crate::config::PerCallerLimits;
+
+/// Why a caller's call was refused.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum QuotaError {
+    /// Already `max` calls in flight.
+    #[error("too many calls in flight for this caller (the limit is {max})")]
+    InFlight {
+        /// `limits.per_caller.max_in_flight`.
+        max: usize,
+    },
+    /// Over the sustained rate.
+    #[error("too many calls: this caller may start {rate} calls per second")]
+    Rate {
+        /// `limits.per_caller.calls_per_sec`.
+        rate: f64,
+        /// Seconds until a call would be admitted.
+        retry_after_secs: u64,
+    },
+}
+
+impl QuotaError {
+    /// Seconds after which a retry may succeed (at least 1).
+    pub fn retry_after_secs(&self) -> u64 {
+        match self {
+            QuotaError::InFlight { .. } => 1,
+            QuotaError::Rate {
+                retry_after_secs, ..
+            } => *retry_after_secs,
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Bucket {
+    in_flight: usize,
+    tokens: f64,
+    refilled: Instant,
+}
+
+/// Callers' in-flight counts and rate buckets. Entries go away once a caller is idle and its
+/// bucket full, so the map holds only active callers.
+#[derive(Debug, Default)]
+pub struct Quotas {
+    callers: Mutex<HashMap<Arc<str>, Bucket>>,
+}
+
+/// Holds one in-flight slot of a caller until dropped.
+#[derive(Debug)]
+pub struct QuotaPermit {
+    quotas: Arc<Quotas>,
+    key: Arc<str>,
+}
+
+impl Drop for QuotaPermit {
+    fn drop(&mut self) {
+        let mut map = self.quotas.lock();
+        if let Some(b) = map.get_mut(&self.key) {
+            b.in_flight = b.in_flight.saturating_sub(1);
+        }
+    }
+}
+
+impl Quotas {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Bucket>> {
+        self.callers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Admit one call of caller `key` under `limits`, or say why not.
+    pub fn admit(
+        self: &Arc<Self>,
+        key: &str,
+        limits: &PerCallerLimits,
+    ) -> Result<QuotaPermit, QuotaError> {
+        let now = Instant::now();
+        let rate = limits.calls_per_sec.filter(|r| *r > 0.0 && r.is_finite());
+        let burst = f64::from(limits.burst.max(1));
+        let mut map = self.lock();
+        if map.len() > 1024 {
+            // Forget callers that are idle with a full bucket: they would start afresh anyway.
+            map.retain(|_, b| {
+                b.in_flight > 0 || rate.is_some_and(|r| refill(b, now, r, burst) < burst)
+            });
+        }
+        let key: Arc<str> = match map.get_key_value(key) {
+            Some((k, _)) => Arc::clone(k),
+            None => Arc::from(key),
+        };
+        let bucket = map.entry(Arc::clone(&key)).or_insert(Bucket {
+            in_flight: 0,
+            tokens: burst,
+            refilled: now,
+        });
+        if bucket.in_flight >= limits.max_in_flight.max(1) {
+            return Err(QuotaError::InFlight {
+                max: limits.max_in_flight.max(1),
+            });
+        }
+        if let Some(rate) = rate {
+            let tokens = refill(bucket, now, rate, burst);
+            if tokens < 1.0 {
+                let wait = ((1.0 - tokens) / rate).ceil().max(1.0);
+                return Err(QuotaError::Rate {
+                    rate,
+                    retry_after_secs: wait as u64,
+                });
+            }
+            bucket.tokens = tokens - 1.0;
+        }
+        bucket.in_flight += 1;
+        Ok(QuotaPermit {
+            quotas: Arc::clone(self),
+            key,
+        })
+    }
+}
+
+/// Top the bucket up for the time since its last refill; the tokens now available.
+fn refill(b: &mut Bucket, now: Instant, rate: f64, burst: f64) -> f64 {
+    let elapsed = now.saturating_duration_since(b.refilled).as_secs_f64();
+    b.tokens = (b.tokens + elapsed * rate).min(burst);
+    b.refilled = now;
+    b.tokens
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn in_flight_calls_are_bounded_per_caller_and_released_on_drop() {
+        let q = Arc::new(Quotas::default());
+        let limits = PerCallerLimits {
+            max_in_flight: 2,
+            calls_per_sec: None,
+            burst: 1,
+        };
+        let a1 = q.admit("alice", &limits).expect("first");
+        let _a2 = q.admit("alice", &limits).expect("second");
+        assert_eq!(
+            q.admit("alice", &limits).unwrap_err(),
+            QuotaError::InFlight { max: 2 }
+        );
+        let _b = q
+            .admit("bob", &limits)
+            .expect("another caller is not affected");
+        drop(a1);
+        let _a3 = q.admit("alice", &limits).expect("a slot came free");
+    }
+
+    #[test]
+    fn the_rate_admits_a_burst_then_refuses_with_a_retry_time() {
+        let q = Arc::new(Quotas::default());
+        let limits = PerCallerLimits {
+            max_in_flight: 100,
+            calls_per_sec: Some(0.001),
+            burst: 3,
+        };
+        for _ in 0..3 {
+            drop(q.admit("alice", &limits).expect("within the burst"));
+        }
+        let err = q.admit("alice", &limits).unwrap_err();
+        assert!(matches!(err, QuotaError::Rate { .. }), "{err:?}");
+        assert!(err.retry_after_secs() >= 1);
+        drop(q.admit("bob", &limits).expect("bob has his own bucket"));
+    }
+}

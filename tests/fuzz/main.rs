@@ -1,0 +1,714 @@
+//! Property-based fuzzing of everything that parses outside input: JSON-RPC messages of both eras
+//! (through the whole stdio transport and the protocol engine, with real plugins behind it), HTTP
+//! requests with arbitrary headers (through the real HTTP transport on a loopback socket), the
+//! configuration's YAML layers and environment variables, and the plugin manifest the registry
+//! reads. Each property says what must hold for any input: an answer of the right shape, never a
+//! panic, a hang or a dead server.
+//!
+//! Runs on the stable toolchain with `proptest`. By default each target runs one short batch of
+//! cases (the README's test command); `MCP_FUZZ_SECS=N` runs each target for N seconds of fresh
+//! random batches (what `.ci/run` does). A failing input is shrunk, printed and saved under
+//! `tests/fuzz/proptest-regressions/`, where every later run replays it first: commit that file,
+//! and the crash stays a regression test.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read as _, Write as _};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use mcp_host::plugins::backend::PluginBackend;
+use mcp_host::plugins::discovery::Candidate;
+use mcp_host::plugins::slot::PluginSlot;
+use mcp_host::protocol::Protocol;
+use mcp_host::registry::Registry;
+use mcp_host::{Config, Host};
+use mcp_host_tests::Layout;
+use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
+use proptest::prelude::*;
+use proptest::test_runner::{Config as RunConfig, FileFailurePersistence, TestRunner};
+use serde_json::{Map, Value, json};
+
+// ---------------------------------------------------------------------------------------------
+// Running a property within a budget
+
+/// Run `test` on inputs from `strategy`: one batch of `cases`, or fresh batches for
+/// `MCP_FUZZ_SECS` seconds. Failures are shrunk, persisted and reported.
+fn fuzz<S: Strategy>(
+    name: &str,
+    cases: u32,
+    strategy: S,
+    test: impl Fn(S::Value) -> Result<(), TestCaseError>,
+) where
+    S::Value: std::fmt::Debug,
+{
+    let budget = std::env::var("MCP_FUZZ_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs);
+    let deadline = budget.map(|b| Instant::now() + b);
+    let mut batches = 0u32;
+    loop {
+        let mut runner = TestRunner::new(RunConfig {
+            cases,
+            failure_persistence: Some(Box::new(FileFailurePersistence::SourceParallel(
+                "proptest-regressions",
+            ))),
+            source_file: Some(file!()),
+            ..RunConfig::default()
+        });
+        if let Err(e) = runner.run(&strategy, &test) {
+            panic!("{name}: {e}");
+        }
+        batches += 1;
+        if deadline.is_none_or(|d| Instant::now() >= d) {
+            break;
+        }
+    }
+    eprintln!("{name}: {batches} batch(es) of {cases} cases");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inputs
+
+/// Any JSON value, a few levels deep.
+fn json_value() -> impl Strategy<Value = Value> {
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        any::<i64>().prop_map(Value::from),
+        any::<f64>()
+            .prop_filter("finite", |f| f.is_finite())
+            .prop_map(Value::from),
+        ".{0,24}".prop_map(Value::from),
+    ];
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        prop_oneof![
+            prop::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+            prop::collection::btree_map("[a-zA-Z_/.$@-]{0,14}", inner, 0..6)
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+const METHODS: &[&str] = &[
+    "initialize",
+    "notifications/initialized",
+    "ping",
+    "tools/list",
+    "tools/call",
+    "logging/setLevel",
+    "server/discover",
+    "notifications/cancelled",
+    "resources/list",
+];
+
+/// Tools of fixture-basic that answer at once (the property is about parsing, not waiting).
+const TOOLS: &[&str] = &["echo", "shout", "whoami", "nope", "a.b"];
+
+fn method() -> impl Strategy<Value = String> {
+    prop_oneof![
+        4 => prop::sample::select(METHODS).prop_map(str::to_owned),
+        1 => ".{0,20}",
+    ]
+}
+
+/// A `_meta` of either era (or broken).
+fn meta() -> impl Strategy<Value = Value> {
+    let version = prop_oneof![
+        Just(json!("2026-07-28")),
+        Just(json!("2025-11-25")),
+        json_value()
+    ];
+    (
+        version,
+        prop_oneof![Just(json!({})), json_value()],
+        prop::option::of(prop_oneof![
+            Just(json!("debug")),
+            Just(json!("error")),
+            json_value()
+        ]),
+        prop::option::of(json_value()),
+    )
+        .prop_map(|(version, caps, level, token)| {
+            let mut m = Map::new();
+            m.insert("io.modelcontextprotocol/protocolVersion".into(), version);
+            m.insert("io.modelcontextprotocol/clientCapabilities".into(), caps);
+            if let Some(level) = level {
+                m.insert("io.modelcontextprotocol/logLevel".into(), level);
+            }
+            if let Some(token) = token {
+                m.insert("progressToken".into(), token);
+            }
+            Value::Object(m)
+        })
+}
+
+/// `params`: structured the way requests of each method carry them, or anything at all.
+fn params() -> impl Strategy<Value = Option<Value>> {
+    let arguments = prop_oneof![".{0,40}".prop_map(|t| json!({ "text": t })), json_value(),];
+    let structured = (
+        prop::option::of(meta()),
+        prop::option::of(prop::sample::select(TOOLS)),
+        prop::option::of(arguments),
+        prop::option::of(prop_oneof![
+            Just(json!("2025-03-26")),
+            Just(json!("2025-11-25")),
+            json_value()
+        ]),
+        prop::option::of(json_value()),
+        prop::option::of(json_value()),
+    )
+        .prop_map(|(meta, name, arguments, version, capabilities, extra)| {
+            let mut p = Map::new();
+            if let Some(m) = meta {
+                p.insert("_meta".into(), m);
+            }
+            if let Some(n) = name {
+                p.insert("name".into(), json!(n));
+            }
+            if let Some(a) = arguments {
+                p.insert("arguments".into(), a);
+            }
+            if let Some(v) = version {
+                p.insert("protocolVersion".into(), v);
+            }
+            if let Some(c) = capabilities {
+                p.insert("capabilities".into(), c);
+            }
+            if let Some(e) = extra {
+                for key in ["level", "cursor", "requestId"] {
+                    p.insert(key.into(), e.clone());
+                }
+            }
+            Value::Object(p)
+        });
+    prop::option::of(prop_oneof![3 => structured, 1 => json_value()])
+}
+
+/// One JSON-RPC message (or something shaped almost like one).
+fn message() -> impl Strategy<Value = Value> {
+    let id = prop::option::of(prop_oneof![
+        any::<i64>().prop_map(Value::from),
+        "[a-z0-9]{0,8}".prop_map(Value::from),
+        json_value(),
+    ]);
+    let version = prop_oneof![8 => Just(json!("2.0")), 1 => json_value()];
+    (id, method(), params(), version).prop_map(|(id, method, params, version)| {
+        let mut m = Map::new();
+        m.insert("jsonrpc".into(), version);
+        if let Some(id) = id {
+            m.insert("id".into(), id);
+        }
+        m.insert("method".into(), json!(method));
+        if let Some(p) = params {
+            m.insert("params".into(), p);
+        }
+        Value::Object(m)
+    })
+}
+
+/// One line of stdio input: a message, a batch, any JSON, or any text.
+fn line() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => message().prop_map(|m| m.to_string()),
+        2 => prop::collection::vec(message(), 0..5).prop_map(|b| Value::Array(b).to_string()),
+        1 => json_value().prop_map(|v| v.to_string()),
+        1 => "[^\n]{0,60}",
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// A host with real plugins, shared by the protocol targets
+
+struct Served {
+    _layout: Layout,
+    runtime: tokio::runtime::Runtime,
+    protocol: Protocol,
+    http: SocketAddr,
+}
+
+const HS_SECRET: &str = "fuzz-hs256-secret-0123456789abcdefghij";
+
+fn served() -> &'static Served {
+    static SERVED: OnceLock<Served> = OnceLock::new();
+    SERVED.get_or_init(|| {
+        let layout = Layout::new();
+        layout.install("d", "fixture-basic", None);
+        let cfg = layout.config(&format!(
+            "tool_dirs: [d]\nhttp: {{body_read_timeout_secs: 2, header_read_timeout_secs: 2}}\n\
+             auth:\n  jwt: {{hs256_secret: {HS_SECRET}, issuer: fuzz}}\n\
+             agents:\n  a: {{allow: [echo]}}\n"
+        ));
+        let host: Host = layout.host(&cfg);
+        let runtime = mcp_host_tests::runtime();
+        let protocol = Protocol::new(host.clone());
+        let settings = host.config().http.clone();
+        let listener = runtime
+            .block_on(mcp_host::transport::http::bind(
+                "127.0.0.1:0".parse().unwrap(),
+            ))
+            .unwrap();
+        let http = listener.local_addr().unwrap();
+        let options = mcp_host::transport::http::HttpOptions {
+            settings,
+            grace: Duration::from_secs(1),
+            ..Default::default()
+        };
+        runtime.spawn(mcp_host::transport::http::serve(
+            protocol.clone(),
+            listener,
+            options,
+            std::future::pending(),
+        ));
+        Served {
+            _layout: layout,
+            runtime,
+            protocol,
+            http,
+        }
+    })
+}
+
+/// A `Write` into a shared buffer (stdio's output).
+#[derive(Clone, Default)]
+struct Sink(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for Sink {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn any_stdio_input_gets_only_well_formed_answers() {
+    let served = served();
+    fuzz("stdio", 24, prop::collection::vec(line(), 1..10), |lines| {
+        let input = lines.join("\n") + "\n";
+        let out = Sink::default();
+        let options = mcp_host::transport::stdio::StdioOptions {
+            caller: Some(mcp_plugin_sdk::UserInfo::new("fuzz")),
+            agent: None,
+            max_message_bytes: 64 * 1024,
+            grace: Duration::from_secs(5),
+        };
+        let served_ok = served.runtime.block_on(mcp_host::transport::stdio::serve(
+            served.protocol.clone(),
+            std::io::Cursor::new(input.into_bytes()),
+            out.clone(),
+            options,
+        ));
+        prop_assert!(served_ok.is_ok(), "{served_ok:?}");
+        let bytes = out.0.lock().unwrap().clone();
+        let text = String::from_utf8(bytes).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        for answer in text.lines() {
+            let v: Value = serde_json::from_str(answer)
+                .map_err(|e| TestCaseError::fail(format!("not JSON ({e}): {answer}")))?;
+            let ok = match &v {
+                Value::Object(m) => m.get("jsonrpc") == Some(&json!("2.0")),
+                Value::Array(items) => items.iter().all(|i| i["jsonrpc"] == "2.0"),
+                _ => false,
+            };
+            prop_assert!(ok, "not a JSON-RPC message: {answer}");
+        }
+        Ok(())
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// HTTP
+
+const HEADER_NAMES: &[&str] = &[
+    "Origin",
+    "Host",
+    "Content-Type",
+    "Accept",
+    "MCP-Protocol-Version",
+    "Mcp-Method",
+    "Mcp-Name",
+    "Mcp-Param-Text",
+    "Authorization",
+    "Mcp-Session-Id",
+    "Last-Event-ID",
+];
+
+/// A header value: plausible ones, base64-encoded ones, bearer tokens, and any bytes a header
+/// line can hold (including non-ASCII and control bytes).
+fn header_value() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        Just(b"2026-07-28".to_vec()),
+        Just(b"tools/call".to_vec()),
+        Just(b"application/json".to_vec()),
+        Just(b"http://localhost:3000".to_vec()),
+        Just(b"127.0.0.1".to_vec()),
+        "[A-Za-z0-9+/=]{0,24}".prop_map(|b| format!("=?base64?{b}?=").into_bytes()),
+        "[A-Za-z0-9._-]{0,60}".prop_map(|t| format!("Bearer {t}").into_bytes()),
+        prop::collection::vec(
+            any::<u8>().prop_filter("no line breaks", |b| !matches!(b, b'\r' | b'\n' | 0)),
+            0..40
+        ),
+    ]
+}
+
+fn http_request() -> impl Strategy<Value = Vec<u8>> {
+    let method = prop::sample::select(&["POST", "GET", "DELETE", "PUT", "OPTIONS"][..]);
+    let path = prop_oneof![
+        Just("/mcp".to_owned()),
+        Just("/mcp/agents/a".to_owned()),
+        Just("/mcp/agents/nobody".to_owned()),
+        Just("/healthz".to_owned()),
+        Just("/.well-known/oauth-protected-resource/mcp/agents/a".to_owned()),
+        "/[a-z/.%]{0,20}",
+    ];
+    let name = prop_oneof![
+        4 => prop::sample::select(HEADER_NAMES).prop_map(str::to_owned),
+        1 => "[A-Za-z0-9-]{1,16}",
+    ];
+    let headers = prop::collection::vec((name, header_value()), 0..8);
+    let body = prop_oneof![
+        4 => message().prop_map(|m| m.to_string().into_bytes()),
+        1 => prop::collection::vec(message(), 0..4).prop_map(|b| Value::Array(b).to_string().into_bytes()),
+        1 => prop::collection::vec(any::<u8>(), 0..64),
+    ];
+    (method, path, headers, body).prop_map(|(method, path, headers, body)| {
+        let mut raw = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+        for (name, value) in headers {
+            // The transport's own framing headers stay consistent: the property is about what the
+            // host makes of the rest.
+            if name.eq_ignore_ascii_case("content-length")
+                || name.eq_ignore_ascii_case("transfer-encoding")
+                || name.eq_ignore_ascii_case("connection")
+            {
+                continue;
+            }
+            raw.extend_from_slice(name.as_bytes());
+            raw.extend_from_slice(b": ");
+            raw.extend_from_slice(&value);
+            raw.extend_from_slice(b"\r\n");
+        }
+        raw.extend_from_slice(
+            format!(
+                "Connection: close\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        raw.extend_from_slice(&body);
+        raw
+    })
+}
+
+/// Send `raw` and read the whole answer (the connection closes after it).
+fn exchange(addr: SocketAddr, raw: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(mcp_host_tests::serve::WAIT))
+        .unwrap();
+    c.write_all(raw).unwrap();
+    let mut answer = Vec::new();
+    let _ = c.read_to_end(&mut answer);
+    answer
+}
+
+#[test]
+fn any_http_request_gets_an_http_answer_and_the_server_lives_on() {
+    let served = served();
+    fuzz("http", 48, http_request(), |raw| {
+        let answer = exchange(served.http, &raw);
+        let head = String::from_utf8_lossy(&answer[..answer.len().min(16)]).into_owned();
+        let status: Option<u16> = head
+            .strip_prefix("HTTP/1.1 ")
+            .and_then(|r| r.get(..3))
+            .and_then(|c| c.parse().ok());
+        prop_assert!(
+            status.is_some_and(|s| (100..600).contains(&s)),
+            "no HTTP answer: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        Ok(())
+    });
+    let health = exchange(
+        served.http,
+        b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
+    );
+    assert!(
+        health.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&health)
+    );
+}
+
+#[test]
+fn header_values_decode_or_fail_cleanly() {
+    fuzz(
+        "headers",
+        256,
+        (".{0,40}", "[A-Za-z0-9+/=]{0,40}", json_value()),
+        |(plain, b64, arg)| {
+            let _ = mcp_host::protocol::decode_header_value(&plain);
+            let _ = mcp_host::protocol::decode_header_value(&format!("=?base64?{b64}?="));
+            let headers = mcp_host::protocol::HttpHeaders {
+                protocol_version: Some(plain.clone()),
+                method: Some(plain.clone()),
+                name: Some(plain.clone()),
+                params: vec![
+                    ("x".into(), format!("=?base64?{b64}?=")),
+                    ("x".into(), plain.clone()),
+                ],
+            };
+            let params: Map<String, Value> =
+                [("name".to_owned(), arg.clone())].into_iter().collect();
+            let _ = headers.check("tools/call", "2026-07-28", &params);
+            let schema = json!({"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "X"}}});
+            let _ = headers.check_params(&schema, Some(&json!({ "a": arg })));
+            Ok(())
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Configuration
+
+const TOP_KEYS: &[&str] = &[
+    "tool_dirs",
+    "MCP_TOOL_DIRS",
+    "limits",
+    "http",
+    "auth",
+    "agents",
+    "plugins",
+    "probe",
+    "probe_cache",
+    "runtime_dir",
+    "listen",
+    "shutdown_grace_secs",
+    "stdio_user",
+    "list_page_size",
+    "cache_ttl_ms",
+    "instructions",
+];
+
+const SUB_KEYS: &[&str] = &[
+    "call_timeout_secs",
+    "max_concurrent_calls",
+    "max_result_bytes",
+    "per_caller",
+    "max_in_flight",
+    "calls_per_sec",
+    "path",
+    "max_body_bytes",
+    "allowed_origins",
+    "max_sessions",
+    "max_connections",
+    "jwt",
+    "hs256_secret",
+    "issuer",
+    "jwks_file",
+    "public_keys",
+    "secrets",
+    "sha256",
+    "user",
+    "allow",
+    "deny",
+    "prefix",
+    "config",
+    "services",
+    "tools",
+    "timeout_secs",
+];
+
+/// A configuration document: the real keys (so checks deep inside run) with any values, as JSON
+/// (which is YAML), or YAML text with anchors, aliases, tags and references, or any text.
+fn config_text() -> impl Strategy<Value = String> {
+    let sub_value = prop_oneof![
+        json_value(),
+        ".{0,12}".prop_map(|s| json!(format!("${{{s}}}"))),
+        ".{0,12}".prop_map(|s| json!(format!("${{MCP_FUZZ:-{s}}}"))),
+    ];
+    let section = prop::collection::btree_map(prop::sample::select(SUB_KEYS), sub_value, 0..5)
+        .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()));
+    let value = prop_oneof![
+        section.clone(),
+        json_value(),
+        prop::collection::vec(section, 0..3).prop_map(Value::Array)
+    ];
+    let document = prop::collection::btree_map(prop::sample::select(TOP_KEYS), value, 0..6)
+        .prop_map(|m| {
+            Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()).to_string()
+        });
+    let yaml = prop::collection::vec(
+        prop_oneof![
+            Just("a: &x [1, 2]\nb: *x\n".to_owned()),
+            Just("<<: *nothing\n".to_owned()),
+            Just("limits: !!binary aGVsbG8=\n".to_owned()),
+            Just("tool_dirs:\n  - {path: d, prefix: p_}\n  - e\n".to_owned()),
+            Just("http:\n  max_sessions: -1\n".to_owned()),
+            Just("listen: '[::1]:99999'\n".to_owned()),
+            "[a-z_]{1,12}: [^\n]{0,20}\n",
+            "[ \t]{0,4}- [^\n]{0,20}\n",
+        ],
+        0..8,
+    )
+    .prop_map(|lines| lines.concat());
+    prop_oneof![4 => document, 3 => yaml, 1 => ".{0,200}"]
+}
+
+fn env_vars() -> impl Strategy<Value = Vec<(String, String)>> {
+    let name = prop_oneof![
+        Just("MCP_HOST_ENV".to_owned()),
+        Just("MCP_TOOL_DIRS".to_owned()),
+        "MCP_HOST_[A-Z_]{1,30}",
+        "(ALLOWED|DISALLOWED)_TOOLS_[A-Z]{0,6}",
+    ];
+    prop::collection::vec((name, ".{0,24}"), 0..5)
+}
+
+#[test]
+fn any_configuration_loads_or_fails_with_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    fuzz(
+        "config",
+        64,
+        (config_text(), prop::option::of(config_text()), env_vars()),
+        |(base, overlay, mut vars)| {
+            let file = dir.path().join("mcp-host.yaml");
+            std::fs::write(&file, &base).unwrap();
+            let overlay_file = dir.path().join("config.fuzz.yaml");
+            match &overlay {
+                Some(text) => {
+                    std::fs::write(&overlay_file, text).unwrap();
+                    vars.push(("MCP_HOST_ENV".into(), "fuzz".into()));
+                }
+                None => {
+                    let _ = std::fs::remove_file(&overlay_file);
+                }
+            }
+            if let Ok(config) = Config::load_with_env(Some(&file), &vars) {
+                // What the host builds from it at start and at each reload.
+                let _ = mcp_host::access::Access::from_config(&config);
+                let _ = config.start_only_changes(&Config::default());
+            }
+            Ok(())
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plugin manifests
+
+/// A plugin seen only through its manifest: what the registry reads of it. Its tools are never
+/// run here.
+#[derive(Debug)]
+struct ManifestOnly {
+    build: BuildInfo,
+    manifest: Manifest,
+}
+
+impl PluginBackend for ManifestOnly {
+    fn build(&self) -> &BuildInfo {
+        &self.build
+    }
+
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn call_blocking(
+        &self,
+        _index: u32,
+        _args: &str,
+        _call: &Arc<mcp_host::exec::CallState>,
+    ) -> Result<String, String> {
+        Err("manifest-only plugin".into())
+    }
+
+    fn shutdown(&self) {}
+}
+
+/// A manifest: shaped like the SDK's (with any names, schemas and services), or any JSON.
+fn manifest_json() -> impl Strategy<Value = Value> {
+    let schema = prop_oneof![
+        json_value().prop_map(|p| json!({"type": "object", "properties": p})),
+        json_value(),
+        Just(json!({"type": "object", "properties": {"a": {"$ref": "http://example.com/s.json"}}})),
+        Just(
+            json!({"type": "object", "$defs": {"x": {"$ref": "#/$defs/x"}}, "properties": {"a": {"$ref": "#/$defs/x"}}})
+        ),
+        Just(json!({"type": "object", "properties": {"a": {"pattern": "(a+)+$"}}})),
+    ];
+    let tool = (
+        "[a-zA-Z0-9_.:-]{0,70}",
+        prop::option::of("[A-Z][a-z]{0,6}"),
+        schema,
+        prop::option::of(json_value()),
+        json_value(),
+    )
+        .prop_map(|(name, service, input, output, extra)| {
+            let mut t =
+                json!({"name": name, "description": "d", "inputSchema": input, "extra": extra});
+            if let Some(s) = service {
+                t["service"] = json!(s);
+            }
+            if let Some(o) = output {
+                t["outputSchema"] = o;
+            }
+            t
+        });
+    let service = ("[A-Z][a-z]{0,6}", any::<bool>(), prop::option::of(".{0,12}"))
+        .prop_map(|(name, enabled, reason)| json!({"name": name, "enabled": enabled, "disabledReason": reason}));
+    let shaped = (
+        prop::collection::vec(tool, 0..6),
+        prop::collection::vec(service, 0..3),
+    )
+        .prop_map(|(tools, services)| {
+            json!({"plugin": "fuzz", "version": "0", "sdkVersion": "0.1.0", "tools": tools, "services": services})
+        });
+    prop_oneof![4 => shaped, 1 => json_value()]
+}
+
+#[test]
+fn any_manifest_is_read_or_refused_without_harm() {
+    let config = Config::default();
+    fuzz(
+        "manifest",
+        96,
+        (manifest_json(), prop::bool::ANY),
+        |(value, as_text)| {
+            let parsed = if as_text {
+                serde_json::from_str::<Manifest>(&value.to_string())
+            } else {
+                serde_json::from_value::<Manifest>(value)
+            };
+            let Ok(manifest) = parsed else {
+                return Ok(());
+            };
+            let candidate = Candidate {
+                dir_index: 0,
+                dir: "/fuzz".into(),
+                prefix: String::new(),
+                path: "/fuzz/libfuzz.so".into(),
+            };
+            let backend = Arc::new(ManifestOnly {
+                build: BuildInfo::host(),
+                manifest,
+            });
+            let slot = PluginSlot::new(backend, candidate.clone(), 1, None, Default::default());
+            let registry =
+                Registry::build_logged(vec![(candidate, Ok(Arc::new(slot)))], &config, false);
+            for tool in registry.tools() {
+                prop_assert!(
+                    mcp_host::registry::is_valid_tool_name(&tool.name),
+                    "{}",
+                    tool.name
+                );
+                prop_assert!(tool.listing.is_object());
+            }
+            Ok(())
+        },
+    );
+}
