@@ -254,6 +254,25 @@ impl Content {
     }
 }
 
+/// A text item.
+///
+/// ```
+/// use mcp_plugin_sdk::Content;
+/// assert_eq!(Content::from("hi"), Content::text("hi"));
+/// ```
+impl From<&str> for Content {
+    fn from(text: &str) -> Self {
+        Content::text(text)
+    }
+}
+
+/// A text item.
+impl From<String> for Content {
+    fn from(text: String) -> Self {
+        Content::text(text)
+    }
+}
+
 /// A complete tool result (MCP `CallToolResult`).
 ///
 /// Return it from a tool for full control; usually a tool returns a `String`, a struct, a [`Content`]
