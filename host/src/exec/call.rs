@@ -7,14 +7,14 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_plugin_sdk::UserInfo;
-use mcp_plugin_sdk::wire::CallerNeed;
+use mcp_plugin_sdk::wire::{CallEnvelope, CallerNeed, ENVELOPE_INDEX, EnvelopeOutcome};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
 use super::pool::WorkerPool;
-use super::{CallState, CancelFlag, EventSink};
+use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
-use crate::registry::{Registry, Tool};
+use crate::registry::{PluginSlot, Registry, Tool};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -25,6 +25,36 @@ pub enum CallError {
     /// The tool takes `UserInfo` and the call has no verified caller.
     #[error("tool {0} requires an authenticated caller")]
     CallerRequired(String),
+}
+
+/// Why a resource read, a prompt or a completion produced no outcome.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvokeError {
+    /// It needs the verified caller and the request has none.
+    #[error("{0} requires an authenticated caller")]
+    CallerRequired(String),
+    /// It did not finish within its time.
+    #[error("{0} timed out after {1} s")]
+    TimedOut(String, String),
+    /// The plugin could not run it, or answered something unreadable.
+    #[error("{0}: {1}")]
+    Failed(String, String),
+}
+
+/// What runs a plugin call: the plugin, the entry (tool index or [`ENVELOPE_INDEX`]), its time.
+struct Target<'a> {
+    slot: &'a Arc<PluginSlot>,
+    index: u32,
+    timeout: Duration,
+    inline: bool,
+    /// For log lines (a tool name, `resource <uri>`, `prompt <name>`).
+    name: &'a str,
+}
+
+/// How a plugin call ended without an answer.
+enum Interrupted {
+    Lost,
+    TimedOut,
 }
 
 /// Per-call inputs besides the tool name and arguments.
@@ -38,6 +68,8 @@ pub struct CallOptions {
     pub cancel: CancelFlag,
     /// Where progress and log events go.
     pub events: Option<EventSink>,
+    /// How the call's questions to the client are answered.
+    pub input: Option<Arc<InputChannel>>,
 }
 
 impl std::fmt::Debug for CallOptions {
@@ -91,53 +123,131 @@ impl Executor {
             return Ok(error_result(&message));
         }
         let caller_json = caller_json(&tool, opts.caller.as_ref())?;
-        let started = Instant::now();
+        let target = Target {
+            slot: &tool.slot,
+            index: tool.index,
+            timeout: tool.timeout,
+            inline: tool.descriptor.inline,
+            name,
+        };
+        let args_text = serde_json::to_string(&args).unwrap_or_default();
+        Ok(match self.execute(&target, args_text, caller_json, &opts).await {
+            Ok(returned) => tool_result(name, returned),
+            Err(Interrupted::Lost) => {
+                error_result("the tool call was lost (its worker thread ended)")
+            }
+            Err(Interrupted::TimedOut) => {
+                error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
+            }
+        })
+    }
+
+    /// Read a resource, render a prompt or complete an argument: `envelope` to the plugin in
+    /// `slot`, within `timeout`, as `opts.caller` when `caller` says it takes one (completions get
+    /// the caller whenever there is one). `what` names it in log lines and errors.
+    pub async fn invoke(
+        &self,
+        slot: &Arc<PluginSlot>,
+        envelope: &CallEnvelope,
+        caller: CallerNeed,
+        timeout: Duration,
+        what: &str,
+        opts: CallOptions,
+    ) -> Result<EnvelopeOutcome, InvokeError> {
+        let caller_json: Arc<str> = match (opts.caller.as_ref(), caller) {
+            (None, CallerNeed::Required) => return Err(InvokeError::CallerRequired(what.into())),
+            (Some(c), CallerNeed::Optional | CallerNeed::Required) => {
+                serde_json::to_string(c).unwrap_or_default().into()
+            }
+            (Some(c), CallerNeed::None) if matches!(envelope, CallEnvelope::Complete { .. }) => {
+                serde_json::to_string(c).unwrap_or_default().into()
+            }
+            _ => Arc::from(""),
+        };
+        let target = Target {
+            slot,
+            index: ENVELOPE_INDEX,
+            timeout,
+            inline: false,
+            name: what,
+        };
+        let args = serde_json::to_string(envelope).unwrap_or_default();
+        match self.execute(&target, args, caller_json, &opts).await {
+            Ok(Ok(json)) => serde_json::from_str(&json).map_err(|e| {
+                tracing::error!("{what}: the plugin answered unreadable JSON: {e}");
+                InvokeError::Failed(what.into(), "the plugin returned an invalid result".into())
+            }),
+            Ok(Err(e)) => {
+                tracing::error!("{what}: the plugin could not run it: {e}");
+                Err(InvokeError::Failed(what.into(), e))
+            }
+            Err(Interrupted::Lost) => Err(InvokeError::Failed(
+                what.into(),
+                "the call was lost (its worker thread ended)".into(),
+            )),
+            Err(Interrupted::TimedOut) => {
+                Err(InvokeError::TimedOut(what.into(), fmt_secs(timeout)))
+            }
+        }
+    }
+
+    /// Run one plugin call: inline when the target allows it, else on the worker pool within the
+    /// global and per-plugin permits, with the target's timeout (which sets the call's
+    /// cancellation flag) and cancellation if this future is dropped.
+    async fn execute(
+        &self,
+        target: &Target<'_>,
+        args: String,
+        caller_json: Arc<str>,
+        opts: &CallOptions,
+    ) -> Result<Result<String, String>, Interrupted> {
         let call = Arc::new(CallState {
             cancel: opts.cancel.clone(),
-            deadline: Some(started + tool.timeout),
+            deadline: Some(Instant::now() + target.timeout),
             events: opts.events.clone(),
             caller_json,
             agent: opts.agent.clone(),
             depth: 0,
-            tool: Arc::from(name),
+            tool: Arc::from(target.name),
+            input: opts.input.clone(),
+            inline: target.inline,
         });
-        let args_text = serde_json::to_string(&args).unwrap_or_default();
-        if tool.descriptor.inline {
-            return Ok(run(&tool, &args_text, &call));
+        let (slot, index) = (target.slot, target.index);
+        if target.inline {
+            return Ok(slot.backend.call_blocking(index, &args, &call));
         }
-
         let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
         let work = {
-            let tool = Arc::clone(&tool);
+            let slot = Arc::clone(slot);
             let call = Arc::clone(&call);
             let (global, pool) = (Arc::clone(&self.global), &self.pool);
             async move {
                 let global = global.acquire_owned().await;
-                let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
+                let local = Arc::clone(&slot.limiter).acquire_owned().await;
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 pool.submit(move || {
                     // Permits are released only when the plugin function has returned.
                     let _permits = (global, local);
-                    let _ = tx.send(run(&tool, &args_text, &call));
+                    let _ = tx.send(slot.backend.call_blocking(index, &args, &call));
                 });
                 rx.await
             }
         };
-        let outcome = tokio::time::timeout(tool.timeout, work).await;
+        let outcome = tokio::time::timeout(target.timeout, work).await;
         guard.0 = None;
-        Ok(match outcome {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => error_result("the tool call was lost (its worker thread ended)"),
+        match outcome {
+            Ok(Ok(result)) => Ok(result),
+            Ok(Err(_)) => Err(Interrupted::Lost),
             Err(_) => {
                 call.cancel.cancel();
                 tracing::warn!(
-                    tool = name,
-                    "call timed out after {} s; cancellation requested",
-                    fmt_secs(tool.timeout)
+                    "{}: call timed out after {} s; cancellation requested",
+                    target.name,
+                    fmt_secs(target.timeout)
                 );
-                error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
+                Err(Interrupted::TimedOut)
             }
-        })
+        }
     }
 
     /// A tool calling tool `name` with JSON `args`, on the calling thread, on behalf of `parent`
@@ -184,6 +294,8 @@ impl Executor {
             agent: parent.and_then(|p| p.agent.clone()),
             depth,
             tool: Arc::from(name),
+            input: parent.and_then(|p| p.input.clone()),
+            inline: parent.is_some_and(|p| p.inline),
         });
         Ok(run(&tool, args, &call).to_string())
     }
@@ -203,16 +315,21 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
 
 /// Run a tool on this thread and map what the plugin returned.
 fn run(tool: &Tool, args: &str, call: &Arc<CallState>) -> Value {
-    match tool.slot.backend.call_blocking(tool.index, args, call) {
+    tool_result(&tool.name, tool.slot.backend.call_blocking(tool.index, args, call))
+}
+
+/// A `CallToolResult` from what the plugin returned for tool `name`.
+fn tool_result(name: &str, returned: Result<String, String>) -> Value {
+    match returned {
         Ok(json) => match serde_json::from_str::<Value>(&json) {
             Ok(v) if v.get("content").is_some_and(Value::is_array) => v,
             _ => {
-                tracing::error!(tool = %tool.name, "plugin returned an invalid result");
+                tracing::error!(tool = name, "plugin returned an invalid result");
                 error_result("the plugin returned an invalid result")
             }
         },
         Err(e) => {
-            tracing::error!(tool = %tool.name, "plugin could not run the tool: {e}");
+            tracing::error!(tool = name, "plugin could not run the tool: {e}");
             error_result(&format!("the plugin could not run the tool: {e}"))
         }
     }

@@ -1,10 +1,11 @@
 //! Execution: where and how tool calls run — [`call`] (the call path: validation, permits,
 //! timeout, result mapping, nested calls), [`state`] (one running call), [`pool`] (worker threads
-//! off the async reactor), [`cancel`] (cancellation shared with the caller), and the events a
-//! running call reports.
+//! off the async reactor), [`cancel`] (cancellation shared with the caller), [`input`] (questions
+//! a call asks the client), and the events a running call reports.
 
 pub mod call;
 pub mod cancel;
+pub mod input;
 pub(crate) mod pool;
 pub mod state;
 
@@ -12,8 +13,9 @@ use std::sync::Arc;
 
 use mcp_plugin_sdk::LogLevel;
 
-pub use call::{CallError, CallOptions, Executor, error_result};
+pub use call::{CallError, CallOptions, Executor, InvokeError, error_result};
 pub use cancel::CancelFlag;
+pub use input::{ClientLink, InputChannel, Round};
 pub use state::CallState;
 
 /// Something a running call reports to whoever asked for it.

@@ -4,14 +4,18 @@
 //!
 //! 2026-07-28 requests are stateless and never touch this module.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mcp_plugin_sdk::LogLevel;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::exec::CancelFlag;
+use super::Notifier;
+use super::jsonrpc;
+use crate::exec::{CancelFlag, ClientLink};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -70,6 +74,11 @@ pub struct LegacySession {
     log_level: Mutex<LogLevel>,
     last_seen: Mutex<Instant>,
     stream: Mutex<Option<Arc<dyn Outbound>>>,
+    /// Requests this server sent the client, waiting for its response, by id.
+    outgoing: Mutex<HashMap<String, Sender<Result<Value, Value>>>>,
+    next_request: AtomicU64,
+    /// Resource URIs the client subscribed to (`resources/subscribe`).
+    subscriptions: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for LegacySession {
@@ -92,7 +101,34 @@ impl LegacySession {
             log_level: Mutex::new(LogLevel::Info),
             last_seen: Mutex::new(Instant::now()),
             stream: Mutex::new(None),
+            outgoing: Mutex::default(),
+            next_request: AtomicU64::new(1),
+            subscriptions: Mutex::default(),
         }
+    }
+
+    /// Route a response from the client to the request of ours it answers; `false` when no request
+    /// with that id is waiting (answered already, abandoned, or never sent).
+    pub fn deliver(&self, id: &Value, outcome: Result<Value, Value>) -> bool {
+        match lock(&self.outgoing).remove(&id.to_string()) {
+            Some(waiting) => waiting.send(outcome).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Subscribe to updates of `uri`.
+    pub fn subscribe(&self, uri: &str) {
+        lock(&self.subscriptions).insert(uri.to_owned());
+    }
+
+    /// Stop the updates of `uri`.
+    pub fn unsubscribe(&self, uri: &str) {
+        lock(&self.subscriptions).remove(uri);
+    }
+
+    /// Whether the client subscribed to `uri`.
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        lock(&self.subscriptions).contains(uri)
     }
 
     /// The minimum level of `notifications/message` (set by `logging/setLevel`; `info` until then).
@@ -133,6 +169,43 @@ impl LegacySession {
                 false
             }
             None => false,
+        }
+    }
+}
+
+/// A legacy session's client as a running call reaches it: requests go out on the call's own
+/// stream (the POST's SSE stream, or stdout), responses come back through [`LegacySession::deliver`].
+pub struct SessionLink {
+    session: Arc<LegacySession>,
+    out: Notifier,
+}
+
+impl SessionLink {
+    /// The link to `session`'s client over `out`, the stream of the request being served.
+    pub fn new(session: Arc<LegacySession>, out: Notifier) -> Self {
+        SessionLink { session, out }
+    }
+}
+
+impl ClientLink for SessionLink {
+    fn send(&self, method: &str, params: Value) -> Result<(Value, Receiver<Result<Value, Value>>), String> {
+        let n = self.session.next_request.fetch_add(1, Ordering::Relaxed);
+        let id = json!(format!("mcp-host-{n}"));
+        let (tx, rx) = channel();
+        // Registered before it is sent, so an answer can never arrive first.
+        lock(&self.session.outgoing).insert(id.to_string(), tx);
+        let mut request = jsonrpc::notification(method, params);
+        request["id"] = id.clone();
+        (self.out)(request);
+        Ok((id, rx))
+    }
+
+    fn abandon(&self, id: &Value) {
+        if lock(&self.session.outgoing).remove(&id.to_string()).is_some() {
+            (self.out)(jsonrpc::notification(
+                "notifications/cancelled",
+                json!({ "requestId": id, "reason": "the call that asked ended" }),
+            ));
         }
     }
 }

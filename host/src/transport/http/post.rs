@@ -147,7 +147,7 @@ pub(crate) async fn post(
         identity,
         cache_private: access.caller_dependent(),
     };
-    match state.core.route(value, origin.inflight.as_deref()) {
+    match state.core.route(value, &origin) {
         Routed::Request { id, method, params } => request(state, id, method, params, origin).await,
         Routed::Batch(items) => match state.core.batch(items, &origin).await {
             Batched::Replies(replies) => json_response(200, &replies),
