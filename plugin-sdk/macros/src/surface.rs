@@ -100,6 +100,25 @@ pub(crate) fn template_variables(template: &str) -> Vec<String> {
     vars
 }
 
+/// `tokens` with every `Self` replaced by `<ty>`.
+fn replace_self(tokens: TokenStream, ty: &Type) -> TokenStream {
+    use proc_macro2::{Group, TokenTree};
+    tokens
+        .into_iter()
+        .flat_map(|tt| -> Vec<TokenTree> {
+            match tt {
+                TokenTree::Ident(i) if i == "Self" => quote!(<#ty>).into_iter().collect(),
+                TokenTree::Group(g) => {
+                    let mut inner = Group::new(g.delimiter(), replace_self(g.stream(), ty));
+                    inner.set_span(g.span());
+                    vec![TokenTree::Group(inner)]
+                }
+                other => vec![other],
+            }
+        })
+        .collect()
+}
+
 /// Whether `ty` is `Option<String>`.
 fn is_optional_string(ty: &Type) -> bool {
     last_segment(ty).is_some_and(|seg| {
@@ -229,7 +248,11 @@ pub(crate) fn spec(
                 if let Some((_, path)) = &a.complete {
                     let f = format_ident!("__mcp_complete_{}", ident);
                     let call = match service {
-                        Some(_) => quote!(#path(service, request)),
+                        // The completer is a nested fn item, where `Self` does not exist.
+                        Some(svc) => {
+                            let path = replace_self(quote!(#path), svc);
+                            quote!(#path(service, request))
+                        }
                         None => quote!(#path(request)),
                     };
                     completer_fns.push(quote!(
