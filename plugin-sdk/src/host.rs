@@ -249,8 +249,11 @@ impl HostApi {
     /// Tell clients subscribed to `uri` that its contents changed (`notifications/resources/updated`,
     /// to 2025 sessions that called `resources/subscribe` and 2026 listen streams that named it).
     pub fn notify_resource_updated(&self, uri: &str) -> Result<(), CallToolError> {
-        self.request("notify_resource_updated", &serde_json::json!({ "uri": uri }))
-            .map(|_| ())
+        self.request(
+            "notify_resource_updated",
+            &serde_json::json!({ "uri": uri }),
+        )
+        .map(|_| ())
     }
 
     /// A host capability by name, JSON in and out (the ABI's extension point).
@@ -365,11 +368,9 @@ impl<'a> CallContext<'a> {
             RResult::ROk(json) => serde_json::from_str(json.as_str())
                 .map_err(|e| InputError::Failed(format!("host returned unreadable JSON: {e}")))
                 .and_then(InputResponses::from_wire),
-            RResult::RErr(e) if e.as_str().starts_with("unsupported call-context method") => {
-                Err(InputError::Failed(
-                    "this host cannot ask the client for input".into(),
-                ))
-            }
+            RResult::RErr(e) if e.as_str().starts_with("unsupported call-context method") => Err(
+                InputError::Failed("this host cannot ask the client for input".into()),
+            ),
             RResult::RErr(e) => Err(decode_input_error(e.as_str())),
         }
     }

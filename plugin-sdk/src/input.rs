@@ -434,8 +434,10 @@ impl InputRequests {
 
     /// Sample under `key`.
     pub fn sample(mut self, key: impl Into<String>, request: Sampling) -> Self {
-        self.requests
-            .insert(key.into(), ("sampling/createMessage".into(), request.params));
+        self.requests.insert(
+            key.into(),
+            ("sampling/createMessage".into(), request.params),
+        );
         self
     }
 

@@ -23,7 +23,7 @@ pub struct Manifest {
     #[serde(default)]
     pub tools: Vec<ToolDescriptor>,
     /// Every resource and resource template, in declaration order; a resource's position is its id
-    /// in [`CallEnvelope`]s (SDK 0.1.1 on: older plugins have none).
+    /// in [`CallEnvelope`]s (plugins built before resources existed have none).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub resources: Vec<ResourceDescriptor>,
     /// Every prompt, in declaration order; a prompt's position is its id in [`CallEnvelope`]s.

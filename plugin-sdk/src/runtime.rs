@@ -139,8 +139,12 @@ impl<'a> Invocation<'a> {
 
     /// Deserialize a resource's template variables or a prompt's arguments.
     pub fn parse_envelope_args<T: DeserializeOwned>(&self) -> Result<T, EnvelopeError> {
-        serde_json::from_str(self.args)
-            .map_err(|e| envelope_error(EnvelopeErrorKind::Invalid, format!("invalid arguments: {e}")))
+        serde_json::from_str(self.args).map_err(|e| {
+            envelope_error(
+                EnvelopeErrorKind::Invalid,
+                format!("invalid arguments: {e}"),
+            )
+        })
     }
 
     /// The caller of a resource read or prompt, required.
@@ -208,7 +212,10 @@ impl SurfaceEntry {
                 .iter()
                 .map(|&(name, f)| {
                     let svc = Arc::clone(service);
-                    (name, Box::new(move |req: &CompletionRequest| f(&svc, req)) as CompleterFn)
+                    (
+                        name,
+                        Box::new(move |req: &CompletionRequest| f(&svc, req)) as CompleterFn,
+                    )
                 })
                 .collect(),
         }
@@ -585,7 +592,10 @@ fn dispatch(
     ctx: CallContextRef<'_>,
 ) -> EnvelopeResult {
     let missing = |what: &str, index: u32| {
-        envelope_error(EnvelopeErrorKind::Failed, format!("plugin has no {what} #{index}"))
+        envelope_error(
+            EnvelopeErrorKind::Failed,
+            format!("plugin has no {what} #{index}"),
+        )
     };
     let (entry, args, uri) = match &request {
         CallEnvelope::ReadResource {
@@ -593,12 +603,18 @@ fn dispatch(
             uri,
             variables,
         } => (
-            state.resources.get(*index as usize).ok_or_else(|| missing("resource", *index))?,
+            state
+                .resources
+                .get(*index as usize)
+                .ok_or_else(|| missing("resource", *index))?,
             serde_json::Value::Object(variables.clone()).to_string(),
             uri.as_str(),
         ),
         CallEnvelope::GetPrompt { index, arguments } => (
-            state.prompts.get(*index as usize).ok_or_else(|| missing("prompt", *index))?,
+            state
+                .prompts
+                .get(*index as usize)
+                .ok_or_else(|| missing("prompt", *index))?,
             serde_json::Value::Object(arguments.clone()).to_string(),
             "",
         ),
@@ -613,7 +629,9 @@ fn dispatch(
                 CompletionTarget::Prompt => &state.prompts,
                 CompletionTarget::Resource => &state.resources,
             };
-            let entry = list.get(*index as usize).ok_or_else(|| missing("entry", *index))?;
+            let entry = list
+                .get(*index as usize)
+                .ok_or_else(|| missing("entry", *index))?;
             let completion = match entry.completers.iter().find(|(n, _)| n == argument) {
                 Some((_, complete)) => {
                     let mut req = CompletionRequest::new(argument.clone(), value.clone());

@@ -224,7 +224,8 @@ impl HostApiFfi for TestHostFfi {
                 self.shared.tools_changed.fetch_add(1, Ordering::Relaxed);
                 RResult::ROk("null".into())
             }
-            m @ ("notify_prompts_changed" | "notify_resources_changed"
+            m @ ("notify_prompts_changed"
+            | "notify_resources_changed"
             | "notify_resource_updated") => {
                 let params = serde_json::from_str(params.as_str()).unwrap_or(Value::Null);
                 lock(&self.shared.notifications).push((m.to_owned(), params));

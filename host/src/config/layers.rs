@@ -370,7 +370,14 @@ fn apply_value(
     check_sections(&layer, origin)?;
     apply_layer(config, layer, origin)?;
     if let Value::Object(map) = value {
-        for key in ["limits", "plugins", "http", "auth", "request_state", "agents"] {
+        for key in [
+            "limits",
+            "plugins",
+            "http",
+            "auth",
+            "request_state",
+            "agents",
+        ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
                 deep_merge(slot, v.clone());

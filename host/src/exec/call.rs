@@ -131,15 +131,17 @@ impl Executor {
             name,
         };
         let args_text = serde_json::to_string(&args).unwrap_or_default();
-        Ok(match self.execute(&target, args_text, caller_json, &opts).await {
-            Ok(returned) => tool_result(name, returned),
-            Err(Interrupted::Lost) => {
-                error_result("the tool call was lost (its worker thread ended)")
-            }
-            Err(Interrupted::TimedOut) => {
-                error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
-            }
-        })
+        Ok(
+            match self.execute(&target, args_text, caller_json, &opts).await {
+                Ok(returned) => tool_result(name, returned),
+                Err(Interrupted::Lost) => {
+                    error_result("the tool call was lost (its worker thread ended)")
+                }
+                Err(Interrupted::TimedOut) => {
+                    error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
+                }
+            },
+        )
     }
 
     /// Read a resource, render a prompt or complete an argument: `envelope` to the plugin in
@@ -315,7 +317,10 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
 
 /// Run a tool on this thread and map what the plugin returned.
 fn run(tool: &Tool, args: &str, call: &Arc<CallState>) -> Value {
-    tool_result(&tool.name, tool.slot.backend.call_blocking(tool.index, args, call))
+    tool_result(
+        &tool.name,
+        tool.slot.backend.call_blocking(tool.index, args, call),
+    )
 }
 
 /// A `CallToolResult` from what the plugin returned for tool `name`.

@@ -29,7 +29,11 @@ const CANCEL_CHECK: Duration = Duration::from_millis(50);
 pub trait ClientLink: Send + Sync {
     /// Send request `method` with `params` to the client; its id, and where its response (`Ok`
     /// result or `Err` error object) will arrive.
-    fn send(&self, method: &str, params: Value) -> Result<(Value, Receiver<Result<Value, Value>>), String>;
+    fn send(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<(Value, Receiver<Result<Value, Value>>), String>;
 
     /// Stop waiting for request `id` (the call ended first) and tell the client.
     fn abandon(&self, id: &Value);
@@ -149,7 +153,9 @@ pub fn check_answer(method: &str, answer: &Value) -> Result<(), String> {
             matches!(
                 answer.get("action").and_then(Value::as_str),
                 Some("accept" | "decline" | "cancel")
-            ) && answer.get("content").is_none_or(|c| c.is_object() || c.is_null())
+            ) && answer
+                .get("content")
+                .is_none_or(|c| c.is_object() || c.is_null())
         }
         "sampling/createMessage" => {
             answer.get("role").is_some_and(Value::is_string)
@@ -258,9 +264,10 @@ fn wait(
                 "the call was cancelled or ran out of time while waiting for the client".into(),
             ));
         }
-        let step = call
-            .deadline
-            .map_or(CANCEL_CHECK, |d| d.saturating_duration_since(Instant::now()).min(CANCEL_CHECK));
+        let step = call.deadline.map_or(CANCEL_CHECK, |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(CANCEL_CHECK)
+        });
         match answer.recv_timeout(step) {
             Ok(Ok(result)) => return Ok(result),
             Ok(Err(error)) => {
@@ -268,7 +275,9 @@ fn wait(
                     .get("message")
                     .and_then(Value::as_str)
                     .unwrap_or("no message");
-                return Err(InputError::Failed(format!("the client answered {method} with an error: {message}")));
+                return Err(InputError::Failed(format!(
+                    "the client answered {method} with an error: {message}"
+                )));
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => {
@@ -284,7 +293,13 @@ mod tests {
 
     #[test]
     fn answers_are_checked_against_their_question() {
-        assert!(check_answer("elicitation/create", &json!({"action": "accept", "content": {"a": 1}})).is_ok());
+        assert!(
+            check_answer(
+                "elicitation/create",
+                &json!({"action": "accept", "content": {"a": 1}})
+            )
+            .is_ok()
+        );
         assert!(check_answer("elicitation/create", &json!({"action": "maybe"})).is_err());
         assert!(check_answer("elicitation/create", &json!(12345)).is_err());
         assert!(
@@ -300,7 +315,8 @@ mod tests {
 
     #[test]
     fn a_round_answers_known_keys_records_open_ones_and_refuses_undeclared_capabilities() {
-        let form = json!({"method": "elicitation/create", "params": {"mode": "form", "message": "?"}});
+        let form =
+            json!({"method": "elicitation/create", "params": {"mode": "form", "message": "?"}});
         let mut answers = Map::new();
         answers.insert("a".into(), json!({"action": "accept", "content": {}}));
         let round = Round::new(json!({"elicitation": {}}), answers);
@@ -312,8 +328,14 @@ mod tests {
         assert_eq!(asked.open.keys().collect::<Vec<_>>(), ["b"]);
         assert_eq!(asked.used.keys().collect::<Vec<_>>(), ["a"]);
         let mut sample = Map::new();
-        sample.insert("s".into(), json!({"method": "sampling/createMessage", "params": {}}));
-        assert!(matches!(round.ask(&sample), Err(InputError::Unsupported { .. })));
+        sample.insert(
+            "s".into(),
+            json!({"method": "sampling/createMessage", "params": {}}),
+        );
+        assert!(matches!(
+            round.ask(&sample),
+            Err(InputError::Unsupported { .. })
+        ));
         assert_eq!(round.asked().missing, Some(json!({"sampling": {}})));
     }
 

@@ -311,14 +311,19 @@ impl Loader {
             report.removed.push(path.to_path_buf());
         }
         let registry = Registry::build_logged(merged, config, false);
-        report.tools_changed = !registry.tools().map(|t| &t.listing).eq(old.tools().map(|t| &t.listing));
+        report.tools_changed = !registry
+            .tools()
+            .map(|t| &t.listing)
+            .eq(old.tools().map(|t| &t.listing));
         report.resources_changed = !registry
             .resources()
             .chain(registry.templates())
             .map(|r| &r.listing)
             .eq(old.resources().chain(old.templates()).map(|r| &r.listing));
-        report.prompts_changed =
-            !registry.prompts().map(|p| &p.listing).eq(old.prompts().map(|p| &p.listing));
+        report.prompts_changed = !registry
+            .prompts()
+            .map(|p| &p.listing)
+            .eq(old.prompts().map(|p| &p.listing));
         if report.versions_changed() {
             tracing::info!(
                 "{} plugin images loaded so far (retained in memory; max_reloads {})",

@@ -11,8 +11,9 @@ use super::resources::visible;
 use super::{Answer, Protocol, Request, prompts};
 
 fn string<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a str, RpcError> {
-    v.and_then(Value::as_str)
-        .ok_or_else(|| RpcError::invalid_params(format!("completion/complete needs a string {what}")))
+    v.and_then(Value::as_str).ok_or_else(|| {
+        RpcError::invalid_params(format!("completion/complete needs a string {what}"))
+    })
 }
 
 /// `completion/complete`.
@@ -34,9 +35,21 @@ pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<A
         "ref/prompt" => {
             let prompt_name = string(reference.and_then(|r| r.get("name")), "ref.name")?;
             let p = prompts::find(protocol, req, prompt_name)?;
-            let args: Vec<String> = p.descriptor.arguments.iter().map(|a| a.name.clone()).collect();
-            (Clone::clone(&p.slot), p.index, CompletionTarget::Prompt, args,
-             p.descriptor.completions.clone(), p.timeout, format!("completion of prompt {prompt_name}"))
+            let args: Vec<String> = p
+                .descriptor
+                .arguments
+                .iter()
+                .map(|a| a.name.clone())
+                .collect();
+            (
+                Clone::clone(&p.slot),
+                p.index,
+                CompletionTarget::Prompt,
+                args,
+                p.descriptor.completions.clone(),
+                p.timeout,
+                format!("completion of prompt {prompt_name}"),
+            )
         }
         "ref/resource" => {
             let uri = string(reference.and_then(|r| r.get("uri")), "ref.uri")?;
@@ -44,10 +57,23 @@ pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<A
                 .template(uri)
                 .or_else(|| registry.resource(uri))
                 .filter(|r| visible(req, &r.uri))
-                .ok_or_else(|| RpcError::invalid_params(format!("Unknown resource template: {uri}")))?;
-            let vars = r.template.as_ref().map(|t| t.variables().to_vec()).unwrap_or_default();
-            (Clone::clone(&r.slot), r.index, CompletionTarget::Resource, vars,
-             r.descriptor.completions.clone(), r.timeout, format!("completion of resource {uri}"))
+                .ok_or_else(|| {
+                    RpcError::invalid_params(format!("Unknown resource template: {uri}"))
+                })?;
+            let vars = r
+                .template
+                .as_ref()
+                .map(|t| t.variables().to_vec())
+                .unwrap_or_default();
+            (
+                Clone::clone(&r.slot),
+                r.index,
+                CompletionTarget::Resource,
+                vars,
+                r.descriptor.completions.clone(),
+                r.timeout,
+                format!("completion of resource {uri}"),
+            )
         }
         other => {
             return Err(RpcError::invalid_params(format!(
@@ -56,7 +82,9 @@ pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<A
         }
     };
     if !arguments.iter().any(|a| a == name) {
-        return Err(RpcError::invalid_params(format!("{what}: no argument named {name}")));
+        return Err(RpcError::invalid_params(format!(
+            "{what}: no argument named {name}"
+        )));
     }
     if !completions.iter().any(|a| a == name) {
         return Ok(Answer::plain(

@@ -77,7 +77,11 @@ impl Protocol {
         let keys = if settings.keys.is_empty() {
             vec![self.state_key.to_vec()]
         } else {
-            settings.keys.iter().map(|k| k.as_bytes().to_vec()).collect()
+            settings
+                .keys
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect()
         };
         Sealer::new(keys, Duration::from_secs(settings.ttl_secs))
     }
@@ -102,7 +106,9 @@ pub(crate) fn channel(
                     .sealer(req)
                     .open(state)
                     .map_err(|e| RpcError::invalid_params(e.to_string()))?;
-                if payload["sub"] != json!(subject.digest()) || payload["who"] != json!(principal(req)) {
+                if payload["sub"] != json!(subject.digest())
+                    || payload["who"] != json!(principal(req))
+                {
                     return Err(RpcError::invalid_params(
                         "requestState belongs to another request or caller",
                     ));
@@ -176,7 +182,10 @@ pub(crate) fn finish(
         })));
     }
     if let Some(missing) = asked.missing.filter(|_| failed) {
-        let names: Vec<String> = missing.as_object().map(|m| m.keys().cloned().collect()).unwrap_or_default();
+        let names: Vec<String> = missing
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
         return Err(RpcError::new(
             ErrorKind::MissingCapability,
             format!(

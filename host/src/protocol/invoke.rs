@@ -39,7 +39,14 @@ pub(crate) async fn run(
     let opts = call_options(req, input);
     let outcome = protocol
         .host
-        .invoke(call.slot, &call.envelope, call.caller, call.timeout, &call.what, opts)
+        .invoke(
+            call.slot,
+            &call.envelope,
+            call.caller,
+            call.timeout,
+            &call.what,
+            opts,
+        )
         .await;
     match outcome {
         Ok(EnvelopeOutcome::Ok(value)) => Ok(Some(value)),

@@ -17,7 +17,10 @@ const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 const LISTS: [(&str, &str); 3] = [
     ("toolsListChanged", "notifications/tools/list_changed"),
     ("promptsListChanged", "notifications/prompts/list_changed"),
-    ("resourcesListChanged", "notifications/resources/list_changed"),
+    (
+        "resourcesListChanged",
+        "notifications/resources/list_changed",
+    ),
 ];
 
 /// `subscriptions/listen`: the notification kinds accepted — the list changes asked for, and the
@@ -38,7 +41,11 @@ pub(crate) fn listen(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, R
         let known: Vec<Value> = uris
             .iter()
             .filter_map(Value::as_str)
-            .filter(|uri| registry.resolve(uri, |r: &Resource| visible(req, &r.uri)).is_some())
+            .filter(|uri| {
+                registry
+                    .resolve(uri, |r: &Resource| visible(req, &r.uri))
+                    .is_some()
+            })
             .map(|uri| json!(uri))
             .collect();
         accepted.insert("resourceSubscriptions".into(), Value::Array(known));

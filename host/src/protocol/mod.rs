@@ -199,7 +199,12 @@ impl Protocol {
         let mut state_key = [0u8; 32];
         if getrandom::fill(&mut state_key).is_err() {
             // No OS randomness: a key nobody else can guess is still better than none.
-            let seed = format!("{:?}{:p}{}", std::time::SystemTime::now(), &state_key, std::process::id());
+            let seed = format!(
+                "{:?}{:p}{}",
+                std::time::SystemTime::now(),
+                &state_key,
+                std::process::id()
+            );
             for (i, b) in seed.bytes().enumerate() {
                 state_key[i % 32] ^= b;
             }
@@ -247,10 +252,9 @@ impl Protocol {
                 });
                 Reply::ok(&id, era::decorate(&era, value, caching, &self.server_info))
             }
-            Ok(Answer::InputRequired(value)) => Reply::ok(
-                &id,
-                era::decorate_input_required(value, &self.server_info),
-            ),
+            Ok(Answer::InputRequired(value)) => {
+                Reply::ok(&id, era::decorate_input_required(value, &self.server_info))
+            }
             Ok(Answer::Listen(accepted)) => Reply::Listen { id, accepted },
             Err(e) => Reply::error(&id, &e, era.is_legacy()),
         }

@@ -39,7 +39,9 @@ pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, Rpc
 /// `prompts/get`: check the arguments (strings; every required one given), then render.
 pub(crate) async fn get(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let Some(name) = req.params.get("name").and_then(Value::as_str) else {
-        return Err(RpcError::invalid_params("prompts/get needs a string \"name\""));
+        return Err(RpcError::invalid_params(
+            "prompts/get needs a string \"name\"",
+        ));
     };
     let prompt = find(protocol, req, name)?;
     let arguments = match req.params.get("arguments") {

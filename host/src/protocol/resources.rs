@@ -106,7 +106,10 @@ pub(crate) fn subscribe(
 ) -> Result<Answer, RpcError> {
     let uri = uri_param(req, "resources/subscribe")?;
     let registry = protocol.host.registry();
-    if registry.resolve(uri, |r: &Resource| visible(req, &r.uri)).is_none() {
+    if registry
+        .resolve(uri, |r: &Resource| visible(req, &r.uri))
+        .is_none()
+    {
         return Err(not_found(req, uri));
     }
     session.subscribe(uri);

@@ -188,7 +188,11 @@ impl SessionLink {
 }
 
 impl ClientLink for SessionLink {
-    fn send(&self, method: &str, params: Value) -> Result<(Value, Receiver<Result<Value, Value>>), String> {
+    fn send(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<(Value, Receiver<Result<Value, Value>>), String> {
         let n = self.session.next_request.fetch_add(1, Ordering::Relaxed);
         let id = json!(format!("mcp-host-{n}"));
         let (tx, rx) = channel();
@@ -201,7 +205,10 @@ impl ClientLink for SessionLink {
     }
 
     fn abandon(&self, id: &Value) {
-        if lock(&self.session.outgoing).remove(&id.to_string()).is_some() {
+        if lock(&self.session.outgoing)
+            .remove(&id.to_string())
+            .is_some()
+        {
             (self.out)(jsonrpc::notification(
                 "notifications/cancelled",
                 json!({ "requestId": id, "reason": "the call that asked ended" }),

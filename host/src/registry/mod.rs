@@ -346,7 +346,9 @@ impl Registry {
                     if log_tools {
                         tracing::info!("Loaded tool: {name}");
                     }
-                    winners.tools.insert(name.clone(), slot.candidate.path.clone());
+                    winners
+                        .tools
+                        .insert(name.clone(), slot.candidate.path.clone());
                     self.tools.insert(
                         name.clone(),
                         Arc::new(Tool {
@@ -406,13 +408,24 @@ impl Registry {
                 Err("not an absolute URI (scheme:...)".to_owned())
             };
             let won = &mut winners.resources;
-            match admit_named(kind, &d.uri, d.service.as_ref(), manifest, &slot.candidate.path, won)
-                .and_then(|()| {
-                    compiled.map_err(|why| {
-                        tracing::error!("Invalid resource URI {:?} in {}: {why}", d.uri, slot.candidate.path.display());
-                        Status::InvalidName(why)
-                    })
-                }) {
+            match admit_named(
+                kind,
+                &d.uri,
+                d.service.as_ref(),
+                manifest,
+                &slot.candidate.path,
+                won,
+            )
+            .and_then(|()| {
+                compiled.map_err(|why| {
+                    tracing::error!(
+                        "Invalid resource URI {:?} in {}: {why}",
+                        d.uri,
+                        slot.candidate.path.display()
+                    );
+                    Status::InvalidName(why)
+                })
+            }) {
                 Ok(template) => {
                     if log {
                         tracing::info!("Loaded {}: {}", kind.label().to_lowercase(), d.uri);
@@ -454,13 +467,22 @@ impl Registry {
             let mut entry = self.entry(slot, Kind::Prompt, &name, d.service.as_ref());
             let file = &slot.candidate.path;
             let admitted = if is_valid_tool_name(&name) {
-                admit_named(Kind::Prompt, &name, d.service.as_ref(), manifest, file, &winners.prompts)
+                admit_named(
+                    Kind::Prompt,
+                    &name,
+                    d.service.as_ref(),
+                    manifest,
+                    file,
+                    &winners.prompts,
+                )
             } else {
                 tracing::error!(
                     "Invalid prompt name {name:?} in {}: names must match ^[a-zA-Z0-9_-]{{1,64}}$",
                     file.display()
                 );
-                Err(Status::InvalidName("must match ^[a-zA-Z0-9_-]{1,64}$".into()))
+                Err(Status::InvalidName(
+                    "must match ^[a-zA-Z0-9_-]{1,64}$".into(),
+                ))
             };
             match admitted {
                 Ok(()) => {
@@ -476,7 +498,12 @@ impl Registry {
                             descriptor: d.clone(),
                             slot: Arc::clone(slot),
                             index: index as u32,
-                            timeout: secs(timeout_of(&d.name, d.service.as_ref(), settings, global)),
+                            timeout: secs(timeout_of(
+                                &d.name,
+                                d.service.as_ref(),
+                                settings,
+                                global,
+                            )),
                         }),
                     );
                 }
@@ -516,10 +543,13 @@ impl Registry {
         if let Some(r) = self.resources.get(uri).filter(|r| visible(r)) {
             return Some((Arc::clone(r), Map::new()));
         }
-        self.template_order.iter().filter(|t| visible(t)).find_map(|t| {
-            let vars = t.template.as_ref()?.matches(uri)?;
-            Some((Arc::clone(t), vars))
-        })
+        self.template_order
+            .iter()
+            .filter(|t| visible(t))
+            .find_map(|t| {
+                let vars = t.template.as_ref()?.matches(uri)?;
+                Some((Arc::clone(t), vars))
+            })
     }
 
     /// The prompt called `name`, if it is served.
@@ -668,12 +698,7 @@ fn admit(
 
 /// A call's timeout in seconds: per tool (by the plugin's own name for it), else per service,
 /// else per plugin, else global.
-fn timeout_of(
-    name: &str,
-    service: Option<&String>,
-    settings: &PluginSettings,
-    global: f64,
-) -> f64 {
+fn timeout_of(name: &str, service: Option<&String>, settings: &PluginSettings, global: f64) -> f64 {
     settings
         .tools
         .get(name)

@@ -165,7 +165,10 @@ mod tests {
     use super::*;
 
     fn vars(t: &str, uri: &str) -> Option<Value> {
-        UriTemplate::parse(t).unwrap().matches(uri).map(Value::Object)
+        UriTemplate::parse(t)
+            .unwrap()
+            .matches(uri)
+            .map(Value::Object)
     }
 
     #[test]
@@ -174,7 +177,10 @@ mod tests {
             vars("test://template/{id}/data", "test://template/123/data"),
             Some(serde_json::json!({"id": "123"}))
         );
-        assert_eq!(vars("test://template/{id}/data", "test://template/1/2/data"), None);
+        assert_eq!(
+            vars("test://template/{id}/data", "test://template/1/2/data"),
+            None
+        );
         assert_eq!(
             vars("x://{a}", "x://caf%C3%A9"),
             Some(serde_json::json!({"a": "café"}))
@@ -189,7 +195,10 @@ mod tests {
             Some(serde_json::json!({"path": "src/main.rs"}))
         );
         assert_eq!(
-            vars("x://items{/id}{?sort,limit}", "x://items/7?limit=3&sort=asc"),
+            vars(
+                "x://items{/id}{?sort,limit}",
+                "x://items/7?limit=3&sort=asc"
+            ),
             Some(serde_json::json!({"id": "7", "sort": "asc", "limit": "3"}))
         );
         assert_eq!(

@@ -252,7 +252,9 @@ impl Core {
         let mut changes = self.protocol.host().changes();
         while let Some(change) = changes.next().await {
             for session in sessions() {
-                for note in Protocol::notifications(&change, None, None, |uri| session.is_subscribed(uri)) {
+                for note in
+                    Protocol::notifications(&change, None, None, |uri| session.is_subscribed(uri))
+                {
                     session.notify(&note);
                 }
             }

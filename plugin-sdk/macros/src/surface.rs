@@ -11,7 +11,7 @@ use syn::{Attribute, Expr, Item, ItemFn, LitStr, Signature, Type, spanned::Spann
 
 use crate::docs;
 use crate::tool::{
-    Param, generic_arg, is_named, item_keyword_span, last_segment, opt_str,
+    Param, check_item, generic_arg, is_named, item_keyword_span, last_segment, opt_str,
     output_type, params, string_value,
 };
 
@@ -141,23 +141,13 @@ pub(crate) fn spec(
         .clone()
         .unwrap_or_else(|| LitStr::new(&fn_name.to_string(), fn_name.span()));
     let parsed = docs::parse(&docs::doc_lines(attrs));
-    if parsed.description.is_empty() {
-        return Err(syn::Error::new(
-            fn_name.span(),
-            format!(
-                "{} `{}` has no doc comment: its description is what clients show, so write one \
-                 (`/// ...`)",
-                kind.attr(),
-                name.value()
-            ),
-        ));
-    }
-    if !sig.generics.params.is_empty() {
-        return Err(syn::Error::new(
-            sig.generics.span(),
-            format!("#[{}] functions cannot be generic", kind.attr()),
-        ));
-    }
+    check_item(
+        sig,
+        &parsed,
+        &format!("{} `{}`", kind.attr(), name.value()),
+        "what clients show",
+        "",
+    )?;
     let uri = match (kind, &opts.uri) {
         (Kind::Resource, Some(uri)) => Some(uri.clone()),
         (Kind::Resource, None) => {
@@ -185,13 +175,13 @@ pub(crate) fn spec(
     let mut completion_args = Vec::new();
     let mut arg_names: Vec<String> = Vec::new();
     let mut caller_need = quote!(#sdk::__private::CallerNeed::None);
-    let envelope_err = quote!(::core::result::Result::Err(e) => return ::core::result::Result::Err(e));
+    let envelope_err =
+        quote!(::core::result::Result::Err(e) => return ::core::result::Result::Err(e));
     for param in &params {
         match param {
             Param::Arg { ident, ty, opts: a } => {
                 let arg = ident.to_string();
-                if a.default.is_some() || a.min.is_some() || a.max.is_some() || a.header.is_some()
-                {
+                if a.default.is_some() || a.min.is_some() || a.max.is_some() || a.header.is_some() {
                     return Err(syn::Error::new(
                         ident.span(),
                         format!(
@@ -275,7 +265,8 @@ pub(crate) fn spec(
                     (quote!(Required), quote!(inv.envelope_caller()))
                 };
                 caller_need = quote!(#sdk::__private::CallerNeed::#need);
-                call_args.push(quote!(match #get { ::core::result::Result::Ok(c) => c, #envelope_err }));
+                call_args
+                    .push(quote!(match #get { ::core::result::Result::Ok(c) => c, #envelope_err }));
             }
             Param::Context => call_args.push(quote!(inv.ctx())),
             Param::Host => call_args.push(quote!(inv.host())),
@@ -414,7 +405,11 @@ pub(crate) fn spec(
 }
 
 /// `#[resource]` / `#[prompt]` on a free function.
-pub(crate) fn expand_free(kind: Kind, attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+pub(crate) fn expand_free(
+    kind: Kind,
+    attr: TokenStream,
+    item: TokenStream,
+) -> syn::Result<TokenStream> {
     let opts = Options::parse(kind, attr)?;
     let mut func: ItemFn = match syn::parse2(item.clone()) {
         Ok(Item::Fn(func)) => func,
@@ -434,7 +429,11 @@ pub(crate) fn expand_free(kind: Kind, attr: TokenStream, item: TokenStream) -> s
     let name = &func.sig.ident;
     let vis = &func.vis;
     let (factory, spec_ty, ctor) = match kind {
-        Kind::Resource => (quote!(ResourceFactory), quote!(ResourceSpec), quote!(resource)),
+        Kind::Resource => (
+            quote!(ResourceFactory),
+            quote!(ResourceSpec),
+            quote!(resource),
+        ),
         Kind::Prompt => (quote!(PromptFactory), quote!(PromptSpec), quote!(prompt)),
     };
     Ok(quote! {
@@ -473,7 +472,10 @@ pub(crate) fn take_attr(attrs: &mut Vec<Attribute>) -> syn::Result<Option<(Kind,
         let span = a.path().span();
         if found.is_some() {
             err.get_or_insert_with(|| {
-                syn::Error::new(span, "a method is one resource or one prompt: drop one attribute")
+                syn::Error::new(
+                    span,
+                    "a method is one resource or one prompt: drop one attribute",
+                )
             });
             return false;
         }

@@ -84,7 +84,10 @@ impl ToolOptions {
 }
 
 /// The string literal after `key =` in an attribute, or an error showing `example`.
-pub(crate) fn string_value(meta: &syn::meta::ParseNestedMeta<'_>, example: &str) -> syn::Result<LitStr> {
+pub(crate) fn string_value(
+    meta: &syn::meta::ParseNestedMeta<'_>,
+    example: &str,
+) -> syn::Result<LitStr> {
     let value = meta.value()?;
     let span = value.span();
     value
@@ -336,6 +339,34 @@ pub(crate) fn opt_bool(b: bool) -> TokenStream {
     }
 }
 
+/// What every exported function needs: a doc comment (its description, `purpose`) and no generic
+/// parameters. `what` names it in the message (``tool `x` ``); `hint` is appended.
+pub(crate) fn check_item(
+    sig: &Signature,
+    parsed: &docs::Docs,
+    what: &str,
+    purpose: &str,
+    hint: &str,
+) -> syn::Result<()> {
+    if parsed.description.is_empty() {
+        return Err(syn::Error::new(
+            sig.ident.span(),
+            format!(
+                "{what} has no doc comment: its description is {purpose}, so write one \
+                 (`/// ...`){hint}"
+            ),
+        ));
+    }
+    if !sig.generics.params.is_empty() {
+        let kind = what.split(' ').next().unwrap_or(what);
+        return Err(syn::Error::new(
+            sig.generics.span(),
+            format!("{kind} functions cannot be generic"),
+        ));
+    }
+    Ok(())
+}
+
 /// Build the `ToolSpec` expression for one tool. `service` is the service type for methods.
 fn tool_spec(
     attrs: &[Attribute],
@@ -350,23 +381,13 @@ fn tool_spec(
         .clone()
         .unwrap_or_else(|| LitStr::new(&fn_name.to_string(), fn_name.span()));
     let parsed = docs::parse(&docs::doc_lines(attrs));
-    if parsed.description.is_empty() {
-        return Err(syn::Error::new(
-            fn_name.span(),
-            format!(
-                "tool `{}` has no doc comment: its description is what the model reads to decide \
-                 when to call it, so write one (`/// ...`){}",
-                tool_name.value(),
-                helper_hint(service)
-            ),
-        ));
-    }
-    if !sig.generics.params.is_empty() {
-        return Err(syn::Error::new(
-            sig.generics.span(),
-            "tool functions cannot be generic",
-        ));
-    }
+    check_item(
+        sig,
+        &parsed,
+        &format!("tool `{}`", tool_name.value()),
+        "what the model reads to decide when to call it",
+        helper_hint(service),
+    )?;
     let (receiver, params) = params(sig, service)?;
     let is_async = sig.asyncness.is_some();
     let (is_result, ok_ty) = output_type(sig);
@@ -719,7 +740,10 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
                     "a method is a tool, a resource or a prompt, not two: drop #[tool]",
                 ));
             }
-            if matches!(method.sig.ident.to_string().as_str(), "enabled" | "new" | "shutdown") {
+            if matches!(
+                method.sig.ident.to_string().as_str(),
+                "enabled" | "new" | "shutdown"
+            ) {
                 return Err(syn::Error::new(
                     span,
                     "`enabled`, `new` and `shutdown` are the service's hooks, never a resource or a prompt",

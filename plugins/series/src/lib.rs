@@ -585,7 +585,9 @@ impl Readings {
                 .parse::<i64>()
                 .ok()
                 .filter(|d| (1..=MAX_PERIOD_DAYS).contains(d))
-                .ok_or_else(|| format!("days must be a whole number from 1 to {MAX_PERIOD_DAYS}, not {d:?}"))?,
+                .ok_or_else(|| {
+                    format!("days must be a whole number from 1 to {MAX_PERIOD_DAYS}, not {d:?}")
+                })?,
         };
         let page = self.recent(&caller, &indicator, days)?.ok_or_else(|| {
             format!("you have no readings of {indicator:?} (query_health_indicators lists yours)")
@@ -625,10 +627,18 @@ impl Readings {
 impl Readings {
     /// The caller's readings of `indicator` in the last `days` days, newest first (at most
     /// [`MAX_LIMIT`]); `None` when they have no readings of it.
-    fn recent(&self, caller: &UserInfo, indicator: &str, days: i64) -> Result<Option<ReadingPage>, String> {
+    fn recent(
+        &self,
+        caller: &UserInfo,
+        indicator: &str,
+        days: i64,
+    ) -> Result<Option<ReadingPage>, String> {
         let user = user_of(caller)?;
         let name = indicator_name(indicator)?;
-        if self.read(|conn| indicator_unit(conn, user, &name))?.is_none() {
+        if self
+            .read(|conn| indicator_unit(conn, user, &name))?
+            .is_none()
+        {
             return Ok(None);
         }
         let since = fmt_time(now_secs() - days * 86_400);
@@ -1047,16 +1057,25 @@ mod tests {
         let asking = TestCall::new();
         let asked = Readings::delete_reading(&svc, who("u"), &asking.context(), r.id);
         assert_eq!(asked.unwrap_err(), InputError::Asked.to_string());
-        assert!(matches!(&asking.events()[..], [CallEvent::Input { key, .. }] if key == "confirm_delete"));
+        assert!(
+            matches!(&asking.events()[..], [CallEvent::Input { key, .. }] if key == "confirm_delete")
+        );
         let declined = TestCall::new().answering("confirm_delete", ElicitResult::decline());
         let kept = Readings::delete_reading(&svc, who("u"), &declined.context(), r.id).unwrap();
         assert!(!kept.deleted, "{kept:?}");
         assert_eq!(page(&svc, "u", "steps", 10, None).readings.len(), 1);
-        let yes = TestCall::new()
-            .answering("confirm_delete", ElicitResult::accept(json!({"confirm": true})));
+        let yes = TestCall::new().answering(
+            "confirm_delete",
+            ElicitResult::accept(json!({"confirm": true})),
+        );
         let gone = Readings::delete_reading(&svc, who("u"), &yes.context(), r.id).unwrap();
         assert!(gone.deleted, "{gone:?}");
-        assert!(Readings::query_health_indicators(&svc, who("u")).unwrap().indicators.is_empty());
+        assert!(
+            Readings::query_health_indicators(&svc, who("u"))
+                .unwrap()
+                .indicators
+                .is_empty()
+        );
     }
 
     #[test]
@@ -1065,12 +1084,21 @@ mod tests {
         let now = fmt_time(now_secs() - 3600);
         record(&svc, "u", "steps", 1234.0, &now);
         record(&svc, "v", "weight", 80.0, &now);
-        let mine = Readings::readings_resource(&svc, who("u"), "steps".into()).unwrap().unwrap();
+        let mine = Readings::readings_resource(&svc, who("u"), "steps".into())
+            .unwrap()
+            .unwrap();
         assert_eq!(mine.readings.len(), 1);
-        assert!(Readings::readings_resource(&svc, who("u"), "weight".into()).unwrap().is_none());
-        let p = Readings::summarise_period(&svc, who("u"), "steps".into(), Some("3".into())).unwrap();
+        assert!(
+            Readings::readings_resource(&svc, who("u"), "weight".into())
+                .unwrap()
+                .is_none()
+        );
+        let p =
+            Readings::summarise_period(&svc, who("u"), "steps".into(), Some("3".into())).unwrap();
         assert_eq!(p.messages.len(), 2);
-        assert!(Readings::summarise_period(&svc, who("u"), "steps".into(), Some("0".into())).is_err());
+        assert!(
+            Readings::summarise_period(&svc, who("u"), "steps".into(), Some("0".into())).is_err()
+        );
         let names = Readings::complete_indicator(
             &svc,
             &CompletionRequest::new("indicator", "st").with_caller(who("u")),

@@ -58,9 +58,7 @@ impl CallContextFfi for CallState {
                 ))
                 .into(),
             ),
-            (other, _) => {
-                RResult::RErr(format!("unsupported call-context method: {other}").into())
-            }
+            (other, _) => RResult::RErr(format!("unsupported call-context method: {other}").into()),
         }
     }
 }
