@@ -276,9 +276,9 @@ pub struct Config {
     pub shutdown_grace_secs: f64,
     /// The user id stdio callers run as (default: `$USER`).
     pub stdio_user: Option<String>,
-    /// Tools per `tools/list` page.
+    /// Entries per page of the list methods.
     pub list_page_size: usize,
-    /// `ttlMs` on cacheable 2026 results (`server/discover`, `tools/list`).
+    /// `ttlMs` on cacheable 2026 results (`server/discover`, the lists, `resources/read`).
     pub cache_ttl_ms: u64,
     /// Instructions for clients, sent in `initialize` / `server/discover`.
     pub instructions: Option<String>,
