@@ -566,22 +566,29 @@ fn resource_updates_reach_legacy_subscribers_and_listen_streams_that_named_the_u
     );
 
     // The update is announced by a tool of the plugin, on the stdio server and the HTTP server.
-    let fired = legacy.call(
+    // (The notification may come before or after the tool's response: keep both.)
+    legacy.send(&request(
         3,
         "tools/call",
         json!({"name": "test_update_watched_resource", "arguments": {}}),
-    );
+    ));
+    let (fired, mut seen) = legacy.response_within(&json!(3), WAIT);
     assert_eq!(fired["result"]["isError"], Value::Null, "{fired}");
     let deadline = Instant::now() + WAIT;
-    loop {
+    while !seen
+        .iter()
+        .any(|m| m["method"] == "notifications/resources/updated")
+    {
         let m = legacy
             .recv(deadline.saturating_duration_since(Instant::now()))
-            .expect("resources/updated");
-        if m["method"] == "notifications/resources/updated" {
-            assert_eq!(m["params"]["uri"], "test://watched-resource");
-            break;
-        }
+            .unwrap_or_else(|| panic!("no resources/updated; saw {seen:?}"));
+        seen.push(m);
     }
+    let update = seen
+        .iter()
+        .find(|m| m["method"] == "notifications/resources/updated")
+        .unwrap();
+    assert_eq!(update["params"]["uri"], "test://watched-resource");
     let headers = modern_headers("tools/call", Some("test_update_watched_resource"));
     let fired = s.post(
         &header_refs(&headers),

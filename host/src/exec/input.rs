@@ -102,8 +102,8 @@ impl Round {
 
     fn ask(&self, requests: &Map<String, Value>) -> Result<Value, InputError> {
         let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
-        let mut responses = Map::new();
-        for (key, request) in requests {
+        // Every question must be one the client can answer before any is recorded as asked.
+        for request in requests.values() {
             let (method, params) = parts(request)?;
             if !declares(&self.capabilities, method, params) {
                 asked.missing = required_capability(method, params);
@@ -111,6 +111,10 @@ impl Round {
                     method: method.to_owned(),
                 });
             }
+        }
+        let mut responses = Map::new();
+        for (key, request) in requests {
+            let (method, params) = parts(request)?;
             match self.answers.get(key) {
                 Some(answer) => {
                     if let Err(why) = check_answer(method, answer) {
