@@ -545,8 +545,15 @@ fn resource_updates_reach_legacy_subscribers_and_listen_streams_that_named_the_u
     );
     assert_eq!(stream.read_head().status, 200);
     let mut pending = String::new();
+    // Keep-alive comments come every few seconds, so the read timeout alone never fires: wait for
+    // an event up to a deadline.
     let mut next_event = |pending: &mut String| -> Value {
+        let deadline = Instant::now() + WAIT;
         loop {
+            assert!(
+                Instant::now() < deadline,
+                "no event within {WAIT:?}: {pending:?}"
+            );
             if let Some(end) = pending.find("\n\n") {
                 let event: String = pending.drain(..end + 2).collect();
                 if let Some(e) = sse_events(&event).pop() {

@@ -214,10 +214,12 @@ impl Core {
         keepalive: Option<Duration>,
         cancel: &CancelFlag,
     ) {
+        // Subscribed before the acknowledgement goes out: a change the client causes once it has
+        // read the acknowledgement is never missed.
+        let mut changes = self.protocol.host().changes();
         if !out.send(&Protocol::listen_ack(id, accepted)) {
             return;
         }
-        let mut changes = self.protocol.host().changes();
         let mut tick = keepalive.map(tokio::time::interval);
         if let Some(tick) = &mut tick {
             tick.tick().await;
