@@ -74,6 +74,45 @@
 //! declared, e.g. `json!({"sampling": {}})`) and `skip` (on a `pub fn` of a service: a helper, not a
 //! tool). Misuse of the macros is a compile error that says what to do.
 //!
+//! # Resources, prompts, completions and questions to the client
+//!
+//! `#[resource(uri = "scheme://path", mime_type = "...")]` serves what a function returns as a
+//! resource; a URI with `{variables}` makes it a resource template whose variables are the
+//! function's `String` parameters. `#[prompt]` serves a prompt whose arguments are the function's
+//! `String` (required) and `Option<String>` (optional) parameters, documented under `# Arguments`.
+//! `#[arg(complete = path)]` on either names a completion function taking a [`CompletionRequest`].
+//! Both go on free functions or on methods of a `#[service]` and take `UserInfo`, `&CallContext` and
+//! `&HostApi` like tools.
+//!
+//! ```
+//! use mcp_plugin_sdk::{CompletionRequest, prompt, resource};
+//!
+//! /// A greeting for anyone.
+//! #[resource(uri = "hello://{name}", mime_type = "text/plain")]
+//! pub fn hello(#[arg(complete = names)] name: String) -> String {
+//!     format!("Hello, {name}!")
+//! }
+//!
+//! fn names(request: &CompletionRequest) -> Vec<&'static str> {
+//!     ["Ada", "Alan"].into_iter().filter(|n| request.matches(n)).collect()
+//! }
+//!
+//! /// Ask for a poem.
+//! ///
+//! /// # Arguments
+//! /// * `topic` - What the poem is about.
+//! #[prompt]
+//! pub fn poem(topic: String) -> String {
+//!     format!("Write a short poem about {topic}.")
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! A function asks the client for input through its [`CallContext`] ([`CallContext::elicit`],
+//! [`CallContext::sample`], [`CallContext::list_roots`], [`CallContext::ask`]); see [`input`] for how
+//! the same code serves 2025 clients (a request to the client, answered while the call waits) and
+//! 2026 clients (an input-required result, then a retry with the answers).
+//!
 //! [`UserInfo`], [`ToolResult`] and [`Content`] (with each of its kinds) are `#[non_exhaustive]`:
 //! build them with their constructors, and match content with `..`, so that fields MCP or the host
 //! adds later do not break a plugin's source.

@@ -11,7 +11,7 @@ use syn::{Attribute, Expr, Item, ItemFn, LitStr, Signature, Type, spanned::Spann
 
 use crate::docs;
 use crate::tool::{
-    Param, check_item, generic_arg, is_named, item_keyword_span, last_segment, opt_str,
+    Param, call_expr, check_item, generic_arg, is_named, item_keyword_span, last_segment, opt_str,
     output_type, params, string_value,
 };
 
@@ -284,15 +284,7 @@ pub(crate) fn spec(
         ));
     }
 
-    let callee = match service {
-        Some(svc) => quote!(<#svc>::#fn_name),
-        None => quote!(#fn_name),
-    };
-    let receiver_arg = receiver.as_ref().map(|r| quote!(#r,));
-    let mut call = quote!(#callee(#receiver_arg #(#call_args),*));
-    if is_async {
-        call = quote!(#sdk::__private::block_on(#call));
-    }
+    let call = call_expr(service, &fn_name, receiver.as_ref(), &call_args, is_async);
     let unwrap_result = if is_result {
         quote!(let out = match out {
             ::core::result::Result::Ok(v) => v,

@@ -367,6 +367,28 @@ pub(crate) fn check_item(
     Ok(())
 }
 
+/// The call of the user's function: `<Service>::f(service, args...)` or `f(args...)`, driven to
+/// completion on the plugin's runtime when it is `async`.
+pub(crate) fn call_expr(
+    service: Option<&Type>,
+    fn_name: &Ident,
+    receiver: Option<&TokenStream>,
+    call_args: &[TokenStream],
+    is_async: bool,
+) -> TokenStream {
+    let callee = match service {
+        Some(svc) => quote!(<#svc>::#fn_name),
+        None => quote!(#fn_name),
+    };
+    let receiver_arg = receiver.map(|r| quote!(#r,));
+    let call = quote!(#callee(#receiver_arg #(#call_args),*));
+    if is_async {
+        quote!(::mcp_plugin_sdk::__private::block_on(#call))
+    } else {
+        call
+    }
+}
+
 /// Build the `ToolSpec` expression for one tool. `service` is the service type for methods.
 fn tool_spec(
     attrs: &[Attribute],
@@ -485,15 +507,7 @@ fn tool_spec(
         }
     }
 
-    let callee = match service {
-        Some(svc) => quote!(<#svc>::#fn_name),
-        None => quote!(#fn_name),
-    };
-    let receiver_arg = receiver.as_ref().map(|r| quote!(#r,));
-    let mut call = quote!(#callee(#receiver_arg #(#call_args),*));
-    if is_async {
-        call = quote!(#sdk::__private::block_on(#call));
-    }
+    let call = call_expr(service, &fn_name, receiver.as_ref(), &call_args, is_async);
     let convert_ok = quote!({
         #[allow(unused_imports)]
         use #sdk::__private::{ViaContent as _, ViaJson as _};
