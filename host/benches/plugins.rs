@@ -88,6 +88,8 @@ fn main() {
         agent: None,
         depth: 0,
         tool: Arc::from("echo"),
+        input: None,
+        inline: false,
     });
     let args = r#"{"text":"hello"}"#;
     #[derive(serde::Deserialize)]

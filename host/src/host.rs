@@ -4,7 +4,6 @@
 //! Transports and the protocol only ever talk to a [`Host`].
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
 
@@ -16,6 +15,7 @@ use crate::config::Config;
 pub use crate::exec::{CallError, CallOptions};
 use crate::exec::{CallState, Executor};
 use crate::plugins::LoadError;
+pub use crate::plugins::backend::Change;
 use crate::plugins::backend::HostCallbacks;
 use crate::plugins::discovery::{self, Candidate};
 pub use crate::plugins::lifecycle::RescanReport;
@@ -33,18 +33,22 @@ pub enum HostError {
     RuntimeDir(#[from] RuntimeDirError),
 }
 
-/// Tool-set changes, from [`Host::changes`].
+/// Changes clients may listen for, from [`Host::changes`].
 #[derive(Debug)]
-pub struct Changes(tokio::sync::broadcast::Receiver<u64>);
+pub struct Changes(tokio::sync::broadcast::Receiver<Change>);
 
 impl Changes {
-    /// Wait for the next change (changes missed while busy count as one); `false` once the host
-    /// is gone.
-    pub async fn next(&mut self) -> bool {
+    /// Wait for the next change; `None` once the host is gone. Changes missed while busy count as
+    /// every list changing (resource updates missed then are lost, and logged).
+    pub async fn next(&mut self) -> Option<Change> {
         use tokio::sync::broadcast::error::RecvError;
         match self.0.recv().await {
-            Ok(_) | Err(RecvError::Lagged(_)) => true,
-            Err(RecvError::Closed) => false,
+            Ok(change) => Some(change),
+            Err(RecvError::Lagged(n)) => {
+                tracing::warn!("a listener fell {n} changes behind: announcing every list");
+                Some(Change::ALL_LISTS)
+            }
+            Err(RecvError::Closed) => None,
         }
     }
 }
@@ -82,16 +86,14 @@ struct Inner {
     reload_lock: Mutex<()>,
     loader: Loader,
     exec: Executor,
-    changes: tokio::sync::broadcast::Sender<u64>,
-    generation: AtomicU64,
+    changes: tokio::sync::broadcast::Sender<Change>,
 }
 
 impl Inner {
-    /// Tell listeners the served tools changed.
-    fn announce_change(&self) {
-        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+    /// Tell listeners about a change.
+    fn announce(&self, change: Change) {
         // No receivers is fine: nobody is listening.
-        let _ = self.changes.send(generation);
+        let _ = self.changes.send(change);
     }
 }
 
@@ -114,9 +116,9 @@ impl HostCallbacks for Callbacks {
             .call_nested(&registry, max_depth, parent, name, args)
     }
 
-    fn notify_tools_changed(&self) {
+    fn announce(&self, change: Change) {
         if let Some(inner) = self.0.upgrade() {
-            inner.announce_change();
+            inner.announce(change);
         }
     }
 }
@@ -131,8 +133,7 @@ impl Host {
             reload_lock: Mutex::new(()),
             loader,
             exec: Executor::new(&config.limits),
-            changes: tokio::sync::broadcast::channel(16).0,
-            generation: AtomicU64::new(0),
+            changes: tokio::sync::broadcast::channel(64).0,
             registry: ArcSwap::from_pointee(Registry::default()),
             config: ArcSwap::from_pointee(config),
         });
@@ -167,7 +168,7 @@ impl Host {
         self.inner.registry.load_full()
     }
 
-    /// Tool-set changes from now on, for `tools/list_changed` notifications.
+    /// Changes from now on, for `list_changed` and `resources/updated` notifications.
     pub fn changes(&self) -> Changes {
         Changes(self.inner.changes.subscribe())
     }
@@ -210,9 +211,19 @@ impl Host {
         let (registry, report) = inner.loader.rescan(&config, &old, &self.callbacks());
         drop(old);
         inner.registry.store(Arc::new(registry));
-        // Agents or access may have changed what clients see, too: announce on any change.
-        if config_changed || report.tools_changed || report.versions_changed() {
-            inner.announce_change();
+        // Agents or access may have changed what clients see, too: announce every list then.
+        if config_changed {
+            inner.announce(Change::ALL_LISTS);
+        } else if report.tools_changed
+            || report.versions_changed()
+            || report.resources_changed
+            || report.prompts_changed
+        {
+            inner.announce(Change::Lists {
+                tools: report.tools_changed || report.versions_changed(),
+                resources: report.resources_changed,
+                prompts: report.prompts_changed,
+            });
         }
         report
     }
@@ -271,6 +282,23 @@ impl Host {
         opts: CallOptions,
     ) -> Result<Value, CallError> {
         self.inner.exec.call(tool, args, opts).await
+    }
+
+    /// Read a resource, render a prompt or complete an argument in the plugin of `slot` (see
+    /// [`crate::exec::Executor::invoke`]).
+    pub async fn invoke(
+        &self,
+        slot: &Arc<crate::registry::PluginSlot>,
+        envelope: &mcp_plugin_sdk::wire::CallEnvelope,
+        caller: mcp_plugin_sdk::wire::CallerNeed,
+        timeout: std::time::Duration,
+        what: &str,
+        opts: CallOptions,
+    ) -> Result<mcp_plugin_sdk::wire::EnvelopeOutcome, crate::exec::InvokeError> {
+        self.inner
+            .exec
+            .invoke(slot, envelope, caller, timeout, what, opts)
+            .await
     }
 
     /// Run every loaded plugin's shutdown hook (images stay mapped).

@@ -66,26 +66,12 @@ pub enum Content {
     },
 }
 
-/// The contents of an embedded resource: text or base64 blob.
+/// The contents of an embedded resource: text or base64 blob — the same item a resource read
+/// returns ([`ResourceContents`](crate::ResourceContents)).
 ///
-/// Built by [`Content::resource_text`] and [`Content::resource_blob`]; `#[non_exhaustive]` because
-/// MCP resource contents grow optional fields (such as `_meta`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-#[non_exhaustive]
-pub struct EmbeddedResource {
-    /// The resource URI.
-    pub uri: String,
-    /// Optional MIME type.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub mime_type: Option<String>,
-    /// Text contents.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
-    /// Base64 contents.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub blob: Option<String>,
-}
+/// Built by [`Content::resource_text`] and [`Content::resource_blob`] (or the
+/// [`ResourceContents`](crate::ResourceContents) constructors).
+pub type EmbeddedResource = crate::resource::ResourceContents;
 
 impl Content {
     /// A text item.
@@ -165,12 +151,9 @@ impl Content {
         text: impl Into<String>,
     ) -> Self {
         Content::Resource {
-            resource: EmbeddedResource {
-                uri: uri.into(),
-                mime_type: Some(mime_type.into()),
-                text: Some(text.into()),
-                blob: None,
-            },
+            resource: EmbeddedResource::text(text)
+                .with_uri(uri)
+                .with_mime_type(mime_type),
         }
     }
 
@@ -187,12 +170,9 @@ impl Content {
         bytes: &[u8],
     ) -> Self {
         Content::Resource {
-            resource: EmbeddedResource {
-                uri: uri.into(),
-                mime_type: Some(mime_type.into()),
-                text: None,
-                blob: Some(base64::engine::general_purpose::STANDARD.encode(bytes)),
-            },
+            resource: EmbeddedResource::blob(bytes)
+                .with_uri(uri)
+                .with_mime_type(mime_type),
         }
     }
 
@@ -251,6 +231,25 @@ impl Content {
             *description = Some(text.into());
         }
         self
+    }
+}
+
+/// A text item.
+///
+/// ```
+/// use mcp_plugin_sdk::Content;
+/// assert_eq!(Content::from("hi"), Content::text("hi"));
+/// ```
+impl From<&str> for Content {
+    fn from(text: &str) -> Self {
+        Content::text(text)
+    }
+}
+
+/// A text item.
+impl From<String> for Content {
+    fn from(text: String) -> Self {
+        Content::text(text)
     }
 }
 

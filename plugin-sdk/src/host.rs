@@ -8,6 +8,10 @@ use serde_json::Value;
 
 use crate::abi::{CallContextRef, HostApiBox};
 use crate::content::ToolResult;
+use crate::input::{
+    ElicitResult, Elicitation, InputError, InputKind, InputRequests, InputResponses, Root, Sampled,
+    Sampling, decode_input_error, kind_declared,
+};
 
 /// Severity of a log message, with MCP's (RFC 5424) levels.
 ///
@@ -229,6 +233,29 @@ impl HostApi {
             .map(|_| ())
     }
 
+    /// Tell clients the prompt list changed (`notifications/prompts/list_changed`), for a plugin
+    /// whose prompts depend on something outside the host.
+    pub fn notify_prompts_changed(&self) -> Result<(), CallToolError> {
+        self.request("notify_prompts_changed", &Value::Null)
+            .map(|_| ())
+    }
+
+    /// Tell clients the resource list changed (`notifications/resources/list_changed`).
+    pub fn notify_resources_changed(&self) -> Result<(), CallToolError> {
+        self.request("notify_resources_changed", &Value::Null)
+            .map(|_| ())
+    }
+
+    /// Tell clients subscribed to `uri` that its contents changed (`notifications/resources/updated`,
+    /// to 2025 sessions that called `resources/subscribe` and 2026 listen streams that named it).
+    pub fn notify_resource_updated(&self, uri: &str) -> Result<(), CallToolError> {
+        self.request(
+            "notify_resource_updated",
+            &serde_json::json!({ "uri": uri }),
+        )
+        .map(|_| ())
+    }
+
     /// A host capability by name, JSON in and out (the ABI's extension point).
     pub fn request(&self, method: &str, params: &Value) -> Result<Value, CallToolError> {
         let params = params.to_string();
@@ -310,8 +337,59 @@ impl<'a> CallContext<'a> {
         self.host.call_tool(name, args)
     }
 
-    /// A per-call capability by name, JSON in and out (the ABI's extension point for future flows
-    /// such as asking the client for input).
+    /// Ask the client to fill in a form (or visit a URL); `key` names the question across rounds
+    /// (see [`crate::input`] for how this works with 2025 and 2026 clients).
+    ///
+    /// `Err(InputError::Asked)`: return now (with `?`), the host calls again with the answer;
+    /// `Err(InputError::Unsupported)`: the client cannot answer this kind of question.
+    pub fn elicit(&self, key: &str, request: Elicitation) -> Result<ElicitResult, InputError> {
+        self.ask(InputRequests::new().elicit(key, request))?
+            .elicitation(key)
+    }
+
+    /// Ask the client's model for a completion (`sampling/createMessage`), under `key`.
+    pub fn sample(&self, key: &str, request: Sampling) -> Result<Sampled, InputError> {
+        self.ask(InputRequests::new().sample(key, request))?
+            .sampling(key)
+    }
+
+    /// Ask the client for its roots (`roots/list`), under `key`.
+    pub fn list_roots(&self, key: &str) -> Result<Vec<Root>, InputError> {
+        self.ask(InputRequests::new().list_roots(key))?.roots(key)
+    }
+
+    /// Ask several questions at once (one round with a 2026 client); all are answered or none.
+    pub fn ask(&self, requests: InputRequests) -> Result<InputResponses, InputError> {
+        let params = requests.to_wire().to_string();
+        match self
+            .ffi
+            .request(RStr::from_str("input/ask"), RStr::from_str(&params))
+        {
+            RResult::ROk(json) => serde_json::from_str(json.as_str())
+                .map_err(|e| InputError::Failed(format!("host returned unreadable JSON: {e}")))
+                .and_then(InputResponses::from_wire),
+            RResult::RErr(e) if e.as_str().starts_with("unsupported call-context method") => Err(
+                InputError::Failed("this host cannot ask the client for input".into()),
+            ),
+            RResult::RErr(e) => Err(decode_input_error(e.as_str())),
+        }
+    }
+
+    /// The capabilities the client declared (MCP `ClientCapabilities`; `{}` when unknown).
+    pub fn client_capabilities(&self) -> Value {
+        self.request("client/capabilities", &Value::Null)
+            .ok()
+            .filter(Value::is_object)
+            .unwrap_or_else(|| serde_json::json!({}))
+    }
+
+    /// Whether the client can answer questions of this kind (checked by the host on every question
+    /// anyway; use this to offer a path that does without).
+    pub fn client_supports(&self, kind: InputKind) -> bool {
+        kind_declared(&self.client_capabilities(), kind)
+    }
+
+    /// A per-call capability by name, JSON in and out (the ABI's extension point).
     pub fn request(&self, method: &str, params: &Value) -> Result<Value, CallToolError> {
         let params = params.to_string();
         match self

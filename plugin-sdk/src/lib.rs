@@ -74,6 +74,45 @@
 //! declared, e.g. `json!({"sampling": {}})`) and `skip` (on a `pub fn` of a service: a helper, not a
 //! tool). Misuse of the macros is a compile error that says what to do.
 //!
+//! # Resources, prompts, completions and questions to the client
+//!
+//! `#[resource(uri = "scheme://path", mime_type = "...")]` serves what a function returns as a
+//! resource; a URI with `{variables}` makes it a resource template whose variables are the
+//! function's `String` parameters. `#[prompt]` serves a prompt whose arguments are the function's
+//! `String` (required) and `Option<String>` (optional) parameters, documented under `# Arguments`.
+//! `#[arg(complete = path)]` on either names a completion function taking a [`CompletionRequest`].
+//! Both go on free functions or on methods of a `#[service]` and take `UserInfo`, `&CallContext` and
+//! `&HostApi` like tools.
+//!
+//! ```
+//! use mcp_plugin_sdk::{CompletionRequest, prompt, resource};
+//!
+//! /// A greeting for anyone.
+//! #[resource(uri = "hello://{name}", mime_type = "text/plain")]
+//! pub fn hello(#[arg(complete = names)] name: String) -> String {
+//!     format!("Hello, {name}!")
+//! }
+//!
+//! fn names(request: &CompletionRequest) -> Vec<&'static str> {
+//!     ["Ada", "Alan"].into_iter().filter(|n| request.matches(n)).collect()
+//! }
+//!
+//! /// Ask for a poem.
+//! ///
+//! /// # Arguments
+//! /// * `topic` - What the poem is about.
+//! #[prompt]
+//! pub fn poem(topic: String) -> String {
+//!     format!("Write a short poem about {topic}.")
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! A function asks the client for input through its [`CallContext`] ([`CallContext::elicit`],
+//! [`CallContext::sample`], [`CallContext::list_roots`], [`CallContext::ask`]); see [`input`] for how
+//! the same code serves 2025 clients (a request to the client, answered while the call waits) and
+//! 2026 clients (an input-required result, then a retry with the answers).
+//!
 //! [`UserInfo`], [`ToolResult`] and [`Content`] (with each of its kinds) are `#[non_exhaustive]`:
 //! build them with their constructors, and match content with `..`, so that fields MCP or the host
 //! adds later do not break a plugin's source.
@@ -99,16 +138,27 @@
 mod abi;
 #[cfg(feature = "async")]
 mod async_rt;
+mod completion;
 mod content;
 mod host;
+pub mod input;
 mod manifest;
+mod prompt;
+mod resource;
 mod runtime;
 mod schema;
 pub mod testing;
 
+pub use completion::{Completion, CompletionRequest, IntoCompletion, MAX_COMPLETION_VALUES};
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
-pub use mcp_plugin_sdk_macros::{service, tool};
+pub use input::{
+    ElicitAction, ElicitResult, Elicitation, InputError, InputKind, InputRequests, InputResponses,
+    Root, Sampled, Sampling,
+};
+pub use mcp_plugin_sdk_macros::{prompt, resource, service, tool};
+pub use prompt::{IntoPromptResult, PromptMessage, PromptResult, Role};
+pub use resource::{IntoResourceContents, ResourceContents};
 /// Re-exported for argument and result types. The derive expands to `::schemars` paths, so either
 /// depend on `schemars` too or add `#[schemars(crate = "mcp_plugin_sdk::schemars")]`.
 pub use schemars::{self, JsonSchema};
@@ -144,6 +194,7 @@ pub mod wire {
     //! ```
 
     pub use crate::abi::*;
+    pub use crate::input::{declares, encode_input_error, required_capability};
     pub use crate::manifest::*;
 }
 
@@ -156,10 +207,14 @@ struct ReadmeDoctests;
 #[doc(hidden)]
 pub mod __private {
     pub use crate::abi::{CallContextRef, HostApiBox, PluginModV1, PluginModV1Ref};
-    pub use crate::manifest::{Annotations, CallerNeed, ToolDescriptor};
+    pub use crate::manifest::{
+        Annotations, CallerNeed, EnvelopeErrorKind, PromptArgument, PromptDescriptor,
+        ResourceDescriptor, ToolDescriptor,
+    };
     pub use crate::runtime::{
-        AutoExport, Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init,
-        shutdown,
+        AutoExport, EnvelopeResult, Invocation, PromptFactory, PromptSpec, Registrar,
+        ResourceFactory, ResourceSpec, Service, SurfaceSpec, ToolFactory, ToolSpec, build_info,
+        call, envelope_error, init, shutdown,
     };
     pub use crate::schema::{input_schema_with_headers, object_schema};
     pub use abi_stable;
@@ -172,8 +227,65 @@ pub mod __private {
     pub use crate::async_rt::block_on;
 
     use crate::content::{IntoToolResult, ToolResult};
+    use crate::resource::{IntoResourceContents, ResourceContents};
     use std::cell::Cell;
     use std::marker::PhantomData;
+
+    /// First choice for a resource function's value: its own contents mapping (`None`: not found).
+    pub trait ViaResource {
+        /// Convert.
+        fn into_contents(self) -> Result<Option<Vec<ResourceContents>>, String>;
+    }
+    impl<T: IntoResourceContents> ViaResource for &&Returned<T> {
+        fn into_contents(self) -> Result<Option<Vec<ResourceContents>>, String> {
+            Ok(self.take().into_resource_contents())
+        }
+    }
+
+    /// Second choice: anything `Serialize` becomes one JSON text item.
+    pub trait ViaResourceJson {
+        /// Convert.
+        fn into_contents(self) -> Result<Option<Vec<ResourceContents>>, String>;
+    }
+    impl<T: serde::Serialize> ViaResourceJson for &Returned<T> {
+        fn into_contents(self) -> Result<Option<Vec<ResourceContents>>, String> {
+            crate::resource::json_contents(&self.take()).map(|c| Some(vec![c]))
+        }
+    }
+
+    /// The `ReadResourceResult` of a resource function's converted value.
+    pub fn read_result(
+        inv: &crate::runtime::Invocation<'_>,
+        mime_type: Option<&str>,
+        contents: Result<Option<Vec<ResourceContents>>, String>,
+    ) -> crate::runtime::EnvelopeResult {
+        match contents {
+            Ok(Some(items)) => Ok(crate::resource::read_result(inv.uri(), mime_type, items)),
+            Ok(None) => Err(envelope_error(
+                EnvelopeErrorKind::NotFound,
+                format!("Resource not found: {}", inv.uri()),
+            )),
+            Err(e) => Err(envelope_error(EnvelopeErrorKind::Failed, e)),
+        }
+    }
+
+    /// The `GetPromptResult` of a prompt function's value.
+    pub fn prompt_result<T: crate::prompt::IntoPromptResult>(
+        value: T,
+    ) -> crate::runtime::EnvelopeResult {
+        serde_json::to_value(value.into_prompt_result())
+            .map_err(|e| envelope_error(EnvelopeErrorKind::Failed, e.to_string()))
+    }
+
+    /// A completion function's value as a [`crate::Completion`].
+    pub fn completion<T: crate::completion::IntoCompletion>(value: T) -> crate::Completion {
+        value.into_completion()
+    }
+
+    /// A resource or prompt function's `Err`: the client's arguments were not acceptable.
+    pub fn envelope_invalid<E: std::fmt::Display>(e: E) -> crate::manifest::EnvelopeError {
+        envelope_error(EnvelopeErrorKind::Invalid, format!("{e:#}"))
+    }
 
     /// Holds a tool's return value while the autoref probes below pick its conversion.
     pub struct Returned<T>(Cell<Option<T>>);

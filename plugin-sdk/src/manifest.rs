@@ -22,6 +22,13 @@ pub struct Manifest {
     /// Every tool, in declaration order; a tool's position is its id in calls.
     #[serde(default)]
     pub tools: Vec<ToolDescriptor>,
+    /// Every resource and resource template, in declaration order; a resource's position is its id
+    /// in [`CallEnvelope`]s (plugins built before resources existed have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub resources: Vec<ResourceDescriptor>,
+    /// Every prompt, in declaration order; a prompt's position is its id in [`CallEnvelope`]s.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prompts: Vec<PromptDescriptor>,
 }
 
 /// A named group of tools with an `enabled()` gate.
@@ -119,4 +126,169 @@ pub enum CallerNeed {
     Optional,
     /// The tool takes `UserInfo`: the host must have a verified caller.
     Required,
+}
+
+/// A resource (a fixed URI) or a resource template (an RFC 6570 URI template such as
+/// `series://readings/{indicator}`) a plugin serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceDescriptor {
+    /// The resource's URI, or the template's URI template when `template` is set.
+    pub uri: String,
+    /// Whether `uri` is a URI template whose variables the read fills in.
+    #[serde(default)]
+    pub template: bool,
+    /// A programmatic name.
+    pub name: String,
+    /// A human-readable title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it holds: the doc comment before its first `# ` section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The MIME type of its contents, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mime_type: Option<String>,
+    /// The service it belongs to; `None` for a free `#[resource]` function.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Whether a read needs the caller (`UserInfo`).
+    #[serde(default)]
+    pub caller: CallerNeed,
+    /// Passed through as `_meta`.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// The template variables that have a completion function.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub completions: Vec<String>,
+}
+
+/// A prompt a plugin serves.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptDescriptor {
+    /// The prompt's name as clients see it (before any host prefix).
+    pub name: String,
+    /// A human-readable title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What it is for: the doc comment before its first `# ` section.
+    pub description: String,
+    /// Its arguments, in declaration order.
+    #[serde(default)]
+    pub arguments: Vec<PromptArgument>,
+    /// The service it belongs to; `None` for a free `#[prompt]` function.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<String>,
+    /// Whether it needs the caller (`UserInfo`).
+    #[serde(default)]
+    pub caller: CallerNeed,
+    /// Passed through as `_meta`.
+    #[serde(default, rename = "_meta", skip_serializing_if = "Option::is_none")]
+    pub meta: Option<Value>,
+    /// The arguments that have a completion function.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub completions: Vec<String>,
+}
+
+/// One argument of a prompt (MCP `PromptArgument`); values are strings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct PromptArgument {
+    /// The argument's name.
+    pub name: String,
+    /// What it is, from the `# Arguments` section.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// Whether it must be given (a `String` parameter; `Option<String>` is optional).
+    #[serde(default)]
+    pub required: bool,
+}
+
+/// The tool index the host passes to `call` for everything that is not a tool call: `args` is then
+/// a JSON [`CallEnvelope`] and the result a JSON [`EnvelopeOutcome`]. Plugins built before resources
+/// and prompts existed never receive it (their manifests declare none).
+pub const ENVELOPE_INDEX: u32 = u32::MAX;
+
+/// What the host asks of a plugin through [`ENVELOPE_INDEX`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "method")]
+pub enum CallEnvelope {
+    /// Read resource number `index` (for a template: with its `variables` filled from `uri`).
+    #[serde(rename = "resources/read")]
+    ReadResource {
+        /// The resource's position in the manifest.
+        index: u32,
+        /// The URI read.
+        uri: String,
+        /// A template's variables, by name.
+        #[serde(default)]
+        variables: serde_json::Map<String, Value>,
+    },
+    /// Get prompt number `index` with `arguments`.
+    #[serde(rename = "prompts/get")]
+    GetPrompt {
+        /// The prompt's position in the manifest.
+        index: u32,
+        /// Its arguments, by name (string values).
+        #[serde(default)]
+        arguments: serde_json::Map<String, Value>,
+    },
+    /// Complete `argument` of prompt or resource template number `index`.
+    #[serde(rename = "completion/complete")]
+    Complete {
+        /// Whether `index` is a prompt or a resource.
+        target: CompletionTarget,
+        /// The prompt's or resource's position in the manifest.
+        index: u32,
+        /// The argument (or template variable) being completed.
+        argument: String,
+        /// What the user typed so far.
+        value: String,
+        /// Arguments already chosen, by name.
+        #[serde(default)]
+        context: serde_json::Map<String, Value>,
+    },
+}
+
+/// What a completion is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum CompletionTarget {
+    /// A prompt argument.
+    Prompt,
+    /// A resource template variable.
+    Resource,
+}
+
+/// The answer to a [`CallEnvelope`]: `{"ok": result}` or `{"error": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum EnvelopeOutcome {
+    /// The MCP result (`ReadResourceResult`, `GetPromptResult`, or a `completion` object).
+    Ok(Value),
+    /// Why there is none.
+    Error(EnvelopeError),
+}
+
+/// Why a [`CallEnvelope`] produced no result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EnvelopeError {
+    /// What kind of failure.
+    pub kind: EnvelopeErrorKind,
+    /// For humans.
+    pub message: String,
+}
+
+/// The kinds of [`EnvelopeError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvelopeErrorKind {
+    /// The resource does not exist (a template read found nothing).
+    NotFound,
+    /// The arguments are not acceptable (the function returned `Err`).
+    Invalid,
+    /// The function panicked or its answer could not be built.
+    Failed,
 }

@@ -10,9 +10,14 @@ use abi_stable::std_types::{RResult, RStr, RString};
 use serde::de::DeserializeOwned;
 
 use crate::abi::{BuildInfo, CallContextRef, HostApiBox};
+use crate::completion::{Completion, CompletionRequest};
 use crate::content::ToolResult;
 use crate::host::{CallContext, HostApi, LogLevel, UserInfo};
-use crate::manifest::{Manifest, ServiceDescriptor, ToolDescriptor};
+use crate::manifest::{
+    CallEnvelope, CompletionTarget, ENVELOPE_INDEX, EnvelopeError, EnvelopeErrorKind,
+    EnvelopeOutcome, Manifest, PromptDescriptor, ResourceDescriptor, ServiceDescriptor,
+    ToolDescriptor,
+};
 
 /// One tool as the macros describe it: how to describe it, and how to run it against a service `S`
 /// (`()` for a free function).
@@ -29,6 +34,48 @@ pub trait ToolFactory {
     fn spec() -> ToolSpec<()>;
 }
 
+/// What a resource read, a prompt or a completion produced: an MCP result, or why there is none.
+pub type EnvelopeResult = Result<serde_json::Value, EnvelopeError>;
+
+/// A completion function of one argument, against a service `S`.
+pub type Completer<S> = (&'static str, fn(&S, &CompletionRequest) -> Completion);
+
+/// One resource or prompt as the macros describe it (like [`ToolSpec`]), with the completion
+/// functions of its arguments.
+pub struct SurfaceSpec<S, D> {
+    /// Builds the descriptor.
+    pub descriptor: fn() -> D,
+    /// Reads the resource or renders the prompt.
+    pub handler: fn(&S, &Invocation<'_>) -> EnvelopeResult,
+    /// Completion functions by argument name.
+    pub completers: Vec<Completer<S>>,
+}
+
+/// A `#[resource]` (or resource template).
+pub type ResourceSpec<S> = SurfaceSpec<S, ResourceDescriptor>;
+/// A `#[prompt]`.
+pub type PromptSpec<S> = SurfaceSpec<S, PromptDescriptor>;
+
+/// A `#[resource]` free function.
+pub trait ResourceFactory {
+    /// The resource's spec.
+    fn spec() -> ResourceSpec<()>;
+}
+
+/// A `#[prompt]` free function.
+pub trait PromptFactory {
+    /// The prompt's spec.
+    fn spec() -> PromptSpec<()>;
+}
+
+/// An [`EnvelopeError`] of kind `kind`.
+pub fn envelope_error(kind: EnvelopeErrorKind, message: impl Into<String>) -> EnvelopeError {
+    EnvelopeError {
+        kind,
+        message: message.into(),
+    }
+}
+
 /// A `#[service]` impl block: a named group of tools sharing one value constructed at load.
 pub trait Service: Sized + Send + Sync + 'static {
     /// The service name (the type's name).
@@ -41,6 +88,14 @@ pub trait Service: Sized + Send + Sync + 'static {
     fn construct(host: &HostApi) -> Result<Self, String>;
     /// The service's tools, in declaration order.
     fn tools() -> Vec<ToolSpec<Self>>;
+    /// The service's resources and resource templates, in declaration order.
+    fn resources() -> Vec<ResourceSpec<Self>> {
+        Vec::new()
+    }
+    /// The service's prompts, in declaration order.
+    fn prompts() -> Vec<PromptSpec<Self>> {
+        Vec::new()
+    }
     /// The `shutdown(&self)` hook: the host retired this version of the plugin (after its last call).
     fn shutdown(&self) {}
 }
@@ -49,6 +104,8 @@ pub trait Service: Sized + Send + Sync + 'static {
 pub struct Invocation<'a> {
     args: &'a str,
     caller: &'a str,
+    /// The URI read (resources only).
+    uri: &'a str,
     ctx: CallContext<'a>,
 }
 
@@ -80,6 +137,33 @@ impl<'a> Invocation<'a> {
             .map_err(|e| ToolResult::error(format!("unreadable caller from host: {e}")))
     }
 
+    /// Deserialize a resource's template variables or a prompt's arguments.
+    pub fn parse_envelope_args<T: DeserializeOwned>(&self) -> Result<T, EnvelopeError> {
+        serde_json::from_str(self.args).map_err(|e| {
+            envelope_error(
+                EnvelopeErrorKind::Invalid,
+                format!("invalid arguments: {e}"),
+            )
+        })
+    }
+
+    /// The caller of a resource read or prompt, required.
+    pub fn envelope_caller(&self) -> Result<UserInfo, EnvelopeError> {
+        self.caller()
+            .map_err(|r| envelope_error(EnvelopeErrorKind::Invalid, r.text()))
+    }
+
+    /// The caller of a resource read or prompt, when there is one.
+    pub fn envelope_optional_caller(&self) -> Result<Option<UserInfo>, EnvelopeError> {
+        self.optional_caller()
+            .map_err(|r| envelope_error(EnvelopeErrorKind::Failed, r.text()))
+    }
+
+    /// The URI being read (resources only).
+    pub fn uri(&self) -> &str {
+        self.uri
+    }
+
     /// The call context.
     pub fn ctx(&self) -> &CallContext<'a> {
         &self.ctx
@@ -93,10 +177,56 @@ impl<'a> Invocation<'a> {
 
 type Handler = Box<dyn Fn(&Invocation<'_>) -> ToolResult + Send + Sync>;
 type ShutdownHook = Box<dyn Fn() + Send + Sync>;
+type SurfaceHandler = Box<dyn Fn(&Invocation<'_>) -> EnvelopeResult + Send + Sync>;
+type CompleterFn = Box<dyn Fn(&CompletionRequest) -> Completion + Send + Sync>;
+
+/// A registered resource or prompt: its handler and its arguments' completion functions.
+struct SurfaceEntry {
+    handler: SurfaceHandler,
+    completers: Vec<(&'static str, CompleterFn)>,
+}
+
+impl SurfaceEntry {
+    /// The entry of `spec` on `service` (`Err`: its service is disabled).
+    fn new<S: Send + Sync + 'static, D>(
+        spec: &SurfaceSpec<S, D>,
+        service: Result<&Arc<S>, ()>,
+    ) -> SurfaceEntry {
+        let Ok(service) = service else {
+            return SurfaceEntry {
+                handler: Box::new(|_| {
+                    Err(envelope_error(
+                        EnvelopeErrorKind::Failed,
+                        "this service is disabled",
+                    ))
+                }),
+                completers: Vec::new(),
+            };
+        };
+        let handler = spec.handler;
+        let svc = Arc::clone(service);
+        SurfaceEntry {
+            handler: Box::new(move |inv| handler(&svc, inv)),
+            completers: spec
+                .completers
+                .iter()
+                .map(|&(name, f)| {
+                    let svc = Arc::clone(service);
+                    (
+                        name,
+                        Box::new(move |req: &CompletionRequest| f(&svc, req)) as CompleterFn,
+                    )
+                })
+                .collect(),
+        }
+    }
+}
 
 struct PluginState {
     host: HostApi,
     handlers: Vec<Handler>,
+    resources: Vec<SurfaceEntry>,
+    prompts: Vec<SurfaceEntry>,
     shutdown_hooks: Vec<ShutdownHook>,
 }
 
@@ -107,6 +237,10 @@ static STATE: OnceLock<PluginState> = OnceLock::new();
 pub enum ExportKind {
     /// A `#[tool]` free function.
     Tool,
+    /// A `#[resource]` free function.
+    Resource,
+    /// A `#[prompt]` free function.
+    Prompt,
     /// A `#[service]` impl block.
     Service,
 }
@@ -134,6 +268,32 @@ impl AutoExport {
             name,
             kind: ExportKind::Tool,
             register: Registrar::tool::<T>,
+        }
+    }
+
+    /// The entry of the `#[resource]` function `T`.
+    pub const fn resource<T: ResourceFactory + 'static>(
+        module: &'static str,
+        name: &'static str,
+    ) -> Self {
+        AutoExport {
+            module,
+            name,
+            kind: ExportKind::Resource,
+            register: Registrar::resource::<T>,
+        }
+    }
+
+    /// The entry of the `#[prompt]` function `T`.
+    pub const fn prompt<T: PromptFactory + 'static>(
+        module: &'static str,
+        name: &'static str,
+    ) -> Self {
+        AutoExport {
+            module,
+            name,
+            kind: ExportKind::Prompt,
+            register: Registrar::prompt::<T>,
         }
     }
 
@@ -177,6 +337,10 @@ pub struct Registrar {
     services: Vec<ServiceDescriptor>,
     tools: Vec<ToolDescriptor>,
     handlers: Vec<Handler>,
+    resource_descriptors: Vec<ResourceDescriptor>,
+    resources: Vec<SurfaceEntry>,
+    prompt_descriptors: Vec<PromptDescriptor>,
+    prompts: Vec<SurfaceEntry>,
     shutdown_hooks: Vec<ShutdownHook>,
     /// The tool and service types registered so far: each is registered once, however often it
     /// is listed or found.
@@ -203,8 +367,46 @@ impl Registrar {
         self.handlers.push(Box::new(move |inv| handler(&(), inv)));
     }
 
-    /// Register a `#[service]`: evaluate `enabled()`, construct it once, register its tools (once:
-    /// a repeat is ignored).
+    /// Register a free `#[resource]` function (once).
+    pub fn resource<T: ResourceFactory + 'static>(&mut self) {
+        if self.registered.insert(TypeId::of::<T>()) {
+            self.add_resource(&T::spec(), None, Ok(&Arc::new(())));
+        }
+    }
+
+    /// Register a free `#[prompt]` function (once).
+    pub fn prompt<T: PromptFactory + 'static>(&mut self) {
+        if self.registered.insert(TypeId::of::<T>()) {
+            self.add_prompt(&T::spec(), None, Ok(&Arc::new(())));
+        }
+    }
+
+    fn add_resource<S: Send + Sync + 'static>(
+        &mut self,
+        spec: &ResourceSpec<S>,
+        service: Option<&str>,
+        built: Result<&Arc<S>, ()>,
+    ) {
+        let mut descriptor = (spec.descriptor)();
+        descriptor.service = service.map(str::to_owned);
+        self.resource_descriptors.push(descriptor);
+        self.resources.push(SurfaceEntry::new(spec, built));
+    }
+
+    fn add_prompt<S: Send + Sync + 'static>(
+        &mut self,
+        spec: &PromptSpec<S>,
+        service: Option<&str>,
+        built: Result<&Arc<S>, ()>,
+    ) {
+        let mut descriptor = (spec.descriptor)();
+        descriptor.service = service.map(str::to_owned);
+        self.prompt_descriptors.push(descriptor);
+        self.prompts.push(SurfaceEntry::new(spec, built));
+    }
+
+    /// Register a `#[service]`: evaluate `enabled()`, construct it once, register its tools,
+    /// resources and prompts (once: a repeat is ignored).
     pub fn service<S: Service>(&mut self) {
         if !self.registered.insert(TypeId::of::<S>()) {
             return;
@@ -252,6 +454,13 @@ impl Registrar {
                 Err(_) => Box::new(|_| ToolResult::error("this tool's service is disabled")),
             });
         }
+        let service = built.as_ref().map_err(|_| ());
+        for spec in S::resources() {
+            self.add_resource(&spec, Some(S::NAME), service);
+        }
+        for spec in S::prompts() {
+            self.add_prompt(&spec, Some(S::NAME), service);
+        }
     }
 }
 
@@ -280,6 +489,10 @@ pub fn init(
             services: Vec::new(),
             tools: Vec::new(),
             handlers: Vec::new(),
+            resource_descriptors: Vec::new(),
+            resources: Vec::new(),
+            prompt_descriptors: Vec::new(),
+            prompts: Vec::new(),
             shutdown_hooks: Vec::new(),
             registered: HashSet::new(),
         };
@@ -290,6 +503,8 @@ pub fn init(
             sdk_version: crate::abi::SDK_VERSION.to_owned(),
             services: registrar.services,
             tools: registrar.tools,
+            resources: registrar.resource_descriptors,
+            prompts: registrar.prompt_descriptors,
         };
         let json = serde_json::to_string(&manifest)
             .map_err(|e| format!("manifest could not be serialized: {e}"))?;
@@ -297,6 +512,8 @@ pub fn init(
             .set(PluginState {
                 host,
                 handlers: registrar.handlers,
+                resources: registrar.resources,
+                prompts: registrar.prompts,
                 shutdown_hooks: registrar.shutdown_hooks,
             })
             .map_err(|_| "init called twice on the same plugin image".to_owned())?;
@@ -319,12 +536,16 @@ pub fn call(
     let Some(state) = STATE.get() else {
         return RResult::RErr("plugin called before init".into());
     };
+    if tool == ENVELOPE_INDEX {
+        return envelope(state, args.as_str(), caller.as_str(), ctx);
+    }
     let Some(handler) = state.handlers.get(tool as usize) else {
         return RResult::RErr(format!("plugin has no tool #{tool}").into());
     };
     let invocation = Invocation {
         args: args.as_str(),
         caller: caller.as_str(),
+        uri: "",
         ctx: CallContext::new(ctx.sabi_reborrow(), &state.host),
     };
     let result = catch_unwind(AssertUnwindSafe(|| handler(&invocation)))
@@ -334,6 +555,109 @@ pub fn call(
         Ok(Ok(json)) => RResult::ROk(json.into()),
         _ => RResult::RErr("tool result could not be serialized".into()),
     }
+}
+
+/// A call through [`ENVELOPE_INDEX`]: read a resource, render a prompt or complete an argument.
+fn envelope(
+    state: &PluginState,
+    args: &str,
+    caller: &str,
+    ctx: CallContextRef<'_>,
+) -> RResult<RString, RString> {
+    let request: CallEnvelope = match serde_json::from_str(args) {
+        Ok(r) => r,
+        Err(e) => return RResult::RErr(format!("unreadable call envelope: {e}").into()),
+    };
+    let outcome = catch_unwind(AssertUnwindSafe(|| dispatch(state, request, caller, ctx)))
+        .unwrap_or_else(|p| {
+            Err(envelope_error(
+                EnvelopeErrorKind::Failed,
+                format!("panicked: {}", panic_message(&*p)),
+            ))
+        });
+    let outcome = match outcome {
+        Ok(v) => EnvelopeOutcome::Ok(v),
+        Err(e) => EnvelopeOutcome::Error(e),
+    };
+    match serde_json::to_string(&outcome) {
+        Ok(json) => RResult::ROk(json.into()),
+        Err(e) => RResult::RErr(format!("envelope result could not be serialized: {e}").into()),
+    }
+}
+
+fn dispatch(
+    state: &PluginState,
+    request: CallEnvelope,
+    caller: &str,
+    ctx: CallContextRef<'_>,
+) -> EnvelopeResult {
+    let missing = |what: &str, index: u32| {
+        envelope_error(
+            EnvelopeErrorKind::Failed,
+            format!("plugin has no {what} #{index}"),
+        )
+    };
+    let (entry, args, uri) = match &request {
+        CallEnvelope::ReadResource {
+            index,
+            uri,
+            variables,
+        } => (
+            state
+                .resources
+                .get(*index as usize)
+                .ok_or_else(|| missing("resource", *index))?,
+            serde_json::Value::Object(variables.clone()).to_string(),
+            uri.as_str(),
+        ),
+        CallEnvelope::GetPrompt { index, arguments } => (
+            state
+                .prompts
+                .get(*index as usize)
+                .ok_or_else(|| missing("prompt", *index))?,
+            serde_json::Value::Object(arguments.clone()).to_string(),
+            "",
+        ),
+        CallEnvelope::Complete {
+            target,
+            index,
+            argument,
+            value,
+            context,
+        } => {
+            let list = match target {
+                CompletionTarget::Prompt => &state.prompts,
+                CompletionTarget::Resource => &state.resources,
+            };
+            let entry = list
+                .get(*index as usize)
+                .ok_or_else(|| missing("entry", *index))?;
+            let completion = match entry.completers.iter().find(|(n, _)| n == argument) {
+                Some((_, complete)) => {
+                    let mut req = CompletionRequest::new(argument.clone(), value.clone());
+                    req.arguments = context
+                        .iter()
+                        .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                        .collect();
+                    req.caller = (!caller.is_empty())
+                        .then(|| serde_json::from_str(caller).ok())
+                        .flatten();
+                    complete(&req)
+                }
+                None => Completion::new(Vec::<String>::new()),
+            };
+            return serde_json::to_value(&completion)
+                .map(|c| serde_json::json!({ "completion": c }))
+                .map_err(|e| envelope_error(EnvelopeErrorKind::Failed, e.to_string()));
+        }
+    };
+    let invocation = Invocation {
+        args: &args,
+        caller,
+        uri,
+        ctx: CallContext::new(ctx.sabi_reborrow(), &state.host),
+    };
+    (entry.handler)(&invocation)
 }
 
 /// The `shutdown` entry point: run the services' `shutdown` hooks, then stop the plugin's async

@@ -49,6 +49,19 @@ pub fn input_schema_with_headers<T: JsonSchema>(
     value
 }
 
+/// The `requestedSchema` of a form elicitation answered as `T`: an object of primitive properties,
+/// without `$schema` or a title.
+pub fn elicitation_schema<T: JsonSchema>() -> Value {
+    let mut value = generator().into_root_schema_for::<T>().to_value();
+    if let Value::Object(map) = &mut value {
+        map.remove("$schema");
+        map.remove("title");
+        map.insert("type".into(), json!("object"));
+    }
+    normalize(&mut value);
+    value
+}
+
 /// The output schema for a tool returning `T`, when `T` serializes to an object.
 pub fn output_schema<T: JsonSchema>() -> Option<Value> {
     let mut value = generator().into_root_schema_for::<T>().to_value();

@@ -57,11 +57,13 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::sabi_types::RRef;
 use abi_stable::std_types::{RResult, RStr, RString};
-use serde_json::Value;
+use serde::Serialize;
+use serde_json::{Map, Value};
 
 use crate::abi::{CallContextFfi, CallContextFfi_TO, HostApiFfi, HostApiFfi_TO};
 use crate::content::ToolResult;
 use crate::host::{CallContext, CallToolError, HostApi, LogLevel};
+use crate::input::InputError;
 use crate::runtime::panic_message;
 
 /// The plugin name a [`TestHost`] reports through [`HostApi::plugin_name`].
@@ -144,6 +146,16 @@ pub enum CallEvent {
         /// The text.
         message: String,
     },
+    /// A question to the client ([`CallContext::elicit`], [`CallContext::sample`],
+    /// [`CallContext::list_roots`], [`CallContext::ask`]), answered or not.
+    Input {
+        /// The question's key.
+        key: String,
+        /// `elicitation/create`, `sampling/createMessage` or `roots/list`.
+        method: String,
+        /// The request's params.
+        params: Value,
+    },
 }
 
 type ToolStub = Arc<dyn Fn(&Value) -> Result<ToolResult, CallToolError> + Send + Sync>;
@@ -155,6 +167,7 @@ struct Shared {
     logs: Mutex<Vec<HostLog>>,
     tool_calls: Mutex<Vec<ToolCall>>,
     tools_changed: AtomicUsize,
+    notifications: Mutex<Vec<(String, Value)>>,
 }
 
 /// A poisoned lock only means a test thread panicked while holding it; the records stay usable.
@@ -205,10 +218,17 @@ impl HostApiFfi for TestHostFfi {
         }
     }
 
-    fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
+    fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
         match method.as_str() {
             "notify_tools_changed" => {
                 self.shared.tools_changed.fetch_add(1, Ordering::Relaxed);
+                RResult::ROk("null".into())
+            }
+            m @ ("notify_prompts_changed"
+            | "notify_resources_changed"
+            | "notify_resource_updated") => {
+                let params = serde_json::from_str(params.as_str()).unwrap_or(Value::Null);
+                lock(&self.shared.notifications).push((m.to_owned(), params));
                 RResult::ROk("null".into())
             }
             other => RResult::RErr(format!("unsupported host method: {other}").into()),
@@ -376,13 +396,83 @@ impl TestHost {
     pub fn tools_changed(&self) -> usize {
         self.shared.tools_changed.load(Ordering::Relaxed)
     }
+
+    /// The other announcements the plugin made, oldest first: `notify_prompts_changed`,
+    /// `notify_resources_changed` (params `null`) and `notify_resource_updated` (params `{"uri"}`).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// use mcp_plugin_sdk::json;
+    /// let host = TestHost::new();
+    /// host.api().notify_resource_updated("time://zones").unwrap();
+    /// assert_eq!(host.notifications(), [("notify_resource_updated".to_owned(), json!({"uri": "time://zones"}))]);
+    /// ```
+    pub fn notifications(&self) -> Vec<(String, Value)> {
+        lock(&self.shared.notifications).clone()
+    }
 }
 
 /// The per-call side of a [`TestCall`], behind its [`CallContext`].
-#[derive(Default)]
 struct CallState {
     cancelled: AtomicBool,
     events: Mutex<Vec<CallEvent>>,
+    /// What the client declared.
+    capabilities: Value,
+    /// Answers to questions, by key.
+    answers: Map<String, Value>,
+}
+
+impl Default for CallState {
+    fn default() -> Self {
+        CallState {
+            cancelled: AtomicBool::new(false),
+            events: Mutex::default(),
+            capabilities: serde_json::json!({
+                "elicitation": { "form": {}, "url": {} },
+                "sampling": {},
+                "roots": {},
+            }),
+            answers: Map::new(),
+        }
+    }
+}
+
+impl CallState {
+    /// `input/ask` as the host answers it for a 2026 client: every question answered, or the
+    /// unanswered ones recorded and `Asked`.
+    fn ask(&self, params: &str) -> Result<Value, InputError> {
+        let params: Value = serde_json::from_str(params)
+            .map_err(|e| InputError::Failed(format!("unreadable questions: {e}")))?;
+        let requests = params
+            .get("requests")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        let mut responses = Map::new();
+        let mut asked = false;
+        for (key, request) in requests {
+            let method = request["method"].as_str().unwrap_or_default().to_owned();
+            let params = request.get("params").cloned().unwrap_or(Value::Null);
+            lock(&self.events).push(CallEvent::Input {
+                key: key.clone(),
+                method: method.clone(),
+                params: params.clone(),
+            });
+            if !crate::input::declares(&self.capabilities, &method, &params) {
+                return Err(InputError::Unsupported { method });
+            }
+            match self.answers.get(&key) {
+                Some(answer) => {
+                    responses.insert(key, answer.clone());
+                }
+                None => asked = true,
+            }
+        }
+        if asked {
+            return Err(InputError::Asked);
+        }
+        Ok(serde_json::json!({ "responses": responses }))
+    }
 }
 
 impl CallContextFfi for CallState {
@@ -405,8 +495,15 @@ impl CallContextFfi for CallState {
         });
     }
 
-    fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
-        RResult::RErr(format!("unsupported call-context method: {method}").into())
+    fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
+        match method.as_str() {
+            "client/capabilities" => RResult::ROk(self.capabilities.to_string().into()),
+            "input/ask" => match self.ask(params.as_str()) {
+                Ok(v) => RResult::ROk(v.to_string().into()),
+                Err(e) => RResult::RErr(crate::input::encode_input_error(&e).into()),
+            },
+            other => RResult::RErr(format!("unsupported call-context method: {other}").into()),
+        }
     }
 }
 
@@ -469,6 +566,55 @@ impl TestCall {
             host,
             state: CallState::default(),
         }
+    }
+
+    /// This call with the client's answer to the question `key` (an [`ElicitResult`](crate::ElicitResult),
+    /// a [`Sampled`](crate::Sampled), or `Vec<Root>` for roots). A question without an answer is
+    /// recorded and fails with [`InputError::Asked`], as it does with a 2026 client in its first
+    /// round.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::{CallEvent, TestCall};
+    /// use mcp_plugin_sdk::{ElicitResult, Elicitation, InputError, Root, Sampled, Sampling, json};
+    /// let call = TestCall::new()
+    ///     .answering("name", ElicitResult::accept(json!({"name": "Ana"})))
+    ///     .answering("model", Sampled::text("Paris", "test-model"))
+    ///     .answering("roots", vec![Root::new("file:///work", Some("work"))]);
+    /// let ctx = call.context();
+    /// let form = Elicitation::form("Name?", json!({"type": "object"}));
+    /// assert_eq!(ctx.elicit("name", form.clone()).unwrap().content_value("name"), Some(&json!("Ana")));
+    /// assert_eq!(ctx.sample("model", Sampling::text("Capital of France?", 10)).unwrap().text_content(), "Paris");
+    /// assert_eq!(ctx.list_roots("roots").unwrap()[0].uri, "file:///work");
+    /// assert_eq!(ctx.elicit("other", form), Err(InputError::Asked));
+    /// assert!(matches!(&call.events()[3], CallEvent::Input { key, .. } if key == "other"));
+    /// ```
+    pub fn answering(mut self, key: impl Into<String>, answer: impl Serialize) -> Self {
+        let answer = match serde_json::to_value(answer) {
+            // Roots are answered as `{"roots": [...]}`.
+            Ok(Value::Array(roots)) => serde_json::json!({ "roots": roots }),
+            Ok(v) => v,
+            Err(_) => Value::Null,
+        };
+        self.state.answers.insert(key.into(), answer);
+        self
+    }
+
+    /// This call from a client that declared `capabilities` (MCP `ClientCapabilities`; by default
+    /// form and URL elicitation, sampling and roots). A question the client cannot answer fails
+    /// with [`InputError::Unsupported`].
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestCall;
+    /// use mcp_plugin_sdk::{Elicitation, InputError, InputKind, json};
+    /// let call = TestCall::new().with_client_capabilities(json!({"sampling": {}}));
+    /// assert!(!call.context().client_supports(InputKind::Elicitation));
+    /// assert!(call.context().client_supports(InputKind::Sampling));
+    /// let asked = call.context().elicit("k", Elicitation::form("?", json!({"type": "object"})));
+    /// assert_eq!(asked, Err(InputError::Unsupported { method: "elicitation/create".into() }));
+    /// ```
+    pub fn with_client_capabilities(mut self, capabilities: Value) -> Self {
+        self.state.capabilities = capabilities;
+        self
     }
 
     /// The call context to pass to the tool (as `&call.context()`).

@@ -1,5 +1,7 @@
 //! Interop with the official clients: the Python SDK (`mcp` 2.x, in 2026-07-28 and legacy mode) and the
-//! TypeScript SDK (2025-11-25) list and call every packaged tool over real stdio pipes and real HTTP.
+//! TypeScript SDK (2025-11-25) list and call every packaged tool over real stdio pipes and real HTTP,
+//! list and read resources and templates, get and complete prompts, and answer a tool's elicitation
+//! and sampling requests (2026: input-required rounds; 2025: requests on the call's stream).
 //!
 //! The clients come from `.ci/install-clients.sh` (or `MCP_TEST_PYTHON` / `MCP_TEST_NODE`). Where they
 //! are missing these tests skip with a message — unless `MCP_TEST_REQUIRE_CLIENTS` is set, as `.ci/run`
@@ -33,10 +35,16 @@ const PACKAGED: &[&str] = &[
     "hmac_verify",
 ];
 
-/// The packaged plugins plus `fixture-basic` (echo, count), with the gated services enabled.
+/// The packaged plugins plus `fixture-basic` (echo, count) and `fixture-conformance` (resources,
+/// prompts, the tools that ask the client), with the gated services enabled.
 fn layout() -> (Layout, PathBuf) {
     let l = Layout::new();
-    for p in ["mcp-time", "mcp-text", "fixture-basic"] {
+    for p in [
+        "mcp-time",
+        "mcp-text",
+        "fixture-basic",
+        "fixture-conformance",
+    ] {
         l.install("d", p, None);
     }
     let cfg = l.config(
@@ -78,6 +86,96 @@ fn check_python_report(report: &Value, expected_version: &str) {
         .map(|p| p[0].as_f64().unwrap())
         .collect();
     assert_eq!(progress, vec![1.0, 2.0, 3.0], "{report}");
+    check_surface(report);
+    let zone = &report["reads"]["time://zones/Asia/Tokyo"];
+    assert!(
+        zone["text"].as_str().unwrap().contains("Asia/Tokyo"),
+        "{report}"
+    );
+    let zones = report["zone_completion"].as_array().unwrap();
+    assert!(zones.iter().any(|z| z == "Europe/Paris"), "{report}");
+    assert!(
+        zones
+            .iter()
+            .all(|z| z.as_str().unwrap().starts_with("Europe/Pa")),
+        "{report}"
+    );
+    assert!(
+        report["calls"]["test_sampling"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("sampled answer to: capital of France?"),
+        "{report}"
+    );
+    assert!(
+        report["calls"]["test_elicitation"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("py-user"),
+        "{report}"
+    );
+}
+
+/// What both clients report about resources, prompts and completions.
+fn check_surface(report: &Value) {
+    let has = |key: &str, item: &str| {
+        report[key]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == item))
+    };
+    for uri in ["time://zones", "test://static-text", "test://static-binary"] {
+        assert!(has("resources", uri), "{uri} missing: {report}");
+    }
+    for t in ["time://zones/{+zone}", "test://template/{id}/data"] {
+        assert!(has("templates", t), "{t} missing: {report}");
+    }
+    assert!(has("prompts", "test_prompt_with_arguments"), "{report}");
+    let reads = &report["reads"];
+    assert_eq!(
+        reads["time://zones"]["mime"], "application/json",
+        "{report}"
+    );
+    assert!(
+        reads["time://zones"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("Africa/Abidjan"),
+        "{report}"
+    );
+    assert_eq!(
+        reads["test://static-text"]["text"],
+        "This is the content of the static text resource."
+    );
+    assert_eq!(
+        reads["test://template/123/data"]["uri"],
+        "test://template/123/data"
+    );
+    assert!(
+        reads["test://template/123/data"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("123")
+    );
+    assert_eq!(
+        report["missing"]["data"]["uri"], "test://nonexistent",
+        "{report}"
+    );
+    assert_eq!(
+        report["prompt_text"],
+        "Prompt with arguments: arg1='a', arg2='b'"
+    );
+    assert_eq!(
+        report["completion"],
+        serde_json::json!(["testValue1", "testValue2"])
+    );
+    assert_eq!(
+        report["calls"]["test_sampling"]["is_error"], false,
+        "{report}"
+    );
+    assert_eq!(
+        report["calls"]["test_elicitation"]["is_error"], false,
+        "{report}"
+    );
 }
 
 fn python_client(mode: &str, target: &[String]) -> Option<Value> {
@@ -90,23 +188,28 @@ fn python_client(mode: &str, target: &[String]) -> Option<Value> {
 }
 
 #[test]
-fn python_sdk_calls_every_packaged_tool_over_stdio_in_2026_mode() {
+fn python_sdk_uses_tools_resources_prompts_and_answers_questions_over_stdio_in_2026_mode() {
     let (_l, cfg) = layout();
     if let Some(r) = python_client("2026-07-28", &stdio_command(&cfg)) {
         check_python_report(&r, "2026-07-28");
+        assert_eq!(r["missing"]["code"], -32602, "2026 resource-not-found: {r}");
     }
 }
 
 #[test]
-fn python_sdk_calls_every_packaged_tool_over_stdio_in_legacy_mode() {
+fn python_sdk_uses_tools_resources_prompts_and_answers_questions_over_stdio_in_legacy_mode() {
     let (_l, cfg) = layout();
     if let Some(r) = python_client("legacy", &stdio_command(&cfg)) {
         check_python_report(&r, "2025-11-25");
+        assert_eq!(
+            r["missing"]["code"], -32002,
+            "legacy resource-not-found: {r}"
+        );
     }
 }
 
 #[test]
-fn python_sdk_calls_every_packaged_tool_over_http_in_2026_mode() {
+fn python_sdk_uses_tools_resources_prompts_and_answers_questions_over_http_in_2026_mode() {
     let (_l, cfg) = layout();
     let (_server, url) = http_server(&cfg);
     if let Some(r) = python_client("2026-07-28", &[url]) {
@@ -115,7 +218,7 @@ fn python_sdk_calls_every_packaged_tool_over_http_in_2026_mode() {
 }
 
 #[test]
-fn python_sdk_calls_every_packaged_tool_over_http_in_legacy_mode() {
+fn python_sdk_uses_tools_resources_prompts_and_answers_questions_over_http_in_legacy_mode() {
     let (_l, cfg) = layout();
     let (_server, url) = http_server(&cfg);
     if let Some(r) = python_client("legacy", &[url]) {
@@ -124,7 +227,7 @@ fn python_sdk_calls_every_packaged_tool_over_http_in_legacy_mode() {
 }
 
 #[test]
-fn python_sdk_in_auto_mode_discovers_and_picks_2026() {
+fn python_sdk_in_auto_mode_discovers_and_picks_2026_for_tools_resources_and_prompts() {
     let (_l, cfg) = layout();
     let (_server, url) = http_server(&cfg);
     if let Some(r) = python_client("auto", &[url]) {
@@ -143,6 +246,25 @@ fn check_ts_report(report: &Value) {
         PACKAGED.iter().all(|t| tools.iter().any(|x| x == t)),
         "{report}"
     );
+    check_surface(report);
+    assert_eq!(
+        report["missing"]["code"], -32002,
+        "legacy resource-not-found: {report}"
+    );
+    assert!(
+        report["calls"]["test_sampling"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("ts sampled: capital of France?"),
+        "{report}"
+    );
+    assert!(
+        report["calls"]["test_elicitation"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("ts-user"),
+        "{report}"
+    );
 }
 
 fn ts_client(target: &[String]) -> Option<Value> {
@@ -155,7 +277,7 @@ fn ts_client(target: &[String]) -> Option<Value> {
 }
 
 #[test]
-fn typescript_sdk_lists_and_calls_tools_over_stdio() {
+fn typescript_sdk_uses_tools_resources_prompts_and_answers_questions_over_stdio() {
     let (_l, cfg) = layout();
     if let Some(r) = ts_client(&stdio_command(&cfg)) {
         check_ts_report(&r);
@@ -163,7 +285,7 @@ fn typescript_sdk_lists_and_calls_tools_over_stdio() {
 }
 
 #[test]
-fn typescript_sdk_lists_and_calls_tools_over_http() {
+fn typescript_sdk_uses_tools_resources_prompts_and_answers_questions_over_http() {
     let (_l, cfg) = layout();
     let (_server, url) = http_server(&cfg);
     if let Some(r) = ts_client(&[url]) {

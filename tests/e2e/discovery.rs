@@ -130,7 +130,7 @@ fn mcp_tool_dirs_environment_variable_is_accepted_as_the_seed_alias() {
 }
 
 #[test]
-fn every_loaded_tool_is_logged_and_listed_as_a_table() {
+fn every_loaded_tool_is_logged_and_listed_as_a_table_with_the_prompts_and_resources() {
     let l = Layout::new();
     l.install("d", "fixture-basic", None);
     let cfg = l.config("tool_dirs: [d]\n");
@@ -151,11 +151,17 @@ fn every_loaded_tool_is_logged_and_listed_as_a_table() {
     }
     let out = l.run(&cfg, &["list"]);
     let table = String::from_utf8_lossy(&out.stdout);
-    assert!(table.starts_with("TOOL"), "{table}");
+    assert!(table.starts_with("NAME"), "{table}");
     assert!(
         table.contains("async_sleep") && table.contains("active"),
         "{table}"
     );
+    // Prompts and resources are listed with what they are.
+    assert!(
+        table.contains("prompt greet") && table.contains("resource basic://greeting"),
+        "{table}"
+    );
+    assert!(table.contains("template basic://echo/{text}"), "{table}");
 }
 
 #[test]

@@ -447,10 +447,16 @@ impl HttpServer {
     }
 
     /// A 2026-07-28 request with `_meta` and the headers it needs (`MCP-Protocol-Version`,
-    /// `Mcp-Method`, and `Mcp-Name` for `tools/call`).
+    /// `Mcp-Method`, and `Mcp-Name`: the name of `tools/call` and `prompts/get`, the URI of
+    /// `resources/read`).
     pub fn modern(&self, id: impl Into<Value>, method: &str, params: Value) -> HttpResponse {
         let params = with_meta(params);
-        let headers = modern_headers(method, params.get("name").and_then(Value::as_str));
+        let member = if method == "resources/read" {
+            "uri"
+        } else {
+            "name"
+        };
+        let headers = modern_headers(method, params.get(member).and_then(Value::as_str));
         self.post(&header_refs(&headers), &request(id, method, params))
     }
 

@@ -1,5 +1,5 @@
 //! What plugin authors and operators run to look at the host without serving: `list` (every
-//! discovered tool and its status), `check` (one file's manifest, or the exact load error) and
+//! discovered tool, prompt and resource, and its status), `check` (one file's manifest, or the exact load error) and
 //! `call` (one tool, in-process).
 
 use std::process::ExitCode;
@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use mcp_host::exec::CallEvent;
 use mcp_host::host::CallOptions;
-use mcp_host::registry::Status;
+use mcp_host::registry::{Kind, Status};
 use mcp_host::{Config, Host};
 use mcp_plugin_sdk::UserInfo;
 use serde_json::Value;
 
-/// Print every discovered tool (a table, or JSON rows).
+/// Print every discovered tool, prompt and resource (a table, or JSON rows).
 pub(crate) fn print_list(
     host: &Host,
     json: bool,
@@ -35,8 +35,14 @@ pub(crate) fn print_list(
                 Status::InvalidSchema(why) => format!("invalid schema ({why})"),
                 Status::LoadError(why) => format!("load error: {why}"),
             };
+            let name = match e.kind {
+                Kind::Tool => e.tool.clone(),
+                Kind::Resource => format!("resource {}", e.tool),
+                Kind::ResourceTemplate => format!("template {}", e.tool),
+                Kind::Prompt => format!("prompt {}", e.tool),
+            };
             [
-                e.tool.clone(),
+                name,
                 status,
                 e.service.clone().unwrap_or_else(|| "-".into()),
                 e.plugin.clone().unwrap_or_else(|| "-".into()),
@@ -44,7 +50,7 @@ pub(crate) fn print_list(
             ]
         })
         .collect();
-    let header = ["TOOL", "STATUS", "SERVICE", "PLUGIN", "FILE"].map(str::to_owned);
+    let header = ["NAME", "STATUS", "SERVICE", "PLUGIN", "FILE"].map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

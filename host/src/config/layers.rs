@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Limits,
-    PluginSettings, ToolDir,
+    PluginSettings, RequestStateSettings, ToolDir,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -34,6 +34,7 @@ struct Layer {
     cache_ttl_ms: Option<u64>,
     instructions: Option<String>,
     auth: Option<Value>,
+    request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
 }
 
@@ -389,7 +390,14 @@ fn apply_value(
     check_sections(&layer, origin)?;
     apply_layer(config, layer, origin)?;
     if let Value::Object(map) = value {
-        for key in ["limits", "plugins", "http", "auth", "agents"] {
+        for key in [
+            "limits",
+            "plugins",
+            "http",
+            "auth",
+            "request_state",
+            "agents",
+        ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
                 deep_merge(slot, v.clone());
@@ -410,6 +418,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     }
     if let Some(v) = &layer.auth {
         section::<AuthSettings>(v, origin, "auth")?;
+    }
+    if let Some(v) = &layer.request_state {
+        section::<RequestStateSettings>(v, origin, "request_state")?;
     }
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
@@ -504,6 +515,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     if let Some(v) = present("auth") {
         config.auth = section(v, &origin, "auth")?;
+    }
+    if let Some(v) = present("request_state") {
+        config.request_state = section(v, &origin, "request_state")?;
     }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {

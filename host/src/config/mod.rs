@@ -180,6 +180,26 @@ impl Default for HttpSettings {
     }
 }
 
+/// How 2026 `requestState` values (input-required rounds) are sealed.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestStateSettings {
+    /// HMAC keys (use `${ENV_VAR}`): the first seals, any opens (rotation). Every replica behind one
+    /// endpoint needs the same list. Empty: a random key per process (a single server only).
+    pub keys: Vec<String>,
+    /// How long a client may take to answer a round, in seconds.
+    pub ttl_secs: u64,
+}
+
+impl Default for RequestStateSettings {
+    fn default() -> Self {
+        RequestStateSettings {
+            keys: Vec::new(),
+            ttl_secs: 600,
+        }
+    }
+}
+
 /// How HTTP callers authenticate.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -307,14 +327,16 @@ pub struct Config {
     pub shutdown_grace_secs: f64,
     /// The user id stdio callers run as (default: `$USER`).
     pub stdio_user: Option<String>,
-    /// Tools per `tools/list` page.
+    /// Entries per page of the list methods.
     pub list_page_size: usize,
-    /// `ttlMs` on cacheable 2026 results (`server/discover`, `tools/list`).
+    /// `ttlMs` on cacheable 2026 results (`server/discover`, the lists, `resources/read`).
     pub cache_ttl_ms: u64,
     /// Instructions for clients, sent in `initialize` / `server/discover`.
     pub instructions: Option<String>,
     /// Authentication of HTTP callers.
     pub auth: AuthSettings,
+    /// Sealing of 2026 `requestState` values.
+    pub request_state: RequestStateSettings,
     /// Agents: named views of the tools.
     pub agents: BTreeMap<String, AgentSettings>,
     /// The directory relative paths in the configuration resolve against.
@@ -348,6 +370,7 @@ impl Default for Config {
             cache_ttl_ms: 0,
             instructions: None,
             auth: AuthSettings::default(),
+            request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
             base_dir: PathBuf::from("."),
         }

@@ -2,25 +2,25 @@
 //! caller's quota, then the plugin's permit, then the global one, so a busy plugin never holds
 //! global slots while it waits), the thread hand-off, the timeout, cancellation when the caller
 //! goes away (a call whose client is gone never starts), the result size cap, and the mapping of
-//! what the plugin returned. Nested calls (a tool calling a tool) take a shorter path on the
-//! calling thread, inheriting the parent's caller, agent view, deadline and events.
+//! what the plugin returned. Tools, resource reads, prompts and completions all take this path
+//! ([`Executor::call`], [`Executor::invoke`]). Nested calls (a tool calling a tool) take a shorter
+//! path on the calling thread, inheriting the parent's caller, agent view, deadline and events.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
-
 use mcp_plugin_sdk::UserInfo;
-use mcp_plugin_sdk::wire::CallerNeed;
+use mcp_plugin_sdk::wire::{CallEnvelope, CallerNeed, ENVELOPE_INDEX, EnvelopeOutcome};
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, Quotas};
-use super::{CallState, CancelFlag, EventSink};
+use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
-use crate::registry::{Registry, Tool};
+use crate::registry::{PluginSlot, Registry, Tool};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -36,6 +36,47 @@ pub enum CallError {
     Throttled(#[from] QuotaError),
 }
 
+/// Why a resource read, a prompt or a completion produced no outcome.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvokeError {
+    /// It needs the verified caller and the request has none.
+    #[error("{0} requires an authenticated caller")]
+    CallerRequired(String),
+    /// It did not finish within its time.
+    #[error("{0} timed out after {1} s")]
+    TimedOut(String, String),
+    /// The plugin could not run it, or answered something unreadable or too large.
+    #[error("{0}: {1}")]
+    Failed(String, String),
+    /// The caller is over its share (`limits.per_caller`).
+    #[error(transparent)]
+    Throttled(#[from] QuotaError),
+}
+
+/// What runs a plugin call: the plugin, the entry (tool index or [`ENVELOPE_INDEX`]), its time.
+struct Target<'a> {
+    slot: &'a Arc<PluginSlot>,
+    index: u32,
+    timeout: Duration,
+    inline: bool,
+    /// For log lines (a tool name, `resource <uri>`, `prompt <name>`).
+    name: &'a str,
+}
+
+/// How a plugin call ended without an answer it could use.
+enum Interrupted {
+    /// Its worker thread ended without answering.
+    Lost,
+    /// Past its timeout.
+    TimedOut,
+    /// The client went away before it started.
+    NotStarted,
+    /// The caller is over its share.
+    Throttled(QuotaError),
+    /// The answer is over `limits.max_result_bytes` / `max_result_values` (why).
+    Refused(String),
+}
+
 /// Per-call inputs besides the tool name and arguments.
 #[derive(Clone, Default)]
 pub struct CallOptions {
@@ -47,6 +88,8 @@ pub struct CallOptions {
     pub cancel: CancelFlag,
     /// Where progress and log events go.
     pub events: Option<EventSink>,
+    /// How the call's questions to the client are answered.
+    pub input: Option<Arc<InputChannel>>,
     /// Who the call counts against for `limits.per_caller` (`None`: not counted, e.g. the CLI).
     pub quota_key: Option<Arc<str>>,
 }
@@ -115,66 +158,160 @@ impl Executor {
             return Ok(error_result(&message));
         }
         let caller_json = caller_json(&tool, opts.caller.as_ref())?;
+        let target = Target {
+            slot: &tool.slot,
+            index: tool.index,
+            timeout: tool.timeout,
+            inline: tool.descriptor.inline,
+            name,
+        };
+        let args_text = serde_json::to_string(&args).unwrap_or_default();
+        Ok(
+            match self.execute(&target, args_text, caller_json, &opts).await {
+                Ok(returned) => tool_result(name, returned),
+                Err(Interrupted::Lost) => {
+                    error_result("the tool call was lost (its worker thread ended)")
+                }
+                Err(Interrupted::TimedOut) => {
+                    error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
+                }
+                Err(Interrupted::NotStarted) => error_result(NOT_STARTED),
+                Err(Interrupted::Refused(why)) => error_result(&why),
+                Err(Interrupted::Throttled(q)) => return Err(CallError::Throttled(q)),
+            },
+        )
+    }
+
+    /// Read a resource, render a prompt or complete an argument: `envelope` to the plugin in
+    /// `slot`, within `timeout`, as `opts.caller` when `caller` says it takes one (completions get
+    /// the caller whenever there is one). `what` names it in log lines and errors.
+    pub async fn invoke(
+        &self,
+        slot: &Arc<PluginSlot>,
+        envelope: &CallEnvelope,
+        caller: CallerNeed,
+        timeout: Duration,
+        what: &str,
+        opts: CallOptions,
+    ) -> Result<EnvelopeOutcome, InvokeError> {
+        let caller_json: Arc<str> = match (opts.caller.as_ref(), caller) {
+            (None, CallerNeed::Required) => return Err(InvokeError::CallerRequired(what.into())),
+            (Some(c), CallerNeed::Optional | CallerNeed::Required) => {
+                serde_json::to_string(c).unwrap_or_default().into()
+            }
+            (Some(c), CallerNeed::None) if matches!(envelope, CallEnvelope::Complete { .. }) => {
+                serde_json::to_string(c).unwrap_or_default().into()
+            }
+            _ => Arc::from(""),
+        };
+        let target = Target {
+            slot,
+            index: ENVELOPE_INDEX,
+            timeout,
+            inline: false,
+            name: what,
+        };
+        let args = serde_json::to_string(envelope).unwrap_or_default();
+        match self.execute(&target, args, caller_json, &opts).await {
+            Ok(Ok(json)) => serde_json::from_str(&json).map_err(|e| {
+                tracing::error!("{what}: the plugin answered unreadable JSON: {e}");
+                InvokeError::Failed(what.into(), "the plugin returned an invalid result".into())
+            }),
+            Ok(Err(e)) => {
+                tracing::error!("{what}: the plugin could not run it: {e}");
+                Err(InvokeError::Failed(what.into(), e))
+            }
+            Err(Interrupted::Lost) => Err(InvokeError::Failed(
+                what.into(),
+                "the call was lost (its worker thread ended)".into(),
+            )),
+            Err(Interrupted::TimedOut) => {
+                Err(InvokeError::TimedOut(what.into(), fmt_secs(timeout)))
+            }
+            Err(Interrupted::NotStarted) => {
+                Err(InvokeError::Failed(what.into(), NOT_STARTED.into()))
+            }
+            Err(Interrupted::Refused(why)) => Err(InvokeError::Failed(what.into(), why)),
+            Err(Interrupted::Throttled(q)) => Err(InvokeError::Throttled(q)),
+        }
+    }
+
+    /// Run one plugin call: within the caller's quota; inline when the target allows it, else on
+    /// the worker pool within the plugin's and the global permits, with the target's timeout
+    /// (which sets the call's cancellation flag) and cancellation if this future is dropped. A call
+    /// whose client went away before it started never starts; an answer over the result limits is
+    /// refused before anyone parses it.
+    async fn execute(
+        &self,
+        target: &Target<'_>,
+        args: String,
+        caller_json: Arc<str>,
+        opts: &CallOptions,
+    ) -> Result<Result<String, String>, Interrupted> {
         let limits = self.limits.load_full();
         let quota = match &opts.quota_key {
-            Some(key) => Some(self.quotas.admit(key, &limits.per_caller)?),
+            Some(key) => Some(
+                self.quotas
+                    .admit(key, &limits.per_caller)
+                    .map_err(Interrupted::Throttled)?,
+            ),
             None => None,
         };
         let max_result = ResultLimits::of(&limits);
-        let started = Instant::now();
         let call = Arc::new(CallState {
             cancel: opts.cancel.clone(),
-            deadline: Some(started + tool.timeout),
+            deadline: Some(Instant::now() + target.timeout),
             events: opts.events.clone(),
             caller_json,
             agent: opts.agent.clone(),
             depth: 0,
-            tool: Arc::from(name),
+            tool: Arc::from(target.name),
+            input: opts.input.clone(),
+            inline: target.inline,
         });
-        let args_text = serde_json::to_string(&args).unwrap_or_default();
-        if tool.descriptor.inline {
+        let (slot, index) = (target.slot, target.index);
+        if target.inline {
             if call.cancel.is_cancelled() {
-                return Ok(error_result(NOT_STARTED));
+                return Err(Interrupted::NotStarted);
             }
-            return Ok(run(&tool, &args_text, &call, max_result));
+            return max_result.check(target.name, slot.backend.call_blocking(index, &args, &call));
         }
-
         let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
         let work = async {
-            let Some((local, global)) = self.slots(&tool, &call.cancel).await else {
+            let Some((local, global)) = self.slots(slot, target.name, &call.cancel).await else {
                 return Ok(None);
             };
             let (tx, rx) = tokio::sync::oneshot::channel();
-            let (tool, call) = (Arc::clone(&tool), Arc::clone(&call));
+            let (slot, call) = (Arc::clone(slot), Arc::clone(&call));
             self.pool.submit(move || {
                 // Permits (and the caller's slot) are released only when the plugin function
                 // has returned.
                 let permits = (global, local, quota);
                 // A call whose client went away while it waited for a thread never starts.
                 let result = (!call.cancel.is_cancelled())
-                    .then(|| run(&tool, &args_text, &call, max_result));
+                    .then(|| slot.backend.call_blocking(index, &args, &call));
                 // Free the slots before answering: a client that got its answer may call again.
                 drop(permits);
                 let _ = tx.send(result);
             });
             rx.await
         };
-        let outcome = tokio::time::timeout(tool.timeout, work).await;
+        let outcome = tokio::time::timeout(target.timeout, work).await;
         guard.0 = None;
-        Ok(match outcome {
-            Ok(Ok(Some(result))) => result,
-            Ok(Ok(None)) => error_result(NOT_STARTED),
-            Ok(Err(_)) => error_result("the tool call was lost (its worker thread ended)"),
+        match outcome {
+            Ok(Ok(Some(result))) => max_result.check(target.name, result),
+            Ok(Ok(None)) => Err(Interrupted::NotStarted),
+            Ok(Err(_)) => Err(Interrupted::Lost),
             Err(_) => {
                 call.cancel.cancel();
                 tracing::warn!(
-                    tool = name,
-                    "call timed out after {} s; cancellation requested",
-                    fmt_secs(tool.timeout)
+                    "{}: call timed out after {} s; cancellation requested",
+                    target.name,
+                    fmt_secs(target.timeout)
                 );
-                error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
+                Err(Interrupted::TimedOut)
             }
-        })
+        }
     }
 
     /// The plugin's slot, then a global one: a call queued behind a busy plugin holds no global
@@ -182,18 +319,22 @@ impl Executor {
     /// went away): the call never starts.
     async fn slots(
         &self,
-        tool: &Tool,
+        slot: &PluginSlot,
+        name: &str,
         cancel: &CancelFlag,
     ) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
         let left_queue = || {
-            tracing::info!(tool = %tool.name, "call cancelled while queued; it never starts");
+            tracing::info!(tool = name, "call cancelled while queued; it never starts");
             None
         };
-        let limiter = &tool.slot.limiter;
+        let limiter = &slot.limiter;
         let local = match Arc::clone(limiter).try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                tracing::debug!(tool = %tool.name, "call queued: its plugin is at its concurrency limit");
+                tracing::debug!(
+                    tool = name,
+                    "call queued: its plugin is at its concurrency limit"
+                );
                 tokio::select! {
                     p = Arc::clone(limiter).acquire_owned() => p.ok()?,
                     () = cancel.cancelled() => return left_queue(),
@@ -254,9 +395,17 @@ impl Executor {
             agent,
             depth,
             tool: Arc::from(name),
+            input: parent.and_then(|p| p.input.clone()),
+            inline: parent.is_some_and(|p| p.inline),
         });
         let max_result = ResultLimits::of(&self.limits.load());
-        Ok(run(&tool, args, &call, max_result).to_string())
+        let returned = tool.slot.backend.call_blocking(tool.index, args, &call);
+        let result = match max_result.check(name, returned) {
+            Ok(returned) => tool_result(name, returned),
+            Err(Interrupted::Refused(why)) => error_result(&why),
+            Err(_) => error_result("the tool call was interrupted"),
+        };
+        Ok(result.to_string())
     }
 }
 
@@ -288,6 +437,21 @@ impl ResultLimits {
         ResultLimits {
             bytes: limits.max_result_bytes,
             values: limits.max_result_values,
+        }
+    }
+
+    /// What the plugin returned for `name`, unless it is over the limits (logged).
+    fn check(
+        &self,
+        name: &str,
+        returned: Result<String, String>,
+    ) -> Result<Result<String, String>, Interrupted> {
+        match returned.as_deref().ok().and_then(|json| self.refuse(json)) {
+            Some(why) => {
+                tracing::warn!(tool = name, "result refused: {why}");
+                Err(Interrupted::Refused(why))
+            }
+            None => Ok(returned),
         }
     }
 
@@ -334,24 +498,18 @@ fn json_values_bound(text: &str) -> usize {
     count
 }
 
-/// Run a tool on this thread and map what the plugin returned; a result over `limits` is refused
-/// before it is parsed.
-fn run(tool: &Tool, args: &str, call: &Arc<CallState>, limits: ResultLimits) -> Value {
-    let result = tool.slot.backend.call_blocking(tool.index, args, call);
-    if let Some(why) = result.as_deref().ok().and_then(|json| limits.refuse(json)) {
-        tracing::warn!(tool = %tool.name, "result refused: {why}");
-        return error_result(&why);
-    }
-    match result {
+/// A `CallToolResult` from what the plugin returned for tool `name`.
+fn tool_result(name: &str, returned: Result<String, String>) -> Value {
+    match returned {
         Ok(json) => match serde_json::from_str::<Value>(&json) {
             Ok(v) if v.get("content").is_some_and(Value::is_array) => v,
             _ => {
-                tracing::error!(tool = %tool.name, "plugin returned an invalid result");
+                tracing::error!(tool = name, "plugin returned an invalid result");
                 error_result("the plugin returned an invalid result")
             }
         },
         Err(e) => {
-            tracing::error!(tool = %tool.name, "plugin could not run the tool: {e}");
+            tracing::error!(tool = name, "plugin could not run the tool: {e}");
             error_result(&format!("the plugin could not run the tool: {e}"))
         }
     }

@@ -1,10 +1,12 @@
 //! Execution: where and how tool calls run — [`call`] (the call path: validation, permits,
 //! timeout, result mapping, nested calls), [`state`] (one running call), [`pool`] (worker threads
 //! off the async reactor), [`cancel`] (cancellation shared with the caller), [`quota`] (fair
-//! sharing between callers), and the events a running call reports.
+//! sharing between callers), [`input`] (questions a call asks the client), and the events a
+//! running call reports.
 
 pub mod call;
 pub mod cancel;
+pub mod input;
 pub(crate) mod pool;
 pub mod quota;
 pub mod state;
@@ -13,8 +15,9 @@ use std::sync::Arc;
 
 use mcp_plugin_sdk::LogLevel;
 
-pub use call::{CallError, CallOptions, Executor, error_result};
+pub use call::{CallError, CallOptions, Executor, InvokeError, error_result};
 pub use cancel::CancelFlag;
+pub use input::{ClientLink, InputChannel, Round};
 pub use state::CallState;
 
 /// Something a running call reports to whoever asked for it.

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{CancelFlag, EventSink};
+use super::{CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 
 /// One running call, shared with the plugin for as long as it runs.
@@ -23,6 +23,10 @@ pub struct CallState {
     pub depth: u32,
     /// The tool being called, for log messages.
     pub tool: Arc<str>,
+    /// How questions to the client are answered (`None`: this call cannot ask).
+    pub input: Option<Arc<InputChannel>>,
+    /// The call runs inline on the async runtime: it must never block waiting for the client.
+    pub inline: bool,
 }
 
 impl std::fmt::Debug for CallState {

@@ -49,6 +49,31 @@ pub trait HostCallbacks: Send + Sync {
         args: &str,
     ) -> Result<String, String>;
 
-    /// Tell every listening client that the tool list changed.
-    fn notify_tools_changed(&self);
+    /// Tell every listening client about a change (a list, or one resource's contents).
+    fn announce(&self, change: Change);
+}
+
+/// A change clients may listen for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Change {
+    /// Some of the served lists changed.
+    Lists {
+        /// `tools/list` changed.
+        tools: bool,
+        /// `resources/list` or `resources/templates/list` changed.
+        resources: bool,
+        /// `prompts/list` changed.
+        prompts: bool,
+    },
+    /// The contents of the resource with this URI changed.
+    ResourceUpdated(Arc<str>),
+}
+
+impl Change {
+    /// Every list changed (e.g. an agent's view, which filters all of them).
+    pub const ALL_LISTS: Change = Change::Lists {
+        tools: true,
+        resources: true,
+        prompts: true,
+    };
 }

@@ -30,6 +30,10 @@ pub struct RescanReport {
     pub failed: Vec<PathBuf>,
     /// Whether the served tool list changed.
     pub tools_changed: bool,
+    /// Whether the served resources or resource templates changed.
+    pub resources_changed: bool,
+    /// Whether the served prompts changed.
+    pub prompts_changed: bool,
 }
 
 impl RescanReport {
@@ -346,10 +350,19 @@ impl Loader {
             report.removed.push(path.to_path_buf());
         }
         let registry = Registry::build_logged(merged, config, false);
-        let listing = |r: &Registry| -> Vec<serde_json::Value> {
-            r.tools().map(|t| t.listing.clone()).collect()
-        };
-        report.tools_changed = listing(&registry) != listing(old);
+        report.tools_changed = !registry
+            .tools()
+            .map(|t| &t.listing)
+            .eq(old.tools().map(|t| &t.listing));
+        report.resources_changed = !registry
+            .resources()
+            .chain(registry.templates())
+            .map(|r| &r.listing)
+            .eq(old.resources().chain(old.templates()).map(|r| &r.listing));
+        report.prompts_changed = !registry
+            .prompts()
+            .map(|p| &p.listing)
+            .eq(old.prompts().map(|p| &p.listing));
         if report.versions_changed() {
             tracing::info!(
                 "{} plugin images loaded so far (retained in memory; max_reloads {})",

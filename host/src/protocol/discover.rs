@@ -8,9 +8,17 @@ use super::jsonrpc::{RpcError, response};
 use super::{Answer, Exchange, LEGACY_VERSIONS, Protocol, Reply, Request};
 
 impl Protocol {
-    /// The server capabilities advertised in both eras.
+    /// The server capabilities advertised in both eras. Every method family is served whatever
+    /// the plugins export (lists may be empty), so they are always declared, and hot reload can
+    /// add resources and prompts to a running server.
     fn capabilities(&self) -> Value {
-        json!({ "tools": { "listChanged": true }, "logging": {} })
+        json!({
+            "tools": { "listChanged": true },
+            "resources": { "subscribe": true, "listChanged": true },
+            "prompts": { "listChanged": true },
+            "completions": {},
+            "logging": {},
+        })
     }
 }
 

@@ -187,3 +187,10 @@ pub(crate) fn decorate(
     }
     result
 }
+
+/// Finish a 2026 input-required result: `resultType`, the server's info, never caching hints.
+pub(crate) fn decorate_input_required(mut result: Value, server_info: &Value) -> Value {
+    result["resultType"] = json!("input_required");
+    result["_meta"] = json!({ META_SERVER_INFO: server_info });
+    result
+}

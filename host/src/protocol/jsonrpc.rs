@@ -26,6 +26,8 @@ pub const HEADER_MISMATCH: i64 = -32020;
 pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 /// 2026: unsupported protocol version.
 pub const UNSUPPORTED_VERSION: i64 = -32022;
+/// 2025: no such resource (2026 uses -32602 with `data.uri` instead).
+pub const RESOURCE_NOT_FOUND: i64 = -32002;
 
 /// What went wrong. The kind alone fixes the JSON-RPC code ([`ErrorKind::code`]) and the HTTP
 /// status ([`ErrorKind::http_status`]): no error is built with a status of its own.
@@ -63,6 +65,9 @@ pub enum ErrorKind {
     MissingCapability,
     /// 2026: the protocol version is not supported (-32022, 400).
     UnsupportedVersion,
+    /// 2025: no such resource (-32002, 404; 200 inside a session). 2026 answers an unknown resource
+    /// with [`ErrorKind::InvalidParams`].
+    ResourceNotFound,
 }
 
 impl ErrorKind {
@@ -84,6 +89,7 @@ impl ErrorKind {
             ErrorKind::HeaderMismatch => HEADER_MISMATCH,
             ErrorKind::MissingCapability => MISSING_CLIENT_CAPABILITY,
             ErrorKind::UnsupportedVersion => UNSUPPORTED_VERSION,
+            ErrorKind::ResourceNotFound => RESOURCE_NOT_FOUND,
         }
     }
 
@@ -102,7 +108,7 @@ impl ErrorKind {
             | ErrorKind::UnsupportedVersion => 400,
             ErrorKind::Unauthorized => 401,
             ErrorKind::Forbidden => 403,
-            ErrorKind::MethodNotFound | ErrorKind::NotFound => 404,
+            ErrorKind::MethodNotFound | ErrorKind::NotFound | ErrorKind::ResourceNotFound => 404,
             ErrorKind::RequestTimeout => 408,
             ErrorKind::PayloadTooLarge => 413,
             ErrorKind::UnsupportedMediaType => 415,
@@ -230,8 +236,13 @@ pub enum Incoming {
         /// The params object (`{}` when absent).
         params: Map<String, Value>,
     },
-    /// A response from the client (we send no requests, so these are ignored).
-    Response,
+    /// A response from the client to a request of ours.
+    Response {
+        /// The id of our request.
+        id: Value,
+        /// Its `result`, or its `error` object.
+        outcome: Result<Value, Value>,
+    },
 }
 
 /// Classify one parsed JSON value. `Err` carries the id to answer with (null when unknown).
@@ -259,7 +270,15 @@ pub fn classify(value: Value) -> Result<Incoming, (Value, RpcError)> {
             ));
         }
         None if obj.contains_key("result") || obj.contains_key("error") => {
-            return Ok(Incoming::Response);
+            let outcome = match (obj.remove("result"), obj.remove("error")) {
+                (Some(result), None) => Ok(result),
+                (_, Some(error)) => Err(error),
+                (None, None) => unreachable!("one of them is present"),
+            };
+            return Ok(Incoming::Response {
+                id: id_for_error,
+                outcome,
+            });
         }
         None => {
             return Err((

@@ -1,28 +1,64 @@
 //! Change notifications: 2026's `subscriptions/listen` (a stream of tagged notifications, opened by a
-//! request) and the `notifications/tools/list_changed` messages both eras receive.
+//! request, filtered by what it asked for) and the untagged `list_changed` / `resources/updated`
+//! messages 2025 sessions receive.
 
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
 
 use super::era::META_SERVER_INFO;
 use super::jsonrpc::{self, RpcError, response};
+use super::resources::visible;
 use super::{Answer, Protocol, Request};
+use crate::host::Change;
+use crate::registry::Resource;
 
 const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 
-/// `subscriptions/listen`: the notification kinds accepted (only tool-list changes exist here).
-pub(crate) fn listen(req: &Request<'_>) -> Result<Answer, RpcError> {
-    let wants_tools = req
-        .params
-        .get("notifications")
-        .and_then(|n| n.get("toolsListChanged"))
-        .and_then(Value::as_bool)
-        == Some(true);
-    let accepted = if wants_tools {
-        json!({ "toolsListChanged": true })
-    } else {
-        json!({})
-    };
-    Ok(Answer::Listen(accepted))
+/// The list-changed filters a listen request may ask for, with the notification each one brings.
+const LISTS: [(&str, &str); 3] = [
+    ("toolsListChanged", "notifications/tools/list_changed"),
+    ("promptsListChanged", "notifications/prompts/list_changed"),
+    (
+        "resourcesListChanged",
+        "notifications/resources/list_changed",
+    ),
+];
+
+/// `subscriptions/listen`: the notification kinds accepted — the list changes asked for, and the
+/// asked resource subscriptions that name a resource the caller can read.
+pub(crate) fn listen(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
+    let asked = req.params.get("notifications");
+    let mut accepted = Map::new();
+    for (filter, _) in LISTS {
+        if asked.and_then(|n| n.get(filter)).and_then(Value::as_bool) == Some(true) {
+            accepted.insert(filter.into(), json!(true));
+        }
+    }
+    if let Some(uris) = asked
+        .and_then(|n| n.get("resourceSubscriptions"))
+        .and_then(Value::as_array)
+    {
+        let registry = protocol.host.registry();
+        let known: Vec<Value> = uris
+            .iter()
+            .filter_map(Value::as_str)
+            .filter(|uri| {
+                registry
+                    .resolve(uri, |r: &Resource| visible(req, &r.uri))
+                    .is_some()
+            })
+            .map(|uri| json!(uri))
+            .collect();
+        accepted.insert("resourceSubscriptions".into(), Value::Array(known));
+    }
+    Ok(Answer::Listen(Value::Object(accepted)))
+}
+
+/// `params` tagged with a listen stream's subscription id, when there is one.
+fn tagged(mut params: Map<String, Value>, subscription: Option<&Value>) -> Value {
+    if let Some(id) = subscription {
+        params.insert("_meta".into(), json!({ META_SUBSCRIPTION: id }));
+    }
+    Value::Object(params)
 }
 
 impl Protocol {
@@ -34,15 +70,53 @@ impl Protocol {
         )
     }
 
-    /// A `tools/list_changed` notification for a listen stream (tagged) or a legacy session
-    /// (untagged).
-    pub fn tools_changed(subscription: Option<&Value>) -> Value {
-        match subscription {
-            Some(id) => jsonrpc::notification(
-                "notifications/tools/list_changed",
-                json!({ "_meta": { META_SUBSCRIPTION: id } }),
-            ),
-            None => json!({ "jsonrpc": "2.0", "method": "notifications/tools/list_changed" }),
+    /// The notifications `change` brings to a listen stream with filter `accepted` (tagged with its
+    /// `subscription`), or to a 2025 session (`accepted: None`, untagged; `subscribed` says which
+    /// resource URIs it subscribed to).
+    pub fn notifications(
+        change: &Change,
+        subscription: Option<&Value>,
+        accepted: Option<&Value>,
+        subscribed: impl Fn(&str) -> bool,
+    ) -> Vec<Value> {
+        match change {
+            Change::Lists {
+                tools,
+                resources,
+                prompts,
+            } => LISTS
+                .iter()
+                .zip([tools, prompts, resources])
+                .filter(|((filter, _), changed)| {
+                    **changed && accepted.is_none_or(|a| a.get(*filter) == Some(&json!(true)))
+                })
+                .map(|((_, method), _)| {
+                    let params = tagged(Map::new(), subscription);
+                    if subscription.is_some() {
+                        jsonrpc::notification(method, params)
+                    } else {
+                        json!({ "jsonrpc": "2.0", "method": method })
+                    }
+                })
+                .collect(),
+            Change::ResourceUpdated(uri) => {
+                let wanted = match accepted {
+                    Some(a) => a
+                        .get("resourceSubscriptions")
+                        .and_then(Value::as_array)
+                        .is_some_and(|uris| uris.iter().any(|u| u == &**uri)),
+                    None => subscribed(uri),
+                };
+                if !wanted {
+                    return Vec::new();
+                }
+                let mut params = Map::new();
+                params.insert("uri".into(), json!(&**uri));
+                vec![jsonrpc::notification(
+                    "notifications/resources/updated",
+                    tagged(params, subscription),
+                )]
+            }
         }
     }
 

@@ -2,20 +2,29 @@
 //!
 //! A request goes through three steps, each in one place: [`era`] decides the revision it is served
 //! in (running every check that goes with it), [`Protocol::dispatch`] hands it to the handler of its
-//! method family (`discover`, `tools`, `logging`, `listen`), and the era finishes the result
-//! (`resultType`, server info, caching hints in 2026). Adding a method family is a module and a line
-//! in the dispatch table.
+//! method family (`discover`, `tools`, `resources`, `prompts`, `completion`, `logging`, `listen`),
+//! and the era finishes the result (`resultType`, server info, caching hints in 2026). Adding a
+//! method family is a module and a line in the dispatch table. Requests that may ask the client for
+//! input (tools, prompts, resource reads) go through `input` (2026 input-required rounds with a
+//! sealed [`request_state`], or 2025 server-to-client requests).
 //!
 //! Transports hand each request to [`Protocol::handle_request`] with an [`Exchange`] describing what
 //! they know (session, HTTP headers, caller, where request-scoped notifications go) and send back the
 //! [`Reply`], whose HTTP status comes from the error's kind ([`jsonrpc::ErrorKind::http_status`]).
 
+mod completion;
 mod discover;
 mod era;
 pub mod headers;
+mod input;
+mod invoke;
 pub mod jsonrpc;
 mod listen;
 mod logging;
+mod pages;
+mod prompts;
+pub mod request_state;
+mod resources;
 pub mod session;
 mod tools;
 
@@ -92,7 +101,7 @@ pub enum Reply {
     Listen {
         /// The request id (also the subscription id).
         id: Value,
-        /// The acknowledged filter (`{"toolsListChanged": true}` or `{}`).
+        /// The acknowledged filter (e.g. `{"toolsListChanged": true, "resourceSubscriptions": [...]}`).
         accepted: Value,
     },
 }
@@ -126,15 +135,28 @@ pub(crate) struct Request<'a> {
     pub config: Arc<Config>,
 }
 
+/// Whether clients may cache a result (2026 `ttlMs` and `cacheScope`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cache {
+    /// Not cacheable: no hints.
+    No,
+    /// Cacheable; `public` unless the answer depends on who asks.
+    Yes,
+    /// Cacheable for this caller only (`private`).
+    Private,
+}
+
 /// What a method handler produced.
 pub(crate) enum Answer {
-    /// A result; `cacheable` ones carry `ttlMs` and `cacheScope` in 2026.
+    /// A result, with its caching.
     Result {
         /// The result object.
         value: Value,
-        /// Whether clients may cache it.
-        cacheable: bool,
+        /// Whether and for whom clients may cache it.
+        cache: Cache,
     },
+    /// 2026: the request needs input from the client first (`inputRequests`, `requestState`).
+    InputRequired(Value),
     /// Open a listen stream with this accepted filter.
     Listen(Value),
 }
@@ -143,34 +165,58 @@ impl Answer {
     fn plain(value: Value) -> Answer {
         Answer::Result {
             value,
-            cacheable: false,
+            cache: Cache::No,
         }
     }
 
     fn cacheable(value: Value) -> Answer {
         Answer::Result {
             value,
-            cacheable: true,
+            cache: Cache::Yes,
         }
     }
 }
 
 /// The protocol engine shared by all transports.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Protocol {
     host: Host,
     server_info: Arc<Value>,
+    /// Seals `requestState` when the configuration names no keys (this process only).
+    state_key: Arc<[u8; 32]>,
+}
+
+impl std::fmt::Debug for Protocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Protocol")
+            .field("host", &self.host)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Protocol {
     /// A protocol engine over `host`. Its settings (page size, cache TTL, instructions) are read
     /// from the host's configuration at each request, so a reload applies them at once.
     pub fn new(host: Host) -> Self {
+        let mut state_key = [0u8; 32];
+        if getrandom::fill(&mut state_key).is_err() {
+            // No OS randomness: a key nobody else can guess is still better than none.
+            let seed = format!(
+                "{:?}{:p}{}",
+                std::time::SystemTime::now(),
+                &state_key,
+                std::process::id()
+            );
+            for (i, b) in seed.bytes().enumerate() {
+                state_key[i % 32] ^= b;
+            }
+        }
         Protocol {
             host,
             server_info: Arc::new(
                 json!({ "name": "mcp-host", "version": env!("CARGO_PKG_VERSION") }),
             ),
+            state_key: Arc::new(state_key),
         }
     }
 
@@ -201,12 +247,15 @@ impl Protocol {
             config: self.host.config(),
         };
         match self.dispatch(method, &req).await {
-            Ok(Answer::Result { value, cacheable }) => {
-                let caching = cacheable.then(|| era::Caching {
+            Ok(Answer::Result { value, cache }) => {
+                let caching = (cache != Cache::No).then(|| era::Caching {
                     ttl_ms: req.config.cache_ttl_ms,
-                    private: ex.cache_private || ex.agent.is_some(),
+                    private: cache == Cache::Private || ex.cache_private || ex.agent.is_some(),
                 });
                 Reply::ok(&id, era::decorate(&era, value, caching, &self.server_info))
+            }
+            Ok(Answer::InputRequired(value)) => {
+                Reply::ok(&id, era::decorate_input_required(value, &self.server_info))
             }
             Ok(Answer::Listen(accepted)) => Reply::Listen { id, accepted },
             Err(e) => Reply::error(&id, &e, era.is_legacy()),
@@ -222,7 +271,15 @@ impl Protocol {
             ("logging/setLevel", Legacy(session)) => logging::set_level(req, session),
             ("tools/list", _) => tools::list(self, req),
             ("tools/call", _) => tools::call(self, req).await,
-            ("subscriptions/listen", Modern { .. }) => listen::listen(req),
+            ("resources/list", _) => resources::list(self, req),
+            ("resources/templates/list", _) => resources::templates(self, req),
+            ("resources/read", _) => resources::read(self, req).await,
+            ("resources/subscribe", Legacy(session)) => resources::subscribe(self, req, session),
+            ("resources/unsubscribe", Legacy(session)) => resources::unsubscribe(req, session),
+            ("prompts/list", _) => prompts::list(self, req),
+            ("prompts/get", _) => prompts::get(self, req).await,
+            ("completion/complete", _) => completion::complete(self, req).await,
+            ("subscriptions/listen", Modern { .. }) => listen::listen(self, req),
             (other, _) => Err(RpcError::method_not_found(other)),
         }
     }

@@ -10,14 +10,18 @@
 //!
 //! 2026-07-28 requests are stateless and never touch this module.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use mcp_plugin_sdk::LogLevel;
-use serde_json::Value;
+use serde_json::{Value, json};
 
-use crate::exec::CancelFlag;
+use super::Notifier;
+use super::jsonrpc;
+use crate::exec::{CancelFlag, ClientLink};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -63,23 +67,34 @@ pub trait Outbound: Send + Sync {
     }
 }
 
-/// Most client capability names a session keeps (the host only ever asks whether one is present).
+/// Most client capability names a session keeps (the host only ever asks whether one, or one of
+/// its sub-capabilities such as `elicitation.url`, is present).
 pub const MAX_KEPT_CAPABILITIES: usize = 64;
+/// Most sub-capability names kept under one capability.
+pub const MAX_KEPT_SUB_CAPABILITIES: usize = 16;
 /// Longest client capability name a session keeps, in bytes.
 pub const MAX_CAPABILITY_NAME: usize = 128;
 
-/// What a session keeps of the client's declared `capabilities`: their names, each with an empty
-/// object, at most [`MAX_KEPT_CAPABILITIES`] of at most [`MAX_CAPABILITY_NAME`] bytes.
+/// What a session keeps of the client's declared `capabilities`: their names, each with the names
+/// of its sub-capabilities (each an empty object) — at most [`MAX_KEPT_CAPABILITIES`] names with at
+/// most [`MAX_KEPT_SUB_CAPABILITIES`] sub-names each, none over [`MAX_CAPABILITY_NAME`] bytes.
 pub fn kept_capabilities(capabilities: Option<&Value>) -> Value {
-    let kept = capabilities
-        .and_then(Value::as_object)
-        .into_iter()
-        .flatten()
-        .filter(|(name, _)| name.len() <= MAX_CAPABILITY_NAME)
-        .take(MAX_KEPT_CAPABILITIES)
-        .map(|(name, _)| (name.clone(), Value::Object(serde_json::Map::new())))
-        .collect();
-    Value::Object(kept)
+    fn names(value: Option<&Value>, most: usize, inner: impl Fn(&Value) -> Value) -> Value {
+        let kept = value
+            .and_then(Value::as_object)
+            .into_iter()
+            .flatten()
+            .filter(|(name, _)| name.len() <= MAX_CAPABILITY_NAME)
+            .take(most)
+            .map(|(name, v)| (name.clone(), inner(v)))
+            .collect();
+        Value::Object(kept)
+    }
+    names(capabilities, MAX_KEPT_CAPABILITIES, |sub| {
+        names(Some(sub), MAX_KEPT_SUB_CAPABILITIES, |_| {
+            Value::Object(serde_json::Map::new())
+        })
+    })
 }
 
 /// The state of one legacy session.
@@ -95,6 +110,11 @@ pub struct LegacySession {
     log_level: Mutex<LogLevel>,
     last_seen: Mutex<Instant>,
     stream: Mutex<Option<Arc<dyn Outbound>>>,
+    /// Requests this server sent the client, waiting for its response, by id.
+    outgoing: Mutex<HashMap<String, Sender<Result<Value, Value>>>>,
+    next_request: AtomicU64,
+    /// Resource URIs the client subscribed to (`resources/subscribe`).
+    subscriptions: Mutex<BTreeSet<String>>,
 }
 
 impl std::fmt::Debug for LegacySession {
@@ -117,7 +137,34 @@ impl LegacySession {
             log_level: Mutex::new(LogLevel::Info),
             last_seen: Mutex::new(Instant::now()),
             stream: Mutex::new(None),
+            outgoing: Mutex::default(),
+            next_request: AtomicU64::new(1),
+            subscriptions: Mutex::default(),
         }
+    }
+
+    /// Route a response from the client to the request of ours it answers; `false` when no request
+    /// with that id is waiting (answered already, abandoned, or never sent).
+    pub fn deliver(&self, id: &Value, outcome: Result<Value, Value>) -> bool {
+        match lock(&self.outgoing).remove(&id.to_string()) {
+            Some(waiting) => waiting.send(outcome).is_ok(),
+            None => false,
+        }
+    }
+
+    /// Subscribe to updates of `uri`.
+    pub fn subscribe(&self, uri: &str) {
+        lock(&self.subscriptions).insert(uri.to_owned());
+    }
+
+    /// Stop the updates of `uri`.
+    pub fn unsubscribe(&self, uri: &str) {
+        lock(&self.subscriptions).remove(uri);
+    }
+
+    /// Whether the client subscribed to `uri`.
+    pub fn is_subscribed(&self, uri: &str) -> bool {
+        lock(&self.subscriptions).contains(uri)
     }
 
     /// The minimum level of `notifications/message` (set by `logging/setLevel`; `info` until then).
@@ -158,6 +205,50 @@ impl LegacySession {
                 false
             }
             None => false,
+        }
+    }
+}
+
+/// A legacy session's client as a running call reaches it: requests go out on the call's own
+/// stream (the POST's SSE stream, or stdout), responses come back through [`LegacySession::deliver`].
+pub struct SessionLink {
+    session: Arc<LegacySession>,
+    out: Notifier,
+}
+
+impl SessionLink {
+    /// The link to `session`'s client over `out`, the stream of the request being served.
+    pub fn new(session: Arc<LegacySession>, out: Notifier) -> Self {
+        SessionLink { session, out }
+    }
+}
+
+impl ClientLink for SessionLink {
+    fn send(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<(Value, Receiver<Result<Value, Value>>), String> {
+        let n = self.session.next_request.fetch_add(1, Ordering::Relaxed);
+        let id = json!(format!("mcp-host-{n}"));
+        let (tx, rx) = channel();
+        // Registered before it is sent, so an answer can never arrive first.
+        lock(&self.session.outgoing).insert(id.to_string(), tx);
+        let mut request = jsonrpc::notification(method, params);
+        request["id"] = id.clone();
+        (self.out)(request);
+        Ok((id, rx))
+    }
+
+    fn abandon(&self, id: &Value) {
+        if lock(&self.session.outgoing)
+            .remove(&id.to_string())
+            .is_some()
+        {
+            (self.out)(jsonrpc::notification(
+                "notifications/cancelled",
+                json!({ "requestId": id, "reason": "the call that asked ended" }),
+            ));
         }
     }
 }
@@ -347,6 +438,23 @@ mod tests {
         assert_eq!(
             kept_capabilities(Some(&serde_json::json!([1]))),
             serde_json::json!({})
+        );
+    }
+
+    #[test]
+    fn sub_capability_names_are_kept_and_their_values_dropped() {
+        let caps = serde_json::json!({
+            "elicitation": { "form": {}, "url": { "x": "y".repeat(1000) } },
+            "sampling": { "tools": {}, "context": "big" },
+            "roots": { "listChanged": true },
+        });
+        assert_eq!(
+            kept_capabilities(Some(&caps)),
+            serde_json::json!({
+                "elicitation": { "form": {}, "url": {} },
+                "sampling": { "context": {}, "tools": {} },
+                "roots": { "listChanged": {} },
+            })
         );
     }
 

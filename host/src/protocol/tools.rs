@@ -3,52 +3,23 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use serde_json::{Map, Value, json};
 
+use super::input::{self, Subject};
 use super::jsonrpc::{ErrorKind, RpcError};
 use super::logging::event_sink;
-use super::{Answer, Protocol, Request};
+use super::{Answer, Protocol, Request, pages};
 use crate::host::{CallError, CallOptions};
 
 /// `tools/list`: one page in name order, and the cursor of the next; cacheable.
 pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
-    let after = match req.params.get("cursor") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(c)) => Some(
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(c)
-                .ok()
-                .and_then(|b| String::from_utf8(b).ok())
-                .ok_or_else(|| RpcError::invalid_params("invalid cursor"))?,
-        ),
-        Some(_) => return Err(RpcError::invalid_params("invalid cursor")),
-    };
-    let page_size = req.config.list_page_size.max(1);
     let agent = req.ex.agent.as_deref();
     let registry = protocol.host.registry();
-    let mut page = Vec::new();
-    let mut next = None;
-    for tool in registry
+    let tools = registry
         .tools()
-        .filter(|t| after.as_deref().is_none_or(|a| t.name.as_str() > a))
         .filter(|t| agent.is_none_or(|a| a.permits(&t.name)))
-    {
-        if page.len() == page_size {
-            if let Some(last) = page.last().and_then(|t: &Value| t["name"].as_str()) {
-                next = Some(base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(last));
-            }
-            break;
-        }
-        page.push(tool.listing.clone());
-    }
-    let mut result = Map::new();
-    // Moved in: `json!` would deep-copy the whole page through `to_value`.
-    result.insert("tools".into(), Value::Array(page));
-    if let Some(next) = next {
-        result.insert("nextCursor".into(), json!(next));
-    }
-    Ok(Answer::cacheable(Value::Object(result)))
+        .map(|t| (t.name.as_str(), &t.listing));
+    pages::page(req, "tools", tools)
 }
 
 /// `tools/call`: look the tool up in the caller's view, check headers and required client
@@ -94,7 +65,36 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
             .with_data(json!({ "requiredCapabilities": missing })));
         }
     }
-    let progress_token = params
+    let subject = Subject {
+        method: "tools/call",
+        name,
+        arguments: args.as_ref(),
+    };
+    let channel = input::channel(protocol, req, &subject)?;
+    let opts = call_options(req, channel.clone());
+    let (failed, answer) = match protocol.host.call_tool(tool, args.clone(), opts).await {
+        Ok(result) => (result["isError"] == true, Ok(Answer::plain(result))),
+        Err(CallError::UnknownTool(n)) => (true, Err(unknown_tool(&n))),
+        Err(CallError::CallerRequired(n)) => (
+            true,
+            Err(RpcError::new(
+                ErrorKind::Unauthorized,
+                format!("Authentication required: tool {n} needs a verified caller"),
+            )),
+        ),
+        Err(CallError::Throttled(q)) => (true, Err(throttled(&q))),
+    };
+    input::finish(protocol, req, &subject, channel.as_deref(), failed, answer)
+}
+
+/// The options of a plugin call made for `req`: its caller, agent, cancellation, where its
+/// progress and log events go (progress only with a `progressToken`), and how it asks for input.
+pub(crate) fn call_options(
+    req: &Request<'_>,
+    input: Option<Arc<crate::exec::InputChannel>>,
+) -> CallOptions {
+    let progress_token = req
+        .params
         .get("_meta")
         .and_then(|m| m.get("progressToken"))
         .filter(|t| t.is_string() || t.is_number())
@@ -104,25 +104,19 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         .notifier
         .as_ref()
         .and_then(|n| event_sink(Arc::clone(n), progress_token, req.era.log_level()));
-    let opts = CallOptions {
+    CallOptions {
         caller: req.ex.caller.clone(),
         agent: req.ex.agent.clone(),
         cancel: req.ex.cancel.clone(),
         events,
+        input,
         quota_key: req.ex.quota_key.clone(),
-    };
-    match protocol.host.call_tool(tool, args, opts).await {
-        Ok(result) => Ok(Answer::plain(result)),
-        Err(CallError::UnknownTool(n)) => Err(unknown_tool(&n)),
-        Err(CallError::CallerRequired(n)) => Err(RpcError::new(
-            ErrorKind::Unauthorized,
-            format!("Authentication required: tool {n} needs a verified caller"),
-        )),
-        Err(CallError::Throttled(q)) => Err(RpcError::too_many_requests(
-            format!("Too many requests: {q}"),
-            q.retry_after_secs(),
-        )),
     }
+}
+
+/// The error for a caller over its share (`limits.per_caller`): 429 with `Retry-After` over HTTP.
+pub(crate) fn throttled(q: &crate::exec::quota::QuotaError) -> RpcError {
+    RpcError::too_many_requests(format!("Too many requests: {q}"), q.retry_after_secs())
 }
 
 fn unknown_tool(name: &str) -> RpcError {

@@ -1,17 +1,23 @@
-//! The registry: the tool set built from loaded plugins, with precedence, name rules, compiled input
-//! validators, and a status row for every tool discovered (for `mcp-host list`).
+//! The registry: what the loaded plugins serve — tools, resources, resource templates and prompts —
+//! with precedence (the first directory wins, per tool name, resource URI, template and prompt
+//! name; the loser is logged), name rules, compiled input validators and URI templates, and a
+//! status row for everything discovered (for `mcp-host list`).
 //!
-//! A registry is immutable once built; the host swaps in a new one when the tool set changes, so a
-//! call never holds a lock while it runs inside a plugin.
+//! A registry is immutable once built; the host swaps in a new one when the set changes, so a call
+//! never holds a lock while it runs inside a plugin.
+
+pub mod template;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use mcp_plugin_sdk::wire::{Manifest, ToolDescriptor};
+use mcp_plugin_sdk::wire::{Manifest, PromptDescriptor, ResourceDescriptor, ToolDescriptor};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Map, Value, json};
+
+use template::UriTemplate;
 
 use crate::config::{Config, PluginSettings};
 use crate::plugins::LoadError;
@@ -69,6 +75,143 @@ impl std::fmt::Debug for Tool {
     }
 }
 
+/// A resource or resource template a plugin serves.
+pub struct Resource {
+    /// The URI (or URI template) clients use.
+    pub uri: String,
+    /// The descriptor.
+    pub descriptor: ResourceDescriptor,
+    /// The plugin that serves it.
+    pub slot: Arc<PluginSlot>,
+    /// Its index in the plugin's manifest.
+    pub index: u32,
+    /// How long a read may run.
+    pub timeout: Duration,
+    /// The compiled template (templates only).
+    pub template: Option<UriTemplate>,
+    /// The resource as `resources/list` (or `resources/templates/list`) shows it.
+    pub listing: Value,
+}
+
+impl std::fmt::Debug for Resource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Resource")
+            .field("uri", &self.uri)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A prompt a plugin serves.
+pub struct Prompt {
+    /// The name clients use (prefixes applied).
+    pub name: String,
+    /// The descriptor.
+    pub descriptor: PromptDescriptor,
+    /// The plugin that serves it.
+    pub slot: Arc<PluginSlot>,
+    /// Its index in the plugin's manifest.
+    pub index: u32,
+    /// How long rendering may run.
+    pub timeout: Duration,
+    /// The prompt as `prompts/list` shows it.
+    pub listing: Value,
+}
+
+impl std::fmt::Debug for Prompt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Prompt")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The MCP `Resource` / `ResourceTemplate` object for a descriptor.
+fn resource_listing(d: &ResourceDescriptor) -> Value {
+    let mut r = if d.template {
+        json!({ "uriTemplate": d.uri, "name": d.name })
+    } else {
+        json!({ "uri": d.uri, "name": d.name })
+    };
+    for (key, value) in [
+        ("title", &d.title),
+        ("description", &d.description),
+        ("mimeType", &d.mime_type),
+    ] {
+        if let Some(v) = value {
+            r[key] = json!(v);
+        }
+    }
+    if let Some(meta) = &d.meta {
+        r["_meta"] = meta.clone();
+    }
+    r
+}
+
+/// The MCP `Prompt` object for a descriptor named `name`.
+fn prompt_listing(name: &str, d: &PromptDescriptor) -> Value {
+    let arguments: Vec<Value> = d
+        .arguments
+        .iter()
+        .map(|a| {
+            let mut arg = json!({ "name": a.name, "required": a.required });
+            if let Some(text) = &a.description {
+                arg["description"] = json!(text);
+            }
+            arg
+        })
+        .collect();
+    let mut p = json!({ "name": name, "description": d.description, "arguments": arguments });
+    if let Some(title) = &d.title {
+        p["title"] = json!(title);
+    }
+    if let Some(meta) = &d.meta {
+        p["_meta"] = meta.clone();
+    }
+    p
+}
+
+/// Whether `uri` is an absolute URI (`scheme:` then anything, RFC 3986 scheme characters).
+fn is_valid_uri(uri: &str) -> bool {
+    uri.split_once(':').is_some_and(|(scheme, rest)| {
+        !rest.is_empty()
+            && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+            && scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+    }) && !uri.chars().any(char::is_whitespace)
+}
+
+/// What kind of thing a row of `mcp-host list` is.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    /// A tool.
+    #[default]
+    Tool,
+    /// A resource with a fixed URI.
+    Resource,
+    /// A resource template.
+    ResourceTemplate,
+    /// A prompt.
+    Prompt,
+}
+
+impl Kind {
+    fn is_tool(&self) -> bool {
+        *self == Kind::Tool
+    }
+
+    /// How log lines name it.
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Tool => "Tool",
+            Kind::Resource => "Resource",
+            Kind::ResourceTemplate => "Resource template",
+            Kind::Prompt => "Prompt",
+        }
+    }
+}
+
 /// What became of a discovered tool (or of a plugin file that failed).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", content = "detail", rename_all = "snake_case")]
@@ -90,8 +233,12 @@ pub enum Status {
 /// A row of `mcp-host list`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Entry {
-    /// Tool name (prefixed); `-` for a file that failed to load.
+    /// Tool name (prefixed), prompt name, or resource URI (template); `-` for a file that failed
+    /// to load.
     pub tool: String,
+    /// What it is (left out for tools).
+    #[serde(skip_serializing_if = "Kind::is_tool")]
+    pub kind: Kind,
     /// Plugin name, when known.
     pub plugin: Option<String>,
     /// The plugin file.
@@ -109,6 +256,11 @@ pub struct Entry {
 #[derive(Debug, Default)]
 pub struct Registry {
     tools: BTreeMap<String, Arc<Tool>>,
+    resources: BTreeMap<String, Arc<Resource>>,
+    /// Templates by URI template, and in precedence order (a read takes the first that matches).
+    templates: BTreeMap<String, Arc<Resource>>,
+    template_order: Vec<Arc<Resource>>,
+    prompts: BTreeMap<String, Arc<Prompt>>,
     /// Every discovered tool and failed file, in discovery order.
     pub entries: Vec<Entry>,
     /// The plugins loaded, in discovery order.
@@ -144,7 +296,7 @@ impl Registry {
         log_tools: bool,
     ) -> Self {
         let mut registry = Registry::default();
-        let mut winners: HashMap<String, PathBuf> = HashMap::new();
+        let mut winners = Winners::default();
         for (candidate, result) in loaded {
             let slot = match result {
                 Ok(slot) => slot,
@@ -155,6 +307,7 @@ impl Registry {
                     }
                     registry.entries.push(Entry {
                         tool: "-".into(),
+                        kind: Kind::Tool,
                         plugin: None,
                         file: candidate.path.clone(),
                         dir: candidate.dir.clone(),
@@ -173,34 +326,29 @@ impl Registry {
         &mut self,
         slot: Arc<PluginSlot>,
         config: &Config,
-        winners: &mut HashMap<String, PathBuf>,
+        winners: &mut Winners,
         log_tools: bool,
     ) {
         let manifest = slot.backend.manifest();
-        let file = slot.candidate.path.clone();
         let settings = config.plugin(&manifest.plugin);
         if log_tools {
-            log_disabled_services(manifest, &file);
+            log_disabled_services(manifest, &slot.candidate.path);
         }
+        let global = config.limits.call_timeout_secs;
         for (index, tool) in manifest.tools.iter().enumerate() {
             let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
-            let mut entry = Entry {
-                tool: name.clone(),
-                plugin: Some(manifest.plugin.clone()),
-                file: file.clone(),
-                dir: slot.candidate.dir.clone(),
-                service: tool.service.clone(),
-                status: Status::Active,
-            };
-            match admit(&name, tool, manifest, &file, winners) {
+            let mut entry = self.entry(&slot, Kind::Tool, &name, tool.service.as_ref());
+            match admit(&name, tool, manifest, &slot.candidate.path, &winners.tools) {
                 Ok(validator) => {
-                    let timeout = timeout_of(tool, &settings, config.limits.call_timeout_secs);
+                    let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
                     let mut descriptor = tool.clone();
                     descriptor.name = name.clone();
                     if log_tools {
                         tracing::info!("Loaded tool: {name}");
                     }
-                    winners.insert(name.clone(), file.clone());
+                    winners
+                        .tools
+                        .insert(name.clone(), slot.candidate.path.clone());
                     self.tools.insert(
                         name.clone(),
                         Arc::new(Tool {
@@ -218,7 +366,200 @@ impl Registry {
             }
             self.entries.push(entry);
         }
+        self.add_resources(&slot, &settings, global, winners, log_tools);
+        self.add_prompts(&slot, &settings, global, winners, log_tools);
         self.plugins.push(slot);
+    }
+
+    /// The `mcp-host list` row of something `slot` serves, active until told otherwise.
+    fn entry(&self, slot: &PluginSlot, kind: Kind, name: &str, service: Option<&String>) -> Entry {
+        Entry {
+            tool: name.to_owned(),
+            kind,
+            plugin: Some(slot.backend.name().to_owned()),
+            file: slot.candidate.path.clone(),
+            dir: slot.candidate.dir.clone(),
+            service: service.cloned(),
+            status: Status::Active,
+        }
+    }
+
+    fn add_resources(
+        &mut self,
+        slot: &Arc<PluginSlot>,
+        settings: &PluginSettings,
+        global: f64,
+        winners: &mut Winners,
+        log: bool,
+    ) {
+        let manifest = slot.backend.manifest();
+        for (index, d) in manifest.resources.iter().enumerate() {
+            let kind = if d.template {
+                Kind::ResourceTemplate
+            } else {
+                Kind::Resource
+            };
+            let mut entry = self.entry(slot, kind, &d.uri, d.service.as_ref());
+            let compiled = if d.template {
+                UriTemplate::parse(&d.uri).map(Some)
+            } else if is_valid_uri(&d.uri) {
+                Ok(None)
+            } else {
+                Err("not an absolute URI (scheme:...)".to_owned())
+            };
+            let won = &mut winners.resources;
+            match admit_named(
+                kind,
+                &d.uri,
+                d.service.as_ref(),
+                manifest,
+                &slot.candidate.path,
+                won,
+            )
+            .and_then(|()| {
+                compiled.map_err(|why| {
+                    tracing::error!(
+                        "Invalid resource URI {:?} in {}: {why}",
+                        d.uri,
+                        slot.candidate.path.display()
+                    );
+                    Status::InvalidName(why)
+                })
+            }) {
+                Ok(template) => {
+                    if log {
+                        tracing::info!("Loaded {}: {}", kind.label().to_lowercase(), d.uri);
+                    }
+                    won.insert(d.uri.clone(), slot.candidate.path.clone());
+                    let resource = Arc::new(Resource {
+                        uri: d.uri.clone(),
+                        listing: resource_listing(d),
+                        descriptor: d.clone(),
+                        slot: Arc::clone(slot),
+                        index: index as u32,
+                        timeout: secs(timeout_of(&d.name, d.service.as_ref(), settings, global)),
+                        template,
+                    });
+                    if d.template {
+                        self.template_order.push(Arc::clone(&resource));
+                        self.templates.insert(d.uri.clone(), resource);
+                    } else {
+                        self.resources.insert(d.uri.clone(), resource);
+                    }
+                }
+                Err(status) => entry.status = status,
+            }
+            self.entries.push(entry);
+        }
+    }
+
+    fn add_prompts(
+        &mut self,
+        slot: &Arc<PluginSlot>,
+        settings: &PluginSettings,
+        global: f64,
+        winners: &mut Winners,
+        log: bool,
+    ) {
+        let manifest = slot.backend.manifest();
+        for (index, d) in manifest.prompts.iter().enumerate() {
+            let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, d.name);
+            let mut entry = self.entry(slot, Kind::Prompt, &name, d.service.as_ref());
+            let file = &slot.candidate.path;
+            let admitted = if is_valid_tool_name(&name) {
+                admit_named(
+                    Kind::Prompt,
+                    &name,
+                    d.service.as_ref(),
+                    manifest,
+                    file,
+                    &winners.prompts,
+                )
+            } else {
+                tracing::error!(
+                    "Invalid prompt name {name:?} in {}: names must match ^[a-zA-Z0-9_-]{{1,64}}$",
+                    file.display()
+                );
+                Err(Status::InvalidName(
+                    "must match ^[a-zA-Z0-9_-]{1,64}$".into(),
+                ))
+            };
+            match admitted {
+                Ok(()) => {
+                    if log {
+                        tracing::info!("Loaded prompt: {name}");
+                    }
+                    winners.prompts.insert(name.clone(), file.clone());
+                    self.prompts.insert(
+                        name.clone(),
+                        Arc::new(Prompt {
+                            listing: prompt_listing(&name, d),
+                            name,
+                            descriptor: d.clone(),
+                            slot: Arc::clone(slot),
+                            index: index as u32,
+                            timeout: secs(timeout_of(
+                                &d.name,
+                                d.service.as_ref(),
+                                settings,
+                                global,
+                            )),
+                        }),
+                    );
+                }
+                Err(status) => entry.status = status,
+            }
+            self.entries.push(entry);
+        }
+    }
+
+    /// The resource with this exact URI, if one is served.
+    pub fn resource(&self, uri: &str) -> Option<&Arc<Resource>> {
+        self.resources.get(uri)
+    }
+
+    /// Served resources in URI order.
+    pub fn resources(&self) -> impl Iterator<Item = &Arc<Resource>> {
+        self.resources.values()
+    }
+
+    /// The template with this exact URI template.
+    pub fn template(&self, uri_template: &str) -> Option<&Arc<Resource>> {
+        self.templates.get(uri_template)
+    }
+
+    /// Served templates in URI-template order.
+    pub fn templates(&self) -> impl Iterator<Item = &Arc<Resource>> {
+        self.templates.values()
+    }
+
+    /// What serves a read of `uri` (a resource with that URI, else the first template in
+    /// precedence order that matches it and that `visible` accepts), with the template's variables.
+    pub fn resolve(
+        &self,
+        uri: &str,
+        visible: impl Fn(&Resource) -> bool,
+    ) -> Option<(Arc<Resource>, Map<String, Value>)> {
+        if let Some(r) = self.resources.get(uri).filter(|r| visible(r)) {
+            return Some((Arc::clone(r), Map::new()));
+        }
+        self.template_order
+            .iter()
+            .filter(|t| visible(t))
+            .find_map(|t| {
+                let vars = t.template.as_ref()?.matches(uri)?;
+                Some((Arc::clone(t), vars))
+            })
+    }
+
+    /// The prompt called `name`, if it is served.
+    pub fn prompt(&self, name: &str) -> Option<&Arc<Prompt>> {
+        self.prompts.get(name)
+    }
+
+    /// Served prompts in name order.
+    pub fn prompts(&self) -> impl Iterator<Item = &Arc<Prompt>> {
+        self.prompts.values()
     }
 
     /// The tool called `name`, if it is served.
@@ -258,6 +599,52 @@ fn log_disabled_services(manifest: &Manifest, file: &std::path::Path) {
     }
 }
 
+/// Which file won each name so far, per namespace.
+#[derive(Default)]
+struct Winners {
+    tools: HashMap<String, PathBuf>,
+    /// Resource URIs and URI templates.
+    resources: HashMap<String, PathBuf>,
+    prompts: HashMap<String, PathBuf>,
+}
+
+/// Whether `name` (a resource URI or template, or a prompt name) of `kind` is served: its service
+/// is enabled and no earlier directory or file defined it. The status that keeps it out (logged).
+fn admit_named(
+    kind: Kind,
+    name: &str,
+    service: Option<&String>,
+    manifest: &Manifest,
+    file: &std::path::Path,
+    winners: &HashMap<String, PathBuf>,
+) -> Result<(), Status> {
+    service_enabled(service, manifest)?;
+    if let Some(winner) = winners.get(name) {
+        tracing::warn!(
+            "{} {name} from {} overridden by {}",
+            kind.label(),
+            file.display(),
+            winner.display()
+        );
+        return Err(Status::OverriddenBy(winner.clone()));
+    }
+    Ok(())
+}
+
+/// `Err` with the reason when `service` (of `manifest`) is disabled.
+fn service_enabled(service: Option<&String>, manifest: &Manifest) -> Result<(), Status> {
+    let service = service.and_then(|s| manifest.services.iter().find(|d| &d.name == s));
+    match service.filter(|s| !s.enabled) {
+        Some(service) => Err(Status::DisabledService(
+            service
+                .disabled_reason
+                .clone()
+                .unwrap_or_else(|| "disabled".into()),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Whether tool `name` (its final name) is served: its service is enabled, its name is safe for
 /// every client, no earlier directory or file defined it, and its input schema compiles. The
 /// compiled schema, or the status that keeps it out (logged here).
@@ -268,18 +655,7 @@ fn admit(
     file: &std::path::Path,
     winners: &HashMap<String, PathBuf>,
 ) -> Result<jsonschema::Validator, Status> {
-    let service = tool
-        .service
-        .as_ref()
-        .and_then(|s| manifest.services.iter().find(|d| &d.name == s));
-    if let Some(service) = service.filter(|s| !s.enabled) {
-        return Err(Status::DisabledService(
-            service
-                .disabled_reason
-                .clone()
-                .unwrap_or_else(|| "disabled".into()),
-        ));
-    }
+    service_enabled(tool.service.as_ref(), manifest)?;
     if !is_valid_tool_name(name) {
         tracing::error!(
             "Invalid tool name {name:?} in {}: names must match ^[a-zA-Z0-9_-]{{1,64}}$ \
@@ -320,15 +696,15 @@ fn admit(
     Ok(validator)
 }
 
-/// A tool's call timeout in seconds: per tool, else per service, else per plugin, else global.
-fn timeout_of(tool: &ToolDescriptor, settings: &PluginSettings, global: f64) -> f64 {
+/// A call's timeout in seconds: per tool (by the plugin's own name for it), else per service,
+/// else per plugin, else global.
+fn timeout_of(name: &str, service: Option<&String>, settings: &PluginSettings, global: f64) -> f64 {
     settings
         .tools
-        .get(&tool.name)
+        .get(name)
         .and_then(|t| t.timeout_secs)
         .or_else(|| {
-            tool.service
-                .as_ref()
+            service
                 .and_then(|s| settings.services.get(s))
                 .and_then(|s| s.timeout_secs)
         })

@@ -15,6 +15,7 @@ use crate::access::Identity;
 use crate::exec::CancelFlag;
 use crate::protocol::jsonrpc::{self, Incoming, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
+
 use crate::protocol::{Exchange, HttpHeaders, Notifier, Protocol, Reply};
 
 /// What a transport knows about where a message came from.
@@ -91,9 +92,10 @@ impl Core {
         &self.protocol
     }
 
-    /// Sort a parsed message; notifications take effect here (`notifications/cancelled` reaches the
-    /// request it names in `inflight`).
-    pub(crate) fn route(&self, value: Value, inflight: Option<&Inflight>) -> Routed {
+    /// Sort a parsed message; notifications and responses take effect here
+    /// (`notifications/cancelled` reaches the request it names in `origin.inflight`; a response
+    /// from the client reaches the call waiting for it in `origin.session`).
+    pub(crate) fn route(&self, value: Value, origin: &Origin) -> Routed {
         if let Value::Array(items) = value {
             return Routed::Batch(items);
         }
@@ -101,14 +103,25 @@ impl Core {
             Ok(Incoming::Request { id, method, params }) => Routed::Request { id, method, params },
             Ok(Incoming::Notification { method, params }) => {
                 if method == "notifications/cancelled"
-                    && let (Some(inflight), Some(id)) =
-                        (inflight, crate::protocol::cancelled_request(&params))
+                    && let (Some(inflight), Some(id)) = (
+                        origin.inflight.as_deref(),
+                        crate::protocol::cancelled_request(&params),
+                    )
                 {
                     inflight.cancel(id);
                 }
                 Routed::Done
             }
-            Ok(Incoming::Response) => Routed::Done,
+            Ok(Incoming::Response { id, outcome }) => {
+                let delivered = origin
+                    .session
+                    .as_ref()
+                    .is_some_and(|s| s.deliver(&id, outcome));
+                if !delivered {
+                    tracing::debug!("a response to no waiting request (id {id}) was ignored");
+                }
+                Routed::Done
+            }
             Err((id, e)) => Routed::Invalid(id, e),
         }
     }
@@ -167,7 +180,7 @@ impl Core {
         }
         let mut out = Vec::new();
         for item in items {
-            match self.route(item, origin.inflight.as_deref()) {
+            match self.route(item, origin) {
                 Routed::Request { id, method, params } => {
                     let answered = self
                         .request(id, &method, params, origin, CancelFlag::new(), None)
@@ -200,9 +213,9 @@ impl Core {
         }
     }
 
-    /// Serve a `subscriptions/listen` stream on `out`: the acknowledgement, then tagged tool-list
-    /// changes (when accepted) and keep-alives, until the server shuts down (the closing result is
-    /// sent), `cancel` is set or the receiver is gone (nothing more is sent).
+    /// Serve a `subscriptions/listen` stream on `out`: the acknowledgement, then the tagged
+    /// notifications it accepted and keep-alives, until the server shuts down (the closing result
+    /// is sent), `cancel` is set or the receiver is gone (nothing more is sent).
     pub(crate) async fn listen(
         &self,
         id: &Value,
@@ -211,11 +224,12 @@ impl Core {
         keepalive: Option<Duration>,
         cancel: &CancelFlag,
     ) {
+        // Subscribed before the acknowledgement goes out: a change the client causes once it has
+        // read the acknowledgement is never missed.
+        let mut changes = self.protocol.host().changes();
         if !out.send(&Protocol::listen_ack(id, accepted)) {
             return;
         }
-        let wants_tools = accepted.get("toolsListChanged").is_some();
-        let mut changes = self.protocol.host().changes();
         let mut tick = keepalive.map(tokio::time::interval);
         if let Some(tick) = &mut tick {
             tick.tick().await;
@@ -228,11 +242,10 @@ impl Core {
         };
         loop {
             tokio::select! {
-                changed = changes.next() => {
-                    if !changed {
-                        break;
-                    }
-                    if wants_tools && !out.send(&Protocol::tools_changed(Some(id))) {
+                change = changes.next() => {
+                    let Some(change) = change else { break };
+                    let notes = Protocol::notifications(&change, Some(id), Some(accepted), |_| false);
+                    if !notes.iter().all(|n| out.send(n)) {
                         return;
                     }
                 }
@@ -244,14 +257,18 @@ impl Core {
         out.send(&self.protocol.listen_end(id));
     }
 
-    /// Tell every legacy session with a stream that the tool list changed, for as long as the host
-    /// runs. `sessions` lists the sessions at the time of each change.
+    /// Tell every legacy session with a stream about list changes, and subscribed sessions about
+    /// resource updates, for as long as the host runs. `sessions` lists the sessions at the time of
+    /// each change.
     pub(crate) async fn fan_out_changes(&self, sessions: impl Fn() -> Vec<Arc<LegacySession>>) {
         let mut changes = self.protocol.host().changes();
-        let note = Protocol::tools_changed(None);
-        while changes.next().await {
+        while let Some(change) = changes.next().await {
             for session in sessions() {
-                session.notify(&note);
+                for note in
+                    Protocol::notifications(&change, None, None, |uri| session.is_subscribed(uri))
+                {
+                    session.notify(&note);
+                }
             }
         }
     }

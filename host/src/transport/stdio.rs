@@ -255,7 +255,7 @@ impl Connection {
 
     async fn handle(self: Arc<Self>, value: Value) {
         let origin = self.origin();
-        let (id, method, params) = match self.core.route(value, Some(&self.inflight)) {
+        let (id, method, params) = match self.core.route(value, &origin) {
             Routed::Request { id, method, params } => (id, method, params),
             Routed::Batch(items) => {
                 match self.core.batch(items, &origin).await {

@@ -4,6 +4,7 @@
 //! `::mcp_plugin_sdk`. See the SDK's documentation for what each construct becomes.
 
 mod docs;
+mod surface;
 mod tool;
 
 use proc_macro::TokenStream;
@@ -21,6 +22,25 @@ pub fn tool(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn service(attr: TokenStream, item: TokenStream) -> TokenStream {
     tool::expand_service(attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Turn a documented function into an MCP resource, or a resource template when its URI has
+/// `{variables}` (each a `String` parameter): `#[resource(uri = "...", mime_type = "...")]` (see the
+/// SDK docs).
+#[proc_macro_attribute]
+pub fn resource(attr: TokenStream, item: TokenStream) -> TokenStream {
+    surface::expand_free(surface::Kind::Resource, attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Turn a documented function into an MCP prompt: its `String` / `Option<String>` parameters are
+/// the prompt's arguments (see the SDK docs).
+#[proc_macro_attribute]
+pub fn prompt(attr: TokenStream, item: TokenStream) -> TokenStream {
+    surface::expand_free(surface::Kind::Prompt, attr.into(), item.into())
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

@@ -84,7 +84,10 @@ impl ToolOptions {
 }
 
 /// The string literal after `key =` in an attribute, or an error showing `example`.
-fn string_value(meta: &syn::meta::ParseNestedMeta<'_>, example: &str) -> syn::Result<LitStr> {
+pub(crate) fn string_value(
+    meta: &syn::meta::ParseNestedMeta<'_>,
+    example: &str,
+) -> syn::Result<LitStr> {
     let value = meta.value()?;
     let span = value.span();
     value
@@ -94,7 +97,7 @@ fn string_value(meta: &syn::meta::ParseNestedMeta<'_>, example: &str) -> syn::Re
 
 /// The first token of an item after its attributes and visibility: its keyword, where errors
 /// about the item as a whole point.
-fn item_keyword_span(tokens: &TokenStream) -> Span {
+pub(crate) fn item_keyword_span(tokens: &TokenStream) -> Span {
     use proc_macro2::{Delimiter, TokenTree};
     let mut iter = tokens.clone().into_iter().peekable();
     while let Some(token) = iter.next() {
@@ -119,7 +122,7 @@ fn item_keyword_span(tokens: &TokenStream) -> Span {
 }
 
 /// What to add to an error about a service method: it may be a helper rather than a tool.
-fn helper_hint(service: Option<&Type>) -> &'static str {
+pub(crate) fn helper_hint(service: Option<&Type>) -> &'static str {
     if service.is_some() {
         "; if this `pub fn` is a helper rather than a tool, mark it #[tool(skip)]"
     } else {
@@ -129,14 +132,16 @@ fn helper_hint(service: Option<&Type>) -> &'static str {
 
 /// Options of `#[arg(...)]` on a parameter.
 #[derive(Default)]
-struct ArgOptions {
-    default: Option<Expr>,
-    min: Option<Expr>,
-    max: Option<Expr>,
-    header: Option<LitStr>,
+pub(crate) struct ArgOptions {
+    pub(crate) default: Option<Expr>,
+    pub(crate) min: Option<Expr>,
+    pub(crate) max: Option<Expr>,
+    pub(crate) header: Option<LitStr>,
+    /// `complete = path`: the completion function of a prompt argument or template variable.
+    pub(crate) complete: Option<(Span, Expr)>,
 }
 
-enum Param {
+pub(crate) enum Param {
     Arg {
         ident: Ident,
         ty: Box<Type>,
@@ -149,18 +154,18 @@ enum Param {
     Host,
 }
 
-fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
+pub(crate) fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
     match ty {
         Type::Path(p) if p.qself.is_none() => p.path.segments.last(),
         _ => None,
     }
 }
 
-fn is_named(ty: &Type, name: &str) -> bool {
+pub(crate) fn is_named(ty: &Type, name: &str) -> bool {
     last_segment(ty).is_some_and(|s| s.ident == name)
 }
 
-fn generic_arg(seg: &syn::PathSegment, index: usize) -> Option<&Type> {
+pub(crate) fn generic_arg(seg: &syn::PathSegment, index: usize) -> Option<&Type> {
     match &seg.arguments {
         PathArguments::AngleBracketed(a) => a
             .args
@@ -175,7 +180,7 @@ fn generic_arg(seg: &syn::PathSegment, index: usize) -> Option<&Type> {
 }
 
 /// Take the `#[arg(...)]` attributes off a parameter.
-fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
+pub(crate) fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
     let mut opts = ArgOptions::default();
     let mut err = None;
     attrs.retain(|attr| {
@@ -193,10 +198,11 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
                 "min" => opts.min = Some(meta.value()?.parse()?),
                 "max" => opts.max = Some(meta.value()?.parse()?),
                 "header" => opts.header = Some(string_value(&meta, "header = \"Region\"")?),
+                "complete" => opts.complete = Some((meta.path.span(), meta.value()?.parse()?)),
                 _ => {
-                    return Err(
-                        meta.error("unknown #[arg] option; expected default, min, max or header")
-                    );
+                    return Err(meta.error(
+                        "unknown #[arg] option; expected default, min, max, header or complete",
+                    ));
                 }
             }
             Ok(())
@@ -213,7 +219,7 @@ fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOptions> {
 }
 
 /// Classify the parameters of a tool function, stripping `#[arg]` attributes from `sig`.
-fn params(
+pub(crate) fn params(
     sig: &mut Signature,
     service: Option<&Type>,
 ) -> syn::Result<(Option<TokenStream>, Vec<Param>)> {
@@ -303,7 +309,7 @@ fn params(
 }
 
 /// `Result<T, E>` -> (true, T); `T` -> (false, T).
-fn output_type(sig: &Signature) -> (bool, Type) {
+pub(crate) fn output_type(sig: &Signature) -> (bool, Type) {
     match &sig.output {
         ReturnType::Default => (false, syn::parse_quote!(())),
         ReturnType::Type(_, ty) => {
@@ -318,18 +324,68 @@ fn output_type(sig: &Signature) -> (bool, Type) {
     }
 }
 
-fn opt_str(s: &Option<LitStr>) -> TokenStream {
+pub(crate) fn opt_str(s: &Option<LitStr>) -> TokenStream {
     match s {
         Some(s) => quote!(::core::option::Option::Some(::std::string::String::from(#s))),
         None => quote!(::core::option::Option::None),
     }
 }
 
-fn opt_bool(b: bool) -> TokenStream {
+pub(crate) fn opt_bool(b: bool) -> TokenStream {
     if b {
         quote!(::core::option::Option::Some(true))
     } else {
         quote!(::core::option::Option::None)
+    }
+}
+
+/// What every exported function needs: a doc comment (its description, `purpose`) and no generic
+/// parameters. `what` names it in the message (``tool `x` ``); `hint` is appended.
+pub(crate) fn check_item(
+    sig: &Signature,
+    parsed: &docs::Docs,
+    what: &str,
+    purpose: &str,
+    hint: &str,
+) -> syn::Result<()> {
+    if parsed.description.is_empty() {
+        return Err(syn::Error::new(
+            sig.ident.span(),
+            format!(
+                "{what} has no doc comment: its description is {purpose}, so write one \
+                 (`/// ...`){hint}"
+            ),
+        ));
+    }
+    if !sig.generics.params.is_empty() {
+        let kind = what.split(' ').next().unwrap_or(what);
+        return Err(syn::Error::new(
+            sig.generics.span(),
+            format!("{kind} functions cannot be generic"),
+        ));
+    }
+    Ok(())
+}
+
+/// The call of the user's function: `<Service>::f(service, args...)` or `f(args...)`, driven to
+/// completion on the plugin's runtime when it is `async`.
+pub(crate) fn call_expr(
+    service: Option<&Type>,
+    fn_name: &Ident,
+    receiver: Option<&TokenStream>,
+    call_args: &[TokenStream],
+    is_async: bool,
+) -> TokenStream {
+    let callee = match service {
+        Some(svc) => quote!(<#svc>::#fn_name),
+        None => quote!(#fn_name),
+    };
+    let receiver_arg = receiver.map(|r| quote!(#r,));
+    let call = quote!(#callee(#receiver_arg #(#call_args),*));
+    if is_async {
+        quote!(::mcp_plugin_sdk::__private::block_on(#call))
+    } else {
+        call
     }
 }
 
@@ -347,23 +403,13 @@ fn tool_spec(
         .clone()
         .unwrap_or_else(|| LitStr::new(&fn_name.to_string(), fn_name.span()));
     let parsed = docs::parse(&docs::doc_lines(attrs));
-    if parsed.description.is_empty() {
-        return Err(syn::Error::new(
-            fn_name.span(),
-            format!(
-                "tool `{}` has no doc comment: its description is what the model reads to decide \
-                 when to call it, so write one (`/// ...`){}",
-                tool_name.value(),
-                helper_hint(service)
-            ),
-        ));
-    }
-    if !sig.generics.params.is_empty() {
-        return Err(syn::Error::new(
-            sig.generics.span(),
-            "tool functions cannot be generic",
-        ));
-    }
+    check_item(
+        sig,
+        &parsed,
+        &format!("tool `{}`", tool_name.value()),
+        "what the model reads to decide when to call it",
+        helper_hint(service),
+    )?;
     let (receiver, params) = params(sig, service)?;
     let is_async = sig.asyncness.is_some();
     let (is_result, ok_ty) = output_type(sig);
@@ -379,6 +425,13 @@ fn tool_spec(
         match param {
             Param::Arg { ident, ty, opts: a } => {
                 let name = ident.to_string();
+                if let Some((span, _)) = &a.complete {
+                    return Err(syn::Error::new(
+                        *span,
+                        "#[arg(complete = ...)] completes a prompt argument or a resource template \
+                         variable; a tool's arguments have JSON Schemas instead",
+                    ));
+                }
                 let doc = match parsed.args.get(&name) {
                     Some(d) => d.clone(),
                     None if opts.input_schema.is_some() => String::new(),
@@ -454,15 +507,7 @@ fn tool_spec(
         }
     }
 
-    let callee = match service {
-        Some(svc) => quote!(<#svc>::#fn_name),
-        None => quote!(#fn_name),
-    };
-    let receiver_arg = receiver.as_ref().map(|r| quote!(#r,));
-    let mut call = quote!(#callee(#receiver_arg #(#call_args),*));
-    if is_async {
-        call = quote!(#sdk::__private::block_on(#call));
-    }
+    let call = call_expr(service, &fn_name, receiver.as_ref(), &call_args, is_async);
     let convert_ok = quote!({
         #[allow(unused_imports)]
         use #sdk::__private::{ViaContent as _, ViaJson as _};
@@ -692,13 +737,41 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
     };
 
     let mut specs = Vec::new();
+    let mut resource_specs = Vec::new();
+    let mut prompt_specs = Vec::new();
     let mut enabled = quote!(true);
     let mut shutdown = quote!();
     let mut construct =
         quote!(::core::result::Result::Ok(<#self_ty as ::core::default::Default>::default()));
     for item in block.items.iter_mut() {
         let ImplItem::Fn(method) = item else { continue };
+        let surface_attr = crate::surface::take_attr(&mut method.attrs)?;
         let tool_attr = take_tool_attr(&mut method.attrs)?;
+        if let Some((kind, span, opts)) = surface_attr {
+            if let Some((tool_span, _)) = tool_attr {
+                return Err(syn::Error::new(
+                    tool_span,
+                    "a method is a tool, a resource or a prompt, not two: drop #[tool]",
+                ));
+            }
+            if matches!(
+                method.sig.ident.to_string().as_str(),
+                "enabled" | "new" | "shutdown"
+            ) {
+                return Err(syn::Error::new(
+                    span,
+                    "`enabled`, `new` and `shutdown` are the service's hooks, never a resource or a prompt",
+                ));
+            }
+            let mut sig = method.sig.clone();
+            let spec = crate::surface::spec(kind, &method.attrs, &mut sig, &opts, Some(&self_ty))?;
+            method.sig = sig;
+            match kind {
+                crate::surface::Kind::Resource => resource_specs.push(spec),
+                crate::surface::Kind::Prompt => prompt_specs.push(spec),
+            }
+            continue;
+        }
         let name = method.sig.ident.to_string();
         if let Some((span, _)) = &tool_attr {
             let role = match name.as_str() {
@@ -798,6 +871,14 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
 
             fn tools() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::ToolSpec<Self>> {
                 ::std::vec![#(#specs),*]
+            }
+
+            fn resources() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::ResourceSpec<Self>> {
+                ::std::vec![#(#resource_specs),*]
+            }
+
+            fn prompts() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::PromptSpec<Self>> {
+                ::std::vec![#(#prompt_specs),*]
             }
 
             #shutdown

@@ -11,7 +11,11 @@
 //! | `Readings` | `query_health_indicators` | the caller's indicators with unit, count and first/last time |
 //! | `Readings` | `query_readings` | one indicator over a time window, newest first, paginated (`next_cursor`) |
 //! | `Readings` | `count_readings_above_goal` | how many recent readings reached a goal value, and when |
-//! | `Readings` | `delete_reading` | soft-delete one of the caller's readings by id |
+//! | `Readings` | `delete_reading` | soft-delete one of the caller's readings by id (asks the user to confirm when the client supports elicitation) |
+//!
+//! It also serves the caller's readings as a resource template, `series://readings/{indicator}`
+//! (the last 30 days, JSON; the indicator completes from the caller's own indicators), and a prompt,
+//! `summarise_period`, that embeds that resource for a number of days and asks for a summary.
 //!
 //! # Storage
 //!
@@ -48,7 +52,10 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use jiff::tz::Offset;
-use mcp_plugin_sdk::{HostApi, LogLevel, UserInfo, export_plugin, service};
+use mcp_plugin_sdk::{
+    CallContext, CompletionRequest, Content, Elicitation, HostApi, InputKind, LogLevel,
+    PromptMessage, PromptResult, UserInfo, export_plugin, json, service,
+};
 use rusqlite::{Connection, OpenFlags, OptionalExtension, TransactionBehavior, params};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -73,6 +80,10 @@ const MAX_UNIT_LEN: usize = 32;
 const MAX_FUTURE_SECS: i64 = 86_400;
 /// Days of demo data seeded for `demo_user`.
 const DEMO_DAYS: i64 = 30;
+/// Days of readings in the `series://readings/{indicator}` resource.
+const RESOURCE_DAYS: i64 = 30;
+/// The longest period `summarise_period` accepts, in days.
+const MAX_PERIOD_DAYS: i64 = 3650;
 
 const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS readings (
@@ -486,9 +497,41 @@ impl Readings {
     pub fn delete_reading(
         &self,
         caller: UserInfo,
+        ctx: &CallContext,
         #[arg(min = 1)] id: i64,
     ) -> Result<Deletion, String> {
         let user = user_of(&caller)?;
+        // Ask before acting: with a 2026 client this function runs again with the answer.
+        if ctx.client_supports(InputKind::Elicitation) {
+            let Some(reading) = self.reading(user, id)? else {
+                return Ok(Deletion {
+                    id,
+                    deleted: false,
+                    message: "no such reading".into(),
+                });
+            };
+            let question = Elicitation::form(
+                format!(
+                    "Delete your {} reading of {} {} taken {}?",
+                    reading.indicator, reading.value, reading.unit, reading.start_time
+                ),
+                json!({
+                    "type": "object",
+                    "properties": {
+                        "confirm": {"type": "boolean", "title": "Delete it", "default": false}
+                    },
+                    "required": ["confirm"]
+                }),
+            );
+            let answer = ctx.elicit("confirm_delete", question)?;
+            if !answer.is_accepted() || answer.content_value("confirm") != Some(&json!(true)) {
+                return Ok(Deletion {
+                    id,
+                    deleted: false,
+                    message: "kept: not confirmed".into(),
+                });
+            }
+        }
         let changed = self.write(|tx| {
             tx.prepare_cached(
                 "UPDATE readings SET deleted = 1 WHERE id = ?1 AND user_id = ?2 AND deleted = 0",
@@ -504,6 +547,125 @@ impl Readings {
             } else {
                 "no such reading".into()
             },
+        })
+    }
+
+    /// The current user's readings of one indicator over the last 30 days, newest first (at most
+    /// 1000), as JSON. Indicator names are the ones query_health_indicators lists.
+    #[resource(
+        uri = "series://readings/{indicator}",
+        name = "readings",
+        title = "My readings of one indicator",
+        mime_type = "application/json"
+    )]
+    pub fn readings_resource(
+        &self,
+        caller: UserInfo,
+        #[arg(complete = Self::complete_indicator)] indicator: String,
+    ) -> Result<Option<ReadingPage>, String> {
+        self.recent(&caller, &indicator, RESOURCE_DAYS)
+    }
+
+    /// Summarise my readings of one indicator over a period: the readings are embedded and the
+    /// model is asked for trends, extremes and anything unusual.
+    ///
+    /// # Arguments
+    /// * `indicator` - The indicator, e.g. "steps" (see query_health_indicators).
+    /// * `days` - How many days back from now, 1 to 3650 (default 7).
+    #[prompt(title = "Summarise a period")]
+    pub fn summarise_period(
+        &self,
+        caller: UserInfo,
+        #[arg(complete = Self::complete_indicator)] indicator: String,
+        days: Option<String>,
+    ) -> Result<PromptResult, String> {
+        let days = match days.as_deref().map(str::trim) {
+            None | Some("") => 7,
+            Some(d) => d
+                .parse::<i64>()
+                .ok()
+                .filter(|d| (1..=MAX_PERIOD_DAYS).contains(d))
+                .ok_or_else(|| {
+                    format!("days must be a whole number from 1 to {MAX_PERIOD_DAYS}, not {d:?}")
+                })?,
+        };
+        let page = self.recent(&caller, &indicator, days)?.ok_or_else(|| {
+            format!("you have no readings of {indicator:?} (query_health_indicators lists yours)")
+        })?;
+        let data = mcp_plugin_sdk::serde_json::to_string(&page).map_err(|e| e.to_string())?;
+        Ok(PromptResult::new(vec![
+            PromptMessage::user(Content::resource_text(
+                format!("series://readings/{}", page.indicator),
+                "application/json",
+                data,
+            )),
+            PromptMessage::user(format!(
+                "Above are my {} readings ({}) of the last {days} days, newest first. Summarise \
+                 them: the overall trend, the highest and lowest values and when they happened, \
+                 and anything unusual. Keep it short.",
+                page.indicator, page.unit
+            )),
+        ])
+        .with_description(format!("{} over the last {days} days", page.indicator)))
+    }
+
+    /// The caller's indicators that start with what was typed.
+    fn complete_indicator(&self, request: &CompletionRequest) -> Result<Vec<String>, String> {
+        let Some(caller) = &request.caller else {
+            return Ok(Vec::new());
+        };
+        let all = self.query_health_indicators(caller.clone())?;
+        Ok(all
+            .indicators
+            .into_iter()
+            .map(|i| i.indicator)
+            .filter(|name| request.matches(name))
+            .collect())
+    }
+}
+
+impl Readings {
+    /// The caller's readings of `indicator` in the last `days` days, newest first (at most
+    /// [`MAX_LIMIT`]); `None` when they have no readings of it.
+    fn recent(
+        &self,
+        caller: &UserInfo,
+        indicator: &str,
+        days: i64,
+    ) -> Result<Option<ReadingPage>, String> {
+        let user = user_of(caller)?;
+        let name = indicator_name(indicator)?;
+        if self
+            .read(|conn| indicator_unit(conn, user, &name))?
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let since = fmt_time(now_secs() - days * 86_400);
+        self.query_readings(caller.clone(), name, Some(since), None, MAX_LIMIT, None)
+            .map(Some)
+    }
+
+    /// One of `user`'s undeleted readings.
+    fn reading(&self, user: &str, id: i64) -> Result<Option<Reading>, String> {
+        self.read(|conn| {
+            conn.prepare_cached(
+                "SELECT id, indicator, value, unit, start_time FROM readings \
+                 WHERE id = ?1 AND user_id = ?2 AND deleted = 0",
+            )
+            .and_then(|mut s| {
+                s.query_row(params![id, user], |r| {
+                    Ok(Reading {
+                        id: r.get(0)?,
+                        indicator: r.get(1)?,
+                        value: r.get(2)?,
+                        unit: r.get(3)?,
+                        start_time: fmt_time(r.get(4)?),
+                    })
+                })
+                .optional()
+            })
+            .map_err(db_err)
         })
     }
 }
@@ -881,7 +1043,72 @@ export_plugin!(services: [Readings]);
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use mcp_plugin_sdk::testing::{CallEvent, TestCall};
+    use mcp_plugin_sdk::{ElicitResult, InputError};
     use std::sync::Arc;
+
+    /// Delete as `user` from a client that cannot answer questions (no confirmation asked).
+    fn delete(svc: &Readings, user: &str, id: i64) -> Result<Deletion, String> {
+        let call = TestCall::new().with_client_capabilities(json!({}));
+        Readings::delete_reading(svc, who(user), &call.context(), id)
+    }
+
+    #[test]
+    fn delete_asks_for_confirmation_when_the_client_can_answer_and_respects_the_answer() {
+        let (_dir, svc) = db();
+        let r = record(&svc, "u", "steps", 100.0, "2026-01-01T00:00:00Z");
+        // First round (a 2026 client): the question goes out, nothing is deleted.
+        let asking = TestCall::new();
+        let asked = Readings::delete_reading(&svc, who("u"), &asking.context(), r.id);
+        assert_eq!(asked.unwrap_err(), InputError::Asked.to_string());
+        assert!(
+            matches!(&asking.events()[..], [CallEvent::Input { key, .. }] if key == "confirm_delete")
+        );
+        let declined = TestCall::new().answering("confirm_delete", ElicitResult::decline());
+        let kept = Readings::delete_reading(&svc, who("u"), &declined.context(), r.id).unwrap();
+        assert!(!kept.deleted, "{kept:?}");
+        assert_eq!(page(&svc, "u", "steps", 10, None).readings.len(), 1);
+        let yes = TestCall::new().answering(
+            "confirm_delete",
+            ElicitResult::accept(json!({"confirm": true})),
+        );
+        let gone = Readings::delete_reading(&svc, who("u"), &yes.context(), r.id).unwrap();
+        assert!(gone.deleted, "{gone:?}");
+        assert!(
+            Readings::query_health_indicators(&svc, who("u"))
+                .unwrap()
+                .indicators
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn the_readings_resource_and_the_summary_prompt_are_the_callers_own() {
+        let (_dir, svc) = db();
+        let now = fmt_time(now_secs() - 3600);
+        record(&svc, "u", "steps", 1234.0, &now);
+        record(&svc, "v", "weight", 80.0, &now);
+        let mine = Readings::readings_resource(&svc, who("u"), "steps".into())
+            .unwrap()
+            .unwrap();
+        assert_eq!(mine.readings.len(), 1);
+        assert!(
+            Readings::readings_resource(&svc, who("u"), "weight".into())
+                .unwrap()
+                .is_none()
+        );
+        let p =
+            Readings::summarise_period(&svc, who("u"), "steps".into(), Some("3".into())).unwrap();
+        assert_eq!(p.messages.len(), 2);
+        assert!(
+            Readings::summarise_period(&svc, who("u"), "steps".into(), Some("0".into())).is_err()
+        );
+        let names = Readings::complete_indicator(
+            &svc,
+            &CompletionRequest::new("indicator", "st").with_caller(who("u")),
+        );
+        assert_eq!(names.unwrap(), ["steps"]);
+    }
 
     fn db() -> (tempfile::TempDir, Readings) {
         let dir = tempfile::tempdir().unwrap();
@@ -1068,8 +1295,8 @@ mod tests {
         assert_eq!(g.readings_examined, 1);
 
         // A forged delete of bob's id does nothing and says no more than for a missing id.
-        let forged = Readings::delete_reading(&svc, who("alice"), b.id).unwrap();
-        let missing = Readings::delete_reading(&svc, who("alice"), 1_000_000).unwrap();
+        let forged = delete(&svc, "alice", b.id).unwrap();
+        let missing = delete(&svc, "alice", 1_000_000).unwrap();
         assert!(!forged.deleted);
         assert_eq!(forged.message, missing.message);
         assert_eq!(page(&svc, "bob", "steps", 10, None).readings, vec![b]);
@@ -1186,9 +1413,9 @@ mod tests {
         let (_dir, svc) = db();
         let keep = record(&svc, "u", "steps", 9000.0, &fmt_time(now_secs() - 60));
         let gone = record(&svc, "u", "steps", 9500.0, &fmt_time(now_secs() - 120));
-        let d = Readings::delete_reading(&svc, who("u"), gone.id).unwrap();
+        let d = delete(&svc, "u", gone.id).unwrap();
         assert!(d.deleted);
-        let again = Readings::delete_reading(&svc, who("u"), gone.id).unwrap();
+        let again = delete(&svc, "u", gone.id).unwrap();
         assert!(!again.deleted);
         assert_eq!(again.message, "no such reading");
         assert_eq!(
@@ -1210,7 +1437,7 @@ mod tests {
             .unwrap();
         assert_eq!(deleted, 1);
         // Deleting the last reading of an indicator makes it unknown.
-        Readings::delete_reading(&svc, who("u"), keep.id).unwrap();
+        delete(&svc, "u", keep.id).unwrap();
         assert!(
             Readings::query_health_indicators(&svc, who("u"))
                 .unwrap()
@@ -1254,7 +1481,7 @@ mod tests {
         );
         // Reopening (or a deleted reading) does not seed again.
         let first = page(&svc, "demo", "weight", 1, None).readings[0].id;
-        Readings::delete_reading(&svc, who("demo"), first).unwrap();
+        delete(&svc, "demo", first).unwrap();
         drop(svc);
         let svc = Readings::open(&path, Some("demo")).unwrap();
         let list = Readings::query_health_indicators(&svc, who("demo")).unwrap();

@@ -14,6 +14,9 @@
 //! | `Durations` | `add_duration` | a time plus (or minus) a duration, DST-aware |
 //! | `WorldClock` | `world_clock` | the current time in each configured zone (only when configured) |
 //!
+//! Resources: `time://zones` (every zone with its current offset, JSON) and the template
+//! `time://zones/{+zone}` (the current time in one zone; the zone name completes).
+//!
 //! Times are accepted as RFC 3339 / ISO 8601 with an offset (`2026-11-29T14:00:00+01:00`,
 //! `2026-11-29T13:00:00Z`), RFC 9557 with a zone (`2026-11-29T14:00:00+01:00[Europe/Paris]`), a
 //! civil date-time interpreted in a given zone (`2026-11-29 14:00`, `2026-11-29T14:00:00`,
@@ -32,7 +35,7 @@
 use jiff::civil::DateTime;
 use jiff::tz::{Offset, TimeZone};
 use jiff::{Span, Timestamp, Unit, ZonedDateTime};
-use mcp_plugin_sdk::{HostApi, export_plugin, service};
+use mcp_plugin_sdk::{CompletionRequest, HostApi, export_plugin, service};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -427,6 +430,44 @@ impl Clock {
         #[arg(default = 1000, min = 1, max = 5000)] limit: u32,
     ) -> ZoneList {
         list_zones(filter.as_deref(), limit as usize, now_seconds())
+    }
+
+    /// Every IANA time zone name with its current UTC offset and DST flag, sorted by name, as JSON.
+    #[resource(
+        uri = "time://zones",
+        name = "time-zones",
+        title = "Time zones",
+        mime_type = "application/json"
+    )]
+    pub fn zones(&self) -> ZoneList {
+        list_zones(None, usize::MAX, now_seconds())
+    }
+
+    /// The current time in one IANA time zone (e.g. `time://zones/Europe/Paris`), as JSON.
+    #[resource(
+        uri = "time://zones/{+zone}",
+        name = "time-in-zone",
+        title = "Current time in a zone",
+        mime_type = "application/json"
+    )]
+    pub fn zone(&self, #[arg(complete = Self::complete_zone)] zone: String) -> Option<TimeInfo> {
+        let tz = TimeZone::get(&zone).ok()?;
+        Some(TimeInfo::of(&now_seconds().to_zoned_datetime(tz)))
+    }
+}
+
+/// The resources of the clock (a second block of the same service would be a second service).
+impl Clock {
+    /// Zone names starting with what was typed (case-insensitive).
+    fn complete_zone(&self, request: &CompletionRequest) -> Vec<String> {
+        let mut names: Vec<String> = jiff::tz::db()
+            .available()
+            .map(|n| n.as_str().to_owned())
+            .filter(|n| request.matches(n))
+            .collect();
+        names.sort();
+        names.dedup();
+        names
     }
 }
 

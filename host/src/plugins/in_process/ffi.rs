@@ -15,7 +15,7 @@ use mcp_plugin_sdk::LogLevel;
 use mcp_plugin_sdk::wire::{CallContextFfi, HostApiFfi};
 
 use crate::exec::{CallEvent, CallState};
-use crate::plugins::backend::HostCallbacks;
+use crate::plugins::backend::{Change, HostCallbacks};
 
 impl CallContextFfi for CallState {
     fn is_cancelled(&self) -> bool {
@@ -42,8 +42,24 @@ impl CallContextFfi for CallState {
         }
     }
 
-    fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
-        RResult::RErr(format!("unsupported call-context method: {method}").into())
+    fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
+        match (method.as_str(), &self.input) {
+            ("client/capabilities", Some(input)) => {
+                RResult::ROk(input.capabilities().to_string().into())
+            }
+            ("client/capabilities", None) => RResult::ROk("{}".into()),
+            ("input/ask", Some(input)) => match input.ask(params.as_str(), self) {
+                Ok(answers) => RResult::ROk(answers.to_string().into()),
+                Err(e) => RResult::RErr(mcp_plugin_sdk::wire::encode_input_error(&e).into()),
+            },
+            ("input/ask", None) => RResult::RErr(
+                mcp_plugin_sdk::wire::encode_input_error(&mcp_plugin_sdk::InputError::Failed(
+                    "this call has no client to ask (e.g. `mcp-host call`)".into(),
+                ))
+                .into(),
+            ),
+            (other, _) => RResult::RErr(format!("unsupported call-context method: {other}").into()),
+        }
     }
 }
 
@@ -126,13 +142,27 @@ impl HostApiFfi for HostApiImpl {
         }
     }
 
-    fn request(&self, method: RStr<'_>, _params: RStr<'_>) -> RResult<RString, RString> {
-        match method.as_str() {
-            "notify_tools_changed" => {
-                self.host.notify_tools_changed();
-                RResult::ROk("null".into())
+    fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
+        let lists = |tools, resources, prompts| Change::Lists {
+            tools,
+            resources,
+            prompts,
+        };
+        let change = match method.as_str() {
+            "notify_tools_changed" => lists(true, false, false),
+            "notify_resources_changed" => lists(false, true, false),
+            "notify_prompts_changed" => lists(false, false, true),
+            "notify_resource_updated" => {
+                let params: serde_json::Value =
+                    serde_json::from_str(params.as_str()).unwrap_or_default();
+                match params.get("uri").and_then(serde_json::Value::as_str) {
+                    Some(uri) => Change::ResourceUpdated(uri.into()),
+                    None => return RResult::RErr("notify_resource_updated needs a \"uri\"".into()),
+                }
             }
-            other => RResult::RErr(format!("unsupported host method: {other}").into()),
-        }
+            other => return RResult::RErr(format!("unsupported host method: {other}").into()),
+        };
+        self.host.announce(change);
+        RResult::ROk("null".into())
     }
 }

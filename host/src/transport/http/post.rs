@@ -165,7 +165,7 @@ pub(crate) async fn post(
         cache_private: access.caller_dependent(),
         peer: Some(peer),
     };
-    match state.core.route(value, origin.inflight.as_deref()) {
+    match state.core.route(value, &origin) {
         Routed::Request { id, method, params } => {
             request(state, id, method, params, origin, endpoint_agent).await
         }

@@ -1,0 +1,215 @@
+//! Requests that may ask the client for input (`tools/call`, `prompts/get`, `resources/read`): how
+//! a call's questions reach the client in each era, and what the request answers afterwards.
+//!
+//! - **2026-07-28** (input-required results, "MRTR"): the request's `inputResponses` and its
+//!   `requestState` (sealed by [`super::request_state`], bound to this request and caller, carrying
+//!   the earlier rounds' answers) answer the call's questions; questions left open make the answer an
+//!   `input_required` result with the questions and a fresh state, and the client retries.
+//! - **2025** sessions: questions are JSON-RPC requests to the client on the request's stream (see
+//!   [`super::session::SessionLink`]); the call waits for the answers.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+
+use super::era::Era;
+use super::jsonrpc::{ErrorKind, RpcError};
+use super::request_state::Sealer;
+use super::session::SessionLink;
+use super::{Answer, Protocol, Request};
+use crate::exec::{InputChannel, Round};
+
+/// What a request asks of the server, to bind its state to: the method, the tool or prompt name
+/// or resource URI, and the arguments.
+pub(crate) struct Subject<'a> {
+    /// `tools/call`, `prompts/get` or `resources/read`.
+    pub method: &'a str,
+    /// The tool or prompt name, or the resource URI.
+    pub name: &'a str,
+    /// The arguments (`null` for a resource).
+    pub arguments: Option<&'a Value>,
+}
+
+impl Subject<'_> {
+    /// SHA-256 over the canonical JSON of method, name and arguments (hex).
+    fn digest(&self) -> String {
+        let canonical = canonical(&json!([self.method, self.name, self.arguments]));
+        Sha256::digest(canonical.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+}
+
+/// JSON with object keys sorted at every level, so the same value always hashes the same.
+fn canonical(value: &Value) -> String {
+    match value {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let items: Vec<String> = keys
+                .into_iter()
+                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
+                .collect();
+            format!("{{{}}}", items.join(","))
+        }
+        Value::Array(items) => {
+            let items: Vec<String> = items.iter().map(canonical).collect();
+            format!("[{}]", items.join(","))
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Who asks, as bound into a state: the verified user and the agent.
+fn principal(req: &Request<'_>) -> String {
+    let user = req.ex.caller.as_ref().map_or("", |c| c.user_id.as_str());
+    let agent = req.ex.agent.as_ref().map_or("", |a| a.name.as_str());
+    format!("{user}\u{0}{agent}")
+}
+
+impl Protocol {
+    /// The sealer for request states: the configured keys, or this process's random one.
+    fn sealer(&self, req: &Request<'_>) -> Sealer {
+        let settings = &req.config.request_state;
+        let keys = if settings.keys.is_empty() {
+            vec![self.state_key.to_vec()]
+        } else {
+            settings
+                .keys
+                .iter()
+                .map(|k| k.as_bytes().to_vec())
+                .collect()
+        };
+        Sealer::new(keys, Duration::from_secs(settings.ttl_secs))
+    }
+}
+
+/// How the call serving `req` asks the client: a 2026 round built from `inputResponses` and the
+/// verified `requestState`, or the 2025 session's client over this request's stream. `None` where
+/// nobody can be asked (a 2025 request without a session stream).
+pub(crate) fn channel(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    subject: &Subject<'_>,
+) -> Result<Option<Arc<InputChannel>>, RpcError> {
+    match req.era {
+        Era::Modern { caps, .. } => {
+            let mut answers = Map::new();
+            if let Some(state) = req.params.get("requestState") {
+                let Some(state) = state.as_str() else {
+                    return Err(RpcError::invalid_params("requestState must be a string"));
+                };
+                let payload = protocol
+                    .sealer(req)
+                    .open(state)
+                    .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+                if payload["sub"] != json!(subject.digest())
+                    || payload["who"] != json!(principal(req))
+                {
+                    return Err(RpcError::invalid_params(
+                        "requestState belongs to another request or caller",
+                    ));
+                }
+                if let Some(Value::Object(earlier)) = payload.get("answers") {
+                    answers.extend(earlier.clone());
+                }
+            }
+            match req.params.get("inputResponses") {
+                None => {}
+                Some(Value::Object(given)) => {
+                    if let Some((key, _)) = given.iter().find(|(_, v)| !v.is_object()) {
+                        return Err(RpcError::invalid_params(format!(
+                            "inputResponses.{key} must be an object (the client's result for that request)"
+                        )));
+                    }
+                    answers.extend(given.clone());
+                }
+                Some(_) => {
+                    return Err(RpcError::invalid_params(
+                        "inputResponses must be an object of results by request key",
+                    ));
+                }
+            }
+            Ok(Some(Arc::new(InputChannel::Round(Round::new(
+                (*caps).clone(),
+                answers,
+            )))))
+        }
+        Era::Legacy(_) => {
+            let (Some(session), Some(out)) = (&req.ex.session, &req.ex.notifier) else {
+                return Ok(None);
+            };
+            Ok(Some(Arc::new(InputChannel::Session {
+                capabilities: session.capabilities.clone(),
+                version: session.version.clone(),
+                link: Arc::new(SessionLink::new(Arc::clone(session), Arc::clone(out))),
+            })))
+        }
+    }
+}
+
+/// What the request answers once its call returned `answer` (`failed`: the call failed — an
+/// `isError` result or an error): in a 2026 round, open questions make it an input-required result
+/// with a fresh state; an invalid answer is -32602; a question the client had no capability for
+/// that made the call fail is -32021 naming the capability. Otherwise `answer` as it is.
+pub(crate) fn finish(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    subject: &Subject<'_>,
+    channel: Option<&InputChannel>,
+    failed: bool,
+    answer: Result<Answer, RpcError>,
+) -> Result<Answer, RpcError> {
+    let Some(InputChannel::Round(round)) = channel else {
+        return answer;
+    };
+    let asked = round.asked();
+    if let Some(why) = asked.invalid {
+        return Err(RpcError::invalid_params(why));
+    }
+    if !asked.open.is_empty() {
+        let state = protocol.sealer(req).seal(json!({
+            "sub": subject.digest(),
+            "who": principal(req),
+            "answers": asked.used,
+        }));
+        return Ok(Answer::InputRequired(json!({
+            "inputRequests": asked.open,
+            "requestState": state,
+        })));
+    }
+    if let Some(missing) = asked.missing.filter(|_| failed) {
+        let names: Vec<String> = missing
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        return Err(RpcError::new(
+            ErrorKind::MissingCapability,
+            format!(
+                "Missing required client capability: {} {} needs {}",
+                subject.method,
+                subject.name,
+                names.join(", ")
+            ),
+        )
+        .with_data(json!({ "requiredCapabilities": missing })));
+    }
+    answer
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_json_sorts_keys_at_every_level() {
+        let a = json!({"b": 1, "a": {"y": [1, {"d": 2, "c": 3}], "x": null}});
+        assert_eq!(
+            canonical(&a),
+            r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#
+        );
+    }
+}
