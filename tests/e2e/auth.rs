@@ -1153,6 +1153,11 @@ fn stdio_serve_with_agent_applies_the_agents_view() {
         .wait_exit(Duration::from_secs(20))
         .expect("serve --stdio --agent nobody should exit");
     assert!(!status.success());
+    // Its stderr is read on a thread that may still be draining the pipe.
+    let deadline = Instant::now() + mcp_host_tests::serve::WAIT;
+    while !bad.stderr().contains("nobody") && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert!(bad.stderr().contains("nobody"), "{}", bad.stderr());
 }
 
