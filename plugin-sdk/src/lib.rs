@@ -105,6 +105,8 @@ mod manifest;
 mod runtime;
 mod schema;
 pub mod testing;
+#[cfg(feature = "validation")]
+pub mod validation;
 
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
@@ -158,8 +160,8 @@ pub mod __private {
     pub use crate::abi::{CallContextRef, HostApiBox, PluginModV1, PluginModV1Ref};
     pub use crate::manifest::{Annotations, CallerNeed, ToolDescriptor};
     pub use crate::runtime::{
-        AutoExport, Invocation, Registrar, Service, ToolFactory, ToolSpec, build_info, call, init,
-        shutdown,
+        AutoExport, Invocation, PluginExport, Registrar, Service, ToolFactory, ToolSpec,
+        build_info, call, init, shutdown,
     };
     pub use crate::schema::{input_schema_with_headers, object_schema};
     pub use abi_stable;
@@ -327,6 +329,16 @@ macro_rules! export_plugin {
 
             extern "C" fn __root_module_loader() -> __abi::library::RootModuleResult {
                 __abi::library::__call_root_module_loader(__root_module)
+            }
+
+            // Found by the test kit (`testing::TestPlugin`), which loads the crate as this does.
+            $crate::__private::inventory::submit! {
+                $crate::__private::PluginExport {
+                    module: ::core::module_path!(),
+                    name: __NAME,
+                    version: env!("CARGO_PKG_VERSION"),
+                    register: __register,
+                }
             }
 
             // The symbol abi_stable's loader looks up (`lib_header_from_path`).
