@@ -119,6 +119,36 @@ impl HostCallbacks for Callbacks {
             inner.announce_change();
         }
     }
+
+    fn data_dir(&self, plugin: &str) -> Result<PathBuf, String> {
+        let inner = self.0.upgrade().ok_or("the host is shutting down")?;
+        plugin_data_dir(&inner.config.load().data_dir, plugin)
+    }
+}
+
+/// `<data_dir>/<plugin>`, created (owner-only on Unix: plugins keep their users' data there). A
+/// plugin name that is not a plain file name gets no directory.
+fn plugin_data_dir(data_dir: &Path, plugin: &str) -> Result<PathBuf, String> {
+    let plain = !plugin.is_empty()
+        && plugin != "."
+        && plugin != ".."
+        && plugin
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain {
+        return Err(format!(
+            "plugin name {plugin:?} cannot name a data directory"
+        ));
+    }
+    let dir = data_dir.join(plugin);
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(&dir)
+        .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+    Ok(dir)
 }
 
 impl Host {

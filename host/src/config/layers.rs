@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Limits,
-    PluginSettings, ToolDir,
+    LogFormat, PluginSettings, ToolDir, TraceSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -26,6 +26,7 @@ struct Layer {
     /// A path, or `false` to turn the cache off.
     probe_cache: Option<Value>,
     runtime_dir: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
     http: Option<Value>,
     shutdown_grace_secs: Option<f64>,
@@ -35,17 +36,30 @@ struct Layer {
     instructions: Option<String>,
     auth: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
+    log_format: Option<LogFormat>,
+    /// `stderr`, or a file path.
+    audit_log: Option<PathBuf>,
+    metrics_listen: Option<SocketAddr>,
+    metrics_token: Option<String>,
+    traces: Option<Value>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
 enum ToolDirEntry {
     Path(PathBuf),
-    WithPrefix {
-        path: PathBuf,
-        #[serde(default)]
-        prefix: String,
-    },
+    Detailed(DetailedToolDir),
+}
+
+/// `{path, prefix?, files?}`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DetailedToolDir {
+    path: PathBuf,
+    #[serde(default)]
+    prefix: String,
+    #[serde(default)]
+    files: Vec<String>,
 }
 
 /// Where a layer came from, for messages and relative paths.
@@ -82,6 +96,11 @@ impl Config {
             dir.path = cwd.join(&dir.path);
         }
         config.base_dir = cwd.clone();
+        let config_dir = base_file
+            .as_deref()
+            .and_then(|f| absolute(&cwd, f).parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| cwd.clone());
+        config.data_dir = super::default_data_dir(&env, &config_dir);
         let mut merged = Map::new();
         if let Some(file) = &base_file {
             apply_files(&mut config, &mut merged, &absolute(&cwd, file), &env)?;
@@ -369,7 +388,7 @@ fn apply_value(
     check_sections(&layer, origin)?;
     apply_layer(config, layer, origin)?;
     if let Value::Object(map) = value {
-        for key in ["limits", "plugins", "http", "auth", "agents"] {
+        for key in ["limits", "plugins", "http", "auth", "agents", "traces"] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
                 deep_merge(slot, v.clone());
@@ -391,6 +410,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     if let Some(v) = &layer.auth {
         section::<AuthSettings>(v, origin, "auth")?;
     }
+    if let Some(v) = &layer.traces {
+        section::<TraceSettings>(v, origin, "traces")?;
+    }
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
     }
@@ -403,19 +425,31 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
 /// Set the top-level keys a layer has (paths resolved against its file).
 fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(), ConfigError> {
     if let Some(dirs) = layer.tool_dirs {
-        config.tool_dirs = dirs
+        let dirs: Vec<ToolDir> = dirs
             .into_iter()
-            .map(|d| {
-                let (path, prefix) = match d {
-                    ToolDirEntry::Path(p) => (p, String::new()),
-                    ToolDirEntry::WithPrefix { path, prefix } => (path, prefix),
-                };
-                ToolDir {
-                    path: absolute(&origin.base_dir, &path),
-                    prefix,
-                }
+            .map(|d| match d {
+                ToolDirEntry::Path(p) => ToolDir {
+                    path: absolute(&origin.base_dir, &p),
+                    ..ToolDir::default()
+                },
+                ToolDirEntry::Detailed(d) => ToolDir {
+                    path: absolute(&origin.base_dir, &d.path),
+                    prefix: d.prefix,
+                    files: d.files,
+                },
             })
             .collect();
+        for (i, dir) in dirs.iter().enumerate() {
+            dir.file_selection().map_err(|e| ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: format!("tool_dirs.{i}.files"),
+                message: e.to_string(),
+            })?;
+        }
+        config.tool_dirs = dirs;
+    }
+    if let Some(dir) = layer.data_dir {
+        config.data_dir = absolute(&origin.base_dir, &dir);
     }
     if let Some(dir) = layer.runtime_dir {
         config.runtime_dir = Some(absolute(&origin.base_dir, &dir));
@@ -455,6 +489,22 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
     if let Some(v) = layer.instructions {
         config.instructions = Some(v);
     }
+    if let Some(v) = layer.log_format {
+        config.log_format = v;
+    }
+    if let Some(v) = layer.audit_log {
+        config.audit_log = Some(if v == Path::new("stderr") {
+            v
+        } else {
+            absolute(&origin.base_dir, &v)
+        });
+    }
+    if let Some(v) = layer.metrics_listen {
+        config.metrics_listen = Some(v);
+    }
+    if let Some(v) = layer.metrics_token {
+        config.metrics_token = Some(v).filter(|t| !t.is_empty());
+    }
     Ok(())
 }
 
@@ -484,6 +534,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     if let Some(v) = present("auth") {
         config.auth = section(v, &origin, "auth")?;
+    }
+    if let Some(v) = present("traces") {
+        config.traces = section(v, &origin, "traces")?;
     }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {

@@ -51,4 +51,7 @@ pub trait HostCallbacks: Send + Sync {
 
     /// Tell every listening client that the tool list changed.
     fn notify_tools_changed(&self);
+
+    /// Plugin `plugin`'s own data directory (`<data_dir>/<plugin>`), created if needed.
+    fn data_dir(&self, plugin: &str) -> Result<std::path::PathBuf, String>;
 }

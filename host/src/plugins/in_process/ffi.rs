@@ -132,6 +132,10 @@ impl HostApiFfi for HostApiImpl {
                 self.host.notify_tools_changed();
                 RResult::ROk("null".into())
             }
+            "data_dir" => match self.host.data_dir(&self.plugin) {
+                Ok(dir) => RResult::ROk(serde_json::json!(dir).to_string().into()),
+                Err(e) => RResult::RErr(e.into()),
+            },
             other => RResult::RErr(format!("unsupported host method: {other}").into()),
         }
     }
