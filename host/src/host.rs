@@ -21,6 +21,7 @@ use crate::plugins::discovery::{self, Candidate};
 pub use crate::plugins::lifecycle::RescanReport;
 use crate::plugins::lifecycle::{Loader, RuntimeDirError};
 use crate::registry::{Registry, Tool};
+use crate::telemetry::Telemetry;
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -55,6 +56,8 @@ pub struct HostOptions {
     /// The `mcp-host` executable used for child-process probes (`None`: no probing, e.g. in a
     /// library user that trusts its files).
     pub probe_exe: Option<PathBuf>,
+    /// Where metrics and audit records go (default: metrics only, no audit log).
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// A running tool host.
@@ -82,6 +85,7 @@ struct Inner {
     reload_lock: Mutex<()>,
     loader: Loader,
     exec: Executor,
+    telemetry: Arc<Telemetry>,
     changes: tokio::sync::broadcast::Sender<u64>,
     generation: AtomicU64,
 }
@@ -154,13 +158,19 @@ fn plugin_data_dir(data_dir: &Path, plugin: &str) -> Result<PathBuf, String> {
 impl Host {
     /// Discover, probe and load every plugin in the configured tool directories.
     pub fn start(config: Config, options: HostOptions) -> Result<Host, HostError> {
-        let loader = Loader::new(&config, options.probe_exe.as_deref())?;
+        let telemetry = options.telemetry.unwrap_or_default();
+        let loader = Loader::new(
+            &config,
+            options.probe_exe.as_deref(),
+            Arc::clone(&telemetry),
+        )?;
         let access = Access::from_config(&config)?;
         let inner = Arc::new(Inner {
             access: ArcSwap::from_pointee(access),
             reload_lock: Mutex::new(()),
             loader,
-            exec: Executor::new(config.limits.max_concurrent_calls),
+            exec: Executor::new(config.limits.max_concurrent_calls, Arc::clone(&telemetry)),
+            telemetry,
             changes: tokio::sync::broadcast::channel(16).0,
             generation: AtomicU64::new(0),
             registry: ArcSwap::from_pointee(Registry::default()),
@@ -207,6 +217,11 @@ impl Host {
         self.inner.config.load_full()
     }
 
+    /// Metrics and the audit log.
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.inner.telemetry
+    }
+
     /// The current access policy (authentication and agents).
     pub fn access(&self) -> Arc<Access> {
         self.inner.access.load_full()
@@ -240,6 +255,7 @@ impl Host {
         let (registry, report) = inner.loader.rescan(&config, &old, &self.callbacks());
         drop(old);
         inner.registry.store(Arc::new(registry));
+        inner.telemetry.metrics().reloaded(report.reloaded.len());
         // Agents or access may have changed what clients see, too: announce on any change.
         if config_changed || report.tools_changed || report.versions_changed() {
             inner.announce_change();

@@ -99,13 +99,14 @@ pub(crate) fn check(
 /// Call `tool` in-process as `user` and print its result; progress and log events go to stderr.
 pub(crate) fn call(
     config: Config,
+    options: mcp_host::HostOptions,
     tool: &str,
     args: &str,
     user: Option<String>,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<ExitCode> {
     let args: Value = serde_json::from_str(args).context("--args is not valid JSON")?;
-    let host = Host::start(config, crate::host_options())?;
+    let host = Host::start(config, options)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

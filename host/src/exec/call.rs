@@ -11,10 +11,13 @@ use mcp_plugin_sdk::wire::CallerNeed;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
+use tracing::Instrument as _;
+
 use super::pool::WorkerPool;
 use super::{CallState, CancelFlag, EventSink};
 use crate::access::agents::Agent;
 use crate::registry::{Registry, Tool};
+use crate::telemetry::{Arguments, CallParty, ObservedCall, Outcome, Telemetry};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -53,6 +56,7 @@ impl std::fmt::Debug for CallOptions {
 pub struct Executor {
     pool: WorkerPool,
     global: Arc<Semaphore>,
+    telemetry: Arc<Telemetry>,
 }
 
 /// Sets the call's cancellation flag if the call future is dropped before it finished.
@@ -67,11 +71,12 @@ impl Drop for CancelOnDrop {
 }
 
 impl Executor {
-    /// An executor running at most `max_concurrent` calls at once.
-    pub fn new(max_concurrent: usize) -> Self {
+    /// An executor running at most `max_concurrent` calls at once, reporting each to `telemetry`.
+    pub fn new(max_concurrent: usize, telemetry: Arc<Telemetry>) -> Self {
         Executor {
             pool: WorkerPool::new(max_concurrent),
             global: Arc::new(Semaphore::new(max_concurrent.max(1))),
+            telemetry,
         }
     }
 
@@ -85,12 +90,48 @@ impl Executor {
         args: Option<Value>,
         opts: CallOptions,
     ) -> Result<Value, CallError> {
-        let name = tool.name.as_str();
         let args = args.unwrap_or_else(|| json!({}));
-        if let Err(message) = validate(&tool, &args) {
-            return Ok(error_result(&message));
+        let party = CallParty {
+            caller: opts.caller.as_ref(),
+            caller_json: "",
+            agent: opts.agent.as_deref().map(|a| a.name.as_str()),
+            depth: 0,
+        };
+        let observed = self
+            .telemetry
+            .observe(&tool, party, Arguments::Value(&args));
+        let cancel = opts.cancel.clone();
+        let (result, outcome) = self
+            .run_call(tool, args, opts, &observed)
+            .instrument(observed.span().clone())
+            .await;
+        let outcome = match outcome {
+            Outcome::Ok | Outcome::ToolError if cancel.is_cancelled() => Outcome::Cancelled,
+            other => other,
+        };
+        observed.finish(outcome, result.as_ref().ok());
+        result
+    }
+
+    /// [`Executor::call`] inside its span: the answer, and how the call ended.
+    async fn run_call(
+        &self,
+        tool: Arc<Tool>,
+        args: Value,
+        opts: CallOptions,
+        observed: &ObservedCall<'_>,
+    ) -> (Result<Value, CallError>, Outcome) {
+        let name = tool.name.as_str();
+        if let Err(message) = observed
+            .phase("validate")
+            .in_scope(|| validate(&tool, &args))
+        {
+            return (Ok(error_result(&message)), Outcome::InvalidArguments);
         }
-        let caller_json = caller_json(&tool, opts.caller.as_ref())?;
+        let caller_json = match caller_json(&tool, opts.caller.as_ref()) {
+            Ok(json) => json,
+            Err(refused) => return (Err(refused), Outcome::CallerRequired),
+        };
         let started = Instant::now();
         let call = Arc::new(CallState {
             cancel: opts.cancel.clone(),
@@ -103,7 +144,10 @@ impl Executor {
         });
         let args_text = serde_json::to_string(&args).unwrap_or_default();
         if tool.descriptor.inline {
-            return Ok(run(&tool, &args_text, &call));
+            let (result, outcome) = observed
+                .phase("plugin")
+                .in_scope(|| run(&tool, &args_text, &call));
+            return (Ok(result), outcome);
         }
 
         let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
@@ -112,22 +156,35 @@ impl Executor {
             let call = Arc::clone(&call);
             let (global, pool) = (Arc::clone(&self.global), &self.pool);
             async move {
-                let global = global.acquire_owned().await;
-                let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
+                let waiting = Instant::now();
+                let (global, local) = async {
+                    let global = global.acquire_owned().await;
+                    let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
+                    (global, local)
+                }
+                .instrument(observed.phase("queue"))
+                .await;
+                observed.dequeued(waiting.elapsed());
+                let plugin = observed.phase("plugin");
                 let (tx, rx) = tokio::sync::oneshot::channel();
                 pool.submit(move || {
                     // Permits are released only when the plugin function has returned.
                     let _permits = (global, local);
-                    let _ = tx.send(run(&tool, &args_text, &call));
+                    let _ = tx.send(plugin.in_scope(|| run(&tool, &args_text, &call)));
                 });
                 rx.await
             }
         };
         let outcome = tokio::time::timeout(tool.timeout, work).await;
         guard.0 = None;
-        Ok(match outcome {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => error_result("the tool call was lost (its worker thread ended)"),
+        match outcome {
+            Ok(Ok((result, outcome))) => (Ok(result), outcome),
+            Ok(Err(_)) => (
+                Ok(error_result(
+                    "the tool call was lost (its worker thread ended)",
+                )),
+                Outcome::PluginFailure,
+            ),
             Err(_) => {
                 call.cancel.cancel();
                 tracing::warn!(
@@ -135,9 +192,10 @@ impl Executor {
                     "call timed out after {} s; cancellation requested",
                     fmt_secs(tool.timeout)
                 );
-                error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
+                let message = format!("timed out after {} s", fmt_secs(tool.timeout));
+                (Ok(error_result(&message)), Outcome::Timeout)
             }
-        })
+        }
     }
 
     /// A tool calling tool `name` with JSON `args`, on the calling thread, on behalf of `parent`
@@ -166,12 +224,27 @@ impl Executor {
         } else {
             serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
         };
-        if let Err(message) = validate(&tool, &args_value) {
-            return Ok(error_result(&message).to_string());
-        }
         let caller_json: Arc<str> =
             parent.map_or_else(|| Arc::from(""), |p| Arc::clone(&p.caller_json));
+        let party = CallParty {
+            caller: None,
+            caller_json: &caller_json,
+            agent: parent.and_then(|p| p.agent.as_deref().map(|a| a.name.as_str())),
+            depth,
+        };
+        let observed = self.telemetry.observe(&tool, party, Arguments::Text(args));
+        let span = observed.span().clone();
+        let _in_call = span.enter();
+        if let Err(message) = observed
+            .phase("validate")
+            .in_scope(|| validate(&tool, &args_value))
+        {
+            let result = error_result(&message);
+            observed.finish(Outcome::InvalidArguments, Some(&result));
+            return Ok(result.to_string());
+        }
         if tool.descriptor.caller == CallerNeed::Required && caller_json.is_empty() {
+            observed.finish(Outcome::CallerRequired, None);
             return Err(format!("tool {name} requires an authenticated caller"));
         }
         let call = Arc::new(CallState {
@@ -185,7 +258,11 @@ impl Executor {
             depth,
             tool: Arc::from(name),
         });
-        Ok(run(&tool, args, &call).to_string())
+        let (result, outcome) = observed
+            .phase("plugin")
+            .in_scope(|| run(&tool, args, &call));
+        observed.finish(outcome, Some(&result));
+        Ok(result.to_string())
     }
 }
 
@@ -201,19 +278,24 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
     }
 }
 
-/// Run a tool on this thread and map what the plugin returned.
-fn run(tool: &Tool, args: &str, call: &Arc<CallState>) -> Value {
+/// Run a tool on this thread and map what the plugin returned: the result, and how the call ended.
+fn run(tool: &Tool, args: &str, call: &Arc<CallState>) -> (Value, Outcome) {
     match tool.slot.backend.call_blocking(tool.index, args, call) {
         Ok(json) => match serde_json::from_str::<Value>(&json) {
-            Ok(v) if v.get("content").is_some_and(Value::is_array) => v,
+            Ok(v) if v.get("content").is_some_and(Value::is_array) => {
+                let outcome = Outcome::of_result(&v);
+                (v, outcome)
+            }
             _ => {
                 tracing::error!(tool = %tool.name, "plugin returned an invalid result");
-                error_result("the plugin returned an invalid result")
+                let result = error_result("the plugin returned an invalid result");
+                (result, Outcome::PluginFailure)
             }
         },
         Err(e) => {
             tracing::error!(tool = %tool.name, "plugin could not run the tool: {e}");
-            error_result(&format!("the plugin could not run the tool: {e}"))
+            let result = error_result(&format!("the plugin could not run the tool: {e}"));
+            (result, Outcome::PluginFailure)
         }
     }
 }
@@ -234,45 +316,5 @@ fn fmt_secs(d: Duration) -> String {
 
 /// Validate arguments against the tool's compiled schema; the message names each argument and rule.
 fn validate(tool: &Tool, args: &Value) -> Result<(), String> {
-    if !args.is_object() {
-        return Err(format!(
-            "Invalid arguments for tool {}: arguments must be a JSON object",
-            tool.name
-        ));
-    }
-    // The caller is injected by the host from verified credentials; it can never be an argument,
-    // whatever a hand-written schema allows.
-    let mut problems = Vec::new();
-    if args.get("user_info").is_some() {
-        problems.push(
-            "argument `user_info` is not allowed: the caller comes from verified credentials, \
-             never from arguments"
-                .to_owned(),
-        );
-    }
-    for error in tool.validator.iter_errors(args).take(5) {
-        let path = error.instance_path().to_string();
-        let rule = error
-            .schema_path()
-            .to_string()
-            .rsplit('/')
-            .next()
-            .unwrap_or("")
-            .to_owned();
-        let arg = path.trim_start_matches('/').replace('/', ".");
-        if arg.is_empty() {
-            problems.push(format!("{error} (rule: {rule})"));
-        } else {
-            problems.push(format!("argument `{arg}`: {error} (rule: {rule})"));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "Invalid arguments for tool {}: {}",
-            tool.name,
-            problems.join("; ")
-        ))
-    }
+    tool.validator.check(&tool.name, args)
 }

@@ -143,6 +143,8 @@ pub struct SessionStore {
     sessions: Mutex<HashMap<String, Arc<LegacySession>>>,
     max: usize,
     idle: Duration,
+    /// Set to the number of sessions held after every change.
+    gauge: Option<prometheus_client::metrics::gauge::Gauge>,
 }
 
 impl SessionStore {
@@ -152,6 +154,19 @@ impl SessionStore {
             sessions: Mutex::new(HashMap::new()),
             max: max.max(1),
             idle,
+            gauge: None,
+        }
+    }
+
+    /// This store, keeping `gauge` at the number of sessions it holds.
+    pub fn with_gauge(mut self, gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
+        self.gauge = Some(gauge);
+        self
+    }
+
+    fn count(&self, map: &HashMap<String, Arc<LegacySession>>) {
+        if let Some(gauge) = &self.gauge {
+            gauge.set(i64::try_from(map.len()).unwrap_or(i64::MAX));
         }
     }
 
@@ -172,6 +187,7 @@ impl SessionStore {
             }
         }
         map.insert(session.id.clone(), session);
+        self.count(&map);
     }
 
     /// The live session with this id (refreshing its idle timer).
@@ -184,6 +200,7 @@ impl SessionStore {
             }
             Some(_) => {
                 map.remove(id);
+                self.count(&map);
                 None
             }
             None => None,
@@ -192,13 +209,17 @@ impl SessionStore {
 
     /// End a session; true if it existed.
     pub fn remove(&self, id: &str) -> bool {
-        lock(&self.sessions).remove(id).is_some()
+        let mut map = lock(&self.sessions);
+        let removed = map.remove(id).is_some();
+        self.count(&map);
+        removed
     }
 
     /// Drop expired sessions; returns how many remain.
     pub fn sweep(&self) -> usize {
         let mut map = lock(&self.sessions);
         map.retain(|_, s| s.idle_for() < self.idle);
+        self.count(&map);
         map.len()
     }
 

@@ -9,6 +9,7 @@ use super::body::{Body, error_response, json_response};
 use crate::access::{Access, Denied};
 use crate::config::HttpSettings;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
+use crate::telemetry::Metrics;
 
 /// A header's value, trimmed (`None` when absent or not visible ASCII).
 pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -63,10 +64,14 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
         .filter(|t| !t.is_empty())
 }
 
-/// A 401 with its `WWW-Authenticate` challenge, or the 403/404 for a refused identity.
-pub(crate) fn denied(access: &Access, id: &Value, d: Denied) -> Response<Body> {
+/// A 401 with its `WWW-Authenticate` challenge, or the 403/404 for a refused identity (counted
+/// in `metrics` by reason).
+pub(crate) fn denied(access: &Access, metrics: &Metrics, id: &Value, d: Denied) -> Response<Body> {
+    metrics.auth_failure(d.reason());
     match d {
-        Denied::Unauthorized { error, description } => challenge(
+        Denied::Unauthorized {
+            error, description, ..
+        } => challenge(
             access,
             error_response(
                 id,

@@ -1,10 +1,12 @@
 //! The Streamable HTTP transport on hyper 1.x: `POST /mcp` (JSON, or an SSE stream once a request
-//! emits notifications; [`post`]), legacy sessions with `GET`/`DELETE`, `/healthz`, the RFC 9728
-//! metadata, Origin/Host validation against DNS rebinding ([`guard`]), a request body cap,
-//! keep-alive and graceful shutdown. Messages themselves go through the connection core.
+//! emits notifications; [`post`]), legacy sessions with `GET`/`DELETE`, `/healthz`, `/metrics`
+//! ([`metrics`], unless a separate address serves it), the RFC 9728 metadata, Origin/Host
+//! validation against DNS rebinding ([`guard`]), a request body cap, keep-alive and graceful
+//! shutdown. Messages themselves go through the connection core.
 
 mod body;
 mod guard;
+pub mod metrics;
 mod post;
 
 use std::convert::Infallible;
@@ -42,6 +44,8 @@ pub struct HttpOptions {
     pub grace: Duration,
     /// Interval of SSE keep-alive comments on long-lived streams.
     pub keepalive: Duration,
+    /// Serve `/metrics` here (off when a separate `metrics_listen` address serves it).
+    pub metrics: bool,
 }
 
 impl Default for HttpOptions {
@@ -50,6 +54,7 @@ impl Default for HttpOptions {
             settings: HttpSettings::default(),
             grace: Duration::from_secs(10),
             keepalive: Duration::from_secs(15),
+            metrics: true,
         }
     }
 }
@@ -71,11 +76,13 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let stop = CancelFlag::new();
+    let sessions_gauge = protocol.host().telemetry().metrics().sessions("http");
     let state = Arc::new(State {
         sessions: SessionStore::new(
             options.settings.max_sessions,
             Duration::from_secs(options.settings.session_idle_secs),
-        ),
+        )
+        .with_gauge(sessions_gauge),
         core: Core::new(protocol, stop.clone()),
         options,
         shutdown: stop.clone(),
@@ -149,6 +156,9 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
     if path == "/healthz" {
         return json_response(200, &json!({ "status": "ok" }));
     }
+    if path == "/metrics" && state.options.metrics {
+        return metrics::respond(state.core.protocol().host(), &req);
+    }
     let access = state.core.protocol().host().access();
     if path == "/.well-known/oauth-protected-resource"
         || path.starts_with("/.well-known/oauth-protected-resource/")
@@ -181,7 +191,8 @@ async fn handle(state: Arc<State>, req: Request<IncomingBody>) -> Response<Body>
     if matches!(*req.method(), Method::GET | Method::DELETE)
         && let Err(d) = access.resolve(agent.as_deref(), bearer(req.headers()), None)
     {
-        return denied(&access, &Value::Null, d);
+        let metrics = state.core.protocol().host().telemetry().metrics();
+        return denied(&access, metrics, &Value::Null, d);
     }
     match *req.method() {
         Method::POST => post::post(state, req, agent).await,
