@@ -114,6 +114,17 @@ enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// Create a plugin crate: one service, one documented tool, tests on the SDK's test kit.
+    New {
+        /// The plugin's (and crate's) name, e.g. `my-tools`.
+        name: String,
+        /// The directory to create (default: `./<name>`).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// The SDK to build against (default: this checkout's plugin-sdk, when there is one).
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<PathBuf>,
+    },
     /// (internal) Probe plugin files in this process; used by the host before loading.
     #[command(hide = true)]
     Probe {
@@ -206,6 +217,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 &mut std::io::stdout(),
             );
             Ok(ExitCode::SUCCESS)
+        }
+        Command::New { name, path, sdk } => {
+            let args = cli::new::NewArgs { name, path, sdk };
+            cli::new::new_plugin(args, &mut std::io::stdout())
         }
         Command::Probe { files } => {
             mcp_host::plugins::probe::run_probe_child(&files, &mut protected_stdout())?;

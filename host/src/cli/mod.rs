@@ -2,5 +2,6 @@
 
 pub(crate) mod config;
 pub(crate) mod inspect;
+pub(crate) mod new;
 pub(crate) mod secret;
 pub(crate) mod serve;
