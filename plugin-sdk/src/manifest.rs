@@ -24,6 +24,17 @@ pub struct Manifest {
     pub tools: Vec<ToolDescriptor>,
 }
 
+impl Manifest {
+    /// The service of `tool` when that service is disabled (its tools are not served).
+    pub fn disabled_service_of(&self, tool: &ToolDescriptor) -> Option<&ServiceDescriptor> {
+        let name = tool.service.as_deref()?;
+        self.services
+            .iter()
+            .find(|s| s.name == name)
+            .filter(|s| !s.enabled)
+    }
+}
+
 /// A named group of tools with an `enabled()` gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

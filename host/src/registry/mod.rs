@@ -241,11 +241,7 @@ fn admit(
     file: &std::path::Path,
     winners: &HashMap<String, PathBuf>,
 ) -> Result<InputValidator, Status> {
-    let service = tool
-        .service
-        .as_ref()
-        .and_then(|s| manifest.services.iter().find(|d| &d.name == s));
-    if let Some(service) = service.filter(|s| !s.enabled) {
+    if let Some(service) = manifest.disabled_service_of(tool) {
         return Err(Status::DisabledService(
             service
                 .disabled_reason

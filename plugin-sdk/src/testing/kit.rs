@@ -323,11 +323,7 @@ fn admit(
     tool: &ToolDescriptor,
     served: &BTreeMap<String, Served>,
 ) -> Result<InputValidator, String> {
-    let service = tool
-        .service
-        .as_ref()
-        .and_then(|s| manifest.services.iter().find(|d| &d.name == s));
-    if let Some(service) = service.filter(|s| !s.enabled) {
+    if let Some(service) = manifest.disabled_service_of(tool) {
         return Err(format!(
             "service {} is disabled: {}",
             service.name,
