@@ -5,7 +5,10 @@
 #   - the official conformance suite, two pinned versions (0.1.16 for 2025-11-25, 0.2.0-alpha.12 for
 #     2026-07-28);
 #   - the TypeScript SDK v1 client (`@modelcontextprotocol/sdk`, latest 1.x);
-#   - a Python venv with the Python SDK `mcp` 2.x;
+#   - a Python venv with the Python SDK `mcp` 2.x, and for the operator tests the OpenTelemetry
+#     protobuf definitions (`opentelemetry-proto`: the OTLP/HTTP receiver in tests/otlp decodes the
+#     host's exported spans with them) and `prometheus-client` (its OpenMetrics parser reads
+#     `/metrics`);
 #   - the MCP Inspector (its CLI mode drives the server in the interop tests).
 # Only package registries are used (npm, PyPI). Idempotent: what is already there at the right version
 # is kept. Prints the versions at the end; exits non-zero on any failure.
@@ -23,6 +26,8 @@ CONFORMANCE_LEGACY=0.1.16
 CONFORMANCE_MODERN=0.2.0-alpha.12
 TS_SDK_MAJOR=1
 PY_MCP_VERSION=2.3.0
+PY_OTEL_PROTO_VERSION=1.45.2
+PY_PROMETHEUS_CLIENT_VERSION=0.26.0
 INSPECTOR_VERSION=2.12.0
 
 TOOLS="$PWD/.ci/.tools"
@@ -105,25 +110,35 @@ EOF
 chmod +x "$BIN/mcp-inspector.tmp"
 mv "$BIN/mcp-inspector.tmp" "$BIN/mcp-inspector"
 
-echo "== Python venv with mcp==$PY_MCP_VERSION"
+echo "== Python venv with mcp==$PY_MCP_VERSION, opentelemetry-proto, prometheus-client"
 VENV="$TOOLS/venv"
-py_mcp_version() {
-    "$VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("mcp"))' 2>/dev/null || true
+# The installed version of Python package $1, or nothing.
+py_version() {
+    "$VENV/bin/python" -c "import importlib.metadata as m; print(m.version('$1'))" 2>/dev/null || true
 }
 if [[ ! -x "$VENV/bin/python" ]]; then
     python3 -m venv "$VENV"
 fi
-if [[ "$(py_mcp_version)" == "$PY_MCP_VERSION" ]]; then
+if [[ "$(py_version mcp)" == "$PY_MCP_VERSION" ]]; then
     echo "   mcp $PY_MCP_VERSION already in ${VENV#"$PWD"/}"
 else
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "mcp==$PY_MCP_VERSION"
 fi
 "$VENV/bin/python" -c 'from mcp import Client, StdioServerParameters' # the 2.x client API imports
+if [[ "$(py_version opentelemetry-proto)" == "$PY_OTEL_PROTO_VERSION" \
+    && "$(py_version prometheus-client)" == "$PY_PROMETHEUS_CLIENT_VERSION" ]]; then
+    echo "   opentelemetry-proto $PY_OTEL_PROTO_VERSION and prometheus-client $PY_PROMETHEUS_CLIENT_VERSION already there"
+else
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check \
+        "opentelemetry-proto==$PY_OTEL_PROTO_VERSION" "prometheus-client==$PY_PROMETHEUS_CLIENT_VERSION"
+fi
+"$VENV/bin/python" -c 'from opentelemetry.proto.collector.trace.v1 import trace_service_pb2; from prometheus_client.openmetrics import parser'
 
 echo "== versions"
 echo "node:                 $node_version ($NODE)"
 echo "conformance (legacy): $("$BIN/conformance-2025-11-25" --version) ($BIN/conformance-2025-11-25)"
 echo "conformance (2026):   $("$BIN/conformance-2026-07-28" --version) ($BIN/conformance-2026-07-28)"
 echo "TypeScript SDK:       $(installed_version "$TOOLS/tssdk" @modelcontextprotocol/sdk) ($TOOLS/tssdk)"
-echo "Python SDK mcp:       $(py_mcp_version) ($VENV/bin/python)"
+echo "Python SDK mcp:       $(py_version mcp) ($VENV/bin/python)"
 echo "MCP Inspector:        $(installed_version "$TOOLS/inspector" @modelcontextprotocol/inspector) ($BIN/mcp-inspector)"
+echo "opentelemetry-proto:  $(py_version opentelemetry-proto), prometheus-client: $(py_version prometheus-client) ($VENV/bin/python)"

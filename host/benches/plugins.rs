@@ -77,7 +77,7 @@ fn main() {
     }
 
     // 2. One trivial call through the ABI vs the same work as a direct call.
-    let host = Host::start(config.clone(), HostOptions { probe_exe: None }).unwrap();
+    let host = Host::start(config.clone(), HostOptions::default()).unwrap();
     let registry = host.registry();
     let tool = registry.get("echo").unwrap();
     let ctx = Arc::new(CallState {

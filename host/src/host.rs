@@ -21,6 +21,7 @@ use crate::plugins::discovery::{self, Candidate};
 pub use crate::plugins::lifecycle::RescanReport;
 use crate::plugins::lifecycle::{Loader, RuntimeDirError};
 use crate::registry::{Registry, Tool};
+use crate::telemetry::Telemetry;
 
 /// Why the host could not start.
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +60,8 @@ pub struct HostOptions {
     /// The `mcp-host` executable used for child-process probes (`None`: no probing, e.g. in a
     /// library user that trusts its files).
     pub probe_exe: Option<PathBuf>,
+    /// Where metrics and audit records go (default: metrics only, no audit log).
+    pub telemetry: Option<Arc<Telemetry>>,
 }
 
 /// A running tool host.
@@ -86,6 +89,7 @@ struct Inner {
     reload_lock: Mutex<()>,
     loader: Loader,
     exec: Executor,
+    telemetry: Arc<Telemetry>,
     changes: tokio::sync::broadcast::Sender<Change>,
 }
 
@@ -121,18 +125,54 @@ impl HostCallbacks for Callbacks {
             inner.announce(change);
         }
     }
+
+    fn data_dir(&self, plugin: &str) -> Result<PathBuf, String> {
+        let inner = self.0.upgrade().ok_or("the host is shutting down")?;
+        plugin_data_dir(&inner.config.load().data_dir, plugin)
+    }
+}
+
+/// `<data_dir>/<plugin>`, created (owner-only on Unix: plugins keep their users' data there). A
+/// plugin name that is not a plain file name gets no directory.
+fn plugin_data_dir(data_dir: &Path, plugin: &str) -> Result<PathBuf, String> {
+    let plain = !plugin.is_empty()
+        && plugin != "."
+        && plugin != ".."
+        && plugin
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain {
+        return Err(format!(
+            "plugin name {plugin:?} cannot name a data directory"
+        ));
+    }
+    let dir = data_dir.join(plugin);
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder
+        .create(&dir)
+        .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+    Ok(dir)
 }
 
 impl Host {
     /// Discover, probe and load every plugin in the configured tool directories.
     pub fn start(config: Config, options: HostOptions) -> Result<Host, HostError> {
-        let loader = Loader::new(&config, options.probe_exe.as_deref())?;
+        let telemetry = options.telemetry.unwrap_or_default();
+        let loader = Loader::new(
+            &config,
+            options.probe_exe.as_deref(),
+            Arc::clone(&telemetry),
+        )?;
         let access = Access::from_config(&config)?;
         let inner = Arc::new(Inner {
             access: ArcSwap::from_pointee(access),
             reload_lock: Mutex::new(()),
             loader,
-            exec: Executor::new(&config.limits),
+            exec: Executor::new(&config.limits, Arc::clone(&telemetry)),
+            telemetry,
             changes: tokio::sync::broadcast::channel(64).0,
             registry: ArcSwap::from_pointee(Registry::default()),
             config: ArcSwap::from_pointee(config),
@@ -178,6 +218,11 @@ impl Host {
         self.inner.config.load_full()
     }
 
+    /// Metrics and the audit log.
+    pub fn telemetry(&self) -> &Arc<Telemetry> {
+        &self.inner.telemetry
+    }
+
     /// The current access policy (authentication and agents).
     pub fn access(&self) -> Arc<Access> {
         self.inner.access.load_full()
@@ -211,6 +256,7 @@ impl Host {
         let (registry, report) = inner.loader.rescan(&config, &old, &self.callbacks());
         drop(old);
         inner.registry.store(Arc::new(registry));
+        inner.telemetry.metrics().reloaded(report.reloaded.len());
         // Agents or access may have changed what clients see, too: announce every list then.
         if config_changed {
             inner.announce(Change::ALL_LISTS);

@@ -3,7 +3,8 @@
 //! Data flows one way: [`config`] → [`plugins`] (discovery, probe, loading) → [`registry`] →
 //! [`exec`] (the call path) → [`protocol`] → [`transport`] (stdio, Streamable HTTP), with [`access`]
 //! (who may call what) consulted by the transports. [`host`] ties loading, snapshots, execution and
-//! change notification together. The `mcp-host` binary wires these together.
+//! change notification together; [`telemetry`] (metrics, traces, the audit log) watches the call
+//! path. The `mcp-host` binary wires these together.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -14,6 +15,7 @@ pub mod host;
 pub mod plugins;
 pub mod protocol;
 pub mod registry;
+pub mod telemetry;
 pub mod transport;
 
 pub use config::Config;

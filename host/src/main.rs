@@ -5,13 +5,32 @@ mod cli;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use std::sync::{Arc, LazyLock};
+
+use clap::{CommandFactory as _, Parser, Subcommand};
+use mcp_host::config::LogFormat;
+use mcp_host::telemetry::{AuditLog, Telemetry, logging};
 use mcp_host::{Config, Host, HostOptions};
+
+/// `mcp-host --version`: the version and the build fingerprint plugins must match.
+fn version() -> &'static str {
+    static VERSION: LazyLock<String> = LazyLock::new(|| {
+        let build = mcp_plugin_sdk::wire::BuildInfo::host();
+        format!(
+            "{} (plugin ABI v{}, plugin SDK {}, target {})",
+            env!("CARGO_PKG_VERSION"),
+            build.abi,
+            build.sdk_version,
+            build.target
+        )
+    });
+    &VERSION
+}
 
 #[derive(Parser, Debug)]
 #[command(
     name = "mcp-host",
-    version,
+    version = version(),
     about = "Serve a folder of compiled plugins as MCP tools"
 )]
 struct Cli {
@@ -83,6 +102,29 @@ enum Command {
         #[arg(long)]
         user: Option<String>,
     },
+    /// Print the effective configuration (every layer merged, defaults filled in), secrets
+    /// redacted.
+    Config {
+        /// Print JSON instead of YAML.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script (e.g. `mcp-host completions bash > /etc/bash_completion.d/mcp-host`).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Create a plugin crate: one service, one documented tool, tests on the SDK's test kit.
+    New {
+        /// The plugin's (and crate's) name, e.g. `my-tools`.
+        name: String,
+        /// The directory to create (default: `./<name>`).
+        #[arg(long)]
+        path: Option<PathBuf>,
+        /// The SDK to build against (default: this checkout's plugin-sdk, when there is one).
+        #[arg(long, value_name = "DIR")]
+        sdk: Option<PathBuf>,
+    },
     /// (internal) Probe plugin files in this process; used by the host before loading.
     #[command(hide = true)]
     Probe {
@@ -91,21 +133,32 @@ enum Command {
     },
 }
 
-fn init_logging(default: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+/// The log for a command that does not export traces (`default` applies without `RUST_LOG`).
+fn init_logging(default: &str, format: LogFormat) {
+    // Without an OTLP endpoint no exporter is set up, so this cannot fail.
+    let _ = logging::init(default, format, &Default::default());
 }
 
 fn host_options() -> HostOptions {
     HostOptions {
         probe_exe: std::env::current_exe().ok(),
+        telemetry: None,
     }
+}
+
+/// Host options whose telemetry writes the configured audit log (commands that run tools).
+fn audited_host_options(config: &Config) -> anyhow::Result<HostOptions> {
+    let audit =
+        match &config.audit_log {
+            Some(path) => Some(AuditLog::open(path).map_err(|e| {
+                anyhow::anyhow!("cannot open the audit log {}: {e}", path.display())
+            })?),
+            None => None,
+        };
+    Ok(HostOptions {
+        telemetry: Some(Arc::new(Telemetry::new(audit))),
+        ..host_options()
+    })
 }
 
 fn main() -> ExitCode {
@@ -152,25 +205,44 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires,
                 },
         } => cli::secret::new_secret(&user, agent.as_deref(), expires.as_deref()),
+        Command::Config { json } => {
+            let config = Config::load(config_path)?;
+            cli::config::print(&config, json, &mut std::io::stdout())
+        }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "mcp-host",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::New { name, path, sdk } => {
+            let args = cli::new::NewArgs { name, path, sdk };
+            cli::new::new_plugin(args, &mut std::io::stdout())
+        }
         Command::Probe { files } => {
             mcp_host::plugins::probe::run_probe_child(&files, &mut protected_stdout())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::List { json } => {
-            init_logging("warn");
-            let host = Host::start(Config::load(config_path)?, host_options())?;
+            let config = Config::load(config_path)?;
+            init_logging("warn", config.log_format);
+            let host = Host::start(config, host_options())?;
             cli::inspect::print_list(&host, json, &mut protected_stdout())?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Check { file } => {
-            init_logging("warn");
             let config = Config::load(config_path)?;
+            init_logging("warn", config.log_format);
             cli::inspect::check(&config, &file, &mut protected_stdout())
         }
         Command::Call { tool, args, user } => {
-            init_logging("warn");
             let config = Config::load(config_path)?;
-            cli::inspect::call(config, &tool, &args, user, &mut protected_stdout())
+            init_logging("warn", config.log_format);
+            let options = audited_host_options(&config)?;
+            cli::inspect::call(config, options, &tool, &args, user, &mut protected_stdout())
         }
     }
 }

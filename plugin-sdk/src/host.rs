@@ -256,6 +256,28 @@ impl HostApi {
         .map(|_| ())
     }
 
+    /// This plugin's own data directory, for the files it keeps (a database, a cache):
+    /// `<data_dir>/<plugin name>` under the host's `data_dir` setting, created by the host when first
+    /// asked. Resolve relative paths from the plugin's configuration against it, never against the
+    /// host's working directory. `Err` when the host has none to give (a host older than this
+    /// method, or a directory it could not create).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// let tmp = std::env::temp_dir().join("mcp-sdk-doc-data");
+    /// let host = TestHost::new().with_data_dir(&tmp);
+    /// assert_eq!(host.api().data_dir().unwrap(), tmp);
+    /// assert!(TestHost::new().api().data_dir().is_err());
+    /// ```
+    pub fn data_dir(&self) -> Result<std::path::PathBuf, CallToolError> {
+        match self.request("data_dir", &Value::Null)? {
+            Value::String(dir) => Ok(dir.into()),
+            other => Err(CallToolError(format!(
+                "the host answered {other} for the data directory"
+            ))),
+        }
+    }
+
     /// A host capability by name, JSON in and out (the ABI's extension point).
     pub fn request(&self, method: &str, params: &Value) -> Result<Value, CallToolError> {
         let params = params.to_string();

@@ -148,6 +148,8 @@ mod resource;
 mod runtime;
 mod schema;
 pub mod testing;
+#[cfg(feature = "validation")]
+pub mod validation;
 
 pub use completion::{Completion, CompletionRequest, IntoCompletion, MAX_COMPLETION_VALUES};
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
@@ -212,7 +214,7 @@ pub mod __private {
         ResourceDescriptor, ToolDescriptor,
     };
     pub use crate::runtime::{
-        AutoExport, EnvelopeResult, Invocation, PromptFactory, PromptSpec, Registrar,
+        AutoExport, EnvelopeResult, Invocation, PluginExport, PromptFactory, PromptSpec, Registrar,
         ResourceFactory, ResourceSpec, Service, SurfaceSpec, ToolFactory, ToolSpec, build_info,
         call, envelope_error, init, shutdown,
     };
@@ -439,6 +441,16 @@ macro_rules! export_plugin {
 
             extern "C" fn __root_module_loader() -> __abi::library::RootModuleResult {
                 __abi::library::__call_root_module_loader(__root_module)
+            }
+
+            // Found by the test kit (`testing::TestPlugin`), which loads the crate as this does.
+            $crate::__private::inventory::submit! {
+                $crate::__private::PluginExport {
+                    module: ::core::module_path!(),
+                    name: __NAME,
+                    version: env!("CARGO_PKG_VERSION"),
+                    register: __register,
+                }
             }
 
             // The symbol abi_stable's loader looks up (`lib_header_from_path`).

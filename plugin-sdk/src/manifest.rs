@@ -31,6 +31,17 @@ pub struct Manifest {
     pub prompts: Vec<PromptDescriptor>,
 }
 
+impl Manifest {
+    /// The service of `tool` when that service is disabled (its tools are not served).
+    pub fn disabled_service_of(&self, tool: &ToolDescriptor) -> Option<&ServiceDescriptor> {
+        let name = tool.service.as_deref()?;
+        self.services
+            .iter()
+            .find(|s| s.name == name)
+            .filter(|s| !s.enabled)
+    }
+}
+
 /// A named group of tools with an `enabled()` gate.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -85,6 +96,59 @@ pub struct ToolDescriptor {
     /// them gets a "missing required client capability" error instead of a call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_client_capabilities: Option<Value>,
+}
+
+impl ToolDescriptor {
+    /// The MCP `Tool` object `tools/list` shows for this tool: `name`, `description`,
+    /// `inputSchema`, and `title`, `outputSchema`, `annotations` and `_meta` when set.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::json;
+    /// use mcp_plugin_sdk::wire::ToolDescriptor;
+    /// let d: ToolDescriptor = serde_json::from_value(json!({
+    ///     "name": "add", "description": "Add.", "service": "Math", "caller": "none",
+    ///     "inputSchema": {"type": "object"},
+    /// })).unwrap();
+    /// assert_eq!(d.listing(), json!({"name": "add", "description": "Add.", "inputSchema": {"type": "object"}}));
+    /// ```
+    pub fn listing(&self) -> Value {
+        let mut tool = serde_json::json!({
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        });
+        if let Some(title) = &self.title {
+            tool["title"] = serde_json::json!(title);
+        }
+        if let Some(output) = &self.output_schema {
+            tool["outputSchema"] = output.clone();
+        }
+        if !self.annotations.is_empty()
+            && let Ok(a) = serde_json::to_value(&self.annotations)
+        {
+            tool["annotations"] = a;
+        }
+        if let Some(meta) = &self.meta {
+            tool["_meta"] = meta.clone();
+        }
+        tool
+    }
+}
+
+/// Whether every major client accepts `name` as a tool name: `^[a-zA-Z0-9_-]{1,64}$` (no `.`, no
+/// `::`, at most 64 characters). The host serves no tool whose final name breaks the rule.
+///
+/// ```
+/// use mcp_plugin_sdk::wire::is_valid_tool_name;
+/// assert!(is_valid_tool_name("time_now") && is_valid_tool_name("a-b_C9"));
+/// assert!(!is_valid_tool_name("self.light.on") && !is_valid_tool_name("ns::tool"));
+/// assert!(!is_valid_tool_name("") && !is_valid_tool_name(&"x".repeat(65)));
+/// ```
+pub fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// MCP tool annotations (all hints; clients must not rely on them for security).

@@ -175,13 +175,26 @@ impl<'a> Invocation<'a> {
     }
 }
 
-type Handler = Box<dyn Fn(&Invocation<'_>) -> ToolResult + Send + Sync>;
+#[cfg(feature = "testing")]
+impl<'a> Invocation<'a> {
+    /// A call with JSON `args`, the caller as JSON (empty for none) and its context.
+    pub(crate) fn new(args: &'a str, caller: &'a str, ctx: CallContext<'a>) -> Self {
+        Invocation {
+            args,
+            caller,
+            uri: "",
+            ctx,
+        }
+    }
+}
+
+pub(crate) type Handler = Box<dyn Fn(&Invocation<'_>) -> ToolResult + Send + Sync>;
 type ShutdownHook = Box<dyn Fn() + Send + Sync>;
 type SurfaceHandler = Box<dyn Fn(&Invocation<'_>) -> EnvelopeResult + Send + Sync>;
 type CompleterFn = Box<dyn Fn(&CompletionRequest) -> Completion + Send + Sync>;
 
 /// A registered resource or prompt: its handler and its arguments' completion functions.
-struct SurfaceEntry {
+pub(crate) struct SurfaceEntry {
     handler: SurfaceHandler,
     completers: Vec<(&'static str, CompleterFn)>,
 }
@@ -222,12 +235,48 @@ impl SurfaceEntry {
     }
 }
 
-struct PluginState {
-    host: HostApi,
-    handlers: Vec<Handler>,
-    resources: Vec<SurfaceEntry>,
-    prompts: Vec<SurfaceEntry>,
+/// A plugin's tools, resources and prompts, ready to run: what `init` keeps for the life of the
+/// image, and what the test kit keeps for one [`TestPlugin`](crate::testing::TestPlugin).
+pub(crate) struct PluginState {
+    pub(crate) host: HostApi,
+    /// Per tool, in manifest order.
+    pub(crate) handlers: Vec<Handler>,
+    /// Per resource (and template), in manifest order.
+    pub(crate) resources: Vec<SurfaceEntry>,
+    /// Per prompt, in manifest order.
+    pub(crate) prompts: Vec<SurfaceEntry>,
     shutdown_hooks: Vec<ShutdownHook>,
+}
+
+impl PluginState {
+    /// Run every service's `shutdown` hook (a panicking hook is contained).
+    pub(crate) fn shut_down(&self) {
+        for hook in &self.shutdown_hooks {
+            let _ = catch_unwind(AssertUnwindSafe(hook));
+        }
+    }
+}
+
+/// The `export_plugin!()` of a crate: its name, version and registration, collected at load like
+/// the tools, so the test kit loads a plugin crate exactly as its export does.
+#[derive(Debug)]
+pub struct PluginExport {
+    /// `module_path!()` of the `export_plugin!` call.
+    pub module: &'static str,
+    /// The plugin's name.
+    pub name: &'static str,
+    /// The plugin crate's version.
+    pub version: &'static str,
+    /// Registers its tools and services.
+    pub register: fn(&mut Registrar),
+}
+
+inventory::collect!(PluginExport);
+
+/// Every `export_plugin!()` linked into this binary (in a plugin crate's own tests: its own).
+#[cfg(feature = "testing")]
+pub(crate) fn plugin_exports() -> Vec<&'static PluginExport> {
+    inventory::iter::<PluginExport>.into_iter().collect()
 }
 
 static STATE: OnceLock<PluginState> = OnceLock::new();
@@ -484,38 +533,11 @@ pub fn init(
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         let host = HostApi::new(ffi, plugin);
         install_panic_hook(host.clone());
-        let mut registrar = Registrar {
-            host: host.clone(),
-            services: Vec::new(),
-            tools: Vec::new(),
-            handlers: Vec::new(),
-            resource_descriptors: Vec::new(),
-            resources: Vec::new(),
-            prompt_descriptors: Vec::new(),
-            prompts: Vec::new(),
-            shutdown_hooks: Vec::new(),
-            registered: HashSet::new(),
-        };
-        register(&mut registrar);
-        let manifest = Manifest {
-            plugin: plugin.to_owned(),
-            version: version.to_owned(),
-            sdk_version: crate::abi::SDK_VERSION.to_owned(),
-            services: registrar.services,
-            tools: registrar.tools,
-            resources: registrar.resource_descriptors,
-            prompts: registrar.prompt_descriptors,
-        };
+        let (manifest, state) = load(host, plugin, version, register);
         let json = serde_json::to_string(&manifest)
             .map_err(|e| format!("manifest could not be serialized: {e}"))?;
         STATE
-            .set(PluginState {
-                host,
-                handlers: registrar.handlers,
-                resources: registrar.resources,
-                prompts: registrar.prompts,
-                shutdown_hooks: registrar.shutdown_hooks,
-            })
+            .set(state)
             .map_err(|_| "init called twice on the same plugin image".to_owned())?;
         Ok::<_, String>(json)
     }));
@@ -524,6 +546,52 @@ pub fn init(
         Ok(Err(e)) => RResult::RErr(e.into()),
         Err(p) => RResult::RErr(format!("init panicked: {}", panic_message(&*p)).into()),
     }
+}
+
+/// Register a plugin's tools and services with `host` (evaluating each service's `enabled()` and
+/// constructing it): its manifest, and its tools ready to run.
+pub(crate) fn load(
+    host: HostApi,
+    plugin: &str,
+    version: &str,
+    register: fn(&mut Registrar),
+) -> (Manifest, PluginState) {
+    let mut registrar = Registrar {
+        host: host.clone(),
+        services: Vec::new(),
+        tools: Vec::new(),
+        handlers: Vec::new(),
+        resource_descriptors: Vec::new(),
+        resources: Vec::new(),
+        prompt_descriptors: Vec::new(),
+        prompts: Vec::new(),
+        shutdown_hooks: Vec::new(),
+        registered: HashSet::new(),
+    };
+    register(&mut registrar);
+    let manifest = Manifest {
+        plugin: plugin.to_owned(),
+        version: version.to_owned(),
+        sdk_version: crate::abi::SDK_VERSION.to_owned(),
+        services: registrar.services,
+        tools: registrar.tools,
+        resources: registrar.resource_descriptors,
+        prompts: registrar.prompt_descriptors,
+    };
+    let state = PluginState {
+        host,
+        handlers: registrar.handlers,
+        resources: registrar.resources,
+        prompts: registrar.prompts,
+        shutdown_hooks: registrar.shutdown_hooks,
+    };
+    (manifest, state)
+}
+
+/// Run one tool's handler, turning a panic into an error result.
+pub(crate) fn invoke(handler: &Handler, invocation: &Invocation<'_>) -> ToolResult {
+    catch_unwind(AssertUnwindSafe(|| handler(invocation)))
+        .unwrap_or_else(|p| ToolResult::error(format!("tool panicked: {}", panic_message(&*p))))
 }
 
 /// The `call` entry point: run tool number `tool`, turning a panic into an error result.
@@ -548,8 +616,7 @@ pub fn call(
         uri: "",
         ctx: CallContext::new(ctx.sabi_reborrow(), &state.host),
     };
-    let result = catch_unwind(AssertUnwindSafe(|| handler(&invocation)))
-        .unwrap_or_else(|p| ToolResult::error(format!("tool panicked: {}", panic_message(&*p))));
+    let result = invoke(handler, &invocation);
     // Serializing our own types cannot fail; guard anyway so nothing unwinds out of here.
     match catch_unwind(AssertUnwindSafe(|| serde_json::to_string(&result))) {
         Ok(Ok(json)) => RResult::ROk(json.into()),
@@ -668,9 +735,7 @@ pub fn shutdown() {
         return;
     }
     if let Some(state) = STATE.get() {
-        for hook in &state.shutdown_hooks {
-            let _ = catch_unwind(AssertUnwindSafe(hook));
-        }
+        state.shut_down();
     }
     let _ = catch_unwind(|| {
         #[cfg(feature = "async")]

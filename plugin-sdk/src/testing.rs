@@ -178,6 +178,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// The host side of a [`TestHost`]'s [`HostApi`].
 struct TestHostFfi {
     config: String,
+    data_dir: Option<std::path::PathBuf>,
     shared: Arc<Shared>,
 }
 
@@ -231,6 +232,15 @@ impl HostApiFfi for TestHostFfi {
                 lock(&self.shared.notifications).push((m.to_owned(), params));
                 RResult::ROk("null".into())
             }
+            "data_dir" => match &self.data_dir {
+                Some(dir) => match std::fs::create_dir_all(dir) {
+                    Ok(()) => RResult::ROk(Value::from(dir.to_string_lossy()).to_string().into()),
+                    Err(e) => RResult::RErr(format!("cannot create {}: {e}", dir.display()).into()),
+                },
+                None => RResult::RErr(
+                    "this test host has no data directory (TestHost::with_data_dir)".into(),
+                ),
+            },
             other => RResult::RErr(format!("unsupported host method: {other}").into()),
         }
     }
@@ -252,6 +262,8 @@ impl HostApiFfi for TestHostFfi {
 /// ```
 pub struct TestHost {
     shared: Arc<Shared>,
+    config: Value,
+    data_dir: Option<std::path::PathBuf>,
     api: HostApi,
 }
 
@@ -282,16 +294,31 @@ impl TestHost {
     /// ```
     pub fn new() -> Self {
         let shared = Arc::new(Shared::default());
-        let api = Self::api_with(&shared, &Value::Null);
-        TestHost { shared, api }
+        let api = Self::api_with(&shared, &Value::Null, None);
+        TestHost {
+            shared,
+            config: Value::Null,
+            data_dir: None,
+            api,
+        }
     }
 
-    fn api_with(shared: &Arc<Shared>, config: &Value) -> HostApi {
+    fn api_with(
+        shared: &Arc<Shared>,
+        config: &Value,
+        data_dir: Option<&std::path::Path>,
+    ) -> HostApi {
         let ffi = TestHostFfi {
             config: config.to_string(),
+            data_dir: data_dir.map(std::path::Path::to_path_buf),
             shared: Arc::clone(shared),
         };
         HostApi::new(HostApiFfi_TO::from_value(ffi, TD_Opaque), TEST_PLUGIN_NAME)
+    }
+
+    /// The host API again after a setting changed (a `HostApi` reads its configuration once).
+    fn rebuild_api(&mut self) {
+        self.api = Self::api_with(&self.shared, &self.config, self.data_dir.as_deref());
     }
 
     /// This host, handing the plugin `config` as its section of the host configuration
@@ -304,7 +331,25 @@ impl TestHost {
     /// assert_eq!(host.api().config_value("start"), Some(&json!(40)));
     /// ```
     pub fn with_config(mut self, config: Value) -> Self {
-        self.api = Self::api_with(&self.shared, &config);
+        self.config = config;
+        self.rebuild_api();
+        self
+    }
+
+    /// This host, giving the plugin `dir` as its data directory ([`HostApi::data_dir`]; created
+    /// when the plugin asks for it). Without one, `data_dir()` is an error, as in a host that has
+    /// none.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestHost;
+    /// let dir = std::env::temp_dir().join("mcp-sdk-doc-with-data-dir");
+    /// let host = TestHost::new().with_data_dir(&dir);
+    /// assert_eq!(host.api().data_dir().unwrap(), dir);
+    /// assert!(dir.is_dir());
+    /// ```
+    pub fn with_data_dir(mut self, dir: impl Into<std::path::PathBuf>) -> Self {
+        self.data_dir = Some(dir.into());
+        self.rebuild_api();
         self
     }
 
@@ -661,6 +706,11 @@ impl TestCall {
         lock(&self.state.events).clone()
     }
 }
+
+#[cfg(feature = "testing")]
+mod kit;
+#[cfg(feature = "testing")]
+pub use kit::{TestCallError, TestPlugin};
 
 #[cfg(test)]
 mod tests {

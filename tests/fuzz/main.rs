@@ -460,6 +460,7 @@ fn header_values_decode_or_fail_cleanly() {
                     ("x".into(), format!("=?base64?{b64}?=")),
                     ("x".into(), plain.clone()),
                 ],
+                ..Default::default()
             };
             let params: Map<String, Value> =
                 [("name".to_owned(), arg.clone())].into_iter().collect();

@@ -62,9 +62,7 @@ pub fn artifacts() -> &'static Artifacts {
     static BUILT: OnceLock<Artifacts> = OnceLock::new();
     BUILT.get_or_init(|| {
         let root = workspace_root();
-        let target = std::env::var_os("CARGO_TARGET_DIR")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join("target"));
+        let target = target_dir();
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut cmd = Command::new(cargo);
         cmd.current_dir(&root)
@@ -81,6 +79,57 @@ pub fn artifacts() -> &'static Artifacts {
             dir,
         }
     })
+}
+
+/// The workspace's target directory (`CARGO_TARGET_DIR` when set).
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("target"))
+}
+
+/// A target directory inside the workspace's, shared by the tests that run their own `cargo build`
+/// (a fresh checkout, a scaffolded plugin), so a later run, or another test, reuses what one built.
+pub fn shared_target(name: &str) -> PathBuf {
+    let dir = target_dir().join("e2e").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A copy of this checkout as a fresh clone has it, in a temporary directory: the files `git
+/// ls-files` lists (tracked, and new ones not ignored, so uncommitted work is included), without
+/// build output or installed tools. Its `target` is a link to `target` (a shared build directory).
+pub fn fresh_checkout(target: &Path) -> tempfile::TempDir {
+    let root = workspace_root();
+    let copy = tempfile::tempdir().unwrap();
+    let listed = Command::new("git")
+        .current_dir(&root)
+        .args([
+            "ls-files",
+            "-z",
+            "--cached",
+            "--others",
+            "--exclude-standard",
+        ])
+        .output()
+        .expect("git ls-files (the fresh-checkout test needs git)");
+    assert!(listed.status.success(), "git ls-files failed");
+    for file in listed.stdout.split(|b| *b == 0).filter(|f| !f.is_empty()) {
+        let rel = Path::new(std::str::from_utf8(file).unwrap());
+        let src = root.join(rel);
+        // Listed but deleted in the work tree (or a broken link): not in a clone of this state.
+        if !src.is_file() {
+            continue;
+        }
+        let dest = copy.path().join(rel);
+        std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
+        std::fs::copy(&src, &dest).unwrap();
+    }
+    #[cfg(unix)]
+    std::os::unix::fs::symlink(target, copy.path().join("target")).unwrap();
+    #[cfg(not(unix))]
+    let _ = target;
+    copy
 }
 
 /// A temporary tree of tool directories and a config file.
@@ -181,6 +230,7 @@ impl Layout {
             config,
             mcp_host::HostOptions {
                 probe_exe: Some(artifacts().host.clone()),
+                ..Default::default()
             },
         )
         .unwrap()

@@ -393,9 +393,16 @@ impl HttpServer {
 
     /// [`HttpServer::start`] with extra environment variables for the server process.
     pub fn start_with_env(config: &Path, env: &[(&str, &str)]) -> Self {
-        let mut child = host_command(config)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .envs(env.iter().copied())
+        let mut cmd = host_command(config);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"])
+            .envs(env.iter().copied());
+        Self::spawn(cmd)
+    }
+
+    /// Run `cmd` (an `mcp-host ... serve` command listening on some address) and wait until it
+    /// logs its address.
+    pub fn spawn(mut cmd: Command) -> Self {
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -50,6 +50,18 @@ pub enum AuthError {
     WrongAudience,
 }
 
+impl AuthError {
+    /// Why, in one word (`invalid`, `rejected`, `expired`, `wrong_audience`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AuthError::Invalid => "invalid",
+            AuthError::Rejected(_) => "rejected",
+            AuthError::Expired => "expired",
+            AuthError::WrongAudience => "wrong_audience",
+        }
+    }
+}
+
 /// The authentication setup could not be built from the configuration.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthSetupError {

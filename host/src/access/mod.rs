@@ -83,11 +83,25 @@ pub enum Denied {
         error: Option<&'static str>,
         /// What was wrong (never the token).
         description: String,
+        /// Why, in one word for metrics (`missing`, `invalid`, `rejected`, `expired`,
+        /// `wrong_audience`, `no_keys`).
+        reason: &'static str,
     },
     /// Valid credentials that may not use this endpoint: HTTP 403.
     Forbidden(String),
     /// The endpoint names an agent that does not exist: HTTP 404.
     UnknownAgent(String),
+}
+
+impl Denied {
+    /// Why, in one word, as the `auth_failures` metric labels it.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Denied::Unauthorized { reason, .. } => reason,
+            Denied::Forbidden(_) => "wrong_agent",
+            Denied::UnknownAgent(_) => "unknown_agent",
+        }
+    }
 }
 
 /// The configuration of access is unusable.
@@ -156,6 +170,7 @@ impl Access {
                     return Err(Denied::Unauthorized {
                         error: Some("invalid_token"),
                         description: e.to_string(),
+                        reason: e.reason(),
                     });
                 }
             },
@@ -163,6 +178,7 @@ impl Access {
                 return Err(Denied::Unauthorized {
                     error: Some("invalid_token"),
                     description: "this server accepts no bearer tokens (no keys configured)".into(),
+                    reason: "no_keys",
                 });
             }
             (None, _) => None,
@@ -171,6 +187,7 @@ impl Access {
             return Err(Denied::Unauthorized {
                 error: None,
                 description: "authentication required".into(),
+                reason: "missing",
             });
         }
         // Only now look the endpoint's agent up: an unauthenticated caller learns nothing about agents.

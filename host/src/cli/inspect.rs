@@ -105,6 +105,7 @@ pub(crate) fn check(
 /// Call `tool` in-process as `user` and print its result; progress and log events go to stderr.
 pub(crate) fn call(
     config: Config,
+    options: mcp_host::HostOptions,
     tool: &str,
     args: &str,
     user: Option<String>,
@@ -116,7 +117,7 @@ pub(crate) fn call(
     {
         anyhow::bail!("--user {u:?}: a user id is taken exactly as given; remove the whitespace");
     }
-    let host = Host::start(config, crate::host_options())?;
+    let host = Host::start(config, options)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

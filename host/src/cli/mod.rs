@@ -1,5 +1,7 @@
 //! The subcommands of the `mcp-host` binary, one module each; `main.rs` parses and dispatches.
 
+pub(crate) mod config;
 pub(crate) mod inspect;
+pub(crate) mod new;
 pub(crate) mod secret;
 pub(crate) mod serve;

@@ -10,6 +10,7 @@ use std::time::Duration;
 use anyhow::Context as _;
 use mcp_host::plugins::watch::{self, Watcher};
 use mcp_host::protocol::Protocol;
+use mcp_host::telemetry::logging;
 use mcp_host::transport;
 use mcp_host::{Config, Host};
 use mcp_plugin_sdk::UserInfo;
@@ -30,8 +31,14 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     } else {
         None
     };
-    crate::init_logging("info");
     let mut config = Config::load(config_path)?;
+    // Flushes the spans still buffered when serving ends.
+    let logging = logging::init("info", config.log_format, &config.traces)?;
+    if logging.tracing()
+        && let Some(endpoint) = &config.traces.otlp_endpoint
+    {
+        tracing::info!("exporting traces to {endpoint}");
+    }
     if let Some(addr) = args.listen {
         config.listen = addr;
     }
@@ -39,7 +46,7 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
         .enable_all()
         .thread_name("mcp-host")
         .build()?;
-    let host = Host::start(config.clone(), crate::host_options())?;
+    let host = Host::start(config.clone(), crate::audited_host_options(&config)?)?;
     if let Some(name) = &args.agent {
         host.access()
             .agent(name)
@@ -51,6 +58,13 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
         Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
     let result = runtime.block_on(async {
         spawn_sighup_rescan(host.clone(), Arc::clone(&watcher));
+        if let Some(addr) = config.metrics_listen {
+            let listener = transport::http::bind(addr)
+                .await
+                .with_context(|| format!("cannot listen on {addr} (metrics_listen)"))?;
+            tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+            tokio::spawn(transport::http::metrics::serve(host.clone(), listener));
+        }
         match protocol_out {
             Some(out) => serve_stdio(protocol, out, &config, args.agent, grace).await,
             None => serve_http(protocol, &config, grace).await,
@@ -60,6 +74,7 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     runtime.shutdown_timeout(Duration::from_millis(200));
     result?;
     tracing::info!("stopped");
+    drop(logging);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -126,6 +141,7 @@ async fn serve_http(protocol: Protocol, config: &Config, grace: Duration) -> any
     let options = transport::http::HttpOptions {
         settings: config.http.clone(),
         grace,
+        metrics: config.metrics_listen.is_none(),
         ..Default::default()
     };
     Ok(transport::http::serve(protocol, listener, options, shutdown_signal()).await?)

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Limits,
-    PluginSettings, RequestStateSettings, ToolDir,
+    LogFormat, PluginSettings, RequestStateSettings, ToolDir, TraceSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -26,6 +26,7 @@ struct Layer {
     /// A path, or `false` to turn the cache off.
     probe_cache: Option<Value>,
     runtime_dir: Option<PathBuf>,
+    data_dir: Option<PathBuf>,
     listen: Option<SocketAddr>,
     http: Option<Value>,
     shutdown_grace_secs: Option<f64>,
@@ -36,6 +37,12 @@ struct Layer {
     auth: Option<Value>,
     request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
+    log_format: Option<LogFormat>,
+    /// `stderr`, or a file path.
+    audit_log: Option<PathBuf>,
+    metrics_listen: Option<SocketAddr>,
+    metrics_token: Option<String>,
+    traces: Option<Value>,
 }
 
 /// One `tool_dirs` entry: a path, or `{path, prefix}` whose keys are checked like every other
@@ -43,15 +50,18 @@ struct Layer {
 #[derive(Debug)]
 enum ToolDirEntry {
     Path(PathBuf),
-    WithPrefix(ToolDirWithPrefix),
+    Detailed(DetailedToolDir),
 }
 
+/// `{path, prefix?, files?}`; any other key is refused, naming it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ToolDirWithPrefix {
+struct DetailedToolDir {
     path: PathBuf,
     #[serde(default)]
     prefix: String,
+    #[serde(default)]
+    files: Vec<String>,
 }
 
 impl<'de> Deserialize<'de> for ToolDirEntry {
@@ -60,10 +70,10 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
         match Value::deserialize(deserializer)? {
             Value::String(path) => Ok(ToolDirEntry::Path(PathBuf::from(path))),
             map @ Value::Object(_) => serde_json::from_value(map)
-                .map(ToolDirEntry::WithPrefix)
+                .map(ToolDirEntry::Detailed)
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
-                "expected a path or {{path, prefix}}, got {other}"
+                "expected a path or {{path, prefix, files}}, got {other}"
             ))),
         }
     }
@@ -103,6 +113,11 @@ impl Config {
             dir.path = cwd.join(&dir.path);
         }
         config.base_dir = cwd.clone();
+        let config_dir = base_file
+            .as_deref()
+            .and_then(|f| absolute(&cwd, f).parent().map(Path::to_path_buf))
+            .unwrap_or_else(|| cwd.clone());
+        config.data_dir = super::default_data_dir(&env, &config_dir);
         let mut merged = Map::new();
         if let Some(file) = &base_file {
             apply_files(&mut config, &mut merged, &absolute(&cwd, file), &env)?;
@@ -397,6 +412,7 @@ fn apply_value(
             "auth",
             "request_state",
             "agents",
+            "traces",
         ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
@@ -422,6 +438,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     if let Some(v) = &layer.request_state {
         section::<RequestStateSettings>(v, origin, "request_state")?;
     }
+    if let Some(v) = &layer.traces {
+        section::<TraceSettings>(v, origin, "traces")?;
+    }
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
     }
@@ -434,19 +453,31 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
 /// Set the top-level keys a layer has (paths resolved against its file).
 fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(), ConfigError> {
     if let Some(dirs) = layer.tool_dirs {
-        config.tool_dirs = dirs
+        let dirs: Vec<ToolDir> = dirs
             .into_iter()
-            .map(|d| {
-                let (path, prefix) = match d {
-                    ToolDirEntry::Path(p) => (p, String::new()),
-                    ToolDirEntry::WithPrefix(ToolDirWithPrefix { path, prefix }) => (path, prefix),
-                };
-                ToolDir {
-                    path: absolute(&origin.base_dir, &path),
-                    prefix,
-                }
+            .map(|d| match d {
+                ToolDirEntry::Path(p) => ToolDir {
+                    path: absolute(&origin.base_dir, &p),
+                    ..ToolDir::default()
+                },
+                ToolDirEntry::Detailed(d) => ToolDir {
+                    path: absolute(&origin.base_dir, &d.path),
+                    prefix: d.prefix,
+                    files: d.files,
+                },
             })
             .collect();
+        for (i, dir) in dirs.iter().enumerate() {
+            dir.file_selection().map_err(|e| ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: format!("tool_dirs.{i}.files"),
+                message: e.to_string(),
+            })?;
+        }
+        config.tool_dirs = dirs;
+    }
+    if let Some(dir) = layer.data_dir {
+        config.data_dir = absolute(&origin.base_dir, &dir);
     }
     if let Some(dir) = layer.runtime_dir {
         config.runtime_dir = Some(absolute(&origin.base_dir, &dir));
@@ -486,6 +517,22 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
     if let Some(v) = layer.instructions {
         config.instructions = Some(v);
     }
+    if let Some(v) = layer.log_format {
+        config.log_format = v;
+    }
+    if let Some(v) = layer.audit_log {
+        config.audit_log = Some(if v == Path::new("stderr") {
+            v
+        } else {
+            absolute(&origin.base_dir, &v)
+        });
+    }
+    if let Some(v) = layer.metrics_listen {
+        config.metrics_listen = Some(v);
+    }
+    if let Some(v) = layer.metrics_token {
+        config.metrics_token = Some(v).filter(|t| !t.is_empty());
+    }
     Ok(())
 }
 
@@ -518,6 +565,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     if let Some(v) = present("request_state") {
         config.request_state = section(v, &origin, "request_state")?;
+    }
+    if let Some(v) = present("traces") {
+        config.traces = section(v, &origin, "traces")?;
     }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {

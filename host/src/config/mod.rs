@@ -11,9 +11,9 @@ mod layers;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// The default configuration file, relative to the working directory.
@@ -60,17 +60,40 @@ pub enum ConfigError {
     },
 }
 
-/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix and a selection of files.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ToolDir {
     /// The directory (absolute after loading).
     pub path: PathBuf,
     /// Prepended to every tool name found in it.
+    #[serde(skip_serializing_if = "String::is_empty")]
     pub prefix: String,
+    /// Globs of library names to take from it (a file's name without the platform's `lib` prefix
+    /// and library extension: `mcp_time` for `libmcp_time.so`); empty takes every library.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub files: Vec<String>,
 }
 
+impl ToolDir {
+    /// The compiled `files` globs: `None` takes every library.
+    pub fn file_selection(&self) -> Result<Option<globset::GlobSet>, globset::Error> {
+        if self.files.is_empty() {
+            return Ok(None);
+        }
+        let mut set = globset::GlobSetBuilder::new();
+        for glob in &self.files {
+            set.add(globset::Glob::new(glob)?);
+        }
+        set.build().map(Some)
+    }
+}
+
+/// The packaged plugins, as the default configuration selects them from `target/release` (which
+/// also holds the SDK's proc-macro library and, after a workspace build, the test fixtures).
+pub const PACKAGED_PLUGINS: &[&str] = &["mcp_time", "mcp_text", "mcp_series"];
+
 /// Limits on tool calls.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Seconds before a call is answered `timed out` and its cancellation flag set.
@@ -98,7 +121,7 @@ pub struct Limits {
 
 /// Fair sharing between callers: a caller is the verified user, else the agent, else the remote
 /// address (stdio: the connection).
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PerCallerLimits {
     /// Tool calls one caller may have in flight (running or queued); more are refused (HTTP 429).
@@ -136,7 +159,7 @@ impl Default for Limits {
 }
 
 /// Streamable HTTP settings.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSettings {
     /// The MCP endpoint path.
@@ -181,7 +204,7 @@ impl Default for HttpSettings {
 }
 
 /// How 2026 `requestState` values (input-required rounds) are sealed.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct RequestStateSettings {
     /// HMAC keys (use `${ENV_VAR}`): the first seals, any opens (rotation). Every replica behind one
@@ -201,7 +224,7 @@ impl Default for RequestStateSettings {
 }
 
 /// How HTTP callers authenticate.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSettings {
     /// Every HTTP request needs a valid token, not only calls of tools that take `UserInfo`.
@@ -218,7 +241,7 @@ pub struct AuthSettings {
 }
 
 /// JWT verification keys and rules.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct JwtSettings {
     /// Required `iss`, when set.
@@ -249,7 +272,7 @@ impl Default for JwtSettings {
 }
 
 /// One personal MCP secret: its SHA-256 and who it belongs to.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct SecretEntry {
     /// Hex SHA-256 of the secret.
@@ -264,8 +287,43 @@ pub struct SecretEntry {
     pub expires: Option<String>,
 }
 
+/// How the log is written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// The `traces` section: OpenTelemetry spans over OTLP/HTTP.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TraceSettings {
+    /// Where spans go: an OTLP/HTTP endpoint, e.g. `http://127.0.0.1:4318` (`/v1/traces` is added
+    /// when the URL has no path). Tracing is off without one.
+    pub otlp_endpoint: Option<String>,
+    /// The `service.name` resource attribute.
+    pub service_name: String,
+    /// The share of the traces started here that are kept (a client's sampled `traceparent` is
+    /// always followed).
+    pub sample_ratio: f64,
+}
+
+impl Default for TraceSettings {
+    fn default() -> Self {
+        TraceSettings {
+            otlp_endpoint: None,
+            service_name: "mcp-host".into(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
 /// One agent: a named view of the tools.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentSettings {
     /// Tool-name globs the agent may see (all when empty).
@@ -275,7 +333,7 @@ pub struct AgentSettings {
 }
 
 /// Per-service or per-tool overrides.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct CallSettings {
     /// Call timeout in seconds.
@@ -283,7 +341,7 @@ pub struct CallSettings {
 }
 
 /// Settings for one plugin, keyed by its name under `plugins:`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginSettings {
     /// Prepended to the plugin's tool names (after the directory's prefix).
@@ -301,9 +359,10 @@ pub struct PluginSettings {
 }
 
 /// The host's configuration.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Config {
     /// The file the configuration came from (`None` when defaults only).
+    #[serde(skip)]
     pub source: Option<PathBuf>,
     /// Tool directories in precedence order.
     pub tool_dirs: Vec<ToolDir>,
@@ -316,6 +375,9 @@ pub struct Config {
     /// Where files that passed the probe are remembered across runs (by path, size, mtime, inode
     /// and host build); `None` probes every file at every start.
     pub probe_cache: Option<PathBuf>,
+    /// Where plugins keep their data: each plugin gets `<data_dir>/<plugin name>`
+    /// ([`mcp_plugin_sdk::HostApi::data_dir`]), created when it first asks.
+    pub data_dir: PathBuf,
     /// Where private copies of plugin files are made (a fresh directory under the system's temp dir
     /// when unset).
     pub runtime_dir: Option<PathBuf>,
@@ -339,7 +401,18 @@ pub struct Config {
     pub request_state: RequestStateSettings,
     /// Agents: named views of the tools.
     pub agents: BTreeMap<String, AgentSettings>,
+    /// How the log is written.
+    pub log_format: LogFormat,
+    /// Where the audit log goes (`stderr`, or a file); no audit log when unset.
+    pub audit_log: Option<PathBuf>,
+    /// A separate address serving `/metrics` (then the main listener does not).
+    pub metrics_listen: Option<SocketAddr>,
+    /// A bearer token `/metrics` requires, when set.
+    pub metrics_token: Option<String>,
+    /// OpenTelemetry traces.
+    pub traces: TraceSettings,
     /// The directory relative paths in the configuration resolve against.
+    #[serde(skip)]
     pub base_dir: PathBuf,
 }
 
@@ -350,17 +423,19 @@ impl Default for Config {
             tool_dirs: vec![
                 ToolDir {
                     path: PathBuf::from("tools"),
-                    prefix: String::new(),
+                    ..ToolDir::default()
                 },
                 ToolDir {
                     path: PathBuf::from("target/release"),
-                    prefix: String::new(),
+                    files: PACKAGED_PLUGINS.iter().map(|s| (*s).to_owned()).collect(),
+                    ..ToolDir::default()
                 },
             ],
             limits: Limits::default(),
             plugins: BTreeMap::new(),
             probe: true,
             probe_cache: crate::plugins::probe::ProbeCache::default_path(),
+            data_dir: default_data_dir(&|name| std::env::var(name).ok(), Path::new(".")),
             runtime_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 18080)),
             http: HttpSettings::default(),
@@ -372,9 +447,29 @@ impl Default for Config {
             auth: AuthSettings::default(),
             request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
+            log_format: LogFormat::Text,
+            audit_log: None,
+            metrics_listen: None,
+            metrics_token: None,
+            traces: TraceSettings::default(),
             base_dir: PathBuf::from("."),
         }
     }
+}
+
+/// The platform's data directory for mcp-host: `$XDG_DATA_HOME/mcp-host`, else
+/// `~/.local/share/mcp-host` (`~/Library/Application Support/mcp-host` on macOS,
+/// `%LOCALAPPDATA%\mcp-host` on Windows), else `data` in `config_dir` when there is no home.
+pub fn default_data_dir(env: &dyn Fn(&str) -> Option<String>, config_dir: &Path) -> PathBuf {
+    let absolute = |name: &str| env(name).map(PathBuf::from).filter(|p| p.is_absolute());
+    let platform = if cfg!(windows) {
+        absolute("LOCALAPPDATA")
+    } else if cfg!(target_os = "macos") {
+        absolute("HOME").map(|h| h.join("Library").join("Application Support"))
+    } else {
+        absolute("XDG_DATA_HOME").or_else(|| absolute("HOME").map(|h| h.join(".local/share")))
+    };
+    platform.map_or_else(|| config_dir.join("data"), |dir| dir.join("mcp-host"))
 }
 
 impl Config {
@@ -404,6 +499,11 @@ impl Config {
         );
         check("stdio_user", self.stdio_user != new.stdio_user);
         check("runtime_dir", self.runtime_dir != new.runtime_dir);
+        check("data_dir", self.data_dir != new.data_dir);
+        check("log_format", self.log_format != new.log_format);
+        check("audit_log", self.audit_log != new.audit_log);
+        check("metrics_listen", self.metrics_listen != new.metrics_listen);
+        check("traces", self.traces != new.traces);
         check("probe", self.probe != new.probe);
         check("probe_cache", self.probe_cache != new.probe_cache);
         check(
@@ -533,6 +633,24 @@ mod tests {
         assert_eq!(c.plugin("x").config["other"], "fallback");
         let err = Config::load_with_env(Some(&base), &[]).expect_err("missing var");
         assert!(err.to_string().contains("SECRET"), "{err}");
+    }
+
+    #[test]
+    fn data_dir_defaults_to_the_platform_data_dir_else_beside_the_config() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let base = write(tmp.path(), "mcp-host.yaml", "");
+        let var = |k: &str, v: &str| (k.to_owned(), v.to_owned());
+        let c = Config::load_with_env(Some(&base), &[var("XDG_DATA_HOME", "/xdg")]).expect("load");
+        if cfg!(all(unix, not(target_os = "macos"))) {
+            assert_eq!(c.data_dir, PathBuf::from("/xdg/mcp-host"));
+            let c = Config::load_with_env(Some(&base), &[var("HOME", "/home/ana")]).expect("load");
+            assert_eq!(c.data_dir, PathBuf::from("/home/ana/.local/share/mcp-host"));
+        }
+        let c = Config::load_with_env(Some(&base), &[]).expect("load");
+        assert_eq!(c.data_dir, tmp.path().join("data"));
+        write(tmp.path(), "mcp-host.yaml", "data_dir: state\n");
+        let c = Config::load_with_env(Some(&base), &[var("HOME", "/home/ana")]).expect("load");
+        assert_eq!(c.data_dir, tmp.path().join("state"));
     }
 
     #[test]

@@ -5,6 +5,8 @@
 //! what the plugin returned. Tools, resource reads, prompts and completions all take this path
 //! ([`Executor::call`], [`Executor::invoke`]). Nested calls (a tool calling a tool) take a shorter
 //! path on the calling thread, inheriting the parent's caller, agent view, deadline and events.
+//! Every tool call, nested ones included, reports to [`Telemetry`] (span and phases, metrics, the
+//! audit record).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -15,12 +17,15 @@ use mcp_plugin_sdk::wire::{CallEnvelope, CallerNeed, ENVELOPE_INDEX, EnvelopeOut
 use serde_json::{Value, json};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use tracing::Instrument as _;
+
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, Quotas};
 use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
 use crate::registry::{PluginSlot, Registry, Tool};
+use crate::telemetry::{Arguments, CallParty, ObservedCall, Outcome, Telemetry};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -111,6 +116,7 @@ pub struct Executor {
     quotas: Arc<Quotas>,
     /// The reloadable limits (result size, per-caller quotas).
     limits: ArcSwap<Limits>,
+    telemetry: Arc<Telemetry>,
 }
 
 /// Sets the call's cancellation flag if the call future is dropped before it finished.
@@ -126,14 +132,15 @@ impl Drop for CancelOnDrop {
 
 impl Executor {
     /// An executor running at most `limits.max_concurrent_calls` calls at once (fixed at start;
-    /// the other limits follow [`Executor::set_limits`]).
-    pub fn new(limits: &Limits) -> Self {
+    /// the other limits follow [`Executor::set_limits`]), reporting each call to `telemetry`.
+    pub fn new(limits: &Limits, telemetry: Arc<Telemetry>) -> Self {
         let max_concurrent = limits.max_concurrent_calls;
         Executor {
             pool: WorkerPool::new(max_concurrent),
             global: Arc::new(Semaphore::new(max_concurrent.max(1))),
             quotas: Arc::default(),
             limits: ArcSwap::from_pointee(limits.clone()),
+            telemetry,
         }
     }
 
@@ -152,12 +159,48 @@ impl Executor {
         args: Option<Value>,
         opts: CallOptions,
     ) -> Result<Value, CallError> {
-        let name = tool.name.as_str();
         let args = args.unwrap_or_else(|| json!({}));
-        if let Err(message) = validate(&tool, &args) {
-            return Ok(error_result(&message));
+        let party = CallParty {
+            caller: opts.caller.as_ref(),
+            caller_json: "",
+            agent: opts.agent.as_deref().map(|a| a.name.as_str()),
+            depth: 0,
+        };
+        let observed = self
+            .telemetry
+            .observe(&tool, party, Arguments::Value(&args));
+        let cancel = opts.cancel.clone();
+        let (result, outcome) = self
+            .run_call(tool, args, opts, &observed)
+            .instrument(observed.span().clone())
+            .await;
+        let outcome = match outcome {
+            Outcome::Ok | Outcome::ToolError if cancel.is_cancelled() => Outcome::Cancelled,
+            other => other,
+        };
+        observed.finish(outcome, result.as_ref().ok());
+        result
+    }
+
+    /// [`Executor::call`] inside its span: the answer, and how the call ended.
+    async fn run_call(
+        &self,
+        tool: Arc<Tool>,
+        args: Value,
+        opts: CallOptions,
+        observed: &ObservedCall<'_>,
+    ) -> (Result<Value, CallError>, Outcome) {
+        let name = tool.name.as_str();
+        if let Err(message) = observed
+            .phase("validate")
+            .in_scope(|| validate(&tool, &args))
+        {
+            return (Ok(error_result(&message)), Outcome::InvalidArguments);
         }
-        let caller_json = caller_json(&tool, opts.caller.as_ref())?;
+        let caller_json = match caller_json(&tool, opts.caller.as_ref()) {
+            Ok(json) => json,
+            Err(refused) => return (Err(refused), Outcome::CallerRequired),
+        };
         let target = Target {
             slot: &tool.slot,
             index: tool.index,
@@ -166,20 +209,31 @@ impl Executor {
             name,
         };
         let args_text = serde_json::to_string(&args).unwrap_or_default();
-        Ok(
-            match self.execute(&target, args_text, caller_json, &opts).await {
-                Ok(returned) => tool_result(name, returned),
-                Err(Interrupted::Lost) => {
-                    error_result("the tool call was lost (its worker thread ended)")
-                }
-                Err(Interrupted::TimedOut) => {
-                    error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
-                }
-                Err(Interrupted::NotStarted) => error_result(NOT_STARTED),
-                Err(Interrupted::Refused(why)) => error_result(&why),
-                Err(Interrupted::Throttled(q)) => return Err(CallError::Throttled(q)),
-            },
-        )
+        let executed = self
+            .execute(&target, args_text, caller_json, &opts, Some(observed))
+            .await;
+        match executed {
+            Ok(returned) => {
+                let (result, outcome) = tool_result(name, returned);
+                (Ok(result), outcome)
+            }
+            Err(Interrupted::Lost) => (
+                Ok(error_result(
+                    "the tool call was lost (its worker thread ended)",
+                )),
+                Outcome::PluginFailure,
+            ),
+            Err(Interrupted::TimedOut) => (
+                Ok(error_result(&format!(
+                    "timed out after {} s",
+                    fmt_secs(tool.timeout)
+                ))),
+                Outcome::Timeout,
+            ),
+            Err(Interrupted::NotStarted) => (Ok(error_result(NOT_STARTED)), Outcome::Cancelled),
+            Err(Interrupted::Refused(why)) => (Ok(error_result(&why)), Outcome::PluginFailure),
+            Err(Interrupted::Throttled(q)) => (Err(CallError::Throttled(q)), Outcome::Throttled),
+        }
     }
 
     /// Read a resource, render a prompt or complete an argument: `envelope` to the plugin in
@@ -212,7 +266,7 @@ impl Executor {
             name: what,
         };
         let args = serde_json::to_string(envelope).unwrap_or_default();
-        match self.execute(&target, args, caller_json, &opts).await {
+        match self.execute(&target, args, caller_json, &opts, None).await {
             Ok(Ok(json)) => serde_json::from_str(&json).map_err(|e| {
                 tracing::error!("{what}: the plugin answered unreadable JSON: {e}");
                 InvokeError::Failed(what.into(), "the plugin returned an invalid result".into())
@@ -247,6 +301,7 @@ impl Executor {
         args: String,
         caller_json: Arc<str>,
         opts: &CallOptions,
+        observed: Option<&ObservedCall<'_>>,
     ) -> Result<Result<String, String>, Interrupted> {
         let limits = self.limits.load_full();
         let quota = match &opts.quota_key {
@@ -258,6 +313,7 @@ impl Executor {
             None => None,
         };
         let max_result = ResultLimits::of(&limits);
+        let phase = |name| observed.map_or_else(tracing::Span::none, |o| o.phase(name));
         let call = Arc::new(CallState {
             cancel: opts.cancel.clone(),
             deadline: Some(Instant::now() + target.timeout),
@@ -274,13 +330,24 @@ impl Executor {
             if call.cancel.is_cancelled() {
                 return Err(Interrupted::NotStarted);
             }
-            return max_result.check(target.name, slot.backend.call_blocking(index, &args, &call));
+            let returned =
+                phase("plugin").in_scope(|| slot.backend.call_blocking(index, &args, &call));
+            return max_result.check(target.name, returned);
         }
         let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
         let work = async {
-            let Some((local, global)) = self.slots(slot, target.name, &call.cancel).await else {
+            let waiting = Instant::now();
+            let slots = self
+                .slots(slot, target.name, &call.cancel)
+                .instrument(phase("queue"))
+                .await;
+            let Some((local, global)) = slots else {
                 return Ok(None);
             };
+            if let Some(o) = observed {
+                o.dequeued(waiting.elapsed());
+            }
+            let plugin = phase("plugin");
             let (tx, rx) = tokio::sync::oneshot::channel();
             let (slot, call) = (Arc::clone(slot), Arc::clone(&call));
             self.pool.submit(move || {
@@ -289,7 +356,7 @@ impl Executor {
                 let permits = (global, local, quota);
                 // A call whose client went away while it waited for a thread never starts.
                 let result = (!call.cancel.is_cancelled())
-                    .then(|| slot.backend.call_blocking(index, &args, &call));
+                    .then(|| plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call)));
                 // Free the slots before answering: a client that got its answer may call again.
                 drop(permits);
                 let _ = tx.send(result);
@@ -377,12 +444,27 @@ impl Executor {
         } else {
             serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
         };
-        if let Err(message) = validate(&tool, &args_value) {
-            return Ok(error_result(&message).to_string());
-        }
         let caller_json: Arc<str> =
             parent.map_or_else(|| Arc::from(""), |p| Arc::clone(&p.caller_json));
+        let party = CallParty {
+            caller: None,
+            caller_json: &caller_json,
+            agent: agent.as_deref().map(|a| a.name.as_str()),
+            depth,
+        };
+        let observed = self.telemetry.observe(&tool, party, Arguments::Text(args));
+        let span = observed.span().clone();
+        let _in_call = span.enter();
+        if let Err(message) = observed
+            .phase("validate")
+            .in_scope(|| validate(&tool, &args_value))
+        {
+            let result = error_result(&message);
+            observed.finish(Outcome::InvalidArguments, Some(&result));
+            return Ok(result.to_string());
+        }
         if tool.descriptor.caller == CallerNeed::Required && caller_json.is_empty() {
+            observed.finish(Outcome::CallerRequired, None);
             return Err(format!("tool {name} requires an authenticated caller"));
         }
         let call = Arc::new(CallState {
@@ -399,12 +481,18 @@ impl Executor {
             inline: parent.is_some_and(|p| p.inline),
         });
         let max_result = ResultLimits::of(&self.limits.load());
-        let returned = tool.slot.backend.call_blocking(tool.index, args, &call);
-        let result = match max_result.check(name, returned) {
+        let returned = observed
+            .phase("plugin")
+            .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, &call));
+        let (result, outcome) = match max_result.check(name, returned) {
             Ok(returned) => tool_result(name, returned),
-            Err(Interrupted::Refused(why)) => error_result(&why),
-            Err(_) => error_result("the tool call was interrupted"),
+            Err(Interrupted::Refused(why)) => (error_result(&why), Outcome::PluginFailure),
+            Err(_) => (
+                error_result("the tool call was interrupted"),
+                Outcome::PluginFailure,
+            ),
         };
+        observed.finish(outcome, Some(&result));
         Ok(result.to_string())
     }
 }
@@ -498,19 +586,24 @@ fn json_values_bound(text: &str) -> usize {
     count
 }
 
-/// A `CallToolResult` from what the plugin returned for tool `name`.
-fn tool_result(name: &str, returned: Result<String, String>) -> Value {
+/// A `CallToolResult` from what the plugin returned for tool `name`, and how the call ended.
+fn tool_result(name: &str, returned: Result<String, String>) -> (Value, Outcome) {
     match returned {
         Ok(json) => match serde_json::from_str::<Value>(&json) {
-            Ok(v) if v.get("content").is_some_and(Value::is_array) => v,
+            Ok(v) if v.get("content").is_some_and(Value::is_array) => {
+                let outcome = Outcome::of_result(&v);
+                (v, outcome)
+            }
             _ => {
                 tracing::error!(tool = name, "plugin returned an invalid result");
-                error_result("the plugin returned an invalid result")
+                let result = error_result("the plugin returned an invalid result");
+                (result, Outcome::PluginFailure)
             }
         },
         Err(e) => {
             tracing::error!(tool = name, "plugin could not run the tool: {e}");
-            error_result(&format!("the plugin could not run the tool: {e}"))
+            let result = error_result(&format!("the plugin could not run the tool: {e}"));
+            (result, Outcome::PluginFailure)
         }
     }
 }
@@ -531,47 +624,7 @@ fn fmt_secs(d: Duration) -> String {
 
 /// Validate arguments against the tool's compiled schema; the message names each argument and rule.
 fn validate(tool: &Tool, args: &Value) -> Result<(), String> {
-    if !args.is_object() {
-        return Err(format!(
-            "Invalid arguments for tool {}: arguments must be a JSON object",
-            tool.name
-        ));
-    }
-    // The caller is injected by the host from verified credentials; it can never be an argument,
-    // whatever a hand-written schema allows.
-    let mut problems = Vec::new();
-    if args.get("user_info").is_some() {
-        problems.push(
-            "argument `user_info` is not allowed: the caller comes from verified credentials, \
-             never from arguments"
-                .to_owned(),
-        );
-    }
-    for error in tool.validator.iter_errors(args).take(5) {
-        let path = error.instance_path().to_string();
-        let rule = error
-            .schema_path()
-            .to_string()
-            .rsplit('/')
-            .next()
-            .unwrap_or("")
-            .to_owned();
-        let arg = path.trim_start_matches('/').replace('/', ".");
-        if arg.is_empty() {
-            problems.push(format!("{error} (rule: {rule})"));
-        } else {
-            problems.push(format!("argument `{arg}`: {error} (rule: {rule})"));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(format!(
-            "Invalid arguments for tool {}: {}",
-            tool.name,
-            problems.join("; ")
-        ))
-    }
+    tool.validator.check(&tool.name, args)
 }
 
 #[cfg(test)]

@@ -51,6 +51,9 @@ pub trait HostCallbacks: Send + Sync {
 
     /// Tell every listening client about a change (a list, or one resource's contents).
     fn announce(&self, change: Change);
+
+    /// Plugin `plugin`'s own data directory (`<data_dir>/<plugin>`), created if needed.
+    fn data_dir(&self, plugin: &str) -> Result<std::path::PathBuf, String>;
 }
 
 /// A change clients may listen for.

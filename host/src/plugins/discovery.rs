@@ -1,7 +1,8 @@
 //! Discovery: which files in the tool directories are plugin candidates, in precedence order.
 //!
 //! Rules (the seed's, kept deterministic): directories in listed order; inside one, files in sorted
-//! name order; only the platform's shared-library extension; no recursion; a leading `_` skips a file.
+//! name order; only the platform's shared-library extension; no recursion; a leading `_` skips a file;
+//! a directory entry with `files` takes only the libraries whose names match one of its globs.
 
 use std::path::{Path, PathBuf};
 
@@ -35,6 +36,17 @@ pub fn is_plugin_file(path: &Path) -> bool {
             .is_some_and(|e| e.eq_ignore_ascii_case(LIBRARY_EXTENSION))
 }
 
+/// A library's name: its file name without the platform's library prefix (`lib` on Unix) and
+/// extension, as `files` globs of a tool directory match it (`mcp_time` for `libmcp_time.so`).
+pub fn library_name(path: &Path) -> Option<&str> {
+    let stem = path.file_stem()?.to_str()?;
+    Some(
+        stem.strip_prefix(std::env::consts::DLL_PREFIX)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(stem),
+    )
+}
+
 /// Scan the tool directories. A missing directory is skipped with a debug line (the default list
 /// names a `tools` directory a deployment may not have created).
 pub fn scan(dirs: &[ToolDir]) -> Vec<Candidate> {
@@ -47,11 +59,18 @@ pub fn scan(dirs: &[ToolDir]) -> Vec<Candidate> {
                 continue;
             }
         };
+        // The globs were checked when the configuration loaded.
+        let selection = dir.file_selection().ok().flatten();
+        let selected = |p: &Path| {
+            selection
+                .as_ref()
+                .is_none_or(|set| library_name(p).is_some_and(|name| set.is_match(name)))
+        };
         let mut files: Vec<PathBuf> = entries
             .filter_map(Result::ok)
             .filter(|e| e.file_type().is_ok_and(|t| t.is_file() || t.is_symlink()))
             .map(|e| e.path())
-            .filter(|p| is_plugin_file(p) && p.is_file())
+            .filter(|p| is_plugin_file(p) && selected(p) && p.is_file())
             .collect();
         files.sort();
         out.extend(files.into_iter().map(|path| Candidate {
@@ -80,12 +99,34 @@ mod tests {
         std::fs::write(d.join("sub").join(lib("deep")), b"x").expect("write");
         let found = scan(&[ToolDir {
             path: d.to_path_buf(),
-            prefix: String::new(),
+            ..ToolDir::default()
         }]);
         let names: Vec<_> = found
             .iter()
             .map(|c| c.path.file_name().and_then(|n| n.to_str()).unwrap_or(""))
             .collect();
         assert_eq!(names, vec![lib("a"), lib("b")]);
+    }
+
+    #[test]
+    fn files_globs_select_libraries_by_name_without_prefix_or_extension() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let d = tmp.path();
+        let file = |n: &str| format!("{}{n}.{LIBRARY_EXTENSION}", std::env::consts::DLL_PREFIX);
+        for name in [
+            "mcp_time",
+            "mcp_text",
+            "mcp_plugin_sdk_macros",
+            "fixture_basic",
+        ] {
+            std::fs::write(d.join(file(name)), b"x").expect("write");
+        }
+        let found = scan(&[ToolDir {
+            path: d.to_path_buf(),
+            files: vec!["mcp_t*".into(), "fixture_basic".into()],
+            ..ToolDir::default()
+        }]);
+        let names: Vec<_> = found.iter().filter_map(|c| library_name(&c.path)).collect();
+        assert_eq!(names, ["fixture_basic", "mcp_text", "mcp_time"]);
     }
 }

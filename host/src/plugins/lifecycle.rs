@@ -18,6 +18,7 @@ use super::probe::{ProbeCache, Prober};
 use super::slot::{FileStamp, PluginSlot};
 use crate::config::Config;
 use crate::registry::Registry;
+use crate::telemetry::Telemetry;
 
 /// What a rescan changed.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -141,6 +142,8 @@ pub(crate) struct Loader {
     failed: Mutex<HashMap<PathBuf, (Option<FileStamp>, LoadError)>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
     images: AtomicUsize,
+    /// Load failures and retained images are counted there.
+    telemetry: Arc<Telemetry>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -176,6 +179,7 @@ impl Loader {
     pub(crate) fn new(
         config: &Config,
         probe_exe: Option<&Path>,
+        telemetry: Arc<Telemetry>,
     ) -> Result<Loader, RuntimeDirError> {
         let prober = probe_exe
             .filter(|_| config.probe)
@@ -189,6 +193,7 @@ impl Loader {
             prober,
             failed: Mutex::default(),
             images: AtomicUsize::new(0),
+            telemetry,
         })
     }
 
@@ -231,11 +236,15 @@ impl Loader {
                 // Remember a failure with the stamp the file had: unchanged, it is not retried.
                 match &loaded {
                     Ok(_) => lock(&self.failed).remove(&candidate.path),
-                    Err(e) => lock(&self.failed)
-                        .insert(candidate.path.clone(), (stamp.clone(), e.clone())),
+                    Err(e) => {
+                        self.telemetry.metrics().load_error(e.kind());
+                        lock(&self.failed)
+                            .insert(candidate.path.clone(), (stamp.clone(), e.clone()))
+                    }
                 };
                 let result = loaded.map(|plugin| {
-                    self.images.fetch_add(1, Ordering::AcqRel);
+                    let images = self.images.fetch_add(1, Ordering::AcqRel) + 1;
+                    self.telemetry.metrics().images(images);
                     let backend: Arc<dyn PluginBackend> = Arc::new(plugin);
                     let settings = config.plugin(backend.name());
                     let limit = settings

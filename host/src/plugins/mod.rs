@@ -41,6 +41,19 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// What kind of failure it is, as metrics label it.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            LoadError::Library(_) => "library",
+            LoadError::Abi(_) => "abi",
+            LoadError::Build(_) => "build",
+            LoadError::Init(_) => "init",
+            LoadError::Manifest(_) => "manifest",
+            LoadError::Probe(_) => "probe",
+            LoadError::Copy(_) => "copy",
+        }
+    }
+
     /// The same error with every mention of the private copy replaced by the original file.
     pub fn mentioning(self, copy: &Path, file: &Path) -> LoadError {
         let (from, to) = (copy.display().to_string(), file.display().to_string());

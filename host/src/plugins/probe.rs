@@ -191,12 +191,8 @@ fn describe_exit(status: std::process::ExitStatus) -> String {
 }
 
 fn encode_error(e: &LoadError) -> String {
-    let kind = match e {
-        LoadError::Library(_) => "library",
-        LoadError::Abi(_) => "abi",
-        LoadError::Build(_) => "build",
-        _ => "other",
-    };
+    // Kinds other than library, abi and build come back as probe errors.
+    let kind = e.kind();
     let text = match e {
         LoadError::Library(s) | LoadError::Abi(s) | LoadError::Build(s) => s.clone(),
         other => other.to_string(),

@@ -18,6 +18,9 @@ pub struct HttpHeaders {
     pub name: Option<String>,
     /// `Mcp-Param-{Name}` headers: (lower-cased `Name`, raw value, possibly `=?base64?…?=`).
     pub params: Vec<(String, String)>,
+    /// W3C trace context: `traceparent`, and `tracestate` (the client's trace, for the request's
+    /// span).
+    pub trace_context: Option<(String, Option<String>)>,
 }
 
 fn mismatch(message: String) -> RpcError {

@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use mcp_plugin_sdk::UserInfo;
 use serde_json::{Map, Value, json};
+use tracing::Instrument as _;
 
 use crate::config::Config;
 use crate::exec::CancelFlag;
@@ -246,7 +247,14 @@ impl Protocol {
             era: &era,
             config: self.host.config(),
         };
-        match self.dispatch(method, &req).await {
+        let trace_context = ex.headers.as_ref().and_then(|h| h.trace_context.as_ref());
+        let span = crate::telemetry::trace::request_span(
+            method,
+            &id,
+            &params,
+            trace_context.map(|(parent, state)| (parent.as_str(), state.as_deref())),
+        );
+        match self.dispatch(method, &req).instrument(span).await {
             Ok(Answer::Result { value, cache }) => {
                 let caching = (cache != Cache::No).then(|| era::Caching {
                     ttl_ms: req.config.cache_ttl_ms,

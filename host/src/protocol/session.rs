@@ -267,6 +267,8 @@ pub struct SessionStore {
     max: usize,
     per_caller: usize,
     idle: Duration,
+    /// Set to the number of sessions held after every change.
+    gauge: Option<prometheus_client::metrics::gauge::Gauge>,
 }
 
 impl SessionStore {
@@ -278,6 +280,19 @@ impl SessionStore {
             max: max.max(1),
             per_caller: per_caller.max(1),
             idle,
+            gauge: None,
+        }
+    }
+
+    /// This store, keeping `gauge` at the number of sessions it holds.
+    pub fn with_gauge(mut self, gauge: prometheus_client::metrics::gauge::Gauge) -> Self {
+        self.gauge = Some(gauge);
+        self
+    }
+
+    fn count(&self, map: &HashMap<String, Stored>) {
+        if let Some(gauge) = &self.gauge {
+            gauge.set(i64::try_from(map.len()).unwrap_or(i64::MAX));
         }
     }
 
@@ -324,6 +339,7 @@ impl SessionStore {
             }
         }
         map.insert(session.id.clone(), Stored { owner, session });
+        self.count(&map);
     }
 
     /// The live session with this id (refreshing its idle timer).
@@ -336,6 +352,7 @@ impl SessionStore {
             }
             Some(_) => {
                 map.remove(id);
+                self.count(&map);
                 None
             }
             None => None,
@@ -344,13 +361,17 @@ impl SessionStore {
 
     /// End a session; true if it existed.
     pub fn remove(&self, id: &str) -> bool {
-        lock(&self.sessions).remove(id).is_some()
+        let mut map = lock(&self.sessions);
+        let removed = map.remove(id).is_some();
+        self.count(&map);
+        removed
     }
 
     /// Drop expired sessions; returns how many remain.
     pub fn sweep(&self) -> usize {
         let mut map = lock(&self.sessions);
         map.retain(|_, s| s.session.idle_for() < self.idle);
+        self.count(&map);
         map.len()
     }
 

@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use mcp_plugin_sdk::validation::InputValidator;
+pub use mcp_plugin_sdk::wire::is_valid_tool_name;
 use mcp_plugin_sdk::wire::{Manifest, PromptDescriptor, ResourceDescriptor, ToolDescriptor};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -35,35 +37,13 @@ pub struct Tool {
     /// Its index in the plugin's manifest.
     pub index: u32,
     /// The compiled input schema.
-    pub validator: jsonschema::Validator,
+    pub validator: InputValidator,
     /// How long a call may run.
     pub timeout: Duration,
     /// The tool as `tools/list` shows it (built once).
     pub listing: Value,
-}
-
-/// The MCP `Tool` object for a descriptor.
-fn listing(d: &ToolDescriptor) -> Value {
-    let mut tool = serde_json::json!({
-        "name": d.name,
-        "description": d.description,
-        "inputSchema": d.input_schema,
-    });
-    if let Some(title) = &d.title {
-        tool["title"] = serde_json::json!(title);
-    }
-    if let Some(output) = &d.output_schema {
-        tool["outputSchema"] = output.clone();
-    }
-    if !d.annotations.is_empty()
-        && let Ok(a) = serde_json::to_value(&d.annotations)
-    {
-        tool["annotations"] = a;
-    }
-    if let Some(meta) = &d.meta {
-        tool["_meta"] = meta.clone();
-    }
-    tool
+    /// Its metric series, looked up at its first call.
+    pub series: std::sync::OnceLock<crate::telemetry::metrics::ToolSeries>,
 }
 
 impl std::fmt::Debug for Tool {
@@ -267,14 +247,6 @@ pub struct Registry {
     pub plugins: Vec<Arc<PluginSlot>>,
 }
 
-/// Tool names every major client accepts: `^[a-zA-Z0-9_-]{1,64}$`.
-pub fn is_valid_tool_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
-}
-
 fn secs(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs(60))
 }
@@ -353,12 +325,13 @@ impl Registry {
                         name.clone(),
                         Arc::new(Tool {
                             name,
-                            listing: listing(&descriptor),
+                            listing: descriptor.listing(),
                             descriptor,
                             slot: Arc::clone(&slot),
                             index: index as u32,
                             validator,
                             timeout: secs(timeout),
+                            series: std::sync::OnceLock::new(),
                         }),
                     );
                 }
@@ -654,7 +627,7 @@ fn admit(
     manifest: &Manifest,
     file: &std::path::Path,
     winners: &HashMap<String, PathBuf>,
-) -> Result<jsonschema::Validator, Status> {
+) -> Result<InputValidator, Status> {
     service_enabled(tool.service.as_ref(), manifest)?;
     if !is_valid_tool_name(name) {
         tracing::error!(
@@ -674,7 +647,7 @@ fn admit(
         );
         return Err(Status::OverriddenBy(winner.clone()));
     }
-    let validator = compile_schema(&tool.input_schema).map_err(|why| {
+    let validator = InputValidator::compile(&tool.input_schema).map_err(|why| {
         tracing::error!(
             "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
             file.display()
@@ -710,31 +683,4 @@ fn timeout_of(name: &str, service: Option<&String>, settings: &PluginSettings, g
         })
         .or(settings.timeout_secs)
         .unwrap_or(global)
-}
-
-/// Compile an input schema (2020-12 unless it names another dialect; remote `$ref`s are never
-/// fetched: the crate is built without its HTTP resolver).
-fn compile_schema(schema: &Value) -> Result<jsonschema::Validator, String> {
-    if schema.get("type").and_then(Value::as_str) != Some("object") {
-        return Err("the root must be `\"type\": \"object\"`".into());
-    }
-    jsonschema::options()
-        .with_draft(jsonschema::Draft::Draft202012)
-        .build(schema)
-        .map_err(|e| e.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn tool_names_accepted_by_every_client() {
-        assert!(is_valid_tool_name("time_now"));
-        assert!(is_valid_tool_name("a-b_C9"));
-        assert!(!is_valid_tool_name("self.light.on"));
-        assert!(!is_valid_tool_name("ns::tool"));
-        assert!(!is_valid_tool_name(""));
-        assert!(!is_valid_tool_name(&"x".repeat(65)));
-    }
 }

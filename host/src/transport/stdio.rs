@@ -119,7 +119,22 @@ pub async fn serve(
     let _ = tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
     tasks.abort_all();
     changes.abort();
+    if conn.session.get().is_some() {
+        conn.sessions_gauge().dec();
+    }
     read
+}
+
+impl Connection {
+    /// The `sessions{transport="stdio"}` gauge.
+    fn sessions_gauge(&self) -> prometheus_client::metrics::gauge::Gauge {
+        self.core
+            .protocol()
+            .host()
+            .telemetry()
+            .metrics()
+            .sessions("stdio")
+    }
 }
 
 /// Read lines; run each request on this thread until it would wait, then hand it to the runtime.
@@ -311,6 +326,7 @@ impl Connection {
                     ));
                     return;
                 }
+                self.sessions_gauge().inc();
                 self.out.send(&body);
             }
             Reply::Listen { id, accepted } => {

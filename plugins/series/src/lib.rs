@@ -37,9 +37,10 @@
 //! plugins:
 //!   mcp-series:
 //!     config:
-//!       # The SQLite file. Default `series.db`. A relative path resolves against the host
-//!       # process's current working directory (not the config file's directory).
-//!       database: data/series.db
+//!       # The SQLite file. Default `series.db`. A relative path resolves against the plugin's
+//!       # data directory, `<data_dir>/mcp-series` (the host's `data_dir` setting; by default
+//!       # `$XDG_DATA_HOME/mcp-host`), never against the host's working directory.
+//!       database: series.db
 //!       # Optional. When set and that user has no readings yet, seed 30 days of demo data for them
 //!       # (heart_rate, steps, weight, sleep_hours), e.g. for `mcp-host call ... --user demo`.
 //!       demo_user: demo
@@ -212,7 +213,19 @@ impl Readings {
         if database.trim().is_empty() {
             return Err("config key `database` is empty: give a path, e.g. data/series.db".into());
         }
-        let svc = Readings::open(Path::new(database), config.demo_user.as_deref())?;
+        let path = Path::new(database);
+        let path = if path.is_absolute() {
+            path.to_path_buf()
+        } else {
+            let dir = host.data_dir().map_err(|e| {
+                format!(
+                    "database {database}: a relative path is kept in the plugin's data directory, \
+                     and the host gave none ({e}); give an absolute path"
+                )
+            })?;
+            dir.join(path)
+        };
+        let svc = Readings::open(&path, config.demo_user.as_deref())?;
         host.log(
             LogLevel::Info,
             "Readings",
@@ -673,15 +686,16 @@ impl Readings {
 impl Readings {
     /// Open (creating it and its parent directories if needed) the database at `database`, set it up
     /// (WAL, schema) and, when `demo_user` is given and has no readings, seed demo data for them.
-    /// A relative path resolves against the current working directory.
+    /// The path must be absolute: [`Readings::new`] resolves configured paths against the
+    /// plugin's data directory.
     pub fn open(database: &Path, demo_user: Option<&str>) -> Result<Self, String> {
-        let path = if database.is_absolute() {
-            database.to_path_buf()
-        } else {
-            std::env::current_dir()
-                .map_err(|e| format!("cannot resolve {}: {e}", database.display()))?
-                .join(database)
-        };
+        if !database.is_absolute() {
+            return Err(format!(
+                "database path {} is not absolute",
+                database.display()
+            ));
+        }
+        let path = database.to_path_buf();
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the directory of {}: {e}", path.display()))?;
@@ -1447,6 +1461,52 @@ mod tests {
         assert!(
             Readings::query_readings(&svc, who("u"), "steps".into(), None, None, 10, None).is_err()
         );
+    }
+
+    #[test]
+    fn a_relative_database_lives_in_the_plugin_data_directory_and_tools_need_a_caller() {
+        use mcp_plugin_sdk::testing::{TestCallError, TestHost, TestPlugin};
+        let data = tempfile::tempdir().unwrap();
+        let plugin = TestPlugin::with_host(
+            TestHost::new()
+                .with_data_dir(data.path())
+                .with_config(mcp_plugin_sdk::json!({"database": "db/s.db", "demo_user": "demo"})),
+        );
+        assert!(data.path().join("db/s.db").is_file());
+        assert_eq!(
+            plugin.call("query_health_indicators", mcp_plugin_sdk::json!({})),
+            Err(TestCallError::CallerRequired(
+                "query_health_indicators".into()
+            ))
+        );
+        let demo = plugin
+            .call_as(
+                &who("demo"),
+                "count_readings_above_goal",
+                mcp_plugin_sdk::json!({"indicator": "steps", "goal": 8000, "days": 31}),
+            )
+            .unwrap();
+        assert!(!demo.is_error, "{}", demo.text());
+        assert_eq!(demo.structured_content.unwrap()["readings_examined"], 30);
+        // The caller is never an argument, whatever the client sends.
+        let forged = plugin
+            .call_as(
+                &who("eve"),
+                "query_health_indicators",
+                mcp_plugin_sdk::json!({"user_info": {"user_id": "demo"}}),
+            )
+            .unwrap();
+        assert!(forged.is_error);
+        assert!(forged.text().contains("`user_info` is not allowed"));
+
+        // Without a data directory, a relative path is refused rather than put in the working
+        // directory.
+        let nowhere = TestPlugin::with_host(
+            TestHost::new().with_config(mcp_plugin_sdk::json!({"database": "s.db"})),
+        );
+        assert!(nowhere.tools().is_empty());
+        let why = &nowhere.problems()["record_reading"];
+        assert!(why.contains("give an absolute path"), "{why}");
     }
 
     #[test]

@@ -1099,6 +1099,48 @@ mod tests {
     const DOC: &str = r#"{"store":{"book":[{"title":"A","price":8,"tags":["x"]},{"title":"B","price":12}],"open":true}}"#;
 
     #[test]
+    fn the_plugin_serves_hmac_only_with_a_key_and_checks_arguments_like_the_host() {
+        use mcp_plugin_sdk::testing::{TestHost, TestPlugin};
+        let plain = TestPlugin::new();
+        assert!(plain.tool("hash_text").is_some());
+        assert!(plain.tool("hmac_sign").is_none());
+        assert_eq!(
+            plain.problems()["hmac_sign"],
+            "service Hmac is disabled: enabled() returned false"
+        );
+        let digest = plain
+            .call("hash_text", json!({"text": "abc", "algorithm": "md5"}))
+            .unwrap();
+        assert_eq!(
+            digest.structured_content.unwrap()["digest"],
+            "900150983cd24fb0d6963f7d28e17f72"
+        );
+        let bad = plain
+            .call("hash_text", json!({"text": "abc", "algorithm": "crc32"}))
+            .unwrap();
+        assert!(bad.is_error);
+        assert!(
+            bad.text()
+                .starts_with("Invalid arguments for tool hash_text: argument `algorithm`"),
+            "{}",
+            bad.text()
+        );
+
+        let keyed = TestPlugin::with_host(TestHost::new().with_config(json!({"hmac_key": "key"})));
+        let signed = keyed
+            .call(
+                "hmac_sign",
+                json!({"message": "The quick brown fox jumps over the lazy dog"}),
+            )
+            .unwrap();
+        // RFC 4231-style known answer (HMAC-SHA256, key "key").
+        assert_eq!(
+            signed.structured_content.unwrap()["signature"],
+            "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8"
+        );
+    }
+
+    #[test]
     fn json_query_selects_with_locations() {
         let r = Json::default()
             .json_query(DOC.into(), "$.store.book[*].title".into(), 1000)

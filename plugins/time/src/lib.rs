@@ -769,6 +769,63 @@ mod tests {
     use mcp_plugin_sdk::json;
 
     #[test]
+    fn the_plugin_serves_its_tools_checked_like_the_host() {
+        use mcp_plugin_sdk::testing::{TestHost, TestPlugin};
+        let plugin = TestPlugin::new();
+        let names: Vec<String> = plugin
+            .tools()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "add_duration",
+                "convert_time",
+                "current_time",
+                "list_time_zones",
+                "time_between"
+            ]
+        );
+        assert_eq!(
+            plugin.problems()["world_clock"],
+            "service WorldClock is disabled: enabled() returned false"
+        );
+        let now = plugin
+            .call("current_time", json!({"zone": "Asia/Tokyo"}))
+            .unwrap();
+        assert!(!now.is_error);
+        assert_eq!(now.structured_content.unwrap()["utc_offset"], "+09:00");
+        // `zone` defaults to UTC, as the schema advertises.
+        let schema = &plugin.tool("current_time").unwrap()["inputSchema"];
+        assert_eq!(schema["properties"]["zone"]["default"], "UTC");
+        let utc = plugin.call("current_time", json!({})).unwrap();
+        assert_eq!(utc.structured_content.unwrap()["zone"], "UTC");
+        let bad = plugin
+            .call(
+                "convert_time",
+                json!({"time": "now", "to_zones": "Asia/Tokyo"}),
+            )
+            .unwrap();
+        assert!(bad.is_error);
+        assert!(
+            bad.text()
+                .starts_with("Invalid arguments for tool convert_time: argument `to_zones`"),
+            "{}",
+            bad.text()
+        );
+
+        let configured = TestPlugin::with_host(
+            TestHost::new().with_config(json!({"world_clock": ["UTC", "Asia/Kolkata"]})),
+        );
+        let clock = configured.call("world_clock", json!({})).unwrap();
+        assert_eq!(
+            clock.structured_content.unwrap()["zones"][1]["utc_offset"],
+            "+05:30"
+        );
+    }
+
+    #[test]
     fn current_time_in_zone() {
         let t = Clock.current_time("europe/paris".into()).unwrap();
         assert_eq!(t.zone, "Europe/Paris");

@@ -160,6 +160,12 @@ impl HostApiFfi for HostApiImpl {
                     None => return RResult::RErr("notify_resource_updated needs a \"uri\"".into()),
                 }
             }
+            "data_dir" => {
+                return match self.host.data_dir(&self.plugin) {
+                    Ok(dir) => RResult::ROk(serde_json::json!(dir).to_string().into()),
+                    Err(e) => RResult::RErr(e.into()),
+                };
+            }
             other => return RResult::RErr(format!("unsupported host method: {other}").into()),
         };
         self.host.announce(change);

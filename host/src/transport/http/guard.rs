@@ -9,6 +9,7 @@ use super::body::{Body, error_response, json_response};
 use crate::access::{Access, Denied};
 use crate::config::HttpSettings;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
+use crate::telemetry::Metrics;
 
 /// A header's value, trimmed (`None` when absent or not visible ASCII).
 pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
@@ -83,15 +84,20 @@ pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// A 401 with its `WWW-Authenticate` challenge (naming the metadata of the endpoint asked, `agent`
-/// for `/mcp/agents/{agent}`), or the 403/404 for a refused identity.
+/// for `/mcp/agents/{agent}`), or the 403/404 for a refused identity (counted in `metrics` by
+/// reason).
 pub(crate) fn denied(
     access: &Access,
+    metrics: &Metrics,
     agent: Option<&str>,
     id: &Value,
     d: Denied,
 ) -> Response<Body> {
+    metrics.auth_failure(d.reason());
     match d {
-        Denied::Unauthorized { error, description } => challenge(
+        Denied::Unauthorized {
+            error, description, ..
+        } => challenge(
             access,
             agent,
             error_response(

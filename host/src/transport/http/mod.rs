@@ -1,7 +1,8 @@
 //! The Streamable HTTP transport on hyper 1.x: `POST /mcp` (JSON, or an SSE stream once a request
-//! emits notifications; [`post`]), legacy sessions with `GET`/`DELETE`, `/healthz`, the RFC 9728
-//! metadata, Origin/Host validation against DNS rebinding ([`guard`]), a request body cap,
-//! keep-alive and graceful shutdown. Messages themselves go through the connection core.
+//! emits notifications; [`post`]), legacy sessions with `GET`/`DELETE`, `/healthz`, `/metrics`
+//! ([`metrics`], unless a separate address serves it), the RFC 9728 metadata, Origin/Host
+//! validation against DNS rebinding ([`guard`]), a request body cap, keep-alive and graceful
+//! shutdown. Messages themselves go through the connection core.
 //!
 //! Connections are bounded: at most `http.max_connections` are served at once (the next one waits
 //! in the listen backlog until one closes), each must send its request head within
@@ -11,6 +12,7 @@
 
 mod body;
 mod guard;
+pub mod metrics;
 mod post;
 
 use std::convert::Infallible;
@@ -47,6 +49,8 @@ pub struct HttpOptions {
     pub grace: Duration,
     /// Interval of SSE keep-alive comments on long-lived streams.
     pub keepalive: Duration,
+    /// Serve `/metrics` here (off when a separate `metrics_listen` address serves it).
+    pub metrics: bool,
 }
 
 impl Default for HttpOptions {
@@ -55,6 +59,7 @@ impl Default for HttpOptions {
             settings: HttpSettings::default(),
             grace: Duration::from_secs(10),
             keepalive: Duration::from_secs(15),
+            metrics: true,
         }
     }
 }
@@ -76,12 +81,14 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()>,
 ) -> std::io::Result<()> {
     let stop = CancelFlag::new();
+    let sessions_gauge = protocol.host().telemetry().metrics().sessions("http");
     let state = Arc::new(State {
         sessions: SessionStore::new(
             options.settings.max_sessions,
             options.settings.max_sessions_per_caller,
             Duration::from_secs(options.settings.session_idle_secs),
-        ),
+        )
+        .with_gauge(sessions_gauge),
         core: Core::new(protocol, stop.clone()),
         options,
         shutdown: stop.clone(),
@@ -225,6 +232,9 @@ async fn handle(
     if path == "/healthz" {
         return json_response(200, &json!({ "status": "ok" }));
     }
+    if path == "/metrics" && state.options.metrics {
+        return metrics::respond(state.core.protocol().host(), &req);
+    }
     let access = state.core.protocol().host().access();
     if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource") {
         // `…/oauth-protected-resource` or `…<http.path>`: the endpoint's document;
@@ -255,7 +265,8 @@ async fn handle(
     if matches!(*req.method(), Method::GET | Method::DELETE)
         && let Err(d) = access.resolve(agent.as_deref(), bearer(req.headers()), None)
     {
-        return denied(&access, agent.as_deref(), &Value::Null, d);
+        let metrics = state.core.protocol().host().telemetry().metrics();
+        return denied(&access, metrics, agent.as_deref(), &Value::Null, d);
     }
     match *req.method() {
         Method::POST => post::post(state, req, agent, peer).await,

@@ -105,6 +105,10 @@ fn mirrored_headers(headers: &HeaderMap) -> Result<HttpHeaders, RpcError> {
                 Some((name.to_owned(), v.to_str().ok()?.to_owned()))
             })
             .collect(),
+        trace_context: header(headers, "traceparent").map(|parent| {
+            let state = header(headers, "tracestate").map(str::to_owned);
+            (parent.to_owned(), state)
+        }),
     })
 }
 
@@ -155,7 +159,10 @@ pub(crate) async fn post(
         session.as_ref().map(|s| s.id.as_str()),
     ) {
         Ok(identity) => identity,
-        Err(d) => return denied(&access, endpoint_agent.as_deref(), &id, d),
+        Err(d) => {
+            let metrics = state.core.protocol().host().telemetry().metrics();
+            return denied(&access, metrics, endpoint_agent.as_deref(), &id, d);
+        }
     };
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),

@@ -1,0 +1,138 @@
+//! `mcp-host config [--json]`: the effective configuration — every layer merged (the file, its
+//! `config.{MCP_HOST_ENV}.yaml` overlay, `MCP_HOST_*` variables, `${NAME}` references expanded),
+//! defaults filled in, paths resolved — with secrets redacted: the JWT secret, the metrics token,
+//! credentials in URLs, and every plugin-configuration value whose key names a secret (`key`,
+//! `secret`, `token`, `password`, `credential`, ...).
+
+use std::process::ExitCode;
+
+use mcp_host::Config;
+use serde_json::Value;
+
+/// What a redacted value shows.
+const REDACTED: &str = "<redacted>";
+
+/// Print `config` as YAML (or JSON), redacted.
+pub(crate) fn print(
+    config: &Config,
+    json: bool,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<ExitCode> {
+    let mut value = serde_json::to_value(config)?;
+    redact(&mut value);
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let source = config.source.as_ref().map_or_else(
+        || "no configuration file (defaults)".to_owned(),
+        |s| s.display().to_string(),
+    );
+    writeln!(
+        out,
+        "# Effective configuration of mcp-host {}",
+        env!("CARGO_PKG_VERSION")
+    )?;
+    writeln!(
+        out,
+        "# from {source}, its overlay and MCP_HOST_* variables; secrets redacted"
+    )?;
+    write!(out, "{}", serde_saphyr::to_string(&value)?)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Blank out what must not be printed.
+fn redact(config: &mut Value) {
+    for pointer in ["/auth/jwt/hs256_secret", "/metrics_token"] {
+        if let Some(v) = config.pointer_mut(pointer).filter(|v| !v.is_null()) {
+            *v = Value::from(REDACTED);
+        }
+    }
+    if let Some(Value::Array(keys)) = config.pointer_mut("/request_state/keys") {
+        keys.iter_mut().for_each(|k| *k = Value::from(REDACTED));
+    }
+    if let Some(Value::String(url)) = config.pointer_mut("/traces/otlp_endpoint") {
+        *url = without_userinfo(url);
+    }
+    if let Some(Value::Object(plugins)) = config.get_mut("plugins") {
+        for settings in plugins.values_mut() {
+            if let Some(section) = settings.get_mut("config") {
+                redact_secrets(section);
+            }
+        }
+    }
+}
+
+/// Whether a configuration key names a secret.
+fn is_secret_key(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    [
+        "secret",
+        "token",
+        "password",
+        "passwd",
+        "credential",
+        "key",
+        "auth",
+        "cookie",
+    ]
+    .iter()
+    .any(|word| key.contains(word))
+}
+
+/// Redact, at any depth, the values of keys that name secrets.
+fn redact_secrets(value: &mut Value) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                if is_secret_key(key) && !v.is_null() {
+                    *v = Value::from(REDACTED);
+                } else {
+                    redact_secrets(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(redact_secrets),
+        _ => {}
+    }
+}
+
+/// `scheme://user:pass@host/...` without `user:pass@`.
+fn without_userinfo(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => format!("{scheme}://{REDACTED}@{}", &rest[at + 1..]),
+        None => url.to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn secrets_are_redacted_and_everything_else_kept() {
+        let mut v = json!({
+            "auth": {"jwt": {"hs256_secret": "s3cret", "issuer": "me"}},
+            "metrics_token": "t0ken",
+            "traces": {"otlp_endpoint": "http://u:p@collector:4318/v1/traces"},
+            "plugins": {"mcp-text": {"config": {"hmac_key": "k", "nested": [{"api_token": "x", "zone": "UTC"}]}}},
+        });
+        redact(&mut v);
+        assert_eq!(v["auth"]["jwt"]["hs256_secret"], REDACTED);
+        assert_eq!(v["auth"]["jwt"]["issuer"], "me");
+        assert_eq!(v["metrics_token"], REDACTED);
+        assert_eq!(
+            v["traces"]["otlp_endpoint"],
+            "http://<redacted>@collector:4318/v1/traces"
+        );
+        let text = &v["plugins"]["mcp-text"]["config"];
+        assert_eq!(text["hmac_key"], REDACTED);
+        assert_eq!(text["nested"][0]["api_token"], REDACTED);
+        assert_eq!(text["nested"][0]["zone"], "UTC");
+    }
+}

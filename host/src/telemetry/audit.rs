@@ -1,0 +1,109 @@
+//! The audit log: one JSON line per tool call — when, who (the verified caller and agent), what
+//! (tool, plugin file and version), how it ended, how long it took and how big the arguments and
+//! the result were. Never an argument's or a result's value, never a token.
+//!
+//! Records go to stderr or are appended to a file (opened once, owner-only on Unix; each record is
+//! one `write` on an append-mode file, so records from concurrent calls never interleave and
+//! `logrotate`'s `copytruncate` works).
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde::Serialize;
+
+/// One audit record.
+#[derive(Debug, Serialize)]
+pub struct Record<'a> {
+    /// When the call ended (RFC 3339, UTC, microseconds).
+    pub time: String,
+    /// The verified caller's user id, if the call had one.
+    pub caller: Option<&'a str>,
+    /// The agent whose view applied, if any.
+    pub agent: Option<&'a str>,
+    /// The tool, as clients name it.
+    pub tool: &'a str,
+    /// The plugin serving it.
+    pub plugin: &'a str,
+    /// The plugin's version (its manifest's).
+    pub plugin_version: &'a str,
+    /// The plugin file it was loaded from.
+    pub plugin_file: &'a Path,
+    /// How the call ended (`ok`, `tool_error`, `invalid_arguments`, `caller_required`, `timeout`,
+    /// `cancelled`, `plugin_failure`).
+    pub outcome: &'static str,
+    /// From the request to the result, in milliseconds.
+    pub duration_ms: f64,
+    /// Of which waiting for a free slot, when the call got that far.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue_ms: Option<f64>,
+    /// The arguments' size as JSON, in bytes.
+    pub argument_bytes: usize,
+    /// The result's size as JSON, in bytes (none when the call got no result).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_bytes: Option<usize>,
+    /// 0 for a client's call; a tool calling a tool is one deeper than its caller.
+    pub depth: u32,
+    /// The call's trace, when tracing is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+}
+
+/// Where audit records go.
+#[derive(Debug)]
+pub enum AuditLog {
+    /// The process's stderr (beside the log).
+    Stderr,
+    /// A file, appended to.
+    File {
+        /// Its path.
+        path: PathBuf,
+        /// The open file.
+        file: Mutex<std::fs::File>,
+    },
+}
+
+impl AuditLog {
+    /// The log the `audit_log` setting names: `stderr`, or a file path (opened for appending,
+    /// created owner-only when new).
+    pub fn open(setting: &Path) -> std::io::Result<AuditLog> {
+        if setting == Path::new("stderr") {
+            return Ok(AuditLog::Stderr);
+        }
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options.open(setting)?;
+        Ok(AuditLog::File {
+            path: setting.to_path_buf(),
+            file: Mutex::new(file),
+        })
+    }
+
+    /// Write one record as a line. A failed write is logged, never fatal to the call.
+    pub fn write(&self, record: &Record<'_>) {
+        let mut line = match serde_json::to_vec(record) {
+            Ok(line) => line,
+            Err(e) => {
+                tracing::error!("audit record not written: {e}");
+                return;
+            }
+        };
+        line.push(b'\n');
+        let written = match self {
+            AuditLog::Stderr => std::io::stderr().lock().write_all(&line),
+            AuditLog::File { file, .. } => file
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .write_all(&line),
+        };
+        if let Err(e) = written {
+            let to = match self {
+                AuditLog::Stderr => "stderr".to_owned(),
+                AuditLog::File { path, .. } => path.display().to_string(),
+            };
+            tracing::error!("audit record not written to {to}: {e}");
+        }
+    }
+}

@@ -1,0 +1,704 @@
+//! What an operator sees of a running host: Prometheus metrics after a known sequence of calls
+//! (exact counts, and the exposition read by the reference OpenMetrics parser), the audit log
+//! (content, and never an argument value or a token), OpenTelemetry traces exported to a real
+//! OTLP/HTTP receiver, JSON logs, `mcp-host config` with secrets redacted, `--version` and shell
+//! completions.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use mcp_host_tests::clients::require_or_skip;
+use mcp_host_tests::serve::{
+    HttpResponse, HttpServer, WAIT, header_refs, modern_headers, request, with_meta,
+};
+use mcp_host_tests::{Layout, artifacts, workspace_root};
+use serde_json::{Value, json};
+
+/// A personal secret the layouts accept (its SHA-256 is in the config), for user `ana`.
+const SECRET: &str = "mcp_test-operators-secret-4f1c";
+
+fn sha256_hex(text: &str) -> String {
+    mcp_host::access::auth::hash_secret(text)
+}
+
+/// fixture-basic, fixture-faulty and fixture-garbage in `d`, a file that is not a library, auth
+/// with one personal secret, and `extra` (YAML lines).
+fn layout(extra: &str) -> (Layout, PathBuf) {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    l.install("d", "fixture-faulty", None);
+    l.install("d", "fixture-garbage", None);
+    let junk = format!("junk.{}", std::env::consts::DLL_EXTENSION);
+    std::fs::write(l.dir("d").join(junk), b"not a shared library").unwrap();
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nauth:\n  secrets:\n    - {{sha256: {}, user: ana}}\n{extra}",
+        sha256_hex(SECRET)
+    ));
+    (l, cfg)
+}
+
+/// A 2026 `tools/call` with extra headers.
+fn call(
+    server: &HttpServer,
+    id: u64,
+    tool: &str,
+    args: Value,
+    extra: &[(&str, &str)],
+) -> HttpResponse {
+    let params = with_meta(json!({"name": tool, "arguments": args}));
+    let headers = modern_headers("tools/call", Some(tool));
+    let mut headers = header_refs(&headers);
+    headers.extend_from_slice(extra);
+    server.post(&headers, &request(id, "tools/call", params))
+}
+
+/// `GET /metrics` on `addr`, with `headers`.
+fn scrape(addr: std::net::SocketAddr, headers: &[(&str, &str)]) -> HttpResponse {
+    mcp_host_tests::serve::HttpConn::connect(addr).request("GET", "/metrics", headers, b"")
+}
+
+/// The samples of an OpenMetrics text: `name{label="value",...}` (labels sorted) → value.
+fn samples(text: &str) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+    {
+        let (series, value) = line.rsplit_once(' ').unwrap();
+        let (name, labels) = match series.split_once('{') {
+            Some((name, labels)) => (name, labels.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        let mut labels: Vec<&str> = labels.split(',').filter(|l| !l.is_empty()).collect();
+        labels.sort_unstable();
+        out.insert(
+            format!("{name}{{{}}}", labels.join(",")),
+            value.parse().unwrap(),
+        );
+    }
+    out
+}
+
+/// The value of one series (0 when absent), labels in any order.
+fn sample(all: &BTreeMap<String, f64>, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{v}\"")).collect();
+    labels.sort_unstable();
+    all.get(&format!("{name}{{{}}}", labels.join(",")))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// Run the known sequence of requests the metrics and audit tests count.
+fn known_sequence(server: &HttpServer) {
+    for i in 0..3 {
+        let ok = call(server, i, "echo", json!({"text": "hello"}), &[]);
+        assert_eq!(ok.status, 200, "{ok:?}");
+    }
+    // Fails the schema: the plugin does not run.
+    let invalid = call(server, 10, "echo", json!({}), &[]).json();
+    assert_eq!(invalid["result"]["isError"], true, "{invalid}");
+    // A wrapper: `shout` calls `echo` (a nested call, one deeper).
+    let shouted = call(
+        server,
+        11,
+        "shout",
+        json!({"text": "nested secret value"}),
+        &[],
+    )
+    .json();
+    assert_eq!(
+        shouted["result"]["content"][0]["text"],
+        "NESTED SECRET VALUE"
+    );
+    // A tool that panics, one whose plugin returns garbage.
+    let exploded = call(server, 12, "explode", json!({}), &[]).json();
+    assert_eq!(exploded["result"]["isError"], true, "{exploded}");
+    let garbage = call(server, 13, "returns_garbage", json!({}), &[]).json();
+    assert_eq!(garbage["result"]["isError"], true, "{garbage}");
+    // A tool that needs a caller, without one, then with one.
+    assert_eq!(call(server, 14, "whoami", json!({}), &[]).status, 401);
+    let bearer = format!("Bearer {SECRET}");
+    let me = call(
+        server,
+        15,
+        "whoami",
+        json!({}),
+        &[("Authorization", &bearer)],
+    )
+    .json();
+    assert_eq!(me["result"]["structuredContent"]["user_id"], "ana", "{me}");
+    // A bad token, twice.
+    for id in [16, 17] {
+        let refused = call(
+            server,
+            id,
+            "echo",
+            json!({"text": "x"}),
+            &[("Authorization", "Bearer mcp_nope")],
+        );
+        assert_eq!(refused.status, 401);
+    }
+    // One legacy session.
+    server.initialize("2025-11-25");
+}
+
+#[test]
+fn metrics_count_a_known_sequence_of_calls_exactly() {
+    let (_l, cfg) = layout("");
+    let server = HttpServer::start(&cfg);
+    let before = samples(&scrape(server.addr, &[]).text());
+    assert_eq!(
+        sample(
+            &before,
+            "mcp_tool_calls_total",
+            &[
+                ("tool", "echo"),
+                ("plugin", "fixture-basic"),
+                ("outcome", "ok")
+            ]
+        ),
+        0.0
+    );
+    known_sequence(&server);
+
+    let resp = scrape(server.addr, &[]);
+    assert_eq!(resp.status, 200);
+    assert!(
+        resp.header("content-type")
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+        "{resp:?}"
+    );
+    let text = resp.text();
+    assert!(text.ends_with("# EOF\n"), "{text}");
+    let m = samples(&text);
+    let calls = |tool: &str, plugin: &str, outcome: &str| {
+        sample(
+            &m,
+            "mcp_tool_calls_total",
+            &[("tool", tool), ("plugin", plugin), ("outcome", outcome)],
+        )
+    };
+    // 3 direct calls and the nested one from `shout`.
+    assert_eq!(calls("echo", "fixture-basic", "ok"), 4.0, "{text}");
+    assert_eq!(calls("echo", "fixture-basic", "invalid_arguments"), 1.0);
+    assert_eq!(calls("shout", "fixture-basic", "ok"), 1.0);
+    assert_eq!(calls("explode", "fixture-faulty", "tool_error"), 1.0);
+    assert_eq!(calls("returns_garbage", "garbage", "plugin_failure"), 1.0);
+    assert_eq!(calls("whoami", "fixture-basic", "caller_required"), 1.0);
+    assert_eq!(calls("whoami", "fixture-basic", "ok"), 1.0);
+    assert_eq!(calls("echo", "fixture-basic", "timeout"), 0.0);
+    let duration = |tool: &str, suffix: &str| {
+        sample(
+            &m,
+            &format!("mcp_tool_call_duration_seconds_{suffix}"),
+            &[("tool", tool), ("plugin", "fixture-basic")],
+        )
+    };
+    assert_eq!(duration("echo", "count"), 5.0);
+    assert_eq!(duration("whoami", "count"), 2.0);
+    assert!(duration("echo", "sum") >= 0.0);
+    // `shout` and the second `whoami` queued (echo runs inline, and so never waits for a slot).
+    let queued = sample(
+        &m,
+        "mcp_tool_call_queue_wait_seconds_count",
+        &[("plugin", "fixture-basic")],
+    );
+    assert_eq!(queued, 2.0, "{text}");
+    assert_eq!(
+        sample(
+            &m,
+            "mcp_tool_calls_in_flight",
+            &[("plugin", "fixture-basic")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        sample(&m, "mcp_auth_failures_total", &[("reason", "invalid")]),
+        2.0
+    );
+    assert_eq!(sample(&m, "mcp_sessions", &[("transport", "http")]), 1.0);
+    assert_eq!(sample(&m, "mcp_plugin_images_retained", &[]), 3.0);
+    assert_eq!(
+        sample(&m, "mcp_plugin_load_errors_total", &[("reason", "library")]),
+        1.0,
+        "{text}"
+    );
+    assert_eq!(sample(&m, "mcp_plugin_reloads_total", &[]), 0.0);
+    assert!(
+        text.contains("mcp_host_build_info{version=\"0.1.0\""),
+        "{text}"
+    );
+}
+
+#[test]
+fn metrics_on_their_own_listener_require_the_configured_token() {
+    let (_l, cfg) = layout("metrics_listen: 127.0.0.1:0\nmetrics_token: scrape-me\n");
+    let server = HttpServer::start(&cfg);
+    let log = server.stderr();
+    let addr: std::net::SocketAddr = log
+        .lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap_or_else(|| panic!("no metrics address in the log:\n{log}"))
+        .parse()
+        .unwrap();
+    assert_eq!(scrape(addr, &[]).status, 401);
+    assert_eq!(
+        scrape(addr, &[("Authorization", "Bearer wrong")]).status,
+        401
+    );
+    let ok = scrape(addr, &[("Authorization", "Bearer scrape-me")]);
+    assert_eq!(ok.status, 200);
+    let m = samples(&ok.text());
+    assert_eq!(
+        sample(
+            &m,
+            "mcp_auth_failures_total",
+            &[("reason", "metrics_token")]
+        ),
+        2.0
+    );
+    // The main listener does not serve them.
+    assert_eq!(
+        scrape(server.addr, &[("Authorization", "Bearer scrape-me")]).status,
+        404
+    );
+}
+
+#[test]
+fn the_metrics_exposition_parses_with_the_reference_openmetrics_parser() {
+    let Some(python) = python_with("prometheus_client", "the Python prometheus-client package")
+    else {
+        return;
+    };
+    let (_l, cfg) = layout("");
+    let server = HttpServer::start(&cfg);
+    known_sequence(&server);
+    let text = scrape(server.addr, &[]).text();
+    // prometheus_client's strict OpenMetrics parser; prints every sample as JSON.
+    let script = r#"
+import json, sys
+from prometheus_client.openmetrics.parser import text_string_to_metric_families
+out = []
+for family in text_string_to_metric_families(sys.stdin.read()):
+    for s in family.samples:
+        out.append([s.name, s.labels, s.value])
+print(json.dumps(out))
+"#;
+    let parsed = run_with_stdin(&python, &["-c", script], &text);
+    let parsed: Vec<(String, BTreeMap<String, String>, f64)> =
+        serde_json::from_str(&parsed).unwrap();
+    let find = |name: &str, labels: &[(&str, &str)]| {
+        parsed
+            .iter()
+            .find(|(n, l, _)| {
+                n == name
+                    && labels
+                        .iter()
+                        .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|(_, _, v)| *v)
+    };
+    assert_eq!(
+        find(
+            "mcp_tool_calls_total",
+            &[("tool", "echo"), ("outcome", "ok")]
+        ),
+        Some(4.0)
+    );
+    assert_eq!(find("mcp_sessions", &[("transport", "http")]), Some(1.0));
+    assert_eq!(
+        find("mcp_tool_call_duration_seconds_count", &[("tool", "echo")]),
+        Some(5.0)
+    );
+}
+
+#[test]
+fn the_audit_log_has_one_record_per_call_and_never_an_argument_value_or_a_token() {
+    let (l, cfg) = layout("audit_log: audit.jsonl\n");
+    let server = HttpServer::start(&cfg);
+    known_sequence(&server);
+    drop(server);
+    let text = std::fs::read_to_string(l.root.path().join("audit.jsonl")).unwrap();
+    assert!(
+        !text.contains("hello"),
+        "an argument value is in the audit log:\n{text}"
+    );
+    assert!(
+        !text.to_lowercase().contains("nested secret value"),
+        "{text}"
+    );
+    assert!(
+        !text.contains(SECRET) && !text.contains("mcp_nope"),
+        "a token is in the audit log"
+    );
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    // 3 echo + invalid echo + shout + nested echo + explode + garbage + 2 whoami.
+    assert_eq!(records.len(), 10, "{text}");
+    let echo = &records[0];
+    assert_eq!(echo["tool"], "echo");
+    assert_eq!(echo["plugin"], "fixture-basic");
+    assert_eq!(echo["plugin_version"], "0.1.0");
+    assert!(
+        echo["plugin_file"]
+            .as_str()
+            .unwrap()
+            .ends_with(&format!("fixture_basic{}", std::env::consts::DLL_SUFFIX))
+    );
+    assert_eq!(echo["outcome"], "ok");
+    assert_eq!(echo["caller"], Value::Null);
+    assert_eq!(echo["argument_bytes"], r#"{"text":"hello"}"#.len());
+    assert!(echo["result_bytes"].as_u64().unwrap() > 0);
+    assert!(echo["duration_ms"].as_f64().unwrap() >= 0.0);
+    assert_eq!(echo["depth"], 0);
+    assert!(echo["time"].as_str().unwrap().ends_with('Z'), "{echo}");
+    let outcomes: Vec<(&str, &str, u64)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["tool"].as_str().unwrap(),
+                r["outcome"].as_str().unwrap(),
+                r["depth"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        outcomes,
+        [
+            ("echo", "ok", 0),
+            ("echo", "ok", 0),
+            ("echo", "ok", 0),
+            ("echo", "invalid_arguments", 0),
+            // The nested call ends first.
+            ("echo", "ok", 1),
+            ("shout", "ok", 0),
+            ("explode", "tool_error", 0),
+            ("returns_garbage", "plugin_failure", 0),
+            ("whoami", "caller_required", 0),
+            ("whoami", "ok", 0),
+        ]
+    );
+    assert_eq!(records[8]["result_bytes"], Value::Null);
+    assert_eq!(records[9]["caller"], "ana");
+    assert!(records[9]["queue_ms"].as_f64().is_some());
+}
+
+#[test]
+fn json_logs_are_one_object_per_line() {
+    let (l, cfg) = layout("log_format: json\n");
+    let out = l.run(&cfg, &["list"]);
+    assert!(out.status.success());
+    let log = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}")))
+        .collect();
+    let loaded = lines
+        .iter()
+        .find(|l| {
+            l["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("Error loading plugin"))
+        })
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(loaded["level"], "ERROR");
+    assert!(loaded["timestamp"].is_string());
+}
+
+/// Python with `module`, or a skip (a failure when clients are required).
+fn python_with(module: &str, what: &str) -> Option<PathBuf> {
+    let python = std::env::var_os("MCP_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".ci/.tools/venv/bin/python"));
+    let ok = Command::new(&python)
+        .args(["-c", &format!("import {module}")])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    require_or_skip(what, ok.then_some(python))
+}
+
+fn run_with_stdin(exe: &std::path::Path, args: &[&str], input: &str) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new(exe)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// The OTLP receiver (`tests/otlp/receiver.py`), killed on drop; its spans arrive on a channel.
+struct Receiver {
+    child: std::process::Child,
+    port: u16,
+    spans: std::sync::mpsc::Receiver<Value>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Receiver {
+    fn start(python: &std::path::Path) -> Receiver {
+        let mut child = Command::new(python)
+            .arg(workspace_root().join("tests/otlp/receiver.py"))
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let first = lines.next().unwrap().unwrap();
+        let port = first
+            .strip_prefix("listening on ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let (tx, spans) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                let _ = tx.send(serde_json::from_str(&line).unwrap());
+            }
+        });
+        Receiver { child, port, spans }
+    }
+
+    /// Spans until `done` says the set is complete (or the deadline passes: a failure).
+    fn collect(&self, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + WAIT;
+        let mut all = Vec::new();
+        while !done(&all) {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.spans.recv_timeout(left) {
+                Ok(span) => all.push(span),
+                Err(_) => panic!("the receiver did not get the expected spans: {all:#?}"),
+            }
+        }
+        all
+    }
+}
+
+#[test]
+fn traces_follow_the_clients_traceparent_from_the_header_or_meta_to_a_real_otlp_receiver() {
+    let Some(python) = python_with(
+        "opentelemetry.proto",
+        "the Python opentelemetry-proto package",
+    ) else {
+        return;
+    };
+    let receiver = Receiver::start(&python);
+    let (_l, cfg) = layout(&format!(
+        "traces:\n  otlp_endpoint: http://127.0.0.1:{}\n  service_name: mcp-host-e2e\n",
+        receiver.port
+    ));
+    let mut server = HttpServer::start(&cfg);
+    let header_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let header_parent = "00f067aa0ba902b7";
+    let traceparent = format!("00-{header_trace}-{header_parent}-01");
+    let shouted = call(
+        &server,
+        1,
+        "shout",
+        json!({"text": "hi"}),
+        &[("traceparent", &traceparent)],
+    );
+    assert_eq!(shouted.status, 200);
+    let meta_trace = "0af7651916cd43dd8448eb211c80319c";
+    let meta_parent = "b7ad6b7169203331";
+    let params = with_meta(json!({
+        "name": "echo",
+        "arguments": {"text": "hi"},
+        "_meta": {"traceparent": format!("00-{meta_trace}-{meta_parent}-01")},
+    }));
+    let headers = modern_headers("tools/call", Some("echo"));
+    let echoed = server.post(&header_refs(&headers), &request(2, "tools/call", params));
+    assert_eq!(echoed.status, 200);
+    // Stopping the server flushes the spans it still holds.
+    server.child().terminate();
+    assert!(
+        server.child().wait_timeout(WAIT).is_some(),
+        "the server did not stop"
+    );
+
+    let count =
+        |spans: &[Value], trace: &str| spans.iter().filter(|s| s["trace_id"] == trace).count();
+    // shout: request, execute_tool, validate, queue, plugin, nested execute_tool (+ validate, plugin);
+    // echo (inline): request, execute_tool, validate, plugin.
+    let spans = receiver.collect(|s| count(s, header_trace) >= 8 && count(s, meta_trace) >= 4);
+    let find = |trace: &str, name: &str| -> Vec<&Value> {
+        spans
+            .iter()
+            .filter(|s| s["trace_id"] == trace && s["name"] == name)
+            .collect()
+    };
+    let request = find(header_trace, "tools/call shout");
+    assert_eq!(request.len(), 1, "{spans:#?}");
+    let request = request[0];
+    assert_eq!(request["parent_span_id"], header_parent);
+    assert_eq!(request["kind"], 2, "a server span");
+    assert_eq!(request["resource"]["service.name"], "mcp-host-e2e");
+    assert_eq!(request["attributes"]["mcp.method.name"], "tools/call");
+    let shout = find(header_trace, "execute_tool shout");
+    assert_eq!(shout.len(), 1, "{spans:#?}");
+    assert_eq!(shout[0]["parent_span_id"], request["span_id"]);
+    assert_eq!(shout[0]["attributes"]["gen_ai.tool.name"], "shout");
+    assert_eq!(shout[0]["attributes"]["mcp_host.plugin"], "fixture-basic");
+    assert_eq!(shout[0]["attributes"]["mcp_host.outcome"], "ok");
+    let phases: Vec<&str> = spans
+        .iter()
+        .filter(|s| s["parent_span_id"] == shout[0]["span_id"])
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    for phase in ["validate", "queue", "plugin"] {
+        assert!(phases.contains(&phase), "{phase} missing: {phases:?}");
+    }
+    let plugin = spans
+        .iter()
+        .find(|s| s["parent_span_id"] == shout[0]["span_id"] && s["name"] == "plugin")
+        .unwrap();
+    let nested = find(header_trace, "execute_tool echo");
+    assert_eq!(nested.len(), 1, "{spans:#?}");
+    assert_eq!(
+        nested[0]["parent_span_id"], plugin["span_id"],
+        "the nested call runs inside the plugin phase"
+    );
+
+    let echo_request = find(meta_trace, "tools/call echo");
+    assert_eq!(echo_request.len(), 1, "{spans:#?}");
+    assert_eq!(echo_request[0]["parent_span_id"], meta_parent);
+    let echo = find(meta_trace, "execute_tool echo");
+    assert_eq!(echo[0]["parent_span_id"], echo_request[0]["span_id"]);
+}
+
+#[test]
+fn config_prints_the_effective_layered_configuration_with_secrets_redacted() {
+    let l = Layout::new();
+    l.dir("d");
+    let cfg = l.config(
+        "tool_dirs: [d]\nauth:\n  jwt:\n    hs256_secret: ${OPS_JWT_SECRET}\nmetrics_token: tok-tok-tok\n\
+         plugins:\n  mcp-text:\n    config: {hmac_key: hmac-key-value, greeting: hello}\n",
+    );
+    let out = Command::new(&artifacts().host)
+        .args(["--config", cfg.to_str().unwrap(), "config", "--json"])
+        .env("OPS_JWT_SECRET", "jwt-secret-value")
+        .env("MCP_HOST_LIMITS__CALL_TIMEOUT_SECS", "7")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    for secret in ["jwt-secret-value", "tok-tok-tok", "hmac-key-value"] {
+        assert!(!text.contains(secret), "{secret} printed:\n{text}");
+    }
+    let printed: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(printed["auth"]["jwt"]["hs256_secret"], "<redacted>");
+    assert_eq!(
+        printed["plugins"]["mcp-text"]["config"]["greeting"],
+        "hello"
+    );
+    assert_eq!(
+        printed["limits"]["call_timeout_secs"], 7.0,
+        "the environment layer"
+    );
+    assert_eq!(
+        printed["tool_dirs"][0]["path"],
+        l.root.path().join("d").to_str().unwrap()
+    );
+    assert_eq!(
+        printed["listen"], "127.0.0.1:18080",
+        "defaults are filled in"
+    );
+
+    // The YAML form is a configuration file the host loads.
+    let yaml = Command::new(&artifacts().host)
+        .args(["--config", cfg.to_str().unwrap(), "config"])
+        .env("OPS_JWT_SECRET", "jwt-secret-value")
+        .output()
+        .unwrap();
+    assert!(yaml.status.success());
+    let again = l.root.path().join("printed.yaml");
+    std::fs::write(&again, &yaml.stdout).unwrap();
+    let reread = Command::new(&artifacts().host)
+        .args(["--config", again.to_str().unwrap(), "config", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        reread.status.success(),
+        "{}",
+        String::from_utf8_lossy(&reread.stderr)
+    );
+    let reread: Value = serde_json::from_slice(&reread.stdout).unwrap();
+    assert_eq!(reread["tool_dirs"], printed["tool_dirs"]);
+    assert_eq!(reread["plugins"], printed["plugins"]);
+}
+
+#[test]
+fn version_prints_the_build_fingerprint_and_completions_name_every_command() {
+    let out = Command::new(&artifacts().host)
+        .arg("--version")
+        .output()
+        .unwrap();
+    let version = String::from_utf8_lossy(&out.stdout);
+    let build = mcp_plugin_sdk::wire::BuildInfo::host();
+    assert!(
+        version.starts_with("mcp-host 0.1.0 (plugin ABI v1, plugin SDK "),
+        "{version}"
+    );
+    assert!(
+        version.contains(&build.sdk_version) && version.contains(&build.target),
+        "{version}"
+    );
+
+    let out = Command::new(&artifacts().host)
+        .args(["completions", "bash"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let script = String::from_utf8_lossy(&out.stdout);
+    for command in [
+        "serve",
+        "list",
+        "check",
+        "call",
+        "secret",
+        "new",
+        "config",
+        "completions",
+    ] {
+        assert!(
+            script.contains(command),
+            "{command} missing from the bash completions"
+        );
+    }
+    assert!(
+        script.contains("complete -F"),
+        "not a bash completion script"
+    );
+}
