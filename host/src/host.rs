@@ -119,6 +119,18 @@ impl HostCallbacks for Callbacks {
             inner.announce_change();
         }
     }
+
+    fn plugin_health_changed(&self) {
+        // Off the caller's thread: a rebuild waits for any rescan in progress.
+        if let Some(inner) = self.0.upgrade() {
+            let spawned = std::thread::Builder::new()
+                .name("mcp-refresh".into())
+                .spawn(move || Host { inner }.refresh());
+            if let Err(e) = spawned {
+                tracing::error!("cannot rebuild the tool set: {e}");
+            }
+        }
+    }
 }
 
 impl Host {
@@ -217,6 +229,20 @@ impl Host {
         report
     }
 
+    /// Rebuild the tool set from the plugins already loaded (no file is read), e.g. after a plugin
+    /// was quarantined, and tell clients when what is served changed.
+    pub fn refresh(&self) {
+        let inner = &self.inner;
+        let _serial = inner.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.registry();
+        let registry = Registry::build_logged(old.sources.clone(), &self.config(), false);
+        let changed = !registry.same_tools(&old);
+        inner.registry.store(Arc::new(registry));
+        if changed {
+            inner.announce_change();
+        }
+    }
+
     /// Swap in a new configuration and its access policy; whether anything changed. A configuration
     /// whose access policy cannot be built is not applied.
     fn apply_config(&self, config: Config) -> bool {
@@ -290,6 +316,7 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         dir_index: 0,
         dir: file.parent().map(PathBuf::from).unwrap_or_default(),
         prefix: String::new(),
+        isolation: None,
         path: file.to_path_buf(),
     };
     let (_, result) = host
@@ -297,9 +324,16 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         .pop()
         .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
     let slot = result?;
+    // How it runs, with the permissions a sandbox would grant even when it is not sandboxed.
+    let mut run = serde_json::to_value(&slot.run).unwrap_or_default();
+    if slot.run.permissions.is_none() {
+        let grant = crate::plugins::worker::Grant::of(&host.config(), slot.backend.name(), file);
+        run["permissions"] = serde_json::to_value(grant).unwrap_or_default();
+    }
     Ok(json!({
         "file": file,
         "build": slot.backend.build(),
         "manifest": slot.backend.manifest(),
+        "run": run,
     }))
 }

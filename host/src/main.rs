@@ -71,6 +71,9 @@ enum Command {
     Check {
         /// The plugin file.
         file: PathBuf,
+        /// Print how it runs instead: its isolation, worker limits and sandbox permissions.
+        #[arg(long)]
+        permissions: bool,
     },
     /// Call a tool in-process and print its result (for plugin authors).
     Call {
@@ -89,6 +92,9 @@ enum Command {
         /// Files to probe.
         files: Vec<PathBuf>,
     },
+    /// (internal) Serve one isolated plugin over the channel on stdin; started by the host.
+    #[command(hide = true)]
+    Worker,
 }
 
 fn init_logging(default: &str) {
@@ -152,6 +158,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires,
                 },
         } => cli::secret::new_secret(&user, agent.as_deref(), expires.as_deref()),
+        Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
         Command::Probe { files } => {
             mcp_host::plugins::probe::run_probe_child(&files, &mut protected_stdout())?;
             Ok(ExitCode::SUCCESS)
@@ -162,10 +169,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::inspect::print_list(&host, json, &mut protected_stdout())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { file } => {
+        Command::Check { file, permissions } => {
             init_logging("warn");
             let config = Config::load(config_path)?;
-            cli::inspect::check(&config, &file, &mut protected_stdout())
+            cli::inspect::check(&config, &file, permissions, &mut protected_stdout())
         }
         Command::Call { tool, args, user } => {
             init_logging("warn");

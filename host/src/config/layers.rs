@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Limits,
-    PluginSettings, ToolDir,
+    AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Isolation,
+    Limits, PluginSettings, ToolDir,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -41,10 +41,12 @@ struct Layer {
 #[serde(untagged)]
 enum ToolDirEntry {
     Path(PathBuf),
-    WithPrefix {
+    Detailed {
         path: PathBuf,
         #[serde(default)]
         prefix: String,
+        #[serde(default)]
+        isolation: Option<Isolation>,
     },
 }
 
@@ -406,13 +408,18 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
         config.tool_dirs = dirs
             .into_iter()
             .map(|d| {
-                let (path, prefix) = match d {
-                    ToolDirEntry::Path(p) => (p, String::new()),
-                    ToolDirEntry::WithPrefix { path, prefix } => (path, prefix),
+                let (path, prefix, isolation) = match d {
+                    ToolDirEntry::Path(p) => (p, String::new(), None),
+                    ToolDirEntry::Detailed {
+                        path,
+                        prefix,
+                        isolation,
+                    } => (path, prefix, isolation),
                 };
                 ToolDir {
                     path: absolute(&origin.base_dir, &path),
                     prefix,
+                    isolation,
                 }
             })
             .collect();
@@ -493,7 +500,16 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     if let Some(Value::Object(plugins)) = present("plugins") {
         for (name, v) in plugins {
-            let settings = section(v, &origin, &format!("plugins.{name}"))?;
+            let mut settings: PluginSettings = section(v, &origin, &format!("plugins.{name}"))?;
+            // Permission paths and the data directory resolve like every path of the file.
+            let base = config.base_dir.clone();
+            let grant = &mut settings.permissions;
+            for path in grant.read.iter_mut().chain(grant.write.iter_mut()) {
+                *path = absolute(&base, path);
+            }
+            if let Some(dir) = &mut settings.data_dir {
+                *dir = absolute(&base, dir);
+            }
             config.plugins.insert(name.clone(), settings);
         }
     }

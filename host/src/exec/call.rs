@@ -1,8 +1,11 @@
 //! The call path every transport uses: argument validation, the caller check, fair permits, the
-//! thread hand-off, the timeout, cancellation when the caller goes away, and the mapping of what
-//! the plugin returned. Nested calls (a tool calling a tool) take a shorter path on the calling
-//! thread, inheriting the parent's caller, agent view, deadline and events.
+//! hand-off (a pool thread for in-process plugins; a task awaiting the worker for isolated ones),
+//! the timeout, cancellation when the caller goes away, and the mapping of what the plugin
+//! returned. Nested calls (a tool calling a tool) take a shorter path on the calling thread,
+//! inheriting the parent's caller, agent view, deadline and events.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -14,6 +17,7 @@ use tokio::sync::Semaphore;
 use super::pool::WorkerPool;
 use super::{CallState, CancelFlag, EventSink};
 use crate::access::agents::Agent;
+use crate::plugins::backend::CallFuture;
 use crate::registry::{Registry, Tool};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
@@ -102,32 +106,21 @@ impl Executor {
             tool: Arc::from(name),
         });
         let args_text = serde_json::to_string(&args).unwrap_or_default();
-        if tool.descriptor.inline {
+        let elsewhere = tool.slot.backend.call_async(tool.index, &args_text, &call);
+        if elsewhere.is_none() && tool.descriptor.inline {
             return Ok(run(&tool, &args_text, &call));
         }
 
         let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
-        let work = {
-            let tool = Arc::clone(&tool);
-            let call = Arc::clone(&call);
-            let (global, pool) = (Arc::clone(&self.global), &self.pool);
-            async move {
-                let global = global.acquire_owned().await;
-                let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
-                let (tx, rx) = tokio::sync::oneshot::channel();
-                pool.submit(move || {
-                    // Permits are released only when the plugin function has returned.
-                    let _permits = (global, local);
-                    let _ = tx.send(run(&tool, &args_text, &call));
-                });
-                rx.await
-            }
+        let work: Pin<Box<dyn Future<Output = Option<Value>> + Send + '_>> = match elsewhere {
+            Some(future) => Box::pin(self.await_elsewhere(Arc::clone(&tool), future)),
+            None => Box::pin(self.run_on_pool(Arc::clone(&tool), args_text, Arc::clone(&call))),
         };
         let outcome = tokio::time::timeout(tool.timeout, work).await;
         guard.0 = None;
         Ok(match outcome {
-            Ok(Ok(result)) => result,
-            Ok(Err(_)) => error_result("the tool call was lost (its worker thread ended)"),
+            Ok(Some(result)) => result,
+            Ok(None) => error_result("the tool call was lost (its worker thread ended)"),
             Err(_) => {
                 call.cancel.cancel();
                 tracing::warn!(
@@ -138,6 +131,39 @@ impl Executor {
                 error_result(&format!("timed out after {} s", fmt_secs(tool.timeout)))
             }
         })
+    }
+
+    /// Take the permits, then run the call on a pool thread; they are released only when the
+    /// plugin function has returned (even after the timeout answered the client).
+    async fn run_on_pool(
+        &self,
+        tool: Arc<Tool>,
+        args: String,
+        call: Arc<CallState>,
+    ) -> Option<Value> {
+        let global = Arc::clone(&self.global).acquire_owned().await;
+        let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.pool.submit(move || {
+            let _permits = (global, local);
+            let _ = tx.send(run(&tool, &args, &call));
+        });
+        rx.await.ok()
+    }
+
+    /// Take the permits, then drive a call running in another process on a task of its own: it
+    /// keeps its permits until the call really ended (answered, or its worker killed past the
+    /// deadline), even after the timeout answered the client.
+    async fn await_elsewhere(&self, tool: Arc<Tool>, future: CallFuture) -> Option<Value> {
+        let global = Arc::clone(&self.global).acquire_owned().await;
+        let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
+        tokio::spawn(async move {
+            let _permits = (global, local);
+            let result = future.await;
+            map_result(&tool, result)
+        })
+        .await
+        .ok()
     }
 
     /// A tool calling tool `name` with JSON `args`, on the calling thread, on behalf of `parent`
@@ -157,8 +183,11 @@ impl Executor {
                 "tool calls nested deeper than {max_depth} (calling {name})"
             ));
         }
+        // The agent's view applies to nested calls too: a hidden tool does not exist for them.
+        let agent = parent.and_then(|p| p.agent.as_ref());
         let tool = registry
             .get(name)
+            .filter(|_| agent.is_none_or(|a| a.permits(name)))
             .cloned()
             .ok_or_else(|| format!("unknown tool: {name}"))?;
         let args_value: Value = if args.trim().is_empty() {
@@ -203,7 +232,15 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
 
 /// Run a tool on this thread and map what the plugin returned.
 fn run(tool: &Tool, args: &str, call: &Arc<CallState>) -> Value {
-    match tool.slot.backend.call_blocking(tool.index, args, call) {
+    map_result(
+        tool,
+        tool.slot.backend.call_blocking(tool.index, args, call),
+    )
+}
+
+/// What the plugin returned as a `CallToolResult` (an error result when it is not one).
+fn map_result(tool: &Tool, result: Result<String, String>) -> Value {
+    match result {
         Ok(json) => match serde_json::from_str::<Value>(&json) {
             Ok(v) if v.get("content").is_some_and(Value::is_array) => v,
             _ => {

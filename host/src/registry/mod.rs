@@ -13,10 +13,11 @@ use mcp_plugin_sdk::wire::{Manifest, ToolDescriptor};
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::config::{Config, PluginSettings};
+use crate::config::{Config, Isolation, PluginSettings};
 use crate::plugins::LoadError;
 use crate::plugins::discovery::Candidate;
 pub use crate::plugins::slot::{FileStamp, PluginSlot};
+use crate::plugins::worker::Grant;
 
 /// One callable tool.
 pub struct Tool {
@@ -85,6 +86,8 @@ pub enum Status {
     InvalidSchema(String),
     /// The plugin file failed to load.
     LoadError(String),
+    /// Its plugin's worker kept crashing: the tools are withdrawn until a rescan.
+    Quarantined(String),
 }
 
 /// A row of `mcp-host list`.
@@ -103,7 +106,15 @@ pub struct Entry {
     /// What became of it.
     #[serde(flatten)]
     pub status: Status,
+    /// How its plugin runs.
+    pub isolation: Isolation,
+    /// What its plugin may reach, when sandboxed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<Grant>,
 }
+
+/// Load results per candidate, in discovery order: what a registry is built from.
+pub type Sources = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
 
 /// The tool set.
 #[derive(Debug, Default)]
@@ -113,6 +124,8 @@ pub struct Registry {
     pub entries: Vec<Entry>,
     /// The plugins loaded, in discovery order.
     pub plugins: Vec<Arc<PluginSlot>>,
+    /// What it was built from (to rebuild it when a plugin's health changes).
+    pub(crate) sources: Sources,
 }
 
 /// Tool names every major client accepts: `^[a-zA-Z0-9_-]{1,64}$`.
@@ -129,21 +142,17 @@ fn secs(s: f64) -> Duration {
 
 impl Registry {
     /// Build the tool set from load results in discovery order, logging each decision.
-    pub fn build(
-        loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>,
-        config: &Config,
-    ) -> Self {
+    pub fn build(loaded: Sources, config: &Config) -> Self {
         Self::build_logged(loaded, config, true)
     }
 
     /// [`Registry::build`]; `log_tools: false` leaves out the per-tool `Loaded tool` lines (rescans
     /// log one line per changed file instead).
-    pub fn build_logged(
-        loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>,
-        config: &Config,
-        log_tools: bool,
-    ) -> Self {
-        let mut registry = Registry::default();
+    pub fn build_logged(loaded: Sources, config: &Config, log_tools: bool) -> Self {
+        let mut registry = Registry {
+            sources: loaded.clone(),
+            ..Registry::default()
+        };
         let mut winners: HashMap<String, PathBuf> = HashMap::new();
         for (candidate, result) in loaded {
             let slot = match result {
@@ -160,6 +169,8 @@ impl Registry {
                         dir: candidate.dir.clone(),
                         service: None,
                         status: Status::LoadError(e.to_string()),
+                        isolation: candidate.isolation.unwrap_or_default(),
+                        permissions: None,
                     });
                     continue;
                 }
@@ -182,6 +193,7 @@ impl Registry {
         if log_tools {
             log_disabled_services(manifest, &file);
         }
+        let quarantined = slot.backend.quarantined();
         for (index, tool) in manifest.tools.iter().enumerate() {
             let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
             let mut entry = Entry {
@@ -191,8 +203,14 @@ impl Registry {
                 dir: slot.candidate.dir.clone(),
                 service: tool.service.clone(),
                 status: Status::Active,
+                isolation: slot.run.isolation,
+                permissions: slot.run.permissions.clone(),
             };
-            match admit(&name, tool, manifest, &file, winners) {
+            let admitted = match &quarantined {
+                Some(why) => Err(Status::Quarantined(why.clone())),
+                None => admit(&name, tool, manifest, &file, winners),
+            };
+            match admitted {
                 Ok(validator) => {
                     let timeout = timeout_of(tool, &settings, config.limits.call_timeout_secs);
                     let mut descriptor = tool.clone();
@@ -239,6 +257,15 @@ impl Registry {
     /// Whether no tool is served.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// Whether `other` serves the same tools, listed the same way.
+    pub fn same_tools(&self, other: &Registry) -> bool {
+        self.tools.len() == other.tools.len()
+            && self
+                .tools()
+                .zip(other.tools())
+                .all(|(a, b)| a.listing == b.listing)
     }
 }
 

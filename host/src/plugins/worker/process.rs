@@ -1,0 +1,527 @@
+//! One worker process, from the host's side: starting it (`mcp-host worker` with the channel as its
+//! stdin and its output in the host's log), the calls in flight on it, and the reader thread that
+//! takes its messages — results, progress and log events, nested tool calls, host requests — until
+//! its channel closes, then reaps it and fails whatever was still in flight.
+
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, BufRead, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use mcp_plugin_sdk::LogLevel;
+use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
+
+use super::wire::{FrameReader, FrameWriter, FromWorker, Source, ToWorker};
+use crate::exec::{CallEvent, CallState, error_result};
+use crate::plugins::backend::HostCallbacks;
+use crate::plugins::{LoadError, describe_exit, signal_name};
+
+/// Lines of a worker's output kept for crash reports.
+const TAIL_LINES: usize = 8;
+
+/// What it takes to start a worker process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct WorkerCommand {
+    /// The `mcp-host` executable.
+    pub exe: PathBuf,
+    /// Environment variables it keeps (`None`: all of the host's).
+    pub env: Option<Vec<String>>,
+}
+
+/// A plugin loaded in a worker: its fingerprint and manifest.
+pub(crate) type Loaded = (BuildInfo, Manifest);
+
+/// Receives a worker's load result.
+pub(crate) type ReadyReceiver = mpsc::Receiver<Result<Loaded, LoadError>>;
+
+/// Runs once a worker process has ended, with how it ended.
+pub(crate) type OnExit = Box<dyn FnOnce(&Arc<Process>, String) + Send>;
+
+/// Who waits for a call's result.
+pub(super) enum Waiter {
+    /// An async call (the executor's task).
+    Async(tokio::sync::oneshot::Sender<Result<String, String>>),
+    /// A blocking call (a nested call on a host thread).
+    Blocking(mpsc::SyncSender<Result<String, String>>),
+}
+
+impl Waiter {
+    fn complete(self, result: Result<String, String>) {
+        match self {
+            Waiter::Async(tx) => {
+                let _ = tx.send(result);
+            }
+            Waiter::Blocking(tx) => {
+                let _ = tx.try_send(result);
+            }
+        }
+    }
+}
+
+struct InFlight {
+    call: Arc<CallState>,
+    waiter: Waiter,
+}
+
+#[derive(Default)]
+struct Calls {
+    running: HashMap<u64, InFlight>,
+    /// Set when the process is gone: the message its calls were failed with.
+    ended: Option<String>,
+}
+
+/// A running worker process.
+pub(crate) struct Process {
+    /// Its process id.
+    pub(crate) pid: u32,
+    plugin: Arc<str>,
+    out: FrameWriter<Box<dyn Write + Send>>,
+    calls: Mutex<Calls>,
+    ended: Condvar,
+    next_id: AtomicU64,
+    child: Mutex<Child>,
+    /// Why the host killed it, when it did.
+    kill_reason: Mutex<Option<String>>,
+    tail: Arc<Mutex<VecDeque<String>>>,
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("plugin", &self.plugin)
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The channel's two ends on this platform: a socket pair on Unix (the worker's end becomes its
+/// stdin, and its stdout joins its stderr in the host's log); the worker's stdin and stdout pipes
+/// elsewhere.
+struct Channel {
+    input: Box<dyn Source + Send>,
+    output: Box<dyn Write + Send>,
+}
+
+#[cfg(unix)]
+fn connect(
+    cmd: &mut Command,
+    log: io::PipeWriter,
+) -> io::Result<impl FnOnce(&mut Child) -> io::Result<Channel> + use<>> {
+    use std::os::unix::net::UnixStream;
+    let (host_end, worker_end) = UnixStream::pair()?;
+    cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(worker_end)))
+        .stdout(log.try_clone()?)
+        .stderr(log);
+    Ok(move |_: &mut Child| {
+        Ok(Channel {
+            input: Box::new(host_end.try_clone()?),
+            output: Box::new(host_end),
+        })
+    })
+}
+
+#[cfg(not(unix))]
+fn connect(
+    cmd: &mut Command,
+    log: io::PipeWriter,
+) -> io::Result<impl FnOnce(&mut Child) -> io::Result<Channel> + use<>> {
+    use super::wire::Blocking;
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
+    Ok(|child: &mut Child| {
+        let missing = || io::Error::other("worker pipes missing");
+        let stdout = child.stdout.take().ok_or_else(missing)?;
+        let stdin = child.stdin.take().ok_or_else(missing)?;
+        Ok(Channel {
+            input: Box::new(Blocking(stdout)),
+            output: Box::new(stdin),
+        })
+    })
+}
+
+/// Forward a worker's output to the host's log, keeping the last lines for crash reports.
+fn forward_output(
+    plugin: Arc<str>,
+    pid: u32,
+    pipe: io::PipeReader,
+) -> Arc<Mutex<VecDeque<String>>> {
+    let tail = Arc::new(Mutex::new(VecDeque::new()));
+    let kept = Arc::clone(&tail);
+    let spawned = std::thread::Builder::new()
+        .name(format!("mcp-worker-log-{pid}"))
+        .spawn(move || {
+            for line in io::BufReader::new(pipe).lines() {
+                let Ok(line) = line else { break };
+                tracing::warn!(plugin = &*plugin, pid, "worker output: {line}");
+                let mut tail = lock(&kept);
+                if tail.len() == TAIL_LINES {
+                    tail.pop_front();
+                }
+                tail.push_back(line);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot forward the output of worker {pid}: {e}");
+    }
+    tail
+}
+
+impl Process {
+    /// Start a worker for `plugin` and send it `init`; `on_exit` runs (on the reader thread) once
+    /// it has ended, with how it ended. Returns the process and a receiver for its load result.
+    pub(crate) fn spawn(
+        command: &WorkerCommand,
+        plugin: Arc<str>,
+        init: super::wire::Init,
+        host: Arc<dyn HostCallbacks>,
+        on_exit: OnExit,
+    ) -> Result<(Arc<Process>, ReadyReceiver), LoadError> {
+        let fail = |what: &str, e: io::Error| LoadError::Worker(format!("{what}: {e}"));
+        let mut cmd = Command::new(&command.exe);
+        cmd.arg("worker");
+        if let Some(keep) = &command.env {
+            cmd.env_clear();
+            for name in keep {
+                if let Some(value) = std::env::var_os(name) {
+                    cmd.env(name, value);
+                }
+            }
+        }
+        let (log_reader, log_writer) = io::pipe().map_err(|e| fail("cannot make a pipe", e))?;
+        let channel =
+            connect(&mut cmd, log_writer).map_err(|e| fail("cannot make a channel", e))?;
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| fail(&format!("cannot start {} worker", command.exe.display()), e))?;
+        // The worker's ends (and the log pipe's writer) live in the command: close ours, so the
+        // channel and the pipe end when the worker does.
+        drop(cmd);
+        let channel = channel(&mut child).map_err(|e| fail("cannot open the channel", e))?;
+        let pid = child.id();
+        let process = Arc::new(Process {
+            pid,
+            tail: forward_output(Arc::clone(&plugin), pid, log_reader),
+            plugin,
+            out: FrameWriter::new(channel.output),
+            calls: Mutex::default(),
+            ended: Condvar::new(),
+            next_id: AtomicU64::new(1),
+            child: Mutex::new(child),
+            kill_reason: Mutex::new(None),
+        });
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
+        let reader = Reader {
+            process: Arc::clone(&process),
+            input: FrameReader::new(channel.input),
+            host,
+            ready: Some(ready_tx),
+        };
+        std::thread::Builder::new()
+            .name(format!("mcp-worker-{pid}"))
+            .spawn(move || reader.run(on_exit))
+            .map_err(|e| {
+                process.kill();
+                fail("cannot start the reader thread", e)
+            })?;
+        if let Err(e) = process.out.send(&ToWorker::Init(init)) {
+            // The reader sees the end and reports it as the load result.
+            tracing::debug!("worker {pid}: cannot send its set-up: {e}");
+        }
+        Ok((process, ready_rx))
+    }
+
+    /// Register `call` as in flight; `None` when the process has already ended.
+    pub(super) fn register(&self, call: &Arc<CallState>, waiter: Waiter) -> Option<u64> {
+        let mut calls = lock(&self.calls);
+        if calls.ended.is_some() {
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        calls.running.insert(
+            id,
+            InFlight {
+                call: Arc::clone(call),
+                waiter,
+            },
+        );
+        Some(id)
+    }
+
+    /// Send a message (a failure means the process is ending; its reader reports that).
+    pub(super) fn send(&self, message: &ToWorker) {
+        if let Err(e) = self.out.send(message) {
+            tracing::debug!(
+                plugin = &*self.plugin,
+                "worker {}: send failed: {e}",
+                self.pid
+            );
+        }
+    }
+
+    /// Kill the process (its reader then reaps it and fails its calls).
+    pub(crate) fn kill(&self) {
+        let _ = lock(&self.child).kill();
+    }
+
+    /// Kill it for `reason` (which its calls and the crash report then name).
+    pub(super) fn kill_because(&self, reason: String) {
+        lock(&self.kill_reason).get_or_insert(reason);
+        self.kill();
+    }
+
+    /// Wait up to `limit` for the process to have ended; whether it has.
+    pub(super) fn wait_ended(&self, limit: Duration) -> bool {
+        let calls = lock(&self.calls);
+        let (calls, _) = self
+            .ended
+            .wait_timeout_while(calls, limit, |c| c.ended.is_none())
+            .unwrap_or_else(|p| p.into_inner());
+        calls.ended.is_some()
+    }
+
+    /// Whether the process has ended (its calls were answered).
+    pub(super) fn has_ended(&self) -> bool {
+        lock(&self.calls).ended.is_some()
+    }
+
+    fn has_calls(&self) -> bool {
+        !lock(&self.calls).running.is_empty()
+    }
+
+    fn call_of(&self, id: u64) -> Option<Arc<CallState>> {
+        lock(&self.calls)
+            .running
+            .get(&id)
+            .map(|c| Arc::clone(&c.call))
+    }
+
+    fn complete(&self, id: u64, result: Result<String, String>) {
+        let done = lock(&self.calls).running.remove(&id);
+        if let Some(done) = done {
+            done.waiter.complete(result);
+        }
+    }
+
+    /// Mark the process ended and answer every call still in flight with `message` as an error
+    /// result.
+    fn end(&self, message: &str) {
+        let running = {
+            let mut calls = lock(&self.calls);
+            calls.ended = Some(message.to_owned());
+            std::mem::take(&mut calls.running)
+        };
+        self.ended.notify_all();
+        let result = error_result(message).to_string();
+        for (_, call) in running {
+            call.waiter.complete(Ok(result.clone()));
+        }
+    }
+
+    /// Wait for the process to exit (it closed its channel; give it a moment, then kill it) and
+    /// say how it ended: the signal's name or the exit status, and why the host killed it.
+    fn reap(&self, broken: bool) -> (String, String) {
+        let mut child = lock(&self.child);
+        if broken {
+            let _ = child.kill();
+        }
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Ok(None) => {
+                    let _ = child.kill();
+                    break child.wait().ok();
+                }
+                Err(_) => break None,
+            }
+        };
+        let killed = lock(&self.kill_reason).clone();
+        let short = match (status.and_then(signal_name), status) {
+            (Some(sig), _) => sig,
+            (None, Some(s)) => describe_exit(s),
+            (None, None) => "lost".into(),
+        };
+        let short = match killed {
+            Some(why) => format!("{short}: {why}"),
+            None => short,
+        };
+        let long = status.map_or_else(|| "lost".to_owned(), describe_exit);
+        (short, long)
+    }
+
+    /// The last lines the worker wrote, for a crash report.
+    fn tail(&self) -> String {
+        let tail = lock(&self.tail);
+        if tail.is_empty() {
+            String::new()
+        } else {
+            format!("; its last output: {}", Vec::from(tail.clone()).join(" | "))
+        }
+    }
+}
+
+/// The reader thread of one worker process.
+struct Reader {
+    process: Arc<Process>,
+    input: FrameReader<Box<dyn Source + Send>>,
+    host: Arc<dyn HostCallbacks>,
+    ready: Option<mpsc::SyncSender<Result<Loaded, LoadError>>>,
+}
+
+impl Reader {
+    fn run(mut self, on_exit: OnExit) {
+        let error = loop {
+            // An answer is due soon when calls are in flight: spin briefly before blocking.
+            let spin = self.process.has_calls();
+            match self.input.next::<FromWorker>(spin) {
+                Ok(message) => self.handle(message),
+                Err(e) => break e,
+            }
+        };
+        let broken = error.kind() != io::ErrorKind::UnexpectedEof;
+        if broken {
+            tracing::error!(
+                plugin = &*self.process.plugin,
+                "worker {}: broken channel ({error}); killing it",
+                self.process.pid
+            );
+        }
+        let (short, long) = self.process.reap(broken);
+        let message = format!("plugin {} crashed ({short})", self.process.plugin);
+        self.process.end(&message);
+        if let Some(ready) = self.ready.take() {
+            let _ = ready.send(Err(LoadError::Worker(format!(
+                "the worker process {long} while loading the plugin{}",
+                self.process.tail()
+            ))));
+        } else {
+            tracing::debug!(
+                plugin = &*self.process.plugin,
+                "worker {} {long}{}",
+                self.process.pid,
+                self.process.tail()
+            );
+        }
+        on_exit(&self.process, short);
+    }
+
+    fn handle(&mut self, message: FromWorker) {
+        let process = &self.process;
+        match message {
+            FromWorker::Result { id, result } => process.complete(id, result),
+            FromWorker::Progress {
+                id,
+                progress,
+                total,
+                message,
+            } => self.event(
+                id,
+                CallEvent::Progress {
+                    progress,
+                    total,
+                    message,
+                },
+            ),
+            FromWorker::Log { id, level, message } => {
+                if let Some(call) = process.call_of(id) {
+                    emit(
+                        &call,
+                        CallEvent::Log {
+                            level: LogLevel::from_u8(level),
+                            message,
+                            logger: call.tool.to_string(),
+                        },
+                    );
+                }
+            }
+            FromWorker::HostLog {
+                level,
+                service,
+                message,
+            } => host_log(&process.plugin, level, &service, &message),
+            FromWorker::CallTool {
+                id,
+                parent,
+                name,
+                args,
+            } => self.nested(id, parent, name, args),
+            FromWorker::Request { id, method, .. } => {
+                let result = match method.as_str() {
+                    "notify_tools_changed" => {
+                        self.host.notify_tools_changed();
+                        Ok("null".to_owned())
+                    }
+                    other => Err(format!("unsupported host method: {other}")),
+                };
+                process.send(&ToWorker::Reply { id, result });
+            }
+            FromWorker::Ready { build, manifest } => {
+                let loaded = serde_json::from_str::<BuildInfo>(&build)
+                    .map_err(|e| LoadError::Build(format!("unreadable build fingerprint: {e}")))
+                    .and_then(|b| {
+                        serde_json::from_str::<Manifest>(&manifest)
+                            .map(|m| (b, m))
+                            .map_err(|e| LoadError::Manifest(e.to_string()))
+                    });
+                if let Some(ready) = self.ready.take() {
+                    let _ = ready.send(loaded);
+                }
+            }
+            FromWorker::Failed { kind, message } => {
+                if let Some(ready) = self.ready.take() {
+                    let _ = ready.send(Err(LoadError::from_parts(&kind, message)));
+                }
+            }
+        }
+    }
+
+    fn event(&self, id: u64, event: CallEvent) {
+        if let Some(call) = self.process.call_of(id) {
+            emit(&call, event);
+        }
+    }
+
+    /// A nested tool call from the plugin: run it through the host on its own thread (it may take
+    /// long, and it may call back into this very worker), then send the answer.
+    fn nested(&self, id: u64, parent: Option<u64>, name: String, args: String) {
+        let parent = parent.and_then(|p| self.process.call_of(p));
+        let (process, host) = (Arc::clone(&self.process), Arc::clone(&self.host));
+        let spawned = std::thread::Builder::new()
+            .name("mcp-nested".into())
+            .spawn(move || {
+                let result = host.call_nested(parent.as_ref(), &name, &args);
+                process.send(&ToWorker::Reply { id, result });
+            });
+        if let Err(e) = spawned {
+            self.process.send(&ToWorker::Reply {
+                id,
+                result: Err(format!("cannot run the nested call: {e}")),
+            });
+        }
+    }
+}
+
+fn emit(call: &CallState, event: CallEvent) {
+    if let Some(sink) = &call.events {
+        sink(event);
+    }
+}
+
+/// A plugin's line for the host's log (as the in-process host API writes it).
+pub(crate) fn host_log(plugin: &str, level: u8, service: &str, message: &str) {
+    match LogLevel::from_u8(level) {
+        LogLevel::Debug => tracing::debug!(plugin, service, "{message}"),
+        LogLevel::Info | LogLevel::Notice => tracing::info!(plugin, service, "{message}"),
+        LogLevel::Warning => tracing::warn!(plugin, service, "{message}"),
+        _ => tracing::error!(plugin, service, "{message}"),
+    }
+}
