@@ -209,6 +209,12 @@ impl Host {
         self.rescan(config)
     }
 
+    /// Give quarantined plugins another chance at the next rescan (SIGHUP does), even when their
+    /// file did not change (a changed file always gets one).
+    pub fn retry_quarantined(&self) {
+        self.inner.loader.retry_quarantined();
+    }
+
     /// Rescan the tool directories (with `config` when the configuration changed) and swap in the new
     /// tool set. Unchanged files keep their loaded version; changed ones are probed and loaded from a
     /// fresh private copy; a file that fails keeps its previous good version in service. Calls
@@ -310,13 +316,23 @@ impl Host {
 /// its build fingerprint and manifest. What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
     let mut config = config.clone();
+    // A file in a tool directory gets that directory's prefix and isolation.
+    let dir = file.parent().map(PathBuf::from).unwrap_or_default();
+    let listed = config
+        .tool_dirs
+        .iter()
+        .find(|d| d.path == dir || std::fs::canonicalize(&d.path).ok() == dir.canonicalize().ok())
+        .cloned();
     config.tool_dirs.clear();
     let host = Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
     let candidate = Candidate {
         dir_index: 0,
-        dir: file.parent().map(PathBuf::from).unwrap_or_default(),
-        prefix: String::new(),
-        isolation: None,
+        dir,
+        prefix: listed
+            .as_ref()
+            .map(|d| d.prefix.clone())
+            .unwrap_or_default(),
+        isolation: listed.and_then(|d| d.isolation),
         path: file.to_path_buf(),
     };
     let (_, result) = host

@@ -19,12 +19,18 @@ pub(crate) fn print_list(
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<()> {
     let registry = host.registry();
+    // A running server may have quarantined a plugin this process loaded fine: say so.
+    let mut entries = registry.entries.clone();
+    for e in entries.iter_mut().filter(|e| e.status == Status::Active) {
+        if let Some(r) = mcp_host::plugins::worker::quarantine::recorded(&e.file) {
+            e.status = Status::Quarantined(format!("{} (mcp-host pid {})", r.reason, r.pid));
+        }
+    }
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&registry.entries)?)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
         return Ok(());
     }
-    let rows: Vec<[String; 6]> = registry
-        .entries
+    let rows: Vec<[String; 6]> = entries
         .iter()
         .map(|e| {
             let status = match &e.status {

@@ -133,6 +133,7 @@ fn spawn_sighup_rescan(host: Host, watcher: Arc<OnceLock<Watcher>>) {
         };
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: rescanning");
+            host.retry_quarantined();
             match watcher.get() {
                 Some(w) => w.rescan(),
                 None => {

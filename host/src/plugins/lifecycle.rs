@@ -10,7 +10,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::LoadError;
@@ -104,6 +104,8 @@ pub(crate) struct Loader {
     failed: Mutex<HashMap<PathBuf, (Option<FileStamp>, LoadError)>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
     images: AtomicUsize,
+    /// The next rescan gives quarantined plugins another chance (SIGHUP asked for it).
+    retry_quarantined: AtomicBool,
 }
 
 impl std::fmt::Debug for Loader {
@@ -151,7 +153,13 @@ impl Loader {
             prober,
             failed: Mutex::default(),
             images: AtomicUsize::new(0),
+            retry_quarantined: AtomicBool::new(false),
         })
+    }
+
+    /// Let the next rescan reload quarantined plugins whose file did not change.
+    pub(crate) fn retry_quarantined(&self) {
+        self.retry_quarantined.store(true, Ordering::Release);
     }
 
     /// Plugin images loaded so far (they stay mapped for the life of the process).
@@ -237,7 +245,8 @@ impl Loader {
             if spec.isolation.is_isolated() {
                 let exe = self.exe.as_deref().ok_or_else(no_exe)?;
                 let copy_path = copy.clone();
-                let plugin = worker::start(exe, copy, name, &spec, config, Arc::clone(&cx.host))
+                let host = Arc::clone(&cx.host);
+                let plugin = worker::start(exe, &candidate.path, copy, name, &spec, config, host)
                     .map_err(|e| e.mentioning(&copy_path, &candidate.path))?;
                 return Ok((Arc::new(plugin), spec));
             }
@@ -392,6 +401,8 @@ impl Loader {
         // plugin settings) changed.
         let stamps: Vec<Option<FileStamp>> =
             candidates.iter().map(|c| FileStamp::of(&c.path)).collect();
+        // A quarantined plugin stays out until its file changes, or SIGHUP asks to retry.
+        let retry = self.retry_quarantined.swap(false, Ordering::AcqRel);
         let kept: Vec<Option<Arc<PluginSlot>>> = candidates
             .iter()
             .zip(&stamps)
@@ -402,8 +413,7 @@ impl Loader {
                         slot.stamp.is_some()
                             && slot.stamp == *stamp
                             && slot.candidate.prefix == c.prefix
-                            // A quarantined plugin gets another chance at every rescan.
-                            && slot.backend.quarantined().is_none()
+                            && !(retry && slot.backend.quarantined().is_some())
                             && slot.run
                                 == RunSpec::of(config, slot.backend.name(), &c.path, c.isolation)
                             && config

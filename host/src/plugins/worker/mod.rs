@@ -9,7 +9,8 @@
 //!   retirement;
 //! - `child`: the worker process's side (limits, sandbox, load, the serving pool);
 //! - [`sandbox`]: what a plugin is granted and how the worker enforces it (rlimits; Landlock and
-//!   seccomp on Linux).
+//!   seccomp on Linux);
+//! - [`quarantine`]: records of quarantined plugins, for `mcp-host list` in another process.
 //!
 //! Process isolation works wherever the host does (Unix socket pairs on Linux and macOS, pipes on
 //! Windows); resource limits need Unix and the sandbox needs Linux (elsewhere `sandbox` is refused
@@ -17,6 +18,7 @@
 
 mod child;
 mod process;
+pub mod quarantine;
 pub mod sandbox;
 mod supervisor;
 pub(crate) mod wire;
@@ -95,8 +97,10 @@ impl std::fmt::Debug for Isolated {
 
 /// Start plugin `plugin` (found as `file`, privately copied to `copy`, which the workers load and
 /// which is removed when this version is dropped) in a worker as `spec` says.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     exe: &Path,
+    file: &Path,
     copy: PathBuf,
     plugin: &str,
     spec: &RunSpec,
@@ -119,6 +123,7 @@ pub(crate) fn start(
         None => None,
     };
     let launch = Launch {
+        file: file.to_path_buf(),
         command: WorkerCommand {
             exe: exe.to_path_buf(),
             env: spec.permissions.as_ref().map(|g| g.env.clone()),

@@ -69,7 +69,7 @@ struct InFlight {
 #[derive(Default)]
 struct Calls {
     running: HashMap<u64, InFlight>,
-    /// Set when the process is gone: the message its calls were failed with.
+    /// Set when the process is gone: how it ended (`SIGSEGV`, `exited with status 3`, ...).
     ended: Option<String>,
 }
 
@@ -285,11 +285,6 @@ impl Process {
         calls.ended.is_some()
     }
 
-    /// Whether the process has ended (its calls were answered).
-    pub(super) fn has_ended(&self) -> bool {
-        lock(&self.calls).ended.is_some()
-    }
-
     fn has_calls(&self) -> bool {
         !lock(&self.calls).running.is_empty()
     }
@@ -308,12 +303,17 @@ impl Process {
         }
     }
 
-    /// Mark the process ended and answer every call still in flight with `message` as an error
-    /// result.
-    fn end(&self, message: &str) {
+    /// How the process ended, once it has.
+    pub(super) fn ended_how(&self) -> Option<String> {
+        lock(&self.calls).ended.clone()
+    }
+
+    /// Mark the process ended (`how`) and answer every call still in flight with `message` as an
+    /// error result.
+    fn end(&self, how: &str, message: &str) {
         let running = {
             let mut calls = lock(&self.calls);
-            calls.ended = Some(message.to_owned());
+            calls.ended = Some(how.to_owned());
             std::mem::take(&mut calls.running)
         };
         self.ended.notify_all();
@@ -397,7 +397,7 @@ impl Reader {
         }
         let (short, long) = self.process.reap(broken);
         let message = format!("plugin {} crashed ({short})", self.process.plugin);
-        self.process.end(&message);
+        self.process.end(&short, &message);
         if let Some(ready) = self.ready.take() {
             let _ = ready.send(Err(LoadError::Worker(format!(
                 "the worker process {long} while loading the plugin{}",

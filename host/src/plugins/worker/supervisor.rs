@@ -40,6 +40,8 @@ pub(crate) struct CrashPolicy {
 /// Everything needed to (re)start the plugin's worker.
 #[derive(Debug, Clone)]
 pub(crate) struct Launch {
+    /// The plugin file (in its tool directory).
+    pub file: PathBuf,
     pub command: WorkerCommand,
     pub init: Init,
 }
@@ -61,7 +63,7 @@ struct State {
 /// What to do after a crash, once the state lock is released.
 enum Next {
     Restart(Duration),
-    Quarantined,
+    Quarantined(String),
 }
 
 /// The supervisor of one isolated plugin version.
@@ -176,8 +178,8 @@ impl Supervisor {
             state.current = Current::Running(Arc::clone(&process));
         }
         self.wake();
-        if process.has_ended() {
-            self.exited(&process, "exited right after it started");
+        if let Some(how) = process.ended_how() {
+            self.exited(&process, &how);
         }
     }
 
@@ -228,8 +230,8 @@ impl Supervisor {
                  changes or SIGHUP",
                 self.plugin
             );
-            state.current = Current::Quarantined(reason);
-            Next::Quarantined
+            state.current = Current::Quarantined(reason.clone());
+            Next::Quarantined(reason)
         } else {
             state.current = Current::Restarting;
             Next::Restart(backoff(n))
@@ -239,7 +241,10 @@ impl Supervisor {
     fn then(self: &Arc<Self>, next: Next) {
         self.wake();
         match next {
-            Next::Quarantined => self.host.plugin_health_changed(),
+            Next::Quarantined(reason) => {
+                super::quarantine::write(&self.launch.file, &reason);
+                self.host.plugin_health_changed();
+            }
             Next::Restart(delay) => {
                 let supervisor = Arc::clone(self);
                 let spawned = std::thread::Builder::new()
@@ -350,9 +355,11 @@ impl Supervisor {
         }
     }
 
-    /// A registration failed because `process` ended: make sure that is handled as its exit.
+    /// A registration failed because `process` ended: make sure that is handled as its exit (its
+    /// reader may not have reported it yet).
     fn ended(self: &Arc<Self>, process: &Arc<Process>) {
-        self.exited(process, "exited");
+        let how = process.ended_how().unwrap_or_else(|| "exited".into());
+        self.exited(process, &how);
     }
 
     fn call_message(id: u64, tool: u32, args: &str, call: &CallState) -> ToWorker {
@@ -484,6 +491,9 @@ impl Supervisor {
     pub(crate) fn retire(&self) {
         let previous = std::mem::replace(&mut lock(&self.state).current, Current::Retired);
         self.wake();
+        if let Current::Quarantined(_) = previous {
+            super::quarantine::clear(&self.launch.file);
+        }
         if let Current::Running(process) = previous {
             process.send(&ToWorker::Shutdown);
             let stopper = Arc::clone(&process);
