@@ -112,11 +112,23 @@ impl Executor {
         }
 
         let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
-        let work: Pin<Box<dyn Future<Output = Option<Value>> + Send + '_>> = match elsewhere {
-            Some(future) => Box::pin(self.await_elsewhere(Arc::clone(&tool), future)),
-            None => Box::pin(self.run_on_pool(Arc::clone(&tool), args_text, Arc::clone(&call))),
+        let outcome = match elsewhere {
+            Some(future) => {
+                // Driven right here (no hand-off on the way to the worker and back); should the
+                // timeout answer first, or this request go away, it finishes on a task of its own.
+                let permits = (Arc::clone(&self.global), Arc::clone(&tool.slot.limiter));
+                let mut running = Detached(Some(Box::pin(await_elsewhere(
+                    permits,
+                    Arc::clone(&tool),
+                    future,
+                ))));
+                tokio::time::timeout(tool.timeout, &mut running).await
+            }
+            None => {
+                let work = self.run_on_pool(Arc::clone(&tool), args_text, Arc::clone(&call));
+                tokio::time::timeout(tool.timeout, work).await
+            }
         };
-        let outcome = tokio::time::timeout(tool.timeout, work).await;
         guard.0 = None;
         Ok(match outcome {
             Ok(Some(result)) => result,
@@ -149,21 +161,6 @@ impl Executor {
             let _ = tx.send(run(&tool, &args, &call));
         });
         rx.await.ok()
-    }
-
-    /// Take the permits, then drive a call running in another process on a task of its own: it
-    /// keeps its permits until the call really ended (answered, or its worker killed past the
-    /// deadline), even after the timeout answered the client.
-    async fn await_elsewhere(&self, tool: Arc<Tool>, future: CallFuture) -> Option<Value> {
-        let global = Arc::clone(&self.global).acquire_owned().await;
-        let local = Arc::clone(&tool.slot.limiter).acquire_owned().await;
-        tokio::spawn(async move {
-            let _permits = (global, local);
-            let result = future.await;
-            map_result(&tool, result)
-        })
-        .await
-        .ok()
     }
 
     /// A tool calling tool `name` with JSON `args`, on the calling thread, on behalf of `parent`
@@ -215,6 +212,51 @@ impl Executor {
             tool: Arc::from(name),
         });
         Ok(run(&tool, args, &call).to_string())
+    }
+}
+
+/// Take the permits, then wait for a call running in another process. The permits are held until
+/// the call really ended (answered, or its worker killed past the deadline), even after the timeout
+/// answered the client: see [`Detached`].
+async fn await_elsewhere(
+    (global, local): (Arc<Semaphore>, Arc<Semaphore>),
+    tool: Arc<Tool>,
+    future: CallFuture,
+) -> Option<Value> {
+    let _permits = (global.acquire_owned().await, local.acquire_owned().await);
+    let result = future.await;
+    Some(map_result(&tool, result))
+}
+
+/// A call in another process that keeps running on a task of its own when its caller stops
+/// waiting (a timeout, a request that went away), so it keeps its permits until it really ended.
+struct Detached(Option<Pin<Box<dyn Future<Output = Option<Value>> + Send>>>);
+
+impl Future for Detached {
+    type Output = Option<Value>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Value>> {
+        let Some(running) = self.0.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let polled = running.as_mut().poll(cx);
+        if polled.is_ready() {
+            self.0 = None;
+        }
+        polled
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(running) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(running);
+        }
     }
 }
 

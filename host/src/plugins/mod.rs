@@ -87,6 +87,17 @@ impl LoadError {
     }
 }
 
+/// Write a line a plugin logs through its host API to the host's log, at its level.
+pub(crate) fn log_plugin_line(plugin: &str, level: u8, service: &str, message: &str) {
+    use mcp_plugin_sdk::LogLevel;
+    match LogLevel::from_u8(level) {
+        LogLevel::Debug => tracing::debug!(plugin, service, "{message}"),
+        LogLevel::Info | LogLevel::Notice => tracing::info!(plugin, service, "{message}"),
+        LogLevel::Warning => tracing::warn!(plugin, service, "{message}"),
+        _ => tracing::error!(plugin, service, "{message}"),
+    }
+}
+
 /// The name of the signal that ended a child process, if one did (`SIGSEGV`, `SIGABRT`, ...).
 pub fn signal_name(status: std::process::ExitStatus) -> Option<String> {
     #[cfg(unix)]

@@ -104,15 +104,7 @@ impl HostApiFfi for HostApiImpl {
     }
 
     fn log(&self, level: u8, service: RStr<'_>, message: RStr<'_>) {
-        let plugin = self.plugin.as_str();
-        let service = service.as_str();
-        let message = message.as_str();
-        match LogLevel::from_u8(level) {
-            LogLevel::Debug => tracing::debug!(plugin, service, "{message}"),
-            LogLevel::Info | LogLevel::Notice => tracing::info!(plugin, service, "{message}"),
-            LogLevel::Warning => tracing::warn!(plugin, service, "{message}"),
-            _ => tracing::error!(plugin, service, "{message}"),
-        }
+        crate::plugins::log_plugin_line(&self.plugin, level, service.as_str(), message.as_str());
     }
 
     fn call_tool(&self, name: RStr<'_>, args: RStr<'_>) -> RResult<RString, RString> {

@@ -9,12 +9,12 @@
 //! call context the plugin sees forward over the channel: progress and log events, host log lines,
 //! nested `call_tool` (answered by the host, which applies agent views, depth and validation).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::{self, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, mpsc};
 use std::time::{Duration, Instant};
 
 use abi_stable::sabi_types::RRef;
@@ -30,16 +30,23 @@ use crate::plugins::in_process::{init_module, open_module};
 /// A channel read spins first when a message arrived this recently (traffic is flowing).
 const RECENT: Duration = Duration::from_millis(1);
 
+type Input = FrameReader<Box<dyn Source + Send>>;
+
 thread_local! {
     /// The call running on this thread, for the parent of the plugin's nested calls.
     static CURRENT: Cell<Option<u64>> = const { Cell::new(None) };
+    /// The channel's reading side while this thread runs an inline tool: a nested call gives it
+    /// up, since its answer comes through the channel.
+    static LEADER: RefCell<Option<MutexGuard<'static, Input>>> = const { RefCell::new(None) };
 }
 
 /// The worker's shared state (one per process, never freed).
 struct Worker {
     out: FrameWriter<Box<dyn Write + Send>>,
-    input: Mutex<FrameReader<Box<dyn Source + Send>>>,
+    input: Mutex<Input>,
     module: OnceLock<PluginModV1Ref>,
+    /// Per tool: whether it promised to be quick (`#[tool(inline)]`).
+    inline: OnceLock<Vec<bool>>,
     /// Cancellation flags of the calls running here.
     running: Mutex<HashMap<u64, Arc<AtomicBool>>>,
     /// Nested calls and host requests waiting for the host's answer.
@@ -56,11 +63,15 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The channel: the socket the host passed as stdin (Unix); stdin and stdout elsewhere.
+/// The channel: the socket the host passed as stdin (Unix), moved to a close-on-exec descriptor
+/// with `/dev/null` put in its place, so neither the plugin nor a program it runs can read from
+/// it or keep it open; stdin and stdout elsewhere.
 #[cfg(unix)]
 fn channel() -> io::Result<(Box<dyn Source + Send>, Box<dyn Write + Send>)> {
     use std::os::fd::AsFd as _;
-    let stream = std::os::unix::net::UnixStream::from(io::stdin().as_fd().try_clone_to_owned()?);
+    let socket = io::stdin().as_fd().try_clone_to_owned()?;
+    rustix::stdio::dup2_stdin(std::fs::File::open("/dev/null")?)?;
+    let stream = std::os::unix::net::UnixStream::from(socket);
     Ok((Box::new(stream.try_clone()?), Box::new(stream)))
 }
 
@@ -118,6 +129,7 @@ pub fn run_worker() -> ExitCode {
         out,
         input: Mutex::new(input),
         module: OnceLock::new(),
+        inline: OnceLock::new(),
         running: Mutex::default(),
         waiting: Mutex::default(),
         next_request: AtomicU64::new(1),
@@ -147,6 +159,9 @@ fn load(worker: &'static Worker, init: Init) -> Result<FromWorker, (&'static str
         abi_stable::sabi_trait::TD_Opaque,
     );
     let manifest = init_module(module, host).map_err(as_parts)?;
+    let _ = worker
+        .inline
+        .set(manifest.tools.iter().map(|t| t.inline).collect());
     let _ = worker.module.set(module);
     let json = |v: serde_json::Result<String>| v.map_err(|e| ("manifest", e.to_string()));
     Ok(FromWorker::Ready {
@@ -182,17 +197,16 @@ impl Worker {
 
     /// Serve the channel on this thread, forever.
     fn serve(&'static self) -> ! {
+        let mut leading: Option<MutexGuard<'static, Input>> = None;
         loop {
-            let message = {
-                let mut input = lock(&self.input);
-                let spin = self.recently_active();
-                match input.next::<ToWorker>(spin) {
-                    Ok(message) => message,
-                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => std::process::exit(0),
-                    Err(e) => {
-                        eprintln!("mcp-host worker: broken channel: {e}");
-                        std::process::exit(3)
-                    }
+            let mut input = leading.take().unwrap_or_else(|| lock(&self.input));
+            let spin = self.recently_active();
+            let message = match input.next::<ToWorker>(spin) {
+                Ok(message) => message,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => std::process::exit(0),
+                Err(e) => {
+                    eprintln!("mcp-host worker: broken channel: {e}");
+                    std::process::exit(3)
                 }
             };
             self.last_message
@@ -205,12 +219,21 @@ impl Worker {
                     caller,
                     deadline_ms,
                 } => {
-                    // This thread runs the call: make sure another one reads the channel.
-                    if self.idle.fetch_sub(1, Ordering::AcqRel) == 1 {
-                        self.add_thread();
-                    }
                     let deadline = deadline_ms.map(|ms| Instant::now() + Duration::from_millis(ms));
+                    self.idle.fetch_sub(1, Ordering::AcqRel);
+                    let quick = self.inline.get().and_then(|i| i.get(tool as usize)) == Some(&true);
+                    if quick {
+                        // Quick by promise: run it here and go on reading the channel after.
+                        LEADER.with(|l| *l.borrow_mut() = Some(input));
+                    } else {
+                        // Let another thread read the channel (start one when none is idle).
+                        drop(input);
+                        if self.idle.load(Ordering::Acquire) == 0 {
+                            self.add_thread();
+                        }
+                    }
                     let result = self.run(id, tool, &args, &caller, deadline);
+                    leading = LEADER.with(|l| l.borrow_mut().take());
                     self.send(&FromWorker::Result { id, result });
                     self.idle.fetch_add(1, Ordering::AcqRel);
                 }
@@ -218,11 +241,13 @@ impl Worker {
                     if let Some(flag) = lock(&self.running).get(&id) {
                         flag.store(true, Ordering::Release);
                     }
+                    leading = Some(input);
                 }
                 ToWorker::Reply { id, result } => {
                     if let Some(waiter) = lock(&self.waiting).remove(&id) {
                         let _ = waiter.try_send(result);
                     }
+                    leading = Some(input);
                 }
                 ToWorker::Shutdown => {
                     if let Some(module) = self.module.get() {
@@ -230,7 +255,10 @@ impl Worker {
                     }
                     std::process::exit(0);
                 }
-                ToWorker::Init(_) => eprintln!("mcp-host worker: ignoring a second set-up message"),
+                ToWorker::Init(_) => {
+                    eprintln!("mcp-host worker: ignoring a second set-up message");
+                    leading = Some(input);
+                }
             }
         }
     }
@@ -267,10 +295,17 @@ impl Worker {
     }
 
     /// Ask the host something and wait for its answer.
-    fn ask(&self, request: impl FnOnce(u64) -> FromWorker) -> Result<String, String> {
+    fn ask(&'static self, request: impl FnOnce(u64) -> FromWorker) -> Result<String, String> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::sync_channel(1);
         lock(&self.waiting).insert(id, tx);
+        // An inline tool reading the channel gives that up: the answer must be read by another.
+        if let Some(reading) = LEADER.with(|l| l.borrow_mut().take()) {
+            drop(reading);
+            if self.idle.load(Ordering::Acquire) == 0 {
+                self.add_thread();
+            }
+        }
         self.send(&request(id));
         rx.recv()
             .unwrap_or_else(|_| Err("the host did not answer".into()))

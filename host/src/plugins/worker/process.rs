@@ -289,6 +289,11 @@ impl Process {
         !lock(&self.calls).running.is_empty()
     }
 
+    /// How many calls are in flight.
+    pub(super) fn in_flight(&self) -> usize {
+        lock(&self.calls).running.len()
+    }
+
     fn call_of(&self, id: u64) -> Option<Arc<CallState>> {
         lock(&self.calls)
             .running
@@ -447,7 +452,7 @@ impl Reader {
                 level,
                 service,
                 message,
-            } => host_log(&process.plugin, level, &service, &message),
+            } => crate::plugins::log_plugin_line(&process.plugin, level, &service, &message),
             FromWorker::CallTool {
                 id,
                 parent,
@@ -513,15 +518,5 @@ impl Reader {
 fn emit(call: &CallState, event: CallEvent) {
     if let Some(sink) = &call.events {
         sink(event);
-    }
-}
-
-/// A plugin's line for the host's log (as the in-process host API writes it).
-pub(crate) fn host_log(plugin: &str, level: u8, service: &str, message: &str) {
-    match LogLevel::from_u8(level) {
-        LogLevel::Debug => tracing::debug!(plugin, service, "{message}"),
-        LogLevel::Info | LogLevel::Notice => tracing::info!(plugin, service, "{message}"),
-        LogLevel::Warning => tracing::warn!(plugin, service, "{message}"),
-        _ => tracing::error!(plugin, service, "{message}"),
     }
 }

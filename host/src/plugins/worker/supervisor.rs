@@ -13,7 +13,7 @@ use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 use tokio::sync::oneshot;
 
 use super::process::{Process, Waiter, WorkerCommand};
-use super::wire::{Init, ToWorker};
+use super::wire::{Init, SPIN, ToWorker};
 use crate::exec::CallState;
 use crate::plugins::LoadError;
 use crate::plugins::backend::HostCallbacks;
@@ -407,6 +407,21 @@ impl Supervisor {
                 continue;
             };
             process.send(&Self::call_message(id, index, &args, &call));
+            // Alone on the worker, the answer usually comes within microseconds: wait for it
+            // here a moment before parking this thread (waking it costs more than that).
+            if process.in_flight() == 1 {
+                let until = Instant::now() + SPIN;
+                loop {
+                    match rx.try_recv() {
+                        Ok(result) => return result,
+                        Err(oneshot::error::TryRecvError::Closed) => return self.lost(),
+                        Err(oneshot::error::TryRecvError::Empty) if Instant::now() < until => {
+                            std::thread::yield_now();
+                        }
+                        Err(oneshot::error::TryRecvError::Empty) => break,
+                    }
+                }
+            }
             let mut cancel_sent = false;
             let mut killed = kill_at.is_none();
             let kill = tokio::time::sleep_until(
