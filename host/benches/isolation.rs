@@ -139,7 +139,11 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let host = Host::start(cfg, options.clone()).unwrap();
+    // Started in the runtime's context, as `mcp-host serve` does: workers' channels are read on it.
+    let host = {
+        let _runtime = rt.enter();
+        Host::start(cfg, options.clone()).unwrap()
+    };
     // Workers start in discovery order: `pr`, `sb`, then the crash fixture's.
     let mut workers = children();
     workers.sort_unstable();

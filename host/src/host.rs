@@ -134,7 +134,9 @@ impl HostCallbacks for Callbacks {
 }
 
 impl Host {
-    /// Discover, probe and load every plugin in the configured tool directories.
+    /// Discover, probe and load every plugin in the configured tool directories. Started inside a
+    /// tokio runtime, the host reads its plugin workers' channels on that runtime (else on a thread
+    /// per worker).
     pub fn start(config: Config, options: HostOptions) -> Result<Host, HostError> {
         let loader = Loader::new(&config, options.probe_exe.as_deref())?;
         let access = Access::from_config(&config)?;

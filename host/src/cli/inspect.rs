@@ -145,10 +145,13 @@ pub(crate) fn call(
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<ExitCode> {
     let args: Value = serde_json::from_str(args).context("--args is not valid JSON")?;
-    let host = Host::start(config, crate::host_options())?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let host = {
+        let _runtime = runtime.enter();
+        Host::start(config, crate::host_options())?
+    };
     let opts = CallOptions {
         caller: user.map(UserInfo::new),
         events: Some(std::sync::Arc::new(|event| match event {

@@ -39,7 +39,11 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
         .enable_all()
         .thread_name("mcp-host")
         .build()?;
-    let host = Host::start(config.clone(), crate::host_options())?;
+    // Started in the runtime's context: plugin workers' channels are read on it.
+    let host = {
+        let _runtime = runtime.enter();
+        Host::start(config.clone(), crate::host_options())?
+    };
     if let Some(name) = &args.agent {
         host.access()
             .agent(name)

@@ -106,6 +106,8 @@ pub(crate) struct Loader {
     images: AtomicUsize,
     /// The next rescan gives quarantined plugins another chance (SIGHUP asked for it).
     retry_quarantined: AtomicBool,
+    /// The async runtime the host was started in, where workers' channels are read.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -154,6 +156,7 @@ impl Loader {
             failed: Mutex::default(),
             images: AtomicUsize::new(0),
             retry_quarantined: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         })
     }
 
@@ -245,9 +248,18 @@ impl Loader {
             if spec.isolation.is_isolated() {
                 let exe = self.exe.as_deref().ok_or_else(no_exe)?;
                 let copy_path = copy.clone();
-                let host = Arc::clone(&cx.host);
-                let plugin = worker::start(exe, &candidate.path, copy, name, &spec, config, host)
-                    .map_err(|e| e.mentioning(&copy_path, &candidate.path))?;
+                let (host, runtime) = (Arc::clone(&cx.host), self.runtime.clone());
+                let plugin = worker::start(
+                    exe,
+                    &candidate.path,
+                    copy,
+                    name,
+                    &spec,
+                    config,
+                    host,
+                    runtime,
+                )
+                .map_err(|e| e.mentioning(&copy_path, &candidate.path))?;
                 return Ok((Arc::new(plugin), spec));
             }
         } else if candidate.isolation.is_some_and(Isolation::is_isolated) {

@@ -96,7 +96,8 @@ impl std::fmt::Debug for Isolated {
 }
 
 /// Start plugin `plugin` (found as `file`, privately copied to `copy`, which the workers load and
-/// which is removed when this version is dropped) in a worker as `spec` says.
+/// which is removed when this version is dropped) in a worker as `spec` says; its channel is read
+/// on the host's `runtime` when there is one.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     exe: &Path,
@@ -106,6 +107,7 @@ pub(crate) fn start(
     spec: &RunSpec,
     config: &Config,
     host: Arc<dyn HostCallbacks>,
+    runtime: Option<tokio::runtime::Handle>,
 ) -> Result<Isolated, LoadError> {
     let limits = spec.limits.clone().unwrap_or_default();
     let sandbox = match &spec.permissions {
@@ -123,6 +125,7 @@ pub(crate) fn start(
         None => None,
     };
     let launch = Launch {
+        runtime,
         file: file.to_path_buf(),
         command: WorkerCommand {
             exe: exe.to_path_buf(),

@@ -1,7 +1,12 @@
 //! One worker process, from the host's side: starting it (`mcp-host worker` with the channel as its
-//! stdin and its output in the host's log), the calls in flight on it, and the reader thread that
-//! takes its messages — results, progress and log events, nested tool calls, host requests — until
-//! its channel closes, then reaps it and fails whatever was still in flight.
+//! stdin and its output in the host's log), the calls in flight on it, and the reading of its
+//! messages — results, progress and log events, nested tool calls, host requests — until its
+//! channel closes; then it is reaped and whatever was still in flight fails.
+//!
+//! The channel is read on the host's async runtime when it has one (readiness from the runtime's
+//! reactor, then non-blocking reads): an answer then wakes the runtime thread that waits for it,
+//! with no thread in between. A host started outside a runtime reads on a thread of its own. Either
+//! way, a caller alone on the worker may read its answer itself while it spins.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufRead, Write};
@@ -73,11 +78,20 @@ struct Calls {
     ended: Option<String>,
 }
 
+/// The reading side of a worker's channel.
+struct Input {
+    frames: FrameReader<Box<dyn Source + Send>>,
+    /// Where the load result goes, until it came.
+    ready: Option<mpsc::SyncSender<Result<Loaded, LoadError>>>,
+}
+
 /// A running worker process.
 pub(crate) struct Process {
     /// Its process id.
     pub(crate) pid: u32,
     plugin: Arc<str>,
+    host: Arc<dyn HostCallbacks>,
+    input: Mutex<Input>,
     out: FrameWriter<Box<dyn Write + Send>>,
     calls: Mutex<Calls>,
     ended: Condvar,
@@ -107,6 +121,9 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 struct Channel {
     input: Box<dyn Source + Send>,
     output: Box<dyn Write + Send>,
+    /// The socket, for readiness from the async runtime.
+    #[cfg(unix)]
+    readiness: std::os::fd::OwnedFd,
 }
 
 #[cfg(unix)]
@@ -122,6 +139,7 @@ fn connect(
     Ok(move |_: &mut Child| {
         Ok(Channel {
             input: Box::new(host_end.try_clone()?),
+            readiness: std::os::fd::OwnedFd::from(host_end.try_clone()?),
             output: Box::new(host_end),
         })
     })
@@ -173,13 +191,15 @@ fn forward_output(
 }
 
 impl Process {
-    /// Start a worker for `plugin` and send it `init`; `on_exit` runs (on the reader thread) once
-    /// it has ended, with how it ended. Returns the process and a receiver for its load result.
+    /// Start a worker for `plugin` and send it `init`; its channel is read on `runtime` when
+    /// given, else on a thread; `on_exit` runs once it has ended, with how it ended. Returns the
+    /// process and a receiver for its load result.
     pub(crate) fn spawn(
         command: &WorkerCommand,
         plugin: Arc<str>,
         init: super::wire::Init,
         host: Arc<dyn HostCallbacks>,
+        runtime: Option<&tokio::runtime::Handle>,
         on_exit: OnExit,
     ) -> Result<(Arc<Process>, ReadyReceiver), LoadError> {
         let fail = |what: &str, e: io::Error| LoadError::Worker(format!("{what}: {e}"));
@@ -204,10 +224,16 @@ impl Process {
         drop(cmd);
         let channel = channel(&mut child).map_err(|e| fail("cannot open the channel", e))?;
         let pid = child.id();
+        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
         let process = Arc::new(Process {
             pid,
             tail: forward_output(Arc::clone(&plugin), pid, log_reader),
             plugin,
+            host,
+            input: Mutex::new(Input {
+                frames: FrameReader::new(channel.input),
+                ready: Some(ready_tx),
+            }),
             out: FrameWriter::new(channel.output),
             calls: Mutex::default(),
             ended: Condvar::new(),
@@ -215,20 +241,26 @@ impl Process {
             child: Mutex::new(child),
             kill_reason: Mutex::new(None),
         });
-        let (ready_tx, ready_rx) = mpsc::sync_channel(1);
-        let reader = Reader {
-            process: Arc::clone(&process),
-            input: FrameReader::new(channel.input),
-            host,
-            ready: Some(ready_tx),
-        };
-        std::thread::Builder::new()
-            .name(format!("mcp-worker-{pid}"))
-            .spawn(move || reader.run(on_exit))
-            .map_err(|e| {
-                process.kill();
-                fail("cannot start the reader thread", e)
-            })?;
+        #[cfg(unix)]
+        let read_async = runtime.map(|rt| (rt, channel.readiness));
+        #[cfg(not(unix))]
+        let read_async: Option<(&tokio::runtime::Handle, ())> = runtime.and(None);
+        match read_async {
+            Some((rt, readiness)) => {
+                let process = Arc::clone(&process);
+                rt.spawn(async move { process.read_async(readiness, on_exit).await });
+            }
+            None => {
+                let reader = Arc::clone(&process);
+                std::thread::Builder::new()
+                    .name(format!("mcp-worker-{pid}"))
+                    .spawn(move || reader.read_blocking(on_exit))
+                    .map_err(|e| {
+                        process.kill();
+                        fail("cannot start the reader thread", e)
+                    })?;
+            }
+        }
         if let Err(e) = process.out.send(&ToWorker::Init(init)) {
             // The reader sees the end and reports it as the load result.
             tracing::debug!("worker {pid}: cannot send its set-up: {e}");
@@ -374,55 +406,114 @@ impl Process {
     }
 }
 
-/// The reader thread of one worker process.
-struct Reader {
-    process: Arc<Process>,
-    input: FrameReader<Box<dyn Source + Send>>,
-    host: Arc<dyn HostCallbacks>,
-    ready: Option<mpsc::SyncSender<Result<Loaded, LoadError>>>,
-}
-
-impl Reader {
-    fn run(mut self, on_exit: OnExit) {
+impl Process {
+    /// Read the channel on this thread until it ends.
+    fn read_blocking(self: Arc<Self>, on_exit: OnExit) {
         let error = loop {
             // An answer is due soon when calls are in flight: spin briefly before blocking.
-            let spin = self.process.has_calls();
-            match self.input.next::<FromWorker>(spin) {
-                Ok(message) => self.handle(message),
+            let spin = self.has_calls();
+            let mut input = lock(&self.input);
+            match input.frames.next::<FromWorker>(spin) {
+                Ok(message) => self.handle(&mut input, message),
                 Err(e) => break e,
             }
         };
+        self.finish(&error, on_exit);
+    }
+
+    /// Read the channel on the async runtime until it ends (then reap the process on a thread).
+    #[cfg(unix)]
+    async fn read_async(self: Arc<Self>, socket: std::os::fd::OwnedFd, on_exit: OnExit) {
+        use tokio::io::unix::AsyncFd;
+        // SAFETY: the `OwnedFd` is a valid open descriptor (a duplicate of the channel's socket)
+        // that the `AsyncFd` owns: it stays open, on the same file description, and `as_raw_fd`
+        // returns the same number until the `AsyncFd` is dropped.
+        #[allow(unsafe_code)]
+        let registered =
+            unsafe { AsyncFd::register_with_interest(socket, tokio::io::Interest::READABLE) };
+        let error = match registered.map_err(io::Error::from) {
+            Ok(readiness) => loop {
+                match readiness.readable().await {
+                    Ok(mut ready) => match self.drain() {
+                        Ok(()) => ready.clear_ready(),
+                        Err(e) => break e,
+                    },
+                    Err(e) => break e,
+                }
+            },
+            Err(e) => e,
+        };
+        let spawned = std::thread::Builder::new()
+            .name(format!("mcp-worker-end-{}", self.pid))
+            .spawn(move || self.finish(&error, on_exit));
+        if let Err(e) = spawned {
+            tracing::error!("cannot reap a worker: {e}");
+        }
+    }
+
+    /// Handle every message that can be read now, without blocking.
+    fn drain(self: &Arc<Self>) -> io::Result<()> {
+        let mut input = lock(&self.input);
+        while let Some(message) = input.frames.try_next::<FromWorker>()? {
+            self.handle(&mut input, message);
+        }
+        Ok(())
+    }
+
+    /// Read what has arrived, when no one else is reading: for a caller waiting alone, so its
+    /// answer does not have to wait for the reader to be scheduled. A broken channel kills the
+    /// process (the reader then reports its end).
+    pub(super) fn read_now(self: &Arc<Self>) {
+        let Ok(mut input) = self.input.try_lock() else {
+            return;
+        };
+        loop {
+            match input.frames.try_next::<FromWorker>() {
+                Ok(Some(message)) => self.handle(&mut input, message),
+                Ok(None) => return,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return,
+                Err(e) => {
+                    drop(input);
+                    self.kill_because(format!("broken channel: {e}"));
+                    return;
+                }
+            }
+        }
+    }
+
+    /// The channel ended (`error`): reap the process, fail its calls, report how it ended.
+    fn finish(self: Arc<Self>, error: &io::Error, on_exit: OnExit) {
         let broken = error.kind() != io::ErrorKind::UnexpectedEof;
         if broken {
             tracing::error!(
-                plugin = &*self.process.plugin,
+                plugin = &*self.plugin,
                 "worker {}: broken channel ({error}); killing it",
-                self.process.pid
+                self.pid
             );
         }
-        let (short, long) = self.process.reap(broken);
-        let message = format!("plugin {} crashed ({short})", self.process.plugin);
-        self.process.end(&short, &message);
-        if let Some(ready) = self.ready.take() {
+        let (short, long) = self.reap(broken);
+        let message = format!("plugin {} crashed ({short})", self.plugin);
+        self.end(&short, &message);
+        let ready = lock(&self.input).ready.take();
+        if let Some(ready) = ready {
             let _ = ready.send(Err(LoadError::Worker(format!(
                 "the worker process {long} while loading the plugin{}",
-                self.process.tail()
+                self.tail()
             ))));
         } else {
             tracing::debug!(
-                plugin = &*self.process.plugin,
+                plugin = &*self.plugin,
                 "worker {} {long}{}",
-                self.process.pid,
-                self.process.tail()
+                self.pid,
+                self.tail()
             );
         }
-        on_exit(&self.process, short);
+        on_exit(&self, short);
     }
 
-    fn handle(&mut self, message: FromWorker) {
-        let process = &self.process;
+    fn handle(self: &Arc<Self>, input: &mut Input, message: FromWorker) {
         match message {
-            FromWorker::Result { id, result } => process.complete(id, result),
+            FromWorker::Result { id, result } => self.complete(id, result),
             FromWorker::Progress {
                 id,
                 progress,
@@ -437,7 +528,7 @@ impl Reader {
                 },
             ),
             FromWorker::Log { id, level, message } => {
-                if let Some(call) = process.call_of(id) {
+                if let Some(call) = self.call_of(id) {
                     emit(
                         &call,
                         CallEvent::Log {
@@ -452,7 +543,7 @@ impl Reader {
                 level,
                 service,
                 message,
-            } => crate::plugins::log_plugin_line(&process.plugin, level, &service, &message),
+            } => crate::plugins::log_plugin_line(&self.plugin, level, &service, &message),
             FromWorker::CallTool {
                 id,
                 parent,
@@ -467,7 +558,7 @@ impl Reader {
                     }
                     other => Err(format!("unsupported host method: {other}")),
                 };
-                process.send(&ToWorker::Reply { id, result });
+                self.send(&ToWorker::Reply { id, result });
             }
             FromWorker::Ready { build, manifest } => {
                 let loaded = serde_json::from_str::<BuildInfo>(&build)
@@ -477,12 +568,12 @@ impl Reader {
                             .map(|m| (b, m))
                             .map_err(|e| LoadError::Manifest(e.to_string()))
                     });
-                if let Some(ready) = self.ready.take() {
+                if let Some(ready) = input.ready.take() {
                     let _ = ready.send(loaded);
                 }
             }
             FromWorker::Failed { kind, message } => {
-                if let Some(ready) = self.ready.take() {
+                if let Some(ready) = input.ready.take() {
                     let _ = ready.send(Err(LoadError::from_parts(&kind, message)));
                 }
             }
@@ -490,24 +581,24 @@ impl Reader {
     }
 
     fn event(&self, id: u64, event: CallEvent) {
-        if let Some(call) = self.process.call_of(id) {
+        if let Some(call) = self.call_of(id) {
             emit(&call, event);
         }
     }
 
     /// A nested tool call from the plugin: run it through the host on its own thread (it may take
     /// long, and it may call back into this very worker), then send the answer.
-    fn nested(&self, id: u64, parent: Option<u64>, name: String, args: String) {
-        let parent = parent.and_then(|p| self.process.call_of(p));
-        let (process, host) = (Arc::clone(&self.process), Arc::clone(&self.host));
+    fn nested(self: &Arc<Self>, id: u64, parent: Option<u64>, name: String, args: String) {
+        let parent = parent.and_then(|p| self.call_of(p));
+        let process = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("mcp-nested".into())
             .spawn(move || {
-                let result = host.call_nested(parent.as_ref(), &name, &args);
+                let result = process.host.call_nested(parent.as_ref(), &name, &args);
                 process.send(&ToWorker::Reply { id, result });
             });
         if let Err(e) = spawned {
-            self.process.send(&ToWorker::Reply {
+            self.send(&ToWorker::Reply {
                 id,
                 result: Err(format!("cannot run the nested call: {e}")),
             });

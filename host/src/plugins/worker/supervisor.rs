@@ -13,7 +13,7 @@ use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 use tokio::sync::oneshot;
 
 use super::process::{Process, Waiter, WorkerCommand};
-use super::wire::{Init, SPIN, ToWorker};
+use super::wire::{Init, SPIN, ToWorker, spinning_pays};
 use crate::exec::CallState;
 use crate::plugins::LoadError;
 use crate::plugins::backend::HostCallbacks;
@@ -44,6 +44,8 @@ pub(crate) struct Launch {
     pub file: PathBuf,
     pub command: WorkerCommand,
     pub init: Init,
+    /// The host's async runtime, where the channel is read (a thread reads it without one).
+    pub runtime: Option<tokio::runtime::Handle>,
 }
 
 enum Current {
@@ -148,6 +150,7 @@ impl Supervisor {
             Arc::clone(&self.plugin),
             self.launch.init.clone(),
             Arc::clone(&self.host),
+            self.launch.runtime.as_ref(),
             on_exit,
         )?;
         match ready.recv_timeout(START_TIMEOUT) {
@@ -409,9 +412,10 @@ impl Supervisor {
             process.send(&Self::call_message(id, index, &args, &call));
             // Alone on the worker, the answer usually comes within microseconds: wait for it
             // here a moment before parking this thread (waking it costs more than that).
-            if process.in_flight() == 1 {
+            if process.in_flight() == 1 && spinning_pays() {
                 let until = Instant::now() + SPIN;
                 loop {
+                    process.read_now();
                     match rx.try_recv() {
                         Ok(result) => return result,
                         Err(oneshot::error::TryRecvError::Closed) => return self.lost(),

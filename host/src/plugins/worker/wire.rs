@@ -3,8 +3,8 @@
 //!
 //! Reads spin briefly before blocking when an answer is expected soon: waking an idle core costs
 //! tens of microseconds on a VM, while a message usually arrives within a few. The spin polls the
-//! socket without blocking (`MSG_DONTWAIT`) and yields the core between polls, so a busy machine
-//! loses nothing to it; idle channels block at once.
+//! socket without blocking (`MSG_DONTWAIT`) and yields the core between polls; idle channels block
+//! at once, and a process allowed a single CPU never spins (the peer could not run meanwhile).
 
 use std::io::{self, Read, Write};
 use std::path::PathBuf;
@@ -247,22 +247,68 @@ impl<S: Source> FrameReader<S> {
     /// The next message. With `spin`, poll for up to [`SPIN`] before blocking. An end of stream
     /// is `UnexpectedEof`; a frame that does not decode is `InvalidData`.
     pub(crate) fn next<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
-        let len = loop {
-            if self.end - self.start >= 4 {
-                let mut prefix = [0u8; 4];
-                prefix.copy_from_slice(&self.buf[self.start..self.start + 4]);
-                break u32::from_le_bytes(prefix) as usize;
+        loop {
+            if let Some(message) = self.take()? {
+                return Ok(message);
             }
-            self.fill(4, spin)?;
-        };
+            self.make_room();
+            let spare = &mut self.buf[self.end..];
+            let read = if spin {
+                poll(&mut self.source, spare)?
+            } else {
+                None
+            };
+            let n = match read {
+                Some(n) => n,
+                None => loop {
+                    match self.source.read(spare) {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        other => break other?,
+                    }
+                },
+            };
+            self.filled(n)?;
+        }
+    }
+
+    /// The next message if one can be read without blocking.
+    pub(crate) fn try_next<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+        loop {
+            if let Some(message) = self.take()? {
+                return Ok(Some(message));
+            }
+            self.make_room();
+            match self.source.read_now(&mut self.buf[self.end..])? {
+                Some(n) => self.filled(n)?,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The buffered frame, decoded, when it is complete.
+    fn take<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+        if self.end - self.start < 4 {
+            return Ok(None);
+        }
+        let mut prefix = [0u8; 4];
+        prefix.copy_from_slice(&self.buf[self.start..self.start + 4]);
+        let len = u32::from_le_bytes(prefix) as usize;
         if len > MAX_FRAME {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("frame of {len} bytes is over the {MAX_FRAME} limit"),
             ));
         }
-        while self.end - self.start < 4 + len {
-            self.fill(4 + len, spin)?;
+        if self.end - self.start < 4 + len {
+            // Make room for the whole frame.
+            if self.start + 4 + len > self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                (self.start, self.end) = (0, self.end - self.start);
+                if 4 + len > self.buf.len() {
+                    self.buf.resize(4 + len, 0);
+                }
+            }
+            return Ok(None);
         }
         let body = &self.buf[self.start + 4..self.start + 4 + len];
         let message = postcard::from_bytes(body)
@@ -271,33 +317,23 @@ impl<S: Source> FrameReader<S> {
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
         }
-        message
+        message.map(Some)
     }
 
-    /// Read more bytes, making room for a frame of `need` bytes from `start`.
-    fn fill(&mut self, need: usize, spin: bool) -> io::Result<()> {
-        if self.start > 0 && self.start + need > self.buf.len() {
-            self.buf.copy_within(self.start..self.end, 0);
-            (self.start, self.end) = (0, self.end - self.start);
+    /// Make sure there is room past `end` for the next bytes.
+    fn make_room(&mut self) {
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                (self.start, self.end) = (0, self.end - self.start);
+            } else {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
         }
-        if need > self.buf.len() {
-            self.buf.resize(need, 0);
-        }
-        let spare = &mut self.buf[self.end..];
-        let read = if spin {
-            poll(&mut self.source, spare)?
-        } else {
-            None
-        };
-        let n = match read {
-            Some(n) => n,
-            None => loop {
-                match self.source.read(spare) {
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    other => break other?,
-                }
-            },
-        };
+    }
+
+    /// `n` bytes arrived (none: the end of the stream).
+    fn filled(&mut self, n: usize) -> io::Result<()> {
         if n == 0 {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }
@@ -306,8 +342,18 @@ impl<S: Source> FrameReader<S> {
     }
 }
 
+/// Whether spinning can pay: this process may run on more than one CPU, so the other side of the
+/// channel can answer while this one polls.
+pub(crate) fn spinning_pays() -> bool {
+    static MANY_CPUS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MANY_CPUS.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+}
+
 /// Poll `source` for up to [`SPIN`], yielding the core between polls.
 fn poll<S: Source>(source: &mut S, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    if !spinning_pays() {
+        return Ok(None);
+    }
     let until = Instant::now() + SPIN;
     loop {
         if let Some(n) = source.read_now(buf)? {
