@@ -454,6 +454,53 @@ mod tests {
         }
     }
 
+    /// A source whose bytes arrive in steps: `read_now` finds nothing between them.
+    struct Steps(Vec<Vec<u8>>);
+
+    impl Read for Steps {
+        fn read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
+            unreachable!("only read_now is used")
+        }
+    }
+
+    impl Source for Steps {
+        fn read_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+            match self.0.first_mut() {
+                None => Ok(Some(0)),
+                Some(step) if step.is_empty() => {
+                    self.0.remove(0);
+                    Ok(None)
+                }
+                Some(step) => {
+                    let n = buf.len().min(step.len());
+                    buf[..n].copy_from_slice(&step[..n]);
+                    step.drain(..n);
+                    Ok(Some(n))
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn try_next_returns_a_frame_only_once_it_is_complete() {
+        let frame = encode(&ToWorker::Cancel { id: 5 }).expect("encode");
+        let (head, tail) = frame.split_at(3);
+        let mut reader = FrameReader::new(Steps(vec![
+            head.to_vec(),
+            Vec::new(),
+            tail.to_vec(),
+            Vec::new(),
+        ]));
+        assert!(reader.try_next::<ToWorker>().expect("partial").is_none());
+        assert!(matches!(
+            reader.try_next::<ToWorker>(),
+            Ok(Some(ToWorker::Cancel { id: 5 }))
+        ));
+        assert!(reader.try_next::<ToWorker>().expect("nothing").is_none());
+        let end = reader.try_next::<ToWorker>().expect_err("end");
+        assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
     #[test]
     fn oversized_and_undecodable_frames_are_errors_not_panics() {
         let mut huge = ((MAX_FRAME as u32) + 1).to_le_bytes().to_vec();
