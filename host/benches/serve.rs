@@ -22,11 +22,14 @@
 //!   then one at a time.
 //! - Cold start: spawn `serve --stdio` over the packaged plugins, send `tools/list` at once, time the
 //!   answer; then the idle resident set size of that process, and of an HTTP server after one request.
+//! - Isolated: the echo fixture in a worker process (`isolation: process`, then `sandbox`) beside the
+//!   same fixture in-process, HTTP rounds alternating the three servers, then stdio one at a time;
+//!   server CPU counts the host and its workers, and the worker's RSS is reported.
 //!
 //! Environment: `MCP_BENCH_ROUNDS` (HTTP rounds per server, default 2), `MCP_BENCH_SECS` (measuring
 //! window per HTTP round / stdio phase, default 5 / 3), `MCP_BENCH_ONLY` (comma-separated sections:
-//! `http`, `stdio`, `cold`; default all), `MCP_BENCH_HOST_EXE` (benchmark this `mcp-host` binary
-//! instead of the one built into `target/bench`).
+//! `http`, `stdio`, `cold`, `isolated`; default all), `MCP_BENCH_HOST_EXE` (benchmark this
+//! `mcp-host` binary instead of the one built into `target/bench`).
 //!
 //! Besides wall-clock figures, each load phase reports the server's CPU time (user + system, all its
 //! threads) per request. It moves much less than throughput when other processes compete for the
@@ -256,13 +259,7 @@ impl Server {
 
     /// Resident set size in bytes (`VmRSS`).
     fn rss(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .map(|kb| kb * 1024)
-            .unwrap_or_else(|| panic!("no VmRSS in /proc/{}/status", self.pid()))
+        status_bytes(self.pid(), "VmRSS")
     }
 }
 
@@ -458,8 +455,10 @@ async fn http_once(addr: SocketAddr, request: &[u8]) -> (u16, String) {
 }
 
 /// CPU time (user + system) process `pid` has used so far, all threads included.
-fn cpu_time(pid: u32) -> Duration {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+fn own_cpu_time(pid: u32) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
     // Fields after the command name (which may contain spaces): state is field 3, utime 14, stime 15.
     let fields: Vec<&str> = stat
         .rsplit_once(')')
@@ -471,6 +470,50 @@ fn cpu_time(pid: u32) -> Duration {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as u64;
     Duration::from_nanos(ticks * 1_000_000_000 / hz)
+}
+
+/// The live children of process `pid` (an `mcp-host`'s plugin workers).
+fn children(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            out.extend(
+                list.split_whitespace()
+                    .filter_map(|p| p.parse::<u32>().ok()),
+            );
+        }
+    }
+    out
+}
+
+/// CPU time of process `pid` and its live children (plugin workers), all threads included.
+fn cpu_time(pid: u32) -> Duration {
+    std::iter::once(pid)
+        .chain(children(pid))
+        .map(own_cpu_time)
+        .sum()
+}
+
+/// A `/proc/<pid>/status` field in bytes (`VmRSS`, `RssAnon`, ...).
+fn status_bytes(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| {
+            v.trim_start_matches(':')
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .ok()
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
 }
 
 struct LoadResult {
@@ -845,6 +888,8 @@ struct Env {
     echo_config: String,
     /// Serves the packaged plugins.
     packaged_config: String,
+    /// Serve the echo fixture in a worker: `isolation: process`, then `sandbox`.
+    isolated_configs: [(&'static str, String); 2],
     place: Placement,
     rt: tokio::runtime::Runtime,
     rounds: usize,
@@ -983,6 +1028,120 @@ fn bench_stdio(env: &Env, rows: &mut Vec<String>) {
     ));
 }
 
+/// 5: the echo fixture in a worker (`process`, `sandbox`) beside the same fixture in-process:
+/// HTTP rounds alternating the three servers, then stdio one at a time; the server CPU includes
+/// the worker's.
+fn bench_isolated(env: &Env, rows: &mut Vec<String>) {
+    let mut servers = vec![(
+        "in-process",
+        spawn_http_host(
+            env,
+            &env.echo_config,
+            "mcp-host serve (HTTP, in-process echo)",
+        ),
+    )];
+    for (what, config) in &env.isolated_configs {
+        servers.push((*what, spawn_http_host(env, config, what)));
+    }
+    let requests: Vec<Vec<u8>> = servers
+        .iter()
+        .map(|(_, (_, addr))| host_http_request(*addr, "tools/call", Some("echo"), &echo_body()))
+        .collect();
+    for ((what, (server, addr)), request) in servers.iter().zip(&requests) {
+        let (status, body) = env.rt.block_on(http_once(*addr, request));
+        assert!(
+            status == 200 && body.contains(r#""text":"hello""#),
+            "{what} answered {status}: {body}\n{}",
+            server.log()
+        );
+    }
+    let mut runs: Vec<Vec<LoadResult>> = servers.iter().map(|_| Vec::new()).collect();
+    for round in 0..env.rounds {
+        for (i, ((what, (server, addr)), request)) in servers.iter().zip(&requests).enumerate() {
+            let r = http_load(
+                &env.rt,
+                server.pid(),
+                *addr,
+                request,
+                CONNECTIONS,
+                env.http_window,
+            );
+            eprintln!(
+                "round {}: {what}: {:.0} req/s (p99 {}, CPU {}/req)",
+                round + 1,
+                r.rate,
+                us(r.pct(99.0)),
+                us(r.cpu)
+            );
+            runs[i].push(r);
+        }
+    }
+    let best: Vec<LoadResult> = runs
+        .into_iter()
+        .map(|r| {
+            r.into_iter()
+                .max_by(|a, b| a.rate.total_cmp(&b.rate))
+                .unwrap()
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    for (i, (what, (server, _))) in servers.iter().enumerate() {
+        let r = &best[i];
+        rows.push(format!(
+            "| HTTP, 2026 `tools/call` echo, {CONNECTIONS} connections, {what} | {:.0} req/s, p50 {}, p99 {}; server CPU {}/req (host + worker) | | |",
+            r.rate,
+            us(r.pct(50.0)),
+            us(r.pct(99.0)),
+            us(r.cpu)
+        ));
+        if i > 0 {
+            let ratio = r.rate / best[0].rate;
+            rows.push(format!(
+                "| {what} HTTP throughput / in-process | {ratio:.2}× | ≥ 0.6× | {} |",
+                verdict(ratio >= 0.6)
+            ));
+            let worker = children(server.pid());
+            let worker = *worker.first().expect("no worker process");
+            rows.push(format!(
+                "| RSS of the {what} worker after the runs (anonymous part) | {} ({}) | | |",
+                mb(status_bytes(worker, "VmRSS")),
+                mb(status_bytes(worker, "RssAnon"))
+            ));
+        }
+    }
+    drop(servers);
+
+    // stdio, one call at a time: what a client waits for, in-process vs in a worker.
+    let configs = [
+        ("in-process", &env.echo_config),
+        ("process", &env.isolated_configs[0].1),
+    ];
+    let serial: Vec<LoadResult> = configs
+        .iter()
+        .map(|(what, config)| {
+            let mut cmd = server_command(
+                &env.exe,
+                &["--config", config, "serve", "--stdio"],
+                env.place,
+                true,
+            );
+            cmd.env("RUST_LOG", "info");
+            let mut server = Server::spawn(what, cmd);
+            stdio_bench(&mut server, env.stdio_window).serial
+        })
+        .collect();
+    let added = serial[1].pct(50.0).saturating_sub(serial[0].pct(50.0));
+    rows.push(format!(
+        "| stdio one at a time, p50 (p99): in-process {} ({}), process {} ({}) | added per call: {} | p50 < 25 µs | {} |",
+        us(serial[0].pct(50.0)),
+        us(serial[0].pct(99.0)),
+        us(serial[1].pct(50.0)),
+        us(serial[1].pct(99.0)),
+        us(added),
+        verdict(added < Duration::from_micros(25))
+    ));
+}
+
 /// 4: cold start over the packaged plugins (one unmeasured run warms the page cache) and idle RSS.
 fn bench_cold(env: &Env, rows: &mut Vec<String>) {
     let config = Path::new(&env.packaged_config);
@@ -1065,6 +1224,22 @@ fn main() {
         format!("tool_dirs: [{}]\n", echo_dir.display()),
     )
     .unwrap();
+    let isolated_config = |isolation: &str| {
+        let file = dir.path().join(format!("echo-{isolation}.yaml"));
+        std::fs::write(
+            &file,
+            format!(
+                "tool_dirs:\n  - {{path: {}, isolation: {isolation}}}\n",
+                echo_dir.display()
+            ),
+        )
+        .unwrap();
+        file.to_str().unwrap().to_owned()
+    };
+    let isolated_configs = [
+        ("process", isolated_config("process")),
+        ("sandbox", isolated_config("sandbox")),
+    ];
     let packaged_config = dir.path().join("packaged.yaml");
     std::fs::write(
         &packaged_config,
@@ -1084,6 +1259,7 @@ fn main() {
             .unwrap_or_else(|| release.join("mcp-host")),
         echo_config: echo_config.to_str().unwrap().to_owned(),
         packaged_config: packaged_config.to_str().unwrap().to_owned(),
+        isolated_configs,
         place,
         rt: tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -1116,6 +1292,9 @@ fn main() {
     }
     if wanted("cold") {
         bench_cold(&env, &mut rows);
+    }
+    if wanted("isolated") {
+        bench_isolated(&env, &mut rows);
     }
 
     println!("| measurement | result | target | |");

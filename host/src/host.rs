@@ -128,13 +128,26 @@ impl HostCallbacks for Callbacks {
 
     fn data_dir(&self, plugin: &str) -> Result<PathBuf, String> {
         let inner = self.0.upgrade().ok_or("the host is shutting down")?;
-        plugin_data_dir(&inner.config.load().data_dir, plugin)
+        plugin_data_dir(&inner.config.load(), plugin)
+    }
+
+    fn plugin_health_changed(&self) {
+        // Off the caller's thread: a rebuild waits for any rescan in progress.
+        if let Some(inner) = self.0.upgrade() {
+            let spawned = std::thread::Builder::new()
+                .name("mcp-refresh".into())
+                .spawn(move || Host { inner }.refresh());
+            if let Err(e) = spawned {
+                tracing::error!("cannot rebuild the tool set: {e}");
+            }
+        }
     }
 }
 
-/// `<data_dir>/<plugin>`, created (owner-only on Unix: plugins keep their users' data there). A
-/// plugin name that is not a plain file name gets no directory.
-fn plugin_data_dir(data_dir: &Path, plugin: &str) -> Result<PathBuf, String> {
+/// Plugin `plugin`'s data directory (`<data_dir>/<plugin>` unless its settings name one), created
+/// (owner-only on Unix: plugins keep their users' data there). A plugin name that is not a plain
+/// file name gets no directory.
+fn plugin_data_dir(config: &Config, plugin: &str) -> Result<PathBuf, String> {
     let plain = !plugin.is_empty()
         && plugin != "."
         && plugin != ".."
@@ -146,7 +159,7 @@ fn plugin_data_dir(data_dir: &Path, plugin: &str) -> Result<PathBuf, String> {
             "plugin name {plugin:?} cannot name a data directory"
         ));
     }
-    let dir = data_dir.join(plugin);
+    let dir = config.plugin_data_dir(plugin);
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
@@ -158,7 +171,9 @@ fn plugin_data_dir(data_dir: &Path, plugin: &str) -> Result<PathBuf, String> {
 }
 
 impl Host {
-    /// Discover, probe and load every plugin in the configured tool directories.
+    /// Discover, probe and load every plugin in the configured tool directories. Started inside a
+    /// tokio runtime, the host reads its plugin workers' channels on that runtime (else on a thread
+    /// per worker).
     pub fn start(config: Config, options: HostOptions) -> Result<Host, HostError> {
         let telemetry = options.telemetry.unwrap_or_default();
         let loader = Loader::new(
@@ -243,6 +258,12 @@ impl Host {
         self.rescan(config)
     }
 
+    /// Give quarantined plugins another chance at the next rescan (SIGHUP does), even when their
+    /// file did not change (a changed file always gets one).
+    pub fn retry_quarantined(&self) {
+        self.inner.loader.retry_quarantined();
+    }
+
     /// Rescan the tool directories (with `config` when the configuration changed) and swap in the new
     /// tool set. Unchanged files keep their loaded version; changed ones are probed and loaded from a
     /// fresh private copy; a file that fails keeps its previous good version in service. Calls
@@ -272,6 +293,24 @@ impl Host {
             });
         }
         report
+    }
+
+    /// Rebuild the tool set from the plugins already loaded (no file is read), e.g. after a plugin
+    /// was quarantined, and tell clients when what is served changed.
+    pub fn refresh(&self) {
+        let inner = &self.inner;
+        let _serial = inner.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let old = self.registry();
+        let registry = Registry::build_logged(old.sources.clone(), &self.config(), false);
+        let change = Change::Lists {
+            tools: !registry.same_tools(&old),
+            resources: !registry.same_resources(&old),
+            prompts: !registry.same_prompts(&old),
+        };
+        inner.registry.store(Arc::new(registry));
+        if change != Change::NONE {
+            inner.announce(change);
+        }
     }
 
     /// Swap in a new configuration and its access policy; whether anything changed. A configuration
@@ -359,12 +398,23 @@ impl Host {
 /// its build fingerprint and manifest. What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
     let mut config = config.clone();
+    // A file in a tool directory gets that directory's prefix and isolation.
+    let dir = file.parent().map(PathBuf::from).unwrap_or_default();
+    let listed = config
+        .tool_dirs
+        .iter()
+        .find(|d| d.path == dir || std::fs::canonicalize(&d.path).ok() == dir.canonicalize().ok())
+        .cloned();
     config.tool_dirs.clear();
     let host = Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
     let candidate = Candidate {
         dir_index: 0,
-        dir: file.parent().map(PathBuf::from).unwrap_or_default(),
-        prefix: String::new(),
+        dir,
+        prefix: listed
+            .as_ref()
+            .map(|d| d.prefix.clone())
+            .unwrap_or_default(),
+        isolation: listed.and_then(|d| d.isolation),
         path: file.to_path_buf(),
     };
     let (_, result) = host
@@ -372,9 +422,16 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         .pop()
         .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
     let slot = result?;
+    // How it runs, with the permissions a sandbox would grant even when it is not sandboxed.
+    let mut run = serde_json::to_value(&slot.run).unwrap_or_default();
+    if slot.run.permissions.is_none() {
+        let grant = crate::plugins::worker::Grant::of(&host.config(), slot.backend.name(), file);
+        run["permissions"] = serde_json::to_value(grant).unwrap_or_default();
+    }
     Ok(json!({
         "file": file,
         "build": slot.backend.build(),
         "manifest": slot.backend.manifest(),
+        "run": run,
     }))
 }

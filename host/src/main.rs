@@ -90,6 +90,9 @@ enum Command {
     Check {
         /// The plugin file.
         file: PathBuf,
+        /// Print how it runs instead: its isolation, worker limits and sandbox permissions.
+        #[arg(long)]
+        permissions: bool,
     },
     /// Call a tool in-process and print its result (for plugin authors).
     Call {
@@ -131,6 +134,9 @@ enum Command {
         /// Files to probe.
         files: Vec<PathBuf>,
     },
+    /// (internal) Serve one isolated plugin over the channel on stdin; started by the host.
+    #[command(hide = true)]
+    Worker,
 }
 
 /// The log for a command that does not export traces (`default` applies without `RUST_LOG`).
@@ -222,6 +228,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let args = cli::new::NewArgs { name, path, sdk };
             cli::new::new_plugin(args, &mut std::io::stdout())
         }
+        Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
         Command::Probe { files } => {
             mcp_host::plugins::probe::run_probe_child(&files, &mut protected_stdout())?;
             Ok(ExitCode::SUCCESS)
@@ -233,10 +240,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::inspect::print_list(&host, json, &mut protected_stdout())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { file } => {
+        Command::Check { file, permissions } => {
             let config = Config::load(config_path)?;
             init_logging("warn", config.log_format);
-            cli::inspect::check(&config, &file, &mut protected_stdout())
+            cli::inspect::check(&config, &file, permissions, &mut protected_stdout())
         }
         Command::Call { tool, args, user } => {
             let config = Config::load(config_path)?;

@@ -515,7 +515,10 @@ fn traces_follow_the_clients_traceparent_from_the_header_or_meta_to_a_real_otlp_
         "traces:\n  otlp_endpoint: http://127.0.0.1:{}\n  service_name: mcp-host-e2e\n",
         receiver.port
     ));
-    let mut server = HttpServer::start(&cfg);
+    // Spans are exported in batches every 100 ms (the SDK's `OTEL_BSP_SCHEDULE_DELAY`), so they
+    // are awaited while the server runs: a request's spans close only once its connection let go
+    // of its response, which a loaded machine may not get to before a shutdown.
+    let mut server = HttpServer::start_with_env(&cfg, &[("OTEL_BSP_SCHEDULE_DELAY", "100")]);
     let header_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
     let header_parent = "00f067aa0ba902b7";
     let traceparent = format!("00-{header_trace}-{header_parent}-01");
@@ -537,18 +540,17 @@ fn traces_follow_the_clients_traceparent_from_the_header_or_meta_to_a_real_otlp_
     let headers = modern_headers("tools/call", Some("echo"));
     let echoed = server.post(&header_refs(&headers), &request(2, "tools/call", params));
     assert_eq!(echoed.status, 200);
-    // Stopping the server flushes the spans it still holds.
-    server.child().terminate();
-    assert!(
-        server.child().wait_timeout(WAIT).is_some(),
-        "the server did not stop"
-    );
 
     let count =
         |spans: &[Value], trace: &str| spans.iter().filter(|s| s["trace_id"] == trace).count();
     // shout: request, execute_tool, validate, queue, plugin, nested execute_tool (+ validate, plugin);
     // echo (inline): request, execute_tool, validate, plugin.
     let spans = receiver.collect(|s| count(s, header_trace) >= 8 && count(s, meta_trace) >= 4);
+    server.child().terminate();
+    assert!(
+        server.child().wait_timeout(WAIT).is_some(),
+        "the server did not stop"
+    );
     let find = |trace: &str, name: &str| -> Vec<&Value> {
         spans
             .iter()

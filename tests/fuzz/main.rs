@@ -693,12 +693,20 @@ fn any_manifest_is_read_or_refused_without_harm() {
                 dir: "/fuzz".into(),
                 prefix: String::new(),
                 path: "/fuzz/libfuzz.so".into(),
+                isolation: None,
             };
             let backend = Arc::new(ManifestOnly {
                 build: BuildInfo::host(),
                 manifest,
             });
-            let slot = PluginSlot::new(backend, candidate.clone(), 1, None, Default::default());
+            let slot = PluginSlot::new(
+                backend,
+                candidate.clone(),
+                1,
+                None,
+                Default::default(),
+                Default::default(),
+            );
             let registry =
                 Registry::build_logged(vec![(candidate, Ok(Arc::new(slot)))], &config, false);
             for tool in registry.tools() {

@@ -20,6 +20,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-garbage",
     "fixture-conformance",
     "fixture-exports",
+    "fixture-crash",
     "mcp-time",
     "mcp-text",
     "mcp-series",

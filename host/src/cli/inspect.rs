@@ -19,12 +19,18 @@ pub(crate) fn print_list(
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<()> {
     let registry = host.registry();
+    // A running server may have quarantined a plugin this process loaded fine: say so.
+    let mut entries = registry.entries.clone();
+    for e in entries.iter_mut().filter(|e| e.status == Status::Active) {
+        if let Some(r) = mcp_host::plugins::worker::quarantine::recorded(&e.file) {
+            e.status = Status::Quarantined(format!("{} (mcp-host pid {})", r.reason, r.pid));
+        }
+    }
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&registry.entries)?)?;
+        writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
         return Ok(());
     }
-    let rows: Vec<[String; 5]> = registry
-        .entries
+    let rows: Vec<[String; 6]> = entries
         .iter()
         .map(|e| {
             let status = match &e.status {
@@ -34,6 +40,7 @@ pub(crate) fn print_list(
                 Status::InvalidName(why) => format!("invalid name ({why})"),
                 Status::InvalidSchema(why) => format!("invalid schema ({why})"),
                 Status::LoadError(why) => format!("load error: {why}"),
+                Status::Quarantined(why) => format!("quarantined ({why})"),
             };
             let name = match e.kind {
                 Kind::Tool => e.tool.clone(),
@@ -46,11 +53,12 @@ pub(crate) fn print_list(
                 status,
                 e.service.clone().unwrap_or_else(|| "-".into()),
                 e.plugin.clone().unwrap_or_else(|| "-".into()),
+                isolation(e),
                 e.file.display().to_string(),
             ]
         })
         .collect();
-    let header = ["NAME", "STATUS", "SERVICE", "PLUGIN", "FILE"].map(str::to_owned);
+    let header = ["NAME", "STATUS", "SERVICE", "PLUGIN", "ISOLATION", "FILE"].map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {
@@ -83,16 +91,48 @@ pub(crate) fn print_list(
     Ok(())
 }
 
-/// Test-load one file and print its manifest (exit 1 with the reason when it does not load).
+/// A plugin's isolation as the table shows it, with a summary of a sandbox's grant.
+fn isolation(e: &mcp_host::registry::Entry) -> String {
+    let Some(grant) = &e.permissions else {
+        return e.isolation.as_str().to_owned();
+    };
+    let connect = match &grant.connect {
+        mcp_host::config::Connect::Any => "any".to_owned(),
+        mcp_host::config::Connect::Only(list) if list.is_empty() => "none".to_owned(),
+        mcp_host::config::Connect::Only(list) => list
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(","),
+    };
+    format!(
+        "sandbox (read {}, write {}, connect {connect}, env {}, exec {})",
+        grant.read.len(),
+        grant.write.len(),
+        grant.env.len(),
+        if grant.exec { "yes" } else { "no" }
+    )
+}
+
+/// Test-load one file and print its manifest, or with `permissions` how it runs and what it is
+/// granted (exit 1 with the reason when it does not load).
 pub(crate) fn check(
     config: &Config,
     file: &std::path::Path,
+    permissions: bool,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<ExitCode> {
     let report = mcp_host::host::check_file(config, file, &crate::host_options());
     match report {
-        Ok(manifest) => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&manifest)?)?;
+        Ok(mut report) => {
+            if permissions {
+                report = serde_json::json!({
+                    "file": report["file"],
+                    "plugin": report["manifest"]["plugin"],
+                    "run": report["run"],
+                });
+            }
+            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => {
@@ -117,10 +157,13 @@ pub(crate) fn call(
     {
         anyhow::bail!("--user {u:?}: a user id is taken exactly as given; remove the whitespace");
     }
-    let host = Host::start(config, options)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
+    let host = {
+        let _runtime = runtime.enter();
+        Host::start(config, options)?
+    };
     let opts = CallOptions {
         caller: user.map(UserInfo::new),
         events: Some(std::sync::Arc::new(|event| match event {

@@ -46,7 +46,11 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
         .enable_all()
         .thread_name("mcp-host")
         .build()?;
-    let host = Host::start(config.clone(), crate::audited_host_options(&config)?)?;
+    // Started in the runtime's context: plugin workers' channels are read on it.
+    let host = {
+        let _runtime = runtime.enter();
+        Host::start(config.clone(), crate::audited_host_options(&config)?)?
+    };
     if let Some(name) = &args.agent {
         host.access()
             .agent(name)
@@ -157,6 +161,7 @@ fn spawn_sighup_rescan(host: Host, watcher: Arc<OnceLock<Watcher>>) {
         };
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: rescanning");
+            host.retry_quarantined();
             match watcher.get() {
                 Some(w) => w.rescan(),
                 None => {

@@ -10,8 +10,8 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Limits,
-    LogFormat, PluginSettings, RequestStateSettings, ToolDir, TraceSettings,
+    AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Isolation,
+    Limits, LogFormat, PluginSettings, RequestStateSettings, ToolDir, TraceSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -53,7 +53,7 @@ enum ToolDirEntry {
     Detailed(DetailedToolDir),
 }
 
-/// `{path, prefix?, files?}`; any other key is refused, naming it.
+/// `{path, prefix?, files?, isolation?}`; any other key is refused, naming it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DetailedToolDir {
@@ -62,6 +62,8 @@ struct DetailedToolDir {
     prefix: String,
     #[serde(default)]
     files: Vec<String>,
+    #[serde(default)]
+    isolation: Option<Isolation>,
 }
 
 impl<'de> Deserialize<'de> for ToolDirEntry {
@@ -73,7 +75,7 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
                 .map(ToolDirEntry::Detailed)
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
-                "expected a path or {{path, prefix, files}}, got {other}"
+                "expected a path or {{path, prefix, files, isolation}}, got {other}"
             ))),
         }
     }
@@ -464,6 +466,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
                     path: absolute(&origin.base_dir, &d.path),
                     prefix: d.prefix,
                     files: d.files,
+                    isolation: d.isolation,
                 },
             })
             .collect();
@@ -577,7 +580,16 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     if let Some(Value::Object(plugins)) = present("plugins") {
         for (name, v) in plugins {
-            let settings = section(v, &origin, &format!("plugins.{name}"))?;
+            let mut settings: PluginSettings = section(v, &origin, &format!("plugins.{name}"))?;
+            // Permission paths and the data directory resolve like every path of the file.
+            let base = config.base_dir.clone();
+            let grant = &mut settings.permissions;
+            for path in grant.read.iter_mut().chain(grant.write.iter_mut()) {
+                *path = absolute(&base, path);
+            }
+            if let Some(dir) = &mut settings.data_dir {
+                *dir = absolute(&base, dir);
+            }
             config.plugins.insert(name.clone(), settings);
         }
     }

@@ -7,7 +7,10 @@
 //! that set them. String values may reference the environment as `${NAME}` or `${NAME:-default}`.
 //! The types live here; how layers are read, checked and merged lives in `layers`.
 
+mod isolation;
 mod layers;
+
+pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -60,7 +63,8 @@ pub enum ConfigError {
     },
 }
 
-/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix and a selection of files.
+/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix, a selection of files and
+/// an isolation.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ToolDir {
     /// The directory (absolute after loading).
@@ -72,6 +76,9 @@ pub struct ToolDir {
     /// and library extension: `mcp_time` for `libmcp_time.so`); empty takes every library.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
+    /// How its plugins run, unless a plugin's own `isolation` says otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<Isolation>,
 }
 
 impl ToolDir {
@@ -117,6 +124,27 @@ pub struct Limits {
     pub max_batch_len: usize,
     /// What one caller may have running, and how often it may call.
     pub per_caller: PerCallerLimits,
+    /// Address space of each plugin worker process, in MiB (`RLIMIT_AS`).
+    pub memory_mb: Option<u64>,
+    /// CPU seconds over a worker's life (`RLIMIT_CPU`).
+    pub cpu_secs: Option<u64>,
+    /// Open files of each worker (`RLIMIT_NOFILE`).
+    pub open_files: Option<u64>,
+    /// Crashes of one plugin's workers within `crash_window_secs` that quarantine it.
+    pub max_crashes: u32,
+    /// The window `max_crashes` counts in, in seconds.
+    pub crash_window_secs: f64,
+}
+
+impl Limits {
+    /// The worker limits set here (the defaults for every worker).
+    pub fn worker(&self) -> WorkerLimits {
+        WorkerLimits {
+            memory_mb: self.memory_mb,
+            cpu_secs: self.cpu_secs,
+            open_files: self.open_files,
+        }
+    }
 }
 
 /// Fair sharing between callers: a caller is the verified user, else the agent, else the remote
@@ -154,6 +182,11 @@ impl Default for Limits {
             max_result_values: 250_000,
             max_batch_len: 64,
             per_caller: PerCallerLimits::default(),
+            memory_mb: None,
+            cpu_secs: None,
+            open_files: None,
+            max_crashes: 5,
+            crash_window_secs: 60.0,
         }
     }
 }
@@ -356,6 +389,18 @@ pub struct PluginSettings {
     pub tools: BTreeMap<String, CallSettings>,
     /// The plugin's own configuration section, handed to it as JSON.
     pub config: Value,
+    /// How it runs (over its tool directory's `isolation`; default `in_process`).
+    pub isolation: Option<Isolation>,
+    /// Limits of its worker process (over the global `limits`).
+    pub limits: WorkerLimits,
+    /// What it may reach when sandboxed.
+    pub permissions: Permissions,
+    /// Run `sandbox` with what the kernel offers when it cannot enforce every permission (no
+    /// Landlock, or an older one), instead of refusing to start the plugin.
+    pub allow_weaker_sandbox: bool,
+    /// Its data directory (default `<data_dir>/<plugin>`), handed to it by the host API and
+    /// granted read and write when sandboxed.
+    pub data_dir: Option<PathBuf>,
 }
 
 /// The host's configuration.
@@ -528,6 +573,38 @@ impl Config {
     /// The settings of plugin `name` (defaults when it has no section).
     pub fn plugin(&self, name: &str) -> PluginSettings {
         self.plugins.get(name).cloned().unwrap_or_default()
+    }
+
+    /// How plugin `name`, found in a directory with isolation `dir`, runs: its own setting, else
+    /// its directory's, else in-process.
+    pub fn isolation(&self, name: &str, dir: Option<Isolation>) -> Isolation {
+        self.plugins
+            .get(name)
+            .and_then(|p| p.isolation)
+            .or(dir)
+            .unwrap_or_default()
+    }
+
+    /// Whether some plugin chooses its isolation by name (so a file's plugin name must be known
+    /// before it is loaded).
+    pub fn isolates_by_name(&self) -> bool {
+        self.plugins.values().any(|p| p.isolation.is_some())
+    }
+
+    /// The resource limits of plugin `name`'s worker process.
+    pub fn worker_limits(&self, name: &str) -> WorkerLimits {
+        self.plugins
+            .get(name)
+            .map(|p| p.limits.or(&self.limits.worker()))
+            .unwrap_or_else(|| self.limits.worker())
+    }
+
+    /// Plugin `name`'s data directory: its own `data_dir`, else `<data_dir>/<name>`.
+    pub fn plugin_data_dir(&self, name: &str) -> PathBuf {
+        self.plugins
+            .get(name)
+            .and_then(|p| p.data_dir.clone())
+            .unwrap_or_else(|| self.data_dir.join(name))
     }
 }
 

@@ -1,6 +1,7 @@
 //! The call path every transport uses: argument validation, the caller check, fair permits (the
 //! caller's quota, then the plugin's permit, then the global one, so a busy plugin never holds
-//! global slots while it waits), the thread hand-off, the timeout, cancellation when the caller
+//! global slots while it waits), the hand-off (a pool thread for in-process plugins; the caller's
+//! task awaiting the worker for isolated ones), the timeout, cancellation when the caller
 //! goes away (a call whose client is gone never starts), the result size cap, and the mapping of
 //! what the plugin returned. Tools, resource reads, prompts and completions all take this path
 //! ([`Executor::call`], [`Executor::invoke`]). Nested calls (a tool calling a tool) take a shorter
@@ -8,6 +9,8 @@
 //! Every tool call, nested ones included, reports to [`Telemetry`] (span and phases, metrics, the
 //! audit record).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -24,6 +27,7 @@ use super::quota::{QuotaError, Quotas};
 use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
+use crate::plugins::backend::CallFuture;
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Arguments, CallParty, ObservedCall, Outcome, Telemetry};
 
@@ -326,7 +330,9 @@ impl Executor {
             inline: target.inline,
         });
         let (slot, index) = (target.slot, target.index);
-        if target.inline {
+        // A backend whose calls run elsewhere (a worker process) hands back a future.
+        let elsewhere = slot.backend.call_async(index, &args, &call);
+        if elsewhere.is_none() && target.inline {
             if call.cancel.is_cancelled() {
                 return Err(Interrupted::NotStarted);
             }
@@ -348,12 +354,29 @@ impl Executor {
                 o.dequeued(waiting.elapsed());
             }
             let plugin = phase("plugin");
+            // Permits (and the caller's slot) are released only when the plugin function has
+            // returned, even after the timeout answered the client.
+            let permits = (global, local, quota);
+            if let Some(future) = elsewhere {
+                // Driven right here (no hand-off on the way to the worker and back); should the
+                // timeout answer first, or this request go away, it finishes on a task of its
+                // own, holding the permits until the worker answered or was killed.
+                if call.cancel.is_cancelled() {
+                    return Ok(None);
+                }
+                let running = Detached(Some(Box::pin(
+                    async move {
+                        let returned = future.await;
+                        drop(permits);
+                        returned
+                    }
+                    .instrument(plugin),
+                )));
+                return Ok(running.await);
+            }
             let (tx, rx) = tokio::sync::oneshot::channel();
             let (slot, call) = (Arc::clone(slot), Arc::clone(&call));
             self.pool.submit(move || {
-                // Permits (and the caller's slot) are released only when the plugin function
-                // has returned.
-                let permits = (global, local, quota);
                 // A call whose client went away while it waited for a thread never starts.
                 let result = (!call.cancel.is_cancelled())
                     .then(|| plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call)));
@@ -494,6 +517,39 @@ impl Executor {
         };
         observed.finish(outcome, Some(&result));
         Ok(result.to_string())
+    }
+}
+
+/// A call in another process that keeps running on a task of its own when its caller stops
+/// waiting (a timeout, a request that went away), so it keeps its permits until it really ended
+/// (answered, or its worker killed past the deadline).
+struct Detached(Option<CallFuture>);
+
+impl Future for Detached {
+    type Output = Option<Result<String, String>>;
+
+    fn poll(
+        mut self: Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        let Some(running) = self.0.as_mut() else {
+            return std::task::Poll::Ready(None);
+        };
+        let polled = running.as_mut().poll(cx);
+        if polled.is_ready() {
+            self.0 = None;
+        }
+        polled.map(Some)
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        if let Some(running) = self.0.take()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(running);
+        }
     }
 }
 

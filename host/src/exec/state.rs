@@ -43,4 +43,23 @@ impl CallState {
     pub fn is_cancelled(&self) -> bool {
         self.cancel.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
     }
+
+    /// Answer a request the plugin makes through this call's context (`client/capabilities`,
+    /// `input/ask`), whichever backend runs it: the answer as JSON, or the error text the SDK
+    /// decodes.
+    pub fn request(&self, method: &str, params: &str) -> Result<String, String> {
+        use mcp_plugin_sdk::wire::encode_input_error;
+        match (method, &self.input) {
+            ("client/capabilities", Some(input)) => Ok(input.capabilities().to_string()),
+            ("client/capabilities", None) => Ok("{}".into()),
+            ("input/ask", Some(input)) => input
+                .ask(params, self)
+                .map(|answers| answers.to_string())
+                .map_err(|e| encode_input_error(&e)),
+            ("input/ask", None) => Err(encode_input_error(&mcp_plugin_sdk::InputError::Failed(
+                "this call has no client to ask (e.g. `mcp-host call`)".into(),
+            ))),
+            (other, _) => Err(format!("unsupported call-context method: {other}")),
+        }
+    }
 }

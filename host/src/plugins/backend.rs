@@ -1,8 +1,12 @@
 //! The plugin backend seam: how a loaded plugin runs its tools, and how it reaches back into the
-//! host. The in-process loader ([`super::in_process`]) implements it today; a backend that runs
-//! plugins in supervised worker processes implements the same trait, and nothing above the plugin
-//! layer (registry, execution, protocol) needs to know which one serves a tool.
+//! host. The in-process loader ([`super::in_process`]) runs a call on the calling thread; the
+//! worker backend ([`super::worker`]) runs it in a supervised process and offers it as a future
+//! ([`PluginBackend::call_async`]), so a call waiting on another process parks no host thread.
+//! Nothing above the plugin layer (registry, execution, protocol) needs to know which one serves
+//! a tool.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
@@ -34,9 +38,26 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
         call: &Arc<CallState>,
     ) -> Result<String, String>;
 
+    /// The call as a future, for a backend whose calls run elsewhere (another process): the
+    /// executor prefers it to [`PluginBackend::call_blocking`] and drives it on its own task until
+    /// it resolves, holding the call's permits, so a backend that ends a runaway call (by killing
+    /// the process it runs in) frees them then. `None` (the default): run it with `call_blocking`.
+    fn call_async(&self, index: u32, args: &str, call: &Arc<CallState>) -> Option<CallFuture> {
+        let _ = (index, args, call);
+        None
+    }
+
+    /// Why its tools are withdrawn, when they are (a worker that keeps crashing is quarantined).
+    fn quarantined(&self) -> Option<String> {
+        None
+    }
+
     /// Run the plugin's shutdown hook: the host retired this version and no call runs on it.
     fn shutdown(&self);
 }
+
+/// A call running outside the calling thread: the `CallToolResult` JSON, or why it could not run.
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'static>>;
 
 /// What a plugin can ask of the host while it runs, whatever backend runs it.
 pub trait HostCallbacks: Send + Sync {
@@ -54,6 +75,10 @@ pub trait HostCallbacks: Send + Sync {
 
     /// Plugin `plugin`'s own data directory (`<data_dir>/<plugin>`), created if needed.
     fn data_dir(&self, plugin: &str) -> Result<std::path::PathBuf, String>;
+
+    /// A plugin's health changed in a way that changes what is served (it was quarantined): the
+    /// host rebuilds its tool set from the plugins it has and tells clients.
+    fn plugin_health_changed(&self);
 }
 
 /// A change clients may listen for.
@@ -73,10 +98,52 @@ pub enum Change {
 }
 
 impl Change {
+    /// No list changed.
+    pub const NONE: Change = Change::Lists {
+        tools: false,
+        resources: false,
+        prompts: false,
+    };
+
     /// Every list changed (e.g. an agent's view, which filters all of them).
     pub const ALL_LISTS: Change = Change::Lists {
         tools: true,
         resources: true,
         prompts: true,
     };
+}
+
+/// Answer a host-API request plugin `plugin` makes (`notify_*_changed`, `notify_resource_updated`,
+/// `data_dir`), whichever backend runs it: the answer as JSON, or why not.
+pub fn host_request(
+    host: &dyn HostCallbacks,
+    plugin: &str,
+    method: &str,
+    params: &str,
+) -> Result<String, String> {
+    let lists = |tools, resources, prompts| Change::Lists {
+        tools,
+        resources,
+        prompts,
+    };
+    let change = match method {
+        "notify_tools_changed" => lists(true, false, false),
+        "notify_resources_changed" => lists(false, true, false),
+        "notify_prompts_changed" => lists(false, false, true),
+        "notify_resource_updated" => {
+            let params: serde_json::Value = serde_json::from_str(params).unwrap_or_default();
+            match params.get("uri").and_then(serde_json::Value::as_str) {
+                Some(uri) => Change::ResourceUpdated(uri.into()),
+                None => return Err("notify_resource_updated needs a \"uri\"".into()),
+            }
+        }
+        "data_dir" => {
+            return host
+                .data_dir(plugin)
+                .map(|dir| serde_json::json!(dir).to_string());
+        }
+        other => return Err(format!("unsupported host method: {other}")),
+    };
+    host.announce(change);
+    Ok("null".into())
 }

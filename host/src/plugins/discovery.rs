@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::config::ToolDir;
+use crate::config::{Isolation, ToolDir};
 
 /// The shared-library extension of this platform.
 pub const LIBRARY_EXTENSION: &str = std::env::consts::DLL_EXTENSION;
@@ -20,6 +20,8 @@ pub struct Candidate {
     pub dir: PathBuf,
     /// The directory's tool-name prefix.
     pub prefix: String,
+    /// The directory's isolation, if it sets one.
+    pub isolation: Option<Isolation>,
     /// The file.
     pub path: PathBuf,
 }
@@ -77,6 +79,7 @@ pub fn scan(dirs: &[ToolDir]) -> Vec<Candidate> {
             dir_index,
             dir: dir.path.clone(),
             prefix: dir.prefix.clone(),
+            isolation: dir.isolation,
             path,
         }));
     }

@@ -3,11 +3,14 @@
 //! never retry a file that failed until it changes.
 //!
 //! Every load works on a private copy in a runtime directory: the copy is probed in a child process
-//! and that same copy is loaded, so a file replaced in between can never be loaded unprobed.
+//! and that same copy is loaded, so a file replaced in between can never be loaded unprobed. The
+//! probe also reads the plugin's name, which picks its settings and so its isolation: an isolated
+//! plugin is started in a worker process and never loaded into the host (its name is probed even
+//! when `probe: false`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use super::LoadError;
@@ -16,7 +19,8 @@ use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, LoadContext};
 use super::probe::{ProbeCache, Prober};
 use super::slot::{FileStamp, PluginSlot};
-use crate::config::Config;
+use super::worker::{self, RunSpec};
+use crate::config::{Config, Isolation};
 use crate::registry::Registry;
 use crate::telemetry::Telemetry;
 
@@ -129,11 +133,13 @@ fn check_parent(parent: &Path, ours: &Path) -> std::io::Result<()> {
 }
 
 /// A load result per candidate, in discovery order.
-pub(crate) type Loaded = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
+pub(crate) type Loaded = crate::registry::Sources;
 
 /// Loads plugin files and remembers what it needs across rescans.
 pub(crate) struct Loader {
     runtime_dir: RuntimeDir,
+    /// The `mcp-host` executable, for probes and plugin workers.
+    exe: Option<PathBuf>,
     prober: Option<Prober>,
     /// Files known to pass the probe (when probing and a cache location are configured).
     probe_cache: Option<Mutex<ProbeCache>>,
@@ -144,6 +150,10 @@ pub(crate) struct Loader {
     images: AtomicUsize,
     /// Load failures and retained images are counted there.
     telemetry: Arc<Telemetry>,
+    /// The next rescan gives quarantined plugins another chance (SIGHUP asked for it).
+    retry_quarantined: AtomicBool,
+    /// The async runtime the host was started in, where workers' channels are read.
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Loader {
@@ -174,18 +184,20 @@ fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
 }
 
 impl Loader {
-    /// A loader for `config`, probing with the `mcp-host` executable `probe_exe` (no probing when
-    /// `None` or when the configuration turns it off).
+    /// A loader for `config`, probing and starting plugin workers with the `mcp-host` executable
+    /// `exe` (no probing when `None` or when the configuration turns it off; no isolation without
+    /// it).
     pub(crate) fn new(
         config: &Config,
-        probe_exe: Option<&Path>,
+        exe: Option<&Path>,
         telemetry: Arc<Telemetry>,
     ) -> Result<Loader, RuntimeDirError> {
-        let prober = probe_exe
+        let prober = exe
             .filter(|_| config.probe)
             .map(|exe| Prober::new(exe.to_path_buf()));
         Ok(Loader {
             runtime_dir: RuntimeDir::create(config.runtime_dir.as_deref())?,
+            exe: exe.map(Path::to_path_buf),
             probe_cache: prober
                 .as_ref()
                 .and(config.probe_cache.clone())
@@ -194,7 +206,14 @@ impl Loader {
             failed: Mutex::default(),
             images: AtomicUsize::new(0),
             telemetry,
+            retry_quarantined: AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         })
+    }
+
+    /// Let the next rescan reload quarantined plugins whose file did not change.
+    pub(crate) fn retry_quarantined(&self) {
+        self.retry_quarantined.store(true, Ordering::Release);
     }
 
     /// Plugin images loaded so far (they stay mapped for the life of the process).
@@ -216,7 +235,7 @@ impl Loader {
             .iter()
             .map(|c| private_copy(&c.path, self.runtime_dir.path()))
             .collect();
-        let probes = self.probe(&candidates, &stamps, &copies);
+        let names = self.probe(&candidates, &stamps, &copies, config);
         let config_for = |name: &str| config.plugin(name).config;
         let cx = LoadContext {
             config_for: &config_for,
@@ -224,10 +243,10 @@ impl Loader {
         };
         candidates
             .into_iter()
-            .zip(copies.into_iter().zip(probes).zip(stamps))
-            .map(|(candidate, ((copy, probe), stamp))| {
-                let loaded = copy.and_then(|copy| match probe {
-                    Ok(()) => InProcess::load_copy(&candidate.path, &copy, &cx),
+            .zip(copies.into_iter().zip(names).zip(stamps))
+            .map(|(candidate, ((copy, name), stamp))| {
+                let loaded = copy.and_then(|copy| match name {
+                    Ok(name) => self.load_one(&candidate, copy, name.as_deref(), config, &cx),
                     Err(e) => {
                         let _ = std::fs::remove_file(&copy);
                         Err(e.mentioning(&copy, &candidate.path))
@@ -242,10 +261,7 @@ impl Loader {
                             .insert(candidate.path.clone(), (stamp.clone(), e.clone()))
                     }
                 };
-                let result = loaded.map(|plugin| {
-                    let images = self.images.fetch_add(1, Ordering::AcqRel) + 1;
-                    self.telemetry.metrics().images(images);
-                    let backend: Arc<dyn PluginBackend> = Arc::new(plugin);
+                let result = loaded.map(|(backend, run)| {
                     let settings = config.plugin(backend.name());
                     let limit = settings
                         .max_concurrent_calls
@@ -256,6 +272,7 @@ impl Loader {
                         limit,
                         stamp,
                         settings,
+                        run,
                     ))
                 });
                 (candidate, result)
@@ -263,17 +280,80 @@ impl Loader {
             .collect()
     }
 
-    /// Probe each copy in a child process, skipping files the probe cache knows to be good.
+    /// Load one probed copy (`name` is the plugin's, when the probe read it): in a worker process
+    /// when its settings isolate it, else in the host.
+    fn load_one(
+        &self,
+        candidate: &Candidate,
+        copy: PathBuf,
+        name: Option<&str>,
+        config: &Config,
+        cx: &LoadContext<'_>,
+    ) -> Result<(Arc<dyn PluginBackend>, RunSpec), LoadError> {
+        let no_exe = || {
+            LoadError::Worker(
+                "isolation needs the mcp-host executable to start workers with \
+                 (HostOptions::probe_exe)"
+                    .into(),
+            )
+        };
+        if let Some(name) = name {
+            let spec = RunSpec::of(config, name, &candidate.path, candidate.isolation);
+            if spec.isolation.is_isolated() {
+                let exe = self.exe.as_deref().ok_or_else(no_exe)?;
+                let copy_path = copy.clone();
+                let (host, runtime) = (Arc::clone(&cx.host), self.runtime.clone());
+                let plugin = worker::start(
+                    exe,
+                    &candidate.path,
+                    copy,
+                    name,
+                    &spec,
+                    config,
+                    host,
+                    runtime,
+                )
+                .map_err(|e| e.mentioning(&copy_path, &candidate.path))?;
+                return Ok((Arc::new(plugin), spec));
+            }
+        } else if candidate.isolation.is_some_and(Isolation::is_isolated) {
+            let _ = std::fs::remove_file(&copy);
+            return Err(no_exe());
+        }
+        let plugin = InProcess::load_copy(&candidate.path, &copy, cx)?;
+        let images = self.images.fetch_add(1, Ordering::AcqRel) + 1;
+        self.telemetry.metrics().images(images);
+        let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
+        if spec.isolation.is_isolated() {
+            // Only without an executable is a name unknown before loading.
+            return Err(no_exe());
+        }
+        Ok((Arc::new(plugin), spec))
+    }
+
+    /// Probe each copy in a child process, skipping files the probe cache knows to be good, and
+    /// return each plugin's name. With probing off, only files whose isolation depends on their
+    /// name are probed (an isolated plugin must never be opened in the host).
     fn probe(
         &self,
         candidates: &[Candidate],
         stamps: &[Option<FileStamp>],
         copies: &[Result<PathBuf, LoadError>],
-    ) -> Vec<Result<(), LoadError>> {
-        let mut probes: Vec<Result<(), LoadError>> =
-            copies.iter().map(|c| c.clone().map(|_| ())).collect();
-        let Some(prober) = &self.prober else {
+        config: &Config,
+    ) -> Vec<Result<Option<String>, LoadError>> {
+        let mut probes: Vec<Result<Option<String>, LoadError>> =
+            copies.iter().map(|c| c.clone().map(|_| None)).collect();
+        let Some(prober) = self
+            .prober
+            .clone()
+            .or_else(|| self.exe.clone().map(Prober::new))
+        else {
             return probes;
+        };
+        let needs_name = |c: &Candidate| {
+            self.prober.is_some()
+                || c.isolation.is_some_and(Isolation::is_isolated)
+                || config.isolates_by_name()
         };
         // A file whose identity did not change across the copy, and that passed a probe with that
         // identity before, is known good: skip its child process.
@@ -290,22 +370,28 @@ impl Loader {
                     .map(FileStamp::key)
             })
             .collect();
-        let (index, files): (Vec<usize>, Vec<PathBuf>) = copies
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| match (&cache, &stamp_keys[*i]) {
-                (Some(cache), Some(key)) => !cache.contains(&candidates[*i].path, key),
-                _ => true,
-            })
-            .filter_map(|(i, c)| c.as_ref().ok().map(|p| (i, p.clone())))
-            .unzip();
+        let mut index = Vec::new();
+        let mut files = Vec::new();
+        for (i, copy) in copies.iter().enumerate() {
+            let Ok(copy) = copy else { continue };
+            let known = match (&cache, &stamp_keys[i]) {
+                (Some(cache), Some(key)) => cache.get(&candidates[i].path, key),
+                _ => None,
+            };
+            if let Some(name) = known {
+                probes[i] = Ok(Some(name.to_owned()));
+            } else if needs_name(&candidates[i]) {
+                index.push(i);
+                files.push(copy.clone());
+            }
+        }
         for (i, result) in index.into_iter().zip(prober.probe_all(&files)) {
-            if result.is_ok()
+            if let Ok(build) = &result
                 && let (Some(cache), Some(key)) = (cache.as_mut(), &stamp_keys[i])
             {
-                cache.insert(&candidates[i].path, key);
+                cache.insert(&candidates[i].path, key, &build.plugin);
             }
-            probes[i] = result.map(|_| ());
+            probes[i] = result.map(|build| Some(build.plugin));
         }
         if let Some(cache) = cache.as_mut() {
             cache.save();
@@ -359,19 +445,9 @@ impl Loader {
             report.removed.push(path.to_path_buf());
         }
         let registry = Registry::build_logged(merged, config, false);
-        report.tools_changed = !registry
-            .tools()
-            .map(|t| &t.listing)
-            .eq(old.tools().map(|t| &t.listing));
-        report.resources_changed = !registry
-            .resources()
-            .chain(registry.templates())
-            .map(|r| &r.listing)
-            .eq(old.resources().chain(old.templates()).map(|r| &r.listing));
-        report.prompts_changed = !registry
-            .prompts()
-            .map(|p| &p.listing)
-            .eq(old.prompts().map(|p| &p.listing));
+        report.tools_changed = !registry.same_tools(old);
+        report.resources_changed = !registry.same_resources(old);
+        report.prompts_changed = !registry.same_prompts(old);
         if report.versions_changed() {
             tracing::info!(
                 "{} plugin images loaded so far (retained in memory; max_reloads {})",
@@ -394,6 +470,8 @@ impl Loader {
         // plugin settings) changed.
         let stamps: Vec<Option<FileStamp>> =
             candidates.iter().map(|c| FileStamp::of(&c.path)).collect();
+        // A quarantined plugin stays out until its file changes, or SIGHUP asks to retry.
+        let retry = self.retry_quarantined.swap(false, Ordering::AcqRel);
         let kept: Vec<Option<Arc<PluginSlot>>> = candidates
             .iter()
             .zip(&stamps)
@@ -404,6 +482,9 @@ impl Loader {
                         slot.stamp.is_some()
                             && slot.stamp == *stamp
                             && slot.candidate.prefix == c.prefix
+                            && !(retry && slot.backend.quarantined().is_some())
+                            && slot.run
+                                == RunSpec::of(config, slot.backend.name(), &c.path, c.isolation)
                             && config
                                 .plugins
                                 .get(slot.backend.name())

@@ -2,7 +2,7 @@
 //! in which order), [`probe`] (a crash-isolated test load in a child process), [`lifecycle`]
 //! (copy, probe, load, and rescans that reuse unchanged versions), [`backend`] (the seam every way
 //! of running a plugin implements; [`in_process`] is the first), [`slot`] (a loaded version) and
-//! [`watch`] (hot reload).
+//! [`watch`] (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
 
 pub mod backend;
 pub mod discovery;
@@ -11,6 +11,7 @@ pub(crate) mod lifecycle;
 pub mod probe;
 pub mod slot;
 pub mod watch;
+pub mod worker;
 
 use std::path::Path;
 
@@ -38,34 +39,113 @@ pub enum LoadError {
     /// The private copy could not be made.
     #[error("cannot copy plugin to the runtime directory: {0}")]
     Copy(String),
+    /// The plugin's worker process could not be started or died while loading it.
+    #[error("worker process: {0}")]
+    Worker(String),
+    /// The plugin's sandbox could not be set up (or would be weaker than configured).
+    #[error("{0}")]
+    Sandbox(String),
 }
 
 impl LoadError {
     /// What kind of failure it is, as metrics label it.
     pub fn kind(&self) -> &'static str {
-        match self {
-            LoadError::Library(_) => "library",
-            LoadError::Abi(_) => "abi",
-            LoadError::Build(_) => "build",
-            LoadError::Init(_) => "init",
-            LoadError::Manifest(_) => "manifest",
-            LoadError::Probe(_) => "probe",
-            LoadError::Copy(_) => "copy",
-        }
+        self.parts().0
     }
 
     /// The same error with every mention of the private copy replaced by the original file.
     pub fn mentioning(self, copy: &Path, file: &Path) -> LoadError {
         let (from, to) = (copy.display().to_string(), file.display().to_string());
-        let fix = |s: String| s.replace(&from, &to);
+        let (kind, text) = self.parts();
+        LoadError::from_parts(kind, text.replace(&from, &to))
+    }
+
+    /// The error as a kind name and its text, to send it from a child process (see
+    /// [`LoadError::from_parts`]).
+    pub fn parts(&self) -> (&'static str, String) {
         match self {
-            LoadError::Library(s) => LoadError::Library(fix(s)),
-            LoadError::Abi(s) => LoadError::Abi(fix(s)),
-            LoadError::Build(s) => LoadError::Build(fix(s)),
-            LoadError::Init(s) => LoadError::Init(fix(s)),
-            LoadError::Manifest(s) => LoadError::Manifest(fix(s)),
-            LoadError::Probe(s) => LoadError::Probe(fix(s)),
-            LoadError::Copy(s) => LoadError::Copy(fix(s)),
+            LoadError::Library(s) => ("library", s.clone()),
+            LoadError::Abi(s) => ("abi", s.clone()),
+            LoadError::Build(s) => ("build", s.clone()),
+            LoadError::Init(s) => ("init", s.clone()),
+            LoadError::Manifest(s) => ("manifest", s.clone()),
+            LoadError::Probe(s) => ("probe", s.clone()),
+            LoadError::Copy(s) => ("copy", s.clone()),
+            LoadError::Worker(s) => ("worker", s.clone()),
+            LoadError::Sandbox(s) => ("sandbox", s.clone()),
         }
+    }
+
+    /// The error [`LoadError::parts`] described (an unknown kind is a probe error).
+    pub fn from_parts(kind: &str, text: String) -> LoadError {
+        match kind {
+            "library" => LoadError::Library(text),
+            "abi" => LoadError::Abi(text),
+            "build" => LoadError::Build(text),
+            "init" => LoadError::Init(text),
+            "manifest" => LoadError::Manifest(text),
+            "copy" => LoadError::Copy(text),
+            "worker" => LoadError::Worker(text),
+            "sandbox" => LoadError::Sandbox(text),
+            _ => LoadError::Probe(text),
+        }
+    }
+}
+
+/// Write a line a plugin logs through its host API to the host's log, at its level.
+pub(crate) fn log_plugin_line(plugin: &str, level: u8, service: &str, message: &str) {
+    use mcp_plugin_sdk::LogLevel;
+    match LogLevel::from_u8(level) {
+        LogLevel::Debug => tracing::debug!(plugin, service, "{message}"),
+        LogLevel::Info | LogLevel::Notice => tracing::info!(plugin, service, "{message}"),
+        LogLevel::Warning => tracing::warn!(plugin, service, "{message}"),
+        _ => tracing::error!(plugin, service, "{message}"),
+    }
+}
+
+/// The name of the signal that ended a child process, if one did (`SIGSEGV`, `SIGABRT`, ...).
+pub fn signal_name(status: std::process::ExitStatus) -> Option<String> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::ExitStatusExt as _;
+        let sig = status.signal()?;
+        let name = match sig {
+            libc::SIGHUP => "SIGHUP",
+            libc::SIGINT => "SIGINT",
+            libc::SIGQUIT => "SIGQUIT",
+            libc::SIGILL => "SIGILL",
+            libc::SIGTRAP => "SIGTRAP",
+            libc::SIGABRT => "SIGABRT",
+            libc::SIGBUS => "SIGBUS",
+            libc::SIGFPE => "SIGFPE",
+            libc::SIGKILL => "SIGKILL",
+            libc::SIGSEGV => "SIGSEGV",
+            libc::SIGPIPE => "SIGPIPE",
+            libc::SIGALRM => "SIGALRM",
+            libc::SIGTERM => "SIGTERM",
+            libc::SIGXCPU => "SIGXCPU",
+            libc::SIGXFSZ => "SIGXFSZ",
+            libc::SIGSYS => "SIGSYS",
+            _ => return Some(format!("signal {sig}")),
+        };
+        Some(name.to_owned())
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = status;
+        None
+    }
+}
+
+/// How a child process ended: `killed by SIGSEGV (11)`, `exited with status 3`.
+pub fn describe_exit(status: std::process::ExitStatus) -> String {
+    #[cfg(unix)]
+    if let Some(name) = signal_name(status) {
+        use std::os::unix::process::ExitStatusExt as _;
+        return format!("killed by {name} ({})", status.signal().unwrap_or(0));
+    }
+    match status.code() {
+        Some(code) => format!("exited with status {code}"),
+        None => "ended abnormally".into(),
     }
 }

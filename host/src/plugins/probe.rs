@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use mcp_plugin_sdk::wire::BuildInfo;
 
-use crate::plugins::LoadError;
 use crate::plugins::in_process::open_module;
+use crate::plugins::{LoadError, describe_exit};
 
 const MARK: &str = "\u{1}MCPPROBE ";
 
@@ -167,36 +167,8 @@ impl Prober {
     }
 }
 
-fn describe_exit(status: std::process::ExitStatus) -> String {
-    #[cfg(unix)]
-    {
-        use std::os::unix::process::ExitStatusExt as _;
-        if let Some(sig) = status.signal() {
-            let name = match sig {
-                4 => "SIGILL",
-                6 => "SIGABRT",
-                7 => "SIGBUS",
-                8 => "SIGFPE",
-                9 => "SIGKILL",
-                11 => "SIGSEGV",
-                _ => "signal",
-            };
-            return format!("killed by {name} ({sig})");
-        }
-    }
-    match status.code() {
-        Some(code) => format!("exited with status {code}"),
-        None => "ended abnormally".into(),
-    }
-}
-
 fn encode_error(e: &LoadError) -> String {
-    // Kinds other than library, abi and build come back as probe errors.
-    let kind = e.kind();
-    let text = match e {
-        LoadError::Library(s) | LoadError::Abi(s) | LoadError::Build(s) => s.clone(),
-        other => other.to_string(),
-    };
+    let (kind, text) = e.parts();
     format!("{kind} {}", text.replace('\n', " "))
 }
 
@@ -223,24 +195,20 @@ fn parse_answer(line: &str, files: usize) -> Option<(usize, Result<BuildInfo, Lo
 }
 
 fn decode_error(payload: &str) -> LoadError {
-    let (kind, text) = payload.split_once(' ').unwrap_or(("other", payload));
-    let text = text.to_owned();
-    match kind {
-        "library" => LoadError::Library(text),
-        "abi" => LoadError::Abi(text),
-        "build" => LoadError::Build(text),
-        _ => LoadError::Probe(text),
-    }
+    let (kind, text) = payload.split_once(' ').unwrap_or(("probe", payload));
+    LoadError::from_parts(kind, text.to_owned())
 }
 
-/// Files that passed a probe, by identity (path, size, modification time, inode) and host build, kept
+/// Files that passed a probe, by identity (path, size, modification time, inode) and host build, with
+/// the plugin name the probe read (it chooses the plugin's settings, isolation included), kept
 /// across runs in the user's cache directory: a client that starts the host for every session
 /// does not pay for a probe of files it already checked. A changed file has a new identity and is
 /// probed again.
 #[derive(Debug)]
 pub struct ProbeCache {
     path: PathBuf,
-    entries: std::collections::BTreeSet<String>,
+    /// Identity → plugin name; one `identity\tname` line each in the file.
+    entries: std::collections::BTreeMap<String, String>,
     dirty: bool,
 }
 
@@ -256,8 +224,16 @@ impl ProbeCache {
 
     /// Read the cache at `path` (empty when absent or unreadable).
     pub fn open(path: PathBuf) -> Self {
+        // An identity has five tab-separated fields, then comes the name (lines of another shape,
+        // e.g. from older hosts, are ignored and probed again).
         let entries = std::fs::read_to_string(&path)
-            .map(|text| text.lines().map(str::to_owned).collect())
+            .map(|text| {
+                text.lines()
+                    .filter(|l| l.split('\t').count() == 6)
+                    .filter_map(|l| l.rsplit_once('\t'))
+                    .map(|(key, name)| (key.to_owned(), name.to_owned()))
+                    .collect()
+            })
             .unwrap_or_default();
         ProbeCache {
             path,
@@ -277,14 +253,17 @@ impl ProbeCache {
         )
     }
 
-    /// Whether `file`, with this stamp, passed a probe before.
-    pub fn contains(&self, file: &Path, stamp: &str) -> bool {
-        self.entries.contains(&Self::key(file, stamp))
+    /// The plugin name of `file` with this stamp, when it passed a probe before.
+    pub fn get(&self, file: &Path, stamp: &str) -> Option<&str> {
+        self.entries
+            .get(&Self::key(file, stamp))
+            .map(String::as_str)
     }
 
-    /// Record that `file`, with this stamp, passed.
-    pub fn insert(&mut self, file: &Path, stamp: &str) {
-        self.dirty |= self.entries.insert(Self::key(file, stamp));
+    /// Record that `file`, with this stamp, passed as plugin `plugin`.
+    pub fn insert(&mut self, file: &Path, stamp: &str, plugin: &str) {
+        let plugin = plugin.replace(['\t', '\n'], " ");
+        self.dirty |= self.entries.insert(Self::key(file, stamp), plugin.clone()) != Some(plugin);
     }
 
     /// Write the cache back (atomically; best effort).
@@ -297,8 +276,12 @@ impl ProbeCache {
         };
         // Forget files that no longer exist, so the cache stays as small as the tool directories.
         self.entries
-            .retain(|e| e.split('\t').next().is_some_and(|p| Path::new(p).exists()));
-        let text: String = self.entries.iter().map(|e| format!("{e}\n")).collect();
+            .retain(|e, _| e.split('\t').next().is_some_and(|p| Path::new(p).exists()));
+        let text: String = self
+            .entries
+            .iter()
+            .map(|(e, name)| format!("{e}\t{name}\n"))
+            .collect();
         let tmp = self
             .path
             .with_extension(format!("tmp{}", std::process::id()));

@@ -1,12 +1,13 @@
 //! A loaded plugin version as the registry and the executor see it: its backend, where it was
-//! found, its concurrency limit, and the file stamp and settings it was loaded with (a different
-//! stamp or section means a new version). Its shutdown hook runs once, when the last call on it
+//! found, its concurrency limit, and the file stamp, settings and isolation it was loaded with (a
+//! different stamp, section or isolation means a new version). Its shutdown hook runs once, when the last call on it
 //! has finished and the host has moved on to another version.
 
 use std::sync::Arc;
 
 use crate::plugins::backend::PluginBackend;
 use crate::plugins::discovery::Candidate;
+use crate::plugins::worker::RunSpec;
 
 /// A loaded plugin as the registry and the executor see it.
 #[derive(Debug)]
@@ -21,6 +22,8 @@ pub struct PluginSlot {
     pub stamp: Option<FileStamp>,
     /// The plugin's settings when it was loaded (a different section means a reload).
     pub settings: crate::config::PluginSettings,
+    /// How it runs (in-process, or a worker's limits and permissions).
+    pub run: RunSpec,
     retired: std::sync::atomic::AtomicBool,
 }
 
@@ -65,6 +68,7 @@ impl PluginSlot {
         limit: usize,
         stamp: Option<FileStamp>,
         settings: crate::config::PluginSettings,
+        run: RunSpec,
     ) -> Self {
         PluginSlot {
             backend,
@@ -72,6 +76,7 @@ impl PluginSlot {
             limiter: Arc::new(tokio::sync::Semaphore::new(limit.max(1))),
             stamp,
             settings,
+            run,
             retired: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -85,8 +90,8 @@ impl PluginSlot {
 }
 
 impl Drop for PluginSlot {
-    /// The last reference is gone (no call is running on this version): run its shutdown hook. The
-    /// image itself stays mapped; libraries are never unloaded.
+    /// The last reference is gone (no call is running on this version): run its shutdown hook. An
+    /// in-process image stays mapped (libraries are never unloaded); a worker exits.
     fn drop(&mut self) {
         self.retire();
     }

@@ -21,10 +21,11 @@ use serde_json::{Map, Value, json};
 
 use template::UriTemplate;
 
-use crate::config::{Config, PluginSettings};
+use crate::config::{Config, Isolation, PluginSettings};
 use crate::plugins::LoadError;
 use crate::plugins::discovery::Candidate;
 pub use crate::plugins::slot::{FileStamp, PluginSlot};
+use crate::plugins::worker::Grant;
 
 /// One callable tool.
 pub struct Tool {
@@ -208,6 +209,8 @@ pub enum Status {
     InvalidSchema(String),
     /// The plugin file failed to load.
     LoadError(String),
+    /// Its plugin's worker kept crashing: the tools are withdrawn until a rescan.
+    Quarantined(String),
 }
 
 /// A row of `mcp-host list`.
@@ -230,7 +233,15 @@ pub struct Entry {
     /// What became of it.
     #[serde(flatten)]
     pub status: Status,
+    /// How its plugin runs.
+    pub isolation: Isolation,
+    /// What its plugin may reach, when sandboxed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub permissions: Option<Grant>,
 }
+
+/// Load results per candidate, in discovery order: what a registry is built from.
+pub type Sources = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
 
 /// The tool set.
 #[derive(Debug, Default)]
@@ -245,6 +256,8 @@ pub struct Registry {
     pub entries: Vec<Entry>,
     /// The plugins loaded, in discovery order.
     pub plugins: Vec<Arc<PluginSlot>>,
+    /// What it was built from (to rebuild it when a plugin's health changes).
+    pub(crate) sources: Sources,
 }
 
 fn secs(s: f64) -> Duration {
@@ -253,21 +266,17 @@ fn secs(s: f64) -> Duration {
 
 impl Registry {
     /// Build the tool set from load results in discovery order, logging each decision.
-    pub fn build(
-        loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>,
-        config: &Config,
-    ) -> Self {
+    pub fn build(loaded: Sources, config: &Config) -> Self {
         Self::build_logged(loaded, config, true)
     }
 
     /// [`Registry::build`]; `log_tools: false` leaves out the per-tool `Loaded tool` lines (rescans
     /// log one line per changed file instead).
-    pub fn build_logged(
-        loaded: Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>,
-        config: &Config,
-        log_tools: bool,
-    ) -> Self {
-        let mut registry = Registry::default();
+    pub fn build_logged(loaded: Sources, config: &Config, log_tools: bool) -> Self {
+        let mut registry = Registry {
+            sources: loaded.clone(),
+            ..Registry::default()
+        };
         let mut winners = Winners::default();
         for (candidate, result) in loaded {
             let slot = match result {
@@ -285,6 +294,8 @@ impl Registry {
                         dir: candidate.dir.clone(),
                         service: None,
                         status: Status::LoadError(e.to_string()),
+                        isolation: candidate.isolation.unwrap_or_default(),
+                        permissions: None,
                     });
                     continue;
                 }
@@ -307,10 +318,15 @@ impl Registry {
             log_disabled_services(manifest, &slot.candidate.path);
         }
         let global = config.limits.call_timeout_secs;
+        let quarantined = slot.backend.quarantined();
         for (index, tool) in manifest.tools.iter().enumerate() {
             let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
             let mut entry = self.entry(&slot, Kind::Tool, &name, tool.service.as_ref());
-            match admit(&name, tool, manifest, &slot.candidate.path, &winners.tools) {
+            let admitted = match &quarantined {
+                Some(why) => Err(Status::Quarantined(why.clone())),
+                None => admit(&name, tool, manifest, &slot.candidate.path, &winners.tools),
+            };
+            match admitted {
                 Ok(validator) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
                     let mut descriptor = tool.clone();
@@ -339,8 +355,27 @@ impl Registry {
             }
             self.entries.push(entry);
         }
-        self.add_resources(&slot, &settings, global, winners, log_tools);
-        self.add_prompts(&slot, &settings, global, winners, log_tools);
+        if let Some(why) = quarantined {
+            // Nothing of a quarantined plugin is served; `list` says why.
+            for d in &manifest.resources {
+                let kind = if d.template {
+                    Kind::ResourceTemplate
+                } else {
+                    Kind::Resource
+                };
+                let mut entry = self.entry(&slot, kind, &d.uri, d.service.as_ref());
+                entry.status = Status::Quarantined(why.clone());
+                self.entries.push(entry);
+            }
+            for d in &manifest.prompts {
+                let mut entry = self.entry(&slot, Kind::Prompt, &d.name, d.service.as_ref());
+                entry.status = Status::Quarantined(why.clone());
+                self.entries.push(entry);
+            }
+        } else {
+            self.add_resources(&slot, &settings, global, winners, log_tools);
+            self.add_prompts(&slot, &settings, global, winners, log_tools);
+        }
         self.plugins.push(slot);
     }
 
@@ -354,6 +389,8 @@ impl Registry {
             dir: slot.candidate.dir.clone(),
             service: service.cloned(),
             status: Status::Active,
+            isolation: slot.run.isolation,
+            permissions: slot.run.permissions.clone(),
         }
     }
 
@@ -553,6 +590,31 @@ impl Registry {
     /// Whether no tool is served.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
+    }
+
+    /// Whether `other` serves the same tools, listed the same way.
+    pub fn same_tools(&self, other: &Registry) -> bool {
+        self.tools()
+            .map(|t| &t.listing)
+            .eq(other.tools().map(|t| &t.listing))
+    }
+
+    /// Whether `other` serves the same resources and templates, listed the same way.
+    pub fn same_resources(&self, other: &Registry) -> bool {
+        self.resources()
+            .chain(self.templates())
+            .map(|r| &r.listing)
+            .eq(other
+                .resources()
+                .chain(other.templates())
+                .map(|r| &r.listing))
+    }
+
+    /// Whether `other` serves the same prompts, listed the same way.
+    pub fn same_prompts(&self, other: &Registry) -> bool {
+        self.prompts()
+            .map(|p| &p.listing)
+            .eq(other.prompts().map(|p| &p.listing))
     }
 }
 

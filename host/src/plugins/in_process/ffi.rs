@@ -15,7 +15,7 @@ use mcp_plugin_sdk::LogLevel;
 use mcp_plugin_sdk::wire::{CallContextFfi, HostApiFfi};
 
 use crate::exec::{CallEvent, CallState};
-use crate::plugins::backend::{Change, HostCallbacks};
+use crate::plugins::backend::{HostCallbacks, host_request};
 
 impl CallContextFfi for CallState {
     fn is_cancelled(&self) -> bool {
@@ -43,22 +43,9 @@ impl CallContextFfi for CallState {
     }
 
     fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
-        match (method.as_str(), &self.input) {
-            ("client/capabilities", Some(input)) => {
-                RResult::ROk(input.capabilities().to_string().into())
-            }
-            ("client/capabilities", None) => RResult::ROk("{}".into()),
-            ("input/ask", Some(input)) => match input.ask(params.as_str(), self) {
-                Ok(answers) => RResult::ROk(answers.to_string().into()),
-                Err(e) => RResult::RErr(mcp_plugin_sdk::wire::encode_input_error(&e).into()),
-            },
-            ("input/ask", None) => RResult::RErr(
-                mcp_plugin_sdk::wire::encode_input_error(&mcp_plugin_sdk::InputError::Failed(
-                    "this call has no client to ask (e.g. `mcp-host call`)".into(),
-                ))
-                .into(),
-            ),
-            (other, _) => RResult::RErr(format!("unsupported call-context method: {other}").into()),
+        match CallState::request(self, method.as_str(), params.as_str()) {
+            Ok(json) => RResult::ROk(json.into()),
+            Err(e) => RResult::RErr(e.into()),
         }
     }
 }
@@ -120,15 +107,7 @@ impl HostApiFfi for HostApiImpl {
     }
 
     fn log(&self, level: u8, service: RStr<'_>, message: RStr<'_>) {
-        let plugin = self.plugin.as_str();
-        let service = service.as_str();
-        let message = message.as_str();
-        match LogLevel::from_u8(level) {
-            LogLevel::Debug => tracing::debug!(plugin, service, "{message}"),
-            LogLevel::Info | LogLevel::Notice => tracing::info!(plugin, service, "{message}"),
-            LogLevel::Warning => tracing::warn!(plugin, service, "{message}"),
-            _ => tracing::error!(plugin, service, "{message}"),
-        }
+        crate::plugins::log_plugin_line(&self.plugin, level, service.as_str(), message.as_str());
     }
 
     fn call_tool(&self, name: RStr<'_>, args: RStr<'_>) -> RResult<RString, RString> {
@@ -143,32 +122,9 @@ impl HostApiFfi for HostApiImpl {
     }
 
     fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
-        let lists = |tools, resources, prompts| Change::Lists {
-            tools,
-            resources,
-            prompts,
-        };
-        let change = match method.as_str() {
-            "notify_tools_changed" => lists(true, false, false),
-            "notify_resources_changed" => lists(false, true, false),
-            "notify_prompts_changed" => lists(false, false, true),
-            "notify_resource_updated" => {
-                let params: serde_json::Value =
-                    serde_json::from_str(params.as_str()).unwrap_or_default();
-                match params.get("uri").and_then(serde_json::Value::as_str) {
-                    Some(uri) => Change::ResourceUpdated(uri.into()),
-                    None => return RResult::RErr("notify_resource_updated needs a \"uri\"".into()),
-                }
-            }
-            "data_dir" => {
-                return match self.host.data_dir(&self.plugin) {
-                    Ok(dir) => RResult::ROk(serde_json::json!(dir).to_string().into()),
-                    Err(e) => RResult::RErr(e.into()),
-                };
-            }
-            other => return RResult::RErr(format!("unsupported host method: {other}").into()),
-        };
-        self.host.announce(change);
-        RResult::ROk("null".into())
+        match host_request(&*self.host, &self.plugin, method.as_str(), params.as_str()) {
+            Ok(json) => RResult::ROk(json.into()),
+            Err(e) => RResult::RErr(e.into()),
+        }
     }
 }

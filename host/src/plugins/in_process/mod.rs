@@ -12,7 +12,9 @@ use std::sync::Arc;
 use abi_stable::library::{LibraryError, lib_header_from_path};
 use abi_stable::sabi_types::RRef;
 use abi_stable::std_types::{RResult, RStr};
-use mcp_plugin_sdk::wire::{BuildInfo, CallContextFfi_TO, HostApiFfi_TO, Manifest, PluginModV1Ref};
+use mcp_plugin_sdk::wire::{
+    BuildInfo, CallContextFfi_TO, HostApiBox, HostApiFfi_TO, Manifest, PluginModV1Ref,
+};
 
 mod ffi;
 
@@ -78,6 +80,16 @@ pub(crate) fn open_module(path: &Path) -> Result<(PluginModV1Ref, BuildInfo), Lo
     Ok((module, build))
 }
 
+/// Run an opened module's `init` with the host API it keeps (constructors and `enabled()` hooks
+/// run here) and read its manifest. Both the in-process loader and the worker process use it.
+pub(crate) fn init_module(module: PluginModV1Ref, host: HostApiBox) -> Result<Manifest, LoadError> {
+    match (module.init())(host) {
+        RResult::ROk(json) => serde_json::from_str::<Manifest>(json.as_str())
+            .map_err(|e| LoadError::Manifest(e.to_string())),
+        RResult::RErr(e) => Err(LoadError::Init(e.into_string())),
+    }
+}
+
 /// A loaded, initialised plugin image, running its tools in this process.
 pub(crate) struct InProcess {
     build: BuildInfo,
@@ -118,11 +130,7 @@ impl InProcess {
             Arc::clone(&cx.host),
         );
         let host_box = HostApiFfi_TO::from_value(host_api, abi_stable::sabi_trait::TD_Opaque);
-        let manifest = match (module.init())(host_box) {
-            RResult::ROk(json) => serde_json::from_str::<Manifest>(json.as_str())
-                .map_err(|e| LoadError::Manifest(e.to_string()))?,
-            RResult::RErr(e) => return Err(LoadError::Init(e.into_string())),
-        };
+        let manifest = init_module(module, host_box)?;
         Ok(InProcess {
             build,
             manifest,

@@ -1,0 +1,436 @@
+//! What an isolated plugin is allowed, and how its worker process enforces it on itself before it
+//! loads the plugin: resource limits (`setrlimit`: address space, CPU seconds, open files, no core
+//! dumps) for every worker, and for `isolation: sandbox` a deny-by-default Landlock ruleset
+//! (filesystem, TCP bind/connect ports, signals and abstract sockets scoped to the sandbox) plus a
+//! seccomp filter (no `ptrace` or other process inspection, no `execve` unless granted, no socket
+//! families or types beyond TCP/UDP over IP — and none at all without a network grant — and none
+//! of the kernel's more dangerous interfaces). `no_new_privs` is set first.
+//!
+//! Landlock filters TCP by port: a `host:port` grant opens that port for every host, and the host
+//! part is shown but not enforced by the kernel. UDP is not filtered (name resolution needs it) but
+//! is only available with a network grant.
+
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::wire;
+use crate::config::{Config, Connect};
+
+/// Everything a sandboxed plugin is granted: what its configuration lists, and what it gets
+/// implicitly (its own file, its data directory, the system's shared libraries and time zones).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Grant {
+    /// Paths it may read (configured).
+    pub read: Vec<PathBuf>,
+    /// Paths it may read and write (configured).
+    pub write: Vec<PathBuf>,
+    /// TCP endpoints it may connect to.
+    pub connect: Connect,
+    /// Environment variables it sees.
+    pub env: Vec<String>,
+    /// Whether it may run programs.
+    pub exec: bool,
+    /// Paths it may read without asking: its file, shared libraries, time zones.
+    pub implicit_read: Vec<PathBuf>,
+    /// Paths it may write without asking: its data directory and `/dev/null`.
+    pub implicit_write: Vec<PathBuf>,
+    /// Whether it starts when the kernel cannot enforce all of this.
+    pub allow_weaker_sandbox: bool,
+}
+
+/// System paths every sandboxed plugin may read: the dynamic loader's libraries and cache, time
+/// zones, and the harmless devices.
+#[cfg(target_os = "linux")]
+const SYSTEM_READ: &[&str] = &[
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/lib64",
+    "/usr/local/lib",
+    "/etc/ld.so.cache",
+    "/etc/localtime",
+    "/usr/share/zoneinfo",
+    "/dev/urandom",
+    "/dev/zero",
+];
+#[cfg(not(target_os = "linux"))]
+const SYSTEM_READ: &[&str] = &[];
+
+/// Where programs live, readable and executable when a plugin may run programs.
+const SYSTEM_EXEC: &[&str] = &["/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin"];
+
+impl Grant {
+    /// What plugin `plugin`, loaded from `file`, is granted under `config`.
+    pub fn of(config: &Config, plugin: &str, file: &Path) -> Grant {
+        let settings = config.plugin(plugin);
+        let p = settings.permissions;
+        let mut implicit_read = vec![file.to_path_buf()];
+        implicit_read.extend(SYSTEM_READ.iter().map(PathBuf::from));
+        Grant {
+            read: p.read,
+            write: p.write,
+            connect: p.connect,
+            env: p.env,
+            exec: p.exec,
+            implicit_read,
+            implicit_write: vec![config.plugin_data_dir(plugin), PathBuf::from("/dev/null")],
+            allow_weaker_sandbox: settings.allow_weaker_sandbox,
+        }
+    }
+
+    /// The data directory (created before the worker starts, so it can be granted).
+    pub(crate) fn data_dir(&self) -> Option<&Path> {
+        self.implicit_write.first().map(PathBuf::as_path)
+    }
+
+    /// The worker's side of this grant, for a worker loading the private copy `copy`.
+    pub(crate) fn to_wire(&self, copy: &Path) -> wire::Sandbox {
+        let mut read: Vec<PathBuf> = self.read.clone();
+        read.extend(self.implicit_read.iter().cloned());
+        read.push(copy.to_path_buf());
+        let mut exec_paths = Vec::new();
+        if self.exec {
+            exec_paths.extend(SYSTEM_EXEC.iter().map(PathBuf::from));
+            exec_paths.extend(SYSTEM_READ.iter().map(PathBuf::from));
+            exec_paths.extend(self.read.iter().cloned());
+        }
+        let connect_ports = match &self.connect {
+            Connect::Any => None,
+            Connect::Only(list) => {
+                let mut ports: Vec<u16> = list.iter().map(|e| e.port).collect();
+                ports.sort_unstable();
+                ports.dedup();
+                Some(ports)
+            }
+        };
+        wire::Sandbox {
+            read,
+            write: self
+                .write
+                .iter()
+                .chain(&self.implicit_write)
+                .cloned()
+                .collect(),
+            exec_paths,
+            connect_ports,
+            exec: self.exec,
+            allow_weaker: self.allow_weaker_sandbox,
+        }
+    }
+}
+
+/// Apply the worker's resource limits to this process (and always turn core dumps off).
+#[cfg(unix)]
+pub(crate) fn apply_limits(limits: &wire::Limits) -> Result<(), String> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let set = |resource: Resource, name: &str, soft: u64, hard: u64| {
+        // An unprivileged process cannot raise its hard limit: stay within the one it has.
+        let ceiling = getrlimit(resource).maximum.unwrap_or(u64::MAX);
+        let limit = Rlimit {
+            current: Some(soft.min(ceiling)),
+            maximum: Some(hard.min(ceiling)),
+        };
+        setrlimit(resource, limit).map_err(|e| format!("cannot set {name}: {e}"))
+    };
+    set(Resource::Core, "RLIMIT_CORE", 0, 0)?;
+    if let Some(bytes) = limits.address_space {
+        set(Resource::As, "RLIMIT_AS (limits.memory_mb)", bytes, bytes)?;
+    }
+    if let Some(secs) = limits.cpu_secs {
+        // SIGXCPU at the soft limit, SIGKILL a second later.
+        set(
+            Resource::Cpu,
+            "RLIMIT_CPU (limits.cpu_secs)",
+            secs,
+            secs + 1,
+        )?;
+    }
+    if let Some(files) = limits.open_files {
+        set(
+            Resource::Nofile,
+            "RLIMIT_NOFILE (limits.open_files)",
+            files,
+            files,
+        )?;
+    }
+    Ok(())
+}
+
+/// Resource limits need `setrlimit`; elsewhere they are not applied.
+#[cfg(not(unix))]
+pub(crate) fn apply_limits(_limits: &wire::Limits) -> Result<(), String> {
+    Ok(())
+}
+
+/// Restrict this process to `sandbox`: Landlock, then seccomp. Call it before any other thread
+/// starts (Landlock restricts the calling thread and the threads it starts later). `Ok` carries a
+/// note when the kernel enforces less than asked and `allow_weaker` accepted that.
+#[cfg(target_os = "linux")]
+pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, String> {
+    let note = linux::landlock(sandbox)?;
+    linux::seccomp(sandbox)?;
+    Ok(note)
+}
+
+/// Without Landlock and seccomp, a sandbox can only be refused (or, with `allow_weaker`, run as
+/// plain process isolation).
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, String> {
+    weaker_or_refuse(
+        sandbox.allow_weaker,
+        "this OS has no Landlock or seccomp; the plugin runs with process isolation only",
+    )
+}
+
+/// What to do when the kernel enforces less than asked: go on with a note when the plugin's
+/// configuration accepts a weaker sandbox, else refuse to start it.
+pub(crate) fn weaker_or_refuse(allow_weaker: bool, what: &str) -> Result<Option<String>, String> {
+    if allow_weaker {
+        Ok(Some(format!(
+            "weaker sandbox (allow_weaker_sandbox: true): {what}"
+        )))
+    } else {
+        Err(format!(
+            "sandbox refused: {what}; set allow_weaker_sandbox: true in the plugin's settings to \
+             run it with what this system can enforce"
+        ))
+    }
+}
+
+#[cfg(target_os = "linux")]
+mod linux {
+    use std::collections::BTreeMap;
+    use std::path::PathBuf;
+
+    use landlock::{
+        ABI, Access, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath,
+        PathFd, Ruleset, RulesetAttr, RulesetCreatedAttr, RulesetStatus, Scope,
+    };
+    use seccompiler::{
+        BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+        SeccompRule,
+    };
+
+    use super::{weaker_or_refuse, wire};
+
+    /// The Landlock ABI the sandbox is written for: filesystem rights including truncate and device
+    /// ioctls, TCP ports, and signal / abstract-socket scoping.
+    const ABI_WANTED: ABI = ABI::V6;
+
+    /// The rights of `access` that make sense on `path` (directory rights only on directories).
+    fn rights_for(path: &std::path::Path, access: BitFlags<AccessFs>) -> BitFlags<AccessFs> {
+        if path.is_dir() {
+            access
+        } else {
+            access & AccessFs::from_file(ABI_WANTED)
+        }
+    }
+
+    pub(super) fn landlock(sandbox: &wire::Sandbox) -> Result<Option<String>, String> {
+        let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
+        let read = AccessFs::from_read(ABI_WANTED) & !BitFlags::from(AccessFs::Execute);
+        let write = AccessFs::from_all(ABI_WANTED) & !BitFlags::from(AccessFs::Execute);
+        let exec = AccessFs::from_read(ABI_WANTED);
+        let mut rules: Vec<(PathBuf, BitFlags<AccessFs>)> = Vec::new();
+        rules.extend(sandbox.read.iter().map(|p| (p.clone(), read)));
+        rules.extend(sandbox.write.iter().map(|p| (p.clone(), write)));
+        rules.extend(sandbox.exec_paths.iter().map(|p| (p.clone(), exec)));
+        let net = match sandbox.connect_ports {
+            // Any connection: only binding stays denied.
+            None => BitFlags::from(AccessNet::BindTcp),
+            Some(_) => AccessNet::from_all(ABI_WANTED),
+        };
+        let mut ruleset = Ruleset::default()
+            .set_compatibility(CompatLevel::BestEffort)
+            .handle_access(AccessFs::from_all(ABI_WANTED))
+            .map_err(fail)?
+            .handle_access(net)
+            .map_err(fail)?
+            .scope(Scope::from_all(ABI_WANTED))
+            .map_err(fail)?
+            .create()
+            .map_err(fail)?;
+        for (path, access) in rules {
+            // A granted path that does not exist grants nothing.
+            let Ok(fd) = PathFd::new(&path) else { continue };
+            ruleset = ruleset
+                .add_rule(PathBeneath::new(fd, rights_for(&path, access)))
+                .map_err(fail)?;
+        }
+        for port in sandbox.connect_ports.iter().flatten() {
+            ruleset = ruleset
+                .add_rule(NetPort::new(*port, AccessNet::ConnectTcp))
+                .map_err(fail)?;
+        }
+        let status = ruleset.restrict_self().map_err(fail)?;
+        match status.ruleset {
+            RulesetStatus::FullyEnforced => Ok(None),
+            partial => weaker_or_refuse(
+                sandbox.allow_weaker,
+                &format!(
+                    "this kernel's Landlock ({:?}) enforces the permissions only partly \
+                     ({partial:?}; Linux 6.12 or later enforces all of them)",
+                    status.landlock
+                ),
+            ),
+        }
+    }
+
+    /// Syscalls no sandboxed plugin may make: process inspection, kernel configuration, new
+    /// mounts and namespaces, and interfaces that would bypass this filter (io_uring).
+    const DENIED: &[i64] = &[
+        libc::SYS_ptrace,
+        libc::SYS_process_vm_readv,
+        libc::SYS_process_vm_writev,
+        libc::SYS_pidfd_getfd,
+        libc::SYS_bpf,
+        libc::SYS_perf_event_open,
+        libc::SYS_userfaultfd,
+        libc::SYS_keyctl,
+        libc::SYS_add_key,
+        libc::SYS_request_key,
+        libc::SYS_mount,
+        libc::SYS_umount2,
+        libc::SYS_pivot_root,
+        libc::SYS_chroot,
+        libc::SYS_unshare,
+        libc::SYS_setns,
+        libc::SYS_open_tree,
+        libc::SYS_move_mount,
+        libc::SYS_fsopen,
+        libc::SYS_fsmount,
+        libc::SYS_fspick,
+        libc::SYS_mount_setattr,
+        libc::SYS_init_module,
+        libc::SYS_finit_module,
+        libc::SYS_delete_module,
+        libc::SYS_kexec_load,
+        libc::SYS_kexec_file_load,
+        libc::SYS_reboot,
+        libc::SYS_swapon,
+        libc::SYS_swapoff,
+        libc::SYS_acct,
+        libc::SYS_io_uring_setup,
+        libc::SYS_io_uring_enter,
+        libc::SYS_io_uring_register,
+        libc::SYS_open_by_handle_at,
+        libc::SYS_name_to_handle_at,
+    ];
+
+    /// Socket types never allowed (masked from `socket`'s type argument).
+    const DENIED_SOCKET_TYPES: &[libc::c_int] = &[
+        libc::SOCK_RAW,
+        libc::SOCK_RDM,
+        libc::SOCK_SEQPACKET,
+        10, // SOCK_PACKET (obsolete, deprecated in libc)
+        6,  // SOCK_DCCP
+    ];
+
+    fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
+            .map_err(|e| format!("seccomp: {e}"))
+    }
+
+    /// The rules under which `socket(2)` is refused: every call without a network grant; with
+    /// one, any family but IPv4/IPv6 and any type but stream and datagram.
+    fn socket_rules(network: bool) -> Result<Vec<SeccompRule>, String> {
+        if !network {
+            return Ok(Vec::new());
+        }
+        let rule = |c: Vec<SeccompCondition>| SeccompRule::new(c).map_err(|e| e.to_string());
+        let mut rules = vec![rule(vec![
+            condition(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
+            condition(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
+        ])?];
+        for kind in DENIED_SOCKET_TYPES {
+            rules.push(rule(vec![condition(
+                1,
+                SeccompCmpOp::MaskedEq(0xf),
+                *kind as u64,
+            )?])?);
+        }
+        Ok(rules)
+    }
+
+    fn fail(e: impl std::fmt::Display) -> String {
+        format!("seccomp: {e}")
+    }
+
+    pub(super) fn seccomp(sandbox: &wire::Sandbox) -> Result<(), String> {
+        let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
+            DENIED.iter().map(|s| (*s, Vec::new())).collect();
+        if !sandbox.exec {
+            rules.insert(libc::SYS_execve, Vec::new());
+            rules.insert(libc::SYS_execveat, Vec::new());
+        }
+        let network = sandbox.connect_ports.as_ref().is_none_or(|p| !p.is_empty());
+        rules.insert(libc::SYS_socket, socket_rules(network)?);
+        let arch = std::env::consts::ARCH.try_into().map_err(fail)?;
+        let filter = SeccompFilter::new(
+            rules,
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::EPERM as u32),
+            arch,
+        )
+        .map_err(fail)?;
+        let program: BpfProgram = filter.try_into().map_err(fail)?;
+        seccompiler::apply_filter_all_threads(&program).map_err(fail)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Endpoint, Permissions, PluginSettings};
+
+    #[test]
+    fn the_grant_adds_the_plugin_file_and_data_dir_and_the_wire_form_lists_ports() {
+        let mut config = Config {
+            base_dir: PathBuf::from("/srv/mcp"),
+            data_dir: PathBuf::from("/srv/mcp/data"),
+            ..Config::default()
+        };
+        config.plugins.insert(
+            "demo".into(),
+            PluginSettings {
+                permissions: Permissions {
+                    read: vec![PathBuf::from("/srv/in")],
+                    connect: Connect::Only(vec![
+                        Endpoint {
+                            host: "a".into(),
+                            port: 443,
+                        },
+                        Endpoint {
+                            host: "b".into(),
+                            port: 443,
+                        },
+                    ]),
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        let grant = Grant::of(&config, "demo", Path::new("/tools/libdemo.so"));
+        assert_eq!(grant.implicit_read[0], PathBuf::from("/tools/libdemo.so"));
+        assert_eq!(grant.data_dir(), Some(Path::new("/srv/mcp/data/demo")));
+        let wire = grant.to_wire(Path::new("/run/1-libdemo.so"));
+        assert!(wire.read.contains(&PathBuf::from("/srv/in")));
+        assert!(wire.read.contains(&PathBuf::from("/run/1-libdemo.so")));
+        assert!(wire.write.contains(&PathBuf::from("/srv/mcp/data/demo")));
+        assert_eq!(wire.connect_ports, Some(vec![443]));
+        assert!(wire.exec_paths.is_empty() && !wire.exec);
+    }
+
+    #[test]
+    fn a_weaker_sandbox_is_refused_unless_the_plugin_accepts_it() {
+        let refused = weaker_or_refuse(false, "no Landlock").expect_err("refused");
+        assert!(
+            refused.contains("sandbox refused: no Landlock"),
+            "{refused}"
+        );
+        assert!(refused.contains("allow_weaker_sandbox: true"), "{refused}");
+        let note = weaker_or_refuse(true, "no Landlock").expect("accepted");
+        assert!(note.is_some_and(|n| n.contains("no Landlock")));
+    }
+}

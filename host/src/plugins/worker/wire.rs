@@ -1,0 +1,527 @@
+//! The private channel between the host and one plugin worker: the messages each side sends and
+//! their framing on a byte stream — a little-endian `u32` length, then the message in postcard.
+//!
+//! Reads spin briefly before blocking when an answer is expected soon: waking an idle core costs
+//! tens of microseconds on a VM, while a message usually arrives within a few. The spin polls the
+//! socket without blocking (`MSG_DONTWAIT`) and yields the core between polls; idle channels block
+//! at once, and a process allowed a single CPU never spins (the peer could not run meanwhile).
+
+use std::io::{self, Read, Write};
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// Largest message either side accepts (a bigger length prefix is a broken or hostile peer).
+pub(crate) const MAX_FRAME: usize = 256 << 20;
+
+/// How long a read may poll before it blocks.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
+
+/// What the host sends a worker.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum ToWorker {
+    /// The first message: what to load and under which restrictions.
+    Init(Init),
+    /// Run tool number `tool`.
+    Call {
+        /// The call's id on this channel.
+        id: u64,
+        /// The tool's index in the manifest.
+        tool: u32,
+        /// Arguments as JSON.
+        args: String,
+        /// The caller as JSON (empty when none).
+        caller: String,
+        /// Milliseconds left before the call's deadline.
+        deadline_ms: Option<u64>,
+    },
+    /// The call was cancelled.
+    Cancel {
+        /// The call.
+        id: u64,
+    },
+    /// The answer to a worker's [`FromWorker::CallTool`], [`FromWorker::Request`] or
+    /// [`FromWorker::CallRequest`].
+    Reply {
+        /// The request.
+        id: u64,
+        /// JSON, or an error text.
+        result: Result<String, String>,
+    },
+    /// Run the plugin's shutdown hook and exit.
+    Shutdown,
+}
+
+/// How a worker sets itself up.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub(crate) struct Init {
+    /// The plugin file to load (the host's private copy).
+    pub file: PathBuf,
+    /// The plugin's configuration section as JSON.
+    pub config: String,
+    /// Resource limits.
+    pub limits: Limits,
+    /// Kernel-enforced permissions (`None`: no sandbox).
+    pub sandbox: Option<Sandbox>,
+}
+
+/// Resource limits of the worker process.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Limits {
+    /// `RLIMIT_AS` in bytes.
+    pub address_space: Option<u64>,
+    /// `RLIMIT_CPU` in seconds.
+    pub cpu_secs: Option<u64>,
+    /// `RLIMIT_NOFILE`.
+    pub open_files: Option<u64>,
+}
+
+/// What a sandboxed worker may reach; everything else is denied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Sandbox {
+    /// Readable paths (and everything beneath).
+    pub read: Vec<PathBuf>,
+    /// Writable paths (and everything beneath).
+    pub write: Vec<PathBuf>,
+    /// Paths programs may be run from (when `exec`).
+    pub exec_paths: Vec<PathBuf>,
+    /// TCP ports it may connect to; `None`: any.
+    pub connect_ports: Option<Vec<u16>>,
+    /// Whether it may run programs.
+    pub exec: bool,
+    /// Start anyway when the kernel cannot enforce all of it.
+    pub allow_weaker: bool,
+}
+
+/// What a worker sends the host.
+#[derive(Debug, Serialize, Deserialize)]
+pub(crate) enum FromWorker {
+    /// The plugin is loaded: its build fingerprint and manifest, as JSON.
+    Ready {
+        /// [`mcp_plugin_sdk::wire::BuildInfo`] as JSON.
+        build: String,
+        /// [`mcp_plugin_sdk::wire::Manifest`] as JSON.
+        manifest: String,
+    },
+    /// The worker could not set up or load the plugin.
+    Failed {
+        /// Which [`crate::plugins::LoadError`] it is.
+        kind: String,
+        /// The message.
+        message: String,
+    },
+    /// A call's result.
+    Result {
+        /// The call.
+        id: u64,
+        /// The `CallToolResult` as JSON, or why the call could not run.
+        result: Result<String, String>,
+    },
+    /// A call's progress.
+    Progress {
+        /// The call.
+        id: u64,
+        /// Work done.
+        progress: f64,
+        /// Total work, when known.
+        total: Option<f64>,
+        /// What is happening.
+        message: Option<String>,
+    },
+    /// A log message for the client that made a call.
+    Log {
+        /// The call.
+        id: u64,
+        /// The level number.
+        level: u8,
+        /// The text.
+        message: String,
+    },
+    /// A line for the host's log.
+    HostLog {
+        /// The level number.
+        level: u8,
+        /// The service, may be empty.
+        service: String,
+        /// The text.
+        message: String,
+    },
+    /// The plugin calls a tool through the host.
+    CallTool {
+        /// This request's id (answered by [`ToWorker::Reply`]).
+        id: u64,
+        /// The call making it (`None` outside calls, e.g. in a constructor).
+        parent: Option<u64>,
+        /// The tool.
+        name: String,
+        /// Arguments as JSON.
+        args: String,
+    },
+    /// The plugin asks the host for something else (`notify_tools_changed`, ...).
+    Request {
+        /// This request's id (answered by [`ToWorker::Reply`]).
+        id: u64,
+        /// The method.
+        method: String,
+        /// Parameters as JSON.
+        params: String,
+    },
+    /// A running call asks through its context (`client/capabilities`, `input/ask`).
+    CallRequest {
+        /// This request's id (answered by [`ToWorker::Reply`]).
+        id: u64,
+        /// The call asking.
+        call: u64,
+        /// The method.
+        method: String,
+        /// Parameters as JSON.
+        params: String,
+    },
+}
+
+/// A message as one frame: length prefix and postcard body.
+pub(crate) fn encode<T: Serialize>(message: &T) -> io::Result<Vec<u8>> {
+    let mut frame = postcard::to_extend(message, vec![0u8; 4]).map_err(io::Error::other)?;
+    let len = u32::try_from(frame.len() - 4)
+        .ok()
+        .filter(|l| *l as usize <= MAX_FRAME)
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "message too large"))?;
+    frame[..4].copy_from_slice(&len.to_le_bytes());
+    Ok(frame)
+}
+
+/// A byte stream frames are read from: a blocking read, and (where the platform allows it) a read
+/// that returns at once when nothing is there.
+pub(crate) trait Source: Read {
+    /// Read what is available now; `None` when nothing is (or polling is not supported).
+    fn read_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>>;
+}
+
+impl<S: Source + ?Sized> Source for Box<S> {
+    fn read_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        (**self).read_now(buf)
+    }
+}
+
+/// A source that can only block (a pipe, where there is no non-blocking receive).
+#[cfg(not(unix))]
+pub(crate) struct Blocking<R>(pub R);
+
+#[cfg(not(unix))]
+impl<R: Read> Read for Blocking<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.read(buf)
+    }
+}
+
+#[cfg(not(unix))]
+impl<R: Read> Source for Blocking<R> {
+    fn read_now(&mut self, _buf: &mut [u8]) -> io::Result<Option<usize>> {
+        Ok(None)
+    }
+}
+
+#[cfg(unix)]
+impl Source for std::os::unix::net::UnixStream {
+    fn read_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        use rustix::net::{RecvFlags, recv};
+        match recv(&*self, buf, RecvFlags::DONTWAIT) {
+            Ok((_, n)) => Ok(Some(n)),
+            Err(rustix::io::Errno::AGAIN) => Ok(None),
+            Err(rustix::io::Errno::INTR) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Reads frames from a [`Source`], buffering what arrives past the current one.
+pub(crate) struct FrameReader<S> {
+    source: S,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+}
+
+impl<S: Source> FrameReader<S> {
+    /// A reader over `source`.
+    pub(crate) fn new(source: S) -> Self {
+        FrameReader {
+            source,
+            buf: vec![0; 64 * 1024],
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// The next message. With `spin`, poll for up to [`SPIN`] before blocking. An end of stream
+    /// is `UnexpectedEof`; a frame that does not decode is `InvalidData`.
+    pub(crate) fn next<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
+        loop {
+            if let Some(message) = self.take()? {
+                return Ok(message);
+            }
+            self.make_room();
+            let spare = &mut self.buf[self.end..];
+            let read = if spin {
+                poll(&mut self.source, spare)?
+            } else {
+                None
+            };
+            let n = match read {
+                Some(n) => n,
+                None => loop {
+                    match self.source.read(spare) {
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        other => break other?,
+                    }
+                },
+            };
+            self.filled(n)?;
+        }
+    }
+
+    /// The next message if one can be read without blocking.
+    pub(crate) fn try_next<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+        loop {
+            if let Some(message) = self.take()? {
+                return Ok(Some(message));
+            }
+            self.make_room();
+            match self.source.read_now(&mut self.buf[self.end..])? {
+                Some(n) => self.filled(n)?,
+                None => return Ok(None),
+            }
+        }
+    }
+
+    /// The buffered frame, decoded, when it is complete.
+    fn take<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+        if self.end - self.start < 4 {
+            return Ok(None);
+        }
+        let mut prefix = [0u8; 4];
+        prefix.copy_from_slice(&self.buf[self.start..self.start + 4]);
+        let len = u32::from_le_bytes(prefix) as usize;
+        if len > MAX_FRAME {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("frame of {len} bytes is over the {MAX_FRAME} limit"),
+            ));
+        }
+        if self.end - self.start < 4 + len {
+            // Make room for the whole frame.
+            if self.start + 4 + len > self.buf.len() {
+                self.buf.copy_within(self.start..self.end, 0);
+                (self.start, self.end) = (0, self.end - self.start);
+                if 4 + len > self.buf.len() {
+                    self.buf.resize(4 + len, 0);
+                }
+            }
+            return Ok(None);
+        }
+        let body = &self.buf[self.start + 4..self.start + 4 + len];
+        let message = postcard::from_bytes(body)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()));
+        self.start += 4 + len;
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        message.map(Some)
+    }
+
+    /// Make sure there is room past `end` for the next bytes.
+    fn make_room(&mut self) {
+        if self.end == self.buf.len() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start..self.end, 0);
+                (self.start, self.end) = (0, self.end - self.start);
+            } else {
+                self.buf.resize(self.buf.len() * 2, 0);
+            }
+        }
+    }
+
+    /// `n` bytes arrived (none: the end of the stream).
+    fn filled(&mut self, n: usize) -> io::Result<()> {
+        if n == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        self.end += n;
+        Ok(())
+    }
+}
+
+/// Whether spinning can pay: this process may run on more than one CPU, so the other side of the
+/// channel can answer while this one polls.
+pub(crate) fn spinning_pays() -> bool {
+    static MANY_CPUS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *MANY_CPUS.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+}
+
+/// Poll `source` for up to [`SPIN`], yielding the core between polls.
+fn poll<S: Source>(source: &mut S, buf: &mut [u8]) -> io::Result<Option<usize>> {
+    if !spinning_pays() {
+        return Ok(None);
+    }
+    let until = Instant::now() + SPIN;
+    loop {
+        if let Some(n) = source.read_now(buf)? {
+            return Ok(Some(n));
+        }
+        if Instant::now() >= until {
+            return Ok(None);
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Writes whole frames, one at a time, from any thread.
+pub(crate) struct FrameWriter<W> {
+    sink: Mutex<W>,
+}
+
+impl<W: Write> FrameWriter<W> {
+    /// A writer over `sink`.
+    pub(crate) fn new(sink: W) -> Self {
+        FrameWriter {
+            sink: Mutex::new(sink),
+        }
+    }
+
+    /// Write one encoded frame.
+    pub(crate) fn send_frame(&self, frame: &[u8]) -> io::Result<()> {
+        let mut sink = self.sink.lock().unwrap_or_else(|p| p.into_inner());
+        sink.write_all(frame)?;
+        sink.flush()
+    }
+
+    /// Encode and write one message.
+    pub(crate) fn send<T: Serialize>(&self, message: &T) -> io::Result<()> {
+        self.send_frame(&encode(message)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An in-memory source that hands out its bytes in small pieces.
+    struct Pieces(Vec<u8>, usize);
+
+    impl Read for Pieces {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.1).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0.drain(..n);
+            Ok(n)
+        }
+    }
+
+    impl Source for Pieces {
+        fn read_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+            self.read(buf).map(Some)
+        }
+    }
+
+    #[test]
+    fn frames_round_trip_across_split_reads_and_a_growing_buffer() {
+        let big = "x".repeat(200_000);
+        let messages = [
+            ToWorker::Cancel { id: 7 },
+            ToWorker::Call {
+                id: 8,
+                tool: 2,
+                args: big.clone(),
+                caller: String::new(),
+                deadline_ms: Some(5),
+            },
+            ToWorker::Reply {
+                id: 9,
+                result: Err("no".into()),
+            },
+        ];
+        let mut bytes = Vec::new();
+        for m in &messages {
+            bytes.extend(encode(m).expect("encode"));
+        }
+        for piece in [1, 3, 4096, usize::MAX] {
+            let mut reader = FrameReader::new(Pieces(bytes.clone(), piece));
+            assert!(matches!(
+                reader.next::<ToWorker>(piece % 2 == 1),
+                Ok(ToWorker::Cancel { id: 7 })
+            ));
+            match reader.next::<ToWorker>(false) {
+                Ok(ToWorker::Call { id: 8, args, .. }) => assert_eq!(args, big),
+                other => panic!("{other:?}"),
+            }
+            assert!(matches!(
+                reader.next::<ToWorker>(false),
+                Ok(ToWorker::Reply { id: 9, result: Err(e) }) if e == "no"
+            ));
+            let end = reader.next::<ToWorker>(false).expect_err("end");
+            assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+        }
+    }
+
+    /// A source whose bytes arrive in steps: `read_now` finds nothing between them.
+    struct Steps(Vec<Vec<u8>>);
+
+    impl Read for Steps {
+        fn read(&mut self, _buf: &mut [u8]) -> io::Result<usize> {
+            unreachable!("only read_now is used")
+        }
+    }
+
+    impl Source for Steps {
+        fn read_now(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+            match self.0.first_mut() {
+                None => Ok(Some(0)),
+                Some(step) if step.is_empty() => {
+                    self.0.remove(0);
+                    Ok(None)
+                }
+                Some(step) => {
+                    let n = buf.len().min(step.len());
+                    buf[..n].copy_from_slice(&step[..n]);
+                    step.drain(..n);
+                    Ok(Some(n))
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn try_next_returns_a_frame_only_once_it_is_complete() {
+        let frame = encode(&ToWorker::Cancel { id: 5 }).expect("encode");
+        let (head, tail) = frame.split_at(3);
+        // Each step, once read, leaves a pause (an empty step) before the next.
+        let mut reader = FrameReader::new(Steps(vec![head.to_vec(), tail.to_vec()]));
+        assert!(reader.try_next::<ToWorker>().expect("partial").is_none());
+        assert!(matches!(
+            reader.try_next::<ToWorker>(),
+            Ok(Some(ToWorker::Cancel { id: 5 }))
+        ));
+        assert!(reader.try_next::<ToWorker>().expect("nothing").is_none());
+        let end = reader.try_next::<ToWorker>().expect_err("end");
+        assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn oversized_and_undecodable_frames_are_errors_not_panics() {
+        let mut huge = ((MAX_FRAME as u32) + 1).to_le_bytes().to_vec();
+        huge.extend([0; 16]);
+        let err = FrameReader::new(Pieces(huge, 64))
+            .next::<ToWorker>(false)
+            .expect_err("too big");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        let mut junk = 3u32.to_le_bytes().to_vec();
+        junk.extend([250, 251, 252]);
+        let err = FrameReader::new(Pieces(junk, 64))
+            .next::<FromWorker>(false)
+            .expect_err("junk");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+    }
+}
