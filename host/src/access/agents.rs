@@ -41,6 +41,7 @@ impl Agent {
     /// let a = Agent::new("research", &AgentSettings {
     ///     allow: vec!["time_*".into(), "json_*".into()],
     ///     deny: vec!["json_format".into()],
+    ///     ..AgentSettings::default()
     /// }).unwrap();
     /// assert!(a.permits("time_now") && a.permits("json_query"));
     /// assert!(!a.permits("json_format") && !a.permits("hash_text"));

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Limits,
-    PluginSettings, RequestStateSettings, ToolDir,
+    PinMode, PluginSettings, RequestStateSettings, ToolDir, TrustSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -36,10 +36,12 @@ struct Layer {
     auth: Option<Value>,
     request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
+    trust: Option<Value>,
 }
 
-/// One `tool_dirs` entry: a path, or `{path, prefix}` whose keys are checked like every other
-/// key (an untagged enum would let `{path: x, prefx: y}` through as a plain path).
+/// One `tool_dirs` entry: a path, or `{path, prefix, require_signature, pinning}` whose keys are
+/// checked like every other key (an untagged enum would let `{path: x, prefx: y}` through as a
+/// plain path).
 #[derive(Debug)]
 enum ToolDirEntry {
     Path(PathBuf),
@@ -52,6 +54,10 @@ struct ToolDirWithPrefix {
     path: PathBuf,
     #[serde(default)]
     prefix: String,
+    #[serde(default)]
+    require_signature: Option<bool>,
+    #[serde(default)]
+    pinning: Option<PinMode>,
 }
 
 impl<'de> Deserialize<'de> for ToolDirEntry {
@@ -63,7 +69,7 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
                 .map(ToolDirEntry::WithPrefix)
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
-                "expected a path or {{path, prefix}}, got {other}"
+                "expected a path or {{path, prefix, require_signature, pinning}}, got {other}"
             ))),
         }
     }
@@ -117,6 +123,9 @@ impl Config {
         }
         finish(&mut config, merged)?;
         apply_agent_vars(&mut config, vars);
+        if config.pinning_in_use() {
+            config.pins = std::sync::Arc::new(super::lock::PinLock::read(&config.lock_path()));
+        }
         Ok(config)
     }
 }
@@ -397,6 +406,7 @@ fn apply_value(
             "auth",
             "request_state",
             "agents",
+            "trust",
         ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
@@ -425,6 +435,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
     }
+    if let Some(v) = &layer.trust {
+        check_trust(&section::<TrustSettings>(v, origin, "trust")?, origin)?;
+    }
     for (name, v) in layer.plugins.iter().flatten() {
         section::<PluginSettings>(v, origin, &format!("plugins.{name}"))?;
     }
@@ -437,13 +450,20 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
         config.tool_dirs = dirs
             .into_iter()
             .map(|d| {
-                let (path, prefix) = match d {
-                    ToolDirEntry::Path(p) => (p, String::new()),
-                    ToolDirEntry::WithPrefix(ToolDirWithPrefix { path, prefix }) => (path, prefix),
+                let entry = match d {
+                    ToolDirEntry::Path(path) => ToolDirWithPrefix {
+                        path,
+                        prefix: String::new(),
+                        require_signature: None,
+                        pinning: None,
+                    },
+                    ToolDirEntry::WithPrefix(entry) => entry,
                 };
                 ToolDir {
-                    path: absolute(&origin.base_dir, &path),
-                    prefix,
+                    path: absolute(&origin.base_dir, &entry.path),
+                    prefix: entry.prefix,
+                    require_signature: entry.require_signature,
+                    pinning: entry.pinning,
                 }
             })
             .collect();
@@ -519,6 +539,10 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     if let Some(v) = present("request_state") {
         config.request_state = section(v, &origin, "request_state")?;
     }
+    if let Some(v) = present("trust") {
+        config.trust = section(v, &origin, "trust")?;
+        check_trust(&config.trust, &origin)?;
+    }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
             let settings = section(v, &origin, &format!("agents.{name}"))?;
@@ -529,6 +553,24 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
         for (name, v) in plugins {
             let settings = section(v, &origin, &format!("plugins.{name}"))?;
             config.plugins.insert(name.clone(), settings);
+        }
+    }
+    Ok(())
+}
+
+/// Every key of `trust.keys` must be a minisign public key (checked here, so a typo stops start-up
+/// naming the key instead of refusing every plugin later).
+fn check_trust(trust: &TrustSettings, origin: &Origin) -> Result<(), ConfigError> {
+    for (name, key) in &trust.keys {
+        if let Err(e) = minisign::PublicKey::from_base64(key.trim()) {
+            return Err(ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: format!("trust.keys.{name}"),
+                message: format!(
+                    "not a minisign public key (the base64 line of the .pub file \
+                     `mcp-host keygen` writes): {e}"
+                ),
+            });
         }
     }
     Ok(())

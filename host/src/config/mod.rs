@@ -8,10 +8,12 @@
 //! The types live here; how layers are read, checked and merged lives in `layers`.
 
 mod layers;
+pub mod lock;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -60,13 +62,50 @@ pub enum ConfigError {
     },
 }
 
-/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix and its own trust rules.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ToolDir {
     /// The directory (absolute after loading).
     pub path: PathBuf,
     /// Prepended to every tool name found in it.
     pub prefix: String,
+    /// Whether its plugins must carry a valid signature by a key of `trust.keys` (`None`: the
+    /// global `trust.require_signature`).
+    pub require_signature: Option<bool>,
+    /// How the definitions its plugins serve are checked against the lock file (`None`: the global
+    /// `trust.pinning`).
+    pub pinning: Option<PinMode>,
+}
+
+/// How served definitions (tools, resources, prompts) are checked against the lock file that
+/// `mcp-host pin` writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinMode {
+    /// Not checked.
+    #[default]
+    Off,
+    /// A definition that differs from the lock, or is not in it, is served and logged.
+    Warn,
+    /// A definition that differs from the lock, or is not in it, is not served until re-pinned.
+    Enforce,
+}
+
+/// What the host trusts: signing keys, and whether plugins must be signed and their definitions
+/// pinned (defaults for every tool directory; an entry of `tool_dirs` may set its own).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrustSettings {
+    /// Public keys plugins may be signed with, by name (the name is what `list` and `check` show
+    /// as the signer): minisign public keys, the base64 line of the `.pub` file `mcp-host keygen`
+    /// writes.
+    pub keys: BTreeMap<String, String>,
+    /// Plugins must carry a valid detached signature (`<file>.minisig`) by one of `keys`.
+    pub require_signature: bool,
+    /// How served definitions are checked against the lock file.
+    pub pinning: PinMode,
+    /// The lock file (relative to the configuration file; default `mcp-host.lock` beside it).
+    pub lock_file: Option<PathBuf>,
 }
 
 /// Limits on tool calls.
@@ -272,6 +311,23 @@ pub struct AgentSettings {
     pub allow: Vec<String>,
     /// Tool-name globs it may not see (deny wins).
     pub deny: Vec<String>,
+    /// How `tools/list` shows the agent its tools: all of them, or a search tool and a call tool.
+    pub tools: ToolsMode,
+    /// With `tools: search`: globs of tools listed all the same (besides the search and call tools).
+    pub always_list: Vec<String>,
+}
+
+/// How an agent's `tools/list` shows its tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolsMode {
+    /// Every tool the agent may see.
+    #[default]
+    All,
+    /// A small fixed set: a search tool (query → the best-matching tools with their schemas), a call
+    /// tool (name + arguments), and the agent's `always_list` tools. Every visible tool stays
+    /// callable directly.
+    Search,
 }
 
 /// Per-service or per-tool overrides.
@@ -339,6 +395,11 @@ pub struct Config {
     pub request_state: RequestStateSettings,
     /// Agents: named views of the tools.
     pub agents: BTreeMap<String, AgentSettings>,
+    /// Signing keys, signature requirements and pinning.
+    pub trust: TrustSettings,
+    /// The lock file's pinned definitions (read with the configuration when pinning is on in any
+    /// tool directory; empty otherwise).
+    pub pins: Arc<lock::PinLock>,
     /// The directory relative paths in the configuration resolve against.
     pub base_dir: PathBuf,
 }
@@ -350,11 +411,11 @@ impl Default for Config {
             tool_dirs: vec![
                 ToolDir {
                     path: PathBuf::from("tools"),
-                    prefix: String::new(),
+                    ..ToolDir::default()
                 },
                 ToolDir {
                     path: PathBuf::from("target/release"),
-                    prefix: String::new(),
+                    ..ToolDir::default()
                 },
             ],
             limits: Limits::default(),
@@ -372,6 +433,8 @@ impl Default for Config {
             auth: AuthSettings::default(),
             request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
+            trust: TrustSettings::default(),
+            pins: Arc::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -428,6 +491,48 @@ impl Config {
     /// The settings of plugin `name` (defaults when it has no section).
     pub fn plugin(&self, name: &str) -> PluginSettings {
         self.plugins.get(name).cloned().unwrap_or_default()
+    }
+
+    /// The `tool_dirs` entry a plugin was found in: by its position, checked against its path
+    /// (`None` for a file outside the tool directories, e.g. `mcp-host check` of any file).
+    pub fn tool_dir(&self, index: usize, path: &std::path::Path) -> Option<&ToolDir> {
+        self.tool_dirs
+            .get(index)
+            .filter(|d| d.path == path)
+            .or_else(|| self.tool_dirs.iter().find(|d| d.path == path))
+    }
+
+    /// Whether plugins in tool directory number `index` (at `path`) must be signed.
+    pub fn requires_signature(&self, index: usize, path: &std::path::Path) -> bool {
+        self.tool_dir(index, path)
+            .and_then(|d| d.require_signature)
+            .unwrap_or(self.trust.require_signature)
+    }
+
+    /// How definitions served from tool directory number `index` (at `path`) are pinned.
+    pub fn pinning(&self, index: usize, path: &std::path::Path) -> PinMode {
+        self.tool_dir(index, path)
+            .and_then(|d| d.pinning)
+            .unwrap_or(self.trust.pinning)
+    }
+
+    /// Whether any tool directory checks definitions against the lock file.
+    pub fn pinning_in_use(&self) -> bool {
+        self.trust.pinning != PinMode::Off
+            || self
+                .tool_dirs
+                .iter()
+                .any(|d| d.pinning.is_some_and(|m| m != PinMode::Off))
+    }
+
+    /// The lock file `mcp-host pin` writes and pinning reads.
+    pub fn lock_path(&self) -> PathBuf {
+        self.base_dir.join(
+            self.trust
+                .lock_file
+                .as_deref()
+                .unwrap_or(std::path::Path::new(lock::DEFAULT_LOCK_FILE)),
+        )
     }
 }
 

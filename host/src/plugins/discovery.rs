@@ -80,7 +80,7 @@ mod tests {
         std::fs::write(d.join("sub").join(lib("deep")), b"x").expect("write");
         let found = scan(&[ToolDir {
             path: d.to_path_buf(),
-            prefix: String::new(),
+            ..ToolDir::default()
         }]);
         let names: Vec<_> = found
             .iter()
