@@ -2,8 +2,9 @@
 //! unchanged versions, load changed ones, keep the previous version of a file that fails, and
 //! never retry a file that failed until it changes.
 //!
-//! Every load works on a private copy in a runtime directory: the copy is probed in a child process
-//! and that same copy is loaded, so a file replaced in between can never be loaded unprobed.
+//! Every load works on a private copy in a runtime directory: the copy's signature is checked, the
+//! copy is probed in a child process and that same copy is loaded, so a file replaced in between
+//! can never be loaded unchecked or unprobed.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -15,6 +16,7 @@ use super::backend::{HostCallbacks, PluginBackend};
 use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, LoadContext};
 use super::probe::{ProbeCache, Prober};
+use super::signature;
 use super::slot::{FileStamp, PluginSlot};
 use crate::config::Config;
 use crate::registry::Registry;
@@ -136,9 +138,9 @@ pub(crate) struct Loader {
     prober: Option<Prober>,
     /// Files known to pass the probe (when probing and a cache location are configured).
     probe_cache: Option<Mutex<ProbeCache>>,
-    /// Files that failed to load, with their stamp then: unchanged, they are not retried (nor
-    /// re-logged) on every rescan.
-    failed: Mutex<HashMap<PathBuf, (Option<FileStamp>, LoadError)>>,
+    /// Files that failed to load, with their stamp and trust stamp then: unchanged, they are not
+    /// retried (nor re-logged) on every rescan.
+    failed: Mutex<HashMap<PathBuf, (Option<FileStamp>, String, LoadError)>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
     images: AtomicUsize,
 }
@@ -211,6 +213,23 @@ impl Loader {
             .iter()
             .map(|c| private_copy(&c.path, self.runtime_dir.path()))
             .collect();
+        let trust: Vec<String> = candidates
+            .iter()
+            .map(|c| signature::trust_stamp(c, config))
+            .collect();
+        // Signatures are checked on the copies, before any is opened (even in the probe's child).
+        let signers = signature::check_all(&candidates, &copies, config);
+        let copies: Vec<Result<PathBuf, LoadError>> = copies
+            .into_iter()
+            .zip(&signers)
+            .map(|(copy, signer)| match (copy, signer) {
+                (Ok(copy), Err(refused)) => {
+                    let _ = std::fs::remove_file(&copy);
+                    Err(refused.clone())
+                }
+                (copy, _) => copy,
+            })
+            .collect();
         let probes = self.probe(&candidates, &stamps, &copies);
         let config_for = |name: &str| config.plugin(name).config;
         let cx = LoadContext {
@@ -220,7 +239,8 @@ impl Loader {
         candidates
             .into_iter()
             .zip(copies.into_iter().zip(probes).zip(stamps))
-            .map(|(candidate, ((copy, probe), stamp))| {
+            .zip(signers.into_iter().zip(trust))
+            .map(|((candidate, ((copy, probe), stamp)), (signer, trust))| {
                 let loaded = copy.and_then(|copy| match probe {
                     Ok(()) => InProcess::load_copy(&candidate.path, &copy, &cx),
                     Err(e) => {
@@ -231,8 +251,10 @@ impl Loader {
                 // Remember a failure with the stamp the file had: unchanged, it is not retried.
                 match &loaded {
                     Ok(_) => lock(&self.failed).remove(&candidate.path),
-                    Err(e) => lock(&self.failed)
-                        .insert(candidate.path.clone(), (stamp.clone(), e.clone())),
+                    Err(e) => lock(&self.failed).insert(
+                        candidate.path.clone(),
+                        (stamp.clone(), trust.clone(), e.clone()),
+                    ),
                 };
                 let result = loaded.map(|plugin| {
                     self.images.fetch_add(1, Ordering::AcqRel);
@@ -241,13 +263,10 @@ impl Loader {
                     let limit = settings
                         .max_concurrent_calls
                         .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
-                    Arc::new(PluginSlot::new(
-                        backend,
-                        candidate.clone(),
-                        limit,
-                        stamp,
-                        settings,
-                    ))
+                    Arc::new(
+                        PluginSlot::new(backend, candidate.clone(), limit, stamp, settings)
+                            .with_signature(signer.ok().flatten(), trust),
+                    )
                 });
                 (candidate, result)
             })
@@ -337,7 +356,11 @@ impl Loader {
                         plan.known_failures.get(&c.path),
                         loaded.remove(&c.path),
                         plan.refused.contains(&c.path),
-                        old_slots.get(c.path.as_path()).copied(),
+                        // A previous version stays only while it meets the signature rules.
+                        old_slots
+                            .get(c.path.as_path())
+                            .copied()
+                            .filter(|p| signature::still_trusted(p.signer.as_ref(), &c, config)),
                         &mut report,
                     ),
                 };
@@ -395,6 +418,7 @@ impl Loader {
                         slot.stamp.is_some()
                             && slot.stamp == *stamp
                             && slot.candidate.prefix == c.prefix
+                            && slot.trust_stamp == signature::trust_stamp(c, config)
                             && config
                                 .plugins
                                 .get(slot.backend.name())
@@ -414,8 +438,9 @@ impl Loader {
                 .zip(&kept)
                 .filter(|(_, kept)| kept.is_none())
                 .filter_map(|((c, now), _)| {
-                    let (stamp, error) = failed.get(&c.path)?;
-                    (stamp.is_some() && stamp == now).then(|| (c.path.clone(), error.clone()))
+                    let (stamp, trust, error) = failed.get(&c.path)?;
+                    (stamp.is_some() && stamp == now && *trust == signature::trust_stamp(c, config))
+                        .then(|| (c.path.clone(), error.clone()))
                 })
                 .collect()
         };

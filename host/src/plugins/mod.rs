@@ -1,14 +1,16 @@
 //! Plugins: from files in tool directories to loaded plugin versions — [`discovery`] (which files,
 //! in which order), [`probe`] (a crash-isolated test load in a child process), [`lifecycle`]
 //! (copy, probe, load, and rescans that reuse unchanged versions), [`backend`] (the seam every way
-//! of running a plugin implements; [`in_process`] is the first), [`slot`] (a loaded version) and
-//! [`watch`] (hot reload).
+//! of running a plugin implements; [`in_process`] is the first), [`slot`] (a loaded version),
+//! [`signature`] (detached signatures checked on the private copy before the probe) and [`watch`]
+//! (hot reload).
 
 pub mod backend;
 pub mod discovery;
 pub(crate) mod in_process;
 pub(crate) mod lifecycle;
 pub mod probe;
+pub mod signature;
 pub mod slot;
 pub mod watch;
 
@@ -38,6 +40,9 @@ pub enum LoadError {
     /// The private copy could not be made.
     #[error("cannot copy plugin to the runtime directory: {0}")]
     Copy(String),
+    /// Its directory requires a signature and the file has none, or one that does not check out.
+    #[error("refused, signature check failed: {0}")]
+    Signature(String),
 }
 
 impl LoadError {
@@ -53,6 +58,7 @@ impl LoadError {
             LoadError::Manifest(s) => LoadError::Manifest(fix(s)),
             LoadError::Probe(s) => LoadError::Probe(fix(s)),
             LoadError::Copy(s) => LoadError::Copy(fix(s)),
+            LoadError::Signature(s) => LoadError::Signature(fix(s)),
         }
     }
 }

@@ -1,12 +1,13 @@
 //! A loaded plugin version as the registry and the executor see it: its backend, where it was
-//! found, its concurrency limit, and the file stamp and settings it was loaded with (a different
-//! stamp or section means a new version). Its shutdown hook runs once, when the last call on it
+//! found, its concurrency limit, who signed it, and the file stamp and settings it was loaded with
+//! (a different stamp or section means a new version). Its shutdown hook runs once, when the last call on it
 //! has finished and the host has moved on to another version.
 
 use std::sync::Arc;
 
 use crate::plugins::backend::PluginBackend;
 use crate::plugins::discovery::Candidate;
+use crate::plugins::signature::Signer;
 
 /// A loaded plugin as the registry and the executor see it.
 #[derive(Debug)]
@@ -21,6 +22,11 @@ pub struct PluginSlot {
     pub stamp: Option<FileStamp>,
     /// The plugin's settings when it was loaded (a different section means a reload).
     pub settings: crate::config::PluginSettings,
+    /// Who signed the bytes that were loaded (`None`: unsigned, or not checked).
+    pub signer: Option<Signer>,
+    /// What its signature status depended on when it was loaded (signature file, keys,
+    /// requirement); a different value means a new check.
+    pub trust_stamp: String,
     retired: std::sync::atomic::AtomicBool,
 }
 
@@ -72,8 +78,17 @@ impl PluginSlot {
             limiter: Arc::new(tokio::sync::Semaphore::new(limit.max(1))),
             stamp,
             settings,
+            signer: None,
+            trust_stamp: String::new(),
             retired: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The same slot, recording who signed it and what its signature status depended on.
+    pub fn with_signature(mut self, signer: Option<Signer>, trust_stamp: String) -> Self {
+        self.signer = signer;
+        self.trust_stamp = trust_stamp;
+        self
     }
 
     /// Run the plugin's shutdown hook, once.

@@ -1,5 +1,5 @@
-//! Hot reload: watch the tool directories and the configuration file (notify, no recursion) and
-//! rescan the host after a quiet period.
+//! Hot reload: watch the tool directories (plugin files and their signatures), the configuration
+//! file and the lock file (notify, no recursion) and rescan the host after a quiet period.
 //!
 //! A copy in progress or a cargo build produces several events (`Modify(Data)` bursts, `Remove` then
 //! `Create`, a rename): they are debounced into one rescan once nothing happened for
@@ -16,6 +16,7 @@ use notify::{EventKind, RecursiveMode, Watcher as _};
 use crate::config::Config;
 use crate::host::Host;
 use crate::plugins::discovery::is_plugin_file;
+use crate::plugins::signature::is_signature_file;
 
 /// How long the directories must stay quiet before a rescan.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);
@@ -49,7 +50,8 @@ impl Drop for Watcher {
     }
 }
 
-/// The directories to watch: every tool directory that exists, and the configuration's directory.
+/// The directories to watch: every tool directory that exists, the configuration's directory, and
+/// the lock file's when definitions are pinned.
 fn targets(config: &Config) -> BTreeSet<PathBuf> {
     let mut dirs: BTreeSet<PathBuf> = config
         .tool_dirs
@@ -58,6 +60,11 @@ fn targets(config: &Config) -> BTreeSet<PathBuf> {
         .filter(|p| p.is_dir())
         .collect();
     if let Some(dir) = config.source.as_ref().and_then(|s| s.parent()) {
+        dirs.insert(dir.to_path_buf());
+    }
+    if config.pinning_in_use()
+        && let Some(dir) = config.lock_path().parent().filter(|d| d.is_dir())
+    {
         dirs.insert(dir.to_path_buf());
     }
     dirs
@@ -72,7 +79,9 @@ fn relevant(event: &notify::Event, config: &Config) -> bool {
         let in_tool_dir = p
             .parent()
             .is_some_and(|parent| config.tool_dirs.iter().any(|d| d.path == parent));
-        (in_tool_dir && is_plugin_file(p)) || is_config_file(p, config)
+        (in_tool_dir && (is_plugin_file(p) || is_signature_file(p)))
+            || is_config_file(p, config)
+            || (config.pinning_in_use() && *p == config.lock_path())
     })
 }
 
