@@ -309,15 +309,23 @@ impl Host {
     }
 }
 
-/// Test-load one file (child-process probe, then in-process with its config section) and describe it:
-/// its build fingerprint and manifest. What `mcp-host check` prints.
+/// Test-load one file (signature check where its directory requires one, child-process probe, then
+/// in-process with its config section) and describe it: its build fingerprint, manifest and signer.
+/// What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
     let mut config = config.clone();
+    let dir = std::path::absolute(file)
+        .unwrap_or_else(|_| file.to_path_buf())
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    // The file is checked under the signature rule of the tool directory it is in (if any).
+    config.trust.require_signature = config.requires_signature(usize::MAX, &dir);
     config.tool_dirs.clear();
     let host = Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
     let candidate = Candidate {
         dir_index: 0,
-        dir: file.parent().map(PathBuf::from).unwrap_or_default(),
+        dir,
         prefix: String::new(),
         path: file.to_path_buf(),
     };
@@ -328,6 +336,7 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
     let slot = result?;
     Ok(json!({
         "file": file,
+        "signature": slot.signer,
         "build": slot.backend.build(),
         "manifest": slot.backend.manifest(),
     }))

@@ -1,5 +1,8 @@
 //! The subcommands of the `mcp-host` binary, one module each; `main.rs` parses and dispatches.
 
 pub(crate) mod inspect;
+pub(crate) mod keygen;
+pub(crate) mod pin;
 pub(crate) mod secret;
 pub(crate) mod serve;
+pub(crate) mod sign;

@@ -48,8 +48,8 @@ pub fn is_signature_file(path: &Path) -> bool {
         .is_some_and(|plugin| is_plugin_file(Path::new(plugin)))
 }
 
-/// minisign's text form of a key id.
-fn key_id_text(keynum: &[u8]) -> String {
+/// minisign's text form of a key id (16 hex digits).
+pub fn format_key_id(keynum: &[u8]) -> String {
     let mut id = [0u8; 8];
     let n = keynum.len().min(8);
     id[..n].copy_from_slice(&keynum[..n]);
@@ -64,7 +64,11 @@ pub struct Keyring {
 impl std::fmt::Debug for Keyring {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.keys.iter().map(|(n, k)| (n, key_id_text(k.keynum()))))
+            .entries(
+                self.keys
+                    .iter()
+                    .map(|(n, k)| (n, format_key_id(k.keynum()))),
+            )
             .finish()
     }
 }
@@ -97,7 +101,7 @@ impl Keyring {
     pub fn trusts(&self, key_id: &str) -> bool {
         self.keys
             .iter()
-            .any(|(_, k)| key_id_text(k.keynum()) == key_id)
+            .any(|(_, k)| format_key_id(k.keynum()) == key_id)
     }
 
     /// Check `copy` (the private copy of `original`) against `original`'s signature file. `Ok(None)`:
@@ -161,11 +165,11 @@ impl Keyring {
         let signature = minisign::SignatureBox::from_string(&text).map_err(|e| {
             LoadError::Signature(format!("{name} is not a minisign signature: {e}"))
         })?;
-        let key_id = key_id_text(signature.keynum());
+        let key_id = format_key_id(signature.keynum());
         let Some((key_name, key)) = self
             .keys
             .iter()
-            .find(|(_, k)| key_id_text(k.keynum()) == key_id)
+            .find(|(_, k)| format_key_id(k.keynum()) == key_id)
         else {
             return Err(LoadError::Signature(format!(
                 "signed with key ID {key_id}, which is not in trust.keys"

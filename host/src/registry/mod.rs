@@ -1,11 +1,13 @@
 //! The registry: what the loaded plugins serve — tools, resources, resource templates and prompts —
 //! with precedence (the first directory wins, per tool name, resource URI, template and prompt
-//! name; the loser is logged), name rules, compiled input validators and URI templates, and a
-//! status row for everything discovered (for `mcp-host list`).
+//! name; the loser is logged), name rules, compiled input validators and URI templates, pinning
+//! against the lock file ([`pins`]), and a status row for everything discovered (for
+//! `mcp-host list`).
 //!
 //! A registry is immutable once built; the host swaps in a new one when the set changes, so a call
 //! never holds a lock while it runs inside a plugin.
 
+pub mod pins;
 pub mod template;
 
 use std::collections::{BTreeMap, HashMap};
@@ -228,6 +230,9 @@ pub enum Status {
     InvalidSchema(String),
     /// The plugin file failed to load.
     LoadError(String),
+    /// Its definition is not as pinned in the lock file, and its directory's pinning is
+    /// `enforce`: not served until re-pinned.
+    Held(String),
 }
 
 /// A row of `mcp-host list`.
@@ -247,6 +252,9 @@ pub struct Entry {
     pub dir: PathBuf,
     /// The service, for service tools.
     pub service: Option<String>,
+    /// The name (in `trust.keys`) of the key that signed its plugin file, when signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
     /// What became of it.
     #[serde(flatten)]
     pub status: Status,
@@ -312,6 +320,7 @@ impl Registry {
                         file: candidate.path.clone(),
                         dir: candidate.dir.clone(),
                         service: None,
+                        signer: None,
                         status: Status::LoadError(e.to_string()),
                     });
                     continue;
@@ -319,7 +328,140 @@ impl Registry {
             };
             registry.add_plugin(slot, config, &mut winners, log_tools);
         }
+        registry.apply_pins(config);
         registry
+    }
+
+    /// Hold (under `enforce`) or report (under `warn`) every served definition that is not as
+    /// pinned in `config.pins`, per the pinning of the directory its plugin came from. A held
+    /// definition keeps its name: nothing from a later directory is served in its place.
+    fn apply_pins(&mut self, config: &Config) {
+        if !config.pinning_in_use() {
+            return;
+        }
+        let lock = &config.pins;
+        if let Some(problem) = &lock.problem
+            && pins::first_report(problem)
+        {
+            tracing::error!("{problem}: every definition under pinning is new to it");
+        }
+        let mut held = Vec::new();
+        for entry in self
+            .entries
+            .iter_mut()
+            .filter(|e| e.status == Status::Active)
+        {
+            let (section, served) = match entry.kind {
+                Kind::Tool => (
+                    pins::Section::Tools,
+                    self.tools.get(&entry.tool).map(|t| (&t.slot, &t.listing)),
+                ),
+                Kind::Resource => (
+                    pins::Section::Resources,
+                    self.resources
+                        .get(&entry.tool)
+                        .map(|r| (&r.slot, &r.listing)),
+                ),
+                Kind::ResourceTemplate => (
+                    pins::Section::Resources,
+                    self.templates
+                        .get(&entry.tool)
+                        .map(|r| (&r.slot, &r.listing)),
+                ),
+                Kind::Prompt => (
+                    pins::Section::Prompts,
+                    self.prompts.get(&entry.tool).map(|p| (&p.slot, &p.listing)),
+                ),
+            };
+            let Some((slot, listing)) = served else {
+                continue;
+            };
+            let mode = config.pinning(slot.candidate.dir_index, &slot.candidate.dir);
+            if mode == crate::config::PinMode::Off {
+                continue;
+            }
+            let now = crate::config::lock::Pin::new(slot.backend.name(), pins::definition(listing));
+            let pinned = section.of(lock).get(&entry.tool);
+            let Some(difference) =
+                pins::Difference::between(section, &entry.tool, pinned, Some(&now))
+            else {
+                continue;
+            };
+            let what = format!(
+                "{} {} from {}",
+                entry.kind.label(),
+                entry.tool,
+                slot.candidate.path.display()
+            );
+            let summary = difference.summary();
+            if mode == crate::config::PinMode::Enforce {
+                let line = format!(
+                    "{what} is held (pinning: enforce): {summary}; it is not served until \
+                     `mcp-host pin` records it"
+                );
+                if pins::first_report(&line) {
+                    tracing::error!("{line}");
+                }
+                entry.status = Status::Held(summary);
+                held.push((entry.kind, entry.tool.clone()));
+            } else {
+                let line = format!("{what} is served although {summary} (pinning: warn)");
+                if pins::first_report(&line) {
+                    tracing::warn!("{line}");
+                }
+            }
+        }
+        for (kind, name) in held {
+            match kind {
+                Kind::Tool => {
+                    self.tools.remove(&name);
+                }
+                Kind::Resource => {
+                    self.resources.remove(&name);
+                }
+                Kind::ResourceTemplate => {
+                    self.templates.remove(&name);
+                    self.template_order.retain(|t| t.uri != name);
+                }
+                Kind::Prompt => {
+                    self.prompts.remove(&name);
+                }
+            }
+        }
+    }
+
+    /// What is served, as `mcp-host pin` records it in the lock file.
+    pub fn pins(&self) -> crate::config::lock::PinLock {
+        use crate::config::lock::Pin;
+        let mut lock = pins::empty_lock();
+        let pin = |slot: &PluginSlot, listing: &Value| {
+            Pin::new(slot.backend.name(), pins::definition(listing))
+        };
+        for t in self.tools() {
+            pins::insert(
+                &mut lock,
+                pins::Section::Tools,
+                &t.name,
+                pin(&t.slot, &t.listing),
+            );
+        }
+        for r in self.resources().chain(self.templates()) {
+            pins::insert(
+                &mut lock,
+                pins::Section::Resources,
+                &r.uri,
+                pin(&r.slot, &r.listing),
+            );
+        }
+        for p in self.prompts() {
+            pins::insert(
+                &mut lock,
+                pins::Section::Prompts,
+                &p.name,
+                pin(&p.slot, &p.listing),
+            );
+        }
+        lock
     }
 
     fn add_plugin(
@@ -380,6 +522,7 @@ impl Registry {
             file: slot.candidate.path.clone(),
             dir: slot.candidate.dir.clone(),
             service: service.cloned(),
+            signer: slot.signer.as_ref().map(|s| s.key.clone()),
             status: Status::Active,
         }
     }
