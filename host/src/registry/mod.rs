@@ -1,13 +1,14 @@
 //! The registry: what the loaded plugins serve — tools, resources, resource templates and prompts —
 //! with precedence (the first directory wins, per tool name, resource URI, template and prompt
 //! name; the loser is logged), name rules, compiled input validators and URI templates, pinning
-//! against the lock file ([`pins`]), and a status row for everything discovered (for
-//! `mcp-host list`).
+//! against the lock file ([`pins`]), a search index of the tools ([`search`], built on first use),
+//! and a status row for everything discovered (for `mcp-host list`).
 //!
 //! A registry is immutable once built; the host swaps in a new one when the set changes, so a call
 //! never holds a lock while it runs inside a plugin.
 
 pub mod pins;
+pub mod search;
 pub mod template;
 
 use std::collections::{BTreeMap, HashMap};
@@ -273,6 +274,8 @@ pub struct Registry {
     pub entries: Vec<Entry>,
     /// The plugins loaded, in discovery order.
     pub plugins: Vec<Arc<PluginSlot>>,
+    /// The tools' search index, built when first searched.
+    search: std::sync::OnceLock<search::ToolIndex>,
 }
 
 /// Tool names every major client accepts: `^[a-zA-Z0-9_-]{1,64}$`.
@@ -713,6 +716,12 @@ impl Registry {
     /// Served tools in name order (deterministic for `tools/list` and its cursors).
     pub fn tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
         self.tools.values()
+    }
+
+    /// The search index of the served tools (built on first use, then kept with this tool set).
+    pub fn search_index(&self) -> &search::ToolIndex {
+        self.search
+            .get_or_init(|| search::ToolIndex::build(self.tools.values()))
     }
 
     /// How many tools are served.
