@@ -75,11 +75,10 @@ impl PinLock {
             ..PinLock::default()
         };
         let text = match std::fs::metadata(path) {
-            Ok(meta) if meta.len() > MAX_LOCK_BYTES => {
-                return unusable(format!("larger than {MAX_LOCK_BYTES} bytes"));
-            }
-            Ok(_) => match std::fs::read_to_string(path) {
-                Ok(text) => text,
+            Ok(meta) if !meta.is_file() => return unusable("not a regular file".into()),
+            Ok(_) => match read_bounded(path, MAX_LOCK_BYTES) {
+                Ok(Some(text)) => text,
+                Ok(None) => return unusable(format!("larger than {MAX_LOCK_BYTES} bytes")),
                 Err(e) => return unusable(e.to_string()),
             },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -144,6 +143,17 @@ impl PinLock {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The text of the regular file at `path` if it holds at most `max` bytes (`None` if more): read
+/// through a bound, so a file that grows (or a device) cannot make it read without end.
+pub(crate) fn read_bounded(path: &Path, max: u64) -> std::io::Result<Option<String>> {
+    use std::io::Read as _;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(max + 1)
+        .read_to_string(&mut text)?;
+    Ok((text.len() as u64 <= max).then_some(text))
 }
 
 /// JSON with object keys sorted at every level and no insignificant whitespace, so the same value

@@ -615,6 +615,56 @@ mod tests {
     }
 
     #[test]
+    fn trust_rules_apply_per_tool_directory_and_a_bad_key_is_an_error_naming_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let key = "RWRoQRdNYXnVZsdtQ5F58D2Y2XFX7zMNw9qjO3uzqwcBNqO8xwKGUWt6";
+        let base = write(
+            tmp.path(),
+            "mcp-host.yaml",
+            &format!(
+                "tool_dirs:\n  - {{path: a, require_signature: false, pinning: warn}}\n  - b\n\
+                 trust:\n  keys: {{release: \"{key}\"}}\n  require_signature: true\n  pinning: enforce\n"
+            ),
+        );
+        let c = Config::load_with_env(Some(&base), &[]).expect("load");
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        assert!(!c.requires_signature(0, &a) && c.requires_signature(1, &b));
+        assert_eq!(c.pinning(0, &a), PinMode::Warn);
+        assert_eq!(c.pinning(1, &b), PinMode::Enforce);
+        // A file outside the tool directories (`mcp-host check`) follows the global rules.
+        assert!(c.requires_signature(usize::MAX, &tmp.path().join("elsewhere")));
+        assert_eq!(c.lock_path(), tmp.path().join("mcp-host.lock"));
+        assert!(
+            c.pins
+                .problem
+                .as_deref()
+                .is_some_and(|p| p.contains("does not exist"))
+        );
+
+        let bad = write(
+            tmp.path(),
+            "bad.yaml",
+            "trust:\n  keys: {release: not-a-key}\n",
+        );
+        let err = Config::load_with_env(Some(&bad), &[])
+            .expect_err("bad key")
+            .to_string();
+        assert!(
+            err.contains("bad.yaml") && err.contains("trust.keys.release"),
+            "{err}"
+        );
+        let typo = write(
+            tmp.path(),
+            "typo.yaml",
+            "tool_dirs: [{path: a, pining: warn}]\n",
+        );
+        let err = Config::load_with_env(Some(&typo), &[])
+            .expect_err("typo")
+            .to_string();
+        assert!(err.contains("pining"), "{err}");
+    }
+
+    #[test]
     fn wrong_type_is_an_error_naming_key() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let base = write(tmp.path(), "mcp-host.yaml", "probe: sometimes\n");

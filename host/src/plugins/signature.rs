@@ -7,7 +7,6 @@
 //! unsigned file in a directory that requires signatures never runs a static constructor, not even
 //! in the probe's child. Nothing is cached: every load hashes the bytes it loads.
 
-use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
@@ -153,9 +152,15 @@ impl Keyring {
             || sig_path.display().to_string(),
             |n| n.to_string_lossy().into_owned(),
         );
-        let text = match read_bounded(&sig_path) {
-            Ok(text) => text,
+        let text = match std::fs::metadata(&sig_path) {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Ok(meta) if !meta.is_file() => Err(std::io::Error::other("not a regular file")),
+            _ => crate::config::lock::read_bounded(&sig_path, MAX_SIGNATURE_BYTES).and_then(|t| {
+                t.ok_or_else(|| std::io::Error::other("larger than a signature can be"))
+            }),
+        };
+        let text = match text {
+            Ok(text) => text,
             Err(e) => {
                 return Err(LoadError::Signature(format!(
                     "unreadable signature file {name}: {e}"
@@ -189,14 +194,6 @@ impl Keyring {
             comment: signature.trusted_comment().unwrap_or_default(),
         }))
     }
-}
-
-fn read_bounded(path: &Path) -> std::io::Result<String> {
-    let mut text = String::new();
-    std::fs::File::open(path)?
-        .take(MAX_SIGNATURE_BYTES)
-        .read_to_string(&mut text)?;
-    Ok(text)
 }
 
 /// Check every private copy that has one (in order; `Ok(None)` where there is nothing to check or

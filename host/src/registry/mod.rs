@@ -339,52 +339,30 @@ impl Registry {
     /// pinned in `config.pins`, per the pinning of the directory its plugin came from. A held
     /// definition keeps its name: nothing from a later directory is served in its place.
     fn apply_pins(&mut self, config: &Config) {
+        use crate::config::PinMode;
         if !config.pinning_in_use() {
             return;
         }
-        let lock = &config.pins;
-        if let Some(problem) = &lock.problem
+        if let Some(problem) = &config.pins.problem
             && pins::first_report(problem)
         {
             tracing::error!("{problem}: every definition under pinning is new to it");
         }
         let mut held = Vec::new();
-        for entry in self
-            .entries
-            .iter_mut()
-            .filter(|e| e.status == Status::Active)
-        {
-            let (section, served) = match entry.kind {
-                Kind::Tool => (
-                    pins::Section::Tools,
-                    self.tools.get(&entry.tool).map(|t| (&t.slot, &t.listing)),
-                ),
-                Kind::Resource => (
-                    pins::Section::Resources,
-                    self.resources
-                        .get(&entry.tool)
-                        .map(|r| (&r.slot, &r.listing)),
-                ),
-                Kind::ResourceTemplate => (
-                    pins::Section::Resources,
-                    self.templates
-                        .get(&entry.tool)
-                        .map(|r| (&r.slot, &r.listing)),
-                ),
-                Kind::Prompt => (
-                    pins::Section::Prompts,
-                    self.prompts.get(&entry.tool).map(|p| (&p.slot, &p.listing)),
-                ),
-            };
-            let Some((slot, listing)) = served else {
+        for i in 0..self.entries.len() {
+            let entry = &self.entries[i];
+            if entry.status != Status::Active {
+                continue;
+            }
+            let Some((section, slot, listing)) = self.served(entry.kind, &entry.tool) else {
                 continue;
             };
             let mode = config.pinning(slot.candidate.dir_index, &slot.candidate.dir);
-            if mode == crate::config::PinMode::Off {
+            if mode == PinMode::Off {
                 continue;
             }
             let now = crate::config::lock::Pin::new(slot.backend.name(), pins::definition(listing));
-            let pinned = section.of(lock).get(&entry.tool);
+            let pinned = section.of(&config.pins).get(&entry.tool);
             let Some(difference) =
                 pins::Difference::between(section, &entry.tool, pinned, Some(&now))
             else {
@@ -397,38 +375,66 @@ impl Registry {
                 slot.candidate.path.display()
             );
             let summary = difference.summary();
-            if mode == crate::config::PinMode::Enforce {
-                let line = format!(
-                    "{what} is held (pinning: enforce): {summary}; it is not served until \
-                     `mcp-host pin` records it"
-                );
-                if pins::first_report(&line) {
-                    tracing::error!("{line}");
-                }
-                entry.status = Status::Held(summary);
-                held.push((entry.kind, entry.tool.clone()));
-            } else {
+            if mode == PinMode::Warn {
                 let line = format!("{what} is served although {summary} (pinning: warn)");
                 if pins::first_report(&line) {
                     tracing::warn!("{line}");
                 }
+                continue;
             }
+            let line = format!(
+                "{what} is held (pinning: enforce): {summary}; it is not served until \
+                 `mcp-host pin` records it"
+            );
+            if pins::first_report(&line) {
+                tracing::error!("{line}");
+            }
+            held.push((entry.kind, entry.tool.clone()));
+            self.entries[i].status = Status::Held(summary);
         }
         for (kind, name) in held {
-            match kind {
-                Kind::Tool => {
-                    self.tools.remove(&name);
-                }
-                Kind::Resource => {
-                    self.resources.remove(&name);
-                }
-                Kind::ResourceTemplate => {
-                    self.templates.remove(&name);
-                    self.template_order.retain(|t| t.uri != name);
-                }
-                Kind::Prompt => {
-                    self.prompts.remove(&name);
-                }
+            self.unserve(kind, &name);
+        }
+    }
+
+    /// The served `kind` called `name`: its part of the lock, plugin and list entry.
+    fn served(&self, kind: Kind, name: &str) -> Option<(pins::Section, &Arc<PluginSlot>, &Value)> {
+        use pins::Section;
+        match kind {
+            Kind::Tool => self
+                .tools
+                .get(name)
+                .map(|t| (Section::Tools, &t.slot, &t.listing)),
+            Kind::Resource => self
+                .resources
+                .get(name)
+                .map(|r| (Section::Resources, &r.slot, &r.listing)),
+            Kind::ResourceTemplate => self
+                .templates
+                .get(name)
+                .map(|r| (Section::Resources, &r.slot, &r.listing)),
+            Kind::Prompt => self
+                .prompts
+                .get(name)
+                .map(|p| (Section::Prompts, &p.slot, &p.listing)),
+        }
+    }
+
+    /// Stop serving the `kind` called `name`.
+    fn unserve(&mut self, kind: Kind, name: &str) {
+        match kind {
+            Kind::Tool => {
+                self.tools.remove(name);
+            }
+            Kind::Resource => {
+                self.resources.remove(name);
+            }
+            Kind::ResourceTemplate => {
+                self.templates.remove(name);
+                self.template_order.retain(|t| t.uri != name);
+            }
+            Kind::Prompt => {
+                self.prompts.remove(name);
             }
         }
     }
