@@ -142,6 +142,19 @@ fn has(tools: &[String], name: &str) -> bool {
     tools.iter().any(|t| t == name)
 }
 
+/// Sign a copy of `src` with `key` in a staging directory, then deploy it into `d` as `name`:
+/// the signature first, then the plugin (renamed into place). The deployed file.
+fn deploy_signed(l: &Layout, src: &Path, key: &Path, name: &str) -> PathBuf {
+    let staged = l.dir("staging").join(name);
+    std::fs::copy(src, &staged).unwrap();
+    sign(key, &staged);
+    let live = l.dir("d").join(name);
+    let sig = |p: &Path| p.with_file_name(format!("{name}.minisig"));
+    std::fs::copy(sig(&staged), sig(&live)).unwrap();
+    replace_atomically(&staged, &live);
+    live
+}
+
 /// The catalog plugin installed in `dir` under the name `file`.
 fn catalog(l: &Layout, dir: &str, file: &str) -> PathBuf {
     l.install(dir, "fixture-catalog", Some(file))
@@ -275,32 +288,14 @@ fn on_hot_reload_unsigned_tampered_and_wrong_key_plugins_are_refused_and_a_signe
     );
 
     // Signed with a key the host does not trust: refused too.
-    let wrong = l.root.path().join("d").join("libwrong.so");
-    let staged = staging.join("libwrong.so");
-    std::fs::copy(&src, &staged).unwrap();
-    sign(&other, &staged);
-    std::fs::copy(
-        staged.with_file_name("libwrong.so.minisig"),
-        wrong.with_file_name("libwrong.so.minisig"),
-    )
-    .unwrap();
-    replace_atomically(&staged, &wrong);
+    let wrong = deploy_signed(&l, &src, &other, "libwrong.so");
     assert!(c.logged(&format!(
         "Error loading plugin {}: refused, signature check failed: signed with key ID",
         wrong.display()
     )));
 
-    // A good signed plugin dropped in is served: signature first, then the file.
-    let fresh = l.root.path().join("d").join("libfresh.so");
-    let staged = staging.join("libfresh.so");
-    std::fs::copy(&edited, &staged).unwrap();
-    sign(&release, &staged);
-    std::fs::copy(
-        staged.with_file_name("libfresh.so.minisig"),
-        fresh.with_file_name("libfresh.so.minisig"),
-    )
-    .unwrap();
-    replace_atomically(&staged, &fresh);
+    // A good signed plugin dropped in is served.
+    let fresh = deploy_signed(&l, &edited, &release, "libfresh.so");
     assert!(c.logged(&format!("Reloaded plugin {}", fresh.display())));
     let log = c.s.stderr();
     assert!(
