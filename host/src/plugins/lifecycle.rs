@@ -129,6 +129,9 @@ fn check_parent(parent: &Path, ours: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A file that failed to load: its stamp and trust stamp then, and the error.
+type Failure = (Option<FileStamp>, String, LoadError);
+
 /// A load result per candidate, in discovery order.
 pub(crate) type Loaded = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
 
@@ -140,7 +143,7 @@ pub(crate) struct Loader {
     probe_cache: Option<Mutex<ProbeCache>>,
     /// Files that failed to load, with their stamp and trust stamp then: unchanged, they are not
     /// retried (nor re-logged) on every rescan.
-    failed: Mutex<HashMap<PathBuf, (Option<FileStamp>, String, LoadError)>>,
+    failed: Mutex<HashMap<PathBuf, Failure>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
     images: AtomicUsize,
 }
