@@ -1,5 +1,6 @@
-//! Benchmark: discovery + child-process probe + load of 100 plugins, and the cost of one trivial
-//! call through the plugin ABI against the same work done by a direct Rust call.
+//! Benchmark: discovery + child-process probe + load of 100 plugins (also with every signature
+//! checked, as under `require_signature`), and the cost of one trivial call through the plugin ABI
+//! against the same work done by a direct Rust call.
 //!
 //! Run: `cargo bench -p mcp-host --bench plugins` (builds the release host and a release plugin first).
 //! Prints a Markdown table; the README quotes it.
@@ -35,9 +36,22 @@ fn main() {
     let (exe, plugin) = build_release();
     let size = std::fs::metadata(&plugin).unwrap().len();
     let dir = tempfile::tempdir().unwrap();
+    // Every copy signed, as `mcp-host sign` does; the signatures count only when required.
+    let pair = minisign::KeyPair::generate_unencrypted_keypair().unwrap();
     for i in 0..PLUGINS {
-        std::fs::copy(&plugin, dir.path().join(format!("libp{i:03}.so"))).unwrap();
+        let copy = dir.path().join(format!("libp{i:03}.so"));
+        std::fs::copy(&plugin, &copy).unwrap();
+        let sig = minisign::sign(
+            Some(&pair.pk),
+            &pair.sk,
+            std::fs::File::open(&copy).unwrap(),
+            None,
+            None,
+        )
+        .unwrap();
+        std::fs::write(copy.with_extension("so.minisig"), sig.into_string()).unwrap();
     }
+    let public = pair.pk.to_base64();
     let config_file = dir.path().join("mcp-host.yaml");
     std::fs::write(
         &config_file,
@@ -49,14 +63,22 @@ fn main() {
     // 1. Discover + probe (child processes, in batches) + load 100 plugins, each run in a fresh
     //    process as at start-up (images are never unloaded, so repeating in one process would
     //    measure a growing link map). The host logs its own load time; wall time adds process start.
-    let run = |probe: bool| -> (Duration, Duration) {
+    let run_with = |probe: bool, signed: bool| -> (Duration, Duration) {
         let t = Instant::now();
-        let out = Command::new(&exe)
-            .args(["--config", config_file.to_str().unwrap(), "list", "--json"])
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--config", config_file.to_str().unwrap(), "list", "--json"])
             .env("RUST_LOG", "info")
-            .env("MCP_HOST_PROBE", probe.to_string())
-            .output()
-            .unwrap();
+            .env("MCP_HOST_PROBE", probe.to_string());
+        if signed {
+            cmd.env("MCP_HOST_TRUST__REQUIRE_SIGNATURE", "true")
+                .env("MCP_HOST_TRUST__KEYS__BENCH", &public);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("Error loading plugin"),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let wall = t.elapsed();
         let log = String::from_utf8_lossy(&out.stderr);
         let ms: u64 = log
@@ -67,13 +89,15 @@ fn main() {
             .unwrap_or_else(|| panic!("no load time in log: {log}"));
         (Duration::from_millis(ms), wall)
     };
-    let (mut with_probe, mut with_probe_wall, mut without_probe) =
-        (Vec::new(), Vec::new(), Vec::new());
+    let run = |probe: bool| run_with(probe, false);
+    let (mut with_probe, mut with_probe_wall, mut without_probe, mut signed) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..7 {
         let (load, wall) = run(true);
         with_probe.push(load);
         with_probe_wall.push(wall);
         without_probe.push(run(false).0);
+        signed.push(run_with(true, true).0);
     }
 
     // 2. One trivial call through the ABI vs the same work as a direct call.
@@ -163,6 +187,10 @@ fn main() {
     println!(
         "| discover + load {PLUGINS} plugins, probe off | {:.0} ms |",
         median(without_probe).as_secs_f64() * 1e3
+    );
+    println!(
+        "| discover + check {PLUGINS} signatures + probe + load (`require_signature`) | {:.0} ms |",
+        median(signed).as_secs_f64() * 1e3
     );
     println!(
         "| echo through the ABI (`call_raw`) | {} ns |",

@@ -394,17 +394,23 @@ impl Host {
     }
 }
 
-/// Test-load one file (child-process probe, then in-process with its config section) and describe it:
-/// its build fingerprint and manifest. What `mcp-host check` prints.
+/// Test-load one file (signature check where its directory requires one, child-process probe, then
+/// in-process with its config section) and describe it: its build fingerprint, manifest and signer.
+/// What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
     let mut config = config.clone();
-    // A file in a tool directory gets that directory's prefix and isolation.
-    let dir = file.parent().map(PathBuf::from).unwrap_or_default();
+    let dir = std::path::absolute(file)
+        .unwrap_or_else(|_| file.to_path_buf())
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    // A file in a tool directory gets that directory's prefix, isolation and signature rule.
     let listed = config
         .tool_dirs
         .iter()
         .find(|d| d.path == dir || std::fs::canonicalize(&d.path).ok() == dir.canonicalize().ok())
         .cloned();
+    config.trust.require_signature = config.requires_signature(usize::MAX, &dir);
     config.tool_dirs.clear();
     let host = Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
     let candidate = Candidate {
@@ -430,6 +436,7 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
     }
     Ok(json!({
         "file": file,
+        "signature": slot.signer,
         "build": slot.backend.build(),
         "manifest": slot.backend.manifest(),
         "run": run,

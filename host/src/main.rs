@@ -128,6 +128,43 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         sdk: Option<PathBuf>,
     },
+    /// Make a key pair for signing plugins: OUT.key (secret) and OUT.pub, and print the
+    /// `trust.keys` line.
+    Keygen {
+        /// Path of the key pair, without extension.
+        #[arg(long)]
+        out: PathBuf,
+        /// The key's name in `trust.keys` (default: the file name of OUT).
+        #[arg(long)]
+        name: Option<String>,
+        /// Protect the secret key with the password in this environment variable.
+        #[arg(long, conflicts_with = "no_password")]
+        password_env: Option<String>,
+        /// Store the secret key without a password (e.g. for a CI secret store).
+        #[arg(long)]
+        no_password: bool,
+        /// Replace existing key files.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Sign plugin files: write FILE.minisig beside each.
+    Sign {
+        /// The secret key (from `mcp-host keygen`, or minisign's).
+        #[arg(long)]
+        key: PathBuf,
+        /// The secret key's password is in this environment variable.
+        #[arg(long)]
+        password_env: Option<String>,
+        /// Plugin files to sign.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
+    /// Record every served tool, resource and prompt definition in the lock file.
+    Pin {
+        /// Show what differs from the lock file (old and new text) instead; exit 1 if anything does.
+        #[arg(long)]
+        diff: bool,
+    },
     /// (internal) Probe plugin files in this process; used by the host before loading.
     #[command(hide = true)]
     Probe {
@@ -244,6 +281,30 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(config_path)?;
             init_logging("warn", config.log_format);
             cli::inspect::check(&config, &file, permissions, &mut protected_stdout())
+        }
+        Command::Keygen {
+            out,
+            name,
+            password_env,
+            no_password,
+            force,
+        } => {
+            let password = cli::keygen::Password::from_args(password_env.as_deref(), no_password)?;
+            cli::keygen::keygen(&out, name.as_deref(), password, force)
+        }
+        Command::Sign {
+            key,
+            password_env,
+            files,
+        } => {
+            let password = cli::keygen::Password::from_args(password_env.as_deref(), false)
+                .unwrap_or(cli::keygen::Password::None);
+            cli::sign::sign(&key, password, &files)
+        }
+        Command::Pin { diff } => {
+            let config = Config::load(config_path)?;
+            init_logging("warn", config.log_format);
+            cli::pin::pin(config, diff, &mut protected_stdout())
         }
         Command::Call { tool, args, user } => {
             let config = Config::load(config_path)?;

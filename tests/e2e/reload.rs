@@ -18,7 +18,7 @@ use mcp_host_tests::serve::{
     HttpConn, HttpServer, LEGACY, StdioServer, WAIT, header_refs, modern_headers, request,
     sse_events, with_meta,
 };
-use mcp_host_tests::{Layout, artifacts, open_gate};
+use mcp_host_tests::{Layout, artifacts, open_gate, replace_atomically};
 use serde_json::{Value, json};
 
 /// How often a wait looks again.
@@ -43,17 +43,6 @@ fn poll<T>(timeout: Duration, mut probe: impl FnMut() -> Option<T>) -> Option<(T
         }
         std::thread::sleep(POLL);
     }
-}
-
-/// Replace `dest` with a copy of `src` the way a build or deploy script should: write a temporary
-/// file in the same directory (a name discovery ignores), then rename it over `dest`.
-fn replace_atomically(src: &Path, dest: &Path) {
-    let tmp = dest.with_file_name(format!(
-        ".{}.tmp",
-        dest.file_name().unwrap().to_string_lossy()
-    ));
-    std::fs::copy(src, &tmp).unwrap();
-    std::fs::rename(&tmp, dest).unwrap();
 }
 
 /// The config section that makes fixture-basic's `Lifecycle` service write `marker` when the host
@@ -192,7 +181,7 @@ impl Client {
     /// Whether the log shows `needle` within [`WAIT`] (stderr is read on its own thread, so a line
     /// may trail the answers that follow it).
     fn logged(&self, needle: &str) -> bool {
-        poll(WAIT, || self.log().contains(needle).then_some(())).is_some()
+        self.s.logged(needle)
     }
 }
 

@@ -128,8 +128,8 @@ fn an_isolated_plugin_runs_in_its_own_process_with_progress_logs_nested_calls_an
     let agent = Agent::new(
         "no-echo",
         &AgentSettings {
-            allow: vec![],
             deny: vec!["echo".into()],
+            ..AgentSettings::default()
         },
     )
     .unwrap();

@@ -492,6 +492,7 @@ const TOP_KEYS: &[&str] = &[
     "list_page_size",
     "cache_ttl_ms",
     "instructions",
+    "trust",
 ];
 
 const SUB_KEYS: &[&str] = &[
@@ -521,6 +522,11 @@ const SUB_KEYS: &[&str] = &[
     "services",
     "tools",
     "timeout_secs",
+    "keys",
+    "require_signature",
+    "pinning",
+    "lock_file",
+    "always_list",
 ];
 
 /// A configuration document: the real keys (so checks deep inside run) with any values, as JSON
@@ -548,6 +554,10 @@ fn config_text() -> impl Strategy<Value = String> {
             Just("<<: *nothing\n".to_owned()),
             Just("limits: !!binary aGVsbG8=\n".to_owned()),
             Just("tool_dirs:\n  - {path: d, prefix: p_}\n  - e\n".to_owned()),
+            Just(
+                "tool_dirs:\n  - {path: d, pinning: enforce, require_signature: yes}\n".to_owned()
+            ),
+            Just("trust: {pinning: warn, lock_file: /dev/zero}\n".to_owned()),
             Just("http:\n  max_sessions: -1\n".to_owned()),
             Just("listen: '[::1]:99999'\n".to_owned()),
             "[a-z_]{1,12}: [^\n]{0,20}\n",

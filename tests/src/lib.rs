@@ -21,6 +21,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-conformance",
     "fixture-exports",
     "fixture-crash",
+    "fixture-catalog",
     "mcp-time",
     "mcp-text",
     "mcp-series",
@@ -260,6 +261,40 @@ pub fn wait_for_file(path: &Path) {
         );
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+/// Replace `dest` with a copy of `src` the way a build or deploy script should: write a temporary
+/// file in the same directory (a name discovery ignores), then rename it over `dest`.
+pub fn replace_atomically(src: &Path, dest: &Path) {
+    let tmp = dest.with_file_name(format!(
+        ".{}.tmp",
+        dest.file_name().unwrap().to_string_lossy()
+    ));
+    std::fs::copy(src, &tmp).unwrap();
+    std::fs::rename(&tmp, dest).unwrap();
+}
+
+/// Rewrite the one occurrence of `from` in `file` with `to` (the same length), in place: a plugin
+/// changed after it was built, signed or pinned.
+pub fn patch_bytes(file: &Path, from: &[u8], to: &[u8]) {
+    assert_eq!(from.len(), to.len(), "a patch keeps the file's layout");
+    let mut bytes = std::fs::read(file).unwrap();
+    let found: Vec<usize> = bytes
+        .windows(from.len())
+        .enumerate()
+        .filter(|(_, w)| *w == from)
+        .map(|(i, _)| i)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "{:?} occurs {} times in {}",
+        String::from_utf8_lossy(from),
+        found.len(),
+        file.display()
+    );
+    bytes[found[0]..found[0] + to.len()].copy_from_slice(to);
+    std::fs::write(file, bytes).unwrap();
 }
 
 /// The row for `tool` from `file` (file name match) in `list --json` output.

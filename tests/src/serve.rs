@@ -228,6 +228,21 @@ impl StdioServer {
         self.child.id()
     }
 
+    /// Whether the log shows `needle` within [`WAIT`] (stderr is read on its own thread, so a line
+    /// may trail the answers that follow it); the wait ends as soon as it does.
+    pub fn logged(&self, needle: &str) -> bool {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Whether the server process is still running.
     pub fn is_running(&mut self) -> bool {
         self.child.0.try_wait().unwrap().is_none()

@@ -1,4 +1,6 @@
-//! Agents: named views of the tools, each with `allow` and `deny` lists of tool-name globs.
+//! Agents: named views of the tools, each with `allow` and `deny` lists of tool-name globs, and how
+//! `tools/list` shows them (`tools: all`, or `search`: a search tool and a call tool, plus the
+//! `always_list` globs).
 //!
 //! Deny always wins; an agent with no `allow` list sees everything not denied. A tool an agent cannot
 //! see is not callable through it either: calling it is the same "unknown tool" as a tool that does
@@ -9,7 +11,7 @@ use std::sync::Arc;
 
 use globset::{Glob, GlobSet, GlobSetBuilder};
 
-use crate::config::AgentSettings;
+use crate::config::{AgentSettings, ToolsMode};
 
 /// A glob in an agent's lists is not valid.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +32,10 @@ pub struct Agent {
     pub name: String,
     allow: Option<GlobSet>,
     deny: GlobSet,
+    /// How `tools/list` shows the agent its tools.
+    pub tools: ToolsMode,
+    /// In search mode, the tools listed all the same.
+    always_list: GlobSet,
 }
 
 impl Agent {
@@ -41,12 +47,24 @@ impl Agent {
     /// let a = Agent::new("research", &AgentSettings {
     ///     allow: vec!["time_*".into(), "json_*".into()],
     ///     deny: vec!["json_format".into()],
+    ///     ..AgentSettings::default()
     /// }).unwrap();
     /// assert!(a.permits("time_now") && a.permits("json_query"));
     /// assert!(!a.permits("json_format") && !a.permits("hash_text"));
     /// ```
     pub fn permits(&self, tool: &str) -> bool {
         !self.deny.is_match(tool) && self.allow.as_ref().is_none_or(|a| a.is_match(tool))
+    }
+
+    /// Whether `tools/list` shows this agent a search tool and a call tool instead of every tool.
+    pub fn searches(&self) -> bool {
+        self.tools == ToolsMode::Search
+    }
+
+    /// Whether `tool` is listed in search mode besides the search and call tools (it must also be
+    /// permitted).
+    pub fn always_lists(&self, tool: &str) -> bool {
+        self.always_list.is_match(tool) && self.permits(tool)
     }
 
     /// Build an agent from its settings.
@@ -74,6 +92,8 @@ impl Agent {
                 Some(build(&settings.allow)?)
             },
             deny: build(&settings.deny)?,
+            tools: settings.tools,
+            always_list: build(&settings.always_list)?,
         })
     }
 }

@@ -1,6 +1,6 @@
 //! What plugin authors and operators run to look at the host without serving: `list` (every
-//! discovered tool, prompt and resource, and its status), `check` (one file's manifest, or the exact load error) and
-//! `call` (one tool, in-process).
+//! discovered tool, prompt and resource, its status, isolation and signer), `check` (one file's signer and
+//! manifest, or the exact load error) and `call` (one tool, in-process).
 
 use std::process::ExitCode;
 
@@ -30,7 +30,7 @@ pub(crate) fn print_list(
         writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
         return Ok(());
     }
-    let rows: Vec<[String; 6]> = entries
+    let rows: Vec<[String; 7]> = entries
         .iter()
         .map(|e| {
             let status = match &e.status {
@@ -41,6 +41,7 @@ pub(crate) fn print_list(
                 Status::InvalidSchema(why) => format!("invalid schema ({why})"),
                 Status::LoadError(why) => format!("load error: {why}"),
                 Status::Quarantined(why) => format!("quarantined ({why})"),
+                Status::Held(why) => format!("held by pinning ({why})"),
             };
             let name = match e.kind {
                 Kind::Tool => e.tool.clone(),
@@ -54,11 +55,21 @@ pub(crate) fn print_list(
                 e.service.clone().unwrap_or_else(|| "-".into()),
                 e.plugin.clone().unwrap_or_else(|| "-".into()),
                 isolation(e),
+                e.signer.clone().unwrap_or_else(|| "-".into()),
                 e.file.display().to_string(),
             ]
         })
         .collect();
-    let header = ["NAME", "STATUS", "SERVICE", "PLUGIN", "ISOLATION", "FILE"].map(str::to_owned);
+    let header = [
+        "NAME",
+        "STATUS",
+        "SERVICE",
+        "PLUGIN",
+        "ISOLATION",
+        "SIGNER",
+        "FILE",
+    ]
+    .map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
     for row in &rows {
         for (w, cell) in widths.iter_mut().zip(row) {

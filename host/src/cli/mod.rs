@@ -2,6 +2,9 @@
 
 pub(crate) mod config;
 pub(crate) mod inspect;
+pub(crate) mod keygen;
 pub(crate) mod new;
+pub(crate) mod pin;
 pub(crate) mod secret;
 pub(crate) mod serve;
+pub(crate) mod sign;

@@ -11,7 +11,8 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Isolation,
-    Limits, LogFormat, PluginSettings, RequestStateSettings, ToolDir, TraceSettings,
+    Limits, LogFormat, PinMode, PluginSettings, RequestStateSettings, ToolDir, TraceSettings,
+    TrustSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -43,17 +44,20 @@ struct Layer {
     metrics_listen: Option<SocketAddr>,
     metrics_token: Option<String>,
     traces: Option<Value>,
+    trust: Option<Value>,
 }
 
-/// One `tool_dirs` entry: a path, or `{path, prefix}` whose keys are checked like every other
-/// key (an untagged enum would let `{path: x, prefx: y}` through as a plain path).
+/// One `tool_dirs` entry: a path, or `{path, prefix, require_signature, pinning}` whose keys are
+/// checked like every other key (an untagged enum would let `{path: x, prefx: y}` through as a
+/// plain path).
 #[derive(Debug)]
 enum ToolDirEntry {
     Path(PathBuf),
     Detailed(DetailedToolDir),
 }
 
-/// `{path, prefix?, files?, isolation?}`; any other key is refused, naming it.
+/// `{path, prefix?, files?, isolation?, require_signature?, pinning?}`; any other key is refused,
+/// naming it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DetailedToolDir {
@@ -64,6 +68,10 @@ struct DetailedToolDir {
     files: Vec<String>,
     #[serde(default)]
     isolation: Option<Isolation>,
+    #[serde(default)]
+    require_signature: Option<bool>,
+    #[serde(default)]
+    pinning: Option<PinMode>,
 }
 
 impl<'de> Deserialize<'de> for ToolDirEntry {
@@ -75,7 +83,8 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
                 .map(ToolDirEntry::Detailed)
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
-                "expected a path or {{path, prefix, files, isolation}}, got {other}"
+                "expected a path or {{path, prefix, files, isolation, require_signature, pinning}}, \
+                 got {other}"
             ))),
         }
     }
@@ -134,6 +143,9 @@ impl Config {
         }
         finish(&mut config, merged)?;
         apply_agent_vars(&mut config, vars);
+        if config.pinning_in_use() {
+            config.pins = std::sync::Arc::new(super::lock::PinLock::read(&config.lock_path()));
+        }
         Ok(config)
     }
 }
@@ -415,6 +427,7 @@ fn apply_value(
             "request_state",
             "agents",
             "traces",
+            "trust",
         ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
@@ -446,6 +459,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
     }
+    if let Some(v) = &layer.trust {
+        check_trust(&section::<TrustSettings>(v, origin, "trust")?, origin)?;
+    }
     for (name, v) in layer.plugins.iter().flatten() {
         section::<PluginSettings>(v, origin, &format!("plugins.{name}"))?;
     }
@@ -467,6 +483,8 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
                     prefix: d.prefix,
                     files: d.files,
                     isolation: d.isolation,
+                    require_signature: d.require_signature,
+                    pinning: d.pinning,
                 },
             })
             .collect();
@@ -572,6 +590,10 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     if let Some(v) = present("traces") {
         config.traces = section(v, &origin, "traces")?;
     }
+    if let Some(v) = present("trust") {
+        config.trust = section(v, &origin, "trust")?;
+        check_trust(&config.trust, &origin)?;
+    }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
             let settings = section(v, &origin, &format!("agents.{name}"))?;
@@ -591,6 +613,24 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
                 *dir = absolute(&base, dir);
             }
             config.plugins.insert(name.clone(), settings);
+        }
+    }
+    Ok(())
+}
+
+/// Every key of `trust.keys` must be a minisign public key (checked here, so a typo stops start-up
+/// naming the key instead of refusing every plugin later).
+fn check_trust(trust: &TrustSettings, origin: &Origin) -> Result<(), ConfigError> {
+    for (name, key) in &trust.keys {
+        if let Err(e) = minisign::PublicKey::from_base64(key.trim()) {
+            return Err(ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: format!("trust.keys.{name}"),
+                message: format!(
+                    "not a minisign public key (the base64 line of the .pub file \
+                     `mcp-host keygen` writes): {e}"
+                ),
+            });
         }
     }
     Ok(())

@@ -9,12 +9,14 @@
 
 mod isolation;
 mod layers;
+pub mod lock;
 
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -63,8 +65,8 @@ pub enum ConfigError {
     },
 }
 
-/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix, a selection of files and
-/// an isolation.
+/// One entry of `tool_dirs`: a path, optionally with a tool-name prefix, a selection of files, an
+/// isolation and its own trust rules.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ToolDir {
     /// The directory (absolute after loading).
@@ -79,6 +81,45 @@ pub struct ToolDir {
     /// How its plugins run, unless a plugin's own `isolation` says otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Isolation>,
+    /// Whether its plugins must carry a valid signature by a key of `trust.keys` (`None`: the
+    /// global `trust.require_signature`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub require_signature: Option<bool>,
+    /// How the definitions its plugins serve are checked against the lock file (`None`: the global
+    /// `trust.pinning`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pinning: Option<PinMode>,
+}
+
+/// How served definitions (tools, resources, prompts) are checked against the lock file that
+/// `mcp-host pin` writes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PinMode {
+    /// Not checked.
+    #[default]
+    Off,
+    /// A definition that differs from the lock, or is not in it, is served and logged.
+    Warn,
+    /// A definition that differs from the lock, or is not in it, is not served until re-pinned.
+    Enforce,
+}
+
+/// What the host trusts: signing keys, and whether plugins must be signed and their definitions
+/// pinned (defaults for every tool directory; an entry of `tool_dirs` may set its own).
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrustSettings {
+    /// Public keys plugins may be signed with, by name (the name is what `list` and `check` show
+    /// as the signer): minisign public keys, the base64 line of the `.pub` file `mcp-host keygen`
+    /// writes.
+    pub keys: BTreeMap<String, String>,
+    /// Plugins must carry a valid detached signature (`<file>.minisig`) by one of `keys`.
+    pub require_signature: bool,
+    /// How served definitions are checked against the lock file.
+    pub pinning: PinMode,
+    /// The lock file (relative to the configuration file; default `mcp-host.lock` beside it).
+    pub lock_file: Option<PathBuf>,
 }
 
 impl ToolDir {
@@ -363,6 +404,23 @@ pub struct AgentSettings {
     pub allow: Vec<String>,
     /// Tool-name globs it may not see (deny wins).
     pub deny: Vec<String>,
+    /// How `tools/list` shows the agent its tools: all of them, or a search tool and a call tool.
+    pub tools: ToolsMode,
+    /// With `tools: search`: globs of tools listed all the same (besides the search and call tools).
+    pub always_list: Vec<String>,
+}
+
+/// How an agent's `tools/list` shows its tools.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ToolsMode {
+    /// Every tool the agent may see.
+    #[default]
+    All,
+    /// A small fixed set: a search tool (query → the best-matching tools with their schemas), a call
+    /// tool (name + arguments), and the agent's `always_list` tools. Every visible tool stays
+    /// callable directly.
+    Search,
 }
 
 /// Per-service or per-tool overrides.
@@ -456,6 +514,12 @@ pub struct Config {
     pub metrics_token: Option<String>,
     /// OpenTelemetry traces.
     pub traces: TraceSettings,
+    /// Signing keys, signature requirements and pinning.
+    pub trust: TrustSettings,
+    /// The lock file's pinned definitions (read with the configuration when pinning is on in any
+    /// tool directory; empty otherwise).
+    #[serde(skip)]
+    pub pins: Arc<lock::PinLock>,
     /// The directory relative paths in the configuration resolve against.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -497,6 +561,8 @@ impl Default for Config {
             metrics_listen: None,
             metrics_token: None,
             traces: TraceSettings::default(),
+            trust: TrustSettings::default(),
+            pins: Arc::default(),
             base_dir: PathBuf::from("."),
         }
     }
@@ -606,6 +672,48 @@ impl Config {
             .and_then(|p| p.data_dir.clone())
             .unwrap_or_else(|| self.data_dir.join(name))
     }
+
+    /// The `tool_dirs` entry a plugin was found in: by its position, checked against its path
+    /// (`None` for a file outside the tool directories, e.g. `mcp-host check` of any file).
+    pub fn tool_dir(&self, index: usize, path: &std::path::Path) -> Option<&ToolDir> {
+        self.tool_dirs
+            .get(index)
+            .filter(|d| d.path == path)
+            .or_else(|| self.tool_dirs.iter().find(|d| d.path == path))
+    }
+
+    /// Whether plugins in tool directory number `index` (at `path`) must be signed.
+    pub fn requires_signature(&self, index: usize, path: &std::path::Path) -> bool {
+        self.tool_dir(index, path)
+            .and_then(|d| d.require_signature)
+            .unwrap_or(self.trust.require_signature)
+    }
+
+    /// How definitions served from tool directory number `index` (at `path`) are pinned.
+    pub fn pinning(&self, index: usize, path: &std::path::Path) -> PinMode {
+        self.tool_dir(index, path)
+            .and_then(|d| d.pinning)
+            .unwrap_or(self.trust.pinning)
+    }
+
+    /// Whether any tool directory checks definitions against the lock file.
+    pub fn pinning_in_use(&self) -> bool {
+        self.trust.pinning != PinMode::Off
+            || self
+                .tool_dirs
+                .iter()
+                .any(|d| d.pinning.is_some_and(|m| m != PinMode::Off))
+    }
+
+    /// The lock file `mcp-host pin` writes and pinning reads.
+    pub fn lock_path(&self) -> PathBuf {
+        self.base_dir.join(
+            self.trust
+                .lock_file
+                .as_deref()
+                .unwrap_or(std::path::Path::new(lock::DEFAULT_LOCK_FILE)),
+        )
+    }
 }
 
 #[cfg(test)]
@@ -684,6 +792,56 @@ mod tests {
         );
         let c = Config::load_with_env(Some(&ok), &[]).expect("load");
         assert_eq!(c.tool_dirs[1].prefix, "p_");
+    }
+
+    #[test]
+    fn trust_rules_apply_per_tool_directory_and_a_bad_key_is_an_error_naming_it() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let key = "RWRoQRdNYXnVZsdtQ5F58D2Y2XFX7zMNw9qjO3uzqwcBNqO8xwKGUWt6";
+        let base = write(
+            tmp.path(),
+            "mcp-host.yaml",
+            &format!(
+                "tool_dirs:\n  - {{path: a, require_signature: false, pinning: warn}}\n  - b\n\
+                 trust:\n  keys: {{release: \"{key}\"}}\n  require_signature: true\n  pinning: enforce\n"
+            ),
+        );
+        let c = Config::load_with_env(Some(&base), &[]).expect("load");
+        let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+        assert!(!c.requires_signature(0, &a) && c.requires_signature(1, &b));
+        assert_eq!(c.pinning(0, &a), PinMode::Warn);
+        assert_eq!(c.pinning(1, &b), PinMode::Enforce);
+        // A file outside the tool directories (`mcp-host check`) follows the global rules.
+        assert!(c.requires_signature(usize::MAX, &tmp.path().join("elsewhere")));
+        assert_eq!(c.lock_path(), tmp.path().join("mcp-host.lock"));
+        assert!(
+            c.pins
+                .problem
+                .as_deref()
+                .is_some_and(|p| p.contains("does not exist"))
+        );
+
+        let bad = write(
+            tmp.path(),
+            "bad.yaml",
+            "trust:\n  keys: {release: not-a-key}\n",
+        );
+        let err = Config::load_with_env(Some(&bad), &[])
+            .expect_err("bad key")
+            .to_string();
+        assert!(
+            err.contains("bad.yaml") && err.contains("trust.keys.release"),
+            "{err}"
+        );
+        let typo = write(
+            tmp.path(),
+            "typo.yaml",
+            "tool_dirs: [{path: a, pining: warn}]\n",
+        );
+        let err = Config::load_with_env(Some(&typo), &[])
+            .expect_err("typo")
+            .to_string();
+        assert!(err.contains("pining"), "{err}");
     }
 
     #[test]

@@ -2,11 +2,11 @@
 //! unchanged versions, load changed ones, keep the previous version of a file that fails, and
 //! never retry a file that failed until it changes.
 //!
-//! Every load works on a private copy in a runtime directory: the copy is probed in a child process
-//! and that same copy is loaded, so a file replaced in between can never be loaded unprobed. The
-//! probe also reads the plugin's name, which picks its settings and so its isolation: an isolated
-//! plugin is started in a worker process and never loaded into the host (its name is probed even
-//! when `probe: false`).
+//! Every load works on a private copy in a runtime directory: the copy's signature is checked, the
+//! copy is probed in a child process and that same copy is loaded, so a file replaced in between
+//! can never be loaded unchecked or unprobed. The probe also reads the plugin's name, which picks
+//! its settings and so its isolation: an isolated plugin is started in a worker process and never
+//! loaded into the host (its name is probed even when `probe: false`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -18,6 +18,7 @@ use super::backend::{HostCallbacks, PluginBackend};
 use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, LoadContext};
 use super::probe::{ProbeCache, Prober};
+use super::signature;
 use super::slot::{FileStamp, PluginSlot};
 use super::worker::{self, RunSpec};
 use crate::config::{Config, Isolation};
@@ -132,6 +133,9 @@ fn check_parent(parent: &Path, ours: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A file that failed to load: its stamp and trust stamp then, and the error.
+type Failure = (Option<FileStamp>, String, LoadError);
+
 /// A load result per candidate, in discovery order.
 pub(crate) type Loaded = crate::registry::Sources;
 
@@ -143,9 +147,9 @@ pub(crate) struct Loader {
     prober: Option<Prober>,
     /// Files known to pass the probe (when probing and a cache location are configured).
     probe_cache: Option<Mutex<ProbeCache>>,
-    /// Files that failed to load, with their stamp then: unchanged, they are not retried (nor
-    /// re-logged) on every rescan.
-    failed: Mutex<HashMap<PathBuf, (Option<FileStamp>, LoadError)>>,
+    /// Files that failed to load, with their stamp and trust stamp then: unchanged, they are not
+    /// retried (nor re-logged) on every rescan.
+    failed: Mutex<HashMap<PathBuf, Failure>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
     images: AtomicUsize,
     /// Load failures and retained images are counted there.
@@ -235,6 +239,23 @@ impl Loader {
             .iter()
             .map(|c| private_copy(&c.path, self.runtime_dir.path()))
             .collect();
+        let trust: Vec<String> = candidates
+            .iter()
+            .map(|c| signature::trust_stamp(c, config))
+            .collect();
+        // Signatures are checked on the copies, before any is opened (even in the probe's child).
+        let signers = signature::check_all(&candidates, &copies, config);
+        let copies: Vec<Result<PathBuf, LoadError>> = copies
+            .into_iter()
+            .zip(&signers)
+            .map(|(copy, signer)| match (copy, signer) {
+                (Ok(copy), Err(refused)) => {
+                    let _ = std::fs::remove_file(&copy);
+                    Err(refused.clone())
+                }
+                (copy, _) => copy,
+            })
+            .collect();
         let names = self.probe(&candidates, &stamps, &copies, config);
         let config_for = |name: &str| config.plugin(name).config;
         let cx = LoadContext {
@@ -244,7 +265,8 @@ impl Loader {
         candidates
             .into_iter()
             .zip(copies.into_iter().zip(names).zip(stamps))
-            .map(|(candidate, ((copy, name), stamp))| {
+            .zip(signers.into_iter().zip(trust))
+            .map(|((candidate, ((copy, name), stamp)), (signer, trust))| {
                 let loaded = copy.and_then(|copy| match name {
                     Ok(name) => self.load_one(&candidate, copy, name.as_deref(), config, &cx),
                     Err(e) => {
@@ -257,8 +279,10 @@ impl Loader {
                     Ok(_) => lock(&self.failed).remove(&candidate.path),
                     Err(e) => {
                         self.telemetry.metrics().load_error(e.kind());
-                        lock(&self.failed)
-                            .insert(candidate.path.clone(), (stamp.clone(), e.clone()))
+                        lock(&self.failed).insert(
+                            candidate.path.clone(),
+                            (stamp.clone(), trust.clone(), e.clone()),
+                        )
                     }
                 };
                 let result = loaded.map(|(backend, run)| {
@@ -266,14 +290,10 @@ impl Loader {
                     let limit = settings
                         .max_concurrent_calls
                         .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
-                    Arc::new(PluginSlot::new(
-                        backend,
-                        candidate.clone(),
-                        limit,
-                        stamp,
-                        settings,
-                        run,
-                    ))
+                    Arc::new(
+                        PluginSlot::new(backend, candidate.clone(), limit, stamp, settings, run)
+                            .with_signature(signer.ok().flatten(), trust),
+                    )
                 });
                 (candidate, result)
             })
@@ -432,7 +452,11 @@ impl Loader {
                         plan.known_failures.get(&c.path),
                         loaded.remove(&c.path),
                         plan.refused.contains(&c.path),
-                        old_slots.get(c.path.as_path()).copied(),
+                        // A previous version stays only while it meets the signature rules.
+                        old_slots
+                            .get(c.path.as_path())
+                            .copied()
+                            .filter(|p| signature::still_trusted(p.signer.as_ref(), &c, config)),
                         &mut report,
                     ),
                 };
@@ -485,6 +509,7 @@ impl Loader {
                             && !(retry && slot.backend.quarantined().is_some())
                             && slot.run
                                 == RunSpec::of(config, slot.backend.name(), &c.path, c.isolation)
+                            && slot.trust_stamp == signature::trust_stamp(c, config)
                             && config
                                 .plugins
                                 .get(slot.backend.name())
@@ -504,8 +529,9 @@ impl Loader {
                 .zip(&kept)
                 .filter(|(_, kept)| kept.is_none())
                 .filter_map(|((c, now), _)| {
-                    let (stamp, error) = failed.get(&c.path)?;
-                    (stamp.is_some() && stamp == now).then(|| (c.path.clone(), error.clone()))
+                    let (stamp, trust, error) = failed.get(&c.path)?;
+                    (stamp.is_some() && stamp == now && *trust == signature::trust_stamp(c, config))
+                        .then(|| (c.path.clone(), error.clone()))
                 })
                 .collect()
         };

@@ -1,14 +1,16 @@
 //! Plugins: from files in tool directories to loaded plugin versions — [`discovery`] (which files,
 //! in which order), [`probe`] (a crash-isolated test load in a child process), [`lifecycle`]
 //! (copy, probe, load, and rescans that reuse unchanged versions), [`backend`] (the seam every way
-//! of running a plugin implements; [`in_process`] is the first), [`slot`] (a loaded version) and
-//! [`watch`] (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
+//! of running a plugin implements; [`in_process`] is the first), [`slot`] (a loaded version),
+//! [`signature`] (detached signatures checked on the private copy before the probe) and [`watch`]
+//! (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
 
 pub mod backend;
 pub mod discovery;
 pub(crate) mod in_process;
 pub(crate) mod lifecycle;
 pub mod probe;
+pub mod signature;
 pub mod slot;
 pub mod watch;
 pub mod worker;
@@ -45,6 +47,9 @@ pub enum LoadError {
     /// The plugin's sandbox could not be set up (or would be weaker than configured).
     #[error("{0}")]
     Sandbox(String),
+    /// Its directory requires a signature and the file has none, or one that does not check out.
+    #[error("refused, signature check failed: {0}")]
+    Signature(String),
 }
 
 impl LoadError {
@@ -73,6 +78,7 @@ impl LoadError {
             LoadError::Copy(s) => ("copy", s.clone()),
             LoadError::Worker(s) => ("worker", s.clone()),
             LoadError::Sandbox(s) => ("sandbox", s.clone()),
+            LoadError::Signature(s) => ("signature", s.clone()),
         }
     }
 
@@ -87,6 +93,7 @@ impl LoadError {
             "copy" => LoadError::Copy(text),
             "worker" => LoadError::Worker(text),
             "sandbox" => LoadError::Sandbox(text),
+            "signature" => LoadError::Signature(text),
             _ => LoadError::Probe(text),
         }
     }

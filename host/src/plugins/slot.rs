@@ -1,12 +1,13 @@
 //! A loaded plugin version as the registry and the executor see it: its backend, where it was
-//! found, its concurrency limit, and the file stamp, settings and isolation it was loaded with (a
-//! different stamp, section or isolation means a new version). Its shutdown hook runs once, when the last call on it
+//! found, its concurrency limit, who signed it, and the file stamp, settings and isolation it was
+//! loaded with (a different stamp, section or isolation means a new version). Its shutdown hook runs once, when the last call on it
 //! has finished and the host has moved on to another version.
 
 use std::sync::Arc;
 
 use crate::plugins::backend::PluginBackend;
 use crate::plugins::discovery::Candidate;
+use crate::plugins::signature::Signer;
 use crate::plugins::worker::RunSpec;
 
 /// A loaded plugin as the registry and the executor see it.
@@ -24,6 +25,11 @@ pub struct PluginSlot {
     pub settings: crate::config::PluginSettings,
     /// How it runs (in-process, or a worker's limits and permissions).
     pub run: RunSpec,
+    /// Who signed the bytes that were loaded (`None`: unsigned, or not checked).
+    pub signer: Option<Signer>,
+    /// What its signature status depended on when it was loaded (signature file, keys,
+    /// requirement); a different value means a new check.
+    pub trust_stamp: String,
     retired: std::sync::atomic::AtomicBool,
 }
 
@@ -77,8 +83,17 @@ impl PluginSlot {
             stamp,
             settings,
             run,
+            signer: None,
+            trust_stamp: String::new(),
             retired: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// The same slot, recording who signed it and what its signature status depended on.
+    pub fn with_signature(mut self, signer: Option<Signer>, trust_stamp: String) -> Self {
+        self.signer = signer;
+        self.trust_stamp = trust_stamp;
+        self
     }
 
     /// Run the plugin's shutdown hook, once.

@@ -12,7 +12,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256};
 
 use super::era::Era;
 use super::jsonrpc::{ErrorKind, RpcError};
@@ -35,31 +34,7 @@ pub(crate) struct Subject<'a> {
 impl Subject<'_> {
     /// SHA-256 over the canonical JSON of method, name and arguments (hex).
     fn digest(&self) -> String {
-        let canonical = canonical(&json!([self.method, self.name, self.arguments]));
-        Sha256::digest(canonical.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
-    }
-}
-
-/// JSON with object keys sorted at every level, so the same value always hashes the same.
-fn canonical(value: &Value) -> String {
-    match value {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            let items: Vec<String> = keys
-                .into_iter()
-                .map(|k| format!("{}:{}", Value::String(k.clone()), canonical(&map[k])))
-                .collect();
-            format!("{{{}}}", items.join(","))
-        }
-        Value::Array(items) => {
-            let items: Vec<String> = items.iter().map(canonical).collect();
-            format!("[{}]", items.join(","))
-        }
-        other => other.to_string(),
+        crate::config::lock::digest(&json!([self.method, self.name, self.arguments]))
     }
 }
 
@@ -198,18 +173,4 @@ pub(crate) fn finish(
         .with_data(json!({ "requiredCapabilities": missing })));
     }
     answer
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn canonical_json_sorts_keys_at_every_level() {
-        let a = json!({"b": 1, "a": {"y": [1, {"d": 2, "c": 3}], "x": null}});
-        assert_eq!(
-            canonical(&a),
-            r#"{"a":{"x":null,"y":[1,{"c":3,"d":2}]},"b":1}"#
-        );
-    }
 }

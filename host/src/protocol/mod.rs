@@ -26,6 +26,7 @@ mod prompts;
 pub mod request_state;
 mod resources;
 pub mod session;
+mod tool_search;
 mod tools;
 
 use std::sync::Arc;

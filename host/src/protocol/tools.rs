@@ -1,5 +1,6 @@
-//! `tools/list` and `tools/call`, the same in both eras: the agent's view of the registry, cursors,
-//! capability and header checks, then the call path.
+//! `tools/list` and `tools/call`, the same in both eras: the agent's view of the registry (or, for
+//! an agent in search mode, the fixed set of [`super::tool_search`]), cursors, capability and header
+//! checks, then the call path.
 
 use std::sync::Arc;
 
@@ -8,6 +9,7 @@ use serde_json::{Map, Value, json};
 use super::input::{self, Subject};
 use super::jsonrpc::{ErrorKind, RpcError};
 use super::logging::event_sink;
+use super::tool_search::{self, CALL_TOOL, SEARCH_TOOL};
 use super::{Answer, Protocol, Request, pages};
 use crate::host::{CallError, CallOptions};
 
@@ -15,6 +17,9 @@ use crate::host::{CallError, CallOptions};
 pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let agent = req.ex.agent.as_deref();
     let registry = protocol.host.registry();
+    if let Some(agent) = agent.filter(|a| a.searches()) {
+        return tool_search::list(req, agent, &registry);
+    }
     let tools = registry
         .tools()
         .filter(|t| agent.is_none_or(|a| a.permits(&t.name)))
@@ -22,8 +27,8 @@ pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, Rpc
     pages::page(req, "tools", tools)
 }
 
-/// `tools/call`: look the tool up in the caller's view, check headers and required client
-/// capabilities, then run it. Tool failures are results (`isError`); refusals are errors.
+/// `tools/call`: the search and call tools for an agent in search mode, else a tool of the
+/// caller's view.
 pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let params = req.params;
     let Some(name) = params.get("name").and_then(Value::as_str) else {
@@ -32,6 +37,35 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         ));
     };
     let args = params.get("arguments").filter(|a| !a.is_null()).cloned();
+    if req.ex.agent.as_ref().is_some_and(|a| a.searches()) {
+        if name == SEARCH_TOOL {
+            return Ok(tool_search::search(
+                req,
+                &protocol.host.registry(),
+                args.as_ref(),
+            ));
+        }
+        if name == CALL_TOOL {
+            return match tool_search::target(args.as_ref()) {
+                Ok((target, args)) => call_named(protocol, req, &target, args, true).await,
+                Err(result) => Ok(Answer::plain(result)),
+            };
+        }
+    }
+    call_named(protocol, req, name, args, false).await
+}
+
+/// Call tool `name` of the caller's view with `args`: check headers (unless `proxied` by the call
+/// tool, whose request carries its own) and required client capabilities, then run it. Tool
+/// failures are results (`isError`); refusals are errors — except an unknown tool named through
+/// the call tool, which is a result the model can read.
+async fn call_named(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    name: &str,
+    args: Option<Value>,
+    proxied: bool,
+) -> Result<Answer, RpcError> {
     // A tool the agent cannot see does not exist for it: the same error as an unknown tool.
     let Some(tool) = protocol
         .host
@@ -40,9 +74,13 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         .filter(|_| req.ex.agent.as_ref().is_none_or(|a| a.permits(name)))
         .cloned()
     else {
+        if proxied {
+            return Ok(Answer::plain(tool_search::unknown_target(name)));
+        }
         return Err(unknown_tool(name));
     };
     if !req.era.is_legacy()
+        && !proxied
         && let Some(headers) = &req.ex.headers
     {
         headers.check_params(&tool.descriptor.input_schema, args.as_ref())?;

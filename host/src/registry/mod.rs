@@ -1,11 +1,14 @@
 //! The registry: what the loaded plugins serve — tools, resources, resource templates and prompts —
 //! with precedence (the first directory wins, per tool name, resource URI, template and prompt
-//! name; the loser is logged), name rules, compiled input validators and URI templates, and a
-//! status row for everything discovered (for `mcp-host list`).
+//! name; the loser is logged), name rules, compiled input validators and URI templates, pinning
+//! against the lock file ([`pins`]), a search index of the tools ([`search`], built on first use),
+//! and a status row for everything discovered (for `mcp-host list`).
 //!
 //! A registry is immutable once built; the host swaps in a new one when the set changes, so a call
 //! never holds a lock while it runs inside a plugin.
 
+pub mod pins;
+pub mod search;
 pub mod template;
 
 use std::collections::{BTreeMap, HashMap};
@@ -211,6 +214,9 @@ pub enum Status {
     LoadError(String),
     /// Its plugin's worker kept crashing: the tools are withdrawn until a rescan.
     Quarantined(String),
+    /// Its definition is not as pinned in the lock file, and its directory's pinning is
+    /// `enforce`: not served until re-pinned.
+    Held(String),
 }
 
 /// A row of `mcp-host list`.
@@ -230,6 +236,9 @@ pub struct Entry {
     pub dir: PathBuf,
     /// The service, for service tools.
     pub service: Option<String>,
+    /// The name (in `trust.keys`) of the key that signed its plugin file, when signed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
     /// What became of it.
     #[serde(flatten)]
     pub status: Status,
@@ -258,6 +267,8 @@ pub struct Registry {
     pub plugins: Vec<Arc<PluginSlot>>,
     /// What it was built from (to rebuild it when a plugin's health changes).
     pub(crate) sources: Sources,
+    /// The tools' search index, built when first searched.
+    search: std::sync::OnceLock<search::ToolIndex>,
 }
 
 fn secs(s: f64) -> Duration {
@@ -293,6 +304,7 @@ impl Registry {
                         file: candidate.path.clone(),
                         dir: candidate.dir.clone(),
                         service: None,
+                        signer: None,
                         status: Status::LoadError(e.to_string()),
                         isolation: candidate.isolation.unwrap_or_default(),
                         permissions: None,
@@ -302,7 +314,146 @@ impl Registry {
             };
             registry.add_plugin(slot, config, &mut winners, log_tools);
         }
+        registry.apply_pins(config);
         registry
+    }
+
+    /// Hold (under `enforce`) or report (under `warn`) every served definition that is not as
+    /// pinned in `config.pins`, per the pinning of the directory its plugin came from. A held
+    /// definition keeps its name: nothing from a later directory is served in its place.
+    fn apply_pins(&mut self, config: &Config) {
+        use crate::config::PinMode;
+        if !config.pinning_in_use() {
+            return;
+        }
+        if let Some(problem) = &config.pins.problem
+            && pins::first_report(problem)
+        {
+            tracing::error!("{problem}: every definition under pinning is new to it");
+        }
+        let mut held = Vec::new();
+        for i in 0..self.entries.len() {
+            let entry = &self.entries[i];
+            if entry.status != Status::Active {
+                continue;
+            }
+            let Some((section, slot, listing)) = self.served(entry.kind, &entry.tool) else {
+                continue;
+            };
+            let mode = config.pinning(slot.candidate.dir_index, &slot.candidate.dir);
+            if mode == PinMode::Off {
+                continue;
+            }
+            let now = crate::config::lock::Pin::new(slot.backend.name(), pins::definition(listing));
+            let pinned = section.of(&config.pins).get(&entry.tool);
+            let Some(difference) =
+                pins::Difference::between(section, &entry.tool, pinned, Some(&now))
+            else {
+                continue;
+            };
+            let what = format!(
+                "{} {} from {}",
+                entry.kind.label(),
+                entry.tool,
+                slot.candidate.path.display()
+            );
+            let summary = difference.summary();
+            if mode == PinMode::Warn {
+                let line = format!("{what} is served although {summary} (pinning: warn)");
+                if pins::first_report(&line) {
+                    tracing::warn!("{line}");
+                }
+                continue;
+            }
+            let line = format!(
+                "{what} is held (pinning: enforce): {summary}; it is not served until \
+                 `mcp-host pin` records it"
+            );
+            if pins::first_report(&line) {
+                tracing::error!("{line}");
+            }
+            held.push((entry.kind, entry.tool.clone()));
+            self.entries[i].status = Status::Held(summary);
+        }
+        for (kind, name) in held {
+            self.unserve(kind, &name);
+        }
+    }
+
+    /// The served `kind` called `name`: its part of the lock, plugin and list entry.
+    fn served(&self, kind: Kind, name: &str) -> Option<(pins::Section, &Arc<PluginSlot>, &Value)> {
+        use pins::Section;
+        match kind {
+            Kind::Tool => self
+                .tools
+                .get(name)
+                .map(|t| (Section::Tools, &t.slot, &t.listing)),
+            Kind::Resource => self
+                .resources
+                .get(name)
+                .map(|r| (Section::Resources, &r.slot, &r.listing)),
+            Kind::ResourceTemplate => self
+                .templates
+                .get(name)
+                .map(|r| (Section::Resources, &r.slot, &r.listing)),
+            Kind::Prompt => self
+                .prompts
+                .get(name)
+                .map(|p| (Section::Prompts, &p.slot, &p.listing)),
+        }
+    }
+
+    /// Stop serving the `kind` called `name`.
+    fn unserve(&mut self, kind: Kind, name: &str) {
+        match kind {
+            Kind::Tool => {
+                self.tools.remove(name);
+            }
+            Kind::Resource => {
+                self.resources.remove(name);
+            }
+            Kind::ResourceTemplate => {
+                self.templates.remove(name);
+                self.template_order.retain(|t| t.uri != name);
+            }
+            Kind::Prompt => {
+                self.prompts.remove(name);
+            }
+        }
+    }
+
+    /// What is served, as `mcp-host pin` records it in the lock file.
+    pub fn pins(&self) -> crate::config::lock::PinLock {
+        use crate::config::lock::Pin;
+        let mut lock = pins::empty_lock();
+        let pin = |slot: &PluginSlot, listing: &Value| {
+            Pin::new(slot.backend.name(), pins::definition(listing))
+        };
+        for t in self.tools() {
+            pins::insert(
+                &mut lock,
+                pins::Section::Tools,
+                &t.name,
+                pin(&t.slot, &t.listing),
+            );
+        }
+        for r in self.resources().chain(self.templates()) {
+            pins::insert(
+                &mut lock,
+                pins::Section::Resources,
+                &r.uri,
+                pin(&r.slot, &r.listing),
+            );
+        }
+        for p in self.prompts() {
+            pins::insert(
+                &mut lock,
+                pins::Section::Prompts,
+                &p.name,
+                pin(&p.slot, &p.listing),
+            );
+        }
+        lock
     }
 
     fn add_plugin(
@@ -388,6 +539,7 @@ impl Registry {
             file: slot.candidate.path.clone(),
             dir: slot.candidate.dir.clone(),
             service: service.cloned(),
+            signer: slot.signer.as_ref().map(|s| s.key.clone()),
             status: Status::Active,
             isolation: slot.run.isolation,
             permissions: slot.run.permissions.clone(),
@@ -580,6 +732,12 @@ impl Registry {
     /// Served tools in name order (deterministic for `tools/list` and its cursors).
     pub fn tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
         self.tools.values()
+    }
+
+    /// The search index of the served tools (built on first use, then kept with this tool set).
+    pub fn search_index(&self) -> &search::ToolIndex {
+        self.search
+            .get_or_init(|| search::ToolIndex::build(self.tools.values()))
     }
 
     /// How many tools are served.
