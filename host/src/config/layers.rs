@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Limits,
-    PluginSettings, RequestStateSettings, ToolDir,
+    PluginSettings, RequestStateSettings, StoreSetting, TaskSettings, ToolDir,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -36,6 +36,9 @@ struct Layer {
     auth: Option<Value>,
     request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
+    store: Option<String>,
+    tasks: Option<Value>,
+    replica: Option<String>,
 }
 
 /// One `tool_dirs` entry: a path, or `{path, prefix}` whose keys are checked like every other
@@ -397,6 +400,7 @@ fn apply_value(
             "auth",
             "request_state",
             "agents",
+            "tasks",
         ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
@@ -421,6 +425,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     }
     if let Some(v) = &layer.request_state {
         section::<RequestStateSettings>(v, origin, "request_state")?;
+    }
+    if let Some(v) = &layer.tasks {
+        section::<TaskSettings>(v, origin, "tasks")?;
     }
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
@@ -486,6 +493,17 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
     if let Some(v) = layer.instructions {
         config.instructions = Some(v);
     }
+    if let Some(v) = layer.store {
+        config.store =
+            StoreSetting::parse(&v, &origin.base_dir).map_err(|message| ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: "store".into(),
+                message,
+            })?;
+    }
+    if let Some(v) = layer.replica {
+        config.replica = Some(v).filter(|r| !r.trim().is_empty());
+    }
     Ok(())
 }
 
@@ -518,6 +536,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     if let Some(v) = present("request_state") {
         config.request_state = section(v, &origin, "request_state")?;
+    }
+    if let Some(v) = present("tasks") {
+        config.tasks = section(v, &origin, "tasks")?;
     }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
