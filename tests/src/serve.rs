@@ -87,6 +87,10 @@ pub fn layout(extra: &str) -> (Layout, PathBuf) {
 fn host_command(config: &Path) -> Command {
     let mut cmd = Command::new(&artifacts().host);
     cmd.arg("--config").arg(config).env("RUST_LOG", "info");
+    // The default task store lives in the state directory: the test's own, never the user's.
+    if let Some(dir) = config.parent() {
+        cmd.env("XDG_STATE_HOME", dir);
+    }
     // The config layers read MCP_* variables: keep the caller's environment out of the test.
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("MCP_") {

@@ -165,6 +165,16 @@ impl Bus {
         let _ = self.local.send(event);
     }
 
+    /// Tell the other replicas only (what this process already handled itself).
+    pub fn publish_to_others(&self, event: Event) {
+        if let Some(remote) = &self.remote {
+            let _ = remote.send(Envelope {
+                from: self.replica.clone(),
+                event,
+            });
+        }
+    }
+
     /// An event another replica published, for this process's subscribers.
     pub(super) fn deliver_remote(&self, envelope: Envelope) {
         if envelope.from != self.replica {

@@ -483,6 +483,15 @@ impl Store {
         self.observe(result)
     }
 
+    /// Whether the session still exists (its idle timer left alone).
+    pub async fn session_exists(&self, id: &str) -> Result<bool, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Redis(r) => r.session_exists(id).await,
+            Backend::Sqlite(_) => Ok(false),
+        };
+        self.observe(result)
+    }
+
     /// Save what a request changed in a session (log level, subscriptions).
     pub async fn save_session(&self, id: &str, record: &SessionRecord) -> Result<(), StoreError> {
         let result = match &self.inner.backend {
@@ -524,33 +533,39 @@ pub fn new_id() -> String {
     )
 }
 
+/// A `working` task of caller `owner_key` for unit tests.
+#[cfg(test)]
+pub(crate) fn sample_task(id: &str, owner_key: &str) -> TaskRecord {
+    let now = now_ms();
+    TaskRecord {
+        id: id.into(),
+        owner: String::new(),
+        quota_key: owner_key.into(),
+        status: TaskStatus::Working,
+        status_message: None,
+        created_ms: now,
+        updated_ms: now,
+        ttl_ms: 60_000,
+        poll_ms: 500,
+        tool: "t".into(),
+        arguments: None,
+        caller: None,
+        agent: None,
+        capabilities: serde_json::json!({}),
+        answers: Map::new(),
+        input_requests: Map::new(),
+        result: None,
+        error: None,
+        run: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    pub(super) fn task(id: &str, owner_key: &str) -> TaskRecord {
-        let now = now_ms();
-        TaskRecord {
-            id: id.into(),
-            owner: String::new(),
-            quota_key: owner_key.into(),
-            status: TaskStatus::Working,
-            status_message: None,
-            created_ms: now,
-            updated_ms: now,
-            ttl_ms: 60_000,
-            poll_ms: 500,
-            tool: "t".into(),
-            arguments: None,
-            caller: None,
-            agent: None,
-            capabilities: serde_json::json!({}),
-            answers: Map::new(),
-            input_requests: Map::new(),
-            result: None,
-            error: None,
-            run: 0,
-        }
+    fn task(id: &str, owner_key: &str) -> TaskRecord {
+        sample_task(id, owner_key)
     }
 
     #[tokio::test]

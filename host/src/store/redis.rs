@@ -241,6 +241,14 @@ impl Redis {
         }))
     }
 
+    pub(super) async fn session_exists(&self, id: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = ::redis::cmd("EXISTS");
+        cmd.arg(format!("{PREFIX}session:{id}"));
+        let n: i64 = timed(cmd.query_async(&mut conn)).await?;
+        Ok(n == 1)
+    }
+
     pub(super) async fn save_session(
         &self,
         id: &str,

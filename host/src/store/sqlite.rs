@@ -250,7 +250,7 @@ fn lease_columns(lease: Option<&Lease>) -> (Option<String>, Option<i64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::tests::task;
+    use crate::store::sample_task as task;
 
     #[tokio::test]
     async fn a_finished_task_survives_reopening_the_file_and_expired_ones_go() {

@@ -48,6 +48,12 @@ impl CallContextFfi for CallState {
                 RResult::ROk(input.capabilities().to_string().into())
             }
             ("client/capabilities", None) => RResult::ROk("{}".into()),
+            ("task/start", input) => {
+                if let Some(input) = input {
+                    input.start_task();
+                }
+                RResult::ROk("null".into())
+            }
             ("input/ask", Some(input)) => match input.ask(params.as_str(), self) {
                 Ok(answers) => RResult::ROk(answers.to_string().into()),
                 Err(e) => RResult::RErr(mcp_plugin_sdk::wire::encode_input_error(&e).into()),
