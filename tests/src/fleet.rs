@@ -226,7 +226,7 @@ http {{
 /// `upstreams`.
 #[derive(Debug)]
 pub struct Nginx {
-    _child: ChildGuard,
+    child: ChildGuard,
     dir: tempfile::TempDir,
     /// The port it listens on.
     pub port: u16,
@@ -260,11 +260,7 @@ impl Nginx {
             loop {
                 let text = std::fs::read_to_string(&error_log).unwrap_or_default();
                 if text.contains("start worker process") {
-                    return Nginx {
-                        _child: child,
-                        dir,
-                        port,
-                    };
+                    return Nginx { child, dir, port };
                 }
                 if child.exited() || Instant::now() >= deadline {
                     log.push(text);
@@ -290,6 +286,17 @@ impl Nginx {
     /// Its error log so far.
     pub fn error_log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("error.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Nginx {
+    /// A fast shutdown (SIGTERM): the master stops its worker and reaps it before exiting. A
+    /// SIGKILL would leave the worker running, holding the port.
+    fn drop(&mut self) {
+        if !self.child.exited() {
+            self.child.terminate();
+            let _ = self.child.wait_timeout(START);
+        }
     }
 }
 
