@@ -13,10 +13,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use mcp_host_tests::Layout;
-use mcp_host_tests::serve::{HttpResponse, HttpServer, WAIT};
+use mcp_host_tests::serve::{HttpResponse, HttpServer, TASKS_EXTENSION, WAIT, with_tasks};
 use serde_json::{Value, json};
-
-const TASKS: &str = "io.modelcontextprotocol/tasks";
 
 /// fixture-conformance (whose task tools the suite's scenarios call) in a tool directory, with
 /// `extra` config lines; short leases, so an abandoned task is reported failed soon.
@@ -27,17 +25,6 @@ fn layout(extra: &str) -> (Layout, PathBuf) {
         "tool_dirs: [d]\ntasks: {{lease_secs: 1, poll_interval_ms: 100}}\n{extra}"
     ));
     (l, cfg)
-}
-
-/// `params` with client capabilities declaring the tasks extension (and elicitation).
-fn with_tasks(mut params: Value) -> Value {
-    params["_meta"] = json!({
-        "io.modelcontextprotocol/clientCapabilities": {
-            "elicitation": {},
-            "extensions": { TASKS: {} },
-        },
-    });
-    params
 }
 
 /// A 2026 request declaring the extension; its JSON-RPC message.
@@ -181,7 +168,7 @@ fn a_task_required_tool_without_the_extension_is_32021_and_with_it_ends_with_an_
     assert_eq!(m["error"]["code"], -32021, "{m}");
     assert!(
         m["error"]["data"]["requiredCapabilities"]["extensions"]
-            .get(TASKS)
+            .get(TASKS_EXTENSION)
             .is_some(),
         "{m}"
     );

@@ -49,6 +49,21 @@ pub fn with_meta(params: Value) -> Value {
     params
 }
 
+/// The tasks extension's identifier (client capabilities `extensions`).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// `params` with `_meta` client capabilities declaring the tasks extension and elicitation (for
+/// [`HttpServer::modern`], whose `_meta` keeps them).
+pub fn with_tasks(mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {},
+            "extensions": { TASKS_EXTENSION: {} },
+        },
+    });
+    params
+}
+
 /// A JSON-RPC request.
 pub fn request(id: impl Into<Value>, method: &str, params: Value) -> Value {
     let mut r = json!({ "jsonrpc": "2.0", "id": id.into(), "method": method });
