@@ -28,14 +28,12 @@ from contextlib import AsyncExitStack
 from typing import Any, Literal
 
 import anyio
-import httpx2
 import mcp.types as types
 from mcp import Client
 from mcp.client import ClaimContext, ClientExtension, ResultClaim
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp.shared.subscriptions import ToolsListChanged
 
 TASKS = "io.modelcontextprotocol/tasks"
 WAIT = 20  # seconds: generous deadlines, every wait ends as soon as its event happens
