@@ -236,6 +236,13 @@ impl Nginx {
     /// Start `bin` on a free loopback port in front of `upstreams`; wait until it serves.
     pub fn start(bin: &Path, upstreams: &[SocketAddr]) -> Nginx {
         let dir = tempfile::tempdir().unwrap();
+        // Started as root, nginx runs its worker as `nobody`, which must reach the temporary
+        // files' directories it creates under the prefix.
+        std::fs::set_permissions(
+            dir.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
         let mut log = Vec::new();
         for _ in 0..PORT_ATTEMPTS {
             let port = free_port();
