@@ -91,7 +91,12 @@ struct Inner {
     exec: Executor,
     telemetry: Arc<Telemetry>,
     changes: tokio::sync::broadcast::Sender<Change>,
+    /// Where plugins' announcements go besides this host's listeners (other replicas).
+    forward: std::sync::OnceLock<Forward>,
 }
+
+/// Where a host forwards its plugins' announcements.
+type Forward = Box<dyn Fn(&Change) + Send + Sync>;
 
 impl Inner {
     /// Tell listeners about a change.
@@ -122,6 +127,9 @@ impl HostCallbacks for Callbacks {
 
     fn announce(&self, change: Change) {
         if let Some(inner) = self.0.upgrade() {
+            if let Some(forward) = inner.forward.get() {
+                forward(&change);
+            }
             inner.announce(change);
         }
     }
@@ -191,6 +199,7 @@ impl Host {
             changes: tokio::sync::broadcast::channel(64).0,
             registry: ArcSwap::from_pointee(Registry::default()),
             config: ArcSwap::from_pointee(config),
+            forward: std::sync::OnceLock::new(),
         });
         let host = Host { inner };
         let started = Instant::now();
@@ -226,6 +235,19 @@ impl Host {
     /// Changes from now on, for `list_changed` and `resources/updated` notifications.
     pub fn changes(&self) -> Changes {
         Changes(self.inner.changes.subscribe())
+    }
+
+    /// Hand what plugins announce to `forward` as well (once: e.g. to tell other replicas);
+    /// rescans are not forwarded, every replica watching the same tool directories rescans itself.
+    pub fn forward_announcements(&self, forward: impl Fn(&Change) + Send + Sync + 'static) {
+        if self.inner.forward.set(Box::new(forward)).is_err() {
+            tracing::debug!("plugin announcements are already forwarded");
+        }
+    }
+
+    /// Tell this host's listeners about a change made elsewhere (another replica's plugin).
+    pub fn announce(&self, change: Change) {
+        self.inner.announce(change);
     }
 
     /// The configuration the host runs with now.

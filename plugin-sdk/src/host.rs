@@ -397,6 +397,40 @@ impl<'a> CallContext<'a> {
         }
     }
 
+    /// The point where a `#[tool(task, ask_first)]` tool becomes a task: the questions it asked
+    /// before were answered by the client as input-required rounds of its `tools/call`; from here
+    /// the client has its task and the rest of the function runs detached (later questions go to
+    /// the task: `input_required`, answered with `tasks/update`). Anywhere else — a tool without
+    /// `ask_first`, a call that is not a task, a run of the function after the task began — it does
+    /// nothing, so the function reads the same for every client.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::{CallContext, Elicitation, json, tool};
+    ///
+    /// /// Render a long report for a title the user gives first.
+    /// #[tool(task = "required", ask_first)]
+    /// pub fn report(ctx: &CallContext) -> Result<String, String> {
+    ///     let form = json!({"type": "object", "properties": {"title": {"type": "string"}}});
+    ///     let title = ctx.elicit("title", Elicitation::form("Report title?", form))?;
+    ///     ctx.start_task();
+    ///     // ... the long part ...
+    ///     Ok(format!("report {:?} done", title.content_value("title")))
+    /// }
+    ///
+    /// use mcp_plugin_sdk::{ElicitResult, testing::{CallEvent, TestCall}};
+    /// let call = TestCall::new().answering("title", ElicitResult::accept(json!({"title": "Q3"})));
+    /// assert!(report(&call.context()).is_ok());
+    /// assert!(call.events().contains(&CallEvent::TaskStarted));
+    /// # mcp_plugin_sdk::export_plugin!();
+    /// # fn main() {}
+    /// ```
+    pub fn start_task(&self) {
+        // A host without tasks does not know the method: nothing to do there either.
+        let _ = self
+            .ffi
+            .request(RStr::from_str("task/start"), RStr::from_str("null"));
+    }
+
     /// The capabilities the client declared (MCP `ClientCapabilities`; `{}` when unknown).
     pub fn client_capabilities(&self) -> Value {
         self.request("client/capabilities", &Value::Null)

@@ -71,8 +71,10 @@
 //! `open_world`, `inline` (the tool is quick and never blocks, so the host may skip its thread hand-off),
 //! `input_schema = expr` (a hand-written `serde_json::Value` schema used verbatim), `meta = expr`
 //! (passed through as `_meta`), `client_capabilities = expr` (capabilities the client must have
-//! declared, e.g. `json!({"sampling": {}})`) and `skip` (on a `pub fn` of a service: a helper, not a
-//! tool). Misuse of the macros is a compile error that says what to do.
+//! declared, e.g. `json!({"sampling": {}})`), `task` / `task = "required"` (the call may run, or
+//! always runs, as a task for 2026 clients with the tasks extension: the client gets a task at
+//! once and polls it; `ask_first`: see [`CallContext::start_task`]) and `skip` (on a `pub fn` of a
+//! service: a helper, not a tool). Misuse of the macros is a compile error that says what to do.
 //!
 //! # Resources, prompts, completions and questions to the client
 //!
@@ -211,7 +213,7 @@ pub mod __private {
     pub use crate::abi::{CallContextRef, HostApiBox, PluginModV1, PluginModV1Ref};
     pub use crate::manifest::{
         Annotations, CallerNeed, EnvelopeErrorKind, PromptArgument, PromptDescriptor,
-        ResourceDescriptor, ToolDescriptor,
+        ResourceDescriptor, TaskSupport, ToolDescriptor,
     };
     pub use crate::runtime::{
         AutoExport, EnvelopeResult, Invocation, PluginExport, PromptFactory, PromptSpec, Registrar,

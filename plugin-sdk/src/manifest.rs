@@ -96,6 +96,35 @@ pub struct ToolDescriptor {
     /// them gets a "missing required client capability" error instead of a call.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_client_capabilities: Option<Value>,
+    /// Whether the tool runs as a task for 2026-07-28 clients that declare the tasks extension
+    /// (plugins built before tasks existed: never).
+    #[serde(default, skip_serializing_if = "TaskSupport::is_forbidden")]
+    pub task_support: TaskSupport,
+    /// The tool asks its questions before it becomes a task: the host runs it in the request (its
+    /// questions go back as input-required rounds) until it calls `CallContext::start_task`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ask_first: bool,
+}
+
+/// Whether a tool runs as a task (the 2026-07-28 tasks extension): `#[tool(task)]`,
+/// `#[tool(task = "required")]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub enum TaskSupport {
+    /// Never a task: the call is answered when it finishes.
+    #[default]
+    Forbidden,
+    /// A task when the client declares the tasks extension; otherwise answered when it finishes.
+    Optional,
+    /// Always a task: a client without the tasks extension is refused (-32021).
+    Required,
+}
+
+impl TaskSupport {
+    /// True for [`TaskSupport::Forbidden`] (the field is then left out of the manifest).
+    pub fn is_forbidden(&self) -> bool {
+        *self == TaskSupport::Forbidden
+    }
 }
 
 impl ToolDescriptor {

@@ -156,6 +156,8 @@ pub enum CallEvent {
         /// The request's params.
         params: Value,
     },
+    /// [`CallContext::start_task`]: a `#[tool(task, ask_first)]` tool became a task here.
+    TaskStarted,
 }
 
 type ToolStub = Arc<dyn Fn(&Value) -> Result<ToolResult, CallToolError> + Send + Sync>;
@@ -543,6 +545,10 @@ impl CallContextFfi for CallState {
     fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
         match method.as_str() {
             "client/capabilities" => RResult::ROk(self.capabilities.to_string().into()),
+            "task/start" => {
+                lock(&self.events).push(CallEvent::TaskStarted);
+                RResult::ROk("null".into())
+            }
             "input/ask" => match self.ask(params.as_str()) {
                 Ok(v) => RResult::ROk(v.to_string().into()),
                 Err(e) => RResult::RErr(crate::input::encode_input_error(&e).into()),

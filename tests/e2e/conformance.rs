@@ -1,15 +1,35 @@
 //! The official MCP conformance suite (`@modelcontextprotocol/conformance`) against `mcp-host serve`
 //! with the conformance fixture plugin, for 2025-11-25 (suite 0.1.16) and 2026-07-28 (suite
-//! 0.2.0-alpha.12). Only scenarios needing features mcp-host does not have are expected to fail; they
+//! 0.2.0-alpha.12), and that suite's tasks extension scenarios against one server and through
+//! nginx in front of three replicas sharing Redis (`tests/src/fleet.rs`). Only scenarios needing features mcp-host does not have are expected to fail; they
 //! are listed, with reasons, in `tests/conformance/expected-*.yml`. A listed scenario that starts
 //! passing fails the run too, so the baseline cannot go stale.
 
 #![allow(clippy::unwrap_used)]
 
+use std::path::Path;
 use std::process::Command;
 
 use mcp_host_tests::Layout;
 use mcp_host_tests::clients::{conformance_runner, http_server};
+use mcp_host_tests::fleet::Fleet;
+
+/// Run `tests/conformance/run.sh URL REVISION`; fails the test when the suite does.
+fn run(runner: &Path, url: &str, revision: &str, out: &Path) {
+    let out = Command::new("bash")
+        .arg(runner)
+        .arg(url)
+        .arg(revision)
+        .env("CONFORMANCE_OUT", out)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "conformance {revision} against {url} failed:\n{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
 
 fn run_suite(revision: &str) {
     let Some(runner) = conformance_runner() else {
@@ -19,19 +39,7 @@ fn run_suite(revision: &str) {
     l.install("d", "fixture-conformance", None);
     let cfg = l.config("tool_dirs: [d]\n");
     let (_server, url) = http_server(&cfg);
-    let out = Command::new("bash")
-        .arg(runner)
-        .arg(&url)
-        .arg(revision)
-        .env("CONFORMANCE_OUT", l.root.path().join("results"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "conformance {revision} failed:\n{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    run(&runner, &url, revision, &l.root.path().join("results"));
 }
 
 #[test]
@@ -42,4 +50,27 @@ fn official_conformance_suite_passes_for_2025_11_25() {
 #[test]
 fn official_conformance_suite_passes_for_2026_07_28() {
     run_suite("2026-07-28");
+}
+
+#[test]
+fn official_conformance_tasks_scenarios_pass_against_one_server() {
+    run_suite("tasks");
+}
+
+#[test]
+fn official_conformance_tasks_scenarios_pass_through_nginx_in_front_of_three_replicas_on_redis() {
+    let Some(runner) = conformance_runner() else {
+        return;
+    };
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let Some(fleet) = Fleet::start(&l, 3) else {
+        return;
+    };
+    run(
+        &runner,
+        &fleet.url(),
+        "tasks",
+        &l.root.path().join("results"),
+    );
 }

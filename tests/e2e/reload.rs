@@ -10,13 +10,12 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::VecDeque;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use mcp_host_tests::serve::{
-    HttpConn, HttpServer, LEGACY, StdioServer, WAIT, header_refs, modern_headers, request,
-    sse_events, with_meta,
+    EventStream, HttpServer, LEGACY, StdioServer, WAIT, header_refs, modern_headers, request,
+    with_meta,
 };
 use mcp_host_tests::{Layout, artifacts, open_gate, replace_atomically};
 use serde_json::{Value, json};
@@ -185,68 +184,6 @@ impl Client {
     }
 }
 
-/// An open SSE response body, read event by event (comments skipped).
-struct Stream {
-    conn: HttpConn,
-    pending: String,
-    events: VecDeque<Value>,
-}
-
-impl Stream {
-    fn new(conn: HttpConn) -> Self {
-        Stream {
-            conn,
-            pending: String::new(),
-            events: VecDeque::new(),
-        }
-    }
-
-    /// The next event within `timeout` (fails the test otherwise).
-    #[track_caller]
-    fn next(&mut self, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(e) = self.events.pop_front() {
-                return e;
-            }
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(
-                !left.is_zero(),
-                "no event within {timeout:?} (pending: {:?})",
-                self.pending
-            );
-            self.conn.set_read_timeout(left);
-            // A read timeout panics inside the client: say what was awaited, and where.
-            let conn = &mut self.conn;
-            let Ok(chunk) =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.read_chunk()))
-            else {
-                panic!("no event within {timeout:?} (pending: {:?})", self.pending)
-            };
-            let chunk = chunk.expect("the event stream ended");
-            self.pending
-                .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
-            while let Some(end) = self.pending.find("\n\n") {
-                let event: String = self.pending.drain(..end + 2).collect();
-                self.events.extend(sse_events(&event));
-            }
-        }
-    }
-
-    /// The first event with `method` within `timeout`.
-    #[track_caller]
-    fn wait_for(&mut self, method: &str, timeout: Duration) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let e = self.next(left.max(Duration::from_millis(1)));
-            if e["method"] == method {
-                return e;
-            }
-        }
-    }
-}
-
 /// A 2026-07-28 request to `path` (`/mcp` or `/mcp/agents/NAME`) on a fresh connection.
 fn http_rpc(s: &HttpServer, path: &str, method: &str, params: Value) -> Value {
     let params = with_meta(params);
@@ -273,15 +210,15 @@ fn http_echo(s: &HttpServer, text: &str) -> Option<String> {
 }
 
 /// A legacy session's GET stream (the stream-open comment already read past).
-fn open_get_stream(s: &HttpServer) -> Stream {
+fn open_get_stream(s: &HttpServer) -> EventStream {
     let (conn, head) = s.open_legacy_get_stream(LEGACY);
     assert_eq!(head.status, 200, "{head:?}");
-    Stream::new(conn)
+    EventStream::new(conn)
 }
 
 /// A 2026 `subscriptions/listen` stream for tool-list changes on `path`, acknowledged; its
 /// subscription id.
-fn open_listen_stream(s: &HttpServer, path: &str, id: &str) -> Stream {
+fn open_listen_stream(s: &HttpServer, path: &str, id: &str) -> EventStream {
     let method = "subscriptions/listen";
     let params = with_meta(json!({ "notifications": { "toolsListChanged": true } }));
     let mut headers = vec![
@@ -298,7 +235,7 @@ fn open_listen_stream(s: &HttpServer, path: &str, id: &str) -> Stream {
     );
     let head = conn.read_head();
     assert_eq!(head.status, 200, "{head:?}");
-    let mut stream = Stream::new(conn);
+    let mut stream = EventStream::new(conn);
     let ack = stream.next(WAIT);
     assert_eq!(
         ack["method"], "notifications/subscriptions/acknowledged",

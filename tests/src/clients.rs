@@ -67,6 +67,8 @@ pub fn http_server(cfg: &Path) -> (Server, String) {
             "--listen",
             "127.0.0.1:0",
         ])
+        // The default task store lives in the state directory: the test's own.
+        .env("XDG_STATE_HOME", cfg.parent().unwrap())
         .stderr(Stdio::piped())
         .stdout(Stdio::null())
         .spawn()
@@ -102,6 +104,9 @@ pub fn http_server(cfg: &Path) -> (Server, String) {
 /// The command line of `mcp-host serve --stdio` on `cfg`.
 pub fn stdio_command(cfg: &Path) -> Vec<String> {
     vec![
+        // The default task store lives in the state directory: the test's own.
+        "env".into(),
+        format!("XDG_STATE_HOME={}", cfg.parent().unwrap().display()),
         artifacts().host.display().to_string(),
         "--config".into(),
         cfg.display().to_string(),

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 pub mod clients;
+pub mod fleet;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

@@ -49,6 +49,21 @@ pub fn with_meta(params: Value) -> Value {
     params
 }
 
+/// The tasks extension's identifier (client capabilities `extensions`).
+pub const TASKS_EXTENSION: &str = "io.modelcontextprotocol/tasks";
+
+/// `params` with `_meta` client capabilities declaring the tasks extension and elicitation (for
+/// [`HttpServer::modern`], whose `_meta` keeps them).
+pub fn with_tasks(mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {},
+            "extensions": { TASKS_EXTENSION: {} },
+        },
+    });
+    params
+}
+
 /// A JSON-RPC request.
 pub fn request(id: impl Into<Value>, method: &str, params: Value) -> Value {
     let mut r = json!({ "jsonrpc": "2.0", "id": id.into(), "method": method });
@@ -87,6 +102,10 @@ pub fn layout(extra: &str) -> (Layout, PathBuf) {
 fn host_command(config: &Path) -> Command {
     let mut cmd = Command::new(&artifacts().host);
     cmd.arg("--config").arg(config).env("RUST_LOG", "info");
+    // The default task store lives in the state directory: the test's own, never the user's.
+    if let Some(dir) = config.parent() {
+        cmd.env("XDG_STATE_HOME", dir);
+    }
     // The config layers read MCP_* variables: keep the caller's environment out of the test.
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("MCP_") {
@@ -101,6 +120,30 @@ fn host_command(config: &Path) -> Command {
 pub struct ChildGuard(Child);
 
 impl ChildGuard {
+    /// Spawn `cmd` (killed and reaped when the guard drops).
+    pub fn spawn(cmd: &mut Command) -> Self {
+        ChildGuard(
+            cmd.spawn()
+                .unwrap_or_else(|e| panic!("cannot start {cmd:?}: {e}")),
+        )
+    }
+
+    /// Guard a child already spawned (e.g. after taking its pipes).
+    pub fn from_child(child: Child) -> Self {
+        ChildGuard(child)
+    }
+
+    /// Whether the process has exited.
+    pub fn exited(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_some()
+    }
+
+    /// Send SIGKILL (a crash, as far as the process can tell) and reap it.
+    pub fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+
     /// The process id.
     pub fn id(&self) -> u32 {
         self.0.id()
@@ -473,10 +516,10 @@ impl HttpServer {
     /// `resources/read`).
     pub fn modern(&self, id: impl Into<Value>, method: &str, params: Value) -> HttpResponse {
         let params = with_meta(params);
-        let member = if method == "resources/read" {
-            "uri"
-        } else {
-            "name"
+        let member = match method {
+            "resources/read" => "uri",
+            "tasks/get" | "tasks/update" | "tasks/cancel" => "taskId",
+            _ => "name",
         };
         let headers = modern_headers(method, params.get(member).and_then(Value::as_str));
         self.post(&header_refs(&headers), &request(id, method, params))
@@ -499,6 +542,24 @@ impl HttpServer {
         let body = request(1, method, params).to_string();
         self.connect()
             .post_to(path, &header_refs(&headers), body.as_bytes())
+    }
+
+    /// Open a 2026 `subscriptions/listen` stream with `params` (`_meta` added, keys already in
+    /// `params._meta` win): the stream, past its `200` head (the acknowledgement is its first
+    /// event).
+    pub fn listen(&self, id: &str, params: Value) -> EventStream {
+        let method = "subscriptions/listen";
+        let mut headers = vec![
+            ("Content-Type", "application/json".to_owned()),
+            ("Accept", "application/json, text/event-stream".to_owned()),
+        ];
+        headers.extend(modern_headers(method, None));
+        let mut conn = self.connect();
+        let body = request(id, method, with_meta(params)).to_string();
+        conn.send("POST", "/mcp", &header_refs(&headers), body.as_bytes());
+        let head = conn.read_head();
+        assert_eq!(head.status, 200, "{head:?}");
+        EventStream::new(conn)
     }
 
     /// Open a new legacy session's GET event stream: the connection, past the response head.
@@ -543,6 +604,71 @@ impl HttpServer {
         );
         assert_eq!(ack.status, 202, "{ack:?}");
         (resp, session)
+    }
+}
+
+/// An open SSE response body (a listen stream, a GET stream, a streamed call), read event by
+/// event (comments skipped).
+#[derive(Debug)]
+pub struct EventStream {
+    conn: HttpConn,
+    pending: String,
+    events: VecDeque<Value>,
+}
+
+impl EventStream {
+    /// Read events from `conn`, already past the response head.
+    pub fn new(conn: HttpConn) -> Self {
+        EventStream {
+            conn,
+            pending: String::new(),
+            events: VecDeque::new(),
+        }
+    }
+
+    /// The next event within `timeout` (fails the test otherwise).
+    #[track_caller]
+    pub fn next(&mut self, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(e) = self.events.pop_front() {
+                return e;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(
+                !left.is_zero(),
+                "no event within {timeout:?} (pending: {:?})",
+                self.pending
+            );
+            self.conn.set_read_timeout(left);
+            // A read timeout panics inside the client: say what was awaited, and where.
+            let conn = &mut self.conn;
+            let Ok(chunk) =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| conn.read_chunk()))
+            else {
+                panic!("no event within {timeout:?} (pending: {:?})", self.pending)
+            };
+            let chunk = chunk.expect("the event stream ended");
+            self.pending
+                .push_str(&String::from_utf8_lossy(&chunk).replace("\r\n", "\n"));
+            while let Some(end) = self.pending.find("\n\n") {
+                let event: String = self.pending.drain(..end + 2).collect();
+                self.events.extend(sse_events(&event));
+            }
+        }
+    }
+
+    /// The first event with `method` within `timeout` (others are dropped).
+    #[track_caller]
+    pub fn wait_for(&mut self, method: &str, timeout: Duration) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let e = self.next(left.max(Duration::from_millis(1)));
+            if e["method"] == method {
+                return e;
+            }
+        }
     }
 }
 

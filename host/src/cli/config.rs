@@ -51,8 +51,10 @@ fn redact(config: &mut Value) {
     if let Some(Value::Array(keys)) = config.pointer_mut("/request_state/keys") {
         keys.iter_mut().for_each(|k| *k = Value::from(REDACTED));
     }
-    if let Some(Value::String(url)) = config.pointer_mut("/traces/otlp_endpoint") {
-        *url = without_userinfo(url);
+    for pointer in ["/traces/otlp_endpoint", "/store"] {
+        if let Some(Value::String(url)) = config.pointer_mut(pointer) {
+            *url = without_userinfo(url);
+        }
     }
     if let Some(Value::Object(plugins)) = config.get_mut("plugins") {
         for settings in plugins.values_mut() {

@@ -57,10 +57,10 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
             .with_context(|| format!("--agent {name}: no such agent in the configuration"))?;
     }
     let watcher = start_watching(&host, args.watch);
-    let protocol = Protocol::new(host.clone());
     let grace =
         Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
     let result = runtime.block_on(async {
+        let protocol = open_store(&host, &config).await?;
         spawn_sighup_rescan(host.clone(), Arc::clone(&watcher));
         if let Some(addr) = config.metrics_listen {
             let listener = transport::http::bind(addr)
@@ -69,10 +69,17 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
             tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
             tokio::spawn(transport::http::metrics::serve(host.clone(), listener));
         }
-        match protocol_out {
-            Some(out) => serve_stdio(protocol, out, &config, args.agent, grace).await,
-            None => serve_http(protocol, &config, grace).await,
-        }
+        let relay = {
+            let protocol = protocol.clone();
+            tokio::spawn(async move { protocol.relay_announcements().await })
+        };
+        let served = match protocol_out {
+            Some(out) => serve_stdio(protocol.clone(), out, &config, args.agent, grace).await,
+            None => serve_http(protocol.clone(), &config, grace).await,
+        };
+        relay.abort();
+        protocol.stop_tasks().await;
+        served
     });
     host.shutdown();
     runtime.shutdown_timeout(Duration::from_millis(200));
@@ -80,6 +87,23 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     tracing::info!("stopped");
     drop(logging);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The protocol engine over `host` with the configured store (tasks; legacy sessions and events
+/// between replicas with Redis).
+async fn open_store(host: &Host, config: &Config) -> anyhow::Result<Protocol> {
+    let replica = mcp_host::store::bus::replica_name(config.replica.as_deref());
+    let store = mcp_host::store::Store::open(&config.store, &replica)
+        .await
+        .context("cannot open the task store (the `store` key)")?;
+    tracing::info!("replica {replica}; task store: {}", store.describe());
+    if store.is_shared() && config.request_state.keys.is_empty() {
+        tracing::warn!(
+            "the store is shared but request_state.keys is empty: other replicas cannot continue \
+             this one's input-required rounds (configure the same keys on every replica)"
+        );
+    }
+    Ok(Protocol::with_store(host.clone(), store))
 }
 
 /// Set up watching beside serving, off the start-up path. The watcher's first act, once its

@@ -11,8 +11,8 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Isolation,
-    Limits, LogFormat, PinMode, PluginSettings, RequestStateSettings, ToolDir, TraceSettings,
-    TrustSettings,
+    Limits, LogFormat, PinMode, PluginSettings, RequestStateSettings, StoreSetting, TaskSettings,
+    ToolDir, TraceSettings, TrustSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -45,6 +45,9 @@ struct Layer {
     metrics_token: Option<String>,
     traces: Option<Value>,
     trust: Option<Value>,
+    store: Option<String>,
+    tasks: Option<Value>,
+    replica: Option<String>,
 }
 
 /// One `tool_dirs` entry: a path, or `{path, prefix, require_signature, pinning}` whose keys are
@@ -428,6 +431,7 @@ fn apply_value(
             "agents",
             "traces",
             "trust",
+            "tasks",
         ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
@@ -455,6 +459,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     }
     if let Some(v) = &layer.traces {
         section::<TraceSettings>(v, origin, "traces")?;
+    }
+    if let Some(v) = &layer.tasks {
+        section::<TaskSettings>(v, origin, "tasks")?;
     }
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
@@ -554,6 +561,17 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
     if let Some(v) = layer.metrics_token {
         config.metrics_token = Some(v).filter(|t| !t.is_empty());
     }
+    if let Some(v) = layer.store {
+        config.store =
+            StoreSetting::parse(&v, &origin.base_dir).map_err(|message| ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: "store".into(),
+                message,
+            })?;
+    }
+    if let Some(v) = layer.replica {
+        config.replica = Some(v).filter(|r| !r.trim().is_empty());
+    }
     Ok(())
 }
 
@@ -593,6 +611,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     if let Some(v) = present("trust") {
         config.trust = section(v, &origin, "trust")?;
         check_trust(&config.trust, &origin)?;
+    }
+    if let Some(v) = present("tasks") {
+        config.tasks = section(v, &origin, "tasks")?;
     }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {

@@ -297,6 +297,92 @@ impl Default for RequestStateSettings {
     }
 }
 
+/// Where tasks (and, in a fleet, legacy sessions) are kept: the `store` key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreSetting {
+    /// Embedded SQLite in this file (`sqlite:PATH`), or at the default place (`sqlite`: the
+    /// user's state directory, `$XDG_STATE_HOME/mcp-host/tasks.sqlite`).
+    Sqlite(Option<PathBuf>),
+    /// In memory: nothing outlives the process (`memory`).
+    Memory,
+    /// Redis at this URL (`redis://…`, `redis+unix://…`), shared by every replica.
+    Redis(String),
+}
+
+impl StoreSetting {
+    /// Parse a `store` value; `base_dir` resolves a relative SQLite path.
+    pub fn parse(value: &str, base_dir: &std::path::Path) -> Result<Self, String> {
+        let value = value.trim();
+        if value == "sqlite" {
+            return Ok(StoreSetting::Sqlite(None));
+        }
+        if value == "memory" {
+            return Ok(StoreSetting::Memory);
+        }
+        if let Some(path) = value.strip_prefix("sqlite:").filter(|p| !p.is_empty()) {
+            return Ok(StoreSetting::Sqlite(Some(base_dir.join(path))));
+        }
+        if value.starts_with("redis://") || value.starts_with("redis+unix://") {
+            return Ok(StoreSetting::Redis(value.to_owned()));
+        }
+        Err(format!(
+            "expected `sqlite`, `sqlite:PATH`, `memory`, or a `redis://` URL, got {value:?}"
+        ))
+    }
+}
+
+impl std::fmt::Display for StoreSetting {
+    /// The `store` value this setting parses from.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreSetting::Sqlite(None) => f.write_str("sqlite"),
+            StoreSetting::Sqlite(Some(path)) => write!(f, "sqlite:{}", path.display()),
+            StoreSetting::Memory => f.write_str("memory"),
+            StoreSetting::Redis(url) => f.write_str(url),
+        }
+    }
+}
+
+impl Serialize for StoreSetting {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Bounds and timing of tasks (the 2026 tasks extension).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TaskSettings {
+    /// How long a task and its result are kept, from its creation (`ttlMs`).
+    pub ttl_secs: u64,
+    /// How often clients are asked to poll (`pollIntervalMs`).
+    pub poll_interval_ms: u64,
+    /// Tasks one caller may have stored (running or finished, until they expire); more are
+    /// refused (HTTP 429, -32010).
+    pub max_per_caller: usize,
+    /// Tasks stored in total; more are refused (HTTP 429, -32010).
+    pub max_tasks: usize,
+    /// Largest result a task keeps, in bytes of its JSON; a larger one becomes an `isError` result
+    /// naming its size and the limit.
+    pub max_result_bytes: usize,
+    /// Seconds a replica's claim on a running task lasts without renewal: a task whose replica
+    /// stopped (crashed, killed, lost its store) is reported failed once its claim runs out.
+    pub lease_secs: u64,
+}
+
+impl Default for TaskSettings {
+    fn default() -> Self {
+        TaskSettings {
+            ttl_secs: 3600,
+            poll_interval_ms: 500,
+            max_per_caller: 256,
+            max_tasks: 100_000,
+            max_result_bytes: 1024 * 1024,
+            lease_secs: 10,
+        }
+    }
+}
+
 /// How HTTP callers authenticate.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -520,6 +606,12 @@ pub struct Config {
     /// tool directory; empty otherwise).
     #[serde(skip)]
     pub pins: Arc<lock::PinLock>,
+    /// Where tasks (and, with Redis, legacy sessions) are kept.
+    pub store: StoreSetting,
+    /// Bounds and timing of tasks.
+    pub tasks: TaskSettings,
+    /// This replica's name in the `Mcp-Replica` response header and the log (default: random).
+    pub replica: Option<String>,
     /// The directory relative paths in the configuration resolve against.
     #[serde(skip)]
     pub base_dir: PathBuf,
@@ -563,6 +655,9 @@ impl Default for Config {
             traces: TraceSettings::default(),
             trust: TrustSettings::default(),
             pins: Arc::default(),
+            store: StoreSetting::Sqlite(None),
+            tasks: TaskSettings::default(),
+            replica: None,
             base_dir: PathBuf::from("."),
         }
     }
@@ -633,6 +728,8 @@ impl Config {
             "http.header_read_timeout_secs",
             self.http.header_read_timeout_secs != new.http.header_read_timeout_secs,
         );
+        check("store", self.store != new.store);
+        check("replica", self.replica != new.replica);
         changed
     }
 

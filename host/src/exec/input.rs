@@ -64,11 +64,20 @@ impl std::fmt::Debug for InputChannel {
 }
 
 /// One 2026 round: the answers available and what the call asked.
-#[derive(Debug)]
 pub struct Round {
     capabilities: Value,
     answers: Map<String, Value>,
     asked: Mutex<Asked>,
+    /// Called (once) when the call becomes a task (`CallContext::start_task`).
+    on_start: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl std::fmt::Debug for Round {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Round")
+            .field("answers", &self.answers.len())
+            .finish_non_exhaustive()
+    }
 }
 
 /// What a call asked during its round.
@@ -92,7 +101,24 @@ impl Round {
             capabilities,
             answers,
             asked: Mutex::default(),
+            on_start: Mutex::default(),
         }
+    }
+
+    /// Call `hook` when the call becomes a task (the first `CallContext::start_task`).
+    pub fn on_start(self, hook: impl FnOnce() + Send + 'static) -> Self {
+        *self.on_start.lock().unwrap_or_else(|p| p.into_inner()) = Some(Box::new(hook));
+        self
+    }
+
+    /// The answers this round started with.
+    pub fn answers(&self) -> &Map<String, Value> {
+        &self.answers
+    }
+
+    /// The client's capabilities (from the request).
+    pub fn capabilities(&self) -> &Value {
+        &self.capabilities
     }
 
     /// What the call asked, once it returned.
@@ -184,6 +210,21 @@ impl InputChannel {
         match self {
             InputChannel::Round(r) => &r.capabilities,
             InputChannel::Session { capabilities, .. } => capabilities,
+        }
+    }
+
+    /// The call reached `CallContext::start_task`: a round whose request waits for that becomes a
+    /// task now; anywhere else nothing happens.
+    pub fn start_task(&self) {
+        if let InputChannel::Round(round) = self {
+            let hook = round
+                .on_start
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take();
+            if let Some(hook) = hook {
+                hook();
+            }
         }
     }
 

@@ -45,13 +45,19 @@ impl CallState {
     }
 
     /// Answer a request the plugin makes through this call's context (`client/capabilities`,
-    /// `input/ask`), whichever backend runs it: the answer as JSON, or the error text the SDK
+    /// `task/start`, `input/ask`), whichever backend runs it: the answer as JSON, or the error text the SDK
     /// decodes.
     pub fn request(&self, method: &str, params: &str) -> Result<String, String> {
         use mcp_plugin_sdk::wire::encode_input_error;
         match (method, &self.input) {
             ("client/capabilities", Some(input)) => Ok(input.capabilities().to_string()),
             ("client/capabilities", None) => Ok("{}".into()),
+            ("task/start", input) => {
+                if let Some(input) = input {
+                    input.start_task();
+                }
+                Ok("null".into())
+            }
             ("input/ask", Some(input)) => input
                 .ask(params, self)
                 .map(|answers| answers.to_string())

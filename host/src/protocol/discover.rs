@@ -61,11 +61,14 @@ pub(crate) fn initialize(
     }
 }
 
-/// `server/discover` (2026): versions, capabilities and instructions; cacheable.
+/// `server/discover` (2026): versions, capabilities (with the tasks extension, which legacy
+/// sessions never get) and instructions; cacheable.
 pub(crate) fn discover(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
+    let mut capabilities = protocol.capabilities();
+    capabilities["extensions"] = json!({ super::tasks::EXTENSION: {} });
     let mut result = json!({
         "supportedVersions": supported_versions(),
-        "capabilities": protocol.capabilities(),
+        "capabilities": capabilities,
     });
     if let Some(text) = &req.config.instructions {
         result["instructions"] = json!(text);

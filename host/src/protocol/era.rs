@@ -188,9 +188,10 @@ pub(crate) fn decorate(
     result
 }
 
-/// Finish a 2026 input-required result: `resultType`, the server's info, never caching hints.
-pub(crate) fn decorate_input_required(mut result: Value, server_info: &Value) -> Value {
-    result["resultType"] = json!("input_required");
+/// Finish a 2026 result that is not the request's final answer (`input_required`, or `task`):
+/// `resultType`, the server's info, never caching hints.
+pub(crate) fn decorate_interim(result_type: &str, mut result: Value, server_info: &Value) -> Value {
+    result["resultType"] = json!(result_type);
     result["_meta"] = json!({ META_SERVER_INFO: server_info });
     result
 }

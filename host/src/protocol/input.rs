@@ -38,8 +38,8 @@ impl Subject<'_> {
     }
 }
 
-/// Who asks, as bound into a state: the verified user and the agent.
-fn principal(req: &Request<'_>) -> String {
+/// Who asks, as bound into a state (and who may see a task): the verified user and the agent.
+pub(crate) fn principal(req: &Request<'_>) -> String {
     let user = req.ex.caller.as_ref().map_or("", |c| c.user_id.as_str());
     let agent = req.ex.agent.as_ref().map_or("", |a| a.name.as_str());
     format!("{user}\u{0}{agent}")
@@ -72,42 +72,7 @@ pub(crate) fn channel(
 ) -> Result<Option<Arc<InputChannel>>, RpcError> {
     match req.era {
         Era::Modern { caps, .. } => {
-            let mut answers = Map::new();
-            if let Some(state) = req.params.get("requestState") {
-                let Some(state) = state.as_str() else {
-                    return Err(RpcError::invalid_params("requestState must be a string"));
-                };
-                let payload = protocol
-                    .sealer(req)
-                    .open(state)
-                    .map_err(|e| RpcError::invalid_params(e.to_string()))?;
-                if payload["sub"] != json!(subject.digest())
-                    || payload["who"] != json!(principal(req))
-                {
-                    return Err(RpcError::invalid_params(
-                        "requestState belongs to another request or caller",
-                    ));
-                }
-                if let Some(Value::Object(earlier)) = payload.get("answers") {
-                    answers.extend(earlier.clone());
-                }
-            }
-            match req.params.get("inputResponses") {
-                None => {}
-                Some(Value::Object(given)) => {
-                    if let Some((key, _)) = given.iter().find(|(_, v)| !v.is_object()) {
-                        return Err(RpcError::invalid_params(format!(
-                            "inputResponses.{key} must be an object (the client's result for that request)"
-                        )));
-                    }
-                    answers.extend(given.clone());
-                }
-                Some(_) => {
-                    return Err(RpcError::invalid_params(
-                        "inputResponses must be an object of results by request key",
-                    ));
-                }
-            }
+            let answers = answers(protocol, req, subject)?;
             Ok(Some(Arc::new(InputChannel::Round(Round::new(
                 (*caps).clone(),
                 answers,
@@ -126,10 +91,122 @@ pub(crate) fn channel(
     }
 }
 
+/// The answers a 2026 request brings: those of earlier rounds from its verified `requestState`
+/// (bound to this request and caller), then its `inputResponses`.
+pub(crate) fn answers(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    subject: &Subject<'_>,
+) -> Result<Map<String, Value>, RpcError> {
+    let mut answers = Map::new();
+    if let Some(state) = req.params.get("requestState") {
+        let Some(state) = state.as_str() else {
+            return Err(RpcError::invalid_params("requestState must be a string"));
+        };
+        let payload = protocol
+            .sealer(req)
+            .open(state)
+            .map_err(|e| RpcError::invalid_params(e.to_string()))?;
+        if payload["sub"] != json!(subject.digest()) || payload["who"] != json!(principal(req)) {
+            return Err(RpcError::invalid_params(
+                "requestState belongs to another request or caller",
+            ));
+        }
+        if let Some(Value::Object(earlier)) = payload.get("answers") {
+            answers.extend(earlier.clone());
+        }
+    }
+    match req.params.get("inputResponses") {
+        None => {}
+        Some(Value::Object(given)) => {
+            if let Some((key, _)) = given.iter().find(|(_, v)| !v.is_object()) {
+                return Err(RpcError::invalid_params(format!(
+                    "inputResponses.{key} must be an object (the client's result for that request)"
+                )));
+            }
+            answers.extend(given.clone());
+        }
+        Some(_) => {
+            return Err(RpcError::invalid_params(
+                "inputResponses must be an object of results by request key",
+            ));
+        }
+    }
+    Ok(answers)
+}
+
+/// What a 2026 round's questions make of a call that returned (`failed`: an `isError` result or
+/// an error).
+pub(crate) enum RoundEnd {
+    /// Questions are open: the client must answer them (`open`), with the answers the call used.
+    Open {
+        /// Questions without an answer, by key.
+        open: Map<String, Value>,
+        /// Answers the call used, by key.
+        used: Map<String, Value>,
+    },
+    /// The call's own answer stands.
+    Answer,
+    /// The request fails: an invalid answer (-32602), or a question the client had no capability
+    /// for that made the call fail (-32021 naming the capability).
+    Error(RpcError),
+}
+
+/// How a round ends once its call returned.
+pub(crate) fn round_end(round: &Round, failed: bool, subject: &Subject<'_>) -> RoundEnd {
+    let asked = round.asked();
+    if let Some(why) = asked.invalid {
+        return RoundEnd::Error(RpcError::invalid_params(why));
+    }
+    if !asked.open.is_empty() {
+        return RoundEnd::Open {
+            open: asked.open,
+            used: asked.used,
+        };
+    }
+    if let Some(missing) = asked.missing.filter(|_| failed) {
+        let names: Vec<String> = missing
+            .as_object()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        return RoundEnd::Error(
+            RpcError::new(
+                ErrorKind::MissingCapability,
+                format!(
+                    "Missing required client capability: {} {} needs {}",
+                    subject.method,
+                    subject.name,
+                    names.join(", ")
+                ),
+            )
+            .with_data(json!({ "requiredCapabilities": missing })),
+        );
+    }
+    RoundEnd::Answer
+}
+
+/// The input-required result asking `open`, with a fresh state carrying `used`.
+pub(crate) fn input_required(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    subject: &Subject<'_>,
+    open: Map<String, Value>,
+    used: Map<String, Value>,
+) -> Answer {
+    let state = protocol.sealer(req).seal(json!({
+        "sub": subject.digest(),
+        "who": principal(req),
+        "answers": used,
+    }));
+    Answer::InputRequired(json!({
+        "inputRequests": open,
+        "requestState": state,
+    }))
+}
+
 /// What the request answers once its call returned `answer` (`failed`: the call failed — an
 /// `isError` result or an error): in a 2026 round, open questions make it an input-required result
-/// with a fresh state; an invalid answer is -32602; a question the client had no capability for
-/// that made the call fail is -32021 naming the capability. Otherwise `answer` as it is.
+/// with a fresh state, otherwise see [`round_end`]. Outside a round, `answer` as it is.
 pub(crate) fn finish(
     protocol: &Protocol,
     req: &Request<'_>,
@@ -141,36 +218,9 @@ pub(crate) fn finish(
     let Some(InputChannel::Round(round)) = channel else {
         return answer;
     };
-    let asked = round.asked();
-    if let Some(why) = asked.invalid {
-        return Err(RpcError::invalid_params(why));
+    match round_end(round, failed, subject) {
+        RoundEnd::Open { open, used } => Ok(input_required(protocol, req, subject, open, used)),
+        RoundEnd::Error(e) => Err(e),
+        RoundEnd::Answer => answer,
     }
-    if !asked.open.is_empty() {
-        let state = protocol.sealer(req).seal(json!({
-            "sub": subject.digest(),
-            "who": principal(req),
-            "answers": asked.used,
-        }));
-        return Ok(Answer::InputRequired(json!({
-            "inputRequests": asked.open,
-            "requestState": state,
-        })));
-    }
-    if let Some(missing) = asked.missing.filter(|_| failed) {
-        let names: Vec<String> = missing
-            .as_object()
-            .map(|m| m.keys().cloned().collect())
-            .unwrap_or_default();
-        return Err(RpcError::new(
-            ErrorKind::MissingCapability,
-            format!(
-                "Missing required client capability: {} {} needs {}",
-                subject.method,
-                subject.name,
-                names.join(", ")
-            ),
-        )
-        .with_data(json!({ "requiredCapabilities": missing })));
-    }
-    answer
 }

@@ -68,6 +68,9 @@ pub enum ErrorKind {
     /// 2025: no such resource (-32002, 404; 200 inside a session). 2026 answers an unknown resource
     /// with [`ErrorKind::InvalidParams`].
     ResourceNotFound,
+    /// What the request needs is unavailable for now, e.g. the store of tasks and sessions
+    /// (-32603, 503).
+    Unavailable,
 }
 
 impl ErrorKind {
@@ -84,7 +87,7 @@ impl ErrorKind {
             ErrorKind::TooManyRequests => TOO_MANY_REQUESTS,
             ErrorKind::MethodNotFound => METHOD_NOT_FOUND,
             ErrorKind::InvalidParams => INVALID_PARAMS,
-            ErrorKind::Internal => INTERNAL_ERROR,
+            ErrorKind::Internal | ErrorKind::Unavailable => INTERNAL_ERROR,
             ErrorKind::Unauthorized => UNAUTHORIZED,
             ErrorKind::HeaderMismatch => HEADER_MISMATCH,
             ErrorKind::MissingCapability => MISSING_CLIENT_CAPABILITY,
@@ -114,6 +117,7 @@ impl ErrorKind {
             ErrorKind::UnsupportedMediaType => 415,
             ErrorKind::TooManyRequests => 429,
             ErrorKind::Internal => 500,
+            ErrorKind::Unavailable => 503,
         };
         let keeps_status = matches!(
             self,
@@ -126,6 +130,7 @@ impl ErrorKind {
                 | ErrorKind::UnsupportedMediaType
                 | ErrorKind::RequestTimeout
                 | ErrorKind::TooManyRequests
+                | ErrorKind::Unavailable
         );
         if in_legacy_session && !keeps_status {
             200

@@ -23,9 +23,10 @@ const LISTS: [(&str, &str); 3] = [
     ),
 ];
 
-/// `subscriptions/listen`: the notification kinds accepted — the list changes asked for, and the
-/// asked resource subscriptions that name a resource the caller can read.
-pub(crate) fn listen(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
+/// `subscriptions/listen`: the notification kinds accepted — the list changes asked for, the
+/// asked resource subscriptions that name a resource the caller can read, and the asked tasks
+/// that exist and are the caller's (tasks extension: `taskIds`).
+pub(crate) async fn listen(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let asked = req.params.get("notifications");
     let mut accepted = Map::new();
     for (filter, _) in LISTS {
@@ -49,6 +50,11 @@ pub(crate) fn listen(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, R
             .map(|uri| json!(uri))
             .collect();
         accepted.insert("resourceSubscriptions".into(), Value::Array(known));
+    }
+    if let Some(ids) = asked.and_then(|n| n.get("taskIds")) {
+        let ids = ids.as_array().map_or(&[][..], Vec::as_slice);
+        let followed = super::tasks::followable(protocol, req, ids).await?;
+        accepted.insert("taskIds".into(), Value::Array(followed));
     }
     Ok(Answer::Listen(Value::Object(accepted)))
 }
@@ -118,6 +124,28 @@ impl Protocol {
                 )]
             }
         }
+    }
+
+    /// The `notifications/tasks` an event brings to a listen stream with filter `accepted`
+    /// (tagged with its `subscription`), if it follows the task.
+    pub fn task_notification(
+        event: &crate::store::Event,
+        subscription: &Value,
+        accepted: &Value,
+    ) -> Option<Value> {
+        let crate::store::Event::Task { id, view, .. } = event else {
+            return None;
+        };
+        let followed = accepted
+            .get("taskIds")
+            .and_then(Value::as_array)
+            .is_some_and(|ids| ids.iter().any(|i| i == id.as_str()));
+        let Value::Object(params) = view.clone() else {
+            return None;
+        };
+        followed.then(|| {
+            jsonrpc::notification("notifications/tasks", tagged(params, Some(subscription)))
+        })
     }
 
     /// The result that ends a listen stream gracefully.

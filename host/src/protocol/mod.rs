@@ -26,6 +26,7 @@ mod prompts;
 pub mod request_state;
 mod resources;
 pub mod session;
+mod tasks;
 mod tool_search;
 mod tools;
 
@@ -38,6 +39,7 @@ use tracing::Instrument as _;
 use crate::config::Config;
 use crate::exec::CancelFlag;
 use crate::host::Host;
+use crate::store::Store;
 pub use headers::{HttpHeaders, decode_header_value};
 use jsonrpc::{RpcError, response};
 use session::LegacySession;
@@ -159,6 +161,8 @@ pub(crate) enum Answer {
     },
     /// 2026: the request needs input from the client first (`inputRequests`, `requestState`).
     InputRequired(Value),
+    /// 2026 tasks extension: the call runs as this task (`CreateTaskResult`).
+    Task(Value),
     /// Open a listen stream with this accepted filter.
     Listen(Value),
 }
@@ -186,6 +190,10 @@ pub struct Protocol {
     server_info: Arc<Value>,
     /// Seals `requestState` when the configuration names no keys (this process only).
     state_key: Arc<[u8; 32]>,
+    /// Tasks (and, in a fleet, legacy sessions and the events between replicas).
+    store: Store,
+    /// The tasks whose calls run on this replica, with their cancellation.
+    running: Arc<std::sync::Mutex<std::collections::HashMap<String, CancelFlag>>>,
 }
 
 impl std::fmt::Debug for Protocol {
@@ -197,9 +205,21 @@ impl std::fmt::Debug for Protocol {
 }
 
 impl Protocol {
-    /// A protocol engine over `host`. Its settings (page size, cache TTL, instructions) are read
-    /// from the host's configuration at each request, so a reload applies them at once.
+    /// A protocol engine over `host` with tasks kept in memory. Its settings (page size, cache
+    /// TTL, instructions) are read from the host's configuration at each request, so a reload
+    /// applies them at once.
     pub fn new(host: Host) -> Self {
+        let replica = crate::store::bus::replica_name(host.config().replica.as_deref());
+        Self::with_store(host, Store::memory(&replica))
+    }
+
+    /// A protocol engine over `host` with `store` for tasks (and sessions and events, in a
+    /// fleet). A plugin's announcements go to the other replicas too.
+    pub fn with_store(host: Host, store: Store) -> Self {
+        let bus = store.bus().clone();
+        host.forward_announcements(move |change| {
+            bus.publish_to_others(crate::store::Event::from_change(change));
+        });
         let mut state_key = [0u8; 32];
         if getrandom::fill(&mut state_key).is_err() {
             // No OS randomness: a key nobody else can guess is still better than none.
@@ -219,12 +239,38 @@ impl Protocol {
                 json!({ "name": "mcp-host", "version": env!("CARGO_PKG_VERSION") }),
             ),
             state_key: Arc::new(state_key),
+            store,
+            running: Arc::default(),
         }
     }
 
     /// The host behind it.
     pub fn host(&self) -> &Host {
         &self.host
+    }
+
+    /// The store of tasks, sessions (in a fleet) and events between replicas.
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    /// Announce to this host's listeners what plugins on other replicas announced, for as long
+    /// as the store's bus runs.
+    pub async fn relay_announcements(&self) {
+        let mut events = self.store.bus().subscribe();
+        loop {
+            match events.recv().await {
+                Ok(event) => {
+                    if let Some(change) = event.change() {
+                        self.host.announce(change);
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                    self.host.announce(crate::host::Change::ALL_LISTS);
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return,
+            }
+        }
     }
 
     /// Handle one request.
@@ -263,8 +309,12 @@ impl Protocol {
                 });
                 Reply::ok(&id, era::decorate(&era, value, caching, &self.server_info))
             }
-            Ok(Answer::InputRequired(value)) => {
-                Reply::ok(&id, era::decorate_input_required(value, &self.server_info))
+            Ok(Answer::InputRequired(value)) => Reply::ok(
+                &id,
+                era::decorate_interim("input_required", value, &self.server_info),
+            ),
+            Ok(Answer::Task(value)) => {
+                Reply::ok(&id, era::decorate_interim("task", value, &self.server_info))
             }
             Ok(Answer::Listen(accepted)) => Reply::Listen { id, accepted },
             Err(e) => Reply::error(&id, &e, era.is_legacy()),
@@ -288,7 +338,10 @@ impl Protocol {
             ("prompts/list", _) => prompts::list(self, req),
             ("prompts/get", _) => prompts::get(self, req).await,
             ("completion/complete", _) => completion::complete(self, req).await,
-            ("subscriptions/listen", Modern { .. }) => listen::listen(self, req),
+            ("subscriptions/listen", Modern { .. }) => listen::listen(self, req).await,
+            ("tasks/get", Modern { .. }) => tasks::get(self, req).await,
+            ("tasks/update", Modern { .. }) => tasks::update(self, req).await,
+            ("tasks/cancel", Modern { .. }) => tasks::cancel(self, req).await,
             (other, _) => Err(RpcError::method_not_found(other)),
         }
     }

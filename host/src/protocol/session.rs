@@ -113,6 +113,9 @@ pub struct LegacySession {
     /// Requests this server sent the client, waiting for its response, by id.
     outgoing: Mutex<HashMap<String, Sender<Result<Value, Value>>>>,
     next_request: AtomicU64,
+    /// Names this process's requests to the client (another replica serving the same session
+    /// numbers its own), so their ids never collide.
+    request_tag: String,
     /// Resource URIs the client subscribed to (`resources/subscribe`).
     subscriptions: Mutex<BTreeSet<String>>,
 }
@@ -139,8 +142,24 @@ impl LegacySession {
             stream: Mutex::new(None),
             outgoing: Mutex::default(),
             next_request: AtomicU64::new(1),
+            request_tag: new_session_id()[..8].to_owned(),
             subscriptions: Mutex::default(),
         }
+    }
+
+    /// The resource URIs the client subscribed to.
+    pub fn subscriptions(&self) -> Vec<String> {
+        lock(&self.subscriptions).iter().cloned().collect()
+    }
+
+    /// Replace the subscriptions (a fleet's record of the session, changed on another replica).
+    pub fn set_subscriptions(&self, uris: impl IntoIterator<Item = String>) {
+        *lock(&self.subscriptions) = uris.into_iter().collect();
+    }
+
+    /// Close the session-level stream, if one is attached (the session ended).
+    pub fn detach_stream(&self) {
+        *lock(&self.stream) = None;
     }
 
     /// Route a response from the client to the request of ours it answers; `false` when no request
@@ -230,7 +249,7 @@ impl ClientLink for SessionLink {
         params: Value,
     ) -> Result<(Value, Receiver<Result<Value, Value>>), String> {
         let n = self.session.next_request.fetch_add(1, Ordering::Relaxed);
-        let id = json!(format!("mcp-host-{n}"));
+        let id = json!(format!("mcp-host-{}-{n}", self.session.request_tag));
         let (tx, rx) = channel();
         // Registered before it is sent, so an answer can never arrive first.
         lock(&self.session.outgoing).insert(id.to_string(), tx);
@@ -359,12 +378,26 @@ impl SessionStore {
         }
     }
 
+    /// The session with this id, if this store has it (its idle timer left alone).
+    pub fn peek(&self, id: &str) -> Option<Arc<LegacySession>> {
+        lock(&self.sessions).get(id).map(|s| Arc::clone(&s.session))
+    }
+
     /// End a session; true if it existed.
     pub fn remove(&self, id: &str) -> bool {
         let mut map = lock(&self.sessions);
         let removed = map.remove(id).is_some();
         self.count(&map);
         removed
+    }
+
+    /// The sessions idle for `idle` or longer (leaving them in place).
+    pub fn idle(&self, idle: Duration) -> Vec<Arc<LegacySession>> {
+        lock(&self.sessions)
+            .values()
+            .filter(|s| s.session.idle_for() >= idle)
+            .map(|s| Arc::clone(&s.session))
+            .collect()
     }
 
     /// Drop expired sessions; returns how many remain.

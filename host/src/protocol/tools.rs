@@ -103,6 +103,9 @@ async fn call_named(
             .with_data(json!({ "requiredCapabilities": missing })));
         }
     }
+    if let Some(task) = super::tasks::start(protocol, req, &tool, args.as_ref()).await? {
+        return Ok(task);
+    }
     let subject = Subject {
         method: "tools/call",
         name,
@@ -112,17 +115,21 @@ async fn call_named(
     let opts = call_options(req, channel.clone());
     let (failed, answer) = match protocol.host.call_tool(tool, args.clone(), opts).await {
         Ok(result) => (result["isError"] == true, Ok(Answer::plain(result))),
-        Err(CallError::UnknownTool(n)) => (true, Err(unknown_tool(&n))),
-        Err(CallError::CallerRequired(n)) => (
-            true,
-            Err(RpcError::new(
-                ErrorKind::Unauthorized,
-                format!("Authentication required: tool {n} needs a verified caller"),
-            )),
-        ),
-        Err(CallError::Throttled(q)) => (true, Err(throttled(&q))),
+        Err(e) => (true, Err(refused(e))),
     };
     input::finish(protocol, req, &subject, channel.as_deref(), failed, answer)
+}
+
+/// The error for a call refused before its tool ran.
+pub(crate) fn refused(e: CallError) -> RpcError {
+    match e {
+        CallError::UnknownTool(n) => unknown_tool(&n),
+        CallError::CallerRequired(n) => RpcError::new(
+            ErrorKind::Unauthorized,
+            format!("Authentication required: tool {n} needs a verified caller"),
+        ),
+        CallError::Throttled(q) => throttled(&q),
+    }
 }
 
 /// The options of a plugin call made for `req`: its caller, agent, cancellation, where its
@@ -157,6 +164,6 @@ pub(crate) fn throttled(q: &crate::exec::quota::QuotaError) -> RpcError {
     RpcError::too_many_requests(format!("Too many requests: {q}"), q.retry_after_secs())
 }
 
-fn unknown_tool(name: &str) -> RpcError {
+pub(crate) fn unknown_tool(name: &str) -> RpcError {
     RpcError::invalid_params(format!("Unknown tool: {name}"))
 }

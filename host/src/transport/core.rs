@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::{Map, Value, json};
 
 use crate::access::Identity;
 use crate::exec::CancelFlag;
@@ -17,6 +17,7 @@ use crate::protocol::jsonrpc::{self, Incoming, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
 
 use crate::protocol::{Exchange, HttpHeaders, Notifier, Protocol, Reply};
+use crate::store::Event;
 
 /// What a transport knows about where a message came from.
 #[derive(Debug, Clone, Default)]
@@ -107,22 +108,52 @@ impl Core {
                         origin.inflight.as_deref(),
                         crate::protocol::cancelled_request(&params),
                     )
+                    && !inflight.cancel(id)
                 {
-                    inflight.cancel(id);
+                    // Not running here: maybe on another replica serving the same session.
+                    self.tell_replicas(origin, |session| Event::CancelRequest {
+                        session,
+                        id: id.clone(),
+                    });
                 }
                 Routed::Done
             }
             Ok(Incoming::Response { id, outcome }) => {
-                let delivered = origin
-                    .session
-                    .as_ref()
-                    .is_some_and(|s| s.deliver(&id, outcome));
-                if !delivered {
-                    tracing::debug!("a response to no waiting request (id {id}) was ignored");
+                let Some(session) = &origin.session else {
+                    tracing::debug!("a response outside any session (id {id}) was ignored");
+                    return Routed::Done;
+                };
+                let shared = self.protocol.store().is_shared();
+                let wire = shared.then(|| match &outcome {
+                    Ok(result) => json!({ "result": result }),
+                    Err(error) => json!({ "error": error }),
+                });
+                if !session.deliver(&id, outcome) {
+                    match wire {
+                        // The request it answers may wait on another replica.
+                        Some(outcome) => self.tell_replicas(origin, |session| Event::Response {
+                            session,
+                            id: id.clone(),
+                            outcome,
+                        }),
+                        None => {
+                            tracing::debug!(
+                                "a response to no waiting request (id {id}) was ignored"
+                            )
+                        }
+                    }
                 }
                 Routed::Done
             }
             Err((id, e)) => Routed::Invalid(id, e),
+        }
+    }
+
+    /// Tell the other replicas (when the store is shared) something about `origin`'s session.
+    fn tell_replicas(&self, origin: &Origin, event: impl FnOnce(String) -> Event) {
+        let store = self.protocol.store();
+        if let Some(session) = origin.session.as_ref().filter(|_| store.is_shared()) {
+            store.bus().publish_to_others(event(session.id.clone()));
         }
     }
 
@@ -227,6 +258,7 @@ impl Core {
         // Subscribed before the acknowledgement goes out: a change the client causes once it has
         // read the acknowledgement is never missed.
         let mut changes = self.protocol.host().changes();
+        let mut events = self.protocol.store().bus().subscribe();
         if !out.send(&Protocol::listen_ack(id, accepted)) {
             return;
         }
@@ -246,6 +278,14 @@ impl Core {
                     let Some(change) = change else { break };
                     let notes = Protocol::notifications(&change, Some(id), Some(accepted), |_| false);
                     if !notes.iter().all(|n| out.send(n)) {
+                        return;
+                    }
+                }
+                event = events.recv() => {
+                    if let Ok(event) = event
+                        && let Some(note) = Protocol::task_notification(&event, id, accepted)
+                        && !out.send(&note)
+                    {
                         return;
                     }
                 }

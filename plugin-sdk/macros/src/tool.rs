@@ -27,6 +27,10 @@ struct ToolOptions {
     input_schema: Option<Expr>,
     meta: Option<Expr>,
     client_capabilities: Option<Expr>,
+    /// `task` (optional) or `task = "optional" | "required"`: the tool may run as a task.
+    task: Option<Ident>,
+    /// `ask_first`: the tool asks its questions before it becomes a task (`ctx.start_task()`).
+    ask_first: Option<Span>,
     /// `#[tool(skip)]`: a `pub fn` of a service that is a helper, not a tool.
     skip: Option<Span>,
 }
@@ -60,17 +64,34 @@ impl ToolOptions {
                 "input_schema" => opts.input_schema = Some(meta.value()?.parse()?),
                 "meta" => opts.meta = Some(meta.value()?.parse()?),
                 "client_capabilities" => opts.client_capabilities = Some(meta.value()?.parse()?),
+                "task" => opts.task = Some(task_support(&meta)?),
+                "ask_first" => opts.ask_first = Some(meta.path.span()),
                 _ => {
                     return Err(meta.error(
                         "unknown #[tool] option; expected one of: name, title, read_only, \
                          destructive, idempotent, open_world, inline, input_schema, meta, \
-                         client_capabilities, skip",
+                         client_capabilities, task, ask_first, skip",
                     ));
                 }
             }
             Ok(())
         });
         syn::parse::Parser::parse2(parser, tokens)?;
+        if let Some(span) = opts.ask_first
+            && opts.task.is_none()
+        {
+            return Err(syn::Error::new(
+                span,
+                "`ask_first` is for tools that run as tasks: add `task` (or `task = \"required\"`)",
+            ));
+        }
+        if let Some(task) = opts.task.as_ref().filter(|_| opts.inline) {
+            return Err(syn::Error::new(
+                task.span(),
+                "a task tool cannot be `inline`: `inline` promises a quick call, a task is for \
+                 long-running work",
+            ));
+        }
         if let Some(span) = opts.skip
             && others > 0
         {
@@ -80,6 +101,24 @@ impl ToolOptions {
             ));
         }
         Ok(opts)
+    }
+}
+
+/// The task support of `task` (optional) or `task = "optional" | "required"`, as the name of a
+/// `TaskSupport` variant.
+fn task_support(meta: &syn::meta::ParseNestedMeta<'_>) -> syn::Result<Ident> {
+    let span = meta.path.span();
+    if !meta.input.peek(syn::Token![=]) {
+        return Ok(Ident::new("Optional", span));
+    }
+    let value = string_value(meta, "task = \"required\"")?;
+    match value.value().as_str() {
+        "optional" => Ok(Ident::new("Optional", value.span())),
+        "required" => Ok(Ident::new("Required", value.span())),
+        _ => Err(syn::Error::new(
+            value.span(),
+            "expected task = \"optional\" or task = \"required\" (or just `task`, which is optional)",
+        )),
     }
 }
 
@@ -556,6 +595,11 @@ fn tool_spec(
     let idempotent = opt_bool(opts.idempotent);
     let open_world = opt_bool(opts.open_world);
     let inline = opts.inline;
+    let task_support = opts
+        .task
+        .clone()
+        .unwrap_or_else(|| Ident::new("Forbidden", Span::call_site()));
+    let ask_first = opts.ask_first.is_some();
     let parse_args = if fields.is_empty() {
         quote!(let _args: Args = match inv.parse_args() { ::core::result::Result::Ok(a) => a, ::core::result::Result::Err(r) => return r };)
     } else {
@@ -593,6 +637,8 @@ fn tool_spec(
                 caller: #caller_need,
                 inline: #inline,
                 required_client_capabilities: #client_caps,
+                task_support: #sdk::__private::TaskSupport::#task_support,
+                ask_first: #ask_first,
             }
         }
 

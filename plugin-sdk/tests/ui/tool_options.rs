@@ -30,4 +30,22 @@ pub fn numeric_header(#[arg(header = 5)] region: String) -> String {
     region
 }
 
+/// A task support level that does not exist.
+#[tool(task = "always")]
+pub fn unknown_task_level() -> &'static str {
+    ""
+}
+
+/// `ask_first` without `task`.
+#[tool(ask_first)]
+pub fn ask_first_without_task() -> &'static str {
+    ""
+}
+
+/// A task that promises to be quick.
+#[tool(task, inline)]
+pub fn inline_task() -> &'static str {
+    ""
+}
+
 fn main() {}

@@ -14,6 +14,7 @@ mod body;
 mod guard;
 pub mod metrics;
 mod post;
+mod sessions;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -38,7 +39,8 @@ use crate::config::HttpSettings;
 use crate::exec::CancelFlag;
 use crate::protocol::Protocol;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
-use crate::protocol::session::{Outbound, SessionStore};
+use crate::protocol::session::Outbound;
+use sessions::Sessions;
 
 /// Settings of the HTTP transport: the configuration's `http` section plus timing.
 #[derive(Debug, Clone)]
@@ -67,7 +69,9 @@ impl Default for HttpOptions {
 struct State {
     core: Core,
     options: HttpOptions,
-    sessions: SessionStore,
+    sessions: Sessions,
+    /// This replica's name, in the `Mcp-Replica` header of every response.
+    replica: HeaderValue,
     /// Set at shutdown: long-lived streams end.
     shutdown: CancelFlag,
 }
@@ -82,13 +86,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let stop = CancelFlag::new();
     let sessions_gauge = protocol.host().telemetry().metrics().sessions("http");
+    let replica = HeaderValue::from_str(protocol.store().replica())
+        .unwrap_or_else(|_| HeaderValue::from_static("unnamed"));
     let state = Arc::new(State {
-        sessions: SessionStore::new(
-            options.settings.max_sessions,
-            options.settings.max_sessions_per_caller,
-            Duration::from_secs(options.settings.session_idle_secs),
-        )
-        .with_gauge(sessions_gauge),
+        sessions: Sessions::new(&options.settings, protocol.store()).with_gauge(sessions_gauge),
+        replica,
         core: Core::new(protocol, stop.clone()),
         options,
         shutdown: stop.clone(),
@@ -100,13 +102,17 @@ pub async fn serve(
             let mut tick = tokio::time::interval(Duration::from_secs(60));
             loop {
                 tick.tick().await;
-                state.sessions.sweep();
+                state.sessions.sweep().await;
             }
         })
     };
     let notifier = {
         let state = Arc::clone(&state);
-        tokio::spawn(async move { state.core.fan_out_changes(|| state.sessions.all()).await })
+        tokio::spawn(async move { state.core.fan_out_changes(|| state.sessions.local()).await })
+    };
+    let relay = {
+        let state = Arc::clone(&state);
+        tokio::spawn(async move { state.sessions.relay().await })
     };
     let connections = Arc::new(Semaphore::new(
         state.options.settings.max_connections.max(1),
@@ -162,6 +168,7 @@ pub async fn serve(
     }
     sweeper.abort();
     notifier.abort();
+    relay.abort();
     Ok(())
 }
 
@@ -223,14 +230,49 @@ fn endpoint_agent<'a>(path: &'a str, base: &str) -> Option<Option<&'a str>> {
     }
 }
 
+/// Serve one request; every response names the replica that served it (`Mcp-Replica`).
 async fn handle(
     state: Arc<State>,
     req: Request<IncomingBody>,
     peer: std::net::IpAddr,
 ) -> Response<Body> {
+    let replica = state.replica.clone();
+    let mut resp = route(state, req, peer).await;
+    resp.headers_mut().insert("mcp-replica", replica);
+    resp
+}
+
+/// `/healthz`: ready — the tool directories were loaded (the listener opens only after the first
+/// load) and the store answers; 503 naming the store otherwise. `/livez`: alive.
+fn health(state: &State, path: &str) -> Option<Response<Body>> {
+    match path {
+        "/livez" => Some(json_response(200, &json!({ "status": "ok" }))),
+        "/healthz" => {
+            let store = state.core.protocol().store();
+            Some(if store.is_reachable() {
+                json_response(200, &json!({ "status": "ok", "store": store.describe() }))
+            } else {
+                json_response(
+                    503,
+                    &json!({
+                        "status": "unavailable",
+                        "reason": format!("the store {} cannot be reached", store.describe()),
+                    }),
+                )
+            })
+        }
+        _ => None,
+    }
+}
+
+async fn route(
+    state: Arc<State>,
+    req: Request<IncomingBody>,
+    peer: std::net::IpAddr,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
-    if path == "/healthz" {
-        return json_response(200, &json!({ "status": "ok" }));
+    if let Some(resp) = health(&state, &path) {
+        return resp;
     }
     if path == "/metrics" && state.options.metrics {
         return metrics::respond(state.core.protocol().host(), &req);
@@ -270,8 +312,8 @@ async fn handle(
     }
     match *req.method() {
         Method::POST => post::post(state, req, agent, peer).await,
-        Method::GET => get_stream(&state, req.headers()),
-        Method::DELETE => delete_session(&state, req.headers()),
+        Method::GET => get_stream(&state, req.headers()).await,
+        Method::DELETE => delete_session(&state, req.headers()).await,
         _ => {
             let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
             resp.headers_mut().insert(
@@ -301,7 +343,7 @@ fn session_not_found() -> Response<Body> {
 
 /// A legacy session's GET stream: its session-level notifications, with keep-alives, until the
 /// client goes or the server stops.
-fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
+async fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
     let Some(id) = header(headers, SESSION_HEADER) else {
         // 2026 has no GET stream (subscriptions/listen replaces it).
         let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
@@ -309,8 +351,10 @@ fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
             .insert(hyper::header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
     };
-    let Some(session) = state.sessions.get(id) else {
-        return session_not_found();
+    let session = match state.sessions.get(id).await {
+        Ok(Some(session)) => session,
+        Ok(None) => return session_not_found(),
+        Err(e) => return error_response(&Value::Null, &e),
     };
     // The session holds the relay; the task below owns the response stream, so the stream ends
     // when the task does (client gone, session's stream replaced, server stopping).
@@ -337,11 +381,14 @@ fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
     sse_response(body, None)
 }
 
-fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
-    match header(headers, SESSION_HEADER) {
-        None => empty(StatusCode::METHOD_NOT_ALLOWED),
-        Some(id) if state.sessions.remove(id) => empty(StatusCode::OK),
-        Some(_) => session_not_found(),
+async fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
+    let Some(id) = header(headers, SESSION_HEADER) else {
+        return empty(StatusCode::METHOD_NOT_ALLOWED);
+    };
+    match state.sessions.remove(id).await {
+        Ok(true) => empty(StatusCode::OK),
+        Ok(false) => session_not_found(),
+        Err(e) => error_response(&Value::Null, &e),
     }
 }
 

@@ -18,9 +18,10 @@ use super::body::{
     Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_channel, sse_response,
 };
 use super::guard::{bearer, denied, header, unauthorized};
+use super::sessions::Changeable;
 use crate::exec::CancelFlag;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
-use crate::protocol::session::{LegacySession, Outbound as _, new_session_id};
+use crate::protocol::session::Outbound as _;
 use crate::protocol::{HttpHeaders, Reply, decode_header_value};
 use crate::transport::core::{Batched, Origin, Routed};
 
@@ -136,14 +137,15 @@ pub(crate) async fn post(
         .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
         .is_some();
     let session = match header(&parts.headers, SESSION_HEADER) {
-        Some(sid) if !is_modern => match state.sessions.get(sid) {
-            Some(s) => Some(s),
-            None => {
+        Some(sid) if !is_modern => match state.sessions.get(sid).await {
+            Ok(Some(s)) => Some(s),
+            Ok(None) => {
                 return error_response(
                     &Value::Null,
                     &RpcError::new(ErrorKind::NotFound, "Session not found: initialize again"),
                 );
             }
+            Err(e) => return error_response(&Value::Null, &e),
         },
         _ => None,
     };
@@ -176,11 +178,18 @@ pub(crate) async fn post(
         Routed::Request { id, method, params } => {
             request(state, id, method, params, origin, endpoint_agent).await
         }
-        Routed::Batch(items) => match state.core.batch(items, &origin).await {
-            Batched::Replies(replies) => json_response(200, &replies),
-            Batched::Refused(e) => error_response(&Value::Null, &e),
-            Batched::Nothing => empty(StatusCode::ACCEPTED),
-        },
+        Routed::Batch(items) => {
+            let before = origin.session.as_deref().map(Changeable::of);
+            let batched = state.core.batch(items, &origin).await;
+            if let (Some(session), Some(before)) = (&origin.session, before) {
+                state.sessions.save(session, &before).await;
+            }
+            match batched {
+                Batched::Replies(replies) => json_response(200, &replies),
+                Batched::Refused(e) => error_response(&Value::Null, &e),
+                Batched::Nothing => empty(StatusCode::ACCEPTED),
+            }
+        }
         Routed::Invalid(id, e) => error_response(&id, &e),
         Routed::Done => empty(StatusCode::ACCEPTED),
     }
@@ -205,16 +214,21 @@ async fn request(
     let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
     let (reply_tx, mut reply_rx) = tokio::sync::oneshot::channel::<Reply>();
     {
-        let core = state.core.clone();
+        let state = Arc::clone(&state);
         let id = id.clone();
         let cancel = cancel.clone();
         let notifier: crate::protocol::Notifier = Arc::new(move |n| {
             let _ = tx.send(n);
         });
         tokio::spawn(async move {
-            let answered = core
+            let before = origin.session.as_deref().map(Changeable::of);
+            let answered = state
+                .core
                 .request(id, &method, params, &origin, cancel, Some(notifier))
                 .await;
+            if let (Some(session), Some(before)) = (&origin.session, before) {
+                state.sessions.save(session, &before).await;
+            }
             // Over HTTP a cancelled request's POST is still closed out with its reply.
             let _ = reply_tx.send(answered.reply);
         });
@@ -229,7 +243,7 @@ async fn request(
         reply = &mut reply_rx => {
             guard.disarm();
             return match reply {
-                Ok(reply) => finish(&state, reply, &reply_to),
+                Ok(reply) => finish(&state, reply, &reply_to).await,
                 Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
             };
         }
@@ -240,7 +254,7 @@ async fn request(
         let reply = reply_rx.await;
         guard.disarm();
         return match reply {
-            Ok(reply) => finish(&state, reply, &reply_to),
+            Ok(reply) => finish(&state, reply, &reply_to).await,
             Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
         };
     };
@@ -294,7 +308,7 @@ struct ReplyTo {
 }
 
 /// The HTTP response for a reply that came before any notification.
-fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
+async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
     match reply {
         Reply::Response { body, status: 401 } => {
             // A tool that needs a verified caller was called without one: challenge the client.
@@ -316,11 +330,14 @@ fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
             version,
             capabilities,
         } => {
-            let id = new_session_id();
-            state.sessions.insert(
-                Arc::new(LegacySession::new(id.clone(), version, capabilities)),
-                Arc::clone(&to.owner),
-            );
+            let id = match state
+                .sessions
+                .open(version, capabilities, Arc::clone(&to.owner))
+                .await
+            {
+                Ok(id) => id,
+                Err(e) => return error_response(&body["id"], &e),
+            };
             let mut resp = json_response(200, &body);
             if let Ok(v) = HeaderValue::from_str(&id) {
                 resp.headers_mut().insert(SESSION_HEADER, v);

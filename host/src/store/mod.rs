@@ -1,0 +1,622 @@
+//! What outlives one request and is shared by every replica behind one endpoint: tasks (the
+//! 2026 tasks extension), legacy sessions (with Redis), and the events replicas tell each other.
+//!
+//! The `store` key picks the backend: embedded SQLite (the default: a finished task's result
+//! survives a restart), memory (nothing survives), or Redis (a fleet: every replica reads and
+//! writes the same tasks and sessions, with expiry, and hears the others on a pub/sub channel).
+//! Whatever the backend, the same rules hold:
+//!
+//! - a task is one record with a version; every change is a compare-and-set on that version, so
+//!   two replicas never overwrite each other's change (the loser re-reads and re-applies);
+//! - the replica running a task holds a **lease** on it, renewed while the call runs; a task whose
+//!   lease ran out while `working` was left by a replica that stopped, and is reported failed;
+//! - everything a client can create is bounded: tasks per caller and in total
+//!   (`tasks.max_per_caller`, `tasks.max_tasks`), each kept `tasks.ttl_secs` from its creation;
+//!   legacy sessions per caller and in total (`http.max_sessions_per_caller`, `http.max_sessions`),
+//!   each expiring after `http.session_idle_secs` idle.
+//!
+//! [`bus`] carries the events: a task changed or must be cancelled, a legacy client's response or
+//! cancellation for a call running on another replica, a plugin's announcement.
+
+pub mod bus;
+mod redis;
+mod sqlite;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use mcp_plugin_sdk::UserInfo;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+pub use bus::{Bus, Event};
+
+use crate::config::{StoreSetting, TaskSettings};
+
+/// Milliseconds since the Unix epoch (the store's clock; replicas' clocks are assumed to agree
+/// within a fraction of a lease).
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// Why the store could not do what was asked.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached (Redis down) or failed (a disk error).
+    #[error("the task store is unavailable: {0}")]
+    Unavailable(String),
+    /// A bound on what clients may create is reached (the message names the key).
+    #[error("{0}")]
+    Full(String),
+}
+
+/// Where a task is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskStatus {
+    /// Its call runs.
+    Working,
+    /// Its call asked the client something: answers come with `tasks/update`.
+    InputRequired,
+    /// Its call returned a result (an `isError` result included).
+    Completed,
+    /// Its call ended with a protocol error (or the replica running it stopped).
+    Failed,
+    /// The client cancelled it.
+    Cancelled,
+}
+
+impl TaskStatus {
+    /// Completed, failed and cancelled never change again.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            TaskStatus::Completed | TaskStatus::Failed | TaskStatus::Cancelled
+        )
+    }
+
+    /// The wire name (`working`, `input_required`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TaskStatus::Working => "working",
+            TaskStatus::InputRequired => "input_required",
+            TaskStatus::Completed => "completed",
+            TaskStatus::Failed => "failed",
+            TaskStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// One task: what the client sees of it, and what the host needs to run its call again (the
+/// tool, its arguments, the caller, and the answers the client gave so far).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskRecord {
+    /// The unguessable id (128 random bits).
+    pub id: String,
+    /// Who may see it: the verified user and agent it was created by.
+    pub owner: String,
+    /// Whom it counts against (`tasks.max_per_caller`).
+    pub quota_key: String,
+    /// Where it is.
+    pub status: TaskStatus,
+    /// Why it is there, for people.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status_message: Option<String>,
+    /// Created, in Unix milliseconds.
+    pub created_ms: u64,
+    /// Last changed, in Unix milliseconds.
+    pub updated_ms: u64,
+    /// Kept this long from its creation.
+    pub ttl_ms: u64,
+    /// How often the client is asked to poll.
+    pub poll_ms: u64,
+    /// The tool called.
+    pub tool: String,
+    /// Its arguments.
+    #[serde(default)]
+    pub arguments: Option<Value>,
+    /// The verified caller, for tools that take one.
+    #[serde(default)]
+    pub caller: Option<UserInfo>,
+    /// The agent whose view applied.
+    #[serde(default)]
+    pub agent: Option<String>,
+    /// What the client declared with the request that created the task.
+    #[serde(default)]
+    pub capabilities: Value,
+    /// Every answer the client gave (before the task and with `tasks/update`), by key.
+    #[serde(default)]
+    pub answers: Map<String, Value>,
+    /// The questions waiting for an answer (`input_required`), by key.
+    #[serde(default)]
+    pub input_requests: Map<String, Value>,
+    /// The call's result (`completed`).
+    #[serde(default)]
+    pub result: Option<Value>,
+    /// The JSON-RPC error (`failed`).
+    #[serde(default)]
+    pub error: Option<Value>,
+    /// Which run of the call is current (a run after `tasks/update` is the next one); a run's
+    /// outcome is recorded only while it is current.
+    #[serde(default)]
+    pub run: u64,
+}
+
+impl TaskRecord {
+    /// When it expires, in Unix milliseconds.
+    pub fn expires_ms(&self) -> u64 {
+        self.created_ms.saturating_add(self.ttl_ms)
+    }
+}
+
+/// A replica's claim on a running task.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    /// The replica.
+    pub runner: String,
+    /// Valid until, in Unix milliseconds.
+    pub until_ms: u64,
+}
+
+/// A task as stored: the record, its version (for compare-and-set) and the lease on it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredTask {
+    /// The record.
+    pub task: TaskRecord,
+    /// Bumped by every change.
+    pub version: u64,
+    /// The replica running it, if one does.
+    pub lease: Option<Lease>,
+}
+
+impl StoredTask {
+    /// `working`, but nobody renewed the lease in time: the replica running it stopped.
+    pub fn abandoned(&self, now_ms: u64) -> bool {
+        self.task.status == TaskStatus::Working
+            && self.lease.as_ref().is_none_or(|l| l.until_ms <= now_ms)
+    }
+}
+
+/// What a fleet keeps of a legacy session (the replica serving a request rebuilds the session
+/// from it): the negotiated version, the client's capability names, its log level, the resources
+/// it subscribed to, and who opened it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionRecord {
+    /// The caller that opened it (whom it counts against).
+    pub owner: String,
+    /// The negotiated version.
+    pub version: String,
+    /// The kept capability names (`protocol::session::kept_capabilities`).
+    pub capabilities: Value,
+    /// The log level (`logging/setLevel`), as its wire name.
+    pub log_level: String,
+    /// Subscribed resource URIs.
+    pub subscriptions: Vec<String>,
+}
+
+/// Most resource subscriptions a fleet keeps per legacy session.
+pub const MAX_SESSION_SUBSCRIPTIONS: usize = 256;
+
+/// The bounds of legacy sessions in a fleet.
+#[derive(Debug, Clone, Copy)]
+pub struct SessionBounds {
+    /// Sessions in total.
+    pub max: usize,
+    /// Sessions per caller.
+    pub per_caller: usize,
+    /// Idle time after which a session expires.
+    pub idle: Duration,
+}
+
+enum Backend {
+    Sqlite(sqlite::Sqlite),
+    Redis(Box<redis::Redis>),
+}
+
+/// The store every replica of one endpoint shares (or this process's own).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    backend: Backend,
+    bus: Bus,
+    /// What the store is, for messages (`sqlite /path`, `memory`, `redis://host:port/db`).
+    describe: String,
+    /// False while the store cannot be reached (Redis down).
+    reachable: AtomicBool,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("store", &self.inner.describe)
+            .field("replica", &self.inner.bus.replica())
+            .finish()
+    }
+}
+
+/// The default place of the SQLite store: `$XDG_STATE_HOME/mcp-host/tasks.sqlite`, else
+/// `~/.local/state/mcp-host/tasks.sqlite`.
+pub fn default_sqlite_path() -> Option<PathBuf> {
+    let state = std::env::var_os("XDG_STATE_HOME")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| {
+            std::env::var_os("HOME")
+                .filter(|v| !v.is_empty())
+                .map(|h| PathBuf::from(h).join(".local/state"))
+        })?;
+    Some(state.join("mcp-host").join("tasks.sqlite"))
+}
+
+impl Store {
+    /// A store in memory (tasks live as long as the process), with a bus inside this process.
+    pub fn memory(replica: &str) -> Store {
+        Store::with_backend(
+            Backend::Sqlite(sqlite::Sqlite::memory()),
+            Bus::local(replica),
+            "memory".into(),
+        )
+    }
+
+    fn with_backend(backend: Backend, bus: Bus, describe: String) -> Store {
+        Store {
+            inner: Arc::new(Inner {
+                backend,
+                bus,
+                describe,
+                reachable: AtomicBool::new(true),
+            }),
+        }
+    }
+
+    /// Open the configured store (inside a tokio runtime: Redis starts its connection, its
+    /// pub/sub listener and its health checks). An unreachable Redis is not an error here: the
+    /// replica starts, reports itself not ready and reconnects; a SQLite file that cannot be
+    /// opened is. The default SQLite place falls back to memory when there is no home directory.
+    pub async fn open(setting: &StoreSetting, replica: &str) -> Result<Store, StoreError> {
+        match setting {
+            StoreSetting::Memory => Ok(Store::memory(replica)),
+            StoreSetting::Sqlite(path) => {
+                let path = match path.clone().or_else(default_sqlite_path) {
+                    Some(p) => p,
+                    None => {
+                        tracing::warn!(
+                            "no home or state directory for the task store: keeping tasks in \
+                             memory (set `store: sqlite:PATH` to keep them across restarts)"
+                        );
+                        return Ok(Store::memory(replica));
+                    }
+                };
+                let db = sqlite::Sqlite::open(&path).await?;
+                let store = Store::with_backend(
+                    Backend::Sqlite(db),
+                    Bus::local(replica),
+                    format!("sqlite {}", path.display()),
+                );
+                store.spawn_sqlite_sweeper();
+                Ok(store)
+            }
+            StoreSetting::Redis(url) => {
+                let (backend, bus) = redis::Redis::connect(url, replica)?;
+                let store = Store::with_backend(
+                    Backend::Redis(Box::new(backend)),
+                    bus,
+                    redis::describe(url),
+                );
+                store.spawn_health_checks();
+                Ok(store)
+            }
+        }
+    }
+
+    /// What the store is (`sqlite /path`, `memory`, `redis://host:port/db`), without credentials.
+    pub fn describe(&self) -> &str {
+        &self.inner.describe
+    }
+
+    /// Whether it is shared by replicas (Redis): legacy sessions are kept in it too.
+    pub fn is_shared(&self) -> bool {
+        matches!(self.inner.backend, Backend::Redis(_))
+    }
+
+    /// The events between replicas.
+    pub fn bus(&self) -> &Bus {
+        &self.inner.bus
+    }
+
+    /// This replica's name.
+    pub fn replica(&self) -> &str {
+        self.inner.bus.replica()
+    }
+
+    /// Whether the store could be reached at the last check (always for SQLite and memory).
+    pub fn is_reachable(&self) -> bool {
+        self.inner.reachable.load(Ordering::Relaxed)
+    }
+
+    /// Record the outcome of an operation: a failure marks the store unreachable until the next
+    /// successful check.
+    fn observe<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
+        if let Err(StoreError::Unavailable(why)) = &result
+            && self.inner.reachable.swap(false, Ordering::Relaxed)
+        {
+            tracing::error!("task store {} unreachable: {why}", self.inner.describe);
+        }
+        result
+    }
+
+    fn spawn_sqlite_sweeper(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                if let Backend::Sqlite(db) = &inner.backend
+                    && let Err(e) = db.sweep().await
+                {
+                    tracing::warn!("task store sweep failed: {e}");
+                }
+            }
+        });
+    }
+
+    /// Redis: a PING every second; the replica is ready only while it answers.
+    fn spawn_health_checks(&self) {
+        let weak = Arc::downgrade(&self.inner);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let Backend::Redis(redis) = &inner.backend else {
+                    return;
+                };
+                let ok = redis.ping().await;
+                let was = inner.reachable.swap(ok.is_ok(), Ordering::Relaxed);
+                match (&ok, was) {
+                    (Ok(()), false) => {
+                        tracing::info!("task store {} reachable", inner.describe);
+                    }
+                    (Err(e), true) => {
+                        tracing::error!("task store {} unreachable: {e}", inner.describe);
+                    }
+                    _ => {}
+                }
+            }
+        });
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Tasks
+
+    /// Store a new task (durably: a `tasks/get` anywhere finds it once this returns), with the
+    /// creating replica's lease, within the bounds of `settings`.
+    pub async fn create_task(
+        &self,
+        task: &TaskRecord,
+        lease: Option<&Lease>,
+        settings: &TaskSettings,
+    ) -> Result<(), StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Sqlite(db) => db.create_task(task, lease, settings).await,
+            Backend::Redis(r) => r.create_task(task, lease, settings).await,
+        };
+        self.observe(result)
+    }
+
+    /// The task with this id, unless it expired.
+    pub async fn task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Sqlite(db) => db.task(id).await,
+            Backend::Redis(r) => r.task(id).await,
+        };
+        self.observe(result)
+    }
+
+    /// Replace the task if it is still at `version` (else `false`: someone changed it first), with
+    /// `lease` (`None` drops the lease).
+    pub async fn update_task(
+        &self,
+        task: &TaskRecord,
+        version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<bool, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Sqlite(db) => db.update_task(task, version, lease).await,
+            Backend::Redis(r) => r.update_task(task, version, lease).await,
+        };
+        self.observe(result)
+    }
+
+    /// Extend `lease` on a task this replica runs (only while it is `working` under this runner);
+    /// the task's status now (`None`: gone).
+    pub async fn renew_lease(
+        &self,
+        id: &str,
+        lease: &Lease,
+    ) -> Result<Option<TaskStatus>, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Sqlite(db) => db.renew_lease(id, lease).await,
+            Backend::Redis(r) => r.renew_lease(id, lease).await,
+        };
+        self.observe(result)
+    }
+
+    // -----------------------------------------------------------------------------------------
+    // Legacy sessions (Redis only; one host keeps them in memory)
+
+    /// Keep a new session within `bounds`; the ids of sessions evicted to make room.
+    pub async fn insert_session(
+        &self,
+        id: &str,
+        record: &SessionRecord,
+        bounds: SessionBounds,
+    ) -> Result<Vec<String>, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Redis(r) => r.insert_session(id, record, bounds).await,
+            Backend::Sqlite(_) => Err(StoreError::Unavailable(
+                "sessions are kept in the store only with Redis".into(),
+            )),
+        };
+        self.observe(result)
+    }
+
+    /// The live session with this id (its idle timer restarted).
+    pub async fn session(
+        &self,
+        id: &str,
+        bounds: SessionBounds,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Redis(r) => r.session(id, bounds).await,
+            Backend::Sqlite(_) => Ok(None),
+        };
+        self.observe(result)
+    }
+
+    /// Whether the session still exists (its idle timer left alone).
+    pub async fn session_exists(&self, id: &str) -> Result<bool, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Redis(r) => r.session_exists(id).await,
+            Backend::Sqlite(_) => Ok(false),
+        };
+        self.observe(result)
+    }
+
+    /// Save what a request changed in a session (log level, subscriptions).
+    pub async fn save_session(&self, id: &str, record: &SessionRecord) -> Result<(), StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Redis(r) => r.save_session(id, record).await,
+            Backend::Sqlite(_) => Ok(()),
+        };
+        self.observe(result)
+    }
+
+    /// End a session; whether it existed.
+    pub async fn remove_session(&self, id: &str) -> Result<bool, StoreError> {
+        let result = match &self.inner.backend {
+            Backend::Redis(r) => r.remove_session(id).await,
+            Backend::Sqlite(_) => Ok(false),
+        };
+        self.observe(result)
+    }
+}
+
+/// A fresh unguessable id: 128 random bits as a UUID-shaped string (version 4 layout).
+pub fn new_id() -> String {
+    let mut b = [0u8; 16];
+    if getrandom::fill(&mut b).is_err() {
+        let seed = format!("{:?}{:p}{}", SystemTime::now(), &b, std::process::id());
+        for (i, x) in seed.bytes().enumerate() {
+            b[i % 16] ^= x;
+        }
+    }
+    b[6] = (b[6] & 0x0f) | 0x40;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();
+    format!(
+        "{}-{}-{}-{}-{}",
+        &hex[0..8],
+        &hex[8..12],
+        &hex[12..16],
+        &hex[16..20],
+        &hex[20..32]
+    )
+}
+
+/// A `working` task of caller `owner_key` for unit tests.
+#[cfg(test)]
+pub(crate) fn sample_task(id: &str, owner_key: &str) -> TaskRecord {
+    let now = now_ms();
+    TaskRecord {
+        id: id.into(),
+        owner: String::new(),
+        quota_key: owner_key.into(),
+        status: TaskStatus::Working,
+        status_message: None,
+        created_ms: now,
+        updated_ms: now,
+        ttl_ms: 60_000,
+        poll_ms: 500,
+        tool: "t".into(),
+        arguments: None,
+        caller: None,
+        agent: None,
+        capabilities: serde_json::json!({}),
+        answers: Map::new(),
+        input_requests: Map::new(),
+        result: None,
+        error: None,
+        run: 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(id: &str, owner_key: &str) -> TaskRecord {
+        sample_task(id, owner_key)
+    }
+
+    #[tokio::test]
+    async fn tasks_are_compared_and_set_by_version_and_bounded_per_caller() {
+        let store = Store::memory("r1");
+        let settings = TaskSettings {
+            max_per_caller: 2,
+            ..TaskSettings::default()
+        };
+        let lease = Lease {
+            runner: "r1".into(),
+            until_ms: now_ms() + 10_000,
+        };
+        store
+            .create_task(&task("a", "x"), Some(&lease), &settings)
+            .await
+            .unwrap();
+        store
+            .create_task(&task("b", "x"), None, &settings)
+            .await
+            .unwrap();
+        let full = store.create_task(&task("c", "x"), None, &settings).await;
+        assert!(matches!(full, Err(StoreError::Full(m)) if m.contains("tasks.max_per_caller")));
+        store
+            .create_task(&task("c", "y"), None, &settings)
+            .await
+            .unwrap();
+        let got = store.task("a").await.unwrap().unwrap();
+        assert_eq!(got.lease, Some(lease.clone()));
+        assert!(!got.abandoned(now_ms()));
+        let mut done = got.task.clone();
+        done.status = TaskStatus::Completed;
+        assert!(store.update_task(&done, got.version, None).await.unwrap());
+        assert!(
+            !store.update_task(&done, got.version, None).await.unwrap(),
+            "a stale version loses"
+        );
+        assert_eq!(
+            store.renew_lease("a", &lease).await.unwrap(),
+            Some(TaskStatus::Completed)
+        );
+        assert!(store.task("nope").await.unwrap().is_none());
+        let b = store.task("b").await.unwrap().unwrap();
+        assert!(b.abandoned(now_ms()), "working without a lease");
+    }
+
+    #[test]
+    fn ids_are_uuid_shaped_and_unique() {
+        let a = new_id();
+        assert_eq!(a.len(), 36);
+        assert_eq!(&a[14..15], "4");
+        assert_ne!(a, new_id());
+    }
+}

@@ -1,0 +1,472 @@
+//! The Redis store, shared by every replica of one endpoint (plain Redis, not Cluster: the
+//! scripts touch keys they compute).
+//!
+//! Keys, all under `mcp-host:` (use the URL's database number to separate deployments):
+//!
+//! | key | type | what |
+//! |---|---|---|
+//! | `task:{id}` | hash `rec`, `v`, `status`, `runner`, `lease` | a task: its JSON record, version, status and lease; expires with the task (`PEXPIREAT`) |
+//! | `tasks:caller:{key}` | sorted set id → expiry | a caller's tasks, for `tasks.max_per_caller` |
+//! | `tasks:all` | sorted set id → expiry | every task, for `tasks.max_tasks` |
+//! | `session:{id}` | hash `owner`, `version`, `caps`, `level`, `subs` | a legacy session; expires when idle (`PEXPIRE`, renewed on use) |
+//! | `sessions:caller:{owner}` | sorted set id → last use | a caller's sessions, for `http.max_sessions_per_caller` |
+//! | `sessions:all` | sorted set `{id}:{owner}` → last use | every session, for `http.max_sessions` |
+//! | `sessions:owners` | sorted set owner → count | who holds the most sessions (evicted first when full) |
+//! | `events` | pub/sub channel | [`super::bus::Event`]s between replicas |
+//!
+//! Every read-modify-write is one Lua script, so replicas never interleave inside one. Commands
+//! time out after 2 s: a replica that lost Redis answers quickly with an error instead of hanging.
+
+use std::time::Duration;
+
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::{Client, Script};
+use futures_util::StreamExt as _;
+use tokio::sync::mpsc;
+
+use super::bus::{Bus, Envelope};
+use super::{
+    Lease, MAX_SESSION_SUBSCRIPTIONS, SessionBounds, SessionRecord, StoreError, StoredTask,
+    TaskRecord, TaskStatus, now_ms,
+};
+use crate::config::TaskSettings;
+
+const PREFIX: &str = "mcp-host:";
+/// How long one command may take.
+const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A URL without its credentials, for messages.
+pub(super) fn describe(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+            format!("{scheme}://{rest}")
+        }
+        None => url.to_owned(),
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// The Redis store: a connection manager (reconnecting by itself) and the scripts.
+pub(super) struct Redis {
+    conn: ConnectionManager,
+    create_task: Script,
+    update_task: Script,
+    renew_lease: Script,
+    insert_session: Script,
+    touch_session: Script,
+    save_session: Script,
+    remove_session: Script,
+}
+
+impl Redis {
+    /// Connect lazily (a Redis that is down now is retried at each use), start the publisher and
+    /// the pub/sub listener of the bus.
+    pub(super) fn connect(url: &str, replica: &str) -> Result<(Redis, Bus), StoreError> {
+        let client = Client::open(url)
+            .map_err(|e| StoreError::Unavailable(format!("store {}: {e}", describe(url))))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(COMMAND_TIMEOUT))
+            .set_response_timeout(Some(COMMAND_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let conn =
+            ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(unavailable)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        let bus = Bus::shared(replica, tx);
+        tokio::spawn(publish(conn.clone(), rx));
+        tokio::spawn(listen(client, bus.clone()));
+        let redis = Redis {
+            conn,
+            create_task: Script::new(CREATE_TASK),
+            update_task: Script::new(UPDATE_TASK),
+            renew_lease: Script::new(RENEW_LEASE),
+            insert_session: Script::new(&format!("{DROP_SESSION}{INSERT_SESSION}")),
+            touch_session: Script::new(TOUCH_SESSION),
+            save_session: Script::new(SAVE_SESSION),
+            remove_session: Script::new(&format!("{DROP_SESSION}{REMOVE_SESSION}")),
+        };
+        Ok((redis, bus))
+    }
+
+    /// Whether Redis answers.
+    pub(super) async fn ping(&self) -> Result<(), StoreError> {
+        let mut conn = self.conn.clone();
+        let cmd = ::redis::cmd("PING");
+        timed(cmd.query_async::<String>(&mut conn)).await.map(drop)
+    }
+
+    pub(super) async fn create_task(
+        &self,
+        task: &TaskRecord,
+        lease: Option<&Lease>,
+        settings: &TaskSettings,
+    ) -> Result<(), StoreError> {
+        let record = serde_json::to_string(task).map_err(unavailable)?;
+        let (runner, until) = lease_fields(lease);
+        let mut conn = self.conn.clone();
+        let mut call = self.create_task.prepare_invoke();
+        call.arg(PREFIX)
+            .arg(&task.id)
+            .arg(&task.quota_key)
+            .arg(record)
+            .arg(task.status.as_str())
+            .arg(runner)
+            .arg(until)
+            .arg(task.expires_ms())
+            .arg(now_ms())
+            .arg(settings.max_per_caller)
+            .arg(settings.max_tasks);
+        let (outcome, count): (i64, i64) = timed(call.invoke_async(&mut conn)).await?;
+        match outcome {
+            1 => Err(StoreError::Full(format!(
+                "Too many tasks: this caller keeps {count}, the limit is {} \
+                 (tasks.max_per_caller); they expire tasks.ttl_secs after their creation",
+                settings.max_per_caller
+            ))),
+            2 => Err(StoreError::Full(format!(
+                "Too many tasks: the server keeps {count}, the limit is {} (tasks.max_tasks)",
+                settings.max_tasks
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    pub(super) async fn task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = ::redis::cmd("HMGET");
+        cmd.arg(format!("{PREFIX}task:{id}"))
+            .arg(&["rec", "v", "runner", "lease"]);
+        let fields: Vec<Option<String>> = timed(cmd.query_async(&mut conn)).await?;
+        let [Some(record), Some(version), runner, lease] =
+            <[Option<String>; 4]>::try_from(fields).unwrap_or([None, None, None, None])
+        else {
+            return Ok(None);
+        };
+        let task: TaskRecord = serde_json::from_str(&record)
+            .map_err(|e| StoreError::Unavailable(format!("a stored task is unreadable: {e}")))?;
+        let lease = runner
+            .filter(|r| !r.is_empty())
+            .zip(lease.and_then(|l| l.parse().ok()))
+            .map(|(runner, until_ms)| Lease { runner, until_ms });
+        Ok(Some(StoredTask {
+            task,
+            version: version.parse().unwrap_or(0),
+            lease,
+        }))
+    }
+
+    pub(super) async fn update_task(
+        &self,
+        task: &TaskRecord,
+        version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<bool, StoreError> {
+        let record = serde_json::to_string(task).map_err(unavailable)?;
+        let (runner, until) = lease_fields(lease);
+        let mut conn = self.conn.clone();
+        let mut call = self.update_task.prepare_invoke();
+        call.key(format!("{PREFIX}task:{}", task.id))
+            .arg(version)
+            .arg(record)
+            .arg(task.status.as_str())
+            .arg(runner)
+            .arg(until);
+        let changed: i64 = timed(call.invoke_async(&mut conn)).await?;
+        Ok(changed == 1)
+    }
+
+    pub(super) async fn renew_lease(
+        &self,
+        id: &str,
+        lease: &Lease,
+    ) -> Result<Option<TaskStatus>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut call = self.renew_lease.prepare_invoke();
+        call.key(format!("{PREFIX}task:{id}"))
+            .arg(&lease.runner)
+            .arg(lease.until_ms);
+        let status: Option<String> = timed(call.invoke_async(&mut conn)).await?;
+        Ok(status.and_then(|s| serde_json::from_value(serde_json::Value::String(s)).ok()))
+    }
+
+    pub(super) async fn insert_session(
+        &self,
+        id: &str,
+        record: &SessionRecord,
+        bounds: SessionBounds,
+    ) -> Result<Vec<String>, StoreError> {
+        let caps = record.capabilities.to_string();
+        let mut conn = self.conn.clone();
+        let mut call = self.insert_session.prepare_invoke();
+        call.arg(PREFIX)
+            .arg(id)
+            .arg(&record.owner)
+            .arg(now_ms())
+            .arg(bounds.idle.as_millis() as u64)
+            .arg(bounds.max.max(1))
+            .arg(bounds.per_caller.max(1))
+            .arg(&record.version)
+            .arg(caps)
+            .arg(&record.log_level);
+        timed(call.invoke_async(&mut conn)).await
+    }
+
+    pub(super) async fn session(
+        &self,
+        id: &str,
+        bounds: SessionBounds,
+    ) -> Result<Option<SessionRecord>, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut call = self.touch_session.prepare_invoke();
+        call.arg(PREFIX)
+            .arg(id)
+            .arg(now_ms())
+            .arg(bounds.idle.as_millis() as u64);
+        let fields: Option<Vec<String>> = timed(call.invoke_async(&mut conn)).await?;
+        let Some([owner, version, caps, level, subs]) =
+            fields.and_then(|f| <[String; 5]>::try_from(f).ok())
+        else {
+            return Ok(None);
+        };
+        Ok(Some(SessionRecord {
+            owner,
+            version,
+            capabilities: serde_json::from_str(&caps).unwrap_or_default(),
+            log_level: level,
+            subscriptions: serde_json::from_str(&subs).unwrap_or_default(),
+        }))
+    }
+
+    pub(super) async fn session_exists(&self, id: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut cmd = ::redis::cmd("EXISTS");
+        cmd.arg(format!("{PREFIX}session:{id}"));
+        let n: i64 = timed(cmd.query_async(&mut conn)).await?;
+        Ok(n == 1)
+    }
+
+    pub(super) async fn save_session(
+        &self,
+        id: &str,
+        record: &SessionRecord,
+    ) -> Result<(), StoreError> {
+        let subs: Vec<&String> = record
+            .subscriptions
+            .iter()
+            .take(MAX_SESSION_SUBSCRIPTIONS)
+            .collect();
+        let subs = serde_json::to_string(&subs).map_err(unavailable)?;
+        let mut conn = self.conn.clone();
+        let mut call = self.save_session.prepare_invoke();
+        call.key(format!("{PREFIX}session:{id}"))
+            .arg(&record.log_level)
+            .arg(subs);
+        timed(call.invoke_async::<i64>(&mut conn)).await.map(drop)
+    }
+
+    pub(super) async fn remove_session(&self, id: &str) -> Result<bool, StoreError> {
+        let mut conn = self.conn.clone();
+        let mut call = self.remove_session.prepare_invoke();
+        call.arg(PREFIX).arg(id);
+        let removed: i64 = timed(call.invoke_async(&mut conn)).await?;
+        Ok(removed == 1)
+    }
+}
+
+/// A command within [`COMMAND_TIMEOUT`] (plus the manager's own), its errors as unavailability.
+async fn timed<T>(
+    fut: impl std::future::Future<Output = ::redis::RedisResult<T>>,
+) -> Result<T, StoreError> {
+    match tokio::time::timeout(COMMAND_TIMEOUT * 2, fut).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(unavailable(e)),
+        Err(_) => Err(StoreError::Unavailable(format!(
+            "no answer within {} s",
+            (COMMAND_TIMEOUT * 2).as_secs()
+        ))),
+    }
+}
+
+fn lease_fields(lease: Option<&Lease>) -> (String, u64) {
+    match lease {
+        Some(l) => (l.runner.clone(), l.until_ms),
+        None => (String::new(), 0),
+    }
+}
+
+/// Publish this replica's events on the channel, in order.
+async fn publish(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Envelope>) {
+    let channel = format!("{PREFIX}events");
+    while let Some(envelope) = rx.recv().await {
+        let Ok(payload) = serde_json::to_string(&envelope) else {
+            continue;
+        };
+        let mut cmd = ::redis::cmd("PUBLISH");
+        cmd.arg(&channel).arg(payload);
+        if let Err(e) = timed(cmd.query_async::<i64>(&mut conn)).await {
+            tracing::debug!("an event for the other replicas was lost: {e}");
+        }
+    }
+}
+
+/// Hear the other replicas' events, reconnecting (with a pause) whenever the subscription drops.
+async fn listen(client: Client, bus: Bus) {
+    let channel = format!("{PREFIX}events");
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match client.get_async_pubsub().await {
+            Ok(mut pubsub) => match pubsub.subscribe(&channel).await {
+                Ok(()) => {
+                    pause = Duration::from_millis(100);
+                    let mut messages = pubsub.into_on_message();
+                    while let Some(msg) = messages.next().await {
+                        match serde_json::from_slice::<Envelope>(msg.get_payload_bytes()) {
+                            Ok(envelope) => bus.deliver_remote(envelope),
+                            Err(e) => tracing::warn!("an unreadable event on {channel}: {e}"),
+                        }
+                    }
+                    tracing::debug!("the subscription to {channel} ended; resubscribing");
+                }
+                Err(e) => tracing::debug!("cannot subscribe to {channel}: {e}"),
+            },
+            Err(e) => tracing::debug!("cannot connect for {channel}: {e}"),
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// ARGV: prefix, id, caller key, record, status, runner, lease, expires, now, max per caller,
+/// max total. Returns {0, 0} when stored, {1, n} when the caller holds n, {2, n} when the store
+/// holds n.
+const CREATE_TASK: &str = r"
+local p, id, caller = ARGV[1], ARGV[2], ARGV[3]
+local expires, now = tonumber(ARGV[8]), tonumber(ARGV[9])
+local mine, all = p .. 'tasks:caller:' .. caller, p .. 'tasks:all'
+redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', all, '-inf', now)
+local n = redis.call('ZCARD', mine)
+if n >= tonumber(ARGV[10]) then return {1, n} end
+n = redis.call('ZCARD', all)
+if n >= tonumber(ARGV[11]) then return {2, n} end
+local key = p .. 'task:' .. id
+redis.call('HSET', key, 'rec', ARGV[4], 'v', 1, 'status', ARGV[5], 'runner', ARGV[6], 'lease', ARGV[7])
+redis.call('PEXPIREAT', key, expires)
+redis.call('ZADD', mine, expires, id)
+redis.call('ZADD', all, expires, id)
+local last = redis.call('ZRANGE', mine, -1, -1, 'WITHSCORES')
+redis.call('PEXPIREAT', mine, last[2])
+return {0, 0}
+";
+
+/// KEYS: the task. ARGV: expected version, record, status, runner, lease. 1 when replaced.
+const UPDATE_TASK: &str = r"
+local v = redis.call('HGET', KEYS[1], 'v')
+if not v or v ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'v', tonumber(v) + 1, 'status', ARGV[3], 'runner', ARGV[4], 'lease', ARGV[5])
+return 1
+";
+
+/// KEYS: the task. ARGV: runner, lease. The status (nil when gone).
+const RENEW_LEASE: &str = r"
+local status = redis.call('HGET', KEYS[1], 'status')
+if status == 'working' and redis.call('HGET', KEYS[1], 'runner') == ARGV[1] then
+  redis.call('HSET', KEYS[1], 'lease', ARGV[2])
+end
+return status
+";
+
+/// Shared by the session scripts: drop session `id` of `owner` from every index.
+const DROP_SESSION: &str = r"
+local function drop(p, id, owner)
+  redis.call('DEL', p .. 'session:' .. id)
+  redis.call('ZREM', p .. 'sessions:all', id .. ':' .. owner)
+  redis.call('ZREM', p .. 'sessions:caller:' .. owner, id)
+  local left = tonumber(redis.call('ZINCRBY', p .. 'sessions:owners', -1, owner))
+  if left <= 0 then redis.call('ZREM', p .. 'sessions:owners', owner) end
+end
+";
+
+/// ARGV: prefix, id, owner, now, idle ms, max, max per caller, version, capabilities, level.
+/// Returns the ids evicted to make room (expired sessions are dropped from the indexes too).
+/// Runs after [`DROP_SESSION`].
+const INSERT_SESSION: &str = r"
+local p, id, owner = ARGV[1], ARGV[2], ARGV[3]
+local now, idle, max, per = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[7])
+local all, mine = p .. 'sessions:all', p .. 'sessions:caller:' .. owner
+local evicted = {}
+for _, m in ipairs(redis.call('ZRANGEBYSCORE', all, '-inf', now - idle)) do
+  drop(p, string.sub(m, 1, 32), string.sub(m, 34))
+end
+while redis.call('ZCARD', mine) >= per do
+  local oldest = redis.call('ZRANGE', mine, 0, 0)[1]
+  drop(p, oldest, owner)
+  table.insert(evicted, oldest)
+end
+while redis.call('ZCARD', all) >= max do
+  local top = redis.call('ZREVRANGE', p .. 'sessions:owners', 0, 0)[1]
+  if not top then break end
+  local oldest = redis.call('ZRANGE', p .. 'sessions:caller:' .. top, 0, 0)[1]
+  if not oldest then redis.call('ZREM', p .. 'sessions:owners', top) else
+    drop(p, oldest, top)
+    table.insert(evicted, oldest)
+  end
+end
+local key = p .. 'session:' .. id
+redis.call('HSET', key, 'owner', owner, 'version', ARGV[8], 'caps', ARGV[9], 'level', ARGV[10], 'subs', '[]')
+redis.call('PEXPIRE', key, idle)
+redis.call('ZADD', all, now, id .. ':' .. owner)
+redis.call('ZADD', mine, now, id)
+redis.call('PEXPIRE', mine, idle)
+redis.call('ZINCRBY', p .. 'sessions:owners', 1, owner)
+return evicted
+";
+
+/// ARGV: prefix, id, now, idle ms. The session's fields (owner, version, caps, level, subs), its
+/// idle timer restarted; nil when it expired.
+const TOUCH_SESSION: &str = r"
+local p, id, now, idle = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local key = p .. 'session:' .. id
+local f = redis.call('HMGET', key, 'owner', 'version', 'caps', 'level', 'subs')
+if not f[1] then return nil end
+redis.call('PEXPIRE', key, idle)
+redis.call('ZADD', p .. 'sessions:all', 'XX', now, id .. ':' .. f[1])
+local mine = p .. 'sessions:caller:' .. f[1]
+redis.call('ZADD', mine, 'XX', now, id)
+redis.call('PEXPIRE', mine, idle)
+return f
+";
+
+/// KEYS: the session. ARGV: level, subscriptions. Only while it exists.
+const SAVE_SESSION: &str = r"
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'level', ARGV[1], 'subs', ARGV[2])
+return 1
+";
+
+/// ARGV: prefix, id. 1 when it existed. Runs after [`DROP_SESSION`].
+const REMOVE_SESSION: &str = r"
+local p, id = ARGV[1], ARGV[2]
+local owner = redis.call('HGET', p .. 'session:' .. id, 'owner')
+if not owner then return 0 end
+drop(p, id, owner)
+return 1
+";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_urls_are_described_without_credentials() {
+        assert_eq!(
+            describe("redis://user:secret@10.0.0.1:6379/2"),
+            "redis://10.0.0.1:6379/2"
+        );
+        assert_eq!(describe("redis://127.0.0.1/"), "redis://127.0.0.1/");
+    }
+}

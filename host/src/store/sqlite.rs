@@ -1,0 +1,277 @@
+//! The embedded SQLite task store (the default), or the same in memory.
+//!
+//! One table: a task's record as JSON beside the columns the store itself reads (its caller for
+//! the bounds, its status, version, expiry and lease). WAL mode with a busy timeout, so several
+//! processes on one machine may share the file (each renewing its own leases). Calls run on
+//! tokio's blocking pool; the connection is behind a mutex (tasks are few and their rows small).
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{Lease, StoreError, StoredTask, TaskRecord, TaskStatus, now_ms};
+use crate::config::TaskSettings;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS tasks (
+    id TEXT PRIMARY KEY,
+    quota_key TEXT NOT NULL,
+    status TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL,
+    runner TEXT,
+    lease_until_ms INTEGER,
+    record TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tasks_by_caller ON tasks (quota_key, expires_ms);
+CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_ms);
+";
+
+/// The SQLite store.
+pub(super) struct Sqlite {
+    conn: Arc<Mutex<Connection>>,
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+impl Sqlite {
+    /// A store that lives in memory.
+    pub(super) fn memory() -> Sqlite {
+        let conn = Connection::open_in_memory()
+            .and_then(|c| c.execute_batch(SCHEMA).map(|()| c))
+            .unwrap_or_else(|e| panic!("an in-memory SQLite database always opens: {e}"));
+        Sqlite {
+            conn: Arc::new(Mutex::new(conn)),
+        }
+    }
+
+    /// Open (creating) the store at `path`.
+    pub(super) async fn open(path: &Path) -> Result<Sqlite, StoreError> {
+        let path = path.to_path_buf();
+        let conn = tokio::task::spawn_blocking(move || {
+            if let Some(dir) = path.parent() {
+                std::fs::create_dir_all(dir).map_err(|e| {
+                    StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+                })?;
+            }
+            let conn = Connection::open(&path)
+                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
+            conn.busy_timeout(std::time::Duration::from_secs(5))
+                .map_err(unavailable)?;
+            conn.pragma_update(None, "journal_mode", "WAL")
+                .map_err(unavailable)?;
+            conn.pragma_update(None, "synchronous", "NORMAL")
+                .map_err(unavailable)?;
+            conn.execute_batch(SCHEMA)
+                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
+            Ok::<_, StoreError>(conn)
+        })
+        .await
+        .map_err(unavailable)??;
+        Ok(Sqlite {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// Run `f` on the connection on the blocking pool.
+    async fn with<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let conn = Arc::clone(&self.conn);
+        tokio::task::spawn_blocking(move || {
+            let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
+            f(&mut conn)
+        })
+        .await
+        .map_err(unavailable)?
+        .map_err(unavailable)
+    }
+
+    pub(super) async fn create_task(
+        &self,
+        task: &TaskRecord,
+        lease: Option<&Lease>,
+        settings: &TaskSettings,
+    ) -> Result<(), StoreError> {
+        let record = serde_json::to_string(task).map_err(unavailable)?;
+        let (id, key, status) = (task.id.clone(), task.quota_key.clone(), task.status);
+        let expires = task.expires_ms() as i64;
+        let (runner, until) = lease_columns(lease);
+        let (per_caller, total) = (settings.max_per_caller, settings.max_tasks);
+        let outcome = self
+            .with(move |conn| {
+                let tx = conn.transaction()?;
+                let now = now_ms() as i64;
+                tx.execute("DELETE FROM tasks WHERE expires_ms <= ?1", params![now])?;
+                let mine: i64 = tx.query_row(
+                    "SELECT COUNT(*) FROM tasks WHERE quota_key = ?1",
+                    params![key],
+                    |r| r.get(0),
+                )?;
+                if mine as usize >= per_caller {
+                    return Ok(Some(format!(
+                        "Too many tasks: this caller keeps {mine}, the limit is {per_caller} \
+                         (tasks.max_per_caller); they expire tasks.ttl_secs after their creation"
+                    )));
+                }
+                let all: i64 = tx.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))?;
+                if all as usize >= total {
+                    return Ok(Some(format!(
+                        "Too many tasks: the server keeps {all}, the limit is {total} (tasks.max_tasks)"
+                    )));
+                }
+                tx.execute(
+                    "INSERT INTO tasks (id, quota_key, status, version, expires_ms, runner, \
+                     lease_until_ms, record) VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7)",
+                    params![id, key, status.as_str(), expires, runner, until, record],
+                )?;
+                tx.commit()?;
+                Ok(None)
+            })
+            .await?;
+        match outcome {
+            Some(why) => Err(StoreError::Full(why)),
+            None => Ok(()),
+        }
+    }
+
+    pub(super) async fn task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
+        let id = id.to_owned();
+        let row = self
+            .with(move |conn| {
+                conn.query_row(
+                    "SELECT record, version, runner, lease_until_ms FROM tasks \
+                     WHERE id = ?1 AND expires_ms > ?2",
+                    params![id, now_ms() as i64],
+                    |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, i64>(1)?,
+                            r.get::<_, Option<String>>(2)?,
+                            r.get::<_, Option<i64>>(3)?,
+                        ))
+                    },
+                )
+                .optional()
+            })
+            .await?;
+        let Some((record, version, runner, until)) = row else {
+            return Ok(None);
+        };
+        let task: TaskRecord = serde_json::from_str(&record)
+            .map_err(|e| StoreError::Unavailable(format!("a stored task is unreadable: {e}")))?;
+        Ok(Some(StoredTask {
+            task,
+            version: version as u64,
+            lease: runner.zip(until).map(|(runner, until)| Lease {
+                runner,
+                until_ms: until.max(0) as u64,
+            }),
+        }))
+    }
+
+    pub(super) async fn update_task(
+        &self,
+        task: &TaskRecord,
+        version: u64,
+        lease: Option<&Lease>,
+    ) -> Result<bool, StoreError> {
+        let record = serde_json::to_string(task).map_err(unavailable)?;
+        let (id, status) = (task.id.clone(), task.status);
+        let (runner, until) = lease_columns(lease);
+        let changed = self
+            .with(move |conn| {
+                conn.execute(
+                    "UPDATE tasks SET record = ?1, status = ?2, version = version + 1, \
+                     runner = ?3, lease_until_ms = ?4 \
+                     WHERE id = ?5 AND version = ?6 AND expires_ms > ?7",
+                    params![
+                        record,
+                        status.as_str(),
+                        runner,
+                        until,
+                        id,
+                        version as i64,
+                        now_ms() as i64
+                    ],
+                )
+            })
+            .await?;
+        Ok(changed == 1)
+    }
+
+    pub(super) async fn renew_lease(
+        &self,
+        id: &str,
+        lease: &Lease,
+    ) -> Result<Option<TaskStatus>, StoreError> {
+        let (id, runner, until) = (id.to_owned(), lease.runner.clone(), lease.until_ms as i64);
+        let status = self
+            .with(move |conn| {
+                conn.execute(
+                    "UPDATE tasks SET lease_until_ms = ?1 \
+                     WHERE id = ?2 AND runner = ?3 AND status = 'working'",
+                    params![until, id, runner],
+                )?;
+                conn.query_row(
+                    "SELECT status FROM tasks WHERE id = ?1 AND expires_ms > ?2",
+                    params![id, now_ms() as i64],
+                    |r| r.get::<_, String>(0),
+                )
+                .optional()
+            })
+            .await?;
+        Ok(status.and_then(|s| serde_json::from_value(serde_json::Value::String(s)).ok()))
+    }
+
+    /// Drop expired tasks.
+    pub(super) async fn sweep(&self) -> Result<usize, StoreError> {
+        self.with(|conn| {
+            conn.execute(
+                "DELETE FROM tasks WHERE expires_ms <= ?1",
+                params![now_ms() as i64],
+            )
+        })
+        .await
+    }
+}
+
+fn lease_columns(lease: Option<&Lease>) -> (Option<String>, Option<i64>) {
+    match lease {
+        Some(l) => (Some(l.runner.clone()), Some(l.until_ms as i64)),
+        None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::sample_task as task;
+
+    #[tokio::test]
+    async fn a_finished_task_survives_reopening_the_file_and_expired_ones_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state/tasks.sqlite");
+        let settings = TaskSettings::default();
+        {
+            let db = Sqlite::open(&path).await.unwrap();
+            let mut t = task("kept", "x");
+            t.status = TaskStatus::Completed;
+            t.result = Some(serde_json::json!({"content": []}));
+            db.create_task(&t, None, &settings).await.unwrap();
+            let mut old = task("old", "x");
+            old.created_ms -= 120_000;
+            db.create_task(&old, None, &settings).await.unwrap();
+        }
+        let db = Sqlite::open(&path).await.unwrap();
+        let kept = db.task("kept").await.unwrap().unwrap();
+        assert_eq!(kept.task.status, TaskStatus::Completed);
+        assert_eq!(kept.task.result, Some(serde_json::json!({"content": []})));
+        assert!(db.task("old").await.unwrap().is_none());
+        assert_eq!(db.sweep().await.unwrap(), 1);
+    }
+}
