@@ -1,24 +1,35 @@
-//! Hot reload: watch the tool directories and the configuration file (notify, no recursion) and
-//! rescan the host after a quiet period.
+//! Hot reload: watch the tool directories (plugin files and their signatures), the configuration
+//! file and the lock file (notify, no recursion) and rescan the host once a change is complete.
 //!
 //! A copy in progress or a cargo build produces several events (`Modify(Data)` bursts, `Remove` then
-//! `Create`, a rename): they are debounced into one rescan once nothing happened for
-//! [`DEBOUNCE`]. The host's own reads of plugin files produce `Access` events, which are ignored —
-//! otherwise every reload would trigger the next.
+//! `Create`, a rename). A change known to be complete — a rename into place, a removal, a file closed
+//! after writing — is rescanned after [`SETTLE`], long enough to take the rest of its burst along; a
+//! file still being written (created or modified, not yet closed) holds the rescan until nothing
+//! happened for [`DEBOUNCE`] (also where the platform reports no closes), and so does a change that
+//! comes less than [`DEBOUNCE`] after the last rescan: a burst of replacements (a build, a deploy
+//! script) makes a fast first rescan and one more at its end. The host's own reads of
+//! plugin files produce `Access` events, which are ignored — otherwise every reload would trigger
+//! the next.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use notify::event::{AccessKind, AccessMode, ModifyKind};
 use notify::{EventKind, RecursiveMode, Watcher as _};
 
 use crate::config::Config;
 use crate::host::Host;
 use crate::plugins::discovery::is_plugin_file;
+use crate::plugins::signature::is_signature_file;
 
-/// How long the directories must stay quiet before a rescan.
+/// How long the directories must stay quiet before a rescan while a file is still being written.
 pub const DEBOUNCE: Duration = Duration::from_millis(150);
+
+/// How long a burst of complete changes (renames, removals, closed writes) is given to end before
+/// the rescan.
+pub const SETTLE: Duration = Duration::from_millis(15);
 
 enum Msg {
     Fs(notify::Result<notify::Event>),
@@ -49,7 +60,8 @@ impl Drop for Watcher {
     }
 }
 
-/// The directories to watch: every tool directory that exists, and the configuration's directory.
+/// The directories to watch: every tool directory that exists, the configuration's directory, and
+/// the lock file's when definitions are pinned.
 fn targets(config: &Config) -> BTreeSet<PathBuf> {
     let mut dirs: BTreeSet<PathBuf> = config
         .tool_dirs
@@ -60,19 +72,26 @@ fn targets(config: &Config) -> BTreeSet<PathBuf> {
     if let Some(dir) = config.source.as_ref().and_then(|s| s.parent()) {
         dirs.insert(dir.to_path_buf());
     }
+    if config.pinning_in_use()
+        && let Some(dir) = config.lock_path().parent().filter(|d| d.is_dir())
+    {
+        dirs.insert(dir.to_path_buf());
+    }
     dirs
 }
 
-/// Whether an event may change what the host serves.
+/// Whether an event may change what the host serves (a file closed after writing ends a change).
 fn relevant(event: &notify::Event, config: &Config) -> bool {
-    if matches!(event.kind, EventKind::Access(_)) {
+    if matches!(event.kind, EventKind::Access(_)) && !closed_after_writing(event) {
         return false;
     }
     event.paths.iter().any(|p| {
         let in_tool_dir = p
             .parent()
             .is_some_and(|parent| config.tool_dirs.iter().any(|d| d.path == parent));
-        (in_tool_dir && is_plugin_file(p)) || is_config_file(p, config)
+        (in_tool_dir && (is_plugin_file(p) || is_signature_file(p)))
+            || is_config_file(p, config)
+            || (config.pinning_in_use() && *p == config.lock_path())
     })
 }
 
@@ -132,40 +151,138 @@ fn run(
 ) {
     // Catch up first: whatever changed between the host's start and the watches being in place
     // (the configuration in any of its layers, or a plugin file) produced no event. It waits for a
-    // quiet period like any change, so a file being written right now is read once complete.
-    if !quiet(&rx) {
+    // full quiet period, so a file being written right now is read once complete.
+    if !quiet(&host, &rx, Writing::held()) {
         return;
     }
     loop {
         let report = host.reload();
+        let reloaded = Instant::now();
         tracing::debug!("rescan: {report:?}");
         rewatch(&mut watcher, &mut watched, targets(&host.config()));
-        if !(next_change(&host, &rx) && quiet(&rx)) {
+        let Some(mut writing) = next_change(&host, &rx) else {
+            return;
+        };
+        // Another change this soon is likely part of a burst: wait for its end.
+        writing.hold |= reloaded.elapsed() < DEBOUNCE;
+        if !quiet(&host, &rx, writing) {
             return;
         }
     }
 }
 
-/// Wait for a relevant change or a rescan request; `false` when the watcher is stopping.
-fn next_change(host: &Host, rx: &mpsc::Receiver<Msg>) -> bool {
-    loop {
-        match rx.recv() {
-            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => return true,
-            Ok(Msg::Fs(Ok(_))) => {}
-            Ok(Msg::Fs(Err(e))) => tracing::warn!("file watch error: {e}"),
-            Ok(Msg::Rescan) => return true,
-            Ok(Msg::Stop) | Err(_) => return false,
+/// Files still being written (created or modified, not yet closed, renamed or removed).
+#[derive(Debug, Default)]
+struct Writing {
+    paths: HashSet<PathBuf>,
+    /// Wait for a full quiet period whatever the events say (at start, when a change of unknown
+    /// state may be in progress; in a burst of changes).
+    hold: bool,
+}
+
+impl Writing {
+    fn held() -> Self {
+        Writing {
+            hold: true,
+            ..Writing::default()
+        }
+    }
+
+    /// Follow what `event` says about the files it names.
+    fn note(&mut self, event: &notify::Event) {
+        let complete = closed_after_writing(event)
+            || matches!(
+                event.kind,
+                EventKind::Remove(_) | EventKind::Modify(ModifyKind::Name(_))
+            );
+        for path in &event.paths {
+            if complete {
+                self.paths.remove(path);
+            } else if matches!(event.kind, EventKind::Create(_) | EventKind::Modify(_)) {
+                self.paths.insert(path.clone());
+            }
+        }
+    }
+
+    /// How long to wait for the next event before the change counts as done.
+    fn quiet_period(&self) -> Duration {
+        if self.hold || !self.paths.is_empty() {
+            DEBOUNCE
+        } else {
+            SETTLE
         }
     }
 }
 
-/// Debounce: wait until nothing happened for [`DEBOUNCE`]; `false` when the watcher is stopping.
-fn quiet(rx: &mpsc::Receiver<Msg>) -> bool {
+/// A file was closed after being written to: the write is complete.
+fn closed_after_writing(event: &notify::Event) -> bool {
+    matches!(
+        event.kind,
+        EventKind::Access(AccessKind::Close(AccessMode::Write))
+    )
+}
+
+/// Wait for a relevant change or a rescan request; `None` when the watcher is stopping.
+fn next_change(host: &Host, rx: &mpsc::Receiver<Msg>) -> Option<Writing> {
     loop {
-        match rx.recv_timeout(DEBOUNCE) {
+        match rx.recv() {
+            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => {
+                let mut writing = Writing::default();
+                writing.note(&event);
+                return Some(writing);
+            }
+            Ok(Msg::Fs(Ok(_))) => {}
+            Ok(Msg::Fs(Err(e))) => tracing::warn!("file watch error: {e}"),
+            Ok(Msg::Rescan) => return Some(Writing::default()),
+            Ok(Msg::Stop) | Err(_) => return None,
+        }
+    }
+}
+
+/// Debounce: wait until the change is over — no event for [`SETTLE`] once every file written to
+/// was closed, renamed or removed, else for [`DEBOUNCE`]; `false` when the watcher is stopping.
+fn quiet(host: &Host, rx: &mpsc::Receiver<Msg>, mut writing: Writing) -> bool {
+    loop {
+        match rx.recv_timeout(writing.quiet_period()) {
             Ok(Msg::Stop) | Err(mpsc::RecvTimeoutError::Disconnected) => return false,
+            Ok(Msg::Fs(Ok(event))) if relevant(&event, &host.config()) => writing.note(&event),
             Ok(_) => {}
             Err(mpsc::RecvTimeoutError::Timeout) => return true,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use notify::event::{CreateKind, DataChange, RemoveKind, RenameMode};
+
+    fn event(kind: EventKind, path: &str) -> notify::Event {
+        notify::Event::new(kind).add_path(PathBuf::from(path))
+    }
+
+    #[test]
+    fn a_write_holds_the_rescan_until_its_file_is_closed_and_a_rename_settles_at_once() {
+        let mut w = Writing::default();
+        w.note(&event(EventKind::Create(CreateKind::File), "/t/liba.so"));
+        w.note(&event(
+            EventKind::Modify(ModifyKind::Data(DataChange::Any)),
+            "/t/liba.so",
+        ));
+        assert_eq!(w.quiet_period(), DEBOUNCE);
+        w.note(&event(
+            EventKind::Access(AccessKind::Close(AccessMode::Write)),
+            "/t/liba.so",
+        ));
+        assert_eq!(w.quiet_period(), SETTLE);
+
+        let mut w = Writing::default();
+        w.note(&event(
+            EventKind::Modify(ModifyKind::Name(RenameMode::To)),
+            "/t/libb.so",
+        ));
+        w.note(&event(EventKind::Remove(RemoveKind::File), "/t/libc.so"));
+        assert_eq!(w.quiet_period(), SETTLE);
+        assert_eq!(Writing::held().quiet_period(), DEBOUNCE);
     }
 }
