@@ -2,7 +2,8 @@
 //! unchanged versions, load changed ones, keep the previous version of a file that fails, and
 //! never retry a file that failed until it changes.
 //!
-//! Every load works on a private copy in a runtime directory: the copy's signature is checked, the
+//! Every load works on a private copy (in the copy cache while the file is unchanged since an
+//! earlier run, else in a runtime directory): the copy's signature is checked, the
 //! copy is probed in a child process and that same copy is loaded, so a file replaced in between
 //! can never be loaded unchecked or unprobed. The probe also reads the plugin's name, which picks
 //! its settings and so its isolation: an isolated plugin is started in a worker process and never
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use super::LoadError;
 use super::backend::{HostCallbacks, PluginBackend};
+use super::copies::CopyCache;
 use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, LoadContext};
 use super::probe::{ProbeCache, Prober};
@@ -147,6 +149,8 @@ pub(crate) struct Loader {
     prober: Option<Prober>,
     /// Files known to pass the probe (when probing and a cache location are configured).
     probe_cache: Option<Mutex<ProbeCache>>,
+    /// Private copies kept across runs (beside the probe cache), when it has a location.
+    copies: Option<CopyCache>,
     /// Files that failed to load, with their stamp and trust stamp then: unchanged, they are not
     /// retried (nor re-logged) on every rescan.
     failed: Mutex<HashMap<PathBuf, Failure>>,
@@ -206,6 +210,7 @@ impl Loader {
                 .as_ref()
                 .and(config.probe_cache.clone())
                 .map(|p| Mutex::new(ProbeCache::open(p))),
+            copies: config.probe_cache.as_deref().and_then(CopyCache::beside),
             prober,
             failed: Mutex::default(),
             images: AtomicUsize::new(0),
@@ -237,7 +242,15 @@ impl Loader {
         let stamps: Vec<_> = candidates.iter().map(|c| FileStamp::of(&c.path)).collect();
         let copies: Vec<Result<PathBuf, LoadError>> = candidates
             .iter()
-            .map(|c| private_copy(&c.path, self.runtime_dir.path()))
+            .zip(&stamps)
+            .map(|(c, stamp)| {
+                let kept = self
+                    .copies
+                    .as_ref()
+                    .zip(stamp.as_ref())
+                    .and_then(|(cache, stamp)| cache.copy(&c.path, stamp));
+                kept.map_or_else(|| private_copy(&c.path, self.runtime_dir.path()), Ok)
+            })
             .collect();
         let trust: Vec<String> = candidates
             .iter()
@@ -257,6 +270,9 @@ impl Loader {
             })
             .collect();
         let names = self.probe(&candidates, &stamps, &copies, config);
+        if let Some(cache) = &self.copies {
+            cache.prune_after_changes();
+        }
         let config_for = |name: &str| config.plugin(name).config;
         let cx = LoadContext {
             config_for: &config_for,

@@ -1,11 +1,13 @@
 //! Plugins: from files in tool directories to loaded plugin versions — [`discovery`] (which files,
 //! in which order), [`probe`] (a crash-isolated test load in a child process), [`lifecycle`]
-//! (copy, probe, load, and rescans that reuse unchanged versions), [`backend`] (the seam every way
+//! (copy, probe, load, and rescans that reuse unchanged versions) with [`copies`] (private copies
+//! kept across runs), [`backend`] (the seam every way
 //! of running a plugin implements; [`in_process`] is the first), [`slot`] (a loaded version),
 //! [`signature`] (detached signatures checked on the private copy before the probe) and [`watch`]
 //! (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
 
 pub mod backend;
+pub(crate) mod copies;
 pub mod discovery;
 pub(crate) mod in_process;
 pub(crate) mod lifecycle;

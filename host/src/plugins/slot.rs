@@ -33,34 +33,50 @@ pub struct PluginSlot {
     retired: std::sync::atomic::AtomicBool,
 }
 
-/// What identifies a version of a file: size, modification time and inode.
+/// What identifies a version of a file: size, modification and change times, and inode. The change
+/// time moves on every write and metadata change and cannot be set back, so a file rewritten in
+/// place with its size and modification time restored still gets a new identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FileStamp {
     len: u64,
     modified: Option<std::time::SystemTime>,
+    changed: (i64, i64),
     inode: u64,
 }
 
 impl FileStamp {
-    /// A stable text form, for the probe cache.
+    /// A stable text form, for the probe and copy caches.
     pub fn key(&self) -> String {
         let nanos = self
             .modified
             .and_then(|m| m.duration_since(std::time::UNIX_EPOCH).ok())
             .map_or(0, |d| d.as_nanos());
-        format!("{}:{}:{}", self.len, nanos, self.inode)
+        let (secs, nsecs) = self.changed;
+        format!(
+            "{}:{}:{}.{:09}:{}",
+            self.len, nanos, secs, nsecs, self.inode
+        )
+    }
+
+    /// The file's size in bytes.
+    pub fn size(&self) -> u64 {
+        self.len
     }
 
     /// The stamp of `path` now.
     pub fn of(path: &std::path::Path) -> Option<FileStamp> {
         let m = std::fs::metadata(path).ok()?;
         #[cfg(unix)]
-        let inode = std::os::unix::fs::MetadataExt::ino(&m);
+        let (inode, changed) = {
+            use std::os::unix::fs::MetadataExt as _;
+            (m.ino(), (m.ctime(), m.ctime_nsec()))
+        };
         #[cfg(not(unix))]
-        let inode = 0;
+        let (inode, changed) = (0, (0, 0));
         Some(FileStamp {
             len: m.len(),
             modified: m.modified().ok(),
+            changed,
             inode,
         })
     }

@@ -295,7 +295,7 @@ impl Store {
                         return Ok(Store::memory(replica));
                     }
                 };
-                let db = sqlite::Sqlite::open(&path).await?;
+                let db = sqlite::Sqlite::open(&path);
                 let store = Store::with_backend(
                     Backend::Sqlite(db),
                     Bus::local(replica),
@@ -356,7 +356,9 @@ impl Store {
     fn spawn_sqlite_sweeper(&self) {
         let weak = Arc::downgrade(&self.inner);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(60));
+            // Not at start: the database is opened when first needed.
+            let period = Duration::from_secs(60);
+            let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { return };

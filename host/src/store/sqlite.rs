@@ -4,8 +4,11 @@
 //! the bounds, its status, version, expiry and lease). WAL mode with a busy timeout, so several
 //! processes on one machine may share the file (each renewing its own leases). Calls run on
 //! tokio's blocking pool; the connection is behind a mutex (tasks are few and their rows small).
+//! The file is opened at the first call, not at start: a host started for one client session
+//! that never runs a task never pays for it (a failure to open is that call's error, and the next
+//! call tries again).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, params};
@@ -28,9 +31,31 @@ CREATE INDEX IF NOT EXISTS tasks_by_caller ON tasks (quota_key, expires_ms);
 CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_ms);
 ";
 
+/// Open (creating) the database at `path`: WAL mode, a busy timeout, the schema.
+fn open_file(path: &Path) -> Result<Connection, StoreError> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| {
+            StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
+        })?;
+    }
+    let conn = Connection::open(path)
+        .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
+    conn.busy_timeout(std::time::Duration::from_secs(5))
+        .map_err(unavailable)?;
+    conn.pragma_update(None, "journal_mode", "WAL")
+        .map_err(unavailable)?;
+    conn.pragma_update(None, "synchronous", "NORMAL")
+        .map_err(unavailable)?;
+    conn.execute_batch(SCHEMA)
+        .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
+    Ok(conn)
+}
+
 /// The SQLite store.
 pub(super) struct Sqlite {
-    conn: Arc<Mutex<Connection>>,
+    conn: tokio::sync::OnceCell<Arc<Mutex<Connection>>>,
+    /// The file, when not in memory.
+    path: Option<PathBuf>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -44,36 +69,32 @@ impl Sqlite {
             .and_then(|c| c.execute_batch(SCHEMA).map(|()| c))
             .unwrap_or_else(|e| panic!("an in-memory SQLite database always opens: {e}"));
         Sqlite {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: tokio::sync::OnceCell::new_with(Some(Arc::new(Mutex::new(conn)))),
+            path: None,
         }
     }
 
-    /// Open (creating) the store at `path`.
-    pub(super) async fn open(path: &Path) -> Result<Sqlite, StoreError> {
-        let path = path.to_path_buf();
-        let conn = tokio::task::spawn_blocking(move || {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
-                })?;
-            }
-            let conn = Connection::open(&path)
-                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
-            conn.busy_timeout(std::time::Duration::from_secs(5))
-                .map_err(unavailable)?;
-            conn.pragma_update(None, "journal_mode", "WAL")
-                .map_err(unavailable)?;
-            conn.pragma_update(None, "synchronous", "NORMAL")
-                .map_err(unavailable)?;
-            conn.execute_batch(SCHEMA)
-                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
-            Ok::<_, StoreError>(conn)
-        })
-        .await
-        .map_err(unavailable)??;
-        Ok(Sqlite {
-            conn: Arc::new(Mutex::new(conn)),
-        })
+    /// The store at `path`, opened (and created) at the first call.
+    pub(super) fn open(path: &Path) -> Sqlite {
+        Sqlite {
+            conn: tokio::sync::OnceCell::new(),
+            path: Some(path.to_path_buf()),
+        }
+    }
+
+    /// The connection, opening the file on first use.
+    async fn connection(&self) -> Result<Arc<Mutex<Connection>>, StoreError> {
+        let path = self.path.clone();
+        self.conn
+            .get_or_try_init(|| async move {
+                let path = path.ok_or_else(|| unavailable("no database"))?;
+                let conn = tokio::task::spawn_blocking(move || open_file(&path))
+                    .await
+                    .map_err(unavailable)??;
+                Ok(Arc::new(Mutex::new(conn)))
+            })
+            .await
+            .cloned()
     }
 
     /// Run `f` on the connection on the blocking pool.
@@ -81,7 +102,7 @@ impl Sqlite {
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {
-        let conn = Arc::clone(&self.conn);
+        let conn = self.connection().await?;
         tokio::task::spawn_blocking(move || {
             let mut conn = conn.lock().unwrap_or_else(|p| p.into_inner());
             f(&mut conn)

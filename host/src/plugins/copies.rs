@@ -1,0 +1,189 @@
+//! The copy cache: private copies of plugin files kept across runs, so a host started for every
+//! client session (Claude Desktop, Cursor) does not copy megabytes of unchanged plugins each time.
+//!
+//! A plugin is never loaded from its tool directory, where it may be overwritten while mapped; it
+//! is loaded from a private copy. A copy made for a file with a given identity (size, modification
+//! and change times, inode — see [`FileStamp`]) is kept in `<cache>/copies/<file>/` and used again
+//! while the file keeps that identity. The change time cannot be set back by anyone (writing,
+//! `touch -d` or restoring a modification time all move it), so a file changed in place never
+//! reuses a copy of its former contents. A copy is only kept when the file's identity did not
+//! change while it was copied; a file's older copies are removed when a new one is made (a
+//! process that still maps one keeps its mapping), and the copies of files that no longer exist
+//! are pruned. A kept copy is handed out once per process: loading a path the process already
+//! opened would give back the same image, so a reload takes an ordinary private copy.
+
+use std::collections::HashSet;
+use std::hash::{Hash, Hasher};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::slot::FileStamp;
+
+/// The file in a plugin's cache directory naming its source file.
+const SOURCE: &str = "source";
+
+static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Where copies are kept (`<cache>/copies`, created owner-only).
+#[derive(Debug, Clone)]
+pub(crate) struct CopyCache {
+    dir: PathBuf,
+    /// A copy was made since the last prune.
+    made: Arc<AtomicBool>,
+    /// The copies this process has handed out (each is opened once).
+    handed: Arc<Mutex<HashSet<PathBuf>>>,
+}
+
+/// A short stable hash of `value` (std's SipHash with fixed keys: a different Rust version may
+/// hash differently, which only costs one fresh copy).
+fn short_hash(value: impl Hash) -> String {
+    #[allow(deprecated)]
+    let mut h = std::hash::SipHasher::new();
+    value.hash(&mut h);
+    format!("{:016x}", h.finish())
+}
+
+fn private_dir(path: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path)
+}
+
+impl CopyCache {
+    /// The cache beside the probe cache file `probe_cache` (in its directory, `copies/`).
+    pub(crate) fn beside(probe_cache: &Path) -> Option<CopyCache> {
+        Some(CopyCache {
+            dir: probe_cache.parent()?.join("copies"),
+            made: Arc::default(),
+            handed: Arc::default(),
+        })
+    }
+
+    /// A copy of `file` as it was when it had identity `stamp`: the kept one, else a new one (kept
+    /// when `file` did not change while copying). `None` when the cache cannot be used, or this
+    /// process already opened that copy (the caller makes an ordinary private copy).
+    pub(crate) fn copy(&self, file: &Path, stamp: &FileStamp) -> Option<PathBuf> {
+        let name = file.file_name()?.to_string_lossy().into_owned();
+        let home = self.dir.join(short_hash(file));
+        let kept = home.join(format!("{}-{name}", short_hash(stamp.key())));
+        let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        if handed.contains(&kept) {
+            return None;
+        }
+        if std::fs::metadata(&kept).is_ok_and(|m| m.is_file() && m.len() == stamp.size()) {
+            handed.insert(kept.clone());
+            return Some(kept);
+        }
+        private_dir(&home).ok()?;
+        let tmp = home.join(format!(
+            ".tmp-{}-{}",
+            std::process::id(),
+            TMP_SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let copied = std::fs::copy(file, &tmp)
+            .and_then(|_| std::fs::write(home.join(SOURCE), file.as_os_str().as_encoded_bytes()));
+        // Kept only if the file still has the identity the copy is filed under.
+        if copied.is_err() || FileStamp::of(file).as_ref() != Some(stamp) {
+            let _ = std::fs::remove_file(&tmp);
+            return None;
+        }
+        if std::fs::rename(&tmp, &kept).is_err() {
+            let _ = std::fs::remove_file(&tmp);
+            return None;
+        }
+        self.made.store(true, Ordering::Release);
+        handed.insert(kept.clone());
+        // The file's older copies go (a process still mapping one keeps its pages).
+        if let Ok(entries) = std::fs::read_dir(&home) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let old = path != kept
+                    && entry.file_name() != SOURCE
+                    && !entry.file_name().to_string_lossy().starts_with(".tmp-");
+                if old {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        Some(kept)
+    }
+
+    /// Remove the copies of files that no longer exist (best effort), when a copy was made since
+    /// the last time (new files are when old ones may have gone).
+    pub(crate) fn prune_after_changes(&self) {
+        if self.made.swap(false, Ordering::AcqRel) {
+            self.prune();
+        }
+    }
+
+    /// Remove the copies of files that no longer exist (best effort).
+    pub(crate) fn prune(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let home = entry.path();
+            let source = std::fs::read(home.join(SOURCE)).ok().map(|bytes| {
+                // Written from `as_encoded_bytes` by this module.
+                PathBuf::from(String::from_utf8_lossy(&bytes).into_owned())
+            });
+            if source.is_none_or(|s| !s.exists()) {
+                let _ = std::fs::remove_dir_all(&home);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_copy_is_reused_while_the_file_is_unchanged_and_replaced_once_it_changes() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let cache = CopyCache::beside(&tmp.path().join("cache").join("probed")).expect("cache");
+        let file = tmp.path().join("libp.so");
+        std::fs::write(&file, b"first").expect("write");
+        let stamp = FileStamp::of(&file).expect("stamp");
+        let a = cache.copy(&file, &stamp).expect("a copy");
+        assert_eq!(std::fs::read(&a).expect("read"), b"first");
+        assert_eq!(
+            cache.copy(&file, &stamp),
+            None,
+            "handed out once per process"
+        );
+        let next_run = CopyCache::beside(&tmp.path().join("cache").join("probed")).expect("cache");
+        assert_eq!(
+            next_run.copy(&file, &stamp),
+            Some(a.clone()),
+            "reused by the next run"
+        );
+
+        // Changed in place, modification time restored: a new identity all the same (ctime).
+        let mtime = std::fs::metadata(&file)
+            .and_then(|m| m.modified())
+            .expect("mtime");
+        std::fs::write(&file, b"other").expect("write");
+        std::fs::File::options()
+            .write(true)
+            .open(&file)
+            .and_then(|f| f.set_modified(mtime))
+            .expect("set mtime");
+        let changed = FileStamp::of(&file).expect("stamp");
+        assert_ne!(changed, stamp);
+        let b = next_run.copy(&file, &changed).expect("a new copy");
+        assert_ne!(a, b);
+        assert_eq!(std::fs::read(&b).expect("read"), b"other");
+        assert!(!a.exists(), "the older copy is removed");
+
+        // A copy is not filed under an identity the file no longer has.
+        assert_eq!(cache.copy(&file, &stamp), None);
+
+        std::fs::remove_file(&file).expect("remove");
+        cache.prune();
+        assert!(!b.exists(), "copies of files that are gone are pruned");
+    }
+}
