@@ -122,15 +122,22 @@ fn us(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
 
+/// A duration in ms, or in µs below a millisecond.
 fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    if d < Duration::from_millis(1) {
+        us(d)
+    } else {
+        format!("{:.1} ms", d.as_secs_f64() * 1e3)
+    }
 }
 
 fn bytes(b: f64) -> String {
     if b.abs() >= 1024.0 * 1024.0 {
         format!("{:.1} MB", b / (1024.0 * 1024.0))
-    } else {
+    } else if b.abs() >= 10.0 * 1024.0 {
         format!("{:.1} KB", b / 1024.0)
+    } else {
+        format!("{b:.0} B")
     }
 }
 
@@ -343,7 +350,7 @@ fn bench_tools(release: &Path, place: Placement, curves: &mut Vec<Curve>) {
         let resident = client.server.rss() as f64;
         rss.set(c, bytes(resident), resident);
         eprintln!(
-            "{count} tools: list {} ({} pages), first page {}, call p50 {}",
+            "{count} tools: list {} ({} page(s)), first page {}, call p50 {}",
             ms(lists),
             pages.len(),
             us(firsts),
