@@ -35,13 +35,16 @@
 
 mod common;
 
+use std::any::Any;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::http::{http_request, legacy_session};
-use common::process::{Lines, Placement, STEP_TIMEOUT, Server, pin_to, placement, server_command};
+use common::process::{
+    Lines, Placement, STEP_TIMEOUT, Server, pin_to, placement, server_command, status_bytes,
+};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
@@ -556,6 +559,43 @@ async fn open_streams(addr: SocketAddr, count: usize) -> Vec<TcpStream> {
     streams
 }
 
+/// The measured step of [`rss_growth`]: what it returns (open connections) is held until the
+/// server's memory has been read.
+type Step<'a> = Box<dyn FnOnce() -> Box<dyn Any> + 'a>;
+
+/// Start an HTTP server fitting `count`, run `warm_up` (which returns the measured step), then the
+/// step: the server's RSS growth over the step as a cell (per one of `count`, total, anonymous)
+/// and the total growth in bytes.
+fn rss_growth<'a>(
+    exe: &Path,
+    root: &Path,
+    plugin: &Path,
+    count: usize,
+    place: Placement,
+    warm_up: impl FnOnce(SocketAddr) -> Step<'a>,
+) -> (String, f64) {
+    let server = spawn_http(exe, root, plugin, count, place);
+    let addr = server.wait_listening();
+    let step = warm_up(addr);
+    let settle = || std::thread::sleep(Duration::from_millis(500));
+    let memory = || (server.rss(), status_bytes(server.pid(), "RssAnon"));
+    settle();
+    let (before, anon_before) = memory();
+    let held = step();
+    settle();
+    let (after, anon_after) = memory();
+    drop(held);
+    eprintln!("{count}: RSS {before} → {after}");
+    let grown = after as f64 - before as f64;
+    let cell = format!(
+        "{} ({} total; anonymous {})",
+        bytes(grown / count as f64),
+        bytes(grown),
+        bytes(anon_after as f64 - anon_before as f64)
+    );
+    (cell, grown)
+}
+
 /// Curves against the number of idle legacy sessions and of open listen streams: RSS growth per one.
 fn bench_memory(release: &Path, place: Placement, curves: &mut Vec<Curve>) {
     let exe = release.join("mcp-host");
@@ -566,6 +606,7 @@ fn bench_memory(release: &Path, place: Placement, curves: &mut Vec<Curve>) {
         .enable_all()
         .build()
         .unwrap();
+    let rt = &rt;
     let mut sessions = Curve::new(
         "memory: server RSS growth with N idle 2025-06-18 HTTP sessions (per session)",
         columns,
@@ -574,38 +615,18 @@ fn bench_memory(release: &Path, place: Placement, curves: &mut Vec<Curve>) {
         "memory: server RSS growth with N open 2026 `subscriptions/listen` streams, a connection each (per stream)",
         columns,
     );
-    let settle = || std::thread::sleep(Duration::from_millis(500));
     for count in SESSION_COUNTS {
         let c = column(count);
         let root = tempfile::tempdir().unwrap();
-        let server = spawn_http(&exe, root.path(), &plugin, count, place);
-        let addr = server.wait_listening();
         // Warm-up: the first sessions allocate what every later one reuses.
-        rt.block_on(open_sessions(addr, 10));
-        settle();
-        let (before, anon_before) = (
-            server.rss(),
-            common::process::status_bytes(server.pid(), "RssAnon"),
-        );
-        rt.block_on(open_sessions(addr, count));
-        settle();
-        let (after, anon_after) = (
-            server.rss(),
-            common::process::status_bytes(server.pid(), "RssAnon"),
-        );
-        let grown = after as f64 - before as f64;
-        sessions.set(
-            c,
-            format!(
-                "{} ({} total; anonymous {})",
-                bytes(grown / count as f64),
-                bytes(grown),
-                bytes(anon_after as f64 - anon_before as f64)
-            ),
-            grown,
-        );
-        eprintln!("{count} sessions: RSS {before} → {after}");
-        drop(server);
+        let (cell, grown) = rss_growth(&exe, root.path(), &plugin, count, place, |addr| {
+            rt.block_on(open_sessions(addr, 10));
+            Box::new(move || {
+                rt.block_on(open_sessions(addr, count));
+                Box::new(()) as Box<dyn Any>
+            }) as Step
+        });
+        sessions.set(c, cell, grown);
 
         // Each stream holds a socket here and one in the server.
         if (count as u64) + 200 > nofile {
@@ -615,34 +636,14 @@ fn bench_memory(release: &Path, place: Placement, curves: &mut Vec<Curve>) {
             continue;
         }
         let root = tempfile::tempdir().unwrap();
-        let server = spawn_http(&exe, root.path(), &plugin, count, place);
-        let addr = server.wait_listening();
-        let warm = rt.block_on(open_streams(addr, 10));
-        settle();
-        let (before, anon_before) = (
-            server.rss(),
-            common::process::status_bytes(server.pid(), "RssAnon"),
-        );
-        let open = rt.block_on(open_streams(addr, count));
-        settle();
-        let (after, anon_after) = (
-            server.rss(),
-            common::process::status_bytes(server.pid(), "RssAnon"),
-        );
-        let grown = after as f64 - before as f64;
-        streams.set(
-            c,
-            format!(
-                "{} ({} total; anonymous {})",
-                bytes(grown / count as f64),
-                bytes(grown),
-                bytes(anon_after as f64 - anon_before as f64)
-            ),
-            grown,
-        );
-        eprintln!("{count} streams: RSS {before} → {after}");
-        drop((open, warm));
-        drop(server);
+        let (cell, grown) = rss_growth(&exe, root.path(), &plugin, count, place, |addr| {
+            let warm = rt.block_on(open_streams(addr, 10));
+            Box::new(move || {
+                let open = rt.block_on(open_streams(addr, count));
+                Box::new((warm, open)) as Box<dyn Any>
+            }) as Step
+        });
+        streams.set(c, cell, grown);
     }
     curves.extend([sessions, streams]);
 }
