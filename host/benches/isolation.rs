@@ -18,6 +18,7 @@ mod common;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use common::process::status_bytes;
 use mcp_host::{CallOptions, Config, Host, HostOptions};
 use serde_json::json;
 
@@ -83,24 +84,6 @@ fn children() -> Vec<u32> {
         }
     }
     pids
-}
-
-/// A field of `/proc/<pid>/status` in bytes (`VmRSS`, `RssAnon`, ...).
-fn status_bytes(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| {
-            v.trim_start_matches(':')
-                .trim()
-                .trim_end_matches("kB")
-                .trim()
-                .parse::<u64>()
-                .ok()
-        })
-        .map(|kb| kb * 1024)
-        .unwrap()
 }
 
 fn config(dir: &Path, body: &str) -> Config {

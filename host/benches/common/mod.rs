@@ -1,4 +1,9 @@
-//! What the benchmarks share: building release artifacts into `target/bench`.
+//! What the benchmarks share: building release artifacts into `target/bench`, child processes
+//! ([`process`]) and an HTTP client ([`http`]).
+
+pub mod http;
+pub mod process;
+pub mod report;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
