@@ -279,7 +279,7 @@ mod tests {
         let path = dir.path().join("state/tasks.sqlite");
         let settings = TaskSettings::default();
         {
-            let db = Sqlite::open(&path).await.unwrap();
+            let db = Sqlite::open(&path);
             let mut t = task("kept", "x");
             t.status = TaskStatus::Completed;
             t.result = Some(serde_json::json!({"content": []}));
@@ -288,7 +288,7 @@ mod tests {
             old.created_ms -= 120_000;
             db.create_task(&old, None, &settings).await.unwrap();
         }
-        let db = Sqlite::open(&path).await.unwrap();
+        let db = Sqlite::open(&path);
         let kept = db.task("kept").await.unwrap().unwrap();
         assert_eq!(kept.task.status, TaskStatus::Completed);
         assert_eq!(kept.task.result, Some(serde_json::json!({"content": []})));
