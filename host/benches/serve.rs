@@ -87,7 +87,13 @@ const META: &str = r#""_meta":{"io.modelcontextprotocol/protocolVersion":"2026-0
 // ---------------------------------------------------------------------------------------------
 
 fn build_release() -> PathBuf {
-    common::build_release(&["mcp-host", "fixture-basic", "mcp-time", "mcp-text"])
+    common::build_release(&[
+        "mcp-host",
+        "fixture-basic",
+        "mcp-time",
+        "mcp-text",
+        "mcp-series",
+    ])
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -970,7 +976,7 @@ fn main() {
         echo_dir.join("libfixture_basic.so"),
     )
     .unwrap();
-    for lib in ["libmcp_time.so", "libmcp_text.so"] {
+    for lib in ["libmcp_time.so", "libmcp_text.so", "libmcp_series.so"] {
         std::fs::copy(release.join(lib), packaged_dir.join(lib)).unwrap();
     }
     let echo_config = dir.path().join("echo.yaml");
