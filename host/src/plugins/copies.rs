@@ -23,6 +23,22 @@ use super::slot::FileStamp;
 /// The file in a plugin's cache directory naming its source file.
 const SOURCE: &str = "source";
 
+/// The kept copies this process has handed out: each is opened once, and never removed by
+/// [`discard`].
+static HANDED: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
+
+fn handed() -> std::sync::MutexGuard<'static, Option<HashSet<PathBuf>>> {
+    HANDED.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Remove a private copy once it is no longer needed (opened, or refused) — unless it is a kept
+/// copy of the cache, which the next run may use.
+pub(crate) fn discard(copy: &Path) {
+    if !handed().as_ref().is_some_and(|h| h.contains(copy)) {
+        let _ = std::fs::remove_file(copy);
+    }
+}
+
 static TMP_SEQ: AtomicU64 = AtomicU64::new(0);
 
 /// Where copies are kept (`<cache>/copies`, created owner-only).
@@ -31,8 +47,6 @@ pub(crate) struct CopyCache {
     dir: PathBuf,
     /// A copy was made since the last prune.
     made: Arc<AtomicBool>,
-    /// The copies this process has handed out (each is opened once).
-    handed: Arc<Mutex<HashSet<PathBuf>>>,
 }
 
 /// A short stable hash of `value` (std's SipHash with fixed keys: a different Rust version may
@@ -58,7 +72,6 @@ impl CopyCache {
         Some(CopyCache {
             dir: probe_cache.parent()?.join("copies"),
             made: Arc::default(),
-            handed: Arc::default(),
         })
     }
 
@@ -69,7 +82,8 @@ impl CopyCache {
         let name = file.file_name()?.to_string_lossy().into_owned();
         let home = self.dir.join(short_hash(file));
         let kept = home.join(format!("{}-{name}", short_hash(stamp.key())));
-        let mut handed = self.handed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut handed = handed();
+        let handed = handed.get_or_insert_with(HashSet::new);
         if handed.contains(&kept) {
             return None;
         }
@@ -83,8 +97,9 @@ impl CopyCache {
             std::process::id(),
             TMP_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        let copied = std::fs::copy(file, &tmp)
-            .and_then(|_| std::fs::write(home.join(SOURCE), file.as_os_str().as_encoded_bytes()));
+        // The source first: a prune by another process must not take this directory for stale.
+        let copied = std::fs::write(home.join(SOURCE), file.as_os_str().as_encoded_bytes())
+            .and_then(|()| std::fs::copy(file, &tmp));
         // Kept only if the file still has the identity the copy is filed under.
         if copied.is_err() || FileStamp::of(file).as_ref() != Some(stamp) {
             let _ = std::fs::remove_file(&tmp);
@@ -155,6 +170,12 @@ mod tests {
             None,
             "handed out once per process"
         );
+        discard(&a);
+        assert!(a.exists(), "a kept copy outlives its use");
+        // The next run (this process forgetting what it handed out) reuses it.
+        if let Some(set) = handed().as_mut() {
+            set.clear();
+        }
         let next_run = CopyCache::beside(&tmp.path().join("cache").join("probed")).expect("cache");
         assert_eq!(
             next_run.copy(&file, &stamp),

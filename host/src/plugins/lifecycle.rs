@@ -263,7 +263,7 @@ impl Loader {
             .zip(&signers)
             .map(|(copy, signer)| match (copy, signer) {
                 (Ok(copy), Err(refused)) => {
-                    let _ = std::fs::remove_file(&copy);
+                    super::copies::discard(&copy);
                     Err(refused.clone())
                 }
                 (copy, _) => copy,
@@ -286,7 +286,7 @@ impl Loader {
                 let loaded = copy.and_then(|copy| match name {
                     Ok(name) => self.load_one(&candidate, copy, name.as_deref(), config, &cx),
                     Err(e) => {
-                        let _ = std::fs::remove_file(&copy);
+                        super::copies::discard(&copy);
                         Err(e.mentioning(&copy, &candidate.path))
                     }
                 });
@@ -353,7 +353,7 @@ impl Loader {
                 return Ok((Arc::new(plugin), spec));
             }
         } else if candidate.isolation.is_some_and(Isolation::is_isolated) {
-            let _ = std::fs::remove_file(&copy);
+            super::copies::discard(&copy);
             return Err(no_exe());
         }
         let plugin = InProcess::load_copy(&candidate.path, &copy, cx)?;

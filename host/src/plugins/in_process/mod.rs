@@ -122,7 +122,7 @@ impl InProcess {
         cx: &LoadContext<'_>,
     ) -> Result<InProcess, LoadError> {
         let opened = open_module(copy);
-        let _ = std::fs::remove_file(copy);
+        crate::plugins::copies::discard(copy);
         let (module, build) = opened.map_err(|e| e.mentioning(copy, file))?;
         let host_api = HostApiImpl::new(
             build.plugin.clone(),

@@ -543,7 +543,7 @@ impl Supervisor {
 impl Drop for Supervisor {
     fn drop(&mut self) {
         self.retire();
-        let _ = std::fs::remove_file(self.copy());
+        crate::plugins::copies::discard(self.copy());
     }
 }
 
