@@ -223,6 +223,7 @@ fn protected_stdout() -> Box<dyn std::io::Write> {
         .unwrap_or_else(|_| Box::new(std::io::stdout()))
 }
 
+/// Run one command. Long: one match arm per command, each a few lines.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config_path = cli.config.as_deref();
     match cli.command {

@@ -34,6 +34,25 @@ impl std::fmt::Debug for InputValidator {
 }
 
 impl InputValidator {
+    /// Check an input schema without compiling it — cheap, and nothing is kept: its root must be
+    /// `"type": "object"` and it must be valid against the JSON Schema 2020-12 meta-schema. A
+    /// schema that passes can still fail [`InputValidator::compile`] (a `$ref` that resolves
+    /// nowhere, a `pattern` that is not a regular expression).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::validation::InputValidator;
+    /// use serde_json::json;
+    ///
+    /// assert!(InputValidator::check_schema(&json!({"type": "object"})).is_ok());
+    /// assert!(InputValidator::check_schema(&json!({"type": "object", "minProperties": -1})).is_err());
+    /// ```
+    pub fn check_schema(schema: &Value) -> Result<(), String> {
+        if schema.get("type").and_then(Value::as_str) != Some("object") {
+            return Err("the root must be `\"type\": \"object\"`".into());
+        }
+        jsonschema::draft202012::meta::validate(schema).map_err(|e| e.to_string())
+    }
+
     /// Compile an input schema: its root must be `"type": "object"`; JSON Schema 2020-12 unless it
     /// names another dialect. Remote `$ref`s are never fetched (the crate is built without its
     /// HTTP resolver).

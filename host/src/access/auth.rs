@@ -302,6 +302,7 @@ impl Authenticator {
         validation
     }
 
+    /// Verify a JWT: key, algorithm, claims, audience. (Long: each check with its own error.)
     fn verify_jwt(&self, token: &str, also_audience: Option<&str>) -> Result<Verified, AuthError> {
         let header = decode_header(token).map_err(|_| AuthError::Invalid)?;
         let keys: Vec<DecodingKey> = match header.alg {

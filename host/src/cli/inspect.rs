@@ -12,7 +12,8 @@ use mcp_host::{Config, Host};
 use mcp_plugin_sdk::UserInfo;
 use serde_json::Value;
 
-/// Print every discovered tool, prompt and resource (a table, or JSON rows).
+/// Print every discovered tool, prompt and resource (a table, or JSON rows). Long: one row
+/// builder and the table's layout, nothing else.
 pub(crate) fn print_list(
     host: &Host,
     json: bool,

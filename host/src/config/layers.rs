@@ -475,7 +475,8 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Set the top-level keys a layer has (paths resolved against its file).
+/// Set the top-level keys a layer has (paths resolved against its file). Long: one `if let` per
+/// key, nothing else.
 fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(), ConfigError> {
     if let Some(dirs) = layer.tool_dirs {
         let dirs: Vec<ToolDir> = dirs

@@ -298,7 +298,8 @@ impl Executor {
     /// the worker pool within the plugin's and the global permits, with the target's timeout
     /// (which sets the call's cancellation flag) and cancellation if this future is dropped. A call
     /// whose client went away before it started never starts; an answer over the result limits is
-    /// refused before anyone parses it.
+    /// refused before anyone parses it. (Long on purpose: the steps of one call, in the order they
+    /// happen, read best in one place.)
     async fn execute(
         &self,
         target: &Target<'_>,
@@ -680,7 +681,13 @@ fn fmt_secs(d: Duration) -> String {
 
 /// Validate arguments against the tool's compiled schema; the message names each argument and rule.
 fn validate(tool: &Tool, args: &Value) -> Result<(), String> {
-    tool.validator.check(&tool.name, args)
+    match tool.validator() {
+        Ok(validator) => validator.check(&tool.name, args),
+        Err(why) => Err(format!(
+            "Tool {} cannot be called: its input schema does not compile: {why}",
+            tool.name
+        )),
+    }
 }
 
 #[cfg(test)]

@@ -230,7 +230,8 @@ impl Loader {
         self.images.load(Ordering::Acquire)
     }
 
-    /// Copy, probe and load `candidates`, in order.
+    /// Copy, probe and load `candidates`, in order. (Long: the pipeline — copy, signature, probe,
+    /// load, failure record, slot — in the order a file goes through it.)
     pub(crate) fn load(
         &self,
         candidates: Vec<Candidate>,

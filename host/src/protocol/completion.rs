@@ -16,7 +16,7 @@ fn string<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a str, RpcError> {
     })
 }
 
-/// `completion/complete`.
+/// `completion/complete`. (Long: the request's checks, then the one plugin call, in order.)
 pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let reference = req.params.get("ref");
     let argument = req.params.get("argument");

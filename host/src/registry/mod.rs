@@ -41,13 +41,33 @@ pub struct Tool {
     /// Its index in the plugin's manifest.
     pub index: u32,
     /// The compiled input schema.
-    pub validator: InputValidator,
+    /// The input schema, compiled at the first call (a host serving thousands of tools compiles
+    /// only the ones called; the schema was checked against the meta-schema at load).
+    validator: std::sync::OnceLock<Result<InputValidator, String>>,
     /// How long a call may run.
     pub timeout: Duration,
     /// The tool as `tools/list` shows it (built once).
     pub listing: Value,
     /// Its metric series, looked up at its first call.
     pub series: std::sync::OnceLock<crate::telemetry::metrics::ToolSeries>,
+}
+
+impl Tool {
+    /// The compiled input schema (compiled on first use, the failure logged once), or why it does
+    /// not compile.
+    pub fn validator(&self) -> Result<&InputValidator, &str> {
+        self.validator
+            .get_or_init(|| {
+                InputValidator::compile(&self.descriptor.input_schema).inspect_err(|why| {
+                    tracing::error!(
+                        tool = %self.name,
+                        "the input schema passed the meta-schema but does not compile: {why}"
+                    );
+                })
+            })
+            .as_ref()
+            .map_err(String::as_str)
+    }
 }
 
 impl std::fmt::Debug for Tool {
@@ -478,7 +498,7 @@ impl Registry {
                 None => admit(&name, tool, manifest, &slot.candidate.path, &winners.tools),
             };
             match admitted {
-                Ok(validator) => {
+                Ok(()) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
                     let mut descriptor = tool.clone();
                     descriptor.name = name.clone();
@@ -496,7 +516,7 @@ impl Registry {
                             descriptor,
                             slot: Arc::clone(&slot),
                             index: index as u32,
-                            validator,
+                            validator: std::sync::OnceLock::new(),
                             timeout: secs(timeout),
                             series: std::sync::OnceLock::new(),
                         }),
@@ -847,7 +867,7 @@ fn admit(
     manifest: &Manifest,
     file: &std::path::Path,
     winners: &HashMap<String, PathBuf>,
-) -> Result<InputValidator, Status> {
+) -> Result<(), Status> {
     service_enabled(tool.service.as_ref(), manifest)?;
     if !is_valid_tool_name(name) {
         tracing::error!(
@@ -867,7 +887,7 @@ fn admit(
         );
         return Err(Status::OverriddenBy(winner.clone()));
     }
-    let validator = InputValidator::compile(&tool.input_schema).map_err(|why| {
+    InputValidator::check_schema(&tool.input_schema).map_err(|why| {
         tracing::error!(
             "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
             file.display()
@@ -886,7 +906,7 @@ fn admit(
              from the verified caller"
         );
     }
-    Ok(validator)
+    Ok(())
 }
 
 /// A call's timeout in seconds: per tool (by the plugin's own name for it), else per service,

@@ -196,6 +196,7 @@ pub(crate) async fn post(
 }
 
 /// Run one request; answer JSON if it finishes before emitting a notification, SSE otherwise.
+/// (Long: the race between the answer and the first event is clearest as one `select!` loop.)
 async fn request(
     state: Arc<State>,
     id: Value,
