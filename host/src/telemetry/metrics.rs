@@ -182,7 +182,7 @@ impl Metrics {
         registry.register(
             "plugin_load_errors",
             "Plugin files that failed to load, by reason (library, abi, build, init, manifest, \
-             probe, copy)",
+             probe, copy, worker, sandbox, signature)",
             m.load_errors.clone(),
         );
         registry.register(
