@@ -9,12 +9,14 @@ use serde_json::{Map, Value, json};
 use super::jsonrpc::RpcError;
 use super::{Answer, Request};
 
-/// The page of `items` (`(key, listing)` in key order) after the request's cursor, as a cacheable
-/// result with the listings under `member` and `nextCursor` when more follow.
-pub(crate) fn page<'a>(
+/// The page after the request's cursor of what `items` yields (`(key, listing)` in key order,
+/// starting after the key it is given: the registry's maps seek to it, so a late page costs no more
+/// than the first), as a cacheable result with the listings under `member` and `nextCursor` when
+/// more follow.
+pub(crate) fn page<'a, I: Iterator<Item = (&'a str, &'a Value)>>(
     req: &Request<'_>,
     member: &str,
-    items: impl Iterator<Item = (&'a str, &'a Value)>,
+    items: impl FnOnce(Option<&str>) -> I,
 ) -> Result<Answer, RpcError> {
     let after = match req.params.get("cursor") {
         None | Some(Value::Null) => None,
@@ -30,6 +32,7 @@ pub(crate) fn page<'a>(
     let mut page = Vec::new();
     let mut last = None;
     let mut next = None;
+    let items = items(after.as_deref());
     for (key, listing) in items.filter(|(k, _)| after.as_deref().is_none_or(|a| *k > a)) {
         if page.len() == page_size {
             next = last.map(|k: &str| B64.encode(k));

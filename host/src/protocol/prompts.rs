@@ -29,11 +29,12 @@ pub(crate) fn find(
 pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let agent = req.ex.agent.as_deref();
     let registry = protocol.host.registry();
-    let items = registry
-        .prompts()
-        .filter(|p| agent.is_none_or(|a| a.permits(&p.name)))
-        .map(|p| (p.name.as_str(), &p.listing));
-    pages::page(req, "prompts", items)
+    pages::page(req, "prompts", |after| {
+        registry
+            .prompts_after(after)
+            .filter(|p| agent.is_none_or(|a| a.permits(&p.name)))
+            .map(|p| (p.name.as_str(), &p.listing))
+    })
 }
 
 /// `prompts/get`: check the arguments (strings; every required one given), then render.

@@ -20,21 +20,23 @@ pub(crate) fn visible(req: &Request<'_>, uri: &str) -> bool {
 /// `resources/list`: the resources with a fixed URI, in URI order; cacheable.
 pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let registry = protocol.host.registry();
-    let items = registry
-        .resources()
-        .filter(|r| visible(req, &r.uri))
-        .map(|r| (r.uri.as_str(), &r.listing));
-    pages::page(req, "resources", items)
+    pages::page(req, "resources", |after| {
+        registry
+            .resources_after(after)
+            .filter(|r| visible(req, &r.uri))
+            .map(|r| (r.uri.as_str(), &r.listing))
+    })
 }
 
 /// `resources/templates/list`: the resource templates, in URI-template order; cacheable.
 pub(crate) fn templates(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let registry = protocol.host.registry();
-    let items = registry
-        .templates()
-        .filter(|r| visible(req, &r.uri))
-        .map(|r| (r.uri.as_str(), &r.listing));
-    pages::page(req, "resourceTemplates", items)
+    pages::page(req, "resourceTemplates", |after| {
+        registry
+            .templates_after(after)
+            .filter(|r| visible(req, &r.uri))
+            .map(|r| (r.uri.as_str(), &r.listing))
+    })
 }
 
 /// The error for a URI nothing serves: -32002 in a 2025 session, -32602 in 2026 (both with

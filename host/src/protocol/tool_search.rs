@@ -89,7 +89,7 @@ pub(crate) fn list(
             .map(|t| (t.name.as_str(), &t.listing)),
     );
     items.sort_by(|a, b| a.0.cmp(b.0));
-    pages::page(req, "tools", items.into_iter())
+    pages::page(req, "tools", |_| items.into_iter())
 }
 
 /// Whether `name` is one of the tools search mode adds.

@@ -20,11 +20,12 @@ pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, Rpc
     if let Some(agent) = agent.filter(|a| a.searches()) {
         return tool_search::list(req, agent, &registry);
     }
-    let tools = registry
-        .tools()
-        .filter(|t| agent.is_none_or(|a| a.permits(&t.name)))
-        .map(|t| (t.name.as_str(), &t.listing));
-    pages::page(req, "tools", tools)
+    pages::page(req, "tools", |after| {
+        registry
+            .tools_after(after)
+            .filter(|t| agent.is_none_or(|a| a.permits(&t.name)))
+            .map(|t| (t.name.as_str(), &t.listing))
+    })
 }
 
 /// `tools/call`: the search and call tools for an agent in search mode, else a tool of the

@@ -291,6 +291,17 @@ pub struct Registry {
     search: std::sync::OnceLock<search::ToolIndex>,
 }
 
+/// The values of `map` whose keys come after `key` (all of them for `None`).
+fn after<'a, V>(
+    map: &'a BTreeMap<String, V>,
+    key: Option<&str>,
+) -> impl Iterator<Item = &'a V> + use<'a, V> {
+    use std::ops::Bound;
+    let start = key.map_or(Bound::Unbounded, Bound::Excluded);
+    map.range::<str, _>((start, Bound::Unbounded))
+        .map(|(_, v)| v)
+}
+
 fn secs(s: f64) -> Duration {
     Duration::try_from_secs_f64(s).unwrap_or(Duration::from_secs(60))
 }
@@ -752,6 +763,38 @@ impl Registry {
     /// Served tools in name order (deterministic for `tools/list` and its cursors).
     pub fn tools(&self) -> impl Iterator<Item = &Arc<Tool>> {
         self.tools.values()
+    }
+
+    /// Served tools in name order after `key` (all of them for `None`), found by seeking.
+    pub fn tools_after<'a>(
+        &'a self,
+        key: Option<&str>,
+    ) -> impl Iterator<Item = &'a Arc<Tool>> + use<'a> {
+        after(&self.tools, key)
+    }
+
+    /// Served resources in URI order after `key`.
+    pub fn resources_after<'a>(
+        &'a self,
+        key: Option<&str>,
+    ) -> impl Iterator<Item = &'a Arc<Resource>> + use<'a> {
+        after(&self.resources, key)
+    }
+
+    /// Served resource templates in URI-template order after `key`.
+    pub fn templates_after<'a>(
+        &'a self,
+        key: Option<&str>,
+    ) -> impl Iterator<Item = &'a Arc<Resource>> + use<'a> {
+        after(&self.templates, key)
+    }
+
+    /// Served prompts in name order after `key`.
+    pub fn prompts_after<'a>(
+        &'a self,
+        key: Option<&str>,
+    ) -> impl Iterator<Item = &'a Arc<Prompt>> + use<'a> {
+        after(&self.prompts, key)
     }
 
     /// The search index of the served tools (built on first use, then kept with this tool set).
