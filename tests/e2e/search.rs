@@ -107,7 +107,8 @@ fn search_finds_tools_by_plain_words_and_the_call_tool_keeps_to_the_agents_view(
         found_names[..19]
             .iter()
             .all(|n| n.ends_with("_summarize_payment")),
-        "{found_names:?}"
+        "{found_names:?}\nserver log:\n{}",
+        server.stderr()
     );
     assert!(
         !found_names.iter().any(|n| n.starts_with("s19_")),
