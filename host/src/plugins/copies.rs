@@ -97,9 +97,13 @@ impl CopyCache {
             std::process::id(),
             TMP_SEQ.fetch_add(1, Ordering::Relaxed)
         ));
-        // The source first: a prune by another process must not take this directory for stale.
-        let copied = std::fs::write(home.join(SOURCE), file.as_os_str().as_encoded_bytes())
+        // The source first, whole (written aside, then renamed): a prune by another process must
+        // never read a partial one and take this directory for stale.
+        let source_tmp = tmp.with_extension("source");
+        let copied = std::fs::write(&source_tmp, file.as_os_str().as_encoded_bytes())
+            .and_then(|()| std::fs::rename(&source_tmp, home.join(SOURCE)))
             .and_then(|()| std::fs::copy(file, &tmp));
+        let _ = std::fs::remove_file(&source_tmp);
         // Kept only if the file still has the identity the copy is filed under.
         if copied.is_err() || FileStamp::of(file).as_ref() != Some(stamp) {
             let _ = std::fs::remove_file(&tmp);
@@ -134,18 +138,28 @@ impl CopyCache {
         }
     }
 
-    /// Remove the copies of files that no longer exist (best effort).
+    /// Remove the copies of files that no longer exist (best effort). A directory without a
+    /// readable source (another process may be making it right now) goes only once it is an hour
+    /// old.
     pub(crate) fn prune(&self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
         };
         for entry in entries.flatten() {
             let home = entry.path();
-            let source = std::fs::read(home.join(SOURCE)).ok().map(|bytes| {
-                // Written from `as_encoded_bytes` by this module.
-                PathBuf::from(String::from_utf8_lossy(&bytes).into_owned())
-            });
-            if source.is_none_or(|s| !s.exists()) {
+            let gone = match std::fs::read(home.join(SOURCE)) {
+                // Written from `as_encoded_bytes` by this module, and never partially (renamed).
+                Ok(bytes) if !bytes.is_empty() => {
+                    !Path::new(&*String::from_utf8_lossy(&bytes)).exists()
+                }
+                _ => entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
+            };
+            if gone {
                 let _ = std::fs::remove_dir_all(&home);
             }
         }
