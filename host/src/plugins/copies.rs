@@ -7,9 +7,9 @@
 //! while the file keeps that identity. The change time cannot be set back by anyone (writing,
 //! `touch -d` or restoring a modification time all move it), so a file changed in place never
 //! reuses a copy of its former contents. A copy is only kept when the file's identity did not
-//! change while it was copied; a file's older copies are removed when a new one is made (a
-//! process that still maps one keeps its mapping), and the copies of files that no longer exist
-//! are pruned. A kept copy is handed out once per process: loading a path the process already
+//! change while it was copied; a file's older copies are removed when a new one is made, once they
+//! are a minute old (a process that still maps one keeps its mapping), and the copies of files
+//! that no longer exist are pruned. A kept copy is handed out once per process: loading a path the process already
 //! opened would give back the same image, so a reload takes an ordinary private copy.
 
 use std::collections::HashSet;
@@ -115,14 +115,21 @@ impl CopyCache {
         }
         self.made.store(true, Ordering::Release);
         handed.insert(kept.clone());
-        // The file's older copies go (a process still mapping one keeps its pages).
+        // The file's older copies go (a process still mapping one keeps its pages) once they are a
+        // minute old: another process that found one a moment ago is about to open it.
         if let Ok(entries) = std::fs::read_dir(&home) {
             for entry in entries.flatten() {
                 let path = entry.path();
+                let settled = entry
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > std::time::Duration::from_secs(60));
                 let old = path != kept
                     && entry.file_name() != SOURCE
                     && !entry.file_name().to_string_lossy().starts_with(".tmp-");
-                if old {
+                if old && settled {
                     let _ = std::fs::remove_file(&path);
                 }
             }
@@ -212,7 +219,10 @@ mod tests {
         let b = next_run.copy(&file, &changed).expect("a new copy");
         assert_ne!(a, b);
         assert_eq!(std::fs::read(&b).expect("read"), b"other");
-        assert!(!a.exists(), "the older copy is removed");
+        assert!(
+            a.exists(),
+            "an older copy stays while another process may be opening it"
+        );
 
         // A copy is not filed under an identity the file no longer has.
         assert_eq!(cache.copy(&file, &stamp), None);
