@@ -17,6 +17,7 @@ use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use super::slot::FileStamp;
 
@@ -56,6 +57,16 @@ fn short_hash(value: impl Hash) -> String {
     let mut h = std::hash::SipHasher::new();
     value.hash(&mut h);
     format!("{:016x}", h.finish())
+}
+
+/// Whether `entry` was last modified more than `age` ago.
+fn older_than(entry: &std::fs::DirEntry, age: Duration) -> bool {
+    entry
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_some_and(|elapsed| elapsed > age)
 }
 
 fn private_dir(path: &Path) -> std::io::Result<()> {
@@ -120,12 +131,7 @@ impl CopyCache {
         if let Ok(entries) = std::fs::read_dir(&home) {
             for entry in entries.flatten() {
                 let path = entry.path();
-                let settled = entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > std::time::Duration::from_secs(60));
+                let settled = older_than(&entry, Duration::from_secs(60));
                 let old = path != kept
                     && entry.file_name() != SOURCE
                     && !entry.file_name().to_string_lossy().starts_with(".tmp-");
@@ -159,12 +165,7 @@ impl CopyCache {
                 Ok(bytes) if !bytes.is_empty() => {
                     !Path::new(&*String::from_utf8_lossy(&bytes)).exists()
                 }
-                _ => entry
-                    .metadata()
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.elapsed().ok())
-                    .is_some_and(|age| age > std::time::Duration::from_secs(3600)),
+                _ => older_than(&entry, Duration::from_secs(3600)),
             };
             if gone {
                 let _ = std::fs::remove_dir_all(&home);

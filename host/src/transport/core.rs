@@ -33,8 +33,9 @@ pub(crate) struct Origin {
     /// Where its requests are tracked for `notifications/cancelled` (stdio: the connection; HTTP:
     /// the legacy session).
     pub inflight: Option<Arc<Inflight>>,
-    /// The remote address (HTTP), for the per-caller limits of callers without an identity.
-    pub peer: Option<std::net::IpAddr>,
+    /// Whom the per-caller limits count it against ([`Identity::caller_key`], with the remote
+    /// address for callers without an identity), made once per request.
+    pub caller_key: Arc<str>,
 }
 
 /// A message, sorted.
@@ -178,7 +179,7 @@ impl Core {
             cancel,
             notifier,
             cache_private: origin.cache_private,
-            quota_key: Some(origin.identity.caller_key(origin.peer)),
+            quota_key: Some(Arc::clone(&origin.caller_key)),
         };
         let reply = self
             .protocol

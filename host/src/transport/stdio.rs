@@ -251,20 +251,21 @@ fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io
 impl Connection {
     fn origin(&self) -> Origin {
         let host = self.core.protocol().host();
+        let identity = Identity {
+            caller: self.options.caller.clone(),
+            agent: self
+                .options
+                .agent
+                .as_deref()
+                .and_then(|a| host.access().agent(a)),
+        };
         Origin {
             session: self.session.get().cloned(),
             headers: None,
-            identity: Identity {
-                caller: self.options.caller.clone(),
-                agent: self
-                    .options
-                    .agent
-                    .as_deref()
-                    .and_then(|a| host.access().agent(a)),
-            },
+            caller_key: identity.caller_key(None),
+            identity,
             cache_private: false,
             inflight: Some(Arc::clone(&self.inflight)),
-            peer: None,
         }
     }
 

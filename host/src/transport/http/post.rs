@@ -170,9 +170,9 @@ pub(crate) async fn post(
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
         session,
         headers: Some(headers),
+        caller_key: identity.caller_key(Some(peer)),
         identity,
         cache_private: access.caller_dependent(),
-        peer: Some(peer),
     };
     match state.core.route(value, &origin) {
         Routed::Request { id, method, params } => {
@@ -206,7 +206,7 @@ async fn request(
     endpoint_agent: Option<String>,
 ) -> Response<Body> {
     let reply_to = ReplyTo {
-        owner: origin.identity.caller_key(origin.peer),
+        owner: Arc::clone(&origin.caller_key),
         endpoint_agent,
     };
     let cancel = CancelFlag::new();
