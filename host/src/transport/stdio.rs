@@ -5,11 +5,15 @@
 //! and tools that declare themselves `inline` finish without a single thread hand-off. Anything
 //! still pending (a tool on the worker pool, a subscription) moves to the async runtime, so a slow
 //! tool never blocks other requests. Messages are written under one lock, so a request's
-//! notifications always precede its response. The process exits when stdin closes, after in-flight
+//! notifications always precede its response. Answers given on the reader thread while more input
+//! is already buffered are flushed together, before the reader next waits for input (a burst of
+//! requests is answered in a few writes, not one per message); every other message is flushed as
+//! it is written. The process exits when stdin closes, after in-flight
 //! requests finish (up to a grace period).
 
+use std::cell::Cell;
 use std::future::Future;
-use std::io::{BufRead, Read, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Waker};
@@ -53,14 +57,34 @@ struct Connection {
 /// The protected stdout, one whole message per write.
 struct Writer(Mutex<Box<dyn Write + Send>>);
 
+thread_local! {
+    /// Set on the reader thread while it answers a message with more input already buffered: the
+    /// answer may wait in the buffer until the reader is about to block ([`Writer::flush`]).
+    static DEFER_FLUSH: Cell<bool> = const { Cell::new(false) };
+}
+
+impl Writer {
+    /// Write out whatever answers are buffered.
+    fn flush(&self) {
+        let _ = lock(&self.0).flush();
+    }
+}
+
 impl Outbound for Writer {
-    /// Write one message and flush (a broken pipe means the client is gone).
+    /// Write one message and flush unless the reader thread defers it (a broken pipe means the
+    /// client is gone).
     fn send(&self, message: &Value) -> bool {
         let mut out = lock(&self.0);
         serde_json::to_writer(&mut *out, message)
             .map_err(std::io::Error::from)
             .and_then(|()| out.write_all(b"\n"))
-            .and_then(|()| out.flush())
+            .and_then(|()| {
+                if DEFER_FLUSH.get() {
+                    Ok(())
+                } else {
+                    out.flush()
+                }
+            })
             .is_ok()
     }
 }
@@ -145,11 +169,11 @@ fn read_loop(
 ) -> std::io::Result<()> {
     // Timers and semaphores in the call path need the runtime's context when first polled here.
     let _context = runtime.enter();
-    let mut input = std::io::BufReader::new(input);
+    let mut input = BufReader::new(input);
     let mut buf = Vec::new();
     let max = conn.options.max_message_bytes;
     loop {
-        match read_line(&mut input, &mut buf, max)? {
+        match read_line(&mut input, &mut buf, max, || conn.out.flush())? {
             Line::Eof => return Ok(()),
             Line::Message => {}
             Line::TooLong(size) => {
@@ -188,11 +212,13 @@ fn read_loop(
             Box::pin(async move { task.handle(value).await });
         // Poll once here; a message that has to wait continues on the runtime, which polls it again
         // with a real waker (primitives re-check their state on every poll, so nothing is lost).
-        if message
+        // With more input already buffered, what it writes here is flushed with the next answers.
+        DEFER_FLUSH.set(!input.buffer().is_empty());
+        let polled = message
             .as_mut()
-            .poll(&mut Context::from_waker(Waker::noop()))
-            .is_pending()
-        {
+            .poll(&mut Context::from_waker(Waker::noop()));
+        DEFER_FLUSH.set(false);
+        if polled.is_pending() {
             let mut tasks = lock(&conn.tasks);
             tasks.spawn_on(message, &runtime);
             // Reap finished tasks so the set stays small on long sessions.
@@ -214,10 +240,19 @@ enum Line {
 
 /// Read one newline-terminated message into `buf` in the reader's own chunks, never holding more
 /// than `max` bytes of it: a longer message is dropped as it streams in, up to its newline.
-fn read_line(input: &mut impl BufRead, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Line> {
+/// `idle` runs each time the reader has nothing buffered and is about to wait for input.
+fn read_line(
+    input: &mut BufReader<impl Read>,
+    buf: &mut Vec<u8>,
+    max: usize,
+    mut idle: impl FnMut(),
+) -> std::io::Result<Line> {
     buf.clear();
     let mut skipped: Option<usize> = None;
     loop {
+        if input.buffer().is_empty() {
+            idle();
+        }
         let chunk = match input.fill_buf() {
             Ok(chunk) => chunk,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -354,19 +389,28 @@ mod tests {
         // A small reader buffer: the long lines arrive in several chunks.
         let mut reader = std::io::BufReader::with_capacity(8, input.as_bytes());
         let mut buf = Vec::new();
-        assert_eq!(read_line(&mut reader, &mut buf, 10).unwrap(), Line::Message);
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 10, || {}).unwrap(),
+            Line::Message
+        );
         assert_eq!(buf, b"{}");
         assert_eq!(
-            read_line(&mut reader, &mut buf, 10).unwrap(),
+            read_line(&mut reader, &mut buf, 10, || {}).unwrap(),
             Line::TooLong(100)
         );
         assert!(buf.capacity() <= 16, "held {} bytes", buf.capacity());
-        assert_eq!(read_line(&mut reader, &mut buf, 10).unwrap(), Line::Message);
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 10, || {}).unwrap(),
+            Line::Message
+        );
         assert_eq!(buf, b"ab");
         assert_eq!(
-            read_line(&mut reader, &mut buf, 10).unwrap(),
+            read_line(&mut reader, &mut buf, 10, || {}).unwrap(),
             Line::TooLong(100)
         );
-        assert_eq!(read_line(&mut reader, &mut buf, 10).unwrap(), Line::Eof);
+        assert_eq!(
+            read_line(&mut reader, &mut buf, 10, || {}).unwrap(),
+            Line::Eof
+        );
     }
 }
