@@ -377,7 +377,7 @@ impl Host {
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
-        self.call_tool(tool, args, opts).await
+        self.call_tool(tool, args.as_ref(), opts).await
     }
 
     /// [`Host::call`] for a tool already looked up in [`Host::registry`] (the protocol does, to apply
@@ -385,7 +385,7 @@ impl Host {
     pub async fn call_tool(
         &self,
         tool: Arc<Tool>,
-        args: Option<Value>,
+        args: Option<&Value>,
         opts: CallOptions,
     ) -> Result<Value, CallError> {
         self.inner.exec.call(tool, args, opts).await

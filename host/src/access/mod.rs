@@ -33,24 +33,29 @@ pub struct Identity {
 
 impl Identity {
     /// Whom the per-caller limits (calls in flight, rate, legacy sessions) count this request
-    /// against: the verified user, else the agent, else the remote address (an IPv6 address by its
-    /// /64, which one client usually owns whole), else everyone without one together.
-    pub fn caller_key(&self, peer: Option<std::net::IpAddr>) -> Arc<str> {
-        use std::net::IpAddr;
+    /// against: the verified user, else the agent, else the remote address (`peer`, from
+    /// [`peer_key`]), else everyone without one together.
+    pub fn caller_key(&self, peer: Option<&Arc<str>>) -> Arc<str> {
         if let Some(caller) = &self.caller {
             return format!("user:{}", caller.user_id).into();
         }
         if let Some(agent) = &self.agent {
             return format!("agent:{}", agent.name).into();
         }
-        match peer.map(|ip| ip.to_canonical()) {
-            Some(IpAddr::V6(v6)) => {
-                let s = v6.segments();
-                format!("addr:{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3]).into()
-            }
-            Some(ip) => format!("addr:{ip}").into(),
-            None => Arc::from("anonymous"),
+        peer.map_or_else(|| Arc::from("anonymous"), Arc::clone)
+    }
+}
+
+/// The caller key of requests without an identity from remote address `ip` (an IPv6 address by
+/// its /64, which one client usually owns whole); made once per connection.
+pub fn peer_key(ip: std::net::IpAddr) -> Arc<str> {
+    use std::net::IpAddr;
+    match ip.to_canonical() {
+        IpAddr::V6(v6) => {
+            let s = v6.segments();
+            format!("addr:{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3]).into()
         }
+        ip => format!("addr:{ip}").into(),
     }
 }
 

@@ -9,8 +9,6 @@
 //! Every tool call, nested ones included, reports to [`Telemetry`] (span and phases, metrics, the
 //! audit record).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,12 +20,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use tracing::Instrument as _;
 
+use super::detached::Detached;
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, Quotas};
 use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
-use crate::plugins::backend::CallFuture;
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Arguments, CallParty, ObservedCall, Outcome, Telemetry};
 
@@ -160,10 +158,17 @@ impl Executor {
     pub async fn call(
         &self,
         tool: Arc<Tool>,
-        args: Option<Value>,
+        args: Option<&Value>,
         opts: CallOptions,
     ) -> Result<Value, CallError> {
-        let args = args.unwrap_or_else(|| json!({}));
+        let none;
+        let args = match args {
+            Some(args) => args,
+            None => {
+                none = json!({});
+                &none
+            }
+        };
         let party = CallParty {
             caller: opts.caller.as_ref(),
             caller_json: "",
@@ -172,7 +177,7 @@ impl Executor {
         };
         let observed = self
             .telemetry
-            .observe(&tool, party, Arguments::Value(&args));
+            .observe(&tool, party, Arguments::Value(args));
         let cancel = opts.cancel.clone();
         let (result, outcome) = self
             .run_call(tool, args, opts, &observed)
@@ -190,14 +195,14 @@ impl Executor {
     async fn run_call(
         &self,
         tool: Arc<Tool>,
-        args: Value,
+        args: &Value,
         opts: CallOptions,
         observed: &ObservedCall<'_>,
     ) -> (Result<Value, CallError>, Outcome) {
         let name = tool.name.as_str();
         if let Err(message) = observed
             .phase("validate")
-            .in_scope(|| validate(&tool, &args))
+            .in_scope(|| validate(&tool, args))
         {
             return (Ok(error_result(&message)), Outcome::InvalidArguments);
         }
@@ -212,7 +217,7 @@ impl Executor {
             inline: tool.descriptor.inline,
             name,
         };
-        let args_text = serde_json::to_string(&args).unwrap_or_default();
+        let args_text = serde_json::to_string(args).unwrap_or_default();
         let executed = self
             .execute(&target, args_text, caller_json, &opts, Some(observed))
             .await;
@@ -365,14 +370,14 @@ impl Executor {
                 if call.cancel.is_cancelled() {
                     return Ok(None);
                 }
-                let running = Detached(Some(Box::pin(
+                let running = Detached::new(
                     async move {
                         let returned = future.await;
                         drop(permits);
                         returned
                     }
                     .instrument(plugin),
-                )));
+                );
                 return Ok(running.await);
             }
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -518,39 +523,6 @@ impl Executor {
         };
         observed.finish(outcome, Some(&result));
         Ok(result.to_string())
-    }
-}
-
-/// A call in another process that keeps running on a task of its own when its caller stops
-/// waiting (a timeout, a request that went away), so it keeps its permits until it really ended
-/// (answered, or its worker killed past the deadline).
-struct Detached(Option<CallFuture>);
-
-impl Future for Detached {
-    type Output = Option<Result<String, String>>;
-
-    fn poll(
-        mut self: Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Self::Output> {
-        let Some(running) = self.0.as_mut() else {
-            return std::task::Poll::Ready(None);
-        };
-        let polled = running.as_mut().poll(cx);
-        if polled.is_ready() {
-            self.0 = None;
-        }
-        polled.map(Some)
-    }
-}
-
-impl Drop for Detached {
-    fn drop(&mut self) {
-        if let Some(running) = self.0.take()
-            && let Ok(runtime) = tokio::runtime::Handle::try_current()
-        {
-            runtime.spawn(running);
-        }
     }
 }
 

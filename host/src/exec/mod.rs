@@ -1,11 +1,13 @@
 //! Execution: where and how tool calls run — [`call`] (the call path: validation, permits,
 //! timeout, result mapping, nested calls), [`state`] (one running call), [`pool`] (worker threads
 //! off the async reactor), [`cancel`] (cancellation shared with the caller), [`quota`] (fair
-//! sharing between callers), [`input`] (questions a call asks the client), and the events a
-//! running call reports.
+//! sharing between callers), [`input`] (questions a call asks the client), [`detached`] (a future
+//! that finishes on its own task when its owner stops waiting), and the events a running call
+//! reports.
 
 pub mod call;
 pub mod cancel;
+pub(crate) mod detached;
 pub mod input;
 pub(crate) mod pool;
 pub mod quota;

@@ -58,7 +58,7 @@ pub struct Exchange {
     /// The legacy session this request belongs to, if any.
     pub session: Option<Arc<LegacySession>>,
     /// HTTP headers (`None` on stdio).
-    pub headers: Option<HttpHeaders>,
+    pub headers: Option<Arc<HttpHeaders>>,
     /// The verified caller.
     pub caller: Option<UserInfo>,
     /// Cancellation of this request (client cancel, closed stream).

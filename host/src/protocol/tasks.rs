@@ -402,7 +402,7 @@ fn launch(
     let host = protocol.host.clone();
     let args = task.arguments.clone();
     tokio::spawn(async move {
-        let _ = tx.send(host.call_tool(tool, args, opts).await);
+        let _ = tx.send(host.call_tool(tool, args.as_ref(), opts).await);
     });
     Run {
         round,

@@ -37,18 +37,20 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
             "tools/call needs a string \"name\"",
         ));
     };
-    let args = params.get("arguments").filter(|a| !a.is_null()).cloned();
+    let args = params.get("arguments").filter(|a| !a.is_null());
     if req.ex.agent.as_ref().is_some_and(|a| a.searches()) {
         if name == SEARCH_TOOL {
             return Ok(tool_search::search(
                 req,
                 &protocol.host.registry(),
-                args.as_ref(),
+                args,
             ));
         }
         if name == CALL_TOOL {
-            return match tool_search::target(args.as_ref()) {
-                Ok((target, args)) => call_named(protocol, req, &target, args, true).await,
+            return match tool_search::target(args) {
+                Ok((target, args)) => {
+                    call_named(protocol, req, &target, args.as_ref(), true).await
+                }
                 Err(result) => Ok(Answer::plain(result)),
             };
         }
@@ -64,7 +66,7 @@ async fn call_named(
     protocol: &Protocol,
     req: &Request<'_>,
     name: &str,
-    args: Option<Value>,
+    args: Option<&Value>,
     proxied: bool,
 ) -> Result<Answer, RpcError> {
     // A tool the agent cannot see does not exist for it: the same error as an unknown tool.
@@ -84,7 +86,7 @@ async fn call_named(
         && !proxied
         && let Some(headers) = &req.ex.headers
     {
-        headers.check_params(&tool.descriptor.input_schema, args.as_ref())?;
+        headers.check_params(&tool.descriptor.input_schema, args)?;
     }
     if let Some(Value::Object(required)) = &tool.descriptor.required_client_capabilities {
         let caps = req.era.client_capabilities();
@@ -104,17 +106,17 @@ async fn call_named(
             .with_data(json!({ "requiredCapabilities": missing })));
         }
     }
-    if let Some(task) = super::tasks::start(protocol, req, &tool, args.as_ref()).await? {
+    if let Some(task) = super::tasks::start(protocol, req, &tool, args).await? {
         return Ok(task);
     }
     let subject = Subject {
         method: "tools/call",
         name,
-        arguments: args.as_ref(),
+        arguments: args,
     };
     let channel = input::channel(protocol, req, &subject)?;
     let opts = call_options(req, channel.clone());
-    let (failed, answer) = match protocol.host.call_tool(tool, args.clone(), opts).await {
+    let (failed, answer) = match protocol.host.call_tool(tool, args, opts).await {
         Ok(result) => (result["isError"] == true, Ok(Answer::plain(result))),
         Err(e) => (true, Err(refused(e))),
     };

@@ -25,7 +25,7 @@ pub(crate) struct Origin {
     /// The legacy session it belongs to.
     pub session: Option<Arc<LegacySession>>,
     /// Its HTTP headers (`None` on stdio).
-    pub headers: Option<HttpHeaders>,
+    pub headers: Option<Arc<HttpHeaders>>,
     /// Who sent it, and through which agent.
     pub identity: Identity,
     /// Answers depend on who asks (`cacheScope: private`).

@@ -2,7 +2,7 @@
 //! bearer token, and the answers for refused identities (401 with its challenge, 403, 404).
 
 use hyper::Response;
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::header::{AUTHORIZATION, HOST, HeaderMap, HeaderName, HeaderValue, ORIGIN};
 use serde_json::Value;
 
 use super::body::{Body, error_response, json_response};
@@ -11,8 +11,28 @@ use crate::config::HttpSettings;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
 use crate::telemetry::Metrics;
 
+/// The MCP headers, named once (a name given as text is parsed again at every lookup).
+pub(crate) mod names {
+    use hyper::header::HeaderName;
+
+    /// `Mcp-Session-Id`: the legacy session a request belongs to.
+    pub(crate) const SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
+    /// `Mcp-Replica`: the replica that served a response.
+    pub(crate) const REPLICA: HeaderName = HeaderName::from_static("mcp-replica");
+    /// `Mcp-Protocol-Version`.
+    pub(crate) const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+    /// `Mcp-Method`: mirrors the body's method (2026).
+    pub(crate) const METHOD: HeaderName = HeaderName::from_static("mcp-method");
+    /// `Mcp-Name`: mirrors the body's tool, resource or prompt name (2026).
+    pub(crate) const NAME: HeaderName = HeaderName::from_static("mcp-name");
+    /// W3C trace context.
+    pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+    /// W3C trace state.
+    pub(crate) const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+}
+
 /// A header's value, trimmed (`None` when absent or not visible ASCII).
-pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
     headers
         .get(name)
         .and_then(|v| v.to_str().ok())
@@ -33,7 +53,10 @@ fn is_local(host: &str) -> bool {
 /// A header that must be checked when present: its single value as visible ASCII, `Ok(None)` when
 /// absent, and an error when it is repeated or not plain ASCII (such a value is refused, never
 /// treated as absent).
-fn checked_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, String> {
+fn checked_header<'a>(
+    headers: &'a HeaderMap,
+    name: &HeaderName,
+) -> Result<Option<&'a str>, String> {
     let mut values = headers.get_all(name).iter();
     let Some(value) = values.next() else {
         return Ok(None);
@@ -50,8 +73,8 @@ fn checked_header<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a s
 /// DNS-rebinding protection: Origin (when present) and Host must be local or explicitly allowed.
 pub(crate) fn check_origin(headers: &HeaderMap, settings: &HttpSettings) -> Result<(), RpcError> {
     let forbidden = |what: &str| RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {what}"));
-    let origin = checked_header(headers, "origin").map_err(|e| forbidden(&e))?;
-    let host = checked_header(headers, "host").map_err(|e| forbidden(&e))?;
+    let origin = checked_header(headers, &ORIGIN).map_err(|e| forbidden(&e))?;
+    let host = checked_header(headers, &HOST).map_err(|e| forbidden(&e))?;
     if let Some(origin) = origin {
         let authority = origin.split("://").nth(1).unwrap_or(origin);
         if !(is_local(host_part(authority)) || settings.allowed_origins.iter().any(|o| o == origin))
@@ -75,7 +98,7 @@ pub(crate) fn check_origin(headers: &HeaderMap, settings: &HttpSettings) -> Resu
 
 /// The bearer token of the `Authorization` header.
 pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = header(headers, "authorization")?;
+    let value = header(headers, &AUTHORIZATION)?;
     let (scheme, token) = value.split_once(' ')?;
     scheme
         .eq_ignore_ascii_case("bearer")

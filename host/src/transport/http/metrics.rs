@@ -31,7 +31,7 @@ pub(crate) fn respond<B>(host: &Host, req: &Request<B>) -> Response<Body> {
         return resp;
     }
     let config = host.config();
-    if header(req.headers(), "origin").is_some()
+    if header(req.headers(), &hyper::header::ORIGIN).is_some()
         && let Err(e) = check_origin(req.headers(), &config.http)
     {
         return error_response(&Value::Null, &e);

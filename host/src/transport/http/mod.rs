@@ -32,7 +32,6 @@ use tokio::sync::{Semaphore, mpsc};
 pub use body::{Body, CancelOnDrop};
 use body::{empty, error_response, json_response, sse_channel, sse_response};
 use guard::{bearer, check_origin, denied, header};
-use post::SESSION_HEADER;
 
 use super::core::Core;
 use crate::config::HttpSettings;
@@ -151,7 +150,8 @@ pub async fn serve(
                 continue;
             }
         };
-        serve_connection(&state, &graceful, stream, peer.ip(), permit, header_timeout);
+        let peer = crate::access::peer_key(peer.ip());
+        serve_connection(&state, &graceful, stream, peer, permit, header_timeout);
     }
     drop(listener);
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
@@ -178,14 +178,14 @@ fn serve_connection(
     state: &Arc<State>,
     graceful: &hyper_util::server::graceful::GracefulShutdown,
     stream: tokio::net::TcpStream,
-    peer: std::net::IpAddr,
+    peer: Arc<str>,
     permit: tokio::sync::OwnedSemaphorePermit,
     header_timeout: Duration,
 ) {
     let _ = stream.set_nodelay(true);
     let state = Arc::clone(state);
     let service = hyper::service::service_fn(move |req| {
-        let state = Arc::clone(&state);
+        let (state, peer) = (Arc::clone(&state), Arc::clone(&peer));
         async move { Ok::<_, Infallible>(handle(state, req, peer).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
@@ -231,14 +231,10 @@ fn endpoint_agent<'a>(path: &'a str, base: &str) -> Option<Option<&'a str>> {
 }
 
 /// Serve one request; every response names the replica that served it (`Mcp-Replica`).
-async fn handle(
-    state: Arc<State>,
-    req: Request<IncomingBody>,
-    peer: std::net::IpAddr,
-) -> Response<Body> {
+async fn handle(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) -> Response<Body> {
     let replica = state.replica.clone();
     let mut resp = route(state, req, peer).await;
-    resp.headers_mut().insert("mcp-replica", replica);
+    resp.headers_mut().insert(guard::names::REPLICA, replica);
     resp
 }
 
@@ -265,11 +261,7 @@ fn health(state: &State, path: &str) -> Option<Response<Body>> {
     }
 }
 
-async fn route(
-    state: Arc<State>,
-    req: Request<IncomingBody>,
-    peer: std::net::IpAddr,
-) -> Response<Body> {
+async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) -> Response<Body> {
     let path = req.uri().path().to_owned();
     if let Some(resp) = health(&state, &path) {
         return resp;
@@ -344,7 +336,7 @@ fn session_not_found() -> Response<Body> {
 /// A legacy session's GET stream: its session-level notifications, with keep-alives, until the
 /// client goes or the server stops.
 async fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
-    let Some(id) = header(headers, SESSION_HEADER) else {
+    let Some(id) = header(headers, &guard::names::SESSION) else {
         // 2026 has no GET stream (subscriptions/listen replaces it).
         let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
         resp.headers_mut()
@@ -382,7 +374,7 @@ async fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
 }
 
 async fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
-    let Some(id) = header(headers, SESSION_HEADER) else {
+    let Some(id) = header(headers, &guard::names::SESSION) else {
         return empty(StatusCode::METHOD_NOT_ALLOWED);
     };
     match state.sessions.remove(id).await {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming as IncomingBody;
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue};
 use hyper::{Request, Response, StatusCode};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
@@ -17,16 +17,14 @@ use super::State;
 use super::body::{
     Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_channel, sse_response,
 };
-use super::guard::{bearer, denied, header, unauthorized};
+use super::guard::{bearer, denied, header, names, unauthorized};
 use super::sessions::Changeable;
 use crate::exec::CancelFlag;
+use crate::exec::detached::Detached;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
 use crate::protocol::session::Outbound as _;
 use crate::protocol::{HttpHeaders, Reply, decode_header_value};
 use crate::transport::core::{Batched, Origin, Routed};
-
-/// The header naming a legacy session.
-pub(crate) const SESSION_HEADER: &str = "mcp-session-id";
 
 /// Read the body within its size limit; the error response otherwise.
 async fn read_body(
@@ -45,11 +43,11 @@ async fn read_body(
             ),
         )
     };
-    let declared = header(req.headers(), "content-length").and_then(|v| v.parse::<u64>().ok());
+    let declared = header(req.headers(), &CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
     }
-    if let Some(ct) = header(req.headers(), "content-type")
+    if let Some(ct) = header(req.headers(), &CONTENT_TYPE)
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
         return Err(error_response(
@@ -92,12 +90,12 @@ async fn read_body(
 
 /// The 2026 headers that mirror the body.
 fn mirrored_headers(headers: &HeaderMap) -> Result<HttpHeaders, RpcError> {
-    let name = header(headers, "mcp-name")
+    let name = header(headers, &names::NAME)
         .map(decode_header_value)
         .transpose()?;
     Ok(HttpHeaders {
-        protocol_version: header(headers, "mcp-protocol-version").map(str::to_owned),
-        method: header(headers, "mcp-method").map(str::to_owned),
+        protocol_version: header(headers, &names::PROTOCOL_VERSION).map(str::to_owned),
+        method: header(headers, &names::METHOD).map(str::to_owned),
         name,
         params: headers
             .iter()
@@ -106,8 +104,8 @@ fn mirrored_headers(headers: &HeaderMap) -> Result<HttpHeaders, RpcError> {
                 Some((name.to_owned(), v.to_str().ok()?.to_owned()))
             })
             .collect(),
-        trace_context: header(headers, "traceparent").map(|parent| {
-            let state = header(headers, "tracestate").map(str::to_owned);
+        trace_context: header(headers, &names::TRACEPARENT).map(|parent| {
+            let state = header(headers, &names::TRACESTATE).map(str::to_owned);
             (parent.to_owned(), state)
         }),
     })
@@ -118,7 +116,7 @@ pub(crate) async fn post(
     state: Arc<State>,
     req: Request<IncomingBody>,
     endpoint_agent: Option<String>,
-    peer: std::net::IpAddr,
+    peer: Arc<str>,
 ) -> Response<Body> {
     let (parts, bytes) = match read_body(&state, req).await {
         Ok(read) => read,
@@ -136,7 +134,7 @@ pub(crate) async fn post(
         .and_then(|p| p.get("_meta"))
         .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
         .is_some();
-    let session = match header(&parts.headers, SESSION_HEADER) {
+    let session = match header(&parts.headers, &names::SESSION) {
         Some(sid) if !is_modern => match state.sessions.get(sid).await {
             Ok(Some(s)) => Some(s),
             Ok(None) => {
@@ -169,8 +167,8 @@ pub(crate) async fn post(
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
         session,
-        headers: Some(headers),
-        caller_key: identity.caller_key(Some(peer)),
+        headers: Some(Arc::new(headers)),
+        caller_key: identity.caller_key(Some(&peer)),
         identity,
         cache_private: access.caller_dependent(),
     };
@@ -196,7 +194,12 @@ pub(crate) async fn post(
 }
 
 /// Run one request; answer JSON if it finishes before emitting a notification, SSE otherwise.
-/// (Long: the race between the answer and the first event is clearest as one `select!` loop.)
+///
+/// The request runs right here on the connection's task (no task of its own to spawn and wake);
+/// should a notification come first, or this handler be dropped (the client went away), it goes
+/// on on a task of its own ([`Detached`]), so it always runs to its end (its session saved, its
+/// tracking removed). (Long: the race between the answer and the first event is clearest as one
+/// `select!`.)
 async fn request(
     state: Arc<State>,
     id: Value,
@@ -213,15 +216,14 @@ async fn request(
     // Cancels the call if this handler is dropped (client gone) before it answered.
     let mut guard = CancelOnDrop(Some(cancel.clone()));
     let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
-    let (reply_tx, mut reply_rx) = tokio::sync::oneshot::channel::<Reply>();
-    {
+    let mut running = {
         let state = Arc::clone(&state);
         let id = id.clone();
         let cancel = cancel.clone();
         let notifier: crate::protocol::Notifier = Arc::new(move |n| {
             let _ = tx.send(n);
         });
-        tokio::spawn(async move {
+        Detached::new(async move {
             let before = origin.session.as_deref().map(Changeable::of);
             let answered = state
                 .core
@@ -231,32 +233,41 @@ async fn request(
                 state.sessions.save(session, &before).await;
             }
             // Over HTTP a cancelled request's POST is still closed out with its reply.
-            let _ = reply_tx.send(answered.reply);
-        });
-    }
+            answered.reply
+        })
+    };
     // Whether a notification comes before the reply decides the response type. The notifier is
-    // dropped (with the request's exchange) before the reply is sent, so polling notifications
-    // first is exact: a fast call that reported progress is still streamed (polling the reply
-    // first dropped its queued notifications), and `None` means the request ended without any.
+    // dropped (with the request's exchange) before the reply is ready, so `None` from the
+    // notifications means the request ended without any; a request that notified and answered
+    // in the same poll is streamed too (its notifications wait in the queue).
     let first_notification = tokio::select! {
         biased;
         n = rx.recv() => n,
-        reply = &mut reply_rx => {
+        reply = &mut running => {
             guard.disarm();
-            return match reply {
-                Ok(reply) => finish(&state, reply, &reply_to).await,
-                Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
+            let Some(reply) = reply else {
+                return error_response(&id, &RpcError::internal("the request was lost"));
             };
+            let Ok(first) = rx.try_recv() else {
+                return finish(&state, reply, &reply_to).await;
+            };
+            let (out, body) = sse_channel();
+            out.send(&first);
+            while let Ok(n) = rx.try_recv() {
+                out.send(&n);
+            }
+            tokio::spawn(async move { stream_reply(&state, reply, out).await });
+            return sse_response(body, Some(cancel));
         }
     };
     let Some(first_notification) = first_notification else {
         // No notification can come any more: a plain JSON answer. (Streaming it would send errors
         // as `200 text/event-stream` instead of their 4xx status.)
-        let reply = reply_rx.await;
+        let reply = (&mut running).await;
         guard.disarm();
         return match reply {
-            Ok(reply) => finish(&state, reply, &reply_to).await,
-            Err(_) => error_response(&id, &RpcError::internal("the request was lost")),
+            Some(reply) => finish(&state, reply, &reply_to).await,
+            None => error_response(&id, &RpcError::internal("the request was lost")),
         };
     };
     // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
@@ -269,9 +280,9 @@ async fn request(
                 biased;
                 n = rx.recv() => match n {
                     Some(n) => { out.send(&n); }
-                    None => break (&mut reply_rx).await,
+                    None => break (&mut running).await,
                 },
-                reply = &mut reply_rx => {
+                reply = &mut running => {
                     while let Ok(n) = rx.try_recv() {
                         out.send(&n);
                     }
@@ -279,7 +290,7 @@ async fn request(
                 }
             }
         };
-        if let Ok(reply) = reply {
+        if let Some(reply) = reply {
             stream_reply(&state, reply, out).await;
         }
     });
@@ -341,7 +352,7 @@ async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body
             };
             let mut resp = json_response(200, &body);
             if let Ok(v) = HeaderValue::from_str(&id) {
-                resp.headers_mut().insert(SESSION_HEADER, v);
+                resp.headers_mut().insert(names::SESSION, v);
             }
             resp
         }
