@@ -175,9 +175,7 @@ impl Executor {
             agent: opts.agent.as_deref().map(|a| a.name.as_str()),
             depth: 0,
         };
-        let observed = self
-            .telemetry
-            .observe(&tool, party, Arguments::Value(args));
+        let observed = self.telemetry.observe(&tool, party, Arguments::Value(args));
         let cancel = opts.cancel.clone();
         let (result, outcome) = self
             .run_call(tool, args, opts, &observed)

@@ -40,17 +40,11 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
     let args = params.get("arguments").filter(|a| !a.is_null());
     if req.ex.agent.as_ref().is_some_and(|a| a.searches()) {
         if name == SEARCH_TOOL {
-            return Ok(tool_search::search(
-                req,
-                &protocol.host.registry(),
-                args,
-            ));
+            return Ok(tool_search::search(req, &protocol.host.registry(), args));
         }
         if name == CALL_TOOL {
             return match tool_search::target(args) {
-                Ok((target, args)) => {
-                    call_named(protocol, req, &target, args.as_ref(), true).await
-                }
+                Ok((target, args)) => call_named(protocol, req, &target, args.as_ref(), true).await,
                 Err(result) => Ok(Answer::plain(result)),
             };
         }
