@@ -102,6 +102,8 @@ pub fn shared_target(name: &str) -> PathBuf {
 /// A copy of this checkout as a fresh clone has it, in a temporary directory: the files `git
 /// ls-files` lists (tracked, and new ones not ignored, so uncommitted work is included), without
 /// build output or installed tools. Its `target` is a link to `target` (a shared build directory).
+/// Copies keep their files' modification times, so a later copy of the same files reuses what an
+/// earlier one built there (cargo compares times; fresh ones would rebuild every workspace crate).
 pub fn fresh_checkout(target: &Path) -> tempfile::TempDir {
     let root = workspace_root();
     let copy = tempfile::tempdir().unwrap();
@@ -127,6 +129,13 @@ pub fn fresh_checkout(target: &Path) -> tempfile::TempDir {
         let dest = copy.path().join(rel);
         std::fs::create_dir_all(dest.parent().unwrap()).unwrap();
         std::fs::copy(&src, &dest).unwrap();
+        let modified = std::fs::metadata(&src).unwrap().modified().unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&dest)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
     }
     #[cfg(unix)]
     std::os::unix::fs::symlink(target, copy.path().join("target")).unwrap();
