@@ -193,6 +193,18 @@ pub(crate) async fn post(
     }
 }
 
+/// The answer to a request whose handling panicked.
+fn lost(id: &Value) -> Response<Body> {
+    error_response(id, &RpcError::internal("the request was lost"))
+}
+
+/// Stream the notifications already queued.
+fn send_queued(out: &Sse, rx: &mut mpsc::UnboundedReceiver<Value>) {
+    while let Ok(n) = rx.try_recv() {
+        out.send(&n);
+    }
+}
+
 /// Run one request; answer JSON if it finishes before emitting a notification, SSE otherwise.
 ///
 /// The request runs right here on the connection's task (no task of its own to spawn and wake);
@@ -246,16 +258,14 @@ async fn request(
         reply = &mut running => {
             guard.disarm();
             let Some(reply) = reply else {
-                return error_response(&id, &RpcError::internal("the request was lost"));
+                return lost(&id);
             };
             let Ok(first) = rx.try_recv() else {
                 return finish(&state, reply, &reply_to).await;
             };
             let (out, body) = sse_channel();
             out.send(&first);
-            while let Ok(n) = rx.try_recv() {
-                out.send(&n);
-            }
+            send_queued(&out, &mut rx);
             tokio::spawn(async move { stream_reply(&state, reply, out).await });
             return sse_response(body, Some(cancel));
         }
@@ -267,7 +277,7 @@ async fn request(
         guard.disarm();
         return match reply {
             Some(reply) => finish(&state, reply, &reply_to).await,
-            None => error_response(&id, &RpcError::internal("the request was lost")),
+            None => lost(&id),
         };
     };
     // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
@@ -283,9 +293,7 @@ async fn request(
                     None => break (&mut running).await,
                 },
                 reply = &mut running => {
-                    while let Ok(n) = rx.try_recv() {
-                        out.send(&n);
-                    }
+                    send_queued(&out, &mut rx);
                     break reply;
                 }
             }
