@@ -1,18 +1,26 @@
 //! RFC 6570 URI templates in reverse: which template a read URI belongs to, and its variables.
 //!
 //! Crates for URI templates expand them; a resource server needs the opposite (match a URI and
-//! extract the values), so the template is compiled once into an anchored regular expression.
+//! extract the values), so the template is translated into an anchored regular expression, compiled
+//! at its first match (building a regex engine costs tens of µs, paid at start-up for every template
+//! of every plugin otherwise; most are never read).
 //! Supported expressions: `{var}` (a value without `/ ? #`), `{+var}` (reserved: may contain `/`),
 //! `{#var}`, `{/var}`, `{.var}`, `{;var}`, `{?a,b}` / `{&a}` (query parameters in any order), and
 //! lists `{a,b}`. Values are percent-decoded.
 
+use std::sync::OnceLock;
+
 use regex::Regex;
 use serde_json::{Map, Value};
 
-/// A compiled URI template.
+/// A parsed URI template.
 #[derive(Debug, Clone)]
 pub struct UriTemplate {
-    regex: Regex,
+    template: String,
+    /// The anchored pattern a matching URI follows (literal parts escaped).
+    pattern: String,
+    /// `pattern`, compiled at the first match (`None` if it does not compile: logged once).
+    regex: OnceLock<Option<Regex>>,
     /// Per capture group: the variable names it holds, and whether they come as a query string.
     groups: Vec<(Vec<String>, Op)>,
     variables: Vec<String>,
@@ -26,7 +34,7 @@ enum Op {
 }
 
 impl UriTemplate {
-    /// Compile `template`; `Err` says what is wrong with it.
+    /// Parse `template`; `Err` says what is wrong with it.
     ///
     /// ```
     /// use mcp_host::registry::template::UriTemplate;
@@ -102,9 +110,10 @@ impl UriTemplate {
         }
         pattern.push_str(&regex::escape(rest));
         pattern.push('$');
-        let regex = Regex::new(&pattern).map_err(|e| format!("{template:?}: {e}"))?;
         Ok(UriTemplate {
-            regex,
+            template: template.to_owned(),
+            pattern,
+            regex: OnceLock::new(),
             groups,
             variables,
         })
@@ -117,7 +126,15 @@ impl UriTemplate {
 
     /// The variables of `uri` when it matches (string values, percent-decoded).
     pub fn matches(&self, uri: &str) -> Option<Map<String, Value>> {
-        let captures = self.regex.captures(uri)?;
+        let regex = self.regex.get_or_init(|| {
+            // Literal parts are escaped and the rest is fixed, so only a size limit can refuse it.
+            Regex::new(&self.pattern)
+                .inspect_err(|e| {
+                    tracing::error!(template = %self.template, "URI template does not compile: {e}");
+                })
+                .ok()
+        });
+        let captures = regex.as_ref()?.captures(uri)?;
         let mut vars = Map::new();
         for (i, (names, op)) in self.groups.iter().enumerate() {
             let Some(text) = captures.get(i + 1).map(|m| m.as_str()) else {
