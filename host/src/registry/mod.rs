@@ -7,6 +7,7 @@
 //! A registry is immutable once built; the host swaps in a new one when the set changes, so a call
 //! never holds a lock while it runs inside a plugin.
 
+mod checked;
 pub mod pins;
 pub mod search;
 pub mod template;
@@ -320,6 +321,23 @@ impl Registry {
             ..Registry::default()
         };
         let mut winners = Winners::default();
+        checked::with_checks(config.probe_cache.as_deref(), |checks| {
+            registry.add_all(loaded, config, &mut winners, checks, log_tools);
+        });
+        registry.apply_pins(config);
+        registry
+    }
+
+    /// Add every loaded plugin (and a row for each file that failed), in discovery order.
+    fn add_all(
+        &mut self,
+        loaded: Sources,
+        config: &Config,
+        winners: &mut Winners,
+        checks: &mut checked::SchemaChecks,
+        log_tools: bool,
+    ) {
+        let registry = self;
         for (candidate, result) in loaded {
             let slot = match result {
                 Ok(slot) => slot,
@@ -343,10 +361,8 @@ impl Registry {
                     continue;
                 }
             };
-            registry.add_plugin(slot, config, &mut winners, log_tools);
+            registry.add_plugin(slot, config, winners, checks, log_tools);
         }
-        registry.apply_pins(config);
-        registry
     }
 
     /// Hold (under `enforce`) or report (under `warn`) every served definition that is not as
@@ -492,6 +508,7 @@ impl Registry {
         slot: Arc<PluginSlot>,
         config: &Config,
         winners: &mut Winners,
+        checks: &mut checked::SchemaChecks,
         log_tools: bool,
     ) {
         let manifest = slot.backend.manifest();
@@ -506,7 +523,14 @@ impl Registry {
             let mut entry = self.entry(&slot, Kind::Tool, &name, tool.service.as_ref());
             let admitted = match &quarantined {
                 Some(why) => Err(Status::Quarantined(why.clone())),
-                None => admit(&name, tool, manifest, &slot.candidate.path, &winners.tools),
+                None => admit(
+                    &name,
+                    tool,
+                    manifest,
+                    &slot.candidate.path,
+                    &winners.tools,
+                    checks,
+                ),
             };
             match admitted {
                 Ok(()) => {
@@ -910,6 +934,7 @@ fn admit(
     manifest: &Manifest,
     file: &std::path::Path,
     winners: &HashMap<String, PathBuf>,
+    checks: &mut checked::SchemaChecks,
 ) -> Result<(), Status> {
     service_enabled(tool.service.as_ref(), manifest)?;
     if !is_valid_tool_name(name) {
@@ -930,7 +955,7 @@ fn admit(
         );
         return Err(Status::OverriddenBy(winner.clone()));
     }
-    InputValidator::check_schema(&tool.input_schema).map_err(|why| {
+    checks.check(&tool.input_schema).map_err(|why| {
         tracing::error!(
             "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
             file.display()
