@@ -119,12 +119,11 @@ fn readme_first_command_serves_the_packaged_plugins_only_and_logs_no_error_or_wa
     assert_eq!(now["result"]["isError"], Value::Null, "{now}");
     assert!(result_text(&now).contains("\"zone\":\"UTC\""), "{now}");
 
-    // The series database is in the platform data directory, not where the server was started.
-    let database = home
-        .path()
-        .join(".local/share/mcp-host/mcp-series/series.db");
+    // The series data directory (where its database is created at the first series call) is in
+    // the platform data directory, not where the server was started.
+    let data = home.path().join(".local/share/mcp-host/mcp-series");
     if cfg!(all(unix, not(target_os = "macos"))) {
-        assert!(database.is_file(), "{} missing", database.display());
+        assert!(data.is_dir(), "{} missing", data.display());
     }
     assert!(
         !root.join("data").exists(),

@@ -19,8 +19,9 @@
 //!
 //! # Storage
 //!
-//! One SQLite file (bundled SQLite, no system library needed), created with its parent directories on
-//! first use, in WAL mode with `synchronous=NORMAL` and a 5 s busy timeout, so several host processes
+//! One SQLite file (bundled SQLite, no system library needed), opened (and created) at the first call
+//! that needs it — opening and setting it up costs about a millisecond, which a host start would
+//! otherwise pay before it answers anything — its parent directories created at start, in WAL mode with `synchronous=NORMAL` and a 5 s busy timeout, so several host processes
 //! may share it. Table `readings (id, user_id, indicator, value, unit, start_time, deleted)`, indexed
 //! on `(user_id, indicator, start_time)`. Times are stored as Unix seconds (UTC, whole seconds) and
 //! shown as RFC 3339 UTC (`2026-01-15T08:30:00Z`). Indicator names are case-insensitive (stored in
@@ -48,7 +49,7 @@
 
 use std::ops::Deref;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -194,6 +195,20 @@ struct Config {
 #[derive(Debug)]
 pub struct Readings {
     path: PathBuf,
+    /// Seeded with demo readings when the database is first opened.
+    demo_user: Option<String>,
+    /// Where the first open is logged (none when opened directly with [`Readings::open`]).
+    host: Option<HostApi>,
+    /// The connections, from the first call that needs them.
+    db: OnceLock<Db>,
+    /// Held while the database is being opened, so only one call opens it.
+    opening: Mutex<()>,
+}
+
+/// The open database: one writer connection and a pool of idle readers.
+#[derive(Debug)]
+struct Db {
+    path: PathBuf,
     journal_mode: String,
     writer: Mutex<Connection>,
     idle_readers: Mutex<Vec<Connection>>,
@@ -201,7 +216,8 @@ pub struct Readings {
 
 #[service]
 impl Readings {
-    /// Open (or create) the database named by the `database` config key and seed `demo_user`.
+    /// The database named by the `database` config key (its directory created now, the file
+    /// opened or created at the first call, `demo_user` seeded then).
     pub fn new(host: &HostApi) -> Result<Self, String> {
         let config: Config = host.config_as().map_err(|e| {
             format!(
@@ -225,23 +241,8 @@ impl Readings {
             })?;
             dir.join(path)
         };
-        let svc = Readings::open(&path, config.demo_user.as_deref())?;
-        host.log(
-            LogLevel::Info,
-            "Readings",
-            &format!(
-                "database {} (journal mode {})",
-                svc.path.display(),
-                svc.journal_mode
-            ),
-        );
-        if svc.journal_mode != "wal" {
-            host.log(
-                LogLevel::Warning,
-                "Readings",
-                "the database is not in WAL mode (unsupported file system?): reads may wait for writes",
-            );
-        }
+        let mut svc = Readings::lazy(&path, config.demo_user.as_deref())?;
+        svc.host = Some(host.clone());
         Ok(svc)
     }
 
@@ -689,17 +690,98 @@ impl Readings {
     /// The path must be absolute: [`Readings::new`] resolves configured paths against the
     /// plugin's data directory.
     pub fn open(database: &Path, demo_user: Option<&str>) -> Result<Self, String> {
+        let svc = Readings::lazy(database, demo_user)?;
+        svc.db()?;
+        Ok(svc)
+    }
+
+    /// Check the arguments and create the database's directory; the file is opened by [`Self::db`].
+    fn lazy(database: &Path, demo_user: Option<&str>) -> Result<Self, String> {
         if !database.is_absolute() {
             return Err(format!(
                 "database path {} is not absolute",
                 database.display()
             ));
         }
+        let demo_user = match demo_user.map(str::trim) {
+            Some("") => {
+                return Err("config key `demo_user` is empty: give a user id, e.g. demo".into());
+            }
+            other => other.map(str::to_owned),
+        };
         let path = database.to_path_buf();
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir)
                 .map_err(|e| format!("cannot create the directory of {}: {e}", path.display()))?;
         }
+        Ok(Readings {
+            path,
+            demo_user,
+            host: None,
+            db: OnceLock::new(),
+            opening: Mutex::new(()),
+        })
+    }
+
+    /// The open database: opened, set up and seeded by the first call that needs it (a call that
+    /// fails to open it returns why, and the next call tries again).
+    fn db(&self) -> Result<&Db, String> {
+        if let Some(db) = self.db.get() {
+            return Ok(db);
+        }
+        let _opening = lock(&self.opening);
+        if let Some(db) = self.db.get() {
+            return Ok(db);
+        }
+        let db = Db::open(&self.path)?;
+        if let Some(demo) = &self.demo_user {
+            db.seed_demo(demo)?;
+        }
+        if let Some(host) = &self.host {
+            host.log(
+                LogLevel::Info,
+                "Readings",
+                &format!(
+                    "database {} (journal mode {})",
+                    db.path.display(),
+                    db.journal_mode
+                ),
+            );
+            if db.journal_mode != "wal" {
+                host.log(
+                    LogLevel::Warning,
+                    "Readings",
+                    "the database is not in WAL mode (unsupported file system?): reads may wait \
+                     for writes",
+                );
+            }
+        }
+        Ok(self.db.get_or_init(|| db))
+    }
+
+    /// The resolved database path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// [`Db::write`] on the database, opened if need be.
+    fn write<T>(
+        &self,
+        f: impl FnOnce(&rusqlite::Transaction<'_>) -> Result<T, String>,
+    ) -> Result<T, String> {
+        self.db()?.write(f)
+    }
+
+    /// [`Db::read`] on the database, opened if need be.
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T, String>) -> Result<T, String> {
+        self.db()?.read(f)
+    }
+}
+
+impl Db {
+    /// Open (or create) the file at `path` and set it up: WAL, schema.
+    fn open(path: &Path) -> Result<Db, String> {
+        let path = path.to_path_buf();
         let fail = |e: rusqlite::Error| format!("cannot open database {}: {e}", path.display());
         let mut writer = Connection::open(&path).map_err(fail)?;
         writer.busy_timeout(BUSY_TIMEOUT).map_err(fail)?;
@@ -728,25 +810,12 @@ impl Readings {
                 .map_err(fail)?;
             tx.commit().map_err(fail)?;
         }
-        let svc = Readings {
+        Ok(Db {
             path,
             journal_mode: journal_mode.to_ascii_lowercase(),
             writer: Mutex::new(writer),
             idle_readers: Mutex::new(Vec::new()),
-        };
-        if let Some(demo) = demo_user {
-            let demo = demo.trim();
-            if demo.is_empty() {
-                return Err("config key `demo_user` is empty: give a user id, e.g. demo".into());
-            }
-            svc.seed_demo(demo)?;
-        }
-        Ok(svc)
-    }
-
-    /// The resolved database path.
-    pub fn path(&self) -> &Path {
-        &self.path
+        })
     }
 
     /// Seed [`demo_readings`] for `user` unless they already have readings (deleted ones count, so
@@ -825,7 +894,7 @@ impl Readings {
 
 /// A read connection that goes back to the idle list when dropped.
 struct PooledReader<'a> {
-    pool: &'a Readings,
+    pool: &'a Db,
     conn: Option<Connection>,
 }
 
@@ -1159,7 +1228,7 @@ mod tests {
     #[test]
     fn record_and_read_back() {
         let (_dir, svc) = db();
-        assert_eq!(svc.journal_mode, "wal");
+        assert_eq!(svc.db().unwrap().journal_mode, "wal");
         let r = Readings::record_reading(
             &svc,
             who("alice"),
@@ -1442,7 +1511,7 @@ mod tests {
             Readings::count_readings_above_goal(&svc, who("u"), "steps".into(), 0.0, 1).unwrap();
         assert_eq!(g.readings_examined, 1);
         // The row is still there, only marked.
-        let deleted: i64 = lock(&svc.writer)
+        let deleted: i64 = lock(&svc.db().unwrap().writer)
             .query_row(
                 "SELECT deleted FROM readings WHERE id = ?1",
                 [gone.id],
@@ -1472,7 +1541,9 @@ mod tests {
                 .with_data_dir(data.path())
                 .with_config(mcp_plugin_sdk::json!({"database": "db/s.db", "demo_user": "demo"})),
         );
-        assert!(data.path().join("db/s.db").is_file());
+        // The directory is made at start, the file at the first call that needs it.
+        assert!(data.path().join("db").is_dir());
+        assert!(!data.path().join("db/s.db").exists());
         assert_eq!(
             plugin.call("query_health_indicators", mcp_plugin_sdk::json!({})),
             Err(TestCallError::CallerRequired(
@@ -1488,6 +1559,7 @@ mod tests {
             .unwrap();
         assert!(!demo.is_error, "{}", demo.text());
         assert_eq!(demo.structured_content.unwrap()["readings_examined"], 30);
+        assert!(data.path().join("db/s.db").is_file());
         // The caller is never an argument, whatever the client sends.
         let forged = plugin
             .call_as(
