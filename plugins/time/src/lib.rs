@@ -137,6 +137,22 @@ pub fn parse_zone(name: &str) -> Result<TimeZone, String> {
     TimeZone::get(name).map_err(|_| unknown_zone_message(name))
 }
 
+/// Whether [`parse_zone`] accepts `name`. An IANA name the bundled database knows is accepted
+/// without reading the system's database (which lists the whole zoneinfo directory first); any
+/// other name goes through `parse_zone` itself.
+fn check_zone(name: &str) -> Result<(), String> {
+    let name = name.trim();
+    let iana = !name.is_empty()
+        && !name.starts_with(['+', '-'])
+        && !["local", "system", "utc", "z"]
+            .iter()
+            .any(|k| name.eq_ignore_ascii_case(k));
+    if iana && jiff::tz::TimeZoneDatabase::bundled().get(name).is_ok() {
+        return Ok(());
+    }
+    parse_zone(name).map(drop)
+}
+
 fn unknown_zone_message(name: &str) -> String {
     let mut msg = format!(
         "unknown time zone {name:?}: expected an IANA name such as \"Europe/Paris\", \"America/New_York\", \
@@ -713,7 +729,10 @@ pub struct WorldClockReading {
 /// The current time in a fixed list of zones, from the plugin config key `world_clock`.
 #[derive(Debug)]
 pub struct WorldClock {
-    zones: Vec<TimeZone>,
+    names: Vec<String>,
+    /// The zones, resolved at the first call: the system's time zone database is read then, not
+    /// while the host starts (reading it lists the whole zoneinfo directory).
+    zones: std::sync::OnceLock<Vec<TimeZone>>,
 }
 
 #[service]
@@ -738,11 +757,28 @@ impl WorldClock {
         if names.is_empty() {
             return Err("config key `world_clock` is empty: list at least one zone".to_owned());
         }
-        let zones = names
-            .iter()
-            .map(|n| parse_zone(n).map_err(|e| format!("config key `world_clock`: {e}")))
-            .collect::<Result<Vec<_>, _>>()?;
-        Ok(WorldClock { zones })
+        for name in &names {
+            check_zone(name).map_err(|e| format!("config key `world_clock`: {e}"))?;
+        }
+        Ok(WorldClock {
+            names,
+            zones: std::sync::OnceLock::new(),
+        })
+    }
+
+    /// The configured zones, from the system's database (the bundled one for a name only it
+    /// knows).
+    fn zones(&self) -> &[TimeZone] {
+        self.zones.get_or_init(|| {
+            self.names
+                .iter()
+                .map(|name| {
+                    parse_zone(name)
+                        .or_else(|_| jiff::tz::TimeZoneDatabase::bundled().get(name.trim()))
+                        .unwrap_or_else(|_| TimeZone::unknown())
+                })
+                .collect()
+        })
     }
 
     /// Show the current time in each of the operator's configured world-clock zones (the team's or
@@ -752,7 +788,7 @@ impl WorldClock {
         let now = now_seconds();
         WorldClockReading {
             zones: self
-                .zones
+                .zones()
                 .iter()
                 .map(|tz| TimeInfo::of(&now.to_zoned_datetime(tz.clone())))
                 .collect(),
