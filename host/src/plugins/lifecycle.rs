@@ -179,6 +179,37 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 static COPY_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// `f` over `items` on this thread and up to one more thread per further core, the results in the
+/// order of `items`.
+fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(items.len());
+    if threads <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let count = items.len();
+    let queue = Mutex::new(items.into_iter().enumerate());
+    let done = Mutex::new(Vec::with_capacity(count));
+    let work = || {
+        loop {
+            let next = lock(&queue).next();
+            let Some((i, item)) = next else { break };
+            let out = f(item);
+            lock(&done).push((i, out));
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(work);
+        }
+        work();
+    });
+    let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, out)| out).collect()
+}
+
 /// Copy `file` to a unique name in `runtime_dir`: the file that is probed and then loaded.
 fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
     let seq = COPY_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -230,8 +261,9 @@ impl Loader {
         self.images.load(Ordering::Acquire)
     }
 
-    /// Copy, probe and load `candidates`, in order. (Long: the pipeline — copy, signature, probe,
-    /// load, failure record, slot — in the order a file goes through it.)
+    /// Copy, probe and load `candidates` (opened side by side, the results in order). (Long: the
+    /// pipeline — copy, signature, probe, load, failure record, slot — in the order a file goes
+    /// through it.)
     pub(crate) fn load(
         &self,
         candidates: Vec<Candidate>,
@@ -279,18 +311,23 @@ impl Loader {
             config_for: &config_for,
             host: Arc::clone(host),
         };
+        // Open and initialise the copies side by side: `dlopen` itself is serialised by the
+        // dynamic loader, but the ABI layout checks and each plugin's `init` are not.
+        let work: Vec<_> = candidates.iter().zip(copies).zip(names).collect();
+        let loaded = map_parallel(work, |((candidate, copy), name)| {
+            copy.and_then(|copy| match name {
+                Ok(name) => self.load_one(candidate, copy, name.as_deref(), config, &cx),
+                Err(e) => {
+                    super::copies::discard(&copy);
+                    Err(e.mentioning(&copy, &candidate.path))
+                }
+            })
+        });
         candidates
             .into_iter()
-            .zip(copies.into_iter().zip(names).zip(stamps))
+            .zip(loaded.into_iter().zip(stamps))
             .zip(signers.into_iter().zip(trust))
-            .map(|((candidate, ((copy, name), stamp)), (signer, trust))| {
-                let loaded = copy.and_then(|copy| match name {
-                    Ok(name) => self.load_one(&candidate, copy, name.as_deref(), config, &cx),
-                    Err(e) => {
-                        super::copies::discard(&copy);
-                        Err(e.mentioning(&copy, &candidate.path))
-                    }
-                });
+            .map(|((candidate, (loaded, stamp)), (signer, trust))| {
                 // Remember a failure with the stamp the file had: unchanged, it is not retried.
                 match &loaded {
                     Ok(_) => lock(&self.failed).remove(&candidate.path),
@@ -655,6 +692,22 @@ fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parallel_loading_keeps_the_order_and_runs_every_item_once() {
+        let seen = Mutex::new(Vec::new());
+        let out = map_parallel((0..200).collect(), |i: u32| {
+            lock(&seen).push(i);
+            // Uneven work, so the threads finish out of order.
+            std::thread::sleep(std::time::Duration::from_micros(u64::from(i % 7) * 50));
+            i * 2
+        });
+        assert_eq!(out, (0..200).map(|i| i * 2).collect::<Vec<_>>());
+        let mut seen = seen.into_inner().expect("not poisoned");
+        seen.sort_unstable();
+        assert_eq!(seen, (0..200).collect::<Vec<_>>());
+        assert!(map_parallel(Vec::<u32>::new(), |i| i).is_empty());
+    }
 
     #[test]
     fn the_runtime_directory_is_always_fresh_and_private() {

@@ -108,7 +108,7 @@ impl std::fmt::Debug for InProcess {
 /// What the loader needs from the host to build a plugin's host API.
 pub(crate) struct LoadContext<'a> {
     /// The plugin's `config` section by plugin name.
-    pub config_for: &'a dyn Fn(&str) -> serde_json::Value,
+    pub config_for: &'a (dyn Fn(&str) -> serde_json::Value + Sync),
     /// The plugin's way back into the host.
     pub host: Arc<dyn HostCallbacks>,
 }
