@@ -9,6 +9,7 @@
 //! its settings and so its isolation: an isolated plugin is started in a worker process and never
 //! loaded into the host (its name is probed even when `probe: false`).
 
+use crate::plugins::lock;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -173,42 +174,7 @@ impl std::fmt::Debug for Loader {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 static COPY_SEQ: AtomicU64 = AtomicU64::new(0);
-
-/// `f` over `items` on this thread and up to one more thread per further core, the results in the
-/// order of `items`.
-fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(items.len());
-    if threads <= 1 {
-        return items.into_iter().map(f).collect();
-    }
-    let count = items.len();
-    let queue = Mutex::new(items.into_iter().enumerate());
-    let done = Mutex::new(Vec::with_capacity(count));
-    let work = || {
-        loop {
-            let next = lock(&queue).next();
-            let Some((i, item)) = next else { break };
-            let out = f(item);
-            lock(&done).push((i, out));
-        }
-    };
-    std::thread::scope(|scope| {
-        for _ in 1..threads {
-            scope.spawn(work);
-        }
-        work();
-    });
-    let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
-    done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, out)| out).collect()
-}
 
 /// Copy `file` to a unique name in `runtime_dir`: the file that is probed and then loaded.
 fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
@@ -314,7 +280,7 @@ impl Loader {
         // Open and initialise the copies side by side: `dlopen` itself is serialised by the
         // dynamic loader, but the ABI layout checks and each plugin's `init` are not.
         let work: Vec<_> = candidates.iter().zip(copies).zip(names).collect();
-        let loaded = map_parallel(work, |((candidate, copy), name)| {
+        let loaded = super::map_parallel(work, |((candidate, copy), name)| {
             copy.and_then(|copy| match name {
                 Ok(name) => self.load_one(candidate, copy, name.as_deref(), config, &cx),
                 Err(e) => {
@@ -692,22 +658,6 @@ fn settle(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parallel_loading_keeps_the_order_and_runs_every_item_once() {
-        let seen = Mutex::new(Vec::new());
-        let out = map_parallel((0..200).collect(), |i: u32| {
-            lock(&seen).push(i);
-            // Uneven work, so the threads finish out of order.
-            std::thread::sleep(std::time::Duration::from_micros(u64::from(i % 7) * 50));
-            i * 2
-        });
-        assert_eq!(out, (0..200).map(|i| i * 2).collect::<Vec<_>>());
-        let mut seen = seen.into_inner().expect("not poisoned");
-        seen.sort_unstable();
-        assert_eq!(seen, (0..200).collect::<Vec<_>>());
-        assert!(map_parallel(Vec::<u32>::new(), |i| i).is_empty());
-    }
 
     #[test]
     fn the_runtime_directory_is_always_fresh_and_private() {

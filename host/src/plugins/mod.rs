@@ -18,6 +18,7 @@ pub mod watch;
 pub mod worker;
 
 use std::path::Path;
+use std::sync::Mutex;
 
 /// Why a plugin file could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -156,5 +157,63 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
     match status.code() {
         Some(code) => format!("exited with status {code}"),
         None => "ended abnormally".into(),
+    }
+}
+
+/// `f` over `items` on this thread and up to one more thread per further core, the results in the
+/// order of `items` (plugin loads and signature checks: CPU work per file, independent). A panic in
+/// `f` reaches the caller.
+pub(crate) fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZeroUsize::get)
+        .min(items.len());
+    if threads <= 1 {
+        return items.into_iter().map(f).collect();
+    }
+    let count = items.len();
+    let queue = Mutex::new(items.into_iter().enumerate());
+    let done = Mutex::new(Vec::with_capacity(count));
+    let work = || {
+        loop {
+            let next = lock(&queue).next();
+            let Some((i, item)) = next else { break };
+            let out = f(item);
+            lock(&done).push((i, out));
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 1..threads {
+            scope.spawn(work);
+        }
+        work();
+    });
+    let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
+    done.sort_unstable_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, out)| out).collect()
+}
+
+/// A poisoned lock only means another thread panicked while holding it; the data is still whole.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+#[cfg(test)]
+mod parallel_tests {
+    use super::*;
+
+    #[test]
+    fn map_parallel_keeps_the_order_and_runs_every_item_once() {
+        let seen = Mutex::new(Vec::new());
+        let out = map_parallel((0..200).collect(), |i: u32| {
+            lock(&seen).push(i);
+            // Uneven work, so the threads finish out of order.
+            std::thread::sleep(std::time::Duration::from_micros(u64::from(i % 7) * 50));
+            i * 2
+        });
+        assert_eq!(out, (0..200).map(|i| i * 2).collect::<Vec<_>>());
+        let mut seen = seen.into_inner().expect("not poisoned");
+        seen.sort_unstable();
+        assert_eq!(seen, (0..200).collect::<Vec<_>>());
+        assert!(map_parallel(Vec::<u32>::new(), |i| i).is_empty());
     }
 }

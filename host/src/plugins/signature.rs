@@ -224,43 +224,16 @@ pub(crate) fn check_all(
     if jobs.is_empty() {
         return results;
     }
-    let threads = std::thread::available_parallelism()
-        .map(usize::from)
-        .unwrap_or(2)
-        .clamp(1, jobs.len());
-    let per_thread = jobs.len().div_ceil(threads);
     let keys = &keys;
-    let checked: Vec<(usize, Result<Option<Signer>, LoadError>)> = std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .chunks(per_thread)
-            .map(|chunk| {
-                scope.spawn(move || {
-                    chunk
-                        .iter()
-                        .map(|&(i, original, copy, required)| {
-                            (i, keys.check(original, copy, required))
-                        })
-                        .collect::<Vec<_>>()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .zip(jobs.chunks(per_thread))
-            .flat_map(|(h, chunk)| {
-                h.join().unwrap_or_else(|_| {
-                    chunk
-                        .iter()
-                        .map(|&(i, ..)| {
-                            (
-                                i,
-                                Err(LoadError::Signature("signature check panicked".into())),
-                            )
-                        })
-                        .collect()
-                })
-            })
-            .collect()
+    let checked = super::map_parallel(jobs, |(i, original, copy, required)| {
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            keys.check(original, copy, required)
+        }));
+        (
+            i,
+            checked
+                .unwrap_or_else(|_| Err(LoadError::Signature("signature check panicked".into()))),
+        )
     });
     for (i, result) in checked {
         results[i] = result;

@@ -9,6 +9,7 @@
 //! call context the plugin sees forward over the channel: progress and log events, host log lines,
 //! nested `call_tool` (answered by the host, which applies agent views, depth and validation).
 
+use crate::plugins::lock;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -57,10 +58,6 @@ struct Worker {
     started: Instant,
     /// Microseconds after `started` when the last message arrived.
     last_message: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The channel: the socket the host passed as stdin (Unix), moved to a close-on-exec descriptor

@@ -8,6 +8,7 @@
 //! with no thread in between. A host started outside a runtime reads on a thread of its own. Either
 //! way, a caller alone on the worker may read its answer itself while it spins.
 
+use crate::plugins::lock;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, BufRead, Write};
 use std::path::PathBuf;
@@ -109,10 +110,6 @@ impl std::fmt::Debug for Process {
             .field("pid", &self.pid)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The channel's two ends on this platform: a socket pair on Unix (the worker's end becomes its

@@ -4,6 +4,7 @@
 //! runs past its deadline plus [`KILL_GRACE`], and retirement (the host drained the version: the
 //! worker runs the plugin's shutdown hook and exits, or is killed).
 
+use crate::plugins::lock;
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex, OnceLock, mpsc};
@@ -86,10 +87,6 @@ impl std::fmt::Debug for Supervisor {
             .field("plugin", &self.plugin)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// The pause before restarting after the `n`th crash in the window: none for the first, then
