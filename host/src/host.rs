@@ -220,7 +220,8 @@ impl Host {
         Arc::new(Callbacks(Arc::downgrade(&self.inner)))
     }
 
-    /// Probe then load candidates, in order, with the current configuration.
+    /// Probe then load candidates (side by side; the results in the candidates' order), with the
+    /// current configuration.
     pub fn load(&self, candidates: Vec<Candidate>) -> crate::plugins::lifecycle::Loaded {
         self.inner
             .loader

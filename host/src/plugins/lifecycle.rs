@@ -289,6 +289,8 @@ impl Loader {
                 }
             })
         });
+        // Once all are in (each thread counting its own would let an older count land last).
+        self.telemetry.metrics().images(self.images());
         candidates
             .into_iter()
             .zip(loaded.into_iter().zip(stamps))
@@ -361,8 +363,7 @@ impl Loader {
             return Err(no_exe());
         }
         let plugin = InProcess::load_copy(&candidate.path, &copy, cx)?;
-        let images = self.images.fetch_add(1, Ordering::AcqRel) + 1;
-        self.telemetry.metrics().images(images);
+        self.images.fetch_add(1, Ordering::AcqRel);
         let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
         if spec.isolation.is_isolated() {
             // Only without an executable is a name unknown before loading.

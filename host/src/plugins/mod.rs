@@ -161,9 +161,12 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
 }
 
 /// `f` over `items` on this thread and up to one more thread per further core, the results in the
-/// order of `items` (plugin loads and signature checks: CPU work per file, independent). A panic in
-/// `f` reaches the caller.
+/// order of `items` (plugin loads and signature checks: CPU work per file, independent). The extra
+/// threads get the main thread's stack size (a plugin's `init` runs on them). A panic in `f`
+/// stops the others taking new items and reaches the caller with its own message.
 pub(crate) fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
+    /// The main thread's default stack on Linux.
+    const STACK: usize = 8 << 20;
     let threads = std::thread::available_parallelism()
         .map_or(1, std::num::NonZeroUsize::get)
         .min(items.len());
@@ -173,20 +176,34 @@ pub(crate) fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R +
     let count = items.len();
     let queue = Mutex::new(items.into_iter().enumerate());
     let done = Mutex::new(Vec::with_capacity(count));
+    let panicked = Mutex::new(None);
     let work = || {
         loop {
             let next = lock(&queue).next();
             let Some((i, item)) = next else { break };
-            let out = f(item);
-            lock(&done).push((i, out));
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(item))) {
+                Ok(out) => lock(&done).push((i, out)),
+                Err(payload) => {
+                    lock(&panicked).get_or_insert(payload);
+                    // Leave the rest: the caller is about to panic anyway.
+                    lock(&queue).by_ref().for_each(drop);
+                    break;
+                }
+            }
         }
     };
     std::thread::scope(|scope| {
         for _ in 1..threads {
-            scope.spawn(work);
+            // Without another thread, this one does all the work.
+            let _ = std::thread::Builder::new()
+                .stack_size(STACK)
+                .spawn_scoped(scope, work);
         }
         work();
     });
+    if let Some(payload) = panicked.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        std::panic::resume_unwind(payload);
+    }
     let mut done = done.into_inner().unwrap_or_else(|p| p.into_inner());
     done.sort_unstable_by_key(|(i, _)| *i);
     done.into_iter().map(|(_, out)| out).collect()
@@ -215,5 +232,21 @@ mod parallel_tests {
         seen.sort_unstable();
         assert_eq!(seen, (0..200).collect::<Vec<_>>());
         assert!(map_parallel(Vec::<u32>::new(), |i| i).is_empty());
+    }
+
+    #[test]
+    fn a_panic_in_one_item_reaches_the_caller_with_its_message() {
+        let caught = std::panic::catch_unwind(|| {
+            map_parallel((0..50).collect(), |i: u32| {
+                assert_ne!(i, 7, "item seven is bad");
+                i
+            })
+        });
+        let payload = caught.expect_err("the panic is passed on");
+        let message = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .unwrap_or_default();
+        assert!(message.contains("item seven is bad"), "{message}");
     }
 }
