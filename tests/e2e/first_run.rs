@@ -119,11 +119,39 @@ fn readme_first_command_serves_the_packaged_plugins_only_and_logs_no_error_or_wa
     assert_eq!(now["result"]["isError"], Value::Null, "{now}");
     assert!(result_text(&now).contains("\"zone\":\"UTC\""), "{now}");
 
-    // The series data directory (where its database is created at the first series call) is in
-    // the platform data directory, not where the server was started.
-    let data = home.path().join(".local/share/mcp-host/mcp-series");
+    // The series database is made at the first series call, in the platform data directory, not
+    // where the server was started: a call as the demo user (as the README shows) creates it.
+    let mut call = Command::new(release.join("mcp-host"));
+    call.current_dir(root)
+        .args([
+            "call",
+            "query_health_indicators",
+            "--args",
+            "{}",
+            "--user",
+            "demo",
+        ])
+        .env("HOME", home.path())
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("RUST_LOG");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            call.env_remove(k);
+        }
+    }
+    let called = call.output().unwrap();
+    let printed = String::from_utf8_lossy(&called.stdout);
+    assert!(
+        called.status.success() && printed.contains("heart_rate"),
+        "mcp-host call failed: {printed}\n{}",
+        String::from_utf8_lossy(&called.stderr)
+    );
+    let database = home
+        .path()
+        .join(".local/share/mcp-host/mcp-series/series.db");
     if cfg!(all(unix, not(target_os = "macos"))) {
-        assert!(data.is_dir(), "{} missing", data.display());
+        assert!(database.is_file(), "{} missing", database.display());
     }
     assert!(
         !root.join("data").exists(),

@@ -19,10 +19,12 @@
 //!
 //! # Storage
 //!
-//! One SQLite file (bundled SQLite, no system library needed), opened (and created) at the first call
-//! that needs it — opening and setting it up costs about a millisecond, which a host start would
-//! otherwise pay before it answers anything — its parent directories created at start, in WAL mode with `synchronous=NORMAL` and a 5 s busy timeout, so several host processes
-//! may share it. Table `readings (id, user_id, indicator, value, unit, start_time, deleted)`, indexed
+//! One SQLite file (bundled SQLite, no system library needed) in WAL mode with `synchronous=NORMAL`
+//! and a 5 s busy timeout, so several host processes may share it. Its directory is created when the
+//! plugin loads; the file is opened (and created, and `demo_user` seeded) by the first call that needs
+//! it, since opening and setting it up costs about a millisecond that a host start would otherwise pay
+//! before answering anything. So a database that cannot be opened (a corrupt file, one from a newer
+//! mcp-series) is reported by that call's error, and tried again at the next call. Table `readings (id, user_id, indicator, value, unit, start_time, deleted)`, indexed
 //! on `(user_id, indicator, start_time)`. Times are stored as Unix seconds (UTC, whole seconds) and
 //! shown as RFC 3339 UTC (`2026-01-15T08:30:00Z`). Indicator names are case-insensitive (stored in
 //! lower case); each indicator keeps one unit per user. Deleting only marks a row `deleted = 1`;
@@ -242,6 +244,14 @@ impl Readings {
             dir.join(path)
         };
         let mut svc = Readings::lazy(&path, config.demo_user.as_deref())?;
+        host.log(
+            LogLevel::Info,
+            "Readings",
+            &format!(
+                "database {} (opened at the first call that needs it)",
+                svc.path.display()
+            ),
+        );
         svc.host = Some(host.clone());
         Ok(svc)
     }
@@ -819,7 +829,7 @@ impl Db {
     }
 
     /// Seed [`demo_readings`] for `user` unless they already have readings (deleted ones count, so
-    /// a user who cleared the demo data does not get it back on the next start). Returns how many
+    /// a user who cleared the demo data does not get it back when the database is next opened). Returns how many
     /// readings were added.
     fn seed_demo(&self, user: &str) -> Result<usize, String> {
         let today = now_secs().div_euclid(86_400) * 86_400;

@@ -767,7 +767,7 @@ impl WorldClock {
     }
 
     /// The configured zones, from the system's database (the bundled one for a name only it
-    /// knows).
+    /// knows; `Etc/Unknown` for a name neither knows any more, which start-up checked).
     fn zones(&self) -> &[TimeZone] {
         self.zones.get_or_init(|| {
             self.names
