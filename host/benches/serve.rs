@@ -9,7 +9,8 @@
 //! `sched_setaffinity` in a `pre_exec` hook when `taskset` is missing) and the load generator runs in
 //! this process pinned to the second, so the server never competes with its own client for a core.
 //! Cold-start runs always pin in `pre_exec`, so the measured time is `mcp-host`'s and not `taskset`'s
-//! own exec; the warm cold start is also measured unpinned, as a client spawns the server.
+//! own exec; the start with a warm probe cache is also measured unpinned, as a client spawns the
+//! server.
 //!
 //! - HTTP: 16, then 64 keep-alive connections in a closed loop from a hand-written HTTP/1.1 client
 //!   over tokio (pre-built request bytes, `Content-Length` framing) on a current-thread runtime; a

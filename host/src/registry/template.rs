@@ -34,7 +34,9 @@ enum Op {
 }
 
 impl UriTemplate {
-    /// Parse `template`; `Err` says what is wrong with it.
+    /// Parse `template`; `Err` says what is wrong with its syntax. The regular expression behind it
+    /// is compiled at the first match (only a pattern over the regex crate's size limit could fail
+    /// there: logged once, and the template then matches nothing).
     ///
     /// ```
     /// use mcp_host::registry::template::UriTemplate;
