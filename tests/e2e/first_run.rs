@@ -26,6 +26,24 @@ fn library(name: &str) -> String {
     )
 }
 
+/// `mcp-host args...` from the release build, run in `checkout` as a new user whose home is `home`:
+/// no XDG directories, no `RUST_LOG`, no `MCP_*` variable of this environment.
+fn as_new_user(checkout: &Path, home: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(checkout.join("target/release/mcp-host"));
+    cmd.current_dir(checkout)
+        .args(args)
+        .env("HOME", home)
+        .env_remove("XDG_DATA_HOME")
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("RUST_LOG");
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    cmd
+}
+
 /// `cargo build --release` in `checkout`, as the README says (no target override, no flags).
 fn build_release(checkout: &Path) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -62,19 +80,11 @@ fn readme_first_command_serves_the_packaged_plugins_only_and_logs_no_error_or_wa
 
     // A user's home: the data directory and the probe cache go below it.
     let home = tempfile::tempdir().unwrap();
-    let mut cmd = Command::new(release.join("mcp-host"));
-    cmd.current_dir(root)
-        .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("HOME", home.path())
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("XDG_CACHE_HOME")
-        .env_remove("RUST_LOG");
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("MCP_") {
-            cmd.env_remove(k);
-        }
-    }
-    let server = HttpServer::spawn(cmd);
+    let server = HttpServer::spawn(as_new_user(
+        root,
+        home.path(),
+        &["serve", "--listen", "127.0.0.1:0"],
+    ));
 
     let listed = server.modern(1, "tools/list", json!({})).json();
     let names: BTreeSet<&str> = listed["result"]["tools"]
@@ -121,26 +131,20 @@ fn readme_first_command_serves_the_packaged_plugins_only_and_logs_no_error_or_wa
 
     // The series database is made at the first series call, in the platform data directory, not
     // where the server was started: a call as the demo user (as the README shows) creates it.
-    let mut call = Command::new(release.join("mcp-host"));
-    call.current_dir(root)
-        .args([
+    let called = as_new_user(
+        root,
+        home.path(),
+        &[
             "call",
             "query_health_indicators",
             "--args",
             "{}",
             "--user",
             "demo",
-        ])
-        .env("HOME", home.path())
-        .env_remove("XDG_DATA_HOME")
-        .env_remove("XDG_CACHE_HOME")
-        .env_remove("RUST_LOG");
-    for (k, _) in std::env::vars_os() {
-        if k.to_string_lossy().starts_with("MCP_") {
-            call.env_remove(k);
-        }
-    }
-    let called = call.output().unwrap();
+        ],
+    )
+    .output()
+    .unwrap();
     let printed = String::from_utf8_lossy(&called.stdout);
     assert!(
         called.status.success() && printed.contains("heart_rate"),
