@@ -1,8 +1,9 @@
 //! The registry: what the loaded plugins serve — tools, resources, resource templates and prompts —
 //! with precedence (the first directory wins, per tool name, resource URI, template and prompt
-//! name; the loser is logged), name rules, compiled input validators and URI templates, pinning
-//! against the lock file ([`pins`]), a search index of the tools ([`search`], built on first use),
-//! and a status row for everything discovered (for `mcp-host list`).
+//! name; the loser is logged), name rules, input schemas checked against the meta-schema (those
+//! known to pass are remembered across runs: `checked`) and compiled at a tool's first call, URI
+//! templates, pinning against the lock file ([`pins`]), a search index of the tools ([`search`],
+//! built on first use), and a status row for everything discovered (for `mcp-host list`).
 //!
 //! A registry is immutable once built; the host swaps in a new one when the set changes, so a call
 //! never holds a lock while it runs inside a plugin.
