@@ -243,14 +243,7 @@ impl ProbeCache {
     }
 
     fn key(file: &Path, stamp: &str) -> String {
-        let host = mcp_plugin_sdk::wire::BuildInfo::host();
-        format!(
-            "{}\t{stamp}\t{}\t{}\t{}",
-            file.display(),
-            env!("CARGO_PKG_VERSION"),
-            host.sdk_version,
-            host.target
-        )
+        format!("{}\t{stamp}\t{}", file.display(), host_build())
     }
 
     /// The plugin name of `file` with this stamp, when it passed a probe before.
@@ -282,18 +275,36 @@ impl ProbeCache {
             .iter()
             .map(|(e, name)| format!("{e}\t{name}\n"))
             .collect();
-        let tmp = self
-            .path
-            .with_extension(format!("tmp{}", std::process::id()));
-        let written = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&tmp, text))
-            .and_then(|()| std::fs::rename(&tmp, &self.path));
-        if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
+        if let Err(e) =
+            std::fs::create_dir_all(dir).and_then(|()| write_atomically(&self.path, &text))
+        {
             tracing::debug!("probe cache not saved to {}: {e}", self.path.display());
         }
         self.dirty = false;
     }
+}
+
+/// What a cached verdict about a plugin file depends on besides the file: this host's version, the
+/// SDK it was built with and its target (tab-separated).
+pub(crate) fn host_build() -> String {
+    let host = mcp_plugin_sdk::wire::BuildInfo::host();
+    format!(
+        "{}\t{}\t{}",
+        env!("CARGO_PKG_VERSION"),
+        host.sdk_version,
+        host.target
+    )
+}
+
+/// Replace `path` with `text` through a file beside it renamed into place, so a reader sees the
+/// old contents or the new, never part of them (the temporary file is removed on failure).
+pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let written = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
+    if written.is_err() {
+        let _ = std::fs::remove_file(&tmp);
+    }
+    written
 }
 
 /// The child's side: open each file and report on `out`. Never runs a plugin's `init`.

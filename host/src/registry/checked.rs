@@ -29,7 +29,7 @@ pub(crate) struct SchemaChecks {
     /// Digests in the order they were first seen (oldest first), for the file.
     order: Vec<Digest>,
     known: HashSet<Digest>,
-    /// Digests learnt since the file was read.
+    /// Whether a digest was learnt since the file was last read or written.
     added: bool,
 }
 
@@ -56,13 +56,7 @@ pub(crate) fn with_checks<R>(
 
 /// The first line of the file: what produced the verdicts.
 fn header() -> String {
-    let host = mcp_plugin_sdk::wire::BuildInfo::host();
-    format!(
-        "mcp-host-schemas\t{}\t{}\t{}",
-        env!("CARGO_PKG_VERSION"),
-        host.sdk_version,
-        host.target
-    )
+    format!("mcp-host-schemas\t{}", crate::plugins::probe::host_build())
 }
 
 impl SchemaChecks {
@@ -88,7 +82,7 @@ impl SchemaChecks {
 
     /// [`InputValidator::check_schema`], skipped for a schema known to pass.
     pub(crate) fn check(&mut self, schema: &Value) -> Result<(), String> {
-        let digest: Digest = Sha256::digest(schema.to_string().as_bytes()).into();
+        let digest = digest_of(schema);
         if self.known.contains(&digest) {
             return Ok(());
         }
@@ -121,15 +115,20 @@ impl SchemaChecks {
             }
             text.push('\n');
         }
-        let tmp = file.with_extension(format!("tmp{}", std::process::id()));
         let written = std::fs::create_dir_all(dir)
-            .and_then(|()| std::fs::write(&tmp, text))
-            .and_then(|()| std::fs::rename(&tmp, file));
+            .and_then(|()| crate::plugins::probe::write_atomically(file, &text));
         if let Err(e) = written {
-            let _ = std::fs::remove_file(&tmp);
             tracing::debug!("checked schemas not saved to {}: {e}", file.display());
         }
     }
+}
+
+/// The SHA-256 of `schema`'s JSON text, hashed as it is written (no copy of the text).
+fn digest_of(schema: &Value) -> Digest {
+    let mut hasher = Sha256::new();
+    // Writing into a hasher cannot fail.
+    let _ = serde_json::to_writer(&mut hasher, schema);
+    hasher.finalize().into()
 }
 
 fn parse_digest(line: &str) -> Option<Digest> {
@@ -164,8 +163,7 @@ mod tests {
         assert_eq!(text.lines().count(), 2, "{text}");
 
         let again = SchemaChecks::open(Some(file.clone()));
-        let digest: Digest = Sha256::digest(good.to_string().as_bytes()).into();
-        assert!(again.known.contains(&digest));
+        assert!(again.known.contains(&digest_of(&good)));
         let mut again = again;
         assert!(
             again.check(&bad).is_err(),

@@ -338,7 +338,6 @@ impl Registry {
         checks: &mut checked::SchemaChecks,
         log_tools: bool,
     ) {
-        let registry = self;
         for (candidate, result) in loaded {
             let slot = match result {
                 Ok(slot) => slot,
@@ -347,7 +346,7 @@ impl Registry {
                     if log_tools {
                         tracing::error!("Error loading plugin {}: {e}", candidate.path.display());
                     }
-                    registry.entries.push(Entry {
+                    self.entries.push(Entry {
                         tool: "-".into(),
                         kind: Kind::Tool,
                         plugin: None,
@@ -362,7 +361,7 @@ impl Registry {
                     continue;
                 }
             };
-            registry.add_plugin(slot, config, winners, checks, log_tools);
+            self.add_plugin(slot, config, winners, checks, log_tools);
         }
     }
 

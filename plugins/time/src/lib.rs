@@ -137,17 +137,14 @@ pub fn parse_zone(name: &str) -> Result<TimeZone, String> {
     TimeZone::get(name).map_err(|_| unknown_zone_message(name))
 }
 
-/// Whether [`parse_zone`] accepts `name`. An IANA name the bundled database knows is accepted
-/// without reading the system's database (which lists the whole zoneinfo directory first); any
-/// other name goes through `parse_zone` itself.
+/// Whether [`parse_zone`] accepts `name`. A name the bundled database knows is accepted without
+/// reading the system's database (which lists the whole zoneinfo directory first); any other name
+/// (offsets, `local`, a zone only the system knows) goes through `parse_zone` itself.
 fn check_zone(name: &str) -> Result<(), String> {
-    let name = name.trim();
-    let iana = !name.is_empty()
-        && !name.starts_with(['+', '-'])
-        && !["local", "system", "utc", "z"]
-            .iter()
-            .any(|k| name.eq_ignore_ascii_case(k));
-    if iana && jiff::tz::TimeZoneDatabase::bundled().get(name).is_ok() {
+    if jiff::tz::TimeZoneDatabase::bundled()
+        .get(name.trim())
+        .is_ok()
+    {
         return Ok(());
     }
     parse_zone(name).map(drop)
