@@ -502,6 +502,10 @@ fn a_queued_call_cancelled_by_its_client_never_starts() {
         "notifications/cancelled",
         json!({"requestId": 2}),
     ));
+    // The server reads its input in order: once this list is answered, the cancellation took
+    // effect (otherwise a loaded machine could open the gate before the server read it).
+    let listed = s.call_modern(9, "tools/list", json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
     s.send(&wait_for_call(3, &gate, Some(&started(3))));
     open_gate(&gate, "open");
     assert_eq!(s.response(1)["result"]["content"][0]["text"], "open");
