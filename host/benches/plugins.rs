@@ -154,18 +154,19 @@ fn main() {
     let abi = median(abi_runs);
     let direct_t = median(direct_runs);
 
-    // 3. The whole in-process call path: lookup, schema validation, ABI call, result mapping.
+    // 3. The whole in-process call path: schema validation, ABI call, result check.
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
     let value = serde_json::json!({"text": "hello"});
+    let echo = host.registry().get("echo").cloned().unwrap();
     let mut host_runs = Vec::new();
     for _ in 0..5 {
         let t = Instant::now();
         for _ in 0..(N / 10) {
             black_box(
-                rt.block_on(host.call("echo", Some(value.clone()), CallOptions::default()))
+                rt.block_on(host.call_tool(echo.clone(), Some(&value), CallOptions::default()))
                     .unwrap(),
             );
         }
@@ -205,7 +206,7 @@ fn main() {
         abi.as_nanos() as i128 - direct_t.as_nanos() as i128
     );
     println!(
-        "| full in-process `Host::call` (validate + ABI + map) | {} ns |",
+        "| full in-process `Host::call_tool` (validate + ABI + result check) | {} ns |",
         host_call.as_nanos()
     );
 }

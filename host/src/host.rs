@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::access::{Access, AccessError};
 use crate::config::Config;
 pub use crate::exec::{CallError, CallOptions};
-use crate::exec::{CallState, Executor};
+use crate::exec::{CallState, Executor, ToolResult};
 use crate::plugins::LoadError;
 pub use crate::plugins::backend::Change;
 use crate::plugins::backend::HostCallbacks;
@@ -364,7 +364,8 @@ impl Host {
     /// Call tool `name` with `args` (an object, or `None` for no arguments).
     ///
     /// Protocol-level refusals are `Err`; everything the tool or its arguments got wrong is an
-    /// `isError` result, as MCP asks (SEP-1303).
+    /// `isError` result, as MCP asks (SEP-1303). [`Host::call_tool`] keeps the plugin's answer as
+    /// the JSON text it wrote, without parsing it.
     pub async fn call(
         &self,
         name: &str,
@@ -378,7 +379,9 @@ impl Host {
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
-        self.call_tool(tool, args.as_ref(), opts).await
+        self.call_tool(tool, args.as_ref(), opts)
+            .await
+            .map(ToolResult::into_value)
     }
 
     /// [`Host::call`] for a tool already looked up in [`Host::registry`] (the protocol does, to apply
@@ -388,7 +391,7 @@ impl Host {
         tool: Arc<Tool>,
         args: Option<&Value>,
         opts: CallOptions,
-    ) -> Result<Value, CallError> {
+    ) -> Result<ToolResult, CallError> {
         self.inner.exec.call(tool, args, opts).await
     }
 

@@ -23,6 +23,7 @@ use tracing::Instrument as _;
 use super::detached::Detached;
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, Quotas};
+use super::result::ToolResult;
 use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
@@ -160,7 +161,7 @@ impl Executor {
         tool: Arc<Tool>,
         args: Option<&Value>,
         opts: CallOptions,
-    ) -> Result<Value, CallError> {
+    ) -> Result<ToolResult, CallError> {
         let none;
         let args = match args {
             Some(args) => args,
@@ -196,13 +197,13 @@ impl Executor {
         args: &Value,
         opts: CallOptions,
         observed: &ObservedCall<'_>,
-    ) -> (Result<Value, CallError>, Outcome) {
+    ) -> (Result<ToolResult, CallError>, Outcome) {
         let name = tool.name.as_str();
         if let Err(message) = observed
             .phase("validate")
             .in_scope(|| validate(&tool, args))
         {
-            return (Ok(error_result(&message)), Outcome::InvalidArguments);
+            return (Ok(host_error(&message)), Outcome::InvalidArguments);
         }
         let caller_json = match caller_json(&tool, opts.caller.as_ref()) {
             Ok(json) => json,
@@ -225,20 +226,20 @@ impl Executor {
                 (Ok(result), outcome)
             }
             Err(Interrupted::Lost) => (
-                Ok(error_result(
+                Ok(host_error(
                     "the tool call was lost (its worker thread ended)",
                 )),
                 Outcome::PluginFailure,
             ),
             Err(Interrupted::TimedOut) => (
-                Ok(error_result(&format!(
+                Ok(host_error(&format!(
                     "timed out after {} s",
                     fmt_secs(tool.timeout)
                 ))),
                 Outcome::Timeout,
             ),
-            Err(Interrupted::NotStarted) => (Ok(error_result(NOT_STARTED)), Outcome::Cancelled),
-            Err(Interrupted::Refused(why)) => (Ok(error_result(&why)), Outcome::PluginFailure),
+            Err(Interrupted::NotStarted) => (Ok(host_error(NOT_STARTED)), Outcome::Cancelled),
+            Err(Interrupted::Refused(why)) => (Ok(host_error(&why)), Outcome::PluginFailure),
             Err(Interrupted::Throttled(q)) => (Err(CallError::Throttled(q)), Outcome::Throttled),
         }
     }
@@ -486,9 +487,9 @@ impl Executor {
             .phase("validate")
             .in_scope(|| validate(&tool, &args_value))
         {
-            let result = error_result(&message);
+            let result = host_error(&message);
             observed.finish(Outcome::InvalidArguments, Some(&result));
-            return Ok(result.to_string());
+            return Ok(result.into_text());
         }
         if tool.descriptor.caller == CallerNeed::Required && caller_json.is_empty() {
             observed.finish(Outcome::CallerRequired, None);
@@ -513,14 +514,14 @@ impl Executor {
             .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, &call));
         let (result, outcome) = match max_result.check(name, returned) {
             Ok(returned) => tool_result(name, returned),
-            Err(Interrupted::Refused(why)) => (error_result(&why), Outcome::PluginFailure),
+            Err(Interrupted::Refused(why)) => (host_error(&why), Outcome::PluginFailure),
             Err(_) => (
-                error_result("the tool call was interrupted"),
+                host_error("the tool call was interrupted"),
                 Outcome::PluginFailure,
             ),
         };
         observed.finish(outcome, Some(&result));
-        Ok(result.to_string())
+        Ok(result.into_text())
     }
 }
 
@@ -613,23 +614,22 @@ fn json_values_bound(text: &str) -> usize {
     count
 }
 
-/// A `CallToolResult` from what the plugin returned for tool `name`, and how the call ended.
-fn tool_result(name: &str, returned: Result<String, String>) -> (Value, Outcome) {
+/// A `CallToolResult` from what the plugin returned for tool `name` (checked, kept as its text),
+/// and how the call ended.
+fn tool_result(name: &str, returned: Result<String, String>) -> (ToolResult, Outcome) {
     match returned {
-        Ok(json) => match serde_json::from_str::<Value>(&json) {
-            Ok(v) if v.get("content").is_some_and(Value::is_array) => {
-                let outcome = Outcome::of_result(&v);
-                (v, outcome)
-            }
-            _ => {
+        Ok(json) => match ToolResult::from_plugin(json) {
+            Some(result) if result.is_error() => (result, Outcome::ToolError),
+            Some(result) => (result, Outcome::Ok),
+            None => {
                 tracing::error!(tool = name, "plugin returned an invalid result");
-                let result = error_result("the plugin returned an invalid result");
+                let result = host_error("the plugin returned an invalid result");
                 (result, Outcome::PluginFailure)
             }
         },
         Err(e) => {
             tracing::error!(tool = name, "plugin could not run the tool: {e}");
-            let result = error_result(&format!("the plugin could not run the tool: {e}"));
+            let result = host_error(&format!("the plugin could not run the tool: {e}"));
             (result, Outcome::PluginFailure)
         }
     }
@@ -638,6 +638,11 @@ fn tool_result(name: &str, returned: Result<String, String>) -> (Value, Outcome)
 /// A tool result with `isError: true` and this text.
 pub fn error_result(message: &str) -> Value {
     json!({ "content": [{ "type": "text", "text": message }], "isError": true })
+}
+
+/// [`error_result`] as the answer of a call.
+fn host_error(message: &str) -> ToolResult {
+    ToolResult::from_value(error_result(message))
 }
 
 fn fmt_secs(d: Duration) -> String {

@@ -1,7 +1,8 @@
 //! Execution: where and how tool calls run — [`call`] (the call path: validation, permits,
 //! timeout, result mapping, nested calls), [`state`] (one running call), [`pool`] (worker threads
 //! off the async reactor), [`cancel`] (cancellation shared with the caller), [`quota`] (fair
-//! sharing between callers), [`input`] (questions a call asks the client), [`detached`] (a future
+//! sharing between callers), [`input`] (questions a call asks the client), [`result`] (what a tool
+//! call answered, kept as the plugin's text), [`detached`] (a future
 //! that finishes on its own task when its owner stops waiting), and the events a running call
 //! reports.
 
@@ -11,6 +12,7 @@ pub(crate) mod detached;
 pub mod input;
 pub(crate) mod pool;
 pub mod quota;
+pub mod result;
 pub mod state;
 
 use std::sync::Arc;
@@ -20,6 +22,7 @@ use mcp_plugin_sdk::LogLevel;
 pub use call::{CallError, CallOptions, Executor, InvokeError, error_result};
 pub use cancel::CancelFlag;
 pub use input::{ClientLink, InputChannel, Round};
+pub use result::ToolResult;
 pub use state::CallState;
 
 /// Something a running call reports to whoever asked for it.

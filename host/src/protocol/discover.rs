@@ -55,7 +55,7 @@ pub(crate) fn initialize(
         result["instructions"] = json!(text);
     }
     Reply::Initialized {
-        body: response(id, result),
+        body: response(id, result).into(),
         version: version.to_owned(),
         capabilities: super::session::kept_capabilities(params.get("capabilities")),
     }

@@ -21,6 +21,7 @@ mod invoke;
 pub mod jsonrpc;
 mod listen;
 mod logging;
+mod message;
 mod pages;
 mod prompts;
 pub mod request_state;
@@ -37,11 +38,12 @@ use serde_json::{Map, Value, json};
 use tracing::Instrument as _;
 
 use crate::config::Config;
-use crate::exec::CancelFlag;
+use crate::exec::{CancelFlag, ToolResult};
 use crate::host::Host;
 use crate::store::Store;
 pub use headers::{HttpHeaders, decode_header_value};
 use jsonrpc::{RpcError, response};
+pub use message::Message;
 use session::LegacySession;
 
 /// The current (stateless) protocol revision.
@@ -88,14 +90,14 @@ pub enum Reply {
     /// A response (success or error) with its HTTP status.
     Response {
         /// The JSON-RPC response.
-        body: Value,
+        body: Message,
         /// HTTP status.
         status: u16,
     },
     /// A legacy `initialize` succeeded: the transport opens a session with this version.
     Initialized {
         /// The JSON-RPC response.
-        body: Value,
+        body: Message,
         /// Negotiated version.
         version: String,
         /// The client's capabilities.
@@ -114,14 +116,14 @@ impl Reply {
     /// An error response; its status follows from the error's kind and the era.
     pub fn error(id: &Value, e: &RpcError, in_legacy_session: bool) -> Reply {
         Reply::Response {
-            body: jsonrpc::error_response(id, e),
+            body: jsonrpc::error_response(id, e).into(),
             status: e.kind.http_status(in_legacy_session),
         }
     }
 
     fn ok(id: &Value, result: Value) -> Reply {
         Reply::Response {
-            body: response(id, result),
+            body: response(id, result).into(),
             status: 200,
         }
     }
@@ -152,6 +154,8 @@ pub(crate) enum Cache {
 
 /// What a method handler produced.
 pub(crate) enum Answer {
+    /// A tool's result (never cached).
+    Tool(ToolResult),
     /// A result, with its caching.
     Result {
         /// The result object.
@@ -188,6 +192,9 @@ impl Answer {
 pub struct Protocol {
     host: Host,
     server_info: Arc<Value>,
+    /// What a 2026 result adds after its own members (`resultType`, the server's info in
+    /// `_meta`), as JSON text: written straight into a tool call's response.
+    modern_members: Arc<str>,
     /// Seals `requestState` when the configuration names no keys (this process only).
     state_key: Arc<[u8; 32]>,
     /// Tasks (and, in a fleet, legacy sessions and the events between replicas).
@@ -233,11 +240,15 @@ impl Protocol {
                 state_key[i % 32] ^= b;
             }
         }
+        let server_info = json!({ "name": "mcp-host", "version": env!("CARGO_PKG_VERSION") });
+        let modern_members = format!(
+            r#","resultType":"complete","_meta":{}"#,
+            json!({ era::META_SERVER_INFO: server_info })
+        );
         Protocol {
             host,
-            server_info: Arc::new(
-                json!({ "name": "mcp-host", "version": env!("CARGO_PKG_VERSION") }),
-            ),
+            server_info: Arc::new(server_info),
+            modern_members: modern_members.into(),
             state_key: Arc::new(state_key),
             store,
             running: Arc::default(),
@@ -302,6 +313,21 @@ impl Protocol {
             trace_context.map(|(parent, state)| (parent.as_str(), state.as_deref())),
         );
         match self.dispatch(method, &req).instrument(span).await {
+            Ok(Answer::Tool(result)) => match result.into_plain() {
+                // The plugin's text goes out as it is, with what the era adds.
+                Ok(text) => Reply::Response {
+                    body: Message::result_text(
+                        id,
+                        text,
+                        (!era.is_legacy()).then(|| Arc::clone(&self.modern_members)),
+                    ),
+                    status: 200,
+                },
+                Err(result) => Reply::ok(
+                    &id,
+                    era::decorate(&era, result.into_value(), None, &self.server_info),
+                ),
+            },
             Ok(Answer::Result { value, cache }) => {
                 let caching = (cache != Cache::No).then(|| era::Caching {
                     ttl_ms: req.config.cache_ttl_ms,

@@ -30,7 +30,9 @@ use super::jsonrpc::{ErrorKind, RpcError};
 use super::tools;
 use super::{Answer, Protocol, Request};
 use crate::access::agents::Agent;
-use crate::exec::{CallError, CallOptions, CancelFlag, InputChannel, Round, error_result};
+use crate::exec::{
+    CallError, CallOptions, CancelFlag, InputChannel, Round, ToolResult, error_result,
+};
 use crate::registry::Tool;
 use crate::store::{Event, Lease, StoreError, StoredTask, TaskRecord, TaskStatus, new_id, now_ms};
 
@@ -402,7 +404,9 @@ fn launch(
     let host = protocol.host.clone();
     let args = task.arguments.clone();
     tokio::spawn(async move {
-        let _ = tx.send(host.call_tool(tool, args.as_ref(), opts).await);
+        let called = host.call_tool(tool, args.as_ref(), opts).await;
+        // A task keeps its result as a tree (it is stored, measured and served again).
+        let _ = tx.send(called.map(ToolResult::into_value));
     });
     Run {
         round,

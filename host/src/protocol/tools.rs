@@ -111,7 +111,7 @@ async fn call_named(
     let channel = input::channel(protocol, req, &subject)?;
     let opts = call_options(req, channel.clone());
     let (failed, answer) = match protocol.host.call_tool(tool, args, opts).await {
-        Ok(result) => (result["isError"] == true, Ok(Answer::plain(result))),
+        Ok(result) => (result.is_error(), Ok(Answer::Tool(result))),
         Err(e) => (true, Err(refused(e))),
     };
     input::finish(protocol, req, &subject, channel.as_deref(), failed, answer)

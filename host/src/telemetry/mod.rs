@@ -22,6 +22,7 @@ use serde_json::Value;
 pub use audit::AuditLog;
 pub use metrics::Metrics;
 
+use crate::exec::ToolResult;
 use crate::registry::Tool;
 
 /// How a tool call ended, as metrics and the audit log name it.
@@ -70,15 +71,6 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::PluginFailure => "plugin_failure",
             Outcome::Throttled => "throttled",
-        }
-    }
-
-    /// `ok` or `tool_error`, by the result's `isError`.
-    pub fn of_result(result: &Value) -> Outcome {
-        if result.get("isError").and_then(Value::as_bool) == Some(true) {
-            Outcome::ToolError
-        } else {
-            Outcome::Ok
         }
     }
 }
@@ -179,7 +171,7 @@ impl Arguments<'_> {
 }
 
 /// The length of `value` as compact JSON text, without building the text.
-fn json_len(value: &Value) -> usize {
+pub(crate) fn json_len(value: &Value) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
         fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
@@ -239,12 +231,12 @@ impl ObservedCall<'_> {
     }
 
     /// The call ended with `outcome` and `result` (an error to the client has none).
-    pub(crate) fn finish(mut self, outcome: Outcome, result: Option<&Value>) {
+    pub(crate) fn finish(mut self, outcome: Outcome, result: Option<&ToolResult>) {
         self.done = true;
         self.record(outcome, result);
     }
 
-    fn record(&self, outcome: Outcome, result: Option<&Value>) {
+    fn record(&self, outcome: Outcome, result: Option<&ToolResult>) {
         let took = self.started.elapsed();
         self.series().finished(outcome, took);
         trace::record_outcome(&self.span, outcome);
@@ -260,7 +252,7 @@ impl ObservedCall<'_> {
         outcome: Outcome,
         took: Duration,
         queue: Option<Duration>,
-        result: Option<&Value>,
+        result: Option<&ToolResult>,
     ) -> audit::Record<'r> {
         let slot = &self.tool.slot;
         audit::Record {
@@ -275,7 +267,7 @@ impl ObservedCall<'_> {
             duration_ms: took.as_secs_f64() * 1e3,
             queue_ms: queue.map(|q| q.as_secs_f64() * 1e3),
             argument_bytes: audited.argument_bytes,
-            result_bytes: result.map(json_len),
+            result_bytes: result.map(ToolResult::json_len),
             depth: self.depth,
             trace_id: trace::trace_id(&self.span),
         }

@@ -16,7 +16,7 @@ use crate::exec::CancelFlag;
 use crate::protocol::jsonrpc::{self, Incoming, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
 
-use crate::protocol::{Exchange, HttpHeaders, Notifier, Protocol, Reply};
+use crate::protocol::{Exchange, HttpHeaders, Message, Notifier, Protocol, Reply};
 use crate::store::Event;
 
 /// What a transport knows about where a message came from.
@@ -62,7 +62,7 @@ pub(crate) enum Batched {
     /// Batches are not allowed here: answer this error.
     Refused(RpcError),
     /// The array of responses.
-    Replies(Value),
+    Replies(Message),
     /// Only notifications: nothing to answer.
     Nothing,
 }
@@ -224,24 +224,32 @@ impl Core {
                         Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
                             out.push(body)
                         }
-                        Reply::Listen { id, .. } => out.push(jsonrpc::error_response(
-                            &id,
-                            &RpcError::invalid_request("subscriptions/listen cannot be batched"),
-                        )),
+                        Reply::Listen { id, .. } => out.push(
+                            jsonrpc::error_response(
+                                &id,
+                                &RpcError::invalid_request(
+                                    "subscriptions/listen cannot be batched",
+                                ),
+                            )
+                            .into(),
+                        ),
                     }
                 }
-                Routed::Batch(_) => out.push(jsonrpc::error_response(
-                    &Value::Null,
-                    &RpcError::invalid_request("a batch cannot contain a batch"),
-                )),
-                Routed::Invalid(id, e) => out.push(jsonrpc::error_response(&id, &e)),
+                Routed::Batch(_) => out.push(
+                    jsonrpc::error_response(
+                        &Value::Null,
+                        &RpcError::invalid_request("a batch cannot contain a batch"),
+                    )
+                    .into(),
+                ),
+                Routed::Invalid(id, e) => out.push(jsonrpc::error_response(&id, &e).into()),
                 Routed::Done => {}
             }
         }
         if out.is_empty() {
             Batched::Nothing
         } else {
-            Batched::Replies(Value::Array(out))
+            Batched::Replies(Message::batch(out))
         }
     }
 

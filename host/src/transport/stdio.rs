@@ -27,7 +27,7 @@ use crate::access::Identity;
 use crate::exec::CancelFlag;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
-use crate::protocol::{Protocol, Reply};
+use crate::protocol::{Message, Protocol, Reply};
 
 /// Settings of the stdio transport.
 #[derive(Debug, Clone)]
@@ -68,15 +68,17 @@ impl Writer {
     fn flush(&self) {
         let _ = lock(&self.0).flush();
     }
-}
 
-impl Outbound for Writer {
-    /// Write one message and flush unless the reader thread defers it (a broken pipe means the
-    /// client is gone).
-    fn send(&self, message: &Value) -> bool {
+    /// Write one reply (see [`Outbound::send`]).
+    fn reply(&self, message: &Message) -> bool {
+        self.line(|out| message.write_to(out))
+    }
+
+    /// Write one message with `write` and its newline, and flush unless the reader thread defers
+    /// it (a broken pipe means the client is gone).
+    fn line(&self, write: impl FnOnce(&mut Box<dyn Write + Send>) -> std::io::Result<()>) -> bool {
         let mut out = lock(&self.0);
-        serde_json::to_writer(&mut *out, message)
-            .map_err(std::io::Error::from)
+        write(&mut out)
             .and_then(|()| out.write_all(b"\n"))
             .and_then(|()| {
                 if DEFER_FLUSH.get() {
@@ -86,6 +88,14 @@ impl Outbound for Writer {
                 }
             })
             .is_ok()
+    }
+}
+
+impl Outbound for Writer {
+    /// Write one message and flush unless the reader thread defers it (a broken pipe means the
+    /// client is gone).
+    fn send(&self, message: &Value) -> bool {
+        self.line(|out| serde_json::to_writer(out, message).map_err(std::io::Error::from))
     }
 }
 
@@ -310,7 +320,7 @@ impl Connection {
             Routed::Request { id, method, params } => (id, method, params),
             Routed::Batch(items) => {
                 match self.core.batch(items, &origin).await {
-                    Batched::Replies(replies) => self.out.send(&replies),
+                    Batched::Replies(replies) => self.out.reply(&replies),
                     Batched::Refused(e) => {
                         self.out.send(&jsonrpc::error_response(&Value::Null, &e))
                     }
@@ -346,7 +356,7 @@ impl Connection {
         }
         match answered.reply {
             Reply::Response { body, .. } => {
-                self.out.send(&body);
+                self.out.reply(&body);
             }
             Reply::Initialized {
                 body,
@@ -363,7 +373,7 @@ impl Connection {
                     return;
                 }
                 self.sessions_gauge().inc();
-                self.out.send(&body);
+                self.out.reply(&body);
             }
             Reply::Listen { id, accepted } => {
                 // The stream lasts until the client cancels it or stdin closes.

@@ -16,6 +16,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::exec::CancelFlag;
+use crate::protocol::Message;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::session::Outbound;
 
@@ -86,10 +87,17 @@ impl Drop for CancelOnDrop {
 
 /// A JSON response.
 pub(crate) fn json_response(status: u16, body: &Value) -> Response<Body> {
-    let mut resp = Response::new(Body::Full(Some(Bytes::from(
-        // Straight into a buffer (`to_string` goes through `fmt::Display`); the same bytes.
-        serde_json::to_vec(body).unwrap_or_default(),
-    ))));
+    // Straight into a buffer (`to_string` goes through `fmt::Display`); the same bytes.
+    json_bytes(status, serde_json::to_vec(body).unwrap_or_default())
+}
+
+/// A JSON response carrying a reply.
+pub(crate) fn message_response(status: u16, message: &Message) -> Response<Body> {
+    json_bytes(status, message.to_vec())
+}
+
+fn json_bytes(status: u16, bytes: Vec<u8>) -> Response<Body> {
+    let mut resp = Response::new(Body::Full(Some(Bytes::from(bytes))));
     *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST);
     resp.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
@@ -176,8 +184,12 @@ impl Sse {
     }
 
     /// Send a message that must not be dropped (a request's reply), waiting for room.
-    pub(crate) async fn send_waiting(&self, message: &Value) -> bool {
-        self.0.send(sse_frame(message)).await.is_ok()
+    pub(crate) async fn send_waiting(&self, message: &Message) -> bool {
+        let mut frame = b"data: ".to_vec();
+        // Writing into a Vec cannot fail.
+        let _ = message.write_to(&mut frame);
+        frame.extend_from_slice(b"\n\n");
+        self.0.send(Bytes::from(frame)).await.is_ok()
     }
 }
 
@@ -192,7 +204,7 @@ mod tests {
             assert!(out.send(&serde_json::json!({ "progress": i })));
         }
         let reply =
-            tokio::spawn(async move { out.send_waiting(&serde_json::json!("reply")).await });
+            tokio::spawn(async move { out.send_waiting(&serde_json::json!("reply").into()).await });
         let mut frames = Vec::new();
         while let Some(frame) = rx.recv().await {
             frames.push(frame);

@@ -5,9 +5,10 @@ use hyper::Response;
 use hyper::header::{AUTHORIZATION, HOST, HeaderMap, HeaderName, HeaderValue, ORIGIN};
 use serde_json::Value;
 
-use super::body::{Body, error_response, json_response};
+use super::body::{Body, error_response, message_response};
 use crate::access::{Access, Denied};
 use crate::config::HttpSettings;
+use crate::protocol::Message;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
 use crate::telemetry::Metrics;
 
@@ -145,8 +146,8 @@ pub(crate) fn denied(
 }
 
 /// A 401 response (`body`) for a tool that needs a verified caller, with its challenge.
-pub(crate) fn unauthorized(access: &Access, agent: Option<&str>, body: &Value) -> Response<Body> {
-    challenge(access, agent, json_response(401, body), None, "")
+pub(crate) fn unauthorized(access: &Access, agent: Option<&str>, body: &Message) -> Response<Body> {
+    challenge(access, agent, message_response(401, body), None, "")
 }
 
 fn challenge(

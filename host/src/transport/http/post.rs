@@ -15,7 +15,7 @@ use tokio::sync::mpsc;
 
 use super::State;
 use super::body::{
-    Body, CancelOnDrop, Sse, empty, error_response, json_response, sse_channel, sse_response,
+    Body, CancelOnDrop, Sse, empty, error_response, message_response, sse_channel, sse_response,
 };
 use super::guard::{bearer, denied, header, names, unauthorized};
 use super::sessions::Changeable;
@@ -183,7 +183,7 @@ pub(crate) async fn post(
                 state.sessions.save(session, &before).await;
             }
             match batched {
-                Batched::Replies(replies) => json_response(200, &replies),
+                Batched::Replies(replies) => message_response(200, &replies),
                 Batched::Refused(e) => error_response(&Value::Null, &e),
                 Batched::Nothing => empty(StatusCode::ACCEPTED),
             }
@@ -336,15 +336,15 @@ async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body
             unauthorized(&access, to.endpoint_agent.as_deref(), &body)
         }
         Reply::Response { body, status: 429 } => {
-            let mut resp = json_response(429, &body);
-            let retry = body["error"]["data"]["retryAfterSecs"]
+            let mut resp = message_response(429, &body);
+            let retry = body.to_value()["error"]["data"]["retryAfterSecs"]
                 .as_u64()
                 .unwrap_or(1);
             resp.headers_mut()
                 .insert(hyper::header::RETRY_AFTER, HeaderValue::from(retry));
             resp
         }
-        Reply::Response { body, status } => json_response(status, &body),
+        Reply::Response { body, status } => message_response(status, &body),
         Reply::Initialized {
             body,
             version,
@@ -356,9 +356,9 @@ async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body
                 .await
             {
                 Ok(id) => id,
-                Err(e) => return error_response(&body["id"], &e),
+                Err(e) => return error_response(body.id().unwrap_or(&Value::Null), &e),
             };
-            let mut resp = json_response(200, &body);
+            let mut resp = message_response(200, &body);
             if let Ok(v) = HeaderValue::from_str(&id) {
                 resp.headers_mut().insert(names::SESSION, v);
             }
