@@ -347,7 +347,9 @@ impl Protocol {
         }
     }
 
-    /// The dispatch table: which handler serves a method, in which era.
+    /// The dispatch table: which handler serves a method, in which era. (Methods that wait on a
+    /// plugin or the task store, other than `tools/call`, run boxed: every request's future is as
+    /// large as the largest it may await, and stdio moves each one into a box.)
     async fn dispatch(&self, method: &str, req: &Request<'_>) -> Result<Answer, RpcError> {
         use era::Era::{Legacy, Modern};
         match (method, req.era) {
@@ -358,16 +360,16 @@ impl Protocol {
             ("tools/call", _) => tools::call(self, req).await,
             ("resources/list", _) => resources::list(self, req),
             ("resources/templates/list", _) => resources::templates(self, req),
-            ("resources/read", _) => resources::read(self, req).await,
+            ("resources/read", _) => Box::pin(resources::read(self, req)).await,
             ("resources/subscribe", Legacy(session)) => resources::subscribe(self, req, session),
             ("resources/unsubscribe", Legacy(session)) => resources::unsubscribe(req, session),
             ("prompts/list", _) => prompts::list(self, req),
-            ("prompts/get", _) => prompts::get(self, req).await,
-            ("completion/complete", _) => completion::complete(self, req).await,
-            ("subscriptions/listen", Modern { .. }) => listen::listen(self, req).await,
-            ("tasks/get", Modern { .. }) => tasks::get(self, req).await,
-            ("tasks/update", Modern { .. }) => tasks::update(self, req).await,
-            ("tasks/cancel", Modern { .. }) => tasks::cancel(self, req).await,
+            ("prompts/get", _) => Box::pin(prompts::get(self, req)).await,
+            ("completion/complete", _) => Box::pin(completion::complete(self, req)).await,
+            ("subscriptions/listen", Modern { .. }) => Box::pin(listen::listen(self, req)).await,
+            ("tasks/get", Modern { .. }) => Box::pin(tasks::get(self, req)).await,
+            ("tasks/update", Modern { .. }) => Box::pin(tasks::update(self, req)).await,
+            ("tasks/cancel", Modern { .. }) => Box::pin(tasks::cancel(self, req)).await,
             (other, _) => Err(RpcError::method_not_found(other)),
         }
     }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use mcp_plugin_sdk::wire::TaskSupport;
 use serde_json::{Map, Value, json};
 
 use super::input::{self, Subject};
@@ -100,7 +101,10 @@ async fn call_named(
             .with_data(json!({ "requiredCapabilities": missing })));
         }
     }
-    if let Some(task) = super::tasks::start(protocol, req, &tool, args).await? {
+    // Only a tool that may run as a task carries the task machinery's (large) future.
+    if tool.descriptor.task_support != TaskSupport::Forbidden
+        && let Some(task) = Box::pin(super::tasks::start(protocol, req, &tool, args)).await?
+    {
         return Ok(task);
     }
     let subject = Subject {
