@@ -390,14 +390,36 @@ pub mod __private {
 /// ```
 ///
 /// Forms: `export_plugin!()`, `export_plugin!(tools: [a, b], services: [S, T])` (either list
-/// optional), and an optional leading `name: "...",` to override the plugin name (the crate name by
-/// default). The lists are optional: they put those items first in the manifest, in list order
-/// (the others follow, free tools then services, each by name), and they are how a plugin exports a
-/// `#[tool]` or `#[service]` defined in another crate (only the exporting crate's own are found
-/// without a list). Naming an item twice, or naming one that would be found anyway, exports it once.
+/// optional), an optional leading `name: "...",` to override the plugin name (the crate name by
+/// default), then an optional `load: on_first_call,` (below). The lists are optional: they
+/// put those items first in the manifest, in list order (the others follow, free tools then
+/// services, each by name), and they are how a plugin exports a `#[tool]` or `#[service]` defined
+/// in another crate (only the exporting crate's own are found without a list). Naming an item
+/// twice, or naming one that would be found anyway, exports it once.
+///
+/// `load: on_first_call` lets the host start faster and use less memory: once it has loaded the
+/// plugin file at one start, later starts serve its tools from what it exported then, and run the
+/// plugin's `init` (its services' constructors and `enabled()` hooks) only when a call first needs
+/// it. Use it when what the plugin exports depends only on its file and its configuration (not on
+/// the environment, the clock or files it reads), and nothing it does at `init` must happen before
+/// its first call (no background work announcing changes, for example). `load: at_start` (the
+/// default) always loads it at start.
+///
+/// ```
+/// # use mcp_plugin_sdk::{tool, export_plugin};
+/// /// Say hello.
+/// #[tool]
+/// pub fn hello() -> &'static str { "hello" }
+///
+/// export_plugin!(load: on_first_call, tools: [hello]);
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! export_plugin {
-    ($(name: $name:expr,)? $(tools: [$($tool:path),* $(,)?])? $(,)? $(services: [$($svc:path),* $(,)?])? $(,)?) => {
+    ($(name: $name:expr,)? load: $load:ident) => {
+        $crate::export_plugin!($(name: $name,)? load: $load,);
+    };
+    ($(name: $name:expr,)? $(load: $load:ident,)? $(tools: [$($tool:path),* $(,)?])? $(,)? $(services: [$($svc:path),* $(,)?])? $(,)?) => {
         const _: () = {
             use $crate::__private::abi_stable as __abi;
 
@@ -407,6 +429,7 @@ macro_rules! export_plugin {
                 $($( registrar.tool::<$tool>(); )*)?
                 $($( registrar.service::<$svc>(); )*)?
                 registrar.auto_exports(::core::module_path!());
+                $( $crate::export_plugin!(@load registrar $load); )?
             }
 
             extern "C" fn __build_info() -> __abi::std_types::RString {
@@ -468,4 +491,9 @@ macro_rules! export_plugin {
     };
     (@name $name:expr) => { $name };
     (@name) => { env!("CARGO_PKG_NAME") };
+    (@load $registrar:ident on_first_call) => { $registrar.load_on_first_call() };
+    (@load $registrar:ident at_start) => { () };
+    (@load $registrar:ident $other:ident) => {
+        ::core::compile_error!("export_plugin!: `load:` is `at_start` (the default) or `on_first_call`")
+    };
 }

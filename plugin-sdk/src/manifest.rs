@@ -29,6 +29,11 @@ pub struct Manifest {
     /// Every prompt, in declaration order; a prompt's position is its id in [`CallEnvelope`]s.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub prompts: Vec<PromptDescriptor>,
+    /// The plugin allows the host to run its `init` at its first call instead of at start
+    /// (`export_plugin!(load: on_first_call, ...)`): what it exports depends only on its file and
+    /// its configuration, and nothing it does at `init` must happen before a call.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub load_on_first_call: bool,
 }
 
 impl Manifest {

@@ -391,12 +391,20 @@ pub struct Registrar {
     prompt_descriptors: Vec<PromptDescriptor>,
     prompts: Vec<SurfaceEntry>,
     shutdown_hooks: Vec<ShutdownHook>,
+    /// `export_plugin!(load: on_first_call, ...)`: see [`Manifest::load_on_first_call`].
+    load_on_first_call: bool,
     /// The tool and service types registered so far: each is registered once, however often it
     /// is listed or found.
     registered: HashSet<TypeId>,
 }
 
 impl Registrar {
+    /// Let the host run this plugin's `init` at its first call (`export_plugin!(load:
+    /// on_first_call)`; see [`Manifest::load_on_first_call`]).
+    pub fn load_on_first_call(&mut self) {
+        self.load_on_first_call = true;
+    }
+
     /// Register everything `#[tool]` and `#[service]` defined in the crate of `module` (the crate
     /// calling `export_plugin!`) that is not registered yet.
     pub fn auto_exports(&mut self, module: &str) {
@@ -566,6 +574,7 @@ pub(crate) fn load(
         prompt_descriptors: Vec::new(),
         prompts: Vec::new(),
         shutdown_hooks: Vec::new(),
+        load_on_first_call: false,
         registered: HashSet::new(),
     };
     register(&mut registrar);
@@ -577,6 +586,7 @@ pub(crate) fn load(
         tools: registrar.tools,
         resources: registrar.resource_descriptors,
         prompts: registrar.prompt_descriptors,
+        load_on_first_call: registrar.load_on_first_call,
     };
     let state = PluginState {
         host,
