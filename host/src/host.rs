@@ -62,6 +62,9 @@ pub struct HostOptions {
     pub probe_exe: Option<PathBuf>,
     /// Where metrics and audit records go (default: metrics only, no audit log).
     pub telemetry: Option<Arc<Telemetry>>,
+    /// Load plugins that allow it at their first call, when the configuration's
+    /// `load_on_first_call` agrees (`serve` does; commands that inspect plugins load them all).
+    pub load_on_first_call: bool,
 }
 
 /// A running tool host.
@@ -188,6 +191,7 @@ impl Host {
             &config,
             options.probe_exe.as_deref(),
             Arc::clone(&telemetry),
+            options.load_on_first_call,
         )?;
         let access = Access::from_config(&config)?;
         let inner = Arc::new(Inner {

@@ -186,6 +186,7 @@ fn host_options() -> HostOptions {
     HostOptions {
         probe_exe: std::env::current_exe().ok(),
         telemetry: None,
+        load_on_first_call: false,
     }
 }
 

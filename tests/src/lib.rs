@@ -23,6 +23,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-exports",
     "fixture-crash",
     "fixture-catalog",
+    "fixture-lazy",
     "mcp-time",
     "mcp-text",
     "mcp-series",

@@ -42,15 +42,32 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     if let Some(addr) = args.listen {
         config.listen = addr;
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("mcp-host")
-        .build()?;
-    // Started in the runtime's context: plugin workers' channels are read on it.
-    let host = {
-        let _runtime = runtime.enter();
-        Host::start(config.clone(), crate::audited_host_options(&config)?)?
+    // stdio serves one client, whose requests mostly finish on the thread that reads them (tool
+    // calls run on the executor's pool either way): the runtime needs no threads of its own. A
+    // multi-threaded runtime started at once would make every later memory-map change of start-up
+    // interrupt its idle workers' CPUs.
+    let mut builder = if args.stdio {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(mcp_host::exec::cores());
+        builder
     };
+    let runtime = builder.enable_all().thread_name("mcp-host").build()?;
+    // Started on a thread of the runtime's blocking pool, while the runtime runs: plugin workers'
+    // channels are read on it, their first answers included.
+    let options = mcp_host::HostOptions {
+        // Serving: plugins that allow it load at their first call.
+        load_on_first_call: true,
+        ..crate::audited_host_options(&config)?
+    };
+    let start = {
+        let config = config.clone();
+        move || Host::start(config, options)
+    };
+    let host = runtime
+        .block_on(async { tokio::task::spawn_blocking(start).await })
+        .context("starting the host")??;
     if let Some(name) = &args.agent {
         host.access()
             .agent(name)

@@ -24,6 +24,7 @@ struct Layer {
     limits: Option<Value>,
     plugins: Option<BTreeMap<String, Value>>,
     probe: Option<bool>,
+    load_on_first_call: Option<bool>,
     /// A path, or `false` to turn the cache off.
     probe_cache: Option<Value>,
     runtime_dir: Option<PathBuf>,
@@ -513,6 +514,9 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
     }
     if let Some(probe) = layer.probe {
         config.probe = probe;
+    }
+    if let Some(lazy) = layer.load_on_first_call {
+        config.load_on_first_call = lazy;
     }
     match layer.probe_cache {
         None => {}

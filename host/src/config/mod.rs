@@ -564,6 +564,10 @@ pub struct Config {
     /// Where files that passed the probe are remembered across runs (by path, size, mtime, inode
     /// and host build); `None` probes every file at every start.
     pub probe_cache: Option<PathBuf>,
+    /// `serve` loads a plugin that allows it (`export_plugin!(load: on_first_call, ...)`) at its
+    /// first call, from the manifest it exported at an earlier start (remembered beside the probe
+    /// cache); `false` loads every plugin at start.
+    pub load_on_first_call: bool,
     /// Where plugins keep their data: each plugin gets `<data_dir>/<plugin name>`
     /// ([`mcp_plugin_sdk::HostApi::data_dir`]), created when it first asks.
     pub data_dir: PathBuf,
@@ -636,6 +640,7 @@ impl Default for Config {
             plugins: BTreeMap::new(),
             probe: true,
             probe_cache: crate::plugins::probe::ProbeCache::default_path(),
+            load_on_first_call: true,
             data_dir: default_data_dir(&|name| std::env::var(name).ok(), Path::new(".")),
             runtime_dir: None,
             listen: SocketAddr::from(([127, 0, 0, 1], 18080)),
@@ -712,6 +717,10 @@ impl Config {
         check("traces", self.traces != new.traces);
         check("probe", self.probe != new.probe);
         check("probe_cache", self.probe_cache != new.probe_cache);
+        check(
+            "load_on_first_call",
+            self.load_on_first_call != new.load_on_first_call,
+        );
         check(
             "limits.max_concurrent_calls",
             self.limits.max_concurrent_calls != new.limits.max_concurrent_calls,

@@ -337,7 +337,7 @@ impl Executor {
         let (slot, index) = (target.slot, target.index);
         // A backend whose calls run elsewhere (a worker process) hands back a future.
         let elsewhere = slot.backend.call_async(index, &args, &call);
-        if elsewhere.is_none() && target.inline {
+        if elsewhere.is_none() && target.inline && slot.backend.ready() {
             if call.cancel.is_cancelled() {
                 return Err(Interrupted::NotStarted);
             }

@@ -22,6 +22,7 @@ use mcp_plugin_sdk::LogLevel;
 pub use call::{CallError, CallOptions, Executor, InvokeError, error_result};
 pub use cancel::CancelFlag;
 pub use input::{ClientLink, InputChannel, Round};
+pub use pool::cores;
 pub use result::ToolResult;
 pub use state::CallState;
 

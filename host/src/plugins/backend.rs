@@ -47,6 +47,12 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether a call can start at once. A plugin loaded at its first call is not ready until then
+    /// (the executor runs even an `inline` tool on a pool thread while it is not).
+    fn ready(&self) -> bool {
+        true
+    }
+
     /// Why its tools are withdrawn, when they are (a worker that keeps crashing is quarantined).
     fn quarantined(&self) -> Option<String> {
         None

@@ -69,7 +69,7 @@ fn older_than(entry: &std::fs::DirEntry, age: Duration) -> bool {
         .is_some_and(|elapsed| elapsed > age)
 }
 
-fn private_dir(path: &Path) -> std::io::Result<()> {
+pub(crate) fn private_dir(path: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]

@@ -18,8 +18,10 @@ use std::sync::{Arc, Mutex};
 use super::LoadError;
 use super::backend::{HostCallbacks, PluginBackend};
 use super::copies::CopyCache;
+use super::deferred::{Deferred, DeferredLoad};
 use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, LoadContext};
+use super::manifests::{ManifestKey, Manifests};
 use super::probe::{ProbeCache, Prober};
 use super::signature;
 use super::slot::{FileStamp, PluginSlot};
@@ -136,6 +138,9 @@ fn check_parent(parent: &Path, ours: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// A loaded plugin's backend and how it runs.
+type Backend = (Arc<dyn PluginBackend>, RunSpec);
+
 /// A file that failed to load: its stamp and trust stamp then, and the error.
 type Failure = (Option<FileStamp>, String, LoadError);
 
@@ -144,7 +149,10 @@ pub(crate) type Loaded = crate::registry::Sources;
 
 /// Loads plugin files and remembers what it needs across rescans.
 pub(crate) struct Loader {
-    runtime_dir: RuntimeDir,
+    /// Made when the first copy outside the copy cache is (at start when `runtime_dir` is
+    /// configured, so a directory that is not ours fails the start).
+    runtime_dir: std::sync::OnceLock<RuntimeDir>,
+    runtime_parent: Option<PathBuf>,
     /// The `mcp-host` executable, for probes and plugin workers.
     exe: Option<PathBuf>,
     prober: Option<Prober>,
@@ -152,11 +160,16 @@ pub(crate) struct Loader {
     probe_cache: Option<Mutex<ProbeCache>>,
     /// Private copies kept across runs (beside the probe cache), when it has a location.
     copies: Option<CopyCache>,
+    /// What plugins that may load at their first call exported (beside the probe cache), when it
+    /// has a location and the configuration allows loading at the first call.
+    manifests: Option<Manifests>,
+    /// Serve remembered manifests and load those plugins at their first call.
+    defer: bool,
     /// Files that failed to load, with their stamp and trust stamp then: unchanged, they are not
     /// retried (nor re-logged) on every rescan.
     failed: Mutex<HashMap<PathBuf, Failure>>,
     /// Plugin images loaded since start (never unloaded), for the `max_reloads` guard.
-    images: AtomicUsize,
+    images: Arc<AtomicUsize>,
     /// Load failures and retained images are counted there.
     telemetry: Arc<Telemetry>,
     /// The next rescan gives quarantined plugins another chance (SIGHUP asked for it).
@@ -168,7 +181,7 @@ pub(crate) struct Loader {
 impl std::fmt::Debug for Loader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Loader")
-            .field("runtime_dir", &self.runtime_dir.path())
+            .field("runtime_dir", &self.runtime_dir.get().map(RuntimeDir::path))
             .field("images", &self.images())
             .finish_non_exhaustive()
     }
@@ -191,30 +204,60 @@ fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
 impl Loader {
     /// A loader for `config`, probing and starting plugin workers with the `mcp-host` executable
     /// `exe` (no probing when `None` or when the configuration turns it off; no isolation without
-    /// it).
+    /// it), loading plugins that allow it at their first call when `defer` (and the configuration)
+    /// says so.
     pub(crate) fn new(
         config: &Config,
         exe: Option<&Path>,
         telemetry: Arc<Telemetry>,
+        defer: bool,
     ) -> Result<Loader, RuntimeDirError> {
+        let manifests = config
+            .probe_cache
+            .as_deref()
+            .filter(|_| config.load_on_first_call)
+            .and_then(Manifests::beside);
         let prober = exe
             .filter(|_| config.probe)
             .map(|exe| Prober::new(exe.to_path_buf()));
         Ok(Loader {
-            runtime_dir: RuntimeDir::create(config.runtime_dir.as_deref())?,
+            runtime_dir: match &config.runtime_dir {
+                Some(configured) => RuntimeDir::create(Some(configured))?.into(),
+                None => std::sync::OnceLock::new(),
+            },
+            runtime_parent: config.runtime_dir.clone(),
             exe: exe.map(Path::to_path_buf),
             probe_cache: prober
                 .as_ref()
                 .and(config.probe_cache.clone())
                 .map(|p| Mutex::new(ProbeCache::open(p))),
             copies: config.probe_cache.as_deref().and_then(CopyCache::beside),
+            defer: defer && manifests.is_some(),
+            manifests,
             prober,
             failed: Mutex::default(),
-            images: AtomicUsize::new(0),
+            images: Arc::default(),
             telemetry,
             retry_quarantined: AtomicBool::new(false),
             runtime: tokio::runtime::Handle::try_current().ok(),
         })
+    }
+
+    /// A private copy of `file` in the runtime directory (made now if it was not yet).
+    fn private_copy(&self, file: &Path) -> Result<PathBuf, LoadError> {
+        let dir = match self.runtime_dir.get() {
+            Some(dir) => dir,
+            None => {
+                let made = RuntimeDir::create(self.runtime_parent.as_deref())
+                    .map_err(|e| LoadError::Copy(e.to_string()))?;
+                // Another thread may have made one meanwhile: that one is used, this one removed.
+                let _ = self.runtime_dir.set(made);
+                self.runtime_dir
+                    .get()
+                    .ok_or_else(|| LoadError::Copy("no runtime directory".into()))?
+            }
+        };
+        private_copy(file, dir.path())
     }
 
     /// Let the next rescan reload quarantined plugins whose file did not change.
@@ -248,7 +291,7 @@ impl Loader {
                     .as_ref()
                     .zip(stamp.as_ref())
                     .and_then(|(cache, stamp)| cache.copy(&c.path, stamp));
-                kept.map_or_else(|| private_copy(&c.path, self.runtime_dir.path()), Ok)
+                kept.map_or_else(|| self.private_copy(&c.path), Ok)
             })
             .collect();
         let trust: Vec<String> = candidates
@@ -268,7 +311,18 @@ impl Loader {
                 (copy, _) => copy,
             })
             .collect();
-        let names = self.probe(&candidates, &stamps, &copies, config);
+        // The stamps of files whose identity did not change while they were copied: the copy holds
+        // the bytes of that identity, which the probe cache and remembered manifests are keyed by.
+        let stable: Vec<Option<FileStamp>> = candidates
+            .iter()
+            .zip(&stamps)
+            .map(|(c, before)| {
+                before
+                    .clone()
+                    .filter(|b| FileStamp::of(&c.path).as_ref() == Some(b))
+            })
+            .collect();
+        let names = self.probe(&candidates, &stable, &copies, config);
         if let Some(cache) = &self.copies {
             cache.prune_after_changes();
         }
@@ -277,18 +331,57 @@ impl Loader {
             config_for: &config_for,
             host: Arc::clone(host),
         };
-        // Open and initialise the copies side by side: `dlopen` itself is serialised by the
-        // dynamic loader, but the ABI layout checks and each plugin's `init` are not.
-        let work: Vec<_> = candidates.iter().zip(copies).zip(names).collect();
-        let loaded = super::map_parallel(work, |((candidate, copy), name)| {
-            copy.and_then(|copy| match name {
-                Ok(name) => self.load_one(candidate, copy, name.as_deref(), config, &cx),
+        // A plugin served from its remembered manifest needs nothing more now. The others are
+        // opened and initialised side by side: `dlopen` itself is serialised by the dynamic
+        // loader, but the ABI layout checks and each plugin's `init` are not.
+        let mut loaded: Vec<Option<Result<Backend, LoadError>>> =
+            Vec::with_capacity(candidates.len());
+        let mut work = Vec::new();
+        for (i, ((candidate, copy), (name, stable))) in candidates
+            .iter()
+            .zip(copies)
+            .zip(names.into_iter().zip(&stable))
+            .enumerate()
+        {
+            let key = match (&copy, &name, stable) {
+                (Ok(_), Ok(Some(name)), Some(stamp)) => {
+                    self.manifest_key(candidate, stamp, name, config)
+                }
+                _ => None,
+            };
+            let deferred = match (&copy, &name, &key) {
+                (Ok(copy), Ok(Some(name)), Some(key)) => {
+                    self.deferred(candidate, copy, name, key, config, host)
+                }
+                _ => None,
+            };
+            match deferred {
+                Some(backend) => loaded.push(Some(Ok(backend))),
+                None => {
+                    loaded.push(None);
+                    work.push((i, candidate, copy, name, key));
+                }
+            }
+        }
+        let opened = super::map_parallel(work, |(i, candidate, copy, name, remembered)| {
+            let result = copy.and_then(|copy| match name {
+                Ok(name) => {
+                    self.load_one(candidate, copy, name.as_deref(), remembered, config, &cx)
+                }
                 Err(e) => {
                     super::copies::discard(&copy);
                     Err(e.mentioning(&copy, &candidate.path))
                 }
-            })
+            });
+            (i, result)
         });
+        for (i, result) in opened {
+            loaded[i] = Some(result);
+        }
+        let loaded: Vec<_> = loaded
+            .into_iter()
+            .map(|r| r.unwrap_or_else(|| Err(LoadError::Probe("not loaded".into()))))
+            .collect();
         // Once all are in (each thread counting its own would let an older count land last).
         self.telemetry.metrics().images(self.images());
         candidates
@@ -322,16 +415,72 @@ impl Loader {
             .collect()
     }
 
+    /// Where the manifest of plugin `name` from `candidate` (with identity `stamp`) is remembered,
+    /// when manifests are.
+    fn manifest_key(
+        &self,
+        candidate: &Candidate,
+        stamp: &FileStamp,
+        name: &str,
+        config: &Config,
+    ) -> Option<(Manifests, ManifestKey)> {
+        let store = self.manifests.clone()?;
+        let settings = config.plugin(name);
+        let key = ManifestKey::new(
+            &candidate.path,
+            stamp,
+            name,
+            &settings.config,
+            &config.plugin_data_dir(name),
+        );
+        Some((store, key))
+    }
+
+    /// Plugin `name` from `candidate`, served from the manifest remembered under `key` and loaded
+    /// from `copy` at its first call — when this loader defers loads, the plugin runs in the host
+    /// and its manifest is remembered.
+    fn deferred(
+        &self,
+        candidate: &Candidate,
+        copy: &Path,
+        name: &str,
+        (store, key): &(Manifests, ManifestKey),
+        config: &Config,
+        host: &Arc<dyn HostCallbacks>,
+    ) -> Option<Backend> {
+        if !self.defer {
+            return None;
+        }
+        let spec = RunSpec::of(config, name, &candidate.path, candidate.isolation);
+        if spec.isolation.is_isolated() {
+            return None;
+        }
+        let (build, manifest) = store.get(key)?;
+        let load = DeferredLoad {
+            file: candidate.path.clone(),
+            copy: copy.to_path_buf(),
+            copy_stamp: FileStamp::of(copy),
+            config: config.plugin(name).config,
+            host: Arc::clone(host),
+            remembered: (store.clone(), key.clone()),
+            images: Arc::clone(&self.images),
+            telemetry: Arc::clone(&self.telemetry),
+        };
+        Some((Arc::new(Deferred::new(build, manifest, load)), spec))
+    }
+
     /// Load one probed copy (`name` is the plugin's, when the probe read it): in a worker process
-    /// when its settings isolate it, else in the host.
+    /// when its settings isolate it, else in the host; a plugin loaded in the host that allows
+    /// loading at its first call has its manifest `remembered` for the next start.
     fn load_one(
         &self,
         candidate: &Candidate,
         copy: PathBuf,
         name: Option<&str>,
+        remembered: Option<(Manifests, ManifestKey)>,
         config: &Config,
         cx: &LoadContext<'_>,
-    ) -> Result<(Arc<dyn PluginBackend>, RunSpec), LoadError> {
+    ) -> Result<Backend, LoadError> {
         let no_exe = || {
             LoadError::Worker(
                 "isolation needs the mcp-host executable to start workers with \
@@ -369,6 +518,9 @@ impl Loader {
             // Only without an executable is a name unknown before loading.
             return Err(no_exe());
         }
+        if let Some((store, key)) = &remembered {
+            store.put(key, plugin.build(), plugin.manifest());
+        }
         Ok((Arc::new(plugin), spec))
     }
 
@@ -378,7 +530,7 @@ impl Loader {
     fn probe(
         &self,
         candidates: &[Candidate],
-        stamps: &[Option<FileStamp>],
+        stable: &[Option<FileStamp>],
         copies: &[Result<PathBuf, LoadError>],
         config: &Config,
     ) -> Vec<Result<Option<String>, LoadError>> {
@@ -400,16 +552,9 @@ impl Loader {
         // identity before, is known good: skip its child process.
         let mut cache: Option<std::sync::MutexGuard<'_, ProbeCache>> =
             self.probe_cache.as_ref().map(|c| lock(c));
-        let stamp_keys: Vec<Option<String>> = candidates
+        let stamp_keys: Vec<Option<String>> = stable
             .iter()
-            .zip(stamps)
-            .map(|(c, before)| {
-                let after = FileStamp::of(&c.path);
-                before
-                    .as_ref()
-                    .filter(|b| Some(*b) == after.as_ref())
-                    .map(FileStamp::key)
-            })
+            .map(|s| s.as_ref().map(FileStamp::key))
             .collect();
         let mut index = Vec::new();
         let mut files = Vec::new();

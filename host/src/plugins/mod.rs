@@ -2,15 +2,18 @@
 //! in which order), [`probe`] (a crash-isolated test load in a child process), [`lifecycle`]
 //! (copy, probe, load, and rescans that reuse unchanged versions) with [`copies`] (private copies
 //! kept across runs), [`backend`] (the seam every way
-//! of running a plugin implements; [`in_process`] is the first), [`slot`] (a loaded version),
+//! of running a plugin implements; [`in_process`] is the first, [`deferred`] loads one at its first
+//! call from the manifest [`manifests`] remembered at an earlier start), [`slot`] (a loaded version),
 //! [`signature`] (detached signatures checked on the private copy before the probe) and [`watch`]
 //! (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
 
 pub mod backend;
 pub(crate) mod copies;
+pub(crate) mod deferred;
 pub mod discovery;
 pub(crate) mod in_process;
 pub(crate) mod lifecycle;
+pub(crate) mod manifests;
 pub mod probe;
 pub mod signature;
 pub mod slot;
@@ -167,9 +170,7 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
 pub(crate) fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     /// The main thread's default stack on Linux.
     const STACK: usize = 8 << 20;
-    let threads = std::thread::available_parallelism()
-        .map_or(1, std::num::NonZeroUsize::get)
-        .min(items.len());
+    let threads = crate::exec::cores().min(items.len());
     if threads <= 1 {
         return items.into_iter().map(f).collect();
     }

@@ -32,9 +32,7 @@ impl Prober {
     pub fn new(exe: PathBuf) -> Self {
         Prober {
             exe,
-            parallelism: std::thread::available_parallelism()
-                .map(usize::from)
-                .unwrap_or(2),
+            parallelism: crate::exec::cores(),
             file_timeout: Duration::from_secs(10),
         }
     }

@@ -121,7 +121,11 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let conn = Arc::new(Connection {
         core: Core::new(protocol, CancelFlag::new()),
-        out: Writer(Mutex::new(Box::new(std::io::BufWriter::new(output)))),
+        // Large enough that a long answer (a full `tools/list` page) is one write.
+        out: Writer(Mutex::new(Box::new(std::io::BufWriter::with_capacity(
+            64 * 1024,
+            output,
+        )))),
         tasks: Mutex::new(tokio::task::JoinSet::new()),
         session: OnceLock::new(),
         inflight: Arc::default(),
@@ -135,16 +139,19 @@ pub async fn serve(
             conn.core.fan_out_changes(sessions).await;
         }
     });
-    let reader = {
+    let (done, read) = tokio::sync::oneshot::channel();
+    {
         let conn = Arc::clone(&conn);
         let runtime = tokio::runtime::Handle::current();
         std::thread::Builder::new()
             .name("mcp-stdin".into())
-            .spawn(move || read_loop(conn, input, runtime))?
-    };
-    let read = tokio::task::spawn_blocking(move || reader.join())
+            .spawn(move || {
+                let _ = done.send(read_loop(conn, input, runtime));
+            })?;
+    }
+    // The sender is dropped unsent only if the reader panicked.
+    let read = read
         .await
-        .map_err(std::io::Error::other)?
         .unwrap_or_else(|_| Err(std::io::Error::other("the stdin reader panicked")));
     // stdin closed: subscription streams end now; in-flight requests finish within the grace period.
     conn.closed.cancel();

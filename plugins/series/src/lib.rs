@@ -1130,7 +1130,7 @@ fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
 
-export_plugin!(services: [Readings]);
+export_plugin!(load: on_first_call, services: [Readings]);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

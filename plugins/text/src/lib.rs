@@ -1088,7 +1088,11 @@ impl Hmac {
     }
 }
 
-export_plugin!(tools: [text_stats], services: [Json, Regex, Hashing, Encoding, Hmac]);
+export_plugin!(
+    load: on_first_call,
+    tools: [text_stats],
+    services: [Json, Regex, Hashing, Encoding, Hmac],
+);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -793,7 +793,7 @@ impl WorldClock {
     }
 }
 
-export_plugin!(services: [Clock, Durations, WorldClock]);
+export_plugin!(load: on_first_call, services: [Clock, Durations, WorldClock]);
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]

@@ -357,8 +357,7 @@ impl<S: Source> FrameReader<S> {
 /// Whether spinning can pay: this process may run on more than one CPU, so the other side of the
 /// channel can answer while this one polls.
 pub(crate) fn spinning_pays() -> bool {
-    static MANY_CPUS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *MANY_CPUS.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 1))
+    crate::exec::cores() > 1
 }
 
 /// Poll `source` for up to [`SPIN`], yielding the core between polls.
