@@ -156,6 +156,8 @@ pub(crate) enum Cache {
 pub(crate) enum Answer {
     /// A tool's result (never cached).
     Tool(ToolResult),
+    /// A page of a list, as the JSON text of its result object (cacheable).
+    Page(String),
     /// A result, with its caching.
     Result {
         /// The result object.
@@ -328,6 +330,22 @@ impl Protocol {
                     era::decorate(&era, result.into_value(), None, &self.server_info),
                 ),
             },
+            Ok(Answer::Page(text)) => {
+                // What the era adds goes after the page's own members, as for a tool's result.
+                let members = (!era.is_legacy()).then(|| {
+                    let private = ex.cache_private || ex.agent.is_some();
+                    Arc::from(format!(
+                        r#","ttlMs":{},"cacheScope":"{}"{}"#,
+                        req.config.cache_ttl_ms,
+                        if private { "private" } else { "public" },
+                        self.modern_members
+                    ))
+                });
+                Reply::Response {
+                    body: Message::result_text(id, text, members),
+                    status: 200,
+                }
+            }
             Ok(Answer::Result { value, cache }) => {
                 let caching = (cache != Cache::No).then(|| era::Caching {
                     ttl_ms: req.config.cache_ttl_ms,

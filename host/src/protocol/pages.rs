@@ -4,7 +4,7 @@
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::jsonrpc::RpcError;
 use super::{Answer, Request};
@@ -12,7 +12,7 @@ use super::{Answer, Request};
 /// The page after the request's cursor of what `items` yields (`(key, listing)` in key order,
 /// starting after the key it is given: the registry's maps seek to it, so a late page costs no more
 /// than the first), as a cacheable result with the listings under `member` and `nextCursor` when
-/// more follow.
+/// more follow, written as JSON text.
 pub(crate) fn page<'a, I: Iterator<Item = (&'a str, &'a Value)>>(
     req: &Request<'_>,
     member: &str,
@@ -29,23 +29,37 @@ pub(crate) fn page<'a, I: Iterator<Item = (&'a str, &'a Value)>>(
         Some(_) => return Err(RpcError::invalid_params("invalid cursor")),
     };
     let page_size = req.config.list_page_size.max(1);
-    let mut page = Vec::new();
+    // The page is written as JSON text straight from the stored listings: nothing is copied into a
+    // tree to be serialised again.
+    let mut text = Vec::with_capacity(4096);
+    let write = |v: &Value, text: &mut Vec<u8>| serde_json::to_writer(text, v);
+    text.push(b'{');
+    write(&Value::from(member), &mut text).map_err(internal)?;
+    text.extend_from_slice(b":[");
     let mut last = None;
     let mut next = None;
-    let items = items(after.as_deref());
-    for (key, listing) in items.filter(|(k, _)| after.as_deref().is_none_or(|a| *k > a)) {
-        if page.len() == page_size {
+    let items = items(after.as_deref()).filter(|(k, _)| after.as_deref().is_none_or(|a| *k > a));
+    for (count, (key, listing)) in items.enumerate() {
+        if count == page_size {
             next = last.map(|k: &str| B64.encode(k));
             break;
         }
-        page.push(listing.clone());
+        if count > 0 {
+            text.push(b',');
+        }
+        write(listing, &mut text).map_err(internal)?;
         last = Some(key);
     }
-    let mut result = Map::new();
-    // Moved in: `json!` would deep-copy the whole page through `to_value`.
-    result.insert(member.into(), Value::Array(page));
+    text.push(b']');
     if let Some(next) = next {
-        result.insert("nextCursor".into(), json!(next));
+        text.extend_from_slice(br#","nextCursor":"#);
+        write(&Value::from(next), &mut text).map_err(internal)?;
     }
-    Ok(Answer::cacheable(Value::Object(result)))
+    text.push(b'}');
+    String::from_utf8(text).map(Answer::Page).map_err(internal)
+}
+
+/// A page that could not be written (never: listings are JSON values, written as UTF-8).
+fn internal(e: impl std::fmt::Display) -> RpcError {
+    RpcError::internal(format!("cannot write the page: {e}"))
 }
