@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use mcp_host_tests::Layout;
-use mcp_host_tests::serve::{StdioServer, request, result_text};
+use mcp_host_tests::serve::{StdioServer, request, result_text, tool_names};
 use serde_json::{Value, json};
 
 /// A layout with `fixture-lazy` in `d`, its own probe cache and data directory, and `greeting` in
@@ -41,20 +41,12 @@ fn init_runs(runs: &Path) -> usize {
 fn serve(cfg: &Path, env: &[(&str, &str)]) -> (StdioServer, Vec<String>) {
     let mut s = StdioServer::start_with(cfg, &[], env);
     s.initialize("2025-06-18");
-    let names = tool_names(&mut s, 100);
+    let names = list_tools(&mut s, 100);
     (s, names)
 }
 
-fn tool_names(s: &mut StdioServer, id: u64) -> Vec<String> {
-    let list = s.call(id, "tools/list", json!({}));
-    let mut names: Vec<String> = list["result"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("{list}"))
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect();
-    names.sort();
-    names
+fn list_tools(s: &mut StdioServer, id: u64) -> Vec<String> {
+    tool_names(&s.call(id, "tools/list", json!({})))
 }
 
 fn call(s: &mut StdioServer, id: u64, tool: &str, args: Value) -> Value {
@@ -164,7 +156,7 @@ fn a_plugin_whose_checked_copy_changed_before_its_first_call_is_withdrawn_not_lo
     );
     // Its tools leave the list, and the client is told.
     assert!(told, "no tools/list_changed: {}", s.stderr());
-    assert!(tool_names(&mut s, 3).is_empty());
+    assert!(list_tools(&mut s, 3).is_empty());
     assert_eq!(init_runs(&runs), 1, "the altered copy was opened");
     let log = stop(s);
     assert!(

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use mcp_host_tests::serve::{
     EventStream, HttpServer, LEGACY, StdioServer, WAIT, header_refs, modern_headers, request,
-    with_meta,
+    tool_names, with_meta,
 };
 use mcp_host_tests::{Layout, artifacts, open_gate, replace_atomically};
 use serde_json::{Value, json};
@@ -51,18 +51,6 @@ fn marker_config(marker: &Path) -> String {
         "plugins:\n  fixture-basic:\n    config:\n      shutdown_marker: \"{}\"\n",
         marker.display()
     )
-}
-
-/// Tool names of a `tools/list` response, sorted.
-fn names(resp: &Value) -> Vec<String> {
-    let mut names: Vec<String> = resp["result"]["tools"]
-        .as_array()
-        .unwrap_or_else(|| panic!("not a tools/list result: {resp}"))
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// The text of a `tools/call` response, or `None` for an error response or an error result.
@@ -142,7 +130,7 @@ impl Client {
     }
 
     fn tools(&mut self) -> Vec<String> {
-        names(&self.rpc("tools/list", json!({})))
+        tool_names(&self.rpc("tools/list", json!({})))
     }
 
     fn call(&mut self, tool: &str, args: Value) -> Option<String> {
@@ -197,7 +185,7 @@ fn http_rpc(s: &HttpServer, path: &str, method: &str, params: Value) -> Value {
 }
 
 fn http_tools(s: &HttpServer, path: &str) -> Vec<String> {
-    names(&http_rpc(s, path, "tools/list", json!({})))
+    tool_names(&http_rpc(s, path, "tools/list", json!({})))
 }
 
 fn http_echo(s: &HttpServer, text: &str) -> Option<String> {

@@ -89,6 +89,18 @@ pub fn result_text(response: &Value) -> &str {
         .unwrap_or_else(|| panic!("no result text in {response}"))
 }
 
+/// The tool names of a `tools/list` response, sorted.
+pub fn tool_names(resp: &Value) -> Vec<String> {
+    let mut names: Vec<String> = resp["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("not a tools/list result: {resp}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
 /// A temporary layout with `fixture-basic` and `fixture-faulty` in `d`, and a config file made of
 /// `tool_dirs: [d]` plus `extra` (YAML lines).
 pub fn layout(extra: &str) -> (Layout, PathBuf) {
