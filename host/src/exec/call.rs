@@ -213,7 +213,7 @@ impl Executor {
             slot: &tool.slot,
             index: tool.index,
             timeout: tool.timeout,
-            inline: tool.descriptor.inline,
+            inline: tool.descriptor().inline,
             name,
         };
         let args_text = serde_json::to_string(args).unwrap_or_default();
@@ -491,7 +491,7 @@ impl Executor {
             observed.finish(Outcome::InvalidArguments, Some(&result));
             return Ok(result.into_text());
         }
-        if tool.descriptor.caller == CallerNeed::Required && caller_json.is_empty() {
+        if tool.descriptor().caller == CallerNeed::Required && caller_json.is_empty() {
             observed.finish(Outcome::CallerRequired, None);
             return Err(format!("tool {name} requires an authenticated caller"));
         }
@@ -528,7 +528,7 @@ impl Executor {
 /// The caller as JSON for a tool that takes one (empty otherwise); a tool that needs a verified
 /// caller refuses a call without one.
 fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallError> {
-    match (caller, tool.descriptor.caller) {
+    match (caller, tool.descriptor().caller) {
         (None, CallerNeed::Required) => Err(CallError::CallerRequired(tool.name.clone())),
         (Some(caller), CallerNeed::Optional | CallerNeed::Required) => {
             Ok(serde_json::to_string(caller).unwrap_or_default().into())

@@ -207,7 +207,7 @@ pub(crate) async fn start(
     tool: &Arc<Tool>,
     args: Option<&Value>,
 ) -> Result<Option<Answer>, RpcError> {
-    let support = tool.descriptor.task_support;
+    let support = tool.descriptor().task_support;
     let Era::Modern { caps, .. } = req.era else {
         return Ok(None);
     };
@@ -236,7 +236,7 @@ pub(crate) async fn start(
     };
     let answers = input::answers(protocol, req, &subject)?;
     let task = new_task(req, tool, args, caps, answers);
-    if tool.descriptor.ask_first {
+    if tool.descriptor().ask_first {
         return ask_first(protocol, req, tool, &subject, task)
             .await
             .map(Some);
@@ -338,13 +338,13 @@ async fn ask_first(
                     RoundEnd::Open { open, used } => {
                         return Ok(input::input_required(protocol, req, subject, open, used));
                     }
-                    RoundEnd::Error(e) if tool.descriptor.task_support == TaskSupport::Optional => {
+                    RoundEnd::Error(e) if tool.descriptor().task_support == TaskSupport::Optional => {
                         return Err(e);
                     }
                     RoundEnd::Error(_) | RoundEnd::Answer => {}
                 }
             }
-            if tool.descriptor.task_support == TaskSupport::Optional {
+            if tool.descriptor().task_support == TaskSupport::Optional {
                 return result.map(Answer::plain).map_err(tools::refused);
             }
             ending(&run.round, result, &task.tool).apply(&mut task, &req.config.tasks);

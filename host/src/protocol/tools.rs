@@ -81,9 +81,9 @@ async fn call_named(
         && !proxied
         && let Some(headers) = &req.ex.headers
     {
-        headers.check_params(&tool.descriptor.input_schema, args)?;
+        headers.check_params(&tool.descriptor().input_schema, args)?;
     }
-    if let Some(Value::Object(required)) = &tool.descriptor.required_client_capabilities {
+    if let Some(Value::Object(required)) = &tool.descriptor().required_client_capabilities {
         let caps = req.era.client_capabilities();
         let missing: Map<String, Value> = required
             .iter()
@@ -102,7 +102,7 @@ async fn call_named(
         }
     }
     // Only a tool that may run as a task carries the task machinery's (large) future.
-    if tool.descriptor.task_support != TaskSupport::Forbidden
+    if tool.descriptor().task_support != TaskSupport::Forbidden
         && let Some(task) = Box::pin(super::tasks::start(protocol, req, &tool, args)).await?
     {
         return Ok(task);

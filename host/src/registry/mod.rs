@@ -36,8 +36,6 @@ use crate::plugins::worker::Grant;
 pub struct Tool {
     /// The name clients use (prefixes applied).
     pub name: String,
-    /// The descriptor, with `name` already final.
-    pub descriptor: ToolDescriptor,
     /// The plugin that serves it.
     pub slot: Arc<PluginSlot>,
     /// Its index in the plugin's manifest.
@@ -55,12 +53,18 @@ pub struct Tool {
 }
 
 impl Tool {
+    /// What the plugin declared for it (the served name is [`Tool::name`]: prefixes applied).
+    /// Borrowed from the plugin's manifest, never copied.
+    pub fn descriptor(&self) -> &ToolDescriptor {
+        &self.slot.backend.manifest().tools[self.index as usize]
+    }
+
     /// The compiled input schema (compiled on first use, the failure logged once), or why it does
     /// not compile.
     pub fn validator(&self) -> Result<&InputValidator, &str> {
         self.validator
             .get_or_init(|| {
-                InputValidator::compile(&self.descriptor.input_schema).inspect_err(|why| {
+                InputValidator::compile(&self.descriptor().input_schema).inspect_err(|why| {
                     tracing::error!(
                         tool = %self.name,
                         "the input schema passed the meta-schema but does not compile: {why}"
@@ -535,8 +539,8 @@ impl Registry {
             match admitted {
                 Ok(()) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
-                    let mut descriptor = tool.clone();
-                    descriptor.name = name.clone();
+                    let mut listing = tool.listing();
+                    listing["name"] = Value::from(name.as_str());
                     if log_tools {
                         tracing::info!("Loaded tool: {name}");
                     }
@@ -547,8 +551,7 @@ impl Registry {
                         name.clone(),
                         Arc::new(Tool {
                             name,
-                            listing: descriptor.listing(),
-                            descriptor,
+                            listing,
                             slot: Arc::clone(&slot),
                             index: index as u32,
                             validator: std::sync::OnceLock::new(),

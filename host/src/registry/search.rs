@@ -45,7 +45,7 @@ fn split_identifiers(text: &str) -> String {
 
 /// The text a tool is found by, fields repeated by weight.
 fn document(tool: &Tool) -> String {
-    let d = &tool.descriptor;
+    let d = tool.descriptor();
     let mut parts: Vec<&str> = Vec::new();
     parts.extend(std::iter::repeat_n(tool.name.as_str(), NAME_WEIGHT));
     if let Some(title) = &d.title {
