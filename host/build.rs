@@ -9,6 +9,9 @@
 //! Symbol names carry a hash of each crate's version, features and compiler, so the list applies
 //! only to release builds by the rustc and target written in its header, linked by that rustc's own
 //! linker (rust-lld, the default on x86_64 Linux since Rust 1.90); any other build links as before.
+//! The linker reads a copy in `OUT_DIR`: cargo keeps this script's output for as long as the file is
+//! unchanged, also for another checkout sharing the target directory, so the path it names must live
+//! as long as the target directory does.
 
 use std::path::Path;
 use std::process::Command;
@@ -26,7 +29,7 @@ fn main() {
     }
 }
 
-/// The ordering file's path, when this build is the one it was made for.
+/// The path of the ordering file's copy, when this build is the one it was made for.
 fn startup_order() -> Option<String> {
     let env = |name: &str| std::env::var(name).unwrap_or_default();
     // Release builds only, linked by rustc's default linker (a configured linker or linker flags
@@ -59,5 +62,10 @@ fn startup_order() -> Option<String> {
         field("commit-hash:"),
         env("TARGET")
     );
-    (made_for.trim() == this_build).then(|| path.display().to_string())
+    if made_for.trim() != this_build {
+        return None;
+    }
+    let copy = Path::new(&std::env::var_os("OUT_DIR")?).join("startup-order.txt");
+    std::fs::write(&copy, &text).ok()?;
+    Some(copy.display().to_string())
 }
