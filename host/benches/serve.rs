@@ -60,11 +60,13 @@ use std::io::{BufRead, Write};
 use std::net::SocketAddr;
 use std::os::fd::AsFd as _;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::http::{
-    LEGACY, LoadResult, WARM_UP, http_load, http_once, http_request, legacy_headers, legacy_session,
+    LEGACY, LoadResult, WARM_UP, exchange, http_load, http_once, http_request, legacy_headers,
+    legacy_session,
 };
 use common::process::{
     Lines, Placement, STEP_TIMEOUT, Server, children, cpu_time, pin_to, placement, server_command,
@@ -967,6 +969,173 @@ fn bench_cold(env: &Env, rows: &mut Vec<String>) {
     ));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Instructions per request
+// ---------------------------------------------------------------------------------------------
+
+/// Requests of the short run; the long run serves five times as many.
+const COUNTED: u64 = 1000;
+
+/// `exe args...` under valgrind's callgrind, writing its counts to `out`.
+fn under_callgrind(exe: &Path, args: &[&str], out: &Path) -> Command {
+    let mut cmd = Command::new("valgrind");
+    cmd.arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(exe)
+        .args(args)
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+/// The total instruction count callgrind wrote to `out`.
+fn counted_instructions(out: &Path) -> u64 {
+    let text = std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix("totals:"))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no totals in {}", out.display()))
+}
+
+/// Serve `count` `tools/call`s of `echo` over stdio from `exe args...` under callgrind (32 in flight), then
+/// close stdin; the instructions the whole process ran.
+fn stdio_instructions(exe: &Path, args: &[&str], count: u64, out: &Path) -> u64 {
+    let mut server = Server::spawn(
+        "stdio server under callgrind",
+        under_callgrind(exe, args, out),
+    );
+    let mut stdin = server.stdin.take().unwrap();
+    let mut lines = Lines::new(server.stdout.take().unwrap());
+    let (mut sent, mut answered) = (0, 0);
+    while sent < count.min(IN_FLIGHT as u64) {
+        sent += 1;
+        stdin.write_all(&stdio_call(sent)).unwrap();
+    }
+    while answered < count {
+        let line = lines.next_line(Instant::now() + 10 * STEP_TIMEOUT).unwrap();
+        assert!(response_id(line) > 0, "{}", String::from_utf8_lossy(line));
+        answered += 1;
+        if sent < count {
+            sent += 1;
+            stdin.write_all(&stdio_call(sent)).unwrap();
+        }
+    }
+    drop(stdin);
+    assert!(
+        server.exited_within(10 * STEP_TIMEOUT),
+        "{} did not exit",
+        server.name
+    );
+    counted_instructions(out)
+}
+
+/// Serve `count` copies of `request` over one keep-alive HTTP connection from `exe args...` under
+/// callgrind, then stop it with SIGTERM; the instructions the whole process ran.
+fn http_instructions(
+    env: &Env,
+    (exe, args): (&Path, &[&str]),
+    request: &dyn Fn(SocketAddr) -> Vec<u8>,
+    count: u64,
+    out: &Path,
+) -> u64 {
+    let mut server = Server::spawn(
+        "HTTP server under callgrind",
+        under_callgrind(exe, args, out),
+    );
+    let addr = server.wait_listening();
+    let request = request(addr);
+    env.rt.block_on(async {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        let (mut buf, mut consumed) = (Vec::new(), 0);
+        for _ in 0..count {
+            let (status, _, body) = exchange(&mut stream, &mut buf, &mut consumed, &request)
+                .await
+                .unwrap();
+            assert!(status == 200 && body.contains("hello"), "{status}: {body}");
+        }
+    });
+    // SAFETY: signalling our own child, which has not been reaped yet (so the pid is its).
+    unsafe { libc::kill(server.pid() as libc::pid_t, libc::SIGTERM) };
+    assert!(
+        server.exited_within(10 * STEP_TIMEOUT),
+        "{} did not exit",
+        server.name
+    );
+    counted_instructions(out)
+}
+
+/// 6: instructions per request, host against the bare baselines (valgrind's callgrind counts
+/// instructions, not time: the same for the same binaries and inputs whatever else the machine
+/// does, so builds can be compared on a noisy machine). Each server serves `COUNTED` and then five
+/// times as many requests; the difference over the extra requests is one request's instructions,
+/// start-up and shutdown cancelling out.
+fn bench_instructions(env: &Env, rows: &mut Vec<String>) {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("instructions: skipped (valgrind is not installed)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let me = std::env::current_exe().unwrap();
+    let per_request = |measure: &dyn Fn(u64, &Path) -> u64, name: &str| {
+        let short = measure(COUNTED, &dir.path().join(format!("{name}-short")));
+        let long = measure(5 * COUNTED, &dir.path().join(format!("{name}-long")));
+        (long - short) as f64 / (4 * COUNTED) as f64
+    };
+    let host_stdio = [
+        "--config",
+        &env.echo_config,
+        "serve",
+        "--stdio",
+        "--no-watch",
+    ];
+    let bare = per_request(
+        &|n, out| stdio_instructions(&me, &["--baseline-stdio"], n, out),
+        "bare-stdio",
+    );
+    let host = per_request(
+        &|n, out| stdio_instructions(&env.exe, &host_stdio, n, out),
+        "host-stdio",
+    );
+    rows.push(format!(
+        "| instructions per stdio `tools/call` echo, 2026 (callgrind) | {:.1}k (bare stdio echo: {:.1}k; {:.2}×) | | |",
+        host / 1e3,
+        bare / 1e3,
+        host / bare
+    ));
+
+    let bare_http: &[&str] = &["--baseline-server", "0"];
+    let host_http: &[&str] = &[
+        "--config",
+        &env.echo_config,
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--no-watch",
+    ];
+    let baseline_request = |addr| {
+        host_http_request(
+            addr,
+            "tools/call",
+            Some("echo"),
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}"#,
+        )
+    };
+    let host_request = |addr| host_http_request(addr, "tools/call", Some("echo"), &echo_body());
+    let bare = per_request(
+        &|n, out| http_instructions(env, (&me, bare_http), &baseline_request, n, out),
+        "bare-http",
+    );
+    let host = per_request(
+        &|n, out| http_instructions(env, (&env.exe, host_http), &host_request, n, out),
+        "host-http",
+    );
+    rows.push(format!(
+        "| instructions per HTTP `tools/call` echo, 2026, one keep-alive connection (callgrind) | {:.1}k (bare hyper echo: {:.1}k; {:.2}×) | | |",
+        host / 1e3,
+        bare / 1e3,
+        host / bare
+    ));
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     if args.get(1).map(String::as_str) == Some("--baseline-server") {
@@ -1080,6 +1249,9 @@ fn main() {
         }
         if wanted("isolated") {
             bench_isolated(&env, &mut rows);
+        }
+        if wanted("instructions") {
+            bench_instructions(&env, &mut rows);
         }
         all.push(rows);
     }

@@ -30,23 +30,43 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Requests in flight, by id, so `notifications/cancelled` can reach them: one set per stdio
 /// connection and per legacy HTTP session.
 #[derive(Debug, Default)]
-pub struct Inflight(Mutex<HashMap<String, CancelFlag>>);
+pub struct Inflight(Mutex<HashMap<RequestKey, CancelFlag>>);
+
+/// A request id as a map key: a number as it is (no text made for it), a string by its text. A
+/// number and a string never name the same request (`1` is not `"1"`), as JSON-RPC has it.
+#[derive(Debug, PartialEq, Eq, Hash)]
+enum RequestKey {
+    Number(serde_json::Number),
+    Text(String),
+    /// Any other id (the transports only run requests with string or number ids).
+    Other(String),
+}
+
+impl RequestKey {
+    fn of(id: &Value) -> RequestKey {
+        match id {
+            Value::Number(n) => RequestKey::Number(n.clone()),
+            Value::String(s) => RequestKey::Text(s.clone()),
+            other => RequestKey::Other(other.to_string()),
+        }
+    }
+}
 
 impl Inflight {
     /// Track a request until [`Inflight::finish`].
     pub fn track(&self, id: &Value, cancel: CancelFlag) {
-        lock(&self.0).insert(id.to_string(), cancel);
+        lock(&self.0).insert(RequestKey::of(id), cancel);
     }
 
     /// Stop tracking a request; `false` when a `notifications/cancelled` took it out first (the
     /// client cancelled it and expects no response).
     pub fn finish(&self, id: &Value) -> bool {
-        lock(&self.0).remove(&id.to_string()).is_some()
+        lock(&self.0).remove(&RequestKey::of(id)).is_some()
     }
 
     /// Cancel an in-flight request; true if it was running.
     pub fn cancel(&self, id: &Value) -> bool {
-        match lock(&self.0).remove(&id.to_string()) {
+        match lock(&self.0).remove(&RequestKey::of(id)) {
             Some(flag) => {
                 flag.cancel();
                 true
@@ -441,6 +461,19 @@ mod tests {
             "2025-11-25".into(),
             Value::Null,
         ))
+    }
+
+    #[test]
+    fn an_id_and_the_same_digits_as_a_string_are_different_requests() {
+        let inflight = Inflight::default();
+        let (number, text) = (CancelFlag::new(), CancelFlag::new());
+        inflight.track(&json!(7), number.clone());
+        inflight.track(&json!("7"), text.clone());
+        assert!(inflight.cancel(&json!("7")));
+        assert!(text.is_cancelled() && !number.is_cancelled());
+        assert!(!inflight.finish(&json!(7.0)), "7.0 is not the request 7");
+        assert!(inflight.finish(&json!(7)));
+        assert!(!inflight.finish(&json!(7)), "finished once");
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::access::Identity;
 use crate::exec::CancelFlag;
 use crate::protocol::jsonrpc::{self, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
-use crate::protocol::{Message, Protocol, Reply};
+use crate::protocol::{Message, Notifier, Protocol, Reply};
 
 /// Settings of the stdio transport.
 #[derive(Debug, Clone)]
@@ -51,6 +51,10 @@ struct Connection {
     inflight: Arc<Inflight>,
     /// Set when stdin closes: subscription streams end.
     closed: CancelFlag,
+    /// Whom the per-caller limits count every request of this connection against.
+    caller_key: Arc<str>,
+    /// Where every request's notifications go: this connection's stdout.
+    notifier: Notifier,
     options: StdioOptions,
 }
 
@@ -119,7 +123,22 @@ pub async fn serve(
     output: impl Write + Send + 'static,
     options: StdioOptions,
 ) -> std::io::Result<()> {
-    let conn = Arc::new(Connection {
+    // The stdio caller is the process owner, or the agent named on the command line: one key.
+    let caller_key: Arc<str> = match (&options.caller, &options.agent) {
+        (Some(caller), _) => format!("user:{}", caller.user_id).into(),
+        (None, Some(agent)) => format!("agent:{agent}").into(),
+        (None, None) => "anonymous".into(),
+    };
+    let conn = Arc::new_cyclic(|me: &std::sync::Weak<Connection>| Connection {
+        notifier: {
+            let me = me.clone();
+            Arc::new(move |n: Value| {
+                if let Some(conn) = me.upgrade() {
+                    conn.out.send(&n);
+                }
+            })
+        },
+        caller_key,
         core: Core::new(protocol, CancelFlag::new()),
         // Large enough that a long answer (a full `tools/list` page) is one write.
         out: Writer(Mutex::new(Box::new(std::io::BufWriter::with_capacity(
@@ -314,7 +333,7 @@ impl Connection {
         Origin {
             session: self.session.get().cloned(),
             headers: None,
-            caller_key: identity.caller_key(None),
+            caller_key: Arc::clone(&self.caller_key),
             identity,
             cache_private: false,
             inflight: Some(Arc::clone(&self.inflight)),
@@ -342,10 +361,6 @@ impl Connection {
             Routed::Done => return,
         };
         let cancel = CancelFlag::new();
-        let notify_to = Arc::clone(&self);
-        let notifier = Arc::new(move |n: Value| {
-            notify_to.out.send(&n);
-        });
         let answered = self
             .core
             .request(
@@ -354,7 +369,7 @@ impl Connection {
                 params,
                 &origin,
                 cancel.clone(),
-                Some(notifier),
+                Some(Arc::clone(&self.notifier)),
             )
             .await;
         if answered.cancelled_by_client {
