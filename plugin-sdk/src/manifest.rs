@@ -146,27 +146,53 @@ impl ToolDescriptor {
     /// assert_eq!(d.listing(), json!({"name": "add", "description": "Add.", "inputSchema": {"type": "object"}}));
     /// ```
     pub fn listing(&self) -> Value {
-        let mut tool = serde_json::json!({
-            "name": self.name,
-            "description": self.description,
-            "inputSchema": self.input_schema,
-        });
-        if let Some(title) = &self.title {
-            tool["title"] = serde_json::json!(title);
-        }
-        if let Some(output) = &self.output_schema {
-            tool["outputSchema"] = output.clone();
-        }
-        if !self.annotations.is_empty()
-            && let Ok(a) = serde_json::to_value(&self.annotations)
-        {
-            tool["annotations"] = a;
-        }
-        if let Some(meta) = &self.meta {
-            tool["_meta"] = meta.clone();
-        }
-        tool
+        serde_json::to_value(self.listed(&self.name)).unwrap_or_default()
     }
+
+    /// The same `Tool` object under the name `name` (the host's, with prefixes), borrowing from
+    /// the descriptor: serialise it to write the listing without building a JSON tree. Its members
+    /// come in the order a JSON object of them would have (sorted).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::json;
+    /// use mcp_plugin_sdk::wire::ToolDescriptor;
+    /// let d: ToolDescriptor = serde_json::from_value(json!({
+    ///     "name": "add", "description": "Add.", "inputSchema": {"type": "object"},
+    ///     "annotations": {"readOnlyHint": true},
+    /// })).unwrap();
+    /// assert_eq!(
+    ///     serde_json::to_string(&d.listed("math_add")).unwrap(),
+    ///     r#"{"annotations":{"readOnlyHint":true},"description":"Add.","inputSchema":{"type":"object"},"name":"math_add"}"#
+    /// );
+    /// ```
+    pub fn listed<'a>(&'a self, name: &'a str) -> ToolListing<'a> {
+        ToolListing {
+            meta: self.meta.as_ref(),
+            annotations: (!self.annotations.is_empty()).then_some(&self.annotations),
+            description: &self.description,
+            input_schema: &self.input_schema,
+            name,
+            output_schema: self.output_schema.as_ref(),
+            title: self.title.as_deref(),
+        }
+    }
+}
+
+/// A tool as `tools/list` shows it, borrowed from its [`ToolDescriptor`] ([`ToolDescriptor::listed`]).
+#[derive(Debug, Clone, Copy, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ToolListing<'a> {
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    annotations: Option<&'a Annotations>,
+    description: &'a str,
+    input_schema: &'a Value,
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output_schema: Option<&'a Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    title: Option<&'a str>,
 }
 
 /// Whether every major client accepts `name` as a tool name: `^[a-zA-Z0-9_-]{1,64}$` (no `.`, no

@@ -725,7 +725,9 @@ fn any_manifest_is_read_or_refused_without_harm() {
                     "{}",
                     tool.name
                 );
-                prop_assert!(tool.listing.is_object());
+                let listing = tool.listing.value();
+                prop_assert!(listing.is_object(), "{}", tool.listing.text());
+                prop_assert_eq!(&listing["name"], &json!(tool.name));
             }
             Ok(())
         },

@@ -8,11 +8,11 @@
 
 use std::sync::LazyLock;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use super::jsonrpc::RpcError;
 use super::{Answer, Request, pages};
-use crate::registry::Registry;
+use crate::registry::{Listing, Registry};
 
 /// The search tool's name.
 pub(crate) const SEARCH_TOOL: &str = "search_tools";
@@ -23,51 +23,57 @@ const DEFAULT_LIMIT: u64 = 5;
 /// Matches returned at most.
 const MAX_LIMIT: u64 = 20;
 
-/// The two tools' list entries (built once).
-static LISTINGS: LazyLock<[Value; 2]> = LazyLock::new(|| {
+/// The two tools' names and list entries (written once).
+static LISTINGS: LazyLock<[(&str, Listing); 2]> = LazyLock::new(|| {
     [
-        json!({
-            "name": CALL_TOOL,
-            "title": "Call a tool",
-            "description": "Call a tool found with search_tools: give its exact name and arguments \
-                            that match its input schema. Returns the tool's own result.",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "name": {"type": "string", "description": "The tool's name, as search_tools returned it."},
-                    "arguments": {"type": "object", "description": "The tool's arguments, per its input schema."}
+        (
+            CALL_TOOL,
+            Listing::of(&json!({
+                "name": CALL_TOOL,
+                "title": "Call a tool",
+                "description": "Call a tool found with search_tools: give its exact name and arguments \
+                                that match its input schema. Returns the tool's own result.",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "name": {"type": "string", "description": "The tool's name, as search_tools returned it."},
+                        "arguments": {"type": "object", "description": "The tool's arguments, per its input schema."}
+                    },
+                    "required": ["name"],
+                    "additionalProperties": false
+                }
+            })),
+        ),
+        (
+            SEARCH_TOOL,
+            Listing::of(&json!({
+                "name": SEARCH_TOOL,
+                "title": "Search tools",
+                "description": "Find the right tool for a task. Only a few tools are listed; many more \
+                                are available. Describe what you want to do in plain words (e.g. \
+                                \"current time in Tokyo\", \"hash text with sha256\"); the best-matching \
+                                tools come back, best first, with their descriptions and input schemas. \
+                                Then run one with call_tool (or call it directly by name).",
+                "inputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "query": {"type": "string", "description": "What you want to do, in plain words."},
+                        "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT,
+                                  "description": "How many tools to return at most."}
+                    },
+                    "required": ["query"],
+                    "additionalProperties": false
                 },
-                "required": ["name"],
-                "additionalProperties": false
-            }
-        }),
-        json!({
-            "name": SEARCH_TOOL,
-            "title": "Search tools",
-            "description": "Find the right tool for a task. Only a few tools are listed; many more \
-                            are available. Describe what you want to do in plain words (e.g. \
-                            \"current time in Tokyo\", \"hash text with sha256\"); the best-matching \
-                            tools come back, best first, with their descriptions and input schemas. \
-                            Then run one with call_tool (or call it directly by name).",
-            "inputSchema": {
-                "type": "object",
-                "properties": {
-                    "query": {"type": "string", "description": "What you want to do, in plain words."},
-                    "limit": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT,
-                              "description": "How many tools to return at most."}
+                "outputSchema": {
+                    "type": "object",
+                    "properties": {
+                        "tools": {"type": "array", "items": {"type": "object"}, "description": "The matching tools, best first."}
+                    },
+                    "required": ["tools"]
                 },
-                "required": ["query"],
-                "additionalProperties": false
-            },
-            "outputSchema": {
-                "type": "object",
-                "properties": {
-                    "tools": {"type": "array", "items": {"type": "object"}, "description": "The matching tools, best first."}
-                },
-                "required": ["tools"]
-            },
-            "annotations": {"readOnlyHint": true, "idempotentHint": true}
-        }),
+                "annotations": {"readOnlyHint": true, "idempotentHint": true}
+            })),
+        ),
     ]
 });
 
@@ -78,9 +84,9 @@ pub(crate) fn list(
     agent: &crate::access::Agent,
     registry: &Registry,
 ) -> Result<Answer, RpcError> {
-    let mut items: Vec<(&str, &Value)> = LISTINGS
+    let mut items: Vec<(&str, &Listing)> = LISTINGS
         .iter()
-        .map(|l| (l["name"].as_str().unwrap_or_default(), l))
+        .map(|(name, listing)| (*name, listing))
         .collect();
     items.extend(
         registry
@@ -133,13 +139,14 @@ pub(crate) fn search(req: &Request<'_>, registry: &Registry, args: Option<&Value
     let tools: Vec<Value> = found
         .into_iter()
         .map(|(tool, _)| {
-            let mut entry = Map::new();
-            for key in ["name", "title", "description", "inputSchema", "annotations"] {
-                if let Some(v) = tool.listing.get(key) {
-                    entry.insert(key.into(), v.clone());
-                }
-            }
-            Value::Object(entry)
+            let Value::Object(mut listing) = tool.listing.value() else {
+                return Value::Null;
+            };
+            listing.retain(|key, _| {
+                ["name", "title", "description", "inputSchema", "annotations"]
+                    .contains(&key.as_str())
+            });
+            Value::Object(listing)
         })
         .collect();
     let structured = json!({ "tools": tools });

@@ -46,8 +46,8 @@ pub struct Tool {
     validator: std::sync::OnceLock<Result<InputValidator, String>>,
     /// How long a call may run.
     pub timeout: Duration,
-    /// The tool as `tools/list` shows it (built once).
-    pub listing: Value,
+    /// The tool as `tools/list` shows it (written once).
+    pub listing: Listing,
     /// Its metric series, looked up at its first call.
     pub series: std::sync::OnceLock<crate::telemetry::metrics::ToolSeries>,
 }
@@ -100,7 +100,7 @@ pub struct Resource {
     /// The compiled template (templates only).
     pub template: Option<UriTemplate>,
     /// The resource as `resources/list` (or `resources/templates/list`) shows it.
-    pub listing: Value,
+    pub listing: Listing,
 }
 
 impl std::fmt::Debug for Resource {
@@ -124,7 +124,7 @@ pub struct Prompt {
     /// How long rendering may run.
     pub timeout: Duration,
     /// The prompt as `prompts/list` shows it.
-    pub listing: Value,
+    pub listing: Listing,
 }
 
 impl std::fmt::Debug for Prompt {
@@ -132,6 +132,45 @@ impl std::fmt::Debug for Prompt {
         f.debug_struct("Prompt")
             .field("name", &self.name)
             .finish_non_exhaustive()
+    }
+}
+
+/// An entry as the list methods show it (an MCP `Tool`, `Resource`, `ResourceTemplate` or
+/// `Prompt` object), written as JSON text once when the registry is built: a list page copies the
+/// text, and nothing keeps a tree of it.
+pub struct Listing(Box<serde_json::value::RawValue>);
+
+impl Listing {
+    /// `entry` written as JSON text.
+    pub fn of(entry: &impl Serialize) -> Listing {
+        // Writing JSON values and borrowed descriptors cannot fail (string keys, no maps of other
+        // keys); `null` stands in all the same.
+        Listing(
+            serde_json::value::to_raw_value(entry)
+                .unwrap_or_else(|_| serde_json::value::RawValue::NULL.to_owned()),
+        )
+    }
+
+    /// The JSON text.
+    pub fn text(&self) -> &str {
+        self.0.get()
+    }
+
+    /// As a JSON tree (for pinning and search results, which pick members from it).
+    pub fn value(&self) -> Value {
+        serde_json::from_str(self.text()).unwrap_or(Value::Null)
+    }
+}
+
+impl PartialEq for Listing {
+    fn eq(&self, other: &Listing) -> bool {
+        self.text() == other.text()
+    }
+}
+
+impl std::fmt::Debug for Listing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.text())
     }
 }
 
@@ -395,7 +434,10 @@ impl Registry {
             if mode == PinMode::Off {
                 continue;
             }
-            let now = crate::config::lock::Pin::new(slot.backend.name(), pins::definition(listing));
+            let now = crate::config::lock::Pin::new(
+                slot.backend.name(),
+                pins::definition(&listing.value()),
+            );
             let pinned = section.of(&config.pins).get(&entry.tool);
             let Some(difference) =
                 pins::Difference::between(section, &entry.tool, pinned, Some(&now))
@@ -432,7 +474,11 @@ impl Registry {
     }
 
     /// The served `kind` called `name`: its part of the lock, plugin and list entry.
-    fn served(&self, kind: Kind, name: &str) -> Option<(pins::Section, &Arc<PluginSlot>, &Value)> {
+    fn served(
+        &self,
+        kind: Kind,
+        name: &str,
+    ) -> Option<(pins::Section, &Arc<PluginSlot>, &Listing)> {
         use pins::Section;
         match kind {
             Kind::Tool => self
@@ -477,8 +523,8 @@ impl Registry {
     pub fn pins(&self) -> crate::config::lock::PinLock {
         use crate::config::lock::Pin;
         let mut lock = pins::empty_lock();
-        let pin = |slot: &PluginSlot, listing: &Value| {
-            Pin::new(slot.backend.name(), pins::definition(listing))
+        let pin = |slot: &PluginSlot, listing: &Listing| {
+            Pin::new(slot.backend.name(), pins::definition(&listing.value()))
         };
         for t in self.tools() {
             pins::insert(
@@ -539,8 +585,7 @@ impl Registry {
             match admitted {
                 Ok(()) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
-                    let mut listing = tool.listing();
-                    listing["name"] = Value::from(name.as_str());
+                    let listing = Listing::of(&tool.listed(&name));
                     if log_tools {
                         tracing::info!("Loaded tool: {name}");
                     }
@@ -653,7 +698,7 @@ impl Registry {
                     won.insert(d.uri.clone(), slot.candidate.path.clone());
                     let resource = Arc::new(Resource {
                         uri: d.uri.clone(),
-                        listing: resource_listing(d),
+                        listing: Listing::of(&resource_listing(d)),
                         descriptor: d.clone(),
                         slot: Arc::clone(slot),
                         index: index as u32,
@@ -713,7 +758,7 @@ impl Registry {
                     self.prompts.insert(
                         name.clone(),
                         Arc::new(Prompt {
-                            listing: prompt_listing(&name, d),
+                            listing: Listing::of(&prompt_listing(&name, d)),
                             name,
                             descriptor: d.clone(),
                             slot: Arc::clone(slot),
