@@ -58,6 +58,18 @@ fn an_abi_mismatch_is_rejected_with_a_short_clear_error_naming_the_file() {
     );
 }
 
+/// Loading skips the layout walk only for a file a probe checked; with probing off the host checks
+/// the layouts itself.
+#[test]
+fn with_probing_off_an_abi_mismatch_is_still_rejected_by_the_hosts_own_check() {
+    let l = Layout::new();
+    l.install("d", "fixture-abi-mismatch", None);
+    let cfg = l.config("tool_dirs: [d]\nprobe: false\n");
+    let (rows, _) = l.list(&cfg);
+    let err = load_error(&rows, "libfixture_abi_mismatch.so");
+    assert!(err.starts_with("incompatible plugin ABI:"), "{err}");
+}
+
 #[test]
 fn a_plugin_built_for_another_target_is_refused_by_its_fingerprint() {
     let l = Layout::new();

@@ -18,7 +18,7 @@ use std::time::Instant;
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 
 use super::backend::{HostCallbacks, PluginBackend};
-use super::in_process::{InProcess, LoadContext};
+use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
 use super::slot::FileStamp;
 use crate::exec::CallState;
@@ -107,8 +107,9 @@ impl Deferred {
             config_for: &config_for,
             host: Arc::clone(&load.host),
         };
-        let plugin =
-            InProcess::load_copy(&load.file, &load.copy, &cx).map_err(|e| e.to_string())?;
+        // Deferred only after a probe checked the copy, whose identity was just compared.
+        let plugin = InProcess::load_copy(&load.file, &load.copy, Layout::CheckedByProbe, &cx)
+            .map_err(|e| e.to_string())?;
         let images = load.images.fetch_add(1, Ordering::AcqRel) + 1;
         load.telemetry.metrics().images(images);
         if plugin.manifest() != &self.manifest {

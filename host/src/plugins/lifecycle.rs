@@ -20,7 +20,7 @@ use super::backend::{HostCallbacks, PluginBackend};
 use super::copies::CopyCache;
 use super::deferred::{Deferred, DeferredLoad};
 use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
-use super::in_process::{InProcess, LoadContext};
+use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
 use super::probe::{ProbeCache, Prober};
 use super::signature;
@@ -511,7 +511,12 @@ impl Loader {
             super::copies::discard(&copy);
             return Err(no_exe());
         }
-        let plugin = InProcess::load_copy(&candidate.path, &copy, cx)?;
+        // A name comes from a probe of this copy (its child, or the cache for its identity).
+        let layout = match name {
+            Some(_) => Layout::CheckedByProbe,
+            None => Layout::Check,
+        };
+        let plugin = InProcess::load_copy(&candidate.path, &copy, layout, cx)?;
         self.images.fetch_add(1, Ordering::AcqRel);
         let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
         if spec.isolation.is_isolated() {

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use mcp_plugin_sdk::wire::BuildInfo;
 
-use crate::plugins::in_process::open_module;
+use crate::plugins::in_process::{Layout, open_module};
 use crate::plugins::{LoadError, describe_exit};
 
 const MARK: &str = "\u{1}MCPPROBE ";
@@ -310,7 +310,7 @@ pub fn run_probe_child(files: &[PathBuf], out: &mut dyn Write) -> std::io::Resul
     for (i, file) in files.iter().enumerate() {
         writeln!(out, "\n{MARK}begin {i} ")?;
         out.flush()?;
-        match open_module(Path::new(file)) {
+        match open_module(Path::new(file), Layout::Check) {
             Ok((_, build)) => {
                 let json = serde_json::to_string(&build).unwrap_or_default();
                 writeln!(out, "\n{MARK}ok {i} {json}")?;

@@ -63,14 +63,35 @@ fn summarize_library_error(e: &LibraryError) -> LoadError {
     }
 }
 
+/// Whether abi_stable's check of a plugin's type layouts still has to run when it is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Layout {
+    /// Check it: nothing has checked this file yet.
+    Check,
+    /// A probe checked this very file (its child opened these bytes, or the probe cache knows a
+    /// file of this identity passed): the walk of the layouts (about a million instructions a
+    /// plugin) is not repeated. The library's abi_stable version is still checked.
+    CheckedByProbe,
+}
+
 /// Open a library file and check it is a compatible plugin, without running its `init`.
 ///
 /// This is what the child-process probe does; in-process loads do it on the private copy.
-pub(crate) fn open_module(path: &Path) -> Result<(PluginModV1Ref, BuildInfo), LoadError> {
+pub(crate) fn open_module(
+    path: &Path,
+    layout: Layout,
+) -> Result<(PluginModV1Ref, BuildInfo), LoadError> {
     let header = lib_header_from_path(path).map_err(|e| summarize_library_error(&e))?;
-    let module = header
-        .init_root_module::<PluginModV1Ref>()
-        .map_err(|e| summarize_library_error(&e))?;
+    let module = match layout {
+        Layout::Check => header.init_root_module::<PluginModV1Ref>(),
+        // SAFETY: `init_root_module` (the version and layout checks) passed on a file with these
+        // very bytes in a probe, so the root module has the layout `PluginModV1Ref` expects.
+        #[allow(unsafe_code)]
+        Layout::CheckedByProbe => unsafe {
+            header.init_root_module_with_unchecked_layout::<PluginModV1Ref>()
+        },
+    }
+    .map_err(|e| summarize_library_error(&e))?;
     let raw = (module.build_info())();
     let build: BuildInfo = serde_json::from_str(raw.as_str())
         .map_err(|e| LoadError::Build(format!("unreadable build fingerprint: {e}")))?;
@@ -119,9 +140,10 @@ impl InProcess {
     pub(crate) fn load_copy(
         file: &Path,
         copy: &Path,
+        layout: Layout,
         cx: &LoadContext<'_>,
     ) -> Result<InProcess, LoadError> {
-        let opened = open_module(copy);
+        let opened = open_module(copy, layout);
         crate::plugins::copies::discard(copy);
         let (module, build) = opened.map_err(|e| e.mentioning(copy, file))?;
         let host_api = HostApiImpl::new(

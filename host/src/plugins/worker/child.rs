@@ -26,7 +26,7 @@ use mcp_plugin_sdk::wire::{
 
 use super::sandbox;
 use super::wire::{FrameReader, FrameWriter, FromWorker, Init, Source, ToWorker};
-use crate::plugins::in_process::{init_module, open_module};
+use crate::plugins::in_process::{Layout, init_module, open_module};
 
 /// A channel read spins first when a message arrived this recently (traffic is flowing).
 const RECENT: Duration = Duration::from_millis(1);
@@ -147,7 +147,7 @@ pub fn run_worker() -> ExitCode {
 /// Open the plugin and run its `init` with the worker's host API.
 fn load(worker: &'static Worker, init: Init) -> Result<FromWorker, (&'static str, String)> {
     let as_parts = |e: crate::plugins::LoadError| e.parts();
-    let (module, build) = open_module(&init.file).map_err(as_parts)?;
+    let (module, build) = open_module(&init.file, Layout::Check).map_err(as_parts)?;
     let host = HostApiFfi_TO::from_value(
         WorkerHost {
             worker,
