@@ -14,13 +14,16 @@
 //! as long as the target directory does.
 
 use std::path::Path;
-use std::process::Command;
+
+#[path = "link/toolchain.rs"]
+mod toolchain;
 
 const ORDER: &str = "link/startup-order.txt";
 
 fn main() {
     println!("cargo:rerun-if-changed={ORDER}");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=link/toolchain.rs");
     println!("cargo:rerun-if-env-changed=RUSTC_LINKER");
     println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     if let Some(file) = startup_order() {
@@ -41,28 +44,8 @@ fn startup_order() -> Option<String> {
     }
     let path = Path::new(&env("CARGO_MANIFEST_DIR")).join(ORDER);
     let text = std::fs::read_to_string(&path).ok()?;
-    // "# rustc <release> <commit-hash> <host triple>"
-    let made_for = text.lines().find_map(|l| l.strip_prefix("# rustc "))?;
-    let version = Command::new(std::env::var_os("RUSTC")?)
-        .arg("-vV")
-        .output()
-        .ok()?;
-    let version = String::from_utf8(version.stdout).ok()?;
-    let field = |name: &str| {
-        version
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
-    };
-    let this_build = format!(
-        "{} {} {}",
-        field("release:"),
-        field("commit-hash:"),
-        env("TARGET")
-    );
-    if made_for.trim() != this_build {
+    let this_build = toolchain::of(&std::env::var_os("RUSTC")?, Some(&env("TARGET")))?;
+    if toolchain::made_for(&text)? != this_build {
         return None;
     }
     let copy = Path::new(&std::env::var_os("OUT_DIR")?).join("startup-order.txt");

@@ -17,6 +17,10 @@ use std::process::Command;
 use mcp_host_tests::serve::{HttpServer, result_text};
 use mcp_host_tests::{artifacts, fresh_checkout, shared_target, workspace_root};
 use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+
+/// Which toolchain the ordering file was made for, as `host/build.rs` decides it.
+#[path = "../../host/link/toolchain.rs"]
+mod toolchain;
 use serde_json::{Value, json};
 
 fn library(name: &str) -> String {
@@ -188,27 +192,10 @@ fn readme_first_command_serves_the_packaged_plugins_only_and_logs_no_error_or_wa
 fn readme_release_build_places_the_listed_start_up_functions_first() {
     let order =
         std::fs::read_to_string(workspace_root().join("host/link/startup-order.txt")).unwrap();
-    let made_for = order
-        .lines()
-        .find_map(|l| l.strip_prefix("# rustc "))
-        .expect("the ordering file names the rustc it was made for");
-    let rustc = Command::new("rustc").arg("-vV").output().unwrap();
-    let rustc = String::from_utf8_lossy(&rustc.stdout);
-    let field = |name: &str| {
-        rustc
-            .lines()
-            .find_map(|l| l.strip_prefix(name))
-            .unwrap_or_default()
-            .trim()
-            .to_owned()
-    };
-    let this = format!(
-        "{} {} {}",
-        field("release:"),
-        field("commit-hash:"),
-        field("host:")
-    );
-    if made_for.trim() != this {
+    let made_for =
+        toolchain::made_for(&order).expect("the ordering file names the rustc it was made for");
+    let this = toolchain::of("rustc".as_ref(), None).expect("rustc -vV");
+    if made_for != this {
         eprintln!(
             "skipped: the ordering file was made for rustc {made_for}, this is {this} (the build \
              does not use it)"
