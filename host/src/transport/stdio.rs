@@ -123,12 +123,13 @@ pub async fn serve(
     output: impl Write + Send + 'static,
     options: StdioOptions,
 ) -> std::io::Result<()> {
-    // The stdio caller is the process owner, or the agent named on the command line: one key.
-    let caller_key: Arc<str> = match (&options.caller, &options.agent) {
-        (Some(caller), _) => format!("user:{}", caller.user_id).into(),
-        (None, Some(agent)) => format!("agent:{agent}").into(),
-        (None, None) => "anonymous".into(),
-    };
+    // One caller for the whole connection: the process owner, or the agent named on the command
+    // line (checked to exist at start).
+    let caller_key = Identity {
+        caller: options.caller.clone(),
+        agent: (options.agent.as_deref()).and_then(|a| protocol.host().access().agent(a)),
+    }
+    .caller_key(None);
     let conn = Arc::new_cyclic(|me: &std::sync::Weak<Connection>| Connection {
         notifier: {
             let me = me.clone();
