@@ -286,6 +286,21 @@ impl std::io::Write for Sink {
     }
 }
 
+/// Both ways of reading a message decide the same: member by member off the text (as the
+/// transports read what clients send) and by classifying its tree (as a batch's items are).
+#[test]
+fn reading_a_message_off_its_text_decides_as_classifying_its_tree() {
+    use mcp_host::protocol::jsonrpc::{Received, read};
+    fuzz("read", 512, line(), |text| {
+        let Ok(tree) = serde_json::from_str::<Value>(&text) else {
+            prop_assert!(read(&text).is_err(), "{text}");
+            return Ok(());
+        };
+        prop_assert_eq!(read(&text).ok(), Some(Received::of(tree)), "{}", text);
+        Ok(())
+    });
+}
+
 #[test]
 fn any_stdio_input_gets_only_well_formed_answers() {
     let served = served();

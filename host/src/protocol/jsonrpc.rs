@@ -253,31 +253,57 @@ pub enum Incoming {
 /// Classify one parsed JSON value. `Err` carries the id to answer with (null when unknown).
 pub fn classify(value: Value) -> Result<Incoming, (Value, RpcError)> {
     let Value::Object(mut obj) = value else {
-        return Err((
-            Value::Null,
-            RpcError::invalid_request("a JSON-RPC message must be an object"),
-        ));
+        return Err(not_an_object());
     };
-    let id = obj.remove("id");
-    let id_for_error = id.clone().unwrap_or(Value::Null);
-    if obj.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+    classify_members(Members {
+        jsonrpc_is_2_0: obj.get("jsonrpc").and_then(Value::as_str) == Some("2.0"),
+        id: obj.remove("id"),
+        method: obj.remove("method"),
+        params: obj.remove("params"),
+        result: obj.remove("result"),
+        error: obj.remove("error"),
+    })
+}
+
+fn not_an_object() -> (Value, RpcError) {
+    (
+        Value::Null,
+        RpcError::invalid_request("a JSON-RPC message must be an object"),
+    )
+}
+
+/// The members of a message object that decide what it is (each as written, when present).
+#[derive(Default)]
+struct Members {
+    jsonrpc_is_2_0: bool,
+    id: Option<Value>,
+    method: Option<Value>,
+    params: Option<Value>,
+    result: Option<Value>,
+    error: Option<Value>,
+}
+
+/// The one set of rules: a request, a notification, a response, or what is wrong with it.
+fn classify_members(m: Members) -> Result<Incoming, (Value, RpcError)> {
+    let id_for_error = m.id.clone().unwrap_or(Value::Null);
+    if !m.jsonrpc_is_2_0 {
         return Err((
             id_for_error,
             RpcError::invalid_request("\"jsonrpc\" must be \"2.0\""),
         ));
     }
-    let method = match obj.remove("method") {
-        Some(Value::String(m)) => m,
+    let method = match m.method {
+        Some(Value::String(method)) => method,
         Some(_) => {
             return Err((
                 id_for_error,
                 RpcError::invalid_request("\"method\" must be a string"),
             ));
         }
-        None if obj.contains_key("result") || obj.contains_key("error") => {
-            let outcome = match (obj.remove("result"), obj.remove("error")) {
-                (Some(result), None) => Ok(result),
+        None if m.result.is_some() || m.error.is_some() => {
+            let outcome = match (m.result, m.error) {
                 (_, Some(error)) => Err(error),
+                (Some(result), None) => Ok(result),
                 (None, None) => unreachable!("one of them is present"),
             };
             return Ok(Incoming::Response {
@@ -292,7 +318,7 @@ pub fn classify(value: Value) -> Result<Incoming, (Value, RpcError)> {
             ));
         }
     };
-    let params = match obj.remove("params") {
+    let params = match m.params {
         None | Some(Value::Null) => Map::new(),
         Some(Value::Object(p)) => p,
         Some(_) => {
@@ -302,7 +328,7 @@ pub fn classify(value: Value) -> Result<Incoming, (Value, RpcError)> {
             ));
         }
     };
-    match id {
+    match m.id {
         None => Ok(Incoming::Notification { method, params }),
         Some(id @ (Value::String(_) | Value::Number(_))) => {
             Ok(Incoming::Request { id, method, params })
@@ -311,6 +337,109 @@ pub fn classify(value: Value) -> Result<Incoming, (Value, RpcError)> {
             Value::Null,
             RpcError::invalid_request("\"id\" must be a string or a number"),
         )),
+    }
+}
+
+/// A message as read off the wire.
+#[derive(Debug, PartialEq)]
+pub enum Received {
+    /// One message.
+    One {
+        /// What it is, or what is wrong with it (with the id to answer with).
+        message: Result<Incoming, (Value, RpcError)>,
+        /// Its `id` as written (null when absent): for an error answered before it is routed.
+        id: Value,
+        /// Its `params._meta` names a protocol version: a 2026 request, which no session serves.
+        modern: bool,
+    },
+    /// A JSON-RPC batch: its items, each classified when it runs.
+    Batch(Vec<Value>),
+}
+
+impl Received {
+    /// A message already parsed (a batch's item).
+    pub fn of(value: Value) -> Received {
+        match value {
+            Value::Array(items) => Received::Batch(items),
+            value => {
+                let id = value.get("id").cloned().unwrap_or(Value::Null);
+                let modern = value
+                    .get("params")
+                    .is_some_and(|p| names_protocol_version(p.get("_meta")));
+                Received::One {
+                    message: classify(value),
+                    id,
+                    modern,
+                }
+            }
+        }
+    }
+}
+
+fn names_protocol_version(meta: Option<&Value>) -> bool {
+    meta.and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+        .is_some()
+}
+
+/// Parse and classify a message's text; `Err` when it is not JSON (answered with
+/// [`RpcError::parse`]). A message object is read member by member straight into what it is,
+/// without building a tree of the whole message first (only its `id`, `method`, `params`,
+/// `result` and `error` are kept); anything else is read as a tree, as the rules for it need.
+pub fn read(text: &str) -> Result<Received, serde_json::Error> {
+    if !text.trim_start().starts_with('{') {
+        return serde_json::from_str::<Value>(text).map(Received::of);
+    }
+    let WireMessage(members) = serde_json::from_str(text)?;
+    let id = members.id.clone().unwrap_or(Value::Null);
+    let modern = (members.params.as_ref()).is_some_and(|p| names_protocol_version(p.get("_meta")));
+    Ok(Received::One {
+        message: classify_members(members),
+        id,
+        modern,
+    })
+}
+
+/// A message object as [`read`] takes it: members in any order, a repeated one taking its last
+/// value (as when the object is read as a tree), unknown ones skipped.
+struct WireMessage(Members);
+
+impl<'de> serde::Deserialize<'de> for WireMessage {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl<'de> serde::de::Visitor<'de> for Visit {
+            type Value = WireMessage;
+
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON-RPC message object")
+            }
+
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Self::Value, A::Error> {
+                let mut m = Members::default();
+                while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                    match &*key {
+                        "jsonrpc" => {
+                            let raw: &'de serde_json::value::RawValue = map.next_value()?;
+                            m.jsonrpc_is_2_0 = raw.get() == "\"2.0\""
+                                || serde_json::from_str::<Value>(raw.get())
+                                    .is_ok_and(|v| v.as_str() == Some("2.0"));
+                        }
+                        "id" => m.id = Some(map.next_value()?),
+                        "method" => m.method = Some(map.next_value()?),
+                        "params" => m.params = Some(map.next_value()?),
+                        "result" => m.result = Some(map.next_value()?),
+                        "error" => m.error = Some(map.next_value()?),
+                        _ => {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(WireMessage(m))
+            }
+        }
+        d.deserialize_map(Visit)
     }
 }
 
@@ -346,6 +475,63 @@ pub fn notification(method: &str, params: Value) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What [`read`] makes of a message's text, as comparable data.
+    fn read_text(text: &str) -> (Result<Incoming, (Value, RpcError)>, Value, bool) {
+        match read(text).unwrap() {
+            Received::One {
+                message,
+                id,
+                modern,
+            } => (message, id, modern),
+            Received::Batch(items) => panic!("a batch: {items:?}"),
+        }
+    }
+
+    #[test]
+    fn reading_a_message_member_by_member_decides_as_classifying_its_tree_does() {
+        let messages = [
+            r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#,
+            r#" {"method":"tools/call","id":"a","jsonrpc":"2.0","params":{"name":"echo","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":null}"#,
+            r#"{"jsonrpc":"2.0","id":3,"result":{"x":1},"error":{"code":1}}"#,
+            r#"{"jsonrpc":"1.0","id":7,"method":"x"}"#,
+            r#"{"jsonrpc":2.0,"id":7,"method":"x"}"#,
+            r#"{"jsonrpc":"2\u002e0","id":7,"method":"x"}"#,
+            r#"{"id":7,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":5}"#,
+            r#"{"jsonrpc":"2.0","id":7}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"x","params":[1]}"#,
+            r#"{"jsonrpc":"2.0","id":7,"method":"x","params":null}"#,
+            r#"{"jsonrpc":"2.0","id":null,"method":"x"}"#,
+            r#"{"jsonrpc":"2.0","id":{"a":1},"method":"x","params":{"_meta":{}}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"x","method":"y","extra":[{"deep":true}]}"#,
+            r#"{"jsonrpc":"1.0","jsonrpc":"2.0","id":1.5,"method":"x"}"#,
+        ];
+        for text in messages {
+            let tree = match Received::of(serde_json::from_str(text).unwrap()) {
+                Received::One {
+                    message,
+                    id,
+                    modern,
+                } => (message, id, modern),
+                Received::Batch(_) => unreachable!(),
+            };
+            assert_eq!(read_text(text), tree, "{text}");
+        }
+    }
+
+    #[test]
+    fn reading_anything_but_an_object_keeps_the_rules_for_it() {
+        assert!(matches!(read("[1, {}]").unwrap(), Received::Batch(items) if items.len() == 2));
+        let (message, id, modern) = read_text("\"ping\"");
+        assert_eq!(message.unwrap_err().1.code(), INVALID_REQUEST);
+        assert_eq!((id, modern), (Value::Null, false));
+        assert!(read("{\"jsonrpc\": ").is_err());
+        assert!(read("{} trailing").is_err());
+        assert!(read("").is_err());
+    }
 
     #[test]
     fn classifies_requests_notifications_and_invalid_messages() {

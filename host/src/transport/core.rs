@@ -13,7 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::access::Identity;
 use crate::exec::CancelFlag;
-use crate::protocol::jsonrpc::{self, Incoming, RpcError};
+use crate::protocol::jsonrpc::{self, Incoming, Received, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
 
 use crate::protocol::{Exchange, HttpHeaders, Message, Notifier, Protocol, Reply};
@@ -97,11 +97,12 @@ impl Core {
     /// Sort a parsed message; notifications and responses take effect here
     /// (`notifications/cancelled` reaches the request it names in `origin.inflight`; a response
     /// from the client reaches the call waiting for it in `origin.session`).
-    pub(crate) fn route(&self, value: Value, origin: &Origin) -> Routed {
-        if let Value::Array(items) = value {
-            return Routed::Batch(items);
-        }
-        match jsonrpc::classify(value) {
+    pub(crate) fn route(&self, read: Received, origin: &Origin) -> Routed {
+        let message = match read {
+            Received::Batch(items) => return Routed::Batch(items),
+            Received::One { message, .. } => message,
+        };
+        match message {
             Ok(Incoming::Request { id, method, params }) => Routed::Request { id, method, params },
             Ok(Incoming::Notification { method, params }) => {
                 if method == "notifications/cancelled"
@@ -212,7 +213,7 @@ impl Core {
         }
         let mut out = Vec::new();
         for item in items {
-            match self.route(item, origin) {
+            match self.route(Received::of(item), origin) {
                 Routed::Request { id, method, params } => {
                     let answered = self
                         .request(id, &method, params, origin, CancelFlag::new(), None)

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::core::{Batched, Core, Origin, Routed};
 use crate::access::Identity;
 use crate::exec::CancelFlag;
-use crate::protocol::jsonrpc::{self, RpcError};
+use crate::protocol::jsonrpc::{self, Received, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
 use crate::protocol::{Message, Notifier, Protocol, Reply};
 
@@ -234,8 +234,8 @@ fn read_loop(
         if line.is_empty() {
             continue;
         }
-        let value: Value = match serde_json::from_str(line) {
-            Ok(v) => v,
+        let read = match jsonrpc::read(line) {
+            Ok(read) => read,
             Err(e) => {
                 conn.out.send(&jsonrpc::error_response(
                     &Value::Null,
@@ -246,7 +246,7 @@ fn read_loop(
         };
         let task = Arc::clone(&conn);
         let mut message: Pin<Box<dyn Future<Output = ()> + Send>> =
-            Box::pin(async move { task.handle(value).await });
+            Box::pin(async move { task.handle(read).await });
         // Poll once here; a message that has to wait continues on the runtime, which polls it again
         // with a real waker (primitives re-check their state on every poll, so nothing is lost).
         // With more input already buffered, what it writes here is flushed with the next answers.
@@ -341,9 +341,9 @@ impl Connection {
         }
     }
 
-    async fn handle(self: Arc<Self>, value: Value) {
+    async fn handle(self: Arc<Self>, read: Received) {
         let origin = self.origin();
-        let (id, method, params) = match self.core.route(value, &origin) {
+        let (id, method, params) = match self.core.route(read, &origin) {
             Routed::Request { id, method, params } => (id, method, params),
             Routed::Batch(items) => {
                 match self.core.batch(items, &origin).await {

@@ -21,7 +21,7 @@ use super::guard::{bearer, denied, header, names, unauthorized};
 use super::sessions::Changeable;
 use crate::exec::CancelFlag;
 use crate::exec::detached::Detached;
-use crate::protocol::jsonrpc::{ErrorKind, RpcError};
+use crate::protocol::jsonrpc::{self, ErrorKind, Received, RpcError};
 use crate::protocol::session::Outbound as _;
 use crate::protocol::{HttpHeaders, Reply, decode_header_value};
 use crate::transport::core::{Batched, Origin, Routed};
@@ -122,18 +122,20 @@ pub(crate) async fn post(
         Ok(read) => read,
         Err(resp) => return resp,
     };
-    let value: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
+    let read = match std::str::from_utf8(&bytes) {
+        Ok(text) => jsonrpc::read(text).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the body is not UTF-8 ({e})")),
+    };
+    let read = match read {
+        Ok(read) => read,
         Err(e) => {
             return error_response(&Value::Null, &RpcError::parse(format!("invalid JSON: {e}")));
         }
     };
-    let id = value.get("id").cloned().unwrap_or(Value::Null);
-    let is_modern = value
-        .get("params")
-        .and_then(|p| p.get("_meta"))
-        .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
-        .is_some();
+    let (id, is_modern) = match &read {
+        Received::One { id, modern, .. } => (id.clone(), *modern),
+        Received::Batch(_) => (Value::Null, false),
+    };
     let session = match header(&parts.headers, &names::SESSION) {
         Some(sid) if !is_modern => match state.sessions.get(sid).await {
             Ok(Some(s)) => Some(s),
@@ -172,7 +174,7 @@ pub(crate) async fn post(
         identity,
         cache_private: access.caller_dependent(),
     };
-    match state.core.route(value, &origin) {
+    match state.core.route(read, &origin) {
         Routed::Request { id, method, params } => {
             request(state, id, method, params, origin, endpoint_agent).await
         }
