@@ -580,6 +580,10 @@ impl ResultLimits {
                 self.bytes
             ));
         }
+        // Every value takes at least one byte of the text: a short one needs no count.
+        if json.len() <= self.values {
+            return None;
+        }
         let values = json_values_bound(json);
         (values > self.values).then(|| {
             format!(
@@ -702,5 +706,9 @@ mod tests {
         );
         // Commas inside strings are not values.
         assert_eq!(json_values_bound(r#"["a,b:c[", 1]"#), 3);
+        // Every value takes a byte at least (what lets a short result skip the count).
+        for dense in ["1", "[]", "[[[]]]", "[1,2,3]", r#"{"a":1,"b":[0,0]}"#, "[[],[],[]]"] {
+            assert!(json_values_bound(dense) <= dense.len(), "{dense}");
+        }
     }
 }
