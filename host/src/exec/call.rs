@@ -707,7 +707,14 @@ mod tests {
         // Commas inside strings are not values.
         assert_eq!(json_values_bound(r#"["a,b:c[", 1]"#), 3);
         // Every value takes a byte at least (what lets a short result skip the count).
-        for dense in ["1", "[]", "[[[]]]", "[1,2,3]", r#"{"a":1,"b":[0,0]}"#, "[[],[],[]]"] {
+        for dense in [
+            "1",
+            "[]",
+            "[[[]]]",
+            "[1,2,3]",
+            r#"{"a":1,"b":[0,0]}"#,
+            "[[],[],[]]",
+        ] {
             assert!(json_values_bound(dense) <= dense.len(), "{dense}");
         }
     }

@@ -30,7 +30,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// Requests in flight, by id, so `notifications/cancelled` can reach them: one set per stdio
 /// connection and per legacy HTTP session.
 #[derive(Debug, Default)]
-pub struct Inflight(Mutex<HashMap<RequestKey, CancelFlag>>);
+pub struct Inflight {
+    running: Mutex<HashMap<RequestKey, CancelFlag>>,
+    /// Requests are tracked from the first time they wait (see [`Inflight::one_reader`]).
+    from_first_wait: bool,
+}
 
 /// A request id as a map key: a number as it is (no text made for it), a string by its text. A
 /// number and a string never name the same request (`1` is not `"1"`), as JSON-RPC has it.
@@ -53,20 +57,36 @@ impl RequestKey {
 }
 
 impl Inflight {
+    /// The requests of a connection whose messages one thread reads, running each request until it
+    /// first has to wait before it reads the next message (stdio): a request that finishes in that
+    /// first run can never be named by a `notifications/cancelled`, which is read only afterwards,
+    /// so requests are tracked from their first wait instead of from their start.
+    pub fn one_reader() -> Inflight {
+        Inflight {
+            from_first_wait: true,
+            ..Inflight::default()
+        }
+    }
+
+    /// Whether requests are tracked from their first wait rather than from their start.
+    pub fn tracks_from_first_wait(&self) -> bool {
+        self.from_first_wait
+    }
+
     /// Track a request until [`Inflight::finish`].
     pub fn track(&self, id: &Value, cancel: CancelFlag) {
-        lock(&self.0).insert(RequestKey::of(id), cancel);
+        lock(&self.running).insert(RequestKey::of(id), cancel);
     }
 
     /// Stop tracking a request; `false` when a `notifications/cancelled` took it out first (the
     /// client cancelled it and expects no response).
     pub fn finish(&self, id: &Value) -> bool {
-        lock(&self.0).remove(&RequestKey::of(id)).is_some()
+        lock(&self.running).remove(&RequestKey::of(id)).is_some()
     }
 
     /// Cancel an in-flight request; true if it was running.
     pub fn cancel(&self, id: &Value) -> bool {
-        match lock(&self.0).remove(&RequestKey::of(id)) {
+        match lock(&self.running).remove(&RequestKey::of(id)) {
             Some(flag) => {
                 flag.cancel();
                 true

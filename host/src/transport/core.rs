@@ -159,7 +159,8 @@ impl Core {
         }
     }
 
-    /// Run one request with its cancellation tracked in `origin.inflight`.
+    /// Run one request with its cancellation tracked in `origin.inflight` (see
+    /// [`Inflight::one_reader`]).
     pub(crate) async fn request(
         &self,
         id: Value,
@@ -169,9 +170,13 @@ impl Core {
         cancel: CancelFlag,
         notifier: Option<Notifier>,
     ) -> Answered {
-        if let Some(inflight) = &origin.inflight {
+        // Tracked from the start, or (one reader: stdio) from the first time the request waits.
+        let inflight = origin.inflight.as_deref();
+        let mut tracked = inflight.is_some_and(|i| !i.tracks_from_first_wait());
+        if let Some(inflight) = inflight.filter(|_| tracked) {
             inflight.track(&id, cancel.clone());
         }
+        let later = inflight.filter(|_| !tracked).map(|i| (i, cancel.clone()));
         let ex = Exchange {
             session: origin.session.clone(),
             headers: origin.headers.clone(),
@@ -182,14 +187,21 @@ impl Core {
             cache_private: origin.cache_private,
             quota_key: Some(Arc::clone(&origin.caller_key)),
         };
-        let reply = self
-            .protocol
-            .handle_request(id.clone(), method, params, ex)
-            .await;
-        let cancelled_by_client = origin
-            .inflight
-            .as_ref()
-            .is_some_and(|inflight| !inflight.finish(&id));
+        let mut handling =
+            std::pin::pin!(self.protocol.handle_request(id.clone(), method, params, ex));
+        let reply = std::future::poll_fn(|cx| {
+            let polled = handling.as_mut().poll(cx);
+            if polled.is_pending()
+                && !tracked
+                && let Some((inflight, cancel)) = &later
+            {
+                inflight.track(&id, cancel.clone());
+                tracked = true;
+            }
+            polled
+        })
+        .await;
+        let cancelled_by_client = tracked && inflight.is_some_and(|inflight| !inflight.finish(&id));
         Answered {
             reply,
             cancelled_by_client,

@@ -148,7 +148,7 @@ pub async fn serve(
         )))),
         tasks: Mutex::new(tokio::task::JoinSet::new()),
         session: OnceLock::new(),
-        inflight: Arc::default(),
+        inflight: Arc::new(Inflight::one_reader()),
         closed: CancelFlag::new(),
         options,
     });
