@@ -12,6 +12,13 @@ use mcp_host::config::LogFormat;
 use mcp_host::telemetry::{AuditLog, Telemetry, logging};
 use mcp_host::{Config, Host, HostOptions};
 
+/// mimalloc rather than glibc's malloc: a request allocates and frees some fifty small objects,
+/// often on different threads, where glibc's per-thread caches overflow into its locked arenas
+/// (README, Performance: 3k fewer instructions a stdio call, 8k an HTTP one). `no_thp` keeps its
+/// arenas off transparent huge pages, which would make each thread's first page 2 MB resident.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// `mcp-host --version`: the version and the build fingerprint plugins must match.
 fn version() -> &'static str {
     static VERSION: LazyLock<String> = LazyLock::new(|| {
