@@ -125,11 +125,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     // One caller for the whole connection: the process owner, or the agent named on the command
     // line (checked to exist at start).
-    let caller_key = Identity {
-        caller: options.caller.clone(),
-        agent: (options.agent.as_deref()).and_then(|a| protocol.host().access().agent(a)),
-    }
-    .caller_key(None);
+    let caller_key = identity(&options, &protocol).caller_key(None);
     let conn = Arc::new_cyclic(|me: &std::sync::Weak<Connection>| Connection {
         notifier: {
             let me = me.clone();
@@ -320,22 +316,22 @@ fn read_line(
     }
 }
 
+/// The connection's caller: the process owner, with the agent named on the command line as the
+/// current configuration defines it.
+fn identity(options: &StdioOptions, protocol: &Protocol) -> Identity {
+    Identity {
+        caller: options.caller.clone(),
+        agent: (options.agent.as_deref()).and_then(|a| protocol.host().access().agent(a)),
+    }
+}
+
 impl Connection {
     fn origin(&self) -> Origin {
-        let host = self.core.protocol().host();
-        let identity = Identity {
-            caller: self.options.caller.clone(),
-            agent: self
-                .options
-                .agent
-                .as_deref()
-                .and_then(|a| host.access().agent(a)),
-        };
         Origin {
             session: self.session.get().cloned(),
             headers: None,
             caller_key: Arc::clone(&self.caller_key),
-            identity,
+            identity: identity(&self.options, self.core.protocol()),
             cache_private: false,
             inflight: Some(Arc::clone(&self.inflight)),
         }
