@@ -1,5 +1,6 @@
 //! The `mcp-host` command line: wiring only; the work lives in the library.
 
+mod allocator;
 mod cli;
 
 use std::path::PathBuf;
@@ -12,12 +13,9 @@ use mcp_host::config::LogFormat;
 use mcp_host::telemetry::{AuditLog, Telemetry, logging};
 use mcp_host::{Config, Host, HostOptions};
 
-/// mimalloc rather than glibc's malloc: a request allocates and frees some fifty small objects,
-/// often on different threads, where glibc's per-thread caches overflow into its locked arenas
-/// (README, Performance: 3k fewer instructions a stdio call, 8k an HTTP one). `no_thp` keeps its
-/// arenas off transparent huge pages, which would make each thread's first page 2 MB resident.
+/// mimalloc rather than glibc's malloc (see [`allocator`]).
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
 
 /// `mcp-host --version`: the version and the build fingerprint plugins must match.
 fn version() -> &'static str {

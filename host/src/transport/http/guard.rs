@@ -2,42 +2,25 @@
 //! bearer token, and the answers for refused identities (401 with its challenge, 403, 404).
 
 use hyper::Response;
-use hyper::header::{AUTHORIZATION, HOST, HeaderMap, HeaderName, HeaderValue, ORIGIN};
+use hyper::header::HeaderValue;
 use serde_json::Value;
 
 use super::body::{Body, error_response, message_response};
+use super::headers::{Header, RequestHeaders};
 use crate::access::{Access, Denied};
 use crate::config::HttpSettings;
 use crate::protocol::Message;
 use crate::protocol::jsonrpc::{ErrorKind, RpcError};
 use crate::telemetry::Metrics;
 
-/// The MCP headers, named once (a name given as text is parsed again at every lookup).
+/// The MCP headers a response carries, named once.
 pub(crate) mod names {
     use hyper::header::HeaderName;
 
-    /// `Mcp-Session-Id`: the legacy session a request belongs to.
+    /// `Mcp-Session-Id`: the legacy session a new session's answer opens.
     pub(crate) const SESSION: HeaderName = HeaderName::from_static("mcp-session-id");
     /// `Mcp-Replica`: the replica that served a response.
     pub(crate) const REPLICA: HeaderName = HeaderName::from_static("mcp-replica");
-    /// `Mcp-Protocol-Version`.
-    pub(crate) const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
-    /// `Mcp-Method`: mirrors the body's method (2026).
-    pub(crate) const METHOD: HeaderName = HeaderName::from_static("mcp-method");
-    /// `Mcp-Name`: mirrors the body's tool, resource or prompt name (2026).
-    pub(crate) const NAME: HeaderName = HeaderName::from_static("mcp-name");
-    /// W3C trace context.
-    pub(crate) const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
-    /// W3C trace state.
-    pub(crate) const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
-}
-
-/// A header's value, trimmed (`None` when absent or not visible ASCII).
-pub(crate) fn header<'a>(headers: &'a HeaderMap, name: &HeaderName) -> Option<&'a str> {
-    headers
-        .get(name)
-        .and_then(|v| v.to_str().ok())
-        .map(str::trim)
 }
 
 fn host_part(authority: &str) -> &str {
@@ -51,31 +34,14 @@ fn is_local(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1") || host.ends_with(".localhost")
 }
 
-/// A header that must be checked when present: its single value as visible ASCII, `Ok(None)` when
-/// absent, and an error when it is repeated or not plain ASCII (such a value is refused, never
-/// treated as absent).
-fn checked_header<'a>(
-    headers: &'a HeaderMap,
-    name: &HeaderName,
-) -> Result<Option<&'a str>, String> {
-    let mut values = headers.get_all(name).iter();
-    let Some(value) = values.next() else {
-        return Ok(None);
-    };
-    if values.next().is_some() {
-        return Err(format!("more than one {name} header"));
-    }
-    value
-        .to_str()
-        .map(|v| Some(v.trim()))
-        .map_err(|_| format!("the {name} header is not plain ASCII"))
-}
-
 /// DNS-rebinding protection: Origin (when present) and Host must be local or explicitly allowed.
-pub(crate) fn check_origin(headers: &HeaderMap, settings: &HttpSettings) -> Result<(), RpcError> {
+pub(crate) fn check_origin(
+    headers: &RequestHeaders,
+    settings: &HttpSettings,
+) -> Result<(), RpcError> {
     let forbidden = |what: &str| RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {what}"));
-    let origin = checked_header(headers, &ORIGIN).map_err(|e| forbidden(&e))?;
-    let host = checked_header(headers, &HOST).map_err(|e| forbidden(&e))?;
+    let origin = headers.single(Header::Origin).map_err(|e| forbidden(&e))?;
+    let host = headers.single(Header::Host).map_err(|e| forbidden(&e))?;
     if let Some(origin) = origin {
         let authority = origin.split("://").nth(1).unwrap_or(origin);
         if !(is_local(host_part(authority)) || settings.allowed_origins.iter().any(|o| o == origin))
@@ -95,16 +61,6 @@ pub(crate) fn check_origin(headers: &HeaderMap, settings: &HttpSettings) -> Resu
         }
     }
     Ok(())
-}
-
-/// The bearer token of the `Authorization` header.
-pub(crate) fn bearer(headers: &HeaderMap) -> Option<&str> {
-    let value = header(headers, &AUTHORIZATION)?;
-    let (scheme, token) = value.split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
 }
 
 /// A 401 with its `WWW-Authenticate` challenge (naming the metadata of the endpoint asked, `agent`
@@ -167,6 +123,11 @@ fn challenge(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hyper::header::HeaderMap;
+
+    fn check(h: &HeaderMap, opts: &HttpSettings) -> Result<(), RpcError> {
+        check_origin(&RequestHeaders::read(h), opts)
+    }
 
     #[test]
     fn only_local_origins_and_hosts_pass_by_default() {
@@ -174,20 +135,17 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert("origin", HeaderValue::from_static("http://localhost:3000"));
         h.insert("host", HeaderValue::from_static("127.0.0.1:18080"));
-        assert!(check_origin(&h, &opts).is_ok());
+        assert!(check(&h, &opts).is_ok());
         h.insert(
             "origin",
             HeaderValue::from_static("http://evil.example.com"),
         );
-        assert_eq!(
-            check_origin(&h, &opts).unwrap_err().kind,
-            ErrorKind::Forbidden
-        );
+        assert_eq!(check(&h, &opts).unwrap_err().kind, ErrorKind::Forbidden);
         h.remove("origin");
         h.insert("host", HeaderValue::from_static("evil.example.com"));
-        assert!(check_origin(&h, &opts).is_err());
+        assert!(check(&h, &opts).is_err());
         h.insert("host", HeaderValue::from_static("[::1]:8080"));
-        assert!(check_origin(&h, &opts).is_ok());
+        assert!(check(&h, &opts).is_ok());
     }
 
     #[test]
@@ -199,14 +157,14 @@ mod tests {
             "origin",
             HeaderValue::from_bytes(b"http://evil.example\xc3\xa9").unwrap(),
         );
-        let e = check_origin(&h, &opts).unwrap_err();
+        let e = check(&h, &opts).unwrap_err();
         assert_eq!(e.kind, ErrorKind::Forbidden);
         assert!(e.message.contains("not plain ASCII"), "{}", e.message);
         h.remove("origin");
         h.insert("host", HeaderValue::from_bytes(b"localhost\xff").unwrap());
-        assert!(check_origin(&h, &opts).is_err());
+        assert!(check(&h, &opts).is_err());
         h.insert("host", HeaderValue::from_static("localhost"));
         h.append("host", HeaderValue::from_static("evil.example.com"));
-        assert!(check_origin(&h, &opts).is_err());
+        assert!(check(&h, &opts).is_err());
     }
 }

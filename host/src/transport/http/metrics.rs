@@ -18,7 +18,8 @@ use subtle::ConstantTimeEq as _;
 use tokio::net::TcpListener;
 
 use super::body::{Body, empty, error_response, json_response};
-use super::guard::{bearer, check_origin, header};
+use super::guard::check_origin;
+use super::headers::{Header, RequestHeaders};
 use crate::host::Host;
 use crate::telemetry::metrics::CONTENT_TYPE as OPENMETRICS;
 
@@ -31,13 +32,14 @@ pub(crate) fn respond<B>(host: &Host, req: &Request<B>) -> Response<Body> {
         return resp;
     }
     let config = host.config();
-    if header(req.headers(), &hyper::header::ORIGIN).is_some()
-        && let Err(e) = check_origin(req.headers(), &config.http)
+    let headers = RequestHeaders::read(req.headers());
+    if headers.present(Header::Origin)
+        && let Err(e) = check_origin(&headers, &config.http)
     {
         return error_response(&Value::Null, &e);
     }
     if let Some(token) = config.metrics_token.as_deref() {
-        let sent = bearer(req.headers()).unwrap_or("");
+        let sent = headers.bearer().unwrap_or("");
         if !bool::from(sent.as_bytes().ct_eq(token.as_bytes())) {
             host.telemetry().metrics().auth_failure("metrics_token");
             let mut resp =

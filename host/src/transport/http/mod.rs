@@ -12,6 +12,7 @@
 
 mod body;
 mod guard;
+mod headers;
 pub mod metrics;
 mod post;
 mod sessions;
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::body::Incoming as IncomingBody;
-use hyper::header::{HeaderMap, HeaderValue};
+use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use serde_json::{Value, json};
@@ -31,7 +32,8 @@ use tokio::sync::{Semaphore, mpsc};
 
 pub use body::{Body, CancelOnDrop};
 use body::{empty, error_response, json_response, sse_channel, sse_response};
-use guard::{bearer, check_origin, denied, header};
+use guard::{check_origin, denied};
+use headers::{Header, RequestHeaders};
 
 use super::core::Core;
 use crate::config::HttpSettings;
@@ -291,21 +293,23 @@ async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) ->
         );
     };
     let agent = agent.map(str::to_owned);
+    let (parts, body) = req.into_parts();
+    let headers = RequestHeaders::read(&parts.headers);
     // Read at each request: a reload of these settings applies at once.
-    if let Err(e) = check_origin(req.headers(), &state.core.protocol().host().config().http) {
+    if let Err(e) = check_origin(&headers, &state.core.protocol().host().config().http) {
         return error_response(&Value::Null, &e);
     }
     // GET and DELETE act on a legacy session: they authenticate like every request does.
-    if matches!(*req.method(), Method::GET | Method::DELETE)
-        && let Err(d) = access.resolve(agent.as_deref(), bearer(req.headers()), None)
+    if matches!(parts.method, Method::GET | Method::DELETE)
+        && let Err(d) = access.resolve(agent.as_deref(), headers.bearer(), None)
     {
         let metrics = state.core.protocol().host().telemetry().metrics();
         return denied(&access, metrics, agent.as_deref(), &Value::Null, d);
     }
-    match *req.method() {
-        Method::POST => post::post(state, req, agent, peer).await,
-        Method::GET => get_stream(&state, req.headers()).await,
-        Method::DELETE => delete_session(&state, req.headers()).await,
+    match parts.method {
+        Method::POST => post::post(state, &headers, body, agent, peer).await,
+        Method::GET => get_stream(&state, &headers).await,
+        Method::DELETE => delete_session(&state, &headers).await,
         _ => {
             let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
             resp.headers_mut().insert(
@@ -335,8 +339,8 @@ fn session_not_found() -> Response<Body> {
 
 /// A legacy session's GET stream: its session-level notifications, with keep-alives, until the
 /// client goes or the server stops.
-async fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
-    let Some(id) = header(headers, &guard::names::SESSION) else {
+async fn get_stream(state: &State, headers: &RequestHeaders<'_>) -> Response<Body> {
+    let Some(id) = headers.get(Header::Session) else {
         // 2026 has no GET stream (subscriptions/listen replaces it).
         let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
         resp.headers_mut()
@@ -373,8 +377,8 @@ async fn get_stream(state: &State, headers: &HeaderMap) -> Response<Body> {
     sse_response(body, None)
 }
 
-async fn delete_session(state: &State, headers: &HeaderMap) -> Response<Body> {
-    let Some(id) = header(headers, &guard::names::SESSION) else {
+async fn delete_session(state: &State, headers: &RequestHeaders<'_>) -> Response<Body> {
+    let Some(id) = headers.get(Header::Session) else {
         return empty(StatusCode::METHOD_NOT_ALLOWED);
     };
     match state.sessions.remove(id).await {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming as IncomingBody;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderMap, HeaderValue};
-use hyper::{Request, Response, StatusCode};
+use hyper::header::HeaderValue;
+use hyper::{Response, StatusCode};
 use serde_json::{Map, Value};
 use tokio::sync::mpsc;
 
@@ -17,7 +17,8 @@ use super::State;
 use super::body::{
     Body, CancelOnDrop, Sse, empty, error_response, message_response, sse_channel, sse_response,
 };
-use super::guard::{bearer, denied, header, names, unauthorized};
+use super::guard::{denied, names, unauthorized};
+use super::headers::{Header, RequestHeaders};
 use super::sessions::Changeable;
 use crate::exec::CancelFlag;
 use crate::exec::detached::Detached;
@@ -29,8 +30,9 @@ use crate::transport::core::{Batched, Origin, Routed};
 /// Read the body within its size limit; the error response otherwise.
 async fn read_body(
     state: &State,
-    req: Request<IncomingBody>,
-) -> Result<(hyper::http::request::Parts, Bytes), Response<Body>> {
+    headers: &RequestHeaders<'_>,
+    body: IncomingBody,
+) -> Result<Bytes, Response<Body>> {
     // Read at each request: a reload of these settings applies at once.
     let http = &state.core.protocol().host().config().http;
     let (max, body_secs) = (http.max_body_bytes, http.body_read_timeout_secs);
@@ -43,11 +45,13 @@ async fn read_body(
             ),
         )
     };
-    let declared = header(req.headers(), &CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+    let declared = headers
+        .get(Header::ContentLength)
+        .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > max as u64) {
         return Err(too_large());
     }
-    if let Some(ct) = header(req.headers(), &CONTENT_TYPE)
+    if let Some(ct) = headers.get(Header::ContentType)
         && !ct.to_ascii_lowercase().starts_with("application/json")
     {
         return Err(error_response(
@@ -58,7 +62,6 @@ async fn read_body(
             ),
         ));
     }
-    let (parts, body) = req.into_parts();
     let deadline = std::time::Duration::from_secs(body_secs.max(1));
     let read = tokio::time::timeout(deadline, http_body_util::Limited::new(body, max).collect());
     let Ok(read) = read.await else {
@@ -74,7 +77,7 @@ async fn read_body(
         ));
     };
     match read {
-        Ok(collected) => Ok((parts, collected.to_bytes())),
+        Ok(collected) => Ok(collected.to_bytes()),
         Err(e)
             if e.downcast_ref::<http_body_util::LengthLimitError>()
                 .is_some() =>
@@ -89,23 +92,21 @@ async fn read_body(
 }
 
 /// The 2026 headers that mirror the body.
-fn mirrored_headers(headers: &HeaderMap) -> Result<HttpHeaders, RpcError> {
-    let name = header(headers, &names::NAME)
+fn mirrored_headers(headers: &RequestHeaders<'_>) -> Result<HttpHeaders, RpcError> {
+    let name = headers
+        .get(Header::McpName)
         .map(decode_header_value)
         .transpose()?;
     Ok(HttpHeaders {
-        protocol_version: header(headers, &names::PROTOCOL_VERSION).map(str::to_owned),
-        method: header(headers, &names::METHOD).map(str::to_owned),
+        protocol_version: headers.get(Header::ProtocolVersion).map(str::to_owned),
+        method: headers.get(Header::Method).map(str::to_owned),
         name,
         params: headers
-            .iter()
-            .filter_map(|(k, v)| {
-                let name = k.as_str().strip_prefix("mcp-param-")?;
-                Some((name.to_owned(), v.to_str().ok()?.to_owned()))
-            })
+            .params()
+            .map(|(name, value)| (name.to_owned(), value.to_owned()))
             .collect(),
-        trace_context: header(headers, &names::TRACEPARENT).map(|parent| {
-            let state = header(headers, &names::TRACESTATE).map(str::to_owned);
+        trace_context: headers.get(Header::TraceParent).map(|parent| {
+            let state = headers.get(Header::TraceState).map(str::to_owned);
             (parent.to_owned(), state)
         }),
     })
@@ -114,11 +115,12 @@ fn mirrored_headers(headers: &HeaderMap) -> Result<HttpHeaders, RpcError> {
 /// Serve one POST.
 pub(crate) async fn post(
     state: Arc<State>,
-    req: Request<IncomingBody>,
+    headers: &RequestHeaders<'_>,
+    body: IncomingBody,
     endpoint_agent: Option<String>,
     peer: Arc<str>,
 ) -> Response<Body> {
-    let (parts, bytes) = match read_body(&state, req).await {
+    let bytes = match read_body(&state, headers, body).await {
         Ok(read) => read,
         Err(resp) => return resp,
     };
@@ -136,7 +138,7 @@ pub(crate) async fn post(
         Received::One { id, modern, .. } => (id.clone(), *modern),
         Received::Batch(_) => (Value::Null, false),
     };
-    let session = match header(&parts.headers, &names::SESSION) {
+    let session = match headers.get(Header::Session) {
         Some(sid) if !is_modern => match state.sessions.get(sid).await {
             Ok(Some(s)) => Some(s),
             Ok(None) => {
@@ -149,7 +151,7 @@ pub(crate) async fn post(
         },
         _ => None,
     };
-    let headers = match mirrored_headers(&parts.headers) {
+    let mirrored = match mirrored_headers(headers) {
         Ok(h) => h,
         Err(e) => return error_response(&id, &e),
     };
@@ -157,7 +159,7 @@ pub(crate) async fn post(
     let access = state.core.protocol().host().access();
     let identity = match access.resolve(
         endpoint_agent.as_deref(),
-        bearer(&parts.headers),
+        headers.bearer(),
         session.as_ref().map(|s| s.id.as_str()),
     ) {
         Ok(identity) => identity,
@@ -169,7 +171,7 @@ pub(crate) async fn post(
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
         session,
-        headers: Some(Arc::new(headers)),
+        headers: Some(Arc::new(mirrored)),
         caller_key: identity.caller_key(Some(&peer)),
         identity,
         cache_private: access.caller_dependent(),
