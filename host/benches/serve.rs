@@ -16,8 +16,8 @@
 //!   over tokio (pre-built request bytes, `Content-Length` framing) on a current-thread runtime; a
 //!   warm-up, then a fixed window; requests/s and per-request latency percentiles. The baseline is
 //!   this same binary re-executed as `--baseline-server PORT`: hyper 1.x http1 + serde_json, the same
-//!   multi-thread tokio runtime as `mcp-host`; it gets the same request headers (ignoring the MCP
-//!   ones) and a plain JSON-RPC body without `_meta`. mcp-host is also loaded in 2025-06-18 mode at 16
+//!   multi-thread tokio runtime as `mcp-host`; it gets the very request mcp-host gets, headers and
+//!   body (ignoring the MCP headers and `_meta`). mcp-host is also loaded in 2025-06-18 mode at 16
 //!   connections: each connection opens its own legacy session first (`initialize`,
 //!   `notifications/initialized`) and sends `Mcp-Session-Id` with every call. Rounds alternate the
 //!   cases; the best round of each counts (interference from other processes only ever slows a round
@@ -527,14 +527,9 @@ fn bench_http(env: &Env, rows: &mut Vec<String>) {
     let baseline_addr = baseline.wait_listening();
     let (host, host_addr) = spawn_http_host(env, &env.echo_config, "mcp-host serve (HTTP)");
 
-    // The baseline gets the same headers (it ignores the MCP ones), so both servers' HTTP parsing
-    // does the same work; its body is plain JSON-RPC without the 2026 `_meta`.
-    let baseline_req = host_http_request(
-        baseline_addr,
-        "tools/call",
-        Some("echo"),
-        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}"#,
-    );
+    // The baseline gets the very request the host gets, headers and body (it ignores the MCP
+    // headers and `_meta`), as the bare stdio echo does: both servers parse the same bytes.
+    let baseline_req = host_http_request(baseline_addr, "tools/call", Some("echo"), &echo_body());
     let host_req = host_http_request(host_addr, "tools/call", Some("echo"), &echo_body());
     let legacy_reqs = legacy_echo_requests(env, host_addr, CONNECTIONS);
     let (status, body) = env.rt.block_on(http_once(baseline_addr, &baseline_req));
@@ -1111,21 +1106,14 @@ fn bench_instructions(env: &Env, rows: &mut Vec<String>) {
         "127.0.0.1:0",
         "--no-watch",
     ];
-    let baseline_request = |addr| {
-        host_http_request(
-            addr,
-            "tools/call",
-            Some("echo"),
-            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}"#,
-        )
-    };
-    let host_request = |addr| host_http_request(addr, "tools/call", Some("echo"), &echo_body());
+    // Both get the same request (see `bench_http`).
+    let request = |addr| host_http_request(addr, "tools/call", Some("echo"), &echo_body());
     let bare = per_request(
-        &|n, out| http_instructions(env, (&me, bare_http), &baseline_request, n, out),
+        &|n, out| http_instructions(env, (&me, bare_http), &request, n, out),
         "bare-http",
     );
     let host = per_request(
-        &|n, out| http_instructions(env, (&env.exe, host_http), &host_request, n, out),
+        &|n, out| http_instructions(env, (&env.exe, host_http), &request, n, out),
         "host-http",
     );
     rows.push(format!(
