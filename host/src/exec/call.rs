@@ -22,11 +22,12 @@ use tracing::Instrument as _;
 
 use super::detached::Detached;
 use super::pool::WorkerPool;
-use super::quota::{QuotaError, Quotas};
+use super::quota::{QuotaError, QuotaPermit, Quotas};
 use super::result::ToolResult;
 use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
+use crate::plugins::backend::CallFuture;
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Arguments, CallParty, ObservedCall, Outcome, Telemetry};
 
@@ -298,12 +299,9 @@ impl Executor {
         }
     }
 
-    /// Run one plugin call: within the caller's quota; inline when the target allows it, else on
-    /// the worker pool within the plugin's and the global permits, with the target's timeout
-    /// (which sets the call's cancellation flag) and cancellation if this future is dropped. A call
-    /// whose client went away before it started never starts; an answer over the result limits is
-    /// refused before anyone parses it. (Long on purpose: the steps of one call, in the order they
-    /// happen, read best in one place.)
+    /// Run one plugin call: within the caller's quota; inline when the target allows it, else
+    /// [queued](Self::queued). A call whose client went away before it started never starts; an
+    /// answer over the result limits is refused before anyone parses it.
     async fn execute(
         &self,
         target: &Target<'_>,
@@ -345,7 +343,32 @@ impl Executor {
                 phase("plugin").in_scope(|| slot.backend.call_blocking(index, &args, &call));
             return max_result.check(target.name, returned);
         }
-        let mut guard = CancelOnDrop(Some(opts.cancel.clone()));
+        // Boxed, and only here: futures nest, so every request's future would otherwise carry
+        // the size of this path's (permits, timer, pool or worker hand-off) and be copied whole
+        // at each move (README, Performance).
+        let queued =
+            Box::pin(self.queued(target, args, call, elsewhere, quota, &opts.cancel, observed));
+        max_result.check(target.name, queued.await?)
+    }
+
+    /// A call that waits: on the worker pool (or its worker process) within the plugin's and the
+    /// global permits, with the target's timeout (which sets the call's cancellation flag) and
+    /// cancellation if this future is dropped. (Long on purpose: the steps of one call, in the
+    /// order they happen, read best in one place.)
+    #[allow(clippy::too_many_arguments)] // The pieces `execute` prepared, handed on as they are.
+    async fn queued(
+        &self,
+        target: &Target<'_>,
+        args: String,
+        call: Arc<CallState>,
+        elsewhere: Option<CallFuture>,
+        quota: Option<QuotaPermit>,
+        cancel: &CancelFlag,
+        observed: Option<&ObservedCall<'_>>,
+    ) -> Result<Result<String, String>, Interrupted> {
+        let phase = |name| observed.map_or_else(tracing::Span::none, |o| o.phase(name));
+        let (slot, index) = (target.slot, target.index);
+        let mut guard = CancelOnDrop(Some(cancel.clone()));
         let work = async {
             let waiting = Instant::now();
             let slots = self
@@ -394,7 +417,7 @@ impl Executor {
         let outcome = tokio::time::timeout(target.timeout, work).await;
         guard.0 = None;
         match outcome {
-            Ok(Ok(Some(result))) => max_result.check(target.name, result),
+            Ok(Ok(Some(result))) => Ok(result),
             Ok(Ok(None)) => Err(Interrupted::NotStarted),
             Ok(Err(_)) => Err(Interrupted::Lost),
             Err(_) => {

@@ -7,6 +7,10 @@
 //! requests to the client waiting for an answer. What reaches the wrong replica travels on the
 //! bus: a client's response to a request another replica sent, a `notifications/cancelled` for a
 //! call running elsewhere, the end of a session whose GET stream is open elsewhere.
+//!
+//! The store's futures are boxed where they are awaited: every request's future nests these
+//! methods', and a request served without a store should not carry (and copy at each move) the
+//! size of a Redis round trip's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -97,8 +101,7 @@ impl Sessions {
                 log_level: LogLevel::Info.as_str().to_owned(),
                 subscriptions: Vec::new(),
             };
-            let evicted = store
-                .insert_session(&id, &record, self.bounds)
+            let evicted = Box::pin(store.insert_session(&id, &record, self.bounds))
                 .await
                 .map_err(unavailable)?;
             for gone in evicted {
@@ -118,7 +121,10 @@ impl Sessions {
         let Some(store) = &self.shared else {
             return Ok(self.local.get(id));
         };
-        let Some(record) = store.session(id, self.bounds).await.map_err(unavailable)? else {
+        let Some(record) = Box::pin(store.session(id, self.bounds))
+            .await
+            .map_err(unavailable)?
+        else {
             self.end_here(id);
             return Ok(None);
         };
@@ -156,7 +162,7 @@ impl Sessions {
             log_level: now.log_level.as_str().to_owned(),
             subscriptions: now.subscriptions,
         };
-        if let Err(e) = store.save_session(&session.id, &record).await {
+        if let Err(e) = Box::pin(store.save_session(&session.id, &record)).await {
             tracing::warn!(
                 "a change to legacy session {} was not saved: {e}",
                 session.id
