@@ -265,7 +265,7 @@ impl Executor {
             (Some(c), CallerNeed::None) if matches!(envelope, CallEnvelope::Complete { .. }) => {
                 serde_json::to_string(c).unwrap_or_default().into()
             }
-            _ => Arc::from(""),
+            _ => no_caller(),
         };
         let target = Target {
             slot,
@@ -556,8 +556,14 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
         (Some(caller), CallerNeed::Optional | CallerNeed::Required) => {
             Ok(serde_json::to_string(caller).unwrap_or_default().into())
         }
-        _ => Ok(Arc::from("")),
+        _ => Ok(no_caller()),
     }
+}
+
+/// The caller JSON of a call made without one: shared, not allocated per call.
+fn no_caller() -> Arc<str> {
+    static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
+    Arc::clone(&EMPTY)
 }
 
 /// The answer of a call that was cancelled before its plugin function started.

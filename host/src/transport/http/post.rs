@@ -3,7 +3,9 @@
 //! before its reply, in which case the answer becomes an SSE stream carrying the notifications and
 //! then the reply.
 
+use std::future::Future as _;
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use http_body_util::BodyExt as _;
@@ -63,8 +65,14 @@ async fn read_body(
         ));
     }
     let deadline = std::time::Duration::from_secs(body_secs.max(1));
-    let read = tokio::time::timeout(deadline, http_body_util::Limited::new(body, max).collect());
-    let Ok(read) = read.await else {
+    let mut collect = std::pin::pin!(http_body_util::Limited::new(body, max).collect());
+    // A body that came with its head (nearly all of them) is read without arming the timer.
+    let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
+    let read = match first {
+        Poll::Ready(read) => Ok(read),
+        Poll::Pending => tokio::time::timeout(deadline, collect).await,
+    };
+    let Ok(read) = read else {
         return Err(error_response(
             &Value::Null,
             &RpcError::new(
