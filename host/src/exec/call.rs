@@ -9,6 +9,8 @@
 //! Every tool call, nested ones included, reports to [`Telemetry`] (span and phases, metrics, the
 //! audit record).
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -72,6 +74,19 @@ struct Target<'a> {
     name: &'a str,
 }
 
+impl<'a> Target<'a> {
+    /// A tool's own target.
+    fn of(tool: &'a Tool) -> Self {
+        Target {
+            slot: &tool.slot,
+            index: tool.index,
+            timeout: tool.timeout,
+            inline: tool.descriptor().inline,
+            name: &tool.name,
+        }
+    }
+}
+
 /// How a plugin call ended without an answer it could use.
 enum Interrupted {
     /// Its worker thread ended without answering.
@@ -84,6 +99,36 @@ enum Interrupted {
     Throttled(QuotaError),
     /// The answer is over `limits.max_result_bytes` / `max_result_values` (why).
     Refused(String),
+}
+
+/// A tool call's answer, and how the call ended.
+type Concluded = (Result<ToolResult, CallError>, Outcome);
+
+/// How [`Executor::begin`] left a tool call.
+enum Begun<'a> {
+    /// Ended.
+    Done(Concluded),
+    /// Waiting (see [`Executor::wait`]): the rest of the call.
+    Waiting(Pin<Box<dyn Future<Output = Concluded> + Send + 'a>>),
+}
+
+/// How [`Executor::start`] left a plugin call.
+enum Started {
+    /// It ran here (inline): what the plugin returned.
+    Ran(Result<String, String>),
+    /// It waits for a thread, permits or its worker process.
+    Queued(Queued),
+}
+
+/// What a call that waits takes along from [`Executor::start`] to [`Executor::wait`].
+struct Queued {
+    args: String,
+    call: Arc<CallState>,
+    /// The call, when its backend runs it elsewhere (a worker process).
+    elsewhere: Option<CallFuture>,
+    /// The caller's quota slot, held until the plugin function returned.
+    quota: Option<QuotaPermit>,
+    max_result: ResultLimits,
 }
 
 /// Per-call inputs besides the tool name and arguments.
@@ -179,10 +224,15 @@ impl Executor {
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Value(args));
         let cancel = opts.cancel.clone();
-        let (result, outcome) = self
-            .run_call(tool, args, opts, &observed)
-            .instrument(observed.span().clone())
-            .await;
+        let (result, outcome) = {
+            let begun = observed
+                .span()
+                .in_scope(|| self.begin(tool, args, opts, &observed));
+            match begun {
+                Begun::Done(done) => done,
+                Begun::Waiting(waiting) => waiting.instrument(observed.span().clone()).await,
+            }
+        };
         let outcome = match outcome {
             Outcome::Ok | Outcome::ToolError if cancel.is_cancelled() => Outcome::Cancelled,
             other => other,
@@ -191,57 +241,44 @@ impl Executor {
         result
     }
 
-    /// [`Executor::call`] inside its span: the answer, and how the call ended.
-    async fn run_call(
-        &self,
+    /// [`Executor::call`] inside its span, as far as it goes without waiting: the answer and how
+    /// the call ended (a refusal, or the inline path), or the boxed rest of a call that waits.
+    /// (Only a waiting call has a future of its own, so a request's future carries none of its
+    /// size: see [`Executor::execute`].)
+    fn begin<'a>(
+        &'a self,
         tool: Arc<Tool>,
         args: &Value,
         opts: CallOptions,
-        observed: &ObservedCall<'_>,
-    ) -> (Result<ToolResult, CallError>, Outcome) {
-        let name = tool.name.as_str();
+        observed: &'a ObservedCall<'_>,
+    ) -> Begun<'a> {
         if let Err(message) = observed
             .phase("validate")
             .in_scope(|| validate(&tool, args))
         {
-            return (Ok(host_error(&message)), Outcome::InvalidArguments);
+            return Begun::Done((Ok(host_error(&message)), Outcome::InvalidArguments));
         }
         let caller_json = match caller_json(&tool, opts.caller.as_ref()) {
             Ok(json) => json,
-            Err(refused) => return (Err(refused), Outcome::CallerRequired),
-        };
-        let target = Target {
-            slot: &tool.slot,
-            index: tool.index,
-            timeout: tool.timeout,
-            inline: tool.descriptor().inline,
-            name,
+            Err(refused) => return Begun::Done((Err(refused), Outcome::CallerRequired)),
         };
         let args_text = serde_json::to_string(args).unwrap_or_default();
-        let executed = self
-            .execute(&target, args_text, caller_json, &opts, Some(observed))
-            .await;
-        match executed {
-            Ok(returned) => {
-                let (result, outcome) = tool_result(name, returned);
-                (Ok(result), outcome)
-            }
-            Err(Interrupted::Lost) => (
-                Ok(host_error(
-                    "the tool call was lost (its worker thread ended)",
-                )),
-                Outcome::PluginFailure,
-            ),
-            Err(Interrupted::TimedOut) => (
-                Ok(host_error(&format!(
-                    "timed out after {} s",
-                    fmt_secs(tool.timeout)
-                ))),
-                Outcome::Timeout,
-            ),
-            Err(Interrupted::NotStarted) => (Ok(host_error(NOT_STARTED)), Outcome::Cancelled),
-            Err(Interrupted::Refused(why)) => (Ok(host_error(&why)), Outcome::PluginFailure),
-            Err(Interrupted::Throttled(q)) => (Err(CallError::Throttled(q)), Outcome::Throttled),
+        let started = self.start(
+            &Target::of(&tool),
+            args_text,
+            caller_json,
+            &opts,
+            Some(observed),
+        );
+        match started {
+            Ok(Started::Ran(returned)) => Begun::Done(conclude(&tool, Ok(returned))),
+            Err(interrupted) => Begun::Done(conclude(&tool, Err(interrupted))),
+            Ok(Started::Queued(queued)) => Begun::Waiting(Box::pin(async move {
+                let waited = self
+                    .wait(&Target::of(&tool), queued, &opts.cancel, Some(observed))
+                    .await;
+                conclude(&tool, waited)
+            })),
         }
     }
 
@@ -299,9 +336,10 @@ impl Executor {
         }
     }
 
-    /// Run one plugin call: within the caller's quota; inline when the target allows it, else
-    /// [queued](Self::queued). A call whose client went away before it started never starts; an
-    /// answer over the result limits is refused before anyone parses it.
+    /// Run one plugin call to its end: [`Executor::start`], then [`Executor::wait`] for a call
+    /// that waits, on a boxed future (futures nest, so every request's future would otherwise
+    /// carry the size of that path's — permits, timer, pool or worker hand-off — and be copied
+    /// whole at each move: README, Performance).
     async fn execute(
         &self,
         target: &Target<'_>,
@@ -310,6 +348,26 @@ impl Executor {
         opts: &CallOptions,
         observed: Option<&ObservedCall<'_>>,
     ) -> Result<Result<String, String>, Interrupted> {
+        match self.start(target, args, caller_json, opts, observed)? {
+            Started::Ran(returned) => Ok(returned),
+            Started::Queued(queued) => {
+                Box::pin(self.wait(target, queued, &opts.cancel, observed)).await
+            }
+        }
+    }
+
+    /// Start one plugin call: within the caller's quota; run it here when the target allows it
+    /// inline, else hand back what [`Executor::wait`] needs. A call whose client went away before
+    /// it started never starts; an answer over the result limits is refused before anyone
+    /// parses it.
+    fn start(
+        &self,
+        target: &Target<'_>,
+        args: String,
+        caller_json: Arc<str>,
+        opts: &CallOptions,
+        observed: Option<&ObservedCall<'_>>,
+    ) -> Result<Started, Interrupted> {
         let limits = self.limits.load_full();
         let quota = match &opts.quota_key {
             Some(key) => Some(
@@ -320,7 +378,6 @@ impl Executor {
             None => None,
         };
         let max_result = ResultLimits::of(&limits);
-        let phase = |name| observed.map_or_else(tracing::Span::none, |o| o.phase(name));
         let call = Arc::new(CallState {
             cancel: opts.cancel.clone(),
             deadline: Some(Instant::now() + target.timeout),
@@ -339,33 +396,37 @@ impl Executor {
             if call.cancel.is_cancelled() {
                 return Err(Interrupted::NotStarted);
             }
-            let returned =
-                phase("plugin").in_scope(|| slot.backend.call_blocking(index, &args, &call));
-            return max_result.check(target.name, returned);
+            let plugin = observed.map_or_else(tracing::Span::none, |o| o.phase("plugin"));
+            let returned = plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call));
+            return max_result.check(target.name, returned).map(Started::Ran);
         }
-        // Boxed, and only here: futures nest, so every request's future would otherwise carry
-        // the size of this path's (permits, timer, pool or worker hand-off) and be copied whole
-        // at each move (README, Performance).
-        let queued =
-            Box::pin(self.queued(target, args, call, elsewhere, quota, &opts.cancel, observed));
-        max_result.check(target.name, queued.await?)
+        Ok(Started::Queued(Queued {
+            args,
+            call,
+            elsewhere,
+            quota,
+            max_result,
+        }))
     }
 
     /// A call that waits: on the worker pool (or its worker process) within the plugin's and the
     /// global permits, with the target's timeout (which sets the call's cancellation flag) and
     /// cancellation if this future is dropped. (Long on purpose: the steps of one call, in the
     /// order they happen, read best in one place.)
-    #[allow(clippy::too_many_arguments)] // The pieces `execute` prepared, handed on as they are.
-    async fn queued(
+    async fn wait(
         &self,
         target: &Target<'_>,
-        args: String,
-        call: Arc<CallState>,
-        elsewhere: Option<CallFuture>,
-        quota: Option<QuotaPermit>,
+        queued: Queued,
         cancel: &CancelFlag,
         observed: Option<&ObservedCall<'_>>,
     ) -> Result<Result<String, String>, Interrupted> {
+        let Queued {
+            args,
+            call,
+            elsewhere,
+            quota,
+            max_result,
+        } = queued;
         let phase = |name| observed.map_or_else(tracing::Span::none, |o| o.phase(name));
         let (slot, index) = (target.slot, target.index);
         let mut guard = CancelOnDrop(Some(cancel.clone()));
@@ -417,7 +478,7 @@ impl Executor {
         let outcome = tokio::time::timeout(target.timeout, work).await;
         guard.0 = None;
         match outcome {
-            Ok(Ok(Some(result))) => Ok(result),
+            Ok(Ok(Some(result))) => max_result.check(target.name, result),
             Ok(Ok(None)) => Err(Interrupted::NotStarted),
             Ok(Err(_)) => Err(Interrupted::Lost),
             Err(_) => {
@@ -564,6 +625,32 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
 fn no_caller() -> Arc<str> {
     static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
     Arc::clone(&EMPTY)
+}
+
+/// A tool call's answer and how it ended, from what its plugin call came to.
+fn conclude(tool: &Tool, executed: Result<Result<String, String>, Interrupted>) -> Concluded {
+    match executed {
+        Ok(returned) => {
+            let (result, outcome) = tool_result(&tool.name, returned);
+            (Ok(result), outcome)
+        }
+        Err(Interrupted::Lost) => (
+            Ok(host_error(
+                "the tool call was lost (its worker thread ended)",
+            )),
+            Outcome::PluginFailure,
+        ),
+        Err(Interrupted::TimedOut) => (
+            Ok(host_error(&format!(
+                "timed out after {} s",
+                fmt_secs(tool.timeout)
+            ))),
+            Outcome::Timeout,
+        ),
+        Err(Interrupted::NotStarted) => (Ok(host_error(NOT_STARTED)), Outcome::Cancelled),
+        Err(Interrupted::Refused(why)) => (Ok(host_error(&why)), Outcome::PluginFailure),
+        Err(Interrupted::Throttled(q)) => (Err(CallError::Throttled(q)), Outcome::Throttled),
+    }
 }
 
 /// The answer of a call that was cancelled before its plugin function started.
