@@ -243,8 +243,9 @@ impl Executor {
 
     /// [`Executor::call`] inside its span, as far as it goes without waiting: the answer and how
     /// the call ended (a refusal, or the inline path), or the boxed rest of a call that waits.
-    /// (Only a waiting call has a future of its own, so a request's future carries none of its
-    /// size: see [`Executor::execute`].)
+    /// Only a waiting call has a future of its own: futures nest, so every request's future
+    /// would otherwise carry the size of that path's (permits, timer, pool or worker hand-off)
+    /// and be copied whole at each move (README, Performance).
     fn begin<'a>(
         &'a self,
         tool: Arc<Tool>,
@@ -312,7 +313,15 @@ impl Executor {
             name: what,
         };
         let args = serde_json::to_string(envelope).unwrap_or_default();
-        match self.execute(&target, args, caller_json, &opts, None).await {
+        // Never inline (`target.inline` is false): always waits, on a boxed future (see `begin`).
+        let executed = match self.start(&target, args, caller_json, &opts, None) {
+            Ok(Started::Queued(queued)) => {
+                Box::pin(self.wait(&target, queued, &opts.cancel, None)).await
+            }
+            Ok(Started::Ran(returned)) => Ok(returned),
+            Err(interrupted) => Err(interrupted),
+        };
+        match executed {
             Ok(Ok(json)) => serde_json::from_str(&json).map_err(|e| {
                 tracing::error!("{what}: the plugin answered unreadable JSON: {e}");
                 InvokeError::Failed(what.into(), "the plugin returned an invalid result".into())
@@ -333,26 +342,6 @@ impl Executor {
             }
             Err(Interrupted::Refused(why)) => Err(InvokeError::Failed(what.into(), why)),
             Err(Interrupted::Throttled(q)) => Err(InvokeError::Throttled(q)),
-        }
-    }
-
-    /// Run one plugin call to its end: [`Executor::start`], then [`Executor::wait`] for a call
-    /// that waits, on a boxed future (futures nest, so every request's future would otherwise
-    /// carry the size of that path's — permits, timer, pool or worker hand-off — and be copied
-    /// whole at each move: README, Performance).
-    async fn execute(
-        &self,
-        target: &Target<'_>,
-        args: String,
-        caller_json: Arc<str>,
-        opts: &CallOptions,
-        observed: Option<&ObservedCall<'_>>,
-    ) -> Result<Result<String, String>, Interrupted> {
-        match self.start(target, args, caller_json, opts, observed)? {
-            Started::Ran(returned) => Ok(returned),
-            Started::Queued(queued) => {
-                Box::pin(self.wait(target, queued, &opts.cancel, observed)).await
-            }
         }
     }
 
