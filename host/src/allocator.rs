@@ -28,6 +28,30 @@ fn plain(size: usize, align: usize) -> bool {
     align <= MIN_ALIGN && align <= size
 }
 
+/// A new block for `layout` from `plain` (size) when it aligns enough, else from `aligned` (size,
+/// alignment): mimalloc's plain or zeroing pair. Inlined with the two functions as constants.
+///
+/// # Safety
+///
+/// `plain` and `aligned` must be a mimalloc allocation pair; mimalloc accepts any size, and a
+/// `Layout`'s alignment is a power of two, as the aligned variants require.
+#[allow(unsafe_code)]
+#[inline(always)]
+unsafe fn fresh(
+    layout: Layout,
+    plain_fn: unsafe extern "C" fn(usize) -> *mut c_void,
+    aligned_fn: unsafe extern "C" fn(usize, usize) -> *mut c_void,
+) -> *mut u8 {
+    // SAFETY: the caller passes a mimalloc pair (above).
+    unsafe {
+        if plain(layout.size(), layout.align()) {
+            plain_fn(layout.size()).cast()
+        } else {
+            aligned_fn(layout.size(), layout.align()).cast()
+        }
+    }
+}
+
 /// mimalloc as the global allocator.
 pub struct MiMalloc;
 
@@ -37,26 +61,14 @@ pub struct MiMalloc;
 unsafe impl GlobalAlloc for MiMalloc {
     #[inline]
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: mimalloc accepts any size; the alignment is a power of two (a `Layout`'s is).
-        unsafe {
-            if plain(layout.size(), layout.align()) {
-                mi::mi_malloc(layout.size()).cast()
-            } else {
-                mi::mi_malloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: see `fresh`.
+        unsafe { fresh(layout, mi::mi_malloc, mi::mi_malloc_aligned) }
     }
 
     #[inline]
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        // SAFETY: as for `alloc`.
-        unsafe {
-            if plain(layout.size(), layout.align()) {
-                mi::mi_zalloc(layout.size()).cast()
-            } else {
-                mi::mi_zalloc_aligned(layout.size(), layout.align()).cast()
-            }
-        }
+        // SAFETY: see `fresh`.
+        unsafe { fresh(layout, mi::mi_zalloc, mi::mi_zalloc_aligned) }
     }
 
     #[inline]
