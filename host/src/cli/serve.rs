@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
@@ -78,7 +78,7 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
         Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
     let result = runtime.block_on(async {
         let protocol = open_store(&host, &config).await?;
-        spawn_sighup_rescan(host.clone(), Arc::clone(&watcher));
+        spawn_sighup_rescan(host.clone(), watcher.clone());
         if let Some(addr) = config.metrics_listen {
             let listener = transport::http::bind(addr)
                 .await
@@ -123,21 +123,20 @@ async fn open_store(host: &Host, config: &Config) -> anyhow::Result<Protocol> {
     Ok(Protocol::with_store(host.clone(), store))
 }
 
-/// Set up watching beside serving, off the start-up path. The watcher's first act, once its
-/// watches are in place, is a full reload (configuration and files): a change made in between is
-/// applied then.
-fn start_watching(host: &Host, enabled: bool) -> Arc<OnceLock<Watcher>> {
-    let slot: Arc<OnceLock<Watcher>> = Arc::default();
-    if enabled {
-        let (host, slot) = (host.clone(), Arc::clone(&slot));
-        std::thread::spawn(move || match watch::watch(host) {
-            Ok(w) => {
-                let _ = slot.set(w);
-            }
-            Err(e) => tracing::warn!("hot reload disabled: cannot watch files: {e}"),
-        });
+/// Watch beside serving: the watches are set up on the watcher's thread, off the start-up path, and
+/// its first act once they are in place is a full reload (configuration and files), which applies
+/// a change made in between.
+fn start_watching(host: &Host, enabled: bool) -> Option<Arc<Watcher>> {
+    if !enabled {
+        return None;
     }
-    slot
+    match watch::watch_in_background(host.clone()) {
+        Ok(w) => Some(Arc::new(w)),
+        Err(e) => {
+            tracing::warn!("hot reload disabled: cannot start the watcher: {e}");
+            None
+        }
+    }
 }
 
 async fn serve_stdio(
@@ -193,7 +192,7 @@ async fn serve_http(protocol: Protocol, config: &Config, grace: Duration) -> any
 }
 
 /// SIGHUP: rescan the tool directories and re-read the configuration.
-fn spawn_sighup_rescan(host: Host, watcher: Arc<OnceLock<Watcher>>) {
+fn spawn_sighup_rescan(host: Host, watcher: Option<Arc<Watcher>>) {
     #[cfg(unix)]
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -203,7 +202,7 @@ fn spawn_sighup_rescan(host: Host, watcher: Arc<OnceLock<Watcher>>) {
         while hup.recv().await.is_some() {
             tracing::info!("SIGHUP: rescanning");
             host.retry_quarantined();
-            match watcher.get() {
+            match &watcher {
                 Some(w) => w.rescan(),
                 None => {
                     let host = host.clone();

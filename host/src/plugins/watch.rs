@@ -107,23 +107,67 @@ fn is_config_file(path: &Path, config: &Config) -> bool {
     same_dir && name.starts_with("config.") && name.ends_with(".yaml")
 }
 
-/// Start watching for `host`.
+/// Start watching for `host`: the watches are in place when this returns.
 pub fn watch(host: Host) -> notify::Result<Watcher> {
     let (tx, rx) = mpsc::channel::<Msg>();
+    let (watcher, watched) = set_up(&host, tx.clone())?;
+    spawn_thread(tx, move || run(host, watcher, watched, rx))
+        .map_err(|e| notify::Error::generic(&e.to_string()))
+}
+
+/// Start watching for `host` off the caller's thread: the watches are set up on the watcher's own
+/// thread (a start serving its first request does not wait for them, and makes one thread fewer).
+/// When they cannot be, hot reload is off (logged) and [`Watcher::rescan`] still rescans.
+pub fn watch_in_background(host: Host) -> std::io::Result<Watcher> {
+    let (tx, rx) = mpsc::channel::<Msg>();
     let fs_tx = tx.clone();
-    let mut watcher = notify::recommended_watcher(move |event| {
-        let _ = fs_tx.send(Msg::Fs(event));
-    })?;
-    let mut watched = BTreeSet::new();
-    rewatch(&mut watcher, &mut watched, targets(&host.config()));
+    spawn_thread(tx, move || match set_up(&host, fs_tx) {
+        Ok((watcher, watched)) => run(host, watcher, watched, rx),
+        Err(e) => {
+            tracing::warn!("hot reload disabled: cannot watch files: {e}");
+            rescan_on_request(&host, &rx);
+        }
+    })
+}
+
+fn spawn_thread(
+    tx: mpsc::Sender<Msg>,
+    body: impl FnOnce() + Send + 'static,
+) -> std::io::Result<Watcher> {
     let thread = std::thread::Builder::new()
         .name("mcp-watch".into())
-        .spawn(move || run(host, watcher, watched, rx))
-        .map_err(|e| notify::Error::generic(&e.to_string()))?;
+        .spawn(body)?;
     Ok(Watcher {
         tx,
         thread: Some(thread),
     })
+}
+
+/// The file watcher, sending to `tx`, with its watches in place.
+fn set_up(
+    host: &Host,
+    tx: mpsc::Sender<Msg>,
+) -> notify::Result<(notify::RecommendedWatcher, BTreeSet<PathBuf>)> {
+    let mut watcher = notify::recommended_watcher(move |event| {
+        let _ = tx.send(Msg::Fs(event));
+    })?;
+    let mut watched = BTreeSet::new();
+    rewatch(&mut watcher, &mut watched, targets(&host.config()));
+    Ok((watcher, watched))
+}
+
+/// Without file events: rescan when asked, until stopped.
+fn rescan_on_request(host: &Host, rx: &mpsc::Receiver<Msg>) {
+    while let Ok(msg) = rx.recv() {
+        match msg {
+            Msg::Rescan => {
+                let report = host.reload();
+                tracing::debug!("rescan: {report:?}");
+            }
+            Msg::Stop => return,
+            Msg::Fs(_) => {}
+        }
+    }
 }
 
 fn rewatch(
