@@ -270,6 +270,10 @@ impl Protocol {
     /// Announce to this host's listeners what plugins on other replicas announced, for as long
     /// as the store's bus runs.
     pub async fn relay_announcements(&self) {
+        // Announcements arrive on the bus only from other replicas.
+        if !self.store.is_shared() {
+            return;
+        }
         let mut events = self.store.bus().subscribe();
         loop {
             match events.recv().await {

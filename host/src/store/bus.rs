@@ -6,6 +6,8 @@
 //! published while Redis is unreachable is lost, so nothing depends on it alone — a cancelled
 //! task's runner also sees the cancellation when it renews its lease, and clients poll tasks.
 
+use std::sync::{Arc, OnceLock};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
@@ -125,7 +127,10 @@ pub(super) struct Envelope {
 #[derive(Debug, Clone)]
 pub struct Bus {
     replica: String,
-    local: broadcast::Sender<Event>,
+    /// Made at the first subscription: a channel's slots are allocated and written when it is
+    /// made (1,024 events, about 28 pages a start would fault in), and an event sent with nobody
+    /// subscribed is dropped either way.
+    local: Arc<OnceLock<broadcast::Sender<Event>>>,
     /// To other replicas (Redis); `None` for a host on its own.
     remote: Option<mpsc::UnboundedSender<Envelope>>,
 }
@@ -135,7 +140,7 @@ impl Bus {
     pub fn local(replica: &str) -> Bus {
         Bus {
             replica: replica.to_owned(),
-            local: broadcast::channel(CAPACITY).0,
+            local: Arc::default(),
             remote: None,
         }
     }
@@ -162,7 +167,14 @@ impl Bus {
                 event: event.clone(),
             });
         }
-        let _ = self.local.send(event);
+        self.send_local(event);
+    }
+
+    /// Tell this process's subscribers, if any.
+    fn send_local(&self, event: Event) {
+        if let Some(local) = self.local.get() {
+            let _ = local.send(event);
+        }
     }
 
     /// Tell the other replicas only (what this process already handled itself).
@@ -178,13 +190,15 @@ impl Bus {
     /// An event another replica published, for this process's subscribers.
     pub(super) fn deliver_remote(&self, envelope: Envelope) {
         if envelope.from != self.replica {
-            let _ = self.local.send(envelope.event);
+            self.send_local(envelope.event);
         }
     }
 
     /// Events from now on.
     pub fn subscribe(&self) -> broadcast::Receiver<Event> {
-        self.local.subscribe()
+        self.local
+            .get_or_init(|| broadcast::channel(CAPACITY).0)
+            .subscribe()
     }
 }
 
