@@ -166,11 +166,35 @@ impl ToolDescriptor {
     /// );
     /// ```
     pub fn listed<'a>(&'a self, name: &'a str) -> ToolListing<'a> {
+        self.listed_with_schema(name, &self.input_schema)
+    }
+
+    /// [`ToolDescriptor::listed`] with `input_schema` in place of the descriptor's own: the same
+    /// schema in another form, e.g. JSON text already written (`serde_json::value::RawValue`) when
+    /// the caller needs that text for something else too.
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::json;
+    /// use mcp_plugin_sdk::wire::ToolDescriptor;
+    /// let d: ToolDescriptor = serde_json::from_value(json!({
+    ///     "name": "add", "description": "Add.", "inputSchema": {"type": "object"},
+    /// })).unwrap();
+    /// let strict = json!({"type": "object", "additionalProperties": false});
+    /// assert_eq!(
+    ///     serde_json::to_string(&d.listed_with_schema("add", &strict)).unwrap(),
+    ///     r#"{"description":"Add.","inputSchema":{"additionalProperties":false,"type":"object"},"name":"add"}"#
+    /// );
+    /// ```
+    pub fn listed_with_schema<'a, S: ?Sized>(
+        &'a self,
+        name: &'a str,
+        input_schema: &'a S,
+    ) -> ToolListing<'a, S> {
         ToolListing {
             meta: self.meta.as_ref(),
             annotations: (!self.annotations.is_empty()).then_some(&self.annotations),
             description: &self.description,
-            input_schema: &self.input_schema,
+            input_schema,
             name,
             output_schema: self.output_schema.as_ref(),
             title: self.title.as_deref(),
@@ -178,22 +202,31 @@ impl ToolDescriptor {
     }
 }
 
-/// A tool as `tools/list` shows it, borrowed from its [`ToolDescriptor`] ([`ToolDescriptor::listed`]).
-#[derive(Debug, Clone, Copy, Serialize)]
+/// A tool as `tools/list` shows it, borrowed from its [`ToolDescriptor`] ([`ToolDescriptor::listed`]);
+/// `S` is the input schema's form (a JSON tree unless given otherwise).
+#[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ToolListing<'a> {
+pub struct ToolListing<'a, S: ?Sized = Value> {
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
     meta: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     annotations: Option<&'a Annotations>,
     description: &'a str,
-    input_schema: &'a Value,
+    input_schema: &'a S,
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     output_schema: Option<&'a Value>,
     #[serde(skip_serializing_if = "Option::is_none")]
     title: Option<&'a str>,
 }
+
+impl<S: ?Sized> Clone for ToolListing<'_, S> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<S: ?Sized> Copy for ToolListing<'_, S> {}
 
 /// Whether every major client accepts `name` as a tool name: `^[a-zA-Z0-9_-]{1,64}$` (no `.`, no
 /// `::`, at most 64 characters). The host serves no tool whose final name breaks the rule.

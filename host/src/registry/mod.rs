@@ -571,11 +571,14 @@ impl Registry {
         for (index, tool) in manifest.tools.iter().enumerate() {
             let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
             let mut entry = self.entry(&slot, Kind::Tool, &name, tool.service.as_ref());
+            // The input schema is written once, for the schema check's digest and the listing.
+            let schema = Listing::of(&tool.input_schema);
             let admitted = match &quarantined {
                 Some(why) => Err(Status::Quarantined(why.clone())),
                 None => admit(
                     &name,
                     tool,
+                    schema.text(),
                     manifest,
                     &slot.candidate.path,
                     &winners.tools,
@@ -585,7 +588,7 @@ impl Registry {
             match admitted {
                 Ok(()) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
-                    let listing = Listing::of(&tool.listed(&name));
+                    let listing = Listing::of(&tool.listed_with_schema(&name, &*schema.0));
                     if log_tools {
                         tracing::info!("Loaded tool: {name}");
                     }
@@ -975,10 +978,12 @@ fn service_enabled(service: Option<&String>, manifest: &Manifest) -> Result<(), 
 
 /// Whether tool `name` (its final name) is served: its service is enabled, its name is safe for
 /// every client, no earlier directory or file defined it, and its input schema compiles. The
-/// compiled schema, or the status that keeps it out (logged here).
+/// compiled schema, or the status that keeps it out (logged here). `schema_text` is the tool's input
+/// schema as JSON text.
 fn admit(
     name: &str,
     tool: &ToolDescriptor,
+    schema_text: &str,
     manifest: &Manifest,
     file: &std::path::Path,
     winners: &HashMap<String, PathBuf>,
@@ -1003,13 +1008,15 @@ fn admit(
         );
         return Err(Status::OverriddenBy(winner.clone()));
     }
-    checks.check(&tool.input_schema).map_err(|why| {
-        tracing::error!(
-            "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
-            file.display()
-        );
-        Status::InvalidSchema(why)
-    })?;
+    checks
+        .check(&tool.input_schema, schema_text)
+        .map_err(|why| {
+            tracing::error!(
+                "Tool {name} from {} has an unusable input schema: {why}; tool not loaded",
+                file.display()
+            );
+            Status::InvalidSchema(why)
+        })?;
     if tool
         .input_schema
         .get("properties")
