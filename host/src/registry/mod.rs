@@ -571,22 +571,25 @@ impl Registry {
         for (index, tool) in manifest.tools.iter().enumerate() {
             let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
             let mut entry = self.entry(&slot, Kind::Tool, &name, tool.service.as_ref());
-            // The input schema is written once, for the schema check's digest and the listing.
-            let schema = Listing::of(&tool.input_schema);
             let admitted = match &quarantined {
                 Some(why) => Err(Status::Quarantined(why.clone())),
-                None => admit(
-                    &name,
-                    tool,
-                    schema.text(),
-                    manifest,
-                    &slot.candidate.path,
-                    &winners.tools,
-                    checks,
-                ),
+                None => {
+                    // Written once, for the schema check's digest and for the listing.
+                    let schema = Listing::of(&tool.input_schema);
+                    admit(
+                        &name,
+                        tool,
+                        schema.text(),
+                        manifest,
+                        &slot.candidate.path,
+                        &winners.tools,
+                        checks,
+                    )
+                    .map(|()| schema)
+                }
             };
             match admitted {
-                Ok(()) => {
+                Ok(schema) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
                     let listing = Listing::of(&tool.listed_with_schema(&name, &*schema.0));
                     if log_tools {
