@@ -160,14 +160,17 @@ fn set_up(
 fn rescan_on_request(host: &Host, rx: &mpsc::Receiver<Msg>) {
     while let Ok(msg) = rx.recv() {
         match msg {
-            Msg::Rescan => {
-                let report = host.reload();
-                tracing::debug!("rescan: {report:?}");
-            }
+            Msg::Rescan => rescan(host),
             Msg::Stop => return,
             Msg::Fs(_) => {}
         }
     }
+}
+
+/// A full reload (configuration and files).
+fn rescan(host: &Host) {
+    let report = host.reload();
+    tracing::debug!("rescan: {report:?}");
 }
 
 fn rewatch(
@@ -200,9 +203,8 @@ fn run(
         return;
     }
     loop {
-        let report = host.reload();
+        rescan(&host);
         let reloaded = Instant::now();
-        tracing::debug!("rescan: {report:?}");
         rewatch(&mut watcher, &mut watched, targets(&host.config()));
         let Some(mut writing) = next_change(&host, &rx) else {
             return;

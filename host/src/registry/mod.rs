@@ -156,6 +156,11 @@ impl Listing {
         self.0.get()
     }
 
+    /// The JSON text, to be written as it is inside other JSON.
+    fn raw(&self) -> &serde_json::value::RawValue {
+        &self.0
+    }
+
     /// As a JSON tree (for pinning and search results, which pick members from it).
     pub fn value(&self) -> Value {
         serde_json::from_str(self.text()).unwrap_or(Value::Null)
@@ -591,7 +596,7 @@ impl Registry {
             match admitted {
                 Ok(schema) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
-                    let listing = Listing::of(&tool.listed_with_schema(&name, &*schema.0));
+                    let listing = Listing::of(&tool.listed_with_schema(&name, schema.raw()));
                     if log_tools {
                         tracing::info!("Loaded tool: {name}");
                     }
