@@ -661,6 +661,31 @@ fn config_prints_the_effective_layered_configuration_with_secrets_redacted() {
     assert_eq!(reread["plugins"], printed["plugins"]);
 }
 
+/// The host's first allocator arena is 64 MiB, set before the standard library's start-up
+/// allocates (README, Performance); an operator's `MIMALLOC_ARENA_RESERVE` wins. mimalloc reports
+/// its options on stderr with `MIMALLOC_VERBOSE`.
+#[test]
+fn the_allocator_reserves_a_small_first_arena_unless_the_operator_sets_one() {
+    let reserve = |env: Option<&str>| {
+        let mut cmd = Command::new(&artifacts().host);
+        cmd.arg("--version").env("MIMALLOC_VERBOSE", "1");
+        match env {
+            Some(v) => cmd.env("MIMALLOC_ARENA_RESERVE", v),
+            None => cmd.env_remove("MIMALLOC_ARENA_RESERVE"),
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success());
+        let log = String::from_utf8_lossy(&out.stderr).into_owned();
+        log.lines()
+            .find(|l| l.contains("option 'arena_reserve'"))
+            .map(str::to_owned)
+            .unwrap_or_else(|| panic!("no arena_reserve option in mimalloc's report: {log}"))
+    };
+    assert!(reserve(None).ends_with(": 65536 KiB"), "{}", reserve(None));
+    let operator = reserve(Some("256MiB"));
+    assert!(operator.ends_with(": 262144 KiB"), "{operator}");
+}
+
 #[test]
 fn version_prints_the_build_fingerprint_and_completions_name_every_command() {
     let out = Command::new(&artifacts().host)

@@ -30,12 +30,65 @@ pub struct AgentError {
 pub struct Agent {
     /// The agent's name.
     pub name: String,
-    allow: Option<GlobSet>,
-    deny: GlobSet,
+    allow: Option<Globs>,
+    deny: Globs,
     /// How `tools/list` shows the agent its tools.
     pub tools: ToolsMode,
     /// In search mode, the tools listed all the same.
-    always_list: GlobSet,
+    always_list: Globs,
+}
+
+/// One list of tool-name globs. The lists agents are usually given — `*`, and names without
+/// wildcards — are matched without a regex: building a `GlobSet` compiles one (about 50k
+/// instructions a list, at every start), which only a list with real patterns needs.
+#[derive(Debug)]
+enum Globs {
+    /// The list holds `*` (or `**`): every name.
+    All,
+    /// Names without wildcards only (none for an empty list).
+    Names(Vec<String>),
+    /// Patterns.
+    Set(GlobSet),
+}
+
+impl Globs {
+    /// Parse `globs` (each is checked as a glob whichever way it is matched).
+    fn new(agent: &str, globs: &[String]) -> Result<Globs, AgentError> {
+        let invalid = |glob: &String, reason: String| AgentError {
+            agent: agent.to_owned(),
+            glob: glob.clone(),
+            reason,
+        };
+        let mut parsed = Vec::with_capacity(globs.len());
+        for g in globs {
+            parsed.push(Glob::new(g).map_err(|e| invalid(g, e.kind().to_string()))?);
+        }
+        if globs.iter().any(|g| g == "*" || g == "**") {
+            return Ok(Globs::All);
+        }
+        // A name without glob syntax matches only itself (a backslash escapes, so it is a pattern).
+        if globs
+            .iter()
+            .all(|g| !g.contains(['*', '?', '[', ']', '{', '}', '\\']))
+        {
+            return Ok(Globs::Names(globs.to_vec()));
+        }
+        let mut b = GlobSetBuilder::new();
+        for glob in parsed {
+            b.add(glob);
+        }
+        b.build()
+            .map(Globs::Set)
+            .map_err(|e| invalid(&String::new(), e.to_string()))
+    }
+
+    fn is_match(&self, tool: &str) -> bool {
+        match self {
+            Globs::All => true,
+            Globs::Names(names) => names.iter().any(|n| n == tool),
+            Globs::Set(set) => set.is_match(tool),
+        }
+    }
 }
 
 impl Agent {
@@ -69,31 +122,16 @@ impl Agent {
 
     /// Build an agent from its settings.
     pub fn new(name: &str, settings: &AgentSettings) -> Result<Agent, AgentError> {
-        let build = |globs: &[String]| -> Result<GlobSet, AgentError> {
-            let mut b = GlobSetBuilder::new();
-            for g in globs {
-                b.add(Glob::new(g).map_err(|e| AgentError {
-                    agent: name.to_owned(),
-                    glob: g.clone(),
-                    reason: e.kind().to_string(),
-                })?);
-            }
-            b.build().map_err(|e| AgentError {
-                agent: name.to_owned(),
-                glob: String::new(),
-                reason: e.to_string(),
-            })
-        };
         Ok(Agent {
             name: name.to_owned(),
             allow: if settings.allow.is_empty() {
                 None
             } else {
-                Some(build(&settings.allow)?)
+                Some(Globs::new(name, &settings.allow)?)
             },
-            deny: build(&settings.deny)?,
+            deny: Globs::new(name, &settings.deny)?,
             tools: settings.tools,
-            always_list: build(&settings.always_list)?,
+            always_list: Globs::new(name, &settings.always_list)?,
         })
     }
 }
@@ -122,5 +160,53 @@ impl Agents {
     /// Whether any agent is configured.
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn agent(allow: &[&str], deny: &[&str]) -> Agent {
+        let strings = |l: &[&str]| l.iter().map(|s| s.to_string()).collect();
+        Agent::new(
+            "a",
+            &AgentSettings {
+                allow: strings(allow),
+                deny: strings(deny),
+                ..AgentSettings::default()
+            },
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn star_names_and_patterns_match_as_globs_do() {
+        let a = agent(&["*"], &["delete_reading", "record_reading"]);
+        assert!(matches!(a.allow, Some(Globs::All)));
+        assert!(matches!(a.deny, Globs::Names(_)));
+        assert!(a.permits("current_time") && a.permits("delete"));
+        assert!(!a.permits("delete_reading") && !a.permits("record_reading"));
+
+        let a = agent(&["time_*", "hash_text"], &["time_zone?", "x[ab]"]);
+        assert!(matches!(a.allow, Some(Globs::Set(_))));
+        assert!(a.permits("time_now") && a.permits("hash_text") && a.permits("time_zone"));
+        assert!(!a.permits("time_zones") && !a.permits("hash_texts") && !a.permits("xa"));
+
+        let a = agent(&["**", "time_*"], &[]);
+        assert!(matches!(a.allow, Some(Globs::All)) && a.permits("anything"));
+        assert!(matches!(a.always_list, Globs::Names(ref n) if n.is_empty()));
+        assert!(!a.always_lists("anything"));
+    }
+
+    #[test]
+    fn an_invalid_glob_is_refused_even_beside_a_star() {
+        let settings = AgentSettings {
+            allow: vec!["*".into(), "a[".into()],
+            ..AgentSettings::default()
+        };
+        let e = Agent::new("ops", &settings).unwrap_err();
+        assert_eq!((e.agent.as_str(), e.glob.as_str()), ("ops", "a["));
     }
 }
