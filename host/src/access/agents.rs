@@ -54,9 +54,9 @@ enum Globs {
 impl Globs {
     /// Parse `globs` (each is checked as a glob whichever way it is matched).
     fn new(agent: &str, globs: &[String]) -> Result<Globs, AgentError> {
-        let invalid = |glob: &String, reason: String| AgentError {
+        let invalid = |glob: &str, reason: String| AgentError {
             agent: agent.to_owned(),
-            glob: glob.clone(),
+            glob: glob.to_owned(),
             reason,
         };
         let mut parsed = Vec::with_capacity(globs.len());
@@ -79,7 +79,7 @@ impl Globs {
         }
         b.build()
             .map(Globs::Set)
-            .map_err(|e| invalid(&String::new(), e.to_string()))
+            .map_err(|e| invalid("", e.to_string()))
     }
 
     fn is_match(&self, tool: &str) -> bool {

@@ -37,12 +37,6 @@ pub(crate) struct WorkerCommand {
     pub env: Option<Vec<String>>,
 }
 
-/// The environment variable that sets how much address space mimalloc reserves at a time.
-const ARENA_RESERVE: &str = "MIMALLOC_ARENA_RESERVE";
-
-/// A worker's reservation: mimalloc's smallest arena (32 MiB) and room for its metadata.
-const WORKER_ARENA_RESERVE: &str = "64MiB";
-
 /// A plugin loaded in a worker: its fingerprint and manifest.
 pub(crate) type Loaded = (BuildInfo, Manifest);
 
@@ -217,14 +211,9 @@ impl Process {
             }
         }
         // The worker sets its address-space limit (`limits.memory_mb`, RLIMIT_AS) once it runs,
-        // after the allocator reserved its first arena: mimalloc's default reservation of 1 GiB
-        // of address space would leave a 512 MB limit no room for a thread or a plugin's segments.
-        // An operator's own setting passes through.
-        let inherited = std::env::var_os(ARENA_RESERVE).is_some()
-            && (command.env.as_ref()).is_none_or(|keep| keep.iter().any(|n| n == ARENA_RESERVE));
-        if !inherited {
-            cmd.env(ARENA_RESERVE, WORKER_ARENA_RESERVE);
-        }
+        // after the allocator reserved its first arena: that arena is 64 MiB in every mcp-host
+        // process (`allocator::configure`), which leaves a 512 MB limit room for threads and a
+        // plugin's segments.
         let (log_reader, log_writer) = io::pipe().map_err(|e| fail("cannot make a pipe", e))?;
         let channel =
             connect(&mut cmd, log_writer).map_err(|e| fail("cannot make a channel", e))?;
