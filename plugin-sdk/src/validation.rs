@@ -76,6 +76,10 @@ impl InputValidator {
                 "Invalid arguments for tool {tool}: arguments must be a JSON object"
             ));
         }
+        // The everyday case first: `is_valid` stops at the first failure and builds no errors.
+        if args.get("user_info").is_none() && self.0.is_valid(args) {
+            return Ok(());
+        }
         // The caller is injected by the host from verified credentials; it can never be an
         // argument, whatever a hand-written schema allows.
         let mut problems = Vec::new();

@@ -357,11 +357,13 @@ impl Executor {
         opts: &CallOptions,
         observed: Option<&ObservedCall<'_>>,
     ) -> Result<Started, Interrupted> {
+        // One clock read serves the quota, the deadline and the call's duration.
+        let now = observed.map_or_else(Instant::now, ObservedCall::started);
         let limits = self.limits.load_full();
         let quota = match &opts.quota_key {
             Some(key) => Some(
                 self.quotas
-                    .admit(key, &limits.per_caller)
+                    .admit(key, &limits.per_caller, now)
                     .map_err(Interrupted::Throttled)?,
             ),
             None => None,
@@ -369,7 +371,7 @@ impl Executor {
         let max_result = ResultLimits::of(&limits);
         let call = Arc::new(CallState {
             cancel: opts.cancel.clone(),
-            deadline: Some(Instant::now() + target.timeout),
+            deadline: Some(now + target.timeout),
             events: opts.events.clone(),
             caller_json,
             agent: opts.agent.clone(),
@@ -572,7 +574,7 @@ impl Executor {
             cancel: parent.map_or_else(CancelFlag::new, |p| p.cancel.clone()),
             deadline: parent
                 .and_then(|p| p.deadline)
-                .or_else(|| Some(Instant::now() + tool.timeout)),
+                .or_else(|| Some(observed.started() + tool.timeout)),
             events: parent.and_then(|p| p.events.clone()),
             caller_json,
             agent,

@@ -74,13 +74,14 @@ impl Quotas {
         self.callers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Admit one call of caller `key` under `limits`, or say why not.
+    /// Admit one call of caller `key` under `limits` at `now` (the call's start, read once for
+    /// the whole call path), or say why not.
     pub fn admit(
         self: &Arc<Self>,
         key: &str,
         limits: &PerCallerLimits,
+        now: Instant,
     ) -> Result<QuotaPermit, QuotaError> {
-        let now = Instant::now();
         let rate = limits.calls_per_sec.filter(|r| *r > 0.0 && r.is_finite());
         let burst = f64::from(limits.burst.max(1));
         let mut map = self.lock();
@@ -143,17 +144,19 @@ mod tests {
             calls_per_sec: None,
             burst: 1,
         };
-        let a1 = q.admit("alice", &limits).expect("first");
-        let _a2 = q.admit("alice", &limits).expect("second");
+        let a1 = q.admit("alice", &limits, Instant::now()).expect("first");
+        let _a2 = q.admit("alice", &limits, Instant::now()).expect("second");
         assert_eq!(
-            q.admit("alice", &limits).unwrap_err(),
+            q.admit("alice", &limits, Instant::now()).unwrap_err(),
             QuotaError::InFlight { max: 2 }
         );
         let _b = q
-            .admit("bob", &limits)
+            .admit("bob", &limits, Instant::now())
             .expect("another caller is not affected");
         drop(a1);
-        let _a3 = q.admit("alice", &limits).expect("a slot came free");
+        let _a3 = q
+            .admit("alice", &limits, Instant::now())
+            .expect("a slot came free");
     }
 
     #[test]
@@ -165,11 +168,17 @@ mod tests {
             burst: 3,
         };
         for _ in 0..3 {
-            drop(q.admit("alice", &limits).expect("within the burst"));
+            drop(
+                q.admit("alice", &limits, Instant::now())
+                    .expect("within the burst"),
+            );
         }
-        let err = q.admit("alice", &limits).unwrap_err();
+        let err = q.admit("alice", &limits, Instant::now()).unwrap_err();
         assert!(matches!(err, QuotaError::Rate { .. }), "{err:?}");
         assert!(err.retry_after_secs() >= 1);
-        drop(q.admit("bob", &limits).expect("bob has his own bucket"));
+        drop(
+            q.admit("bob", &limits, Instant::now())
+                .expect("bob has his own bucket"),
+        );
     }
 }

@@ -219,6 +219,11 @@ impl ObservedCall<'_> {
         trace::phase_span(&self.span, name)
     }
 
+    /// When the call started.
+    pub(crate) fn started(&self) -> Instant {
+        self.started
+    }
+
     /// The call got its permits after waiting `wait` for them.
     pub(crate) fn dequeued(&self, wait: Duration) {
         if self.queue_wait.set(wait).is_ok() {

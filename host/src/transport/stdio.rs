@@ -342,7 +342,9 @@ impl Connection {
         let (id, method, params) = match self.core.route(read, &origin) {
             Routed::Request { id, method, params } => (id, method, params),
             Routed::Batch(items) => {
-                match self.core.batch(items, &origin).await {
+                // Boxed: a batch's future holds a request's and more, and every message's future
+                // would otherwise be that large and copied whole into its box (README, Performance).
+                match Box::pin(self.core.batch(items, &origin)).await {
                     Batched::Replies(replies) => self.out.reply(&replies),
                     Batched::Refused(e) => {
                         self.out.send(&jsonrpc::error_response(&Value::Null, &e))
