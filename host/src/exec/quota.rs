@@ -3,6 +3,7 @@
 //! address); a refused call is told when to retry.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -41,7 +42,8 @@ impl QuotaError {
 
 #[derive(Debug)]
 struct Bucket {
-    in_flight: usize,
+    /// Shared with the caller's permits, which give their slot back without the map's lock.
+    in_flight: Arc<AtomicUsize>,
     tokens: f64,
     refilled: Instant,
 }
@@ -56,54 +58,47 @@ pub struct Quotas {
 /// Holds one in-flight slot of a caller until dropped.
 #[derive(Debug)]
 pub struct QuotaPermit {
-    quotas: Arc<Quotas>,
-    key: Arc<str>,
+    in_flight: Arc<AtomicUsize>,
 }
 
 impl Drop for QuotaPermit {
     fn drop(&mut self) {
-        let mut map = self.quotas.lock();
-        if let Some(b) = map.get_mut(&self.key) {
-            b.in_flight = b.in_flight.saturating_sub(1);
-        }
+        // Only permits decrement, one each, and an entry is only forgotten at zero.
+        self.in_flight.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
 impl Quotas {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Arc<str>, Bucket>> {
-        self.callers.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
     /// Admit one call of caller `key` under `limits` at `now` (the call's start, read once for
     /// the whole call path), or say why not.
     pub fn admit(
-        self: &Arc<Self>,
+        &self,
         key: &str,
         limits: &PerCallerLimits,
         now: Instant,
     ) -> Result<QuotaPermit, QuotaError> {
         let rate = limits.calls_per_sec.filter(|r| *r > 0.0 && r.is_finite());
         let burst = f64::from(limits.burst.max(1));
-        let mut map = self.lock();
+        let max = limits.max_in_flight.max(1);
+        let mut map = self.callers.lock().unwrap_or_else(|p| p.into_inner());
         if map.len() > 1024 {
             // Forget callers that are idle with a full bucket: they would start afresh anyway.
             map.retain(|_, b| {
-                b.in_flight > 0 || rate.is_some_and(|r| refill(b, now, r, burst) < burst)
+                b.in_flight.load(Ordering::Acquire) > 0
+                    || rate.is_some_and(|r| refill(b, now, r, burst) < burst)
             });
         }
-        let key: Arc<str> = match map.get_key_value(key) {
-            Some((k, _)) => Arc::clone(k),
-            None => Arc::from(key),
+        // A caller seen before (nearly every call) is found with one hash of its key.
+        let bucket = match map.get_mut(key) {
+            Some(bucket) => bucket,
+            None => map.entry(Arc::from(key)).or_insert(Bucket {
+                in_flight: Arc::default(),
+                tokens: burst,
+                refilled: now,
+            }),
         };
-        let bucket = map.entry(Arc::clone(&key)).or_insert(Bucket {
-            in_flight: 0,
-            tokens: burst,
-            refilled: now,
-        });
-        if bucket.in_flight >= limits.max_in_flight.max(1) {
-            return Err(QuotaError::InFlight {
-                max: limits.max_in_flight.max(1),
-            });
+        if bucket.in_flight.load(Ordering::Acquire) >= max {
+            return Err(QuotaError::InFlight { max });
         }
         if let Some(rate) = rate {
             let tokens = refill(bucket, now, rate, burst);
@@ -116,10 +111,10 @@ impl Quotas {
             }
             bucket.tokens = tokens - 1.0;
         }
-        bucket.in_flight += 1;
+        // Under the map's lock: no other admission can pass `max` in between.
+        bucket.in_flight.fetch_add(1, Ordering::AcqRel);
         Ok(QuotaPermit {
-            quotas: Arc::clone(self),
-            key,
+            in_flight: Arc::clone(&bucket.in_flight),
         })
     }
 }
@@ -134,6 +129,8 @@ fn refill(b: &mut Bucket, now: Instant, rate: f64, burst: f64) -> f64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -180,5 +177,52 @@ mod tests {
             q.admit("bob", &limits, Instant::now())
                 .expect("bob has his own bucket"),
         );
+    }
+
+    #[test]
+    fn the_rate_refills_with_the_time_that_passed_between_calls() {
+        let q = Arc::new(Quotas::default());
+        let limits = PerCallerLimits {
+            max_in_flight: 100,
+            calls_per_sec: Some(10.0),
+            burst: 1,
+        };
+        let t0 = Instant::now();
+        drop(q.admit("alice", &limits, t0).expect("the first call"));
+        let early = q.admit("alice", &limits, t0 + Duration::from_millis(50));
+        assert!(matches!(early, Err(QuotaError::Rate { .. })), "{early:?}");
+        drop(
+            q.admit("alice", &limits, t0 + Duration::from_millis(150))
+                .expect("a token came back after 100 ms"),
+        );
+    }
+
+    #[test]
+    fn idle_callers_are_forgotten_but_callers_with_calls_in_flight_are_kept() {
+        let q = Arc::new(Quotas::default());
+        let limits = PerCallerLimits {
+            max_in_flight: 1,
+            calls_per_sec: None,
+            burst: 1,
+        };
+        let now = Instant::now();
+        let held = q.admit("busy", &limits, now).expect("busy's call");
+        for i in 0..1100 {
+            drop(
+                q.admit(&format!("idle-{i}"), &limits, now)
+                    .expect("an idle caller"),
+            );
+        }
+        assert!(
+            q.callers.lock().expect("lock").len() < 1100,
+            "idle callers were forgotten"
+        );
+        assert_eq!(
+            q.admit("busy", &limits, now).unwrap_err(),
+            QuotaError::InFlight { max: 1 },
+            "the busy caller's slot is still counted"
+        );
+        drop(held);
+        drop(q.admit("busy", &limits, now).expect("its slot came back"));
     }
 }
