@@ -378,6 +378,27 @@ fn connections_that_never_finish_their_headers_are_closed_and_healthz_still_answ
 }
 
 #[test]
+fn a_request_outlasting_the_header_timeout_is_answered_and_its_connection_closes_once_idle() {
+    let (_l, cfg) = layout(&["fixture-basic"], "http: {header_read_timeout_secs: 1}\n");
+    let s = HttpServer::start(&cfg);
+    let mut conn = s.connect();
+    conn.set_read_timeout(START);
+    // Busy for 2.5 s, over the 1 s a head may take: the deadline does not run during a request.
+    let params = with_meta(json!({"name": "sleep", "arguments": {"millis": 2500}}));
+    let headers = modern_headers("tools/call", Some("sleep"));
+    let body = request(1, "tools/call", params).to_string();
+    let r = conn.post(&header_refs(&headers), body.as_bytes());
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.message()["result"]["content"][0]["text"], "slept");
+    // Kept alive after its answer, then closed for sending no further head.
+    assert!(
+        conn.closed_by_server(),
+        "an idle keep-alive connection stayed open"
+    );
+    assert_serves_others(&s);
+}
+
+#[test]
 fn default_limits_keep_healthz_answering_under_300_stalled_connections() {
     let (_l, cfg) = layout(&["fixture-basic"], "");
     let mut s = HttpServer::start(&cfg);

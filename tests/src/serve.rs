@@ -994,6 +994,17 @@ impl HttpConn {
         self.request("POST", path, &all, body)
     }
 
+    /// Whether the server closes this connection (end of stream or a reset) before anything more
+    /// arrives or the read timeout passes.
+    pub fn closed_by_server(&mut self) -> bool {
+        let mut byte = [0u8; 1];
+        match self.stream.read(&mut byte) {
+            Ok(0) => true,
+            Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+            Ok(_) => false,
+        }
+    }
+
     /// Close both directions now.
     pub fn close(self) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);

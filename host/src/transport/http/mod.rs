@@ -6,13 +6,15 @@
 //!
 //! Connections are bounded: at most `http.max_connections` are served at once (the next one waits
 //! in the listen backlog until one closes), each must send its request head within
-//! `http.header_read_timeout_secs` (hyper's timer; also the idle keep-alive limit) and its body
+//! `http.header_read_timeout_secs` ([`idle`]; also the idle keep-alive limit) and its body
 //! within `http.body_read_timeout_secs`, and a failing `accept` (out of file descriptors) backs
 //! off instead of spinning.
 
 mod body;
 mod guard;
 mod headers;
+mod idle;
+mod inbox;
 pub mod metrics;
 mod post;
 mod sessions;
@@ -25,7 +27,7 @@ use std::time::Duration;
 use hyper::body::Incoming as IncomingBody;
 use hyper::header::HeaderValue;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::TokioIo;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
@@ -174,8 +176,8 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serve one accepted connection on its own task (hyper's HTTP/1 with the header-read timer),
-/// holding its connection slot until it closes.
+/// Serve one accepted connection on its own task (hyper's HTTP/1, closed once it has waited
+/// `header_timeout` for a request head: [`idle`]), holding its connection slot until it closes.
 fn serve_connection(
     state: &Arc<State>,
     graceful: &hyper_util::server::graceful::GracefulShutdown,
@@ -186,19 +188,33 @@ fn serve_connection(
 ) {
     let _ = stream.set_nodelay(true);
     let state = Arc::clone(state);
-    let service = hyper::service::service_fn(move |req| {
-        let (state, peer) = (Arc::clone(&state), Arc::clone(&peer));
-        async move { Ok::<_, Infallible>(handle(state, req, peer).await) }
-    });
+    let watch = idle::Watch::new();
+    let service = {
+        let watch = Arc::clone(&watch);
+        hyper::service::service_fn(move |req| {
+            let busy = watch.begin();
+            let (state, peer) = (Arc::clone(&state), Arc::clone(&peer));
+            async move {
+                let resp = handle(state, req, peer).await;
+                Ok::<_, Infallible>(resp.map(|body| idle::Tracked::new(body, busy)))
+            }
+        })
+    };
     let conn = hyper::server::conn::http1::Builder::new()
-        .timer(TokioTimer::new())
-        .header_read_timeout(header_timeout)
+        .header_read_timeout(None)
         .keep_alive(true)
         .serve_connection(TokioIo::new(stream), service);
     let conn = graceful.watch(conn);
     tokio::spawn(async move {
-        if let Err(e) = conn.await {
-            tracing::debug!("connection ended: {e}");
+        tokio::select! {
+            biased;
+            ended = conn => if let Err(e) = ended {
+                tracing::debug!("connection ended: {e}");
+            },
+            () = watch.expired(header_timeout) => tracing::debug!(
+                "closing a connection that sent no request head in {} s",
+                header_timeout.as_secs()
+            ),
         }
         drop(permit);
     });

@@ -13,7 +13,6 @@ use hyper::body::Incoming as IncomingBody;
 use hyper::header::HeaderValue;
 use hyper::{Response, StatusCode};
 use serde_json::{Map, Value};
-use tokio::sync::mpsc;
 
 use super::State;
 use super::body::{
@@ -21,6 +20,7 @@ use super::body::{
 };
 use super::guard::{denied, names, unauthorized};
 use super::headers::{Header, RequestHeaders};
+use super::inbox::{Inbox, inbox};
 use super::sessions::Changeable;
 use crate::exec::CancelFlag;
 use crate::exec::detached::Detached;
@@ -213,8 +213,8 @@ fn lost(id: &Value) -> Response<Body> {
 }
 
 /// Stream the notifications already queued.
-fn send_queued(out: &Sse, rx: &mut mpsc::UnboundedReceiver<Value>) {
-    while let Ok(n) = rx.try_recv() {
+fn send_queued(out: &Sse, rx: &mut Inbox) {
+    while let Some(n) = rx.try_recv() {
         out.send(&n);
     }
 }
@@ -241,14 +241,11 @@ async fn request(
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.
     let mut guard = CancelOnDrop(Some(cancel.clone()));
-    let (tx, mut rx) = mpsc::unbounded_channel::<Value>();
+    let (notifier, mut rx) = inbox();
     let mut running = {
         let state = Arc::clone(&state);
         let id = id.clone();
         let cancel = cancel.clone();
-        let notifier: crate::protocol::Notifier = Arc::new(move |n| {
-            let _ = tx.send(n);
-        });
         Detached::new(async move {
             let before = origin.session.as_deref().map(Changeable::of);
             let answered = state
@@ -265,16 +262,16 @@ async fn request(
     // Whether a notification comes before the reply decides the response type. The notifier is
     // dropped (with the request's exchange) before the reply is ready, so `None` from the
     // notifications means the request ended without any; a request that notified and answered
-    // in the same poll is streamed too (its notifications wait in the queue).
+    // in the same poll is streamed too (its notifications wait in the queue). The request is
+    // polled first: most answer in that poll, before anything waits for a notification.
     let first_notification = tokio::select! {
         biased;
-        n = rx.recv() => n,
         reply = &mut running => {
             guard.disarm();
             let Some(reply) = reply else {
                 return lost(&id);
             };
-            let Ok(first) = rx.try_recv() else {
+            let Some(first) = rx.try_recv() else {
                 return finish(&state, reply, &reply_to).await;
             };
             let (out, body) = sse_channel();
@@ -283,6 +280,7 @@ async fn request(
             tokio::spawn(async move { stream_reply(&state, reply, out).await });
             return sse_response(body, Some(cancel));
         }
+        n = rx.recv() => n,
     };
     let Some(first_notification) = first_notification else {
         // No notification can come any more: a plain JSON answer. (Streaming it would send errors
