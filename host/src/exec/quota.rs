@@ -133,14 +133,18 @@ mod tests {
 
     use super::*;
 
+    fn limits(max_in_flight: usize, calls_per_sec: Option<f64>, burst: u32) -> PerCallerLimits {
+        PerCallerLimits {
+            max_in_flight,
+            calls_per_sec,
+            burst,
+        }
+    }
+
     #[test]
     fn in_flight_calls_are_bounded_per_caller_and_released_on_drop() {
         let q = Arc::new(Quotas::default());
-        let limits = PerCallerLimits {
-            max_in_flight: 2,
-            calls_per_sec: None,
-            burst: 1,
-        };
+        let limits = limits(2, None, 1);
         let a1 = q.admit("alice", &limits, Instant::now()).expect("first");
         let _a2 = q.admit("alice", &limits, Instant::now()).expect("second");
         assert_eq!(
@@ -159,11 +163,7 @@ mod tests {
     #[test]
     fn the_rate_admits_a_burst_then_refuses_with_a_retry_time() {
         let q = Arc::new(Quotas::default());
-        let limits = PerCallerLimits {
-            max_in_flight: 100,
-            calls_per_sec: Some(0.001),
-            burst: 3,
-        };
+        let limits = limits(100, Some(0.001), 3);
         for _ in 0..3 {
             drop(
                 q.admit("alice", &limits, Instant::now())
@@ -182,11 +182,7 @@ mod tests {
     #[test]
     fn the_rate_refills_with_the_time_that_passed_between_calls() {
         let q = Arc::new(Quotas::default());
-        let limits = PerCallerLimits {
-            max_in_flight: 100,
-            calls_per_sec: Some(10.0),
-            burst: 1,
-        };
+        let limits = limits(100, Some(10.0), 1);
         let t0 = Instant::now();
         drop(q.admit("alice", &limits, t0).expect("the first call"));
         let early = q.admit("alice", &limits, t0 + Duration::from_millis(50));
@@ -200,11 +196,7 @@ mod tests {
     #[test]
     fn idle_callers_are_forgotten_but_callers_with_calls_in_flight_are_kept() {
         let q = Arc::new(Quotas::default());
-        let limits = PerCallerLimits {
-            max_in_flight: 1,
-            calls_per_sec: None,
-            burst: 1,
-        };
+        let limits = limits(1, None, 1);
         let now = Instant::now();
         let held = q.admit("busy", &limits, now).expect("busy's call");
         for i in 0..1100 {
