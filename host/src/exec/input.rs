@@ -67,7 +67,8 @@ impl std::fmt::Debug for InputChannel {
 pub struct Round {
     capabilities: Value,
     answers: Map<String, Value>,
-    asked: Mutex<Asked>,
+    /// `None` until the call asks something (most never do).
+    asked: Mutex<Option<Box<Asked>>>,
     /// Called (once) when the call becomes a task (`CallContext::start_task`).
     on_start: Mutex<Option<Box<dyn FnOnce() + Send>>>,
 }
@@ -121,13 +122,18 @@ impl Round {
         &self.capabilities
     }
 
-    /// What the call asked, once it returned.
-    pub fn asked(&self) -> Asked {
-        self.asked.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    /// What the call asked, once it returned (`None`: nothing).
+    pub fn asked(&self) -> Option<Asked> {
+        self.asked
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_deref()
+            .cloned()
     }
 
     fn ask(&self, requests: &Map<String, Value>) -> Result<Value, InputError> {
         let mut asked = self.asked.lock().unwrap_or_else(|p| p.into_inner());
+        let asked = asked.get_or_insert_with(Box::default);
         // Every question must be one the client can answer before any is recorded as asked.
         for request in requests.values() {
             let (method, params) = parts(request)?;
@@ -369,7 +375,7 @@ mod tests {
         both.insert("a".into(), form.clone());
         both.insert("b".into(), form.clone());
         assert_eq!(round.ask(&both), Err(InputError::Asked));
-        let asked = round.asked();
+        let asked = round.asked().expect("the call asked");
         assert_eq!(asked.open.keys().collect::<Vec<_>>(), ["b"]);
         assert_eq!(asked.used.keys().collect::<Vec<_>>(), ["a"]);
         let mut sample = Map::new();
@@ -381,7 +387,10 @@ mod tests {
             round.ask(&sample),
             Err(InputError::Unsupported { .. })
         ));
-        assert_eq!(round.asked().missing, Some(json!({"sampling": {}})));
+        assert_eq!(
+            round.asked().expect("the call asked").missing,
+            Some(json!({"sampling": {}}))
+        );
     }
 
     #[test]

@@ -154,7 +154,9 @@ pub(crate) enum RoundEnd {
 
 /// How a round ends once its call returned.
 pub(crate) fn round_end(round: &Round, failed: bool, subject: &Subject<'_>) -> RoundEnd {
-    let asked = round.asked();
+    let Some(asked) = round.asked() else {
+        return RoundEnd::Answer;
+    };
     if let Some(why) = asked.invalid {
         return RoundEnd::Error(RpcError::invalid_params(why));
     }
