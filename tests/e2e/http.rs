@@ -281,6 +281,48 @@ fn a_base64_encoded_mcp_name_is_decoded_and_invalid_base64_is_refused() {
 }
 
 #[test]
+fn an_argument_mirrored_in_an_mcp_param_header_must_match_it_and_be_sent_with_it() {
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let s = HttpServer::start(&l.config("tool_dirs: [d]\n"));
+    let call = |id: i64, region: Option<&str>, header: Option<&str>| {
+        let mut headers = vec![
+            ("MCP-Protocol-Version", MODERN),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "test_header_param"),
+        ];
+        headers.extend(header.map(|h| ("Mcp-Param-Region", h)));
+        let arguments = region.map_or(json!({}), |r| json!({ "region": r }));
+        post_with(
+            &s,
+            &headers,
+            &request(
+                id,
+                "tools/call",
+                with_meta(json!({"name": "test_header_param", "arguments": arguments})),
+            ),
+        )
+    };
+    // Its value may be base64-encoded.
+    let ok = call(1, Some("eu-west"), Some("eu-west"));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert!(result_text(&ok.json()).contains("eu-west"), "{}", ok.text());
+    let encoded = call(2, Some("eu-west"), Some("=?base64?ZXUtd2VzdA==?="));
+    assert_eq!(encoded.status, 200, "{}", encoded.text());
+    // The same tool again: what its schema declares was read at its first call and kept.
+    for (id, region, header) in [
+        (3, Some("eu-west"), Some("us-east")),
+        (4, Some("eu-west"), None),
+        (5, None, Some("eu-west")),
+    ] {
+        let resp = call(id, region, header);
+        assert_eq!(rpc_error(&resp, 400), -32020, "{region:?} / {header:?}");
+        let message = resp.json()["error"]["message"].to_string();
+        assert!(message.contains("Mcp-Param-Region"), "{message}");
+    }
+}
+
+#[test]
 fn an_unsupported_version_is_a_400_naming_the_supported_and_requested_versions() {
     let (_l, s) = start("");
     let mut body = request(4, "tools/list", with_meta(json!({})));

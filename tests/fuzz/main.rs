@@ -480,8 +480,11 @@ fn header_values_decode_or_fail_cleanly() {
             let params: Map<String, Value> =
                 [("name".to_owned(), arg.clone())].into_iter().collect();
             let _ = headers.check("tools/call", "2026-07-28", &params);
-            let schema = json!({"type": "object", "properties": {"a": {"type": "string", "x-mcp-header": "X"}}});
-            let _ = headers.check_params(&schema, Some(&json!({ "a": arg })));
+            let declared = [mcp_host::registry::HeaderParam {
+                argument: "a".into(),
+                header: "X".into(),
+            }];
+            let _ = headers.check_params(&declared, Some(&json!({ "a": arg })));
             Ok(())
         },
     );

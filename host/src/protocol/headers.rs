@@ -6,6 +6,7 @@ use base64::Engine as _;
 use serde_json::Value;
 
 use super::jsonrpc::{ErrorKind, RpcError};
+use crate::registry::HeaderParam;
 
 /// The HTTP headers 2026 requires to mirror the body (absent on stdio).
 #[derive(Debug, Clone, Default)]
@@ -112,20 +113,24 @@ impl HttpHeaders {
     }
 
     /// Check `Mcp-Param-{Name}` headers against the arguments whose schema carries `x-mcp-header`.
-    pub fn check_params(&self, schema: &Value, args: Option<&Value>) -> Result<(), RpcError> {
-        let Some(props) = schema.get("properties").and_then(Value::as_object) else {
-            return Ok(());
-        };
-        for (param, prop) in props {
-            let Some(name) = prop.get("x-mcp-header").and_then(Value::as_str) else {
-                continue;
-            };
+    pub fn check_params(
+        &self,
+        declared: &[HeaderParam],
+        args: Option<&Value>,
+    ) -> Result<(), RpcError> {
+        for HeaderParam {
+            argument: param,
+            header: name,
+        } in declared
+        {
             let header = self
                 .params
                 .iter()
                 .find(|(n, _)| n.eq_ignore_ascii_case(name))
                 .map(|(_, v)| v.trim());
-            let body = args.and_then(|a| a.get(param)).filter(|v| !v.is_null());
+            let body = args
+                .and_then(|a| a.get(param.as_str()))
+                .filter(|v| !v.is_null());
             match (header, body) {
                 (None, None) => {}
                 (None, Some(_)) => {

@@ -81,7 +81,7 @@ async fn call_named(
         && !proxied
         && let Some(headers) = &req.ex.headers
     {
-        headers.check_params(&tool.descriptor().input_schema, args)?;
+        headers.check_params(tool.header_params(), args)?;
     }
     if let Some(Value::Object(required)) = &tool.descriptor().required_client_capabilities {
         let caps = req.era.client_capabilities();

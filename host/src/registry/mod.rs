@@ -50,6 +50,18 @@ pub struct Tool {
     pub listing: Listing,
     /// Its metric series, looked up at its first call.
     pub series: std::sync::OnceLock<crate::telemetry::metrics::ToolSeries>,
+    /// Its arguments mirrored in `Mcp-Param-{Name}` headers, found at its first call.
+    header_params: std::sync::OnceLock<Box<[HeaderParam]>>,
+}
+
+/// An argument whose schema names an `x-mcp-header`: 2026 HTTP clients mirror it in the
+/// `Mcp-Param-{header}` header.
+#[derive(Debug)]
+pub struct HeaderParam {
+    /// The argument's name.
+    pub argument: String,
+    /// The `{Name}` of its header.
+    pub header: String,
 }
 
 impl Tool {
@@ -57,6 +69,26 @@ impl Tool {
     /// Borrowed from the plugin's manifest, never copied.
     pub fn descriptor(&self) -> &ToolDescriptor {
         &self.slot.backend.manifest().tools[self.index as usize]
+    }
+
+    /// The arguments mirrored in headers (read from the input schema at the first call, not at
+    /// every one: a schema's properties are walked once).
+    pub fn header_params(&self) -> &[HeaderParam] {
+        self.header_params.get_or_init(|| {
+            let properties = self.descriptor().input_schema.get("properties");
+            properties
+                .and_then(Value::as_object)
+                .into_iter()
+                .flatten()
+                .filter_map(|(argument, schema)| {
+                    let header = schema.get("x-mcp-header")?.as_str()?;
+                    Some(HeaderParam {
+                        argument: argument.clone(),
+                        header: header.to_owned(),
+                    })
+                })
+                .collect()
+        })
     }
 
     /// The compiled input schema (compiled on first use, the failure logged once), or why it does
@@ -613,6 +645,7 @@ impl Registry {
                             validator: std::sync::OnceLock::new(),
                             timeout: secs(timeout),
                             series: std::sync::OnceLock::new(),
+                            header_params: std::sync::OnceLock::new(),
                         }),
                     );
                 }
