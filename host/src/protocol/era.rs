@@ -77,7 +77,7 @@ pub(crate) fn parse_level(v: Option<&Value>) -> Option<LogLevel> {
 
 /// The members of a request's `_meta` the era reads, found in one pass over it (their names share
 /// a 24-byte prefix, which makes each lookup by name a long comparison).
-#[derive(Default, Clone, Copy)]
+#[derive(Default)]
 struct MetaFields<'a> {
     version: Option<&'a Value>,
     caps: Option<&'a Value>,

@@ -112,7 +112,8 @@ impl HttpHeaders {
         Ok(())
     }
 
-    /// Check `Mcp-Param-{Name}` headers against the arguments whose schema carries `x-mcp-header`.
+    /// Check `Mcp-Param-{Name}` headers against the arguments the tool mirrors in them (those whose
+    /// schema carries `x-mcp-header`: [`crate::registry::Tool::header_params`]).
     pub fn check_params(
         &self,
         declared: &[HeaderParam],
