@@ -9,13 +9,17 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Build `packages` in release mode into `target/bench` (never `target/release`, which the default
-/// configuration serves) and return that release directory.
+/// configuration serves), or the directory `MCP_BENCH_TARGET_DIR` names (the profile-guided build,
+/// `packaging/pgo-build`, keeps its instrumented and optimised artifacts apart), and return that
+/// release directory.
 pub fn build_release(packages: &[&str]) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .expect("the host crate lives in the workspace")
         .to_path_buf();
-    let target = root.join("target").join("bench");
+    let target = std::env::var_os("MCP_BENCH_TARGET_DIR")
+        .map(|dir| root.join(dir))
+        .unwrap_or_else(|| root.join("target").join("bench"));
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(&root)
         .env("CARGO_TARGET_DIR", &target)
