@@ -39,8 +39,9 @@
 //! Environment: `MCP_BENCH_ROUNDS` (HTTP rounds per server, default 2), `MCP_BENCH_SECS` (measuring
 //! window per HTTP round / stdio phase, default 5 / 3), `MCP_BENCH_ONLY` (comma-separated sections:
 //! `http`, `stdio`, `cold`, `isolated`; default all), `MCP_BENCH_HOST_EXE` (benchmark this
-//! `mcp-host` binary instead of the one built into `target/bench`), `MCP_BENCH_RUNS` (repeat the
-//! whole measurement this many times and print the median of each figure, e.g.
+//! `mcp-host` binary instead of the one built into `target/bench`), `MCP_BENCH_TARGET_DIR` (build
+//! into this directory instead of `target/bench`: `packaging/pgo-build`), `MCP_BENCH_RUNS` (repeat
+//! the whole measurement this many times and print the median of each figure, e.g.
 //! `MCP_BENCH_RUNS=3 cargo bench -p mcp-host --bench serve`: the README's figures are medians of 3
 //! runs, since one run on a busy 2-core machine can vary by ±20 %).
 //!
