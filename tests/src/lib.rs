@@ -24,6 +24,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-crash",
     "fixture-catalog",
     "fixture-lazy",
+    "fixture-hostile",
     "mcp-time",
     "mcp-text",
     "mcp-series",

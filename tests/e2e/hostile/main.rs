@@ -7,6 +7,11 @@
 
 #![allow(clippy::unwrap_used)]
 
+mod front_door;
+mod http_limits;
+mod store_trust;
+mod worker_wire;
+
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::Path;
