@@ -7,6 +7,9 @@
 //! The file is opened at the first call, not at start: a host started for one client session
 //! that never runs a task never pays for it (a failure to open is that call's error, and the next
 //! call tries again).
+//!
+//! The file is created 0600 (and so are its `-wal` and `-shm`: SQLite gives them the database's
+//! mode), and a directory the host creates for it 0700.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -31,13 +34,52 @@ CREATE INDEX IF NOT EXISTS tasks_by_caller ON tasks (quota_key, expires_ms);
 CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_ms);
 ";
 
+/// Create the directories up to `dir` that are missing, 0700 (a task's arguments and results
+/// are the callers' data).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt as _;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Create the database file 0600 when it does not exist (SQLite gives its `-wal` and `-shm` the
+/// same mode); an existing one readable by others is reported.
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::{OpenOptionsExt as _, PermissionsExt as _};
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let mode = std::fs::metadata(path)?.permissions().mode();
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    "the task store {} is readable or writable by others (mode {:o}): tasks hold \
+                     callers' arguments and results (chmod 600 it, and its -wal and -shm)",
+                    path.display(),
+                    mode & 0o777
+                );
+            }
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
 /// Open (creating) the database at `path`: WAL mode, a busy timeout, the schema.
 fn open_file(path: &Path) -> Result<Connection, StoreError> {
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        create_private_dir(dir).map_err(|e| {
             StoreError::Unavailable(format!("cannot create {}: {e}", dir.display()))
         })?;
     }
+    create_private_file(path)
+        .map_err(|e| StoreError::Unavailable(format!("cannot create {}: {e}", path.display())))?;
     let conn = Connection::open(path)
         .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
     conn.busy_timeout(std::time::Duration::from_secs(5))
@@ -294,5 +336,19 @@ mod tests {
         assert_eq!(kept.task.result, Some(serde_json::json!({"content": []})));
         assert!(db.task("old").await.unwrap().is_none());
         assert_eq!(db.sweep().await.unwrap(), 1);
+        // Private: the file, its WAL and shared memory 0600, the directory made for it 0700.
+        use std::os::unix::fs::PermissionsExt as _;
+        for file in ["tasks.sqlite", "tasks.sqlite-wal", "tasks.sqlite-shm"] {
+            let mode = std::fs::metadata(dir.path().join("state").join(file))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600, "{file}");
+        }
+        let mode = std::fs::metadata(dir.path().join("state"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
     }
 }

@@ -113,12 +113,21 @@ pub(crate) fn start(
     let sandbox = match &spec.permissions {
         Some(grant) => {
             if let Some(dir) = grant.data_dir() {
-                std::fs::create_dir_all(dir).map_err(|e| {
-                    LoadError::Sandbox(format!(
-                        "cannot create the data directory {}: {e}",
-                        dir.display()
-                    ))
-                })?;
+                // Private to the host's user (0700), also when an older version made it wider.
+                use std::os::unix::fs::{DirBuilderExt as _, PermissionsExt as _};
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(dir)
+                    .and_then(|()| {
+                        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+                    })
+                    .map_err(|e| {
+                        LoadError::Sandbox(format!(
+                            "cannot create the data directory {}: {e}",
+                            dir.display()
+                        ))
+                    })?;
             }
             Some(grant.to_wire(&copy))
         }
