@@ -1,8 +1,10 @@
 //! `mcp-host config [--json]`: the effective configuration — every layer merged (the file, its
 //! `config.{MCP_HOST_ENV}.yaml` overlay, `MCP_HOST_*` variables, `${NAME}` references expanded),
 //! defaults filled in, paths resolved — with secrets redacted: the JWT secret, the metrics token,
-//! credentials in URLs, and every plugin-configuration value whose key names a secret (`key`,
-//! `secret`, `token`, `password`, `credential`, ...).
+//! the request-state keys, credentials in every URL (the password of its userinfo, the values of
+//! query parameters that name a secret: `pass`, `password`, `token`, `secret`, `key`, ...), and
+//! every plugin-configuration value whose key names a secret (`key`, `secret`, `token`,
+//! `password`, `credential`, ...).
 
 use std::process::ExitCode;
 
@@ -51,11 +53,6 @@ fn redact(config: &mut Value) {
     if let Some(Value::Array(keys)) = config.pointer_mut("/request_state/keys") {
         keys.iter_mut().for_each(|k| *k = Value::from(REDACTED));
     }
-    for pointer in ["/traces/otlp_endpoint", "/store"] {
-        if let Some(Value::String(url)) = config.pointer_mut(pointer) {
-            *url = without_userinfo(url);
-        }
-    }
     if let Some(Value::Object(plugins)) = config.get_mut("plugins") {
         for settings in plugins.values_mut() {
             if let Some(section) = settings.get_mut("config") {
@@ -63,23 +60,23 @@ fn redact(config: &mut Value) {
             }
         }
     }
+    // Every URL anywhere (the store, the OTLP endpoint, a plugin's database URL...).
+    redact_urls(config);
 }
 
 /// Whether a configuration key names a secret.
 fn is_secret_key(key: &str) -> bool {
-    let key = key.to_ascii_lowercase();
-    [
-        "secret",
-        "token",
-        "password",
-        "passwd",
-        "credential",
-        "key",
-        "auth",
-        "cookie",
-    ]
-    .iter()
-    .any(|word| key.contains(word))
+    mcp_host::store::is_secret_name(key)
+}
+
+/// Redact the credentials of every string that holds a URL, at any depth.
+fn redact_urls(value: &mut Value) {
+    match value {
+        Value::String(text) if text.contains("://") => *text = without_credentials(text),
+        Value::Object(map) => map.values_mut().for_each(redact_urls),
+        Value::Array(items) => items.iter_mut().for_each(redact_urls),
+        _ => {}
+    }
 }
 
 /// Redact, at any depth, the values of keys that name secrets.
@@ -99,15 +96,17 @@ fn redact_secrets(value: &mut Value) {
     }
 }
 
-/// `scheme://user:pass@host/...` without `user:pass@`.
-fn without_userinfo(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+/// `scheme://user:pass@host/...?token=...` as `scheme://<redacted>@host/...?token=<redacted>`:
+/// the whole userinfo (a user name may be a token too) and every query value that names a secret.
+fn without_credentials(url: &str) -> String {
+    let redacted = mcp_host::store::redact_url(url);
+    let Some((scheme, rest)) = redacted.split_once("://") else {
+        return redacted;
     };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     match rest[..authority_end].rfind('@') {
         Some(at) => format!("{scheme}://{REDACTED}@{}", &rest[at + 1..]),
-        None => url.to_owned(),
+        None => redacted,
     }
 }
 
@@ -136,5 +135,31 @@ mod tests {
         assert_eq!(text["hmac_key"], REDACTED);
         assert_eq!(text["nested"][0]["api_token"], REDACTED);
         assert_eq!(text["nested"][0]["zone"], "UTC");
+    }
+
+    #[test]
+    fn url_credentials_are_redacted_wherever_the_url_is() {
+        let mut v = json!({
+            "store": "rediss://app:pw1@db:6380/0?pass=pw2&protocol=resp3",
+            "traces": {"otlp_endpoint": "http://collector:4318/v1/traces?api_key=pw3#frag"},
+            "plugins": {"p": {"config": {"database": "postgres://u:pw4@h/db?sslmode=require"}}},
+        });
+        redact(&mut v);
+        let text = v.to_string();
+        for secret in ["pw1", "pw2", "pw3", "pw4"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        assert_eq!(
+            v["store"],
+            "rediss://<redacted>@db:6380/0?pass=<redacted>&protocol=resp3"
+        );
+        assert_eq!(
+            v["traces"]["otlp_endpoint"],
+            "http://collector:4318/v1/traces?api_key=<redacted>#frag"
+        );
+        assert_eq!(
+            v["plugins"]["p"]["config"]["database"],
+            "postgres://<redacted>@h/db?sslmode=require"
+        );
     }
 }

@@ -325,8 +325,13 @@ impl StoreSetting {
         if value.starts_with("redis://") || value.starts_with("redis+unix://") {
             return Ok(StoreSetting::Redis(value.to_owned()));
         }
+        // Of a URL, only the scheme is named: the rest may hold a password.
+        let shown = value.split_once("://").map_or_else(
+            || format!("{value:?}"),
+            |(scheme, _)| format!("a {scheme}:// URL"),
+        );
         Err(format!(
-            "expected `sqlite`, `sqlite:PATH`, `memory`, or a `redis://` URL, got {value:?}"
+            "expected `sqlite`, `sqlite:PATH`, `memory`, or a `redis://` URL, got {shown}"
         ))
     }
 }

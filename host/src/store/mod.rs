@@ -154,6 +154,80 @@ impl TaskRecord {
     }
 }
 
+/// A URL as it may be shown (logs, `/healthz`, `mcp-host config`): the password of its userinfo
+/// and the values of query parameters that name a secret (`pass`, `password`, `token`, `secret`,
+/// `key`, ...) replaced by `<redacted>`. The user name, host, path and other parameters stay.
+///
+/// ```
+/// use mcp_host::store::redact_url;
+/// assert_eq!(
+///     redact_url("rediss://app:s3cret@db:6380/0?pass=s3cret&protocol=resp3"),
+///     "rediss://app:<redacted>@db:6380/0?pass=<redacted>&protocol=resp3"
+/// );
+/// ```
+pub fn redact_url(url: &str) -> String {
+    redact_url_with(url, true)
+}
+
+/// [`redact_url`], with the userinfo kept (`user:<redacted>@`) or dropped.
+fn redact_url_with(url: &str, keep_user: bool) -> String {
+    const REDACTED: &str = "<redacted>";
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(authority_end);
+    let authority = match authority.rsplit_once('@') {
+        Some((userinfo, host)) if keep_user => match userinfo.split_once(':') {
+            Some((user, _)) => format!("{user}:{REDACTED}@{host}"),
+            None if userinfo.is_empty() => format!("@{host}"),
+            // A lone userinfo part is a password for Redis (`redis://secret@host`), a name for
+            // others: either way it may be a secret.
+            None => format!("{REDACTED}@{host}"),
+        },
+        Some((_, host)) => host.to_owned(),
+        None => authority.to_owned(),
+    };
+    let (before_fragment, fragment) = match tail.split_once('#') {
+        Some((b, f)) => (b, Some(f)),
+        None => (tail, None),
+    };
+    let tail = match before_fragment.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if is_secret_name(name) => format!("{name}={REDACTED}"),
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => before_fragment.to_owned(),
+    };
+    let fragment = fragment.map_or_else(String::new, |f| format!("#{f}"));
+    format!("{scheme}://{authority}{tail}{fragment}")
+}
+
+/// Whether a URL query parameter (or a configuration key) names a secret.
+pub fn is_secret_name(name: &str) -> bool {
+    let name = name.to_ascii_lowercase();
+    ["pass", "pwd", "sig"].contains(&name.as_str())
+        || [
+            "secret",
+            "token",
+            "password",
+            "passwd",
+            "credential",
+            "key",
+            "auth",
+            "cookie",
+            "signature",
+        ]
+        .iter()
+        .any(|word| name.contains(word))
+}
+
 /// A replica's claim on a running task.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -612,6 +686,24 @@ mod tests {
         assert!(store.task("nope").await.unwrap().is_none());
         let b = store.task("b").await.unwrap().unwrap();
         assert!(b.abandoned(now_ms()), "working without a lease");
+    }
+
+    #[test]
+    fn urls_are_shown_without_passwords_or_secret_parameters() {
+        assert_eq!(
+            redact_url("redis://u:p%40ss@h:6379/1?pass=x&user=u&token=y#insecure"),
+            "redis://u:<redacted>@h:6379/1?pass=<redacted>&user=u&token=<redacted>#insecure"
+        );
+        assert_eq!(
+            redact_url("redis+unix:///run/redis.sock?db=2&pass=secret"),
+            "redis+unix:///run/redis.sock?db=2&pass=<redacted>"
+        );
+        assert_eq!(redact_url("redis://pw@h"), "redis://<redacted>@h");
+        assert_eq!(redact_url("sqlite /x/y"), "sqlite /x/y");
+        assert_eq!(
+            redact_url_with("rediss://u:p@h:1/0?password=p", false),
+            "rediss://h:1/0?password=<redacted>"
+        );
     }
 
     #[test]

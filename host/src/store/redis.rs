@@ -35,15 +35,10 @@ const PREFIX: &str = "mcp-host:";
 /// How long one command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// A URL without its credentials, for messages.
+/// A URL without its credentials (userinfo dropped, secret query parameters redacted), for
+/// messages.
 pub(super) fn describe(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => {
-            let rest = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
-            format!("{scheme}://{rest}")
-        }
-        None => url.to_owned(),
-    }
+    super::redact_url_with(url, false)
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
