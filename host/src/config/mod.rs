@@ -305,7 +305,9 @@ pub enum StoreSetting {
     Sqlite(Option<PathBuf>),
     /// In memory: nothing outlives the process (`memory`).
     Memory,
-    /// Redis at this URL (`redis://…`, `redis+unix://…`), shared by every replica.
+    /// Redis at this URL (`redis://…`, `rediss://…` over TLS, `redis+unix://…`), shared by every
+    /// replica. Credentials go in the URL (`rediss://user:${REDIS_PASSWORD}@host:6380/0`); they
+    /// are never shown (`/healthz`, logs, `mcp-host config`).
     Redis(String),
 }
 
@@ -322,7 +324,10 @@ impl StoreSetting {
         if let Some(path) = value.strip_prefix("sqlite:").filter(|p| !p.is_empty()) {
             return Ok(StoreSetting::Sqlite(Some(base_dir.join(path))));
         }
-        if value.starts_with("redis://") || value.starts_with("redis+unix://") {
+        if ["redis://", "rediss://", "redis+unix://"]
+            .iter()
+            .any(|scheme| value.starts_with(scheme))
+        {
             return Ok(StoreSetting::Redis(value.to_owned()));
         }
         // Of a URL, only the scheme is named: the rest may hold a password.
@@ -331,7 +336,8 @@ impl StoreSetting {
             |(scheme, _)| format!("a {scheme}:// URL"),
         );
         Err(format!(
-            "expected `sqlite`, `sqlite:PATH`, `memory`, or a `redis://` URL, got {shown}"
+            "expected `sqlite`, `sqlite:PATH`, `memory`, or a `redis://`, `rediss://` (TLS) or \
+             `redis+unix://` URL, got {shown}"
         ))
     }
 }

@@ -354,7 +354,8 @@ impl Store {
     /// Open the configured store (inside a tokio runtime: Redis starts its connection, its
     /// pub/sub listener and its health checks). An unreachable Redis is not an error here: the
     /// replica starts, reports itself not ready and reconnects; a SQLite file that cannot be
-    /// opened is. The default SQLite place falls back to memory when there is no home directory.
+    /// opened is, and so is a Redis that refuses the password or whose certificate does not
+    /// verify. The default SQLite place falls back to memory when there is no home directory.
     pub async fn open(setting: &StoreSetting, replica: &str) -> Result<Store, StoreError> {
         match setting {
             StoreSetting::Memory => Ok(Store::memory(replica)),
@@ -386,6 +387,7 @@ impl Store {
                     redis::describe(url),
                 );
                 store.spawn_health_checks();
+                redis::Redis::first_contact(url).await?;
                 Ok(store)
             }
         }

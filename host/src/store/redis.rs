@@ -16,6 +16,11 @@
 //!
 //! Every read-modify-write is one Lua script, so replicas never interleave inside one. Commands
 //! time out after 2 s: a replica that lost Redis answers quickly with an error instead of hanging.
+//!
+//! `rediss://` connects over TLS (rustls), checking the server's certificate against the system's
+//! roots, or against the PEM file `SSL_CERT_FILE` names (a private CA); `#insecure` is refused.
+//! AUTH comes from the URL (`rediss://user:password@host:port/db`, `redis+unix:///path?pass=...`).
+//! A refused password or certificate stops the start (a Redis that is down does not).
 
 use std::time::Duration;
 
@@ -41,6 +46,24 @@ pub(super) fn describe(url: &str) -> String {
     super::redact_url_with(url, false)
 }
 
+/// How long the first contact at start may take.
+const FIRST_CONTACT: Duration = Duration::from_secs(5);
+
+/// Whether `e` says the configuration is wrong (a refused password, a certificate that does not
+/// verify) rather than that Redis is down for now.
+fn is_configuration_error(e: &::redis::RedisError) -> bool {
+    if e.kind() == ::redis::ErrorKind::AuthenticationFailed
+        || e.kind() == ::redis::ErrorKind::InvalidClientConfig
+        || matches!(e.code(), Some("NOAUTH" | "WRONGPASS" | "NOPERM"))
+    {
+        return true;
+    }
+    let text = e.to_string().to_ascii_lowercase();
+    ["certificate", "noauth", "wrongpass", "handshake"]
+        .iter()
+        .any(|w| text.contains(w))
+}
+
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
 }
@@ -61,6 +84,9 @@ impl Redis {
     /// Connect lazily (a Redis that is down now is retried at each use), start the publisher and
     /// the pub/sub listener of the bus.
     pub(super) fn connect(url: &str, replica: &str) -> Result<(Redis, Bus), StoreError> {
+        // rustls needs a process-wide crypto provider; another part of the process may have
+        // installed one already, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let client = Client::open(url)
             .map_err(|e| StoreError::Unavailable(format!("store {}: {e}", describe(url))))?;
         let config = ConnectionManagerConfig::new()
@@ -85,6 +111,37 @@ impl Redis {
             remove_session: Script::new(&format!("{DROP_SESSION}{REMOVE_SESSION}")),
         };
         Ok((redis, bus))
+    }
+
+    /// Connect once and PING, at start: a refused password or certificate is an error (the
+    /// configuration is wrong); a Redis that is down or slow is only logged (the replica reports
+    /// itself not ready and reconnects).
+    pub(super) async fn first_contact(url: &str) -> Result<(), StoreError> {
+        let shown = describe(url);
+        let client = Client::open(url)
+            .map_err(|e| StoreError::Unavailable(format!("store {shown}: {e}")))?;
+        let attempt = async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            ::redis::cmd("PING").query_async::<String>(&mut conn).await
+        };
+        match tokio::time::timeout(FIRST_CONTACT, attempt).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) if is_configuration_error(&e) => Err(StoreError::Unavailable(format!(
+                "store {shown} refused this server: {e} (check the credentials in the URL, and for \
+                 rediss:// the server's certificate: a private CA goes in SSL_CERT_FILE)"
+            ))),
+            Ok(Err(e)) => {
+                tracing::warn!("task store {shown} cannot be reached yet: {e}");
+                Ok(())
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "task store {shown} did not answer within {} s",
+                    FIRST_CONTACT.as_secs()
+                );
+                Ok(())
+            }
+        }
     }
 
     /// Whether Redis answers.
