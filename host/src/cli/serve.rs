@@ -110,16 +110,12 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
 /// between replicas with Redis).
 async fn open_store(host: &Host, config: &Config) -> anyhow::Result<Protocol> {
     let replica = mcp_host::store::bus::replica_name(config.replica.as_deref());
-    let store = mcp_host::store::Store::open(&config.store, &replica)
+    // A shared store without request_state.keys is refused by `open` (its records could not be
+    // authenticated).
+    let store = mcp_host::store::Store::open(&config.store, &replica, &config.request_state.keys)
         .await
         .context("cannot open the task store (the `store` key)")?;
     tracing::info!("replica {replica}; task store: {}", store.describe());
-    if store.is_shared() && config.request_state.keys.is_empty() {
-        tracing::warn!(
-            "the store is shared but request_state.keys is empty: other replicas cannot continue \
-             this one's input-required rounds (configure the same keys on every replica)"
-        );
-    }
     Ok(Protocol::with_store(host.clone(), store))
 }
 

@@ -373,12 +373,18 @@ pub struct TaskSettings {
     pub max_per_caller: usize,
     /// Tasks stored in total; more are refused (HTTP 429, -32010).
     pub max_tasks: usize,
-    /// Largest result a task keeps, in bytes of its JSON; a larger one becomes an `isError` result
-    /// naming its size and the limit.
+    /// Largest result a task keeps, in bytes of its JSON; a task whose result is larger fails
+    /// with an error naming its size and the limit (the result is not stored).
     pub max_result_bytes: usize,
     /// Seconds a replica's claim on a running task lasts without renewal: a task whose replica
     /// stopped (crashed, killed, lost its store) is reported failed once its claim runs out.
     pub lease_secs: u64,
+    /// Bytes the stored task records of one caller may take in total (arguments, answers and
+    /// results, until they expire): a new task over it is refused (HTTP 429, -32010), a result
+    /// that would pass it fails its task.
+    pub max_bytes_per_caller: u64,
+    /// Bytes the stored task records of all callers may take in total, refused or failed alike.
+    pub max_total_bytes: u64,
 }
 
 impl Default for TaskSettings {
@@ -390,6 +396,8 @@ impl Default for TaskSettings {
             max_tasks: 100_000,
             max_result_bytes: 1024 * 1024,
             lease_secs: 10,
+            max_bytes_per_caller: 64 * 1024 * 1024,
+            max_total_bytes: 1024 * 1024 * 1024,
         }
     }
 }

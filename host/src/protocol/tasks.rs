@@ -114,6 +114,14 @@ pub(crate) fn detailed(task: &TaskRecord) -> Value {
 }
 
 impl Protocol {
+    /// The store, sealing task records under the `request_state.keys` configured now (a reload
+    /// rotates them).
+    fn tasks_store(&self) -> &crate::store::Store {
+        self.store
+            .set_record_keys(&self.host.config().request_state.keys);
+        &self.store
+    }
+
     /// This replica's lease on a task, from now.
     fn lease(&self) -> Lease {
         let secs = self.host.config().tasks.lease_secs.max(1);
@@ -157,8 +165,9 @@ impl Protocol {
         id: &str,
         mut edit: impl FnMut(&mut TaskRecord) -> Option<Option<Lease>>,
     ) -> Result<Option<TaskRecord>, StoreError> {
+        let settings = self.host.config().tasks.clone();
         for _ in 0..ATTEMPTS {
-            let Some(stored) = self.store.task(id).await? else {
+            let Some(stored) = self.tasks_store().task(id).await? else {
                 return Ok(None);
             };
             let mut task = stored.task;
@@ -167,8 +176,8 @@ impl Protocol {
             };
             task.updated_ms = now_ms().max(task.updated_ms);
             if self
-                .store
-                .update_task(&task, stored.version, lease.as_ref())
+                .tasks_store()
+                .update_task(&task, stored.version, lease.as_ref(), &settings)
                 .await?
             {
                 self.publish(&task);
@@ -242,7 +251,7 @@ pub(crate) async fn start(
             .map(Some);
     }
     protocol
-        .store
+        .tasks_store()
         .create_task(&task, Some(&protocol.lease()), &req.config.tasks)
         .await
         .map_err(store_error)?;
@@ -319,7 +328,7 @@ async fn ask_first(
         Ok(()) = &mut started => {
             task.updated_ms = now_ms();
             if let Err(e) = protocol
-                .store
+                .tasks_store()
                 .create_task(&task, Some(&protocol.lease()), &req.config.tasks)
                 .await
             {
@@ -349,7 +358,7 @@ async fn ask_first(
             }
             ending(&run.round, result, &task.tool).apply(&mut task, &req.config.tasks);
             protocol
-                .store
+                .tasks_store()
                 .create_task(&task, None, &req.config.tasks)
                 .await
                 .map_err(store_error)?;
@@ -448,8 +457,8 @@ fn ending(round: &InputChannel, result: Result<Value, CallError>, name: &str) ->
 }
 
 impl Ending {
-    /// Record this ending in `task` (a result over `tasks.max_result_bytes` is replaced by an
-    /// `isError` result naming its size).
+    /// Record this ending in `task` (a result over `tasks.max_result_bytes` fails the task with
+    /// an error naming its size; the result is not kept).
     fn apply(self, task: &mut TaskRecord, settings: &crate::config::TaskSettings) {
         task.updated_ms = now_ms().max(task.updated_ms);
         task.input_requests.clear();
@@ -457,15 +466,17 @@ impl Ending {
         match self {
             Ending::Completed(result) => {
                 let size = serde_json::to_string(&result).map_or(0, |s| s.len());
-                let result = if size > settings.max_result_bytes {
-                    error_result(&format!(
-                        "the tool's result is {size} bytes, over the limit of {} bytes a task \
-                         keeps (tasks.max_result_bytes)",
-                        settings.max_result_bytes
-                    ))
-                } else {
-                    result
-                };
+                if size > settings.max_result_bytes {
+                    fail(
+                        task,
+                        &RpcError::internal(format!(
+                            "the tool's result is {size} bytes, over the limit of {} bytes a \
+                             task keeps (tasks.max_result_bytes): it was not stored",
+                            settings.max_result_bytes
+                        )),
+                    );
+                    return;
+                }
                 task.status = TaskStatus::Completed;
                 task.result = Some(result);
             }
@@ -510,7 +521,7 @@ async fn follow(protocol: Protocol, task: TaskRecord, mut run: Run) {
     };
     lock(&protocol.running).remove(&id);
     let settings = protocol.host.config().tasks.clone();
-    let ending = ending(&run.round, result, &task.tool);
+    let mut ending = ending(&run.round, result, &task.tool);
     for attempt in 0..ATTEMPTS {
         let outcome = protocol
             .change(&id, |current| {
@@ -523,6 +534,14 @@ async fn follow(protocol: Protocol, task: TaskRecord, mut run: Run) {
             .await;
         match outcome {
             Ok(_) => return,
+            // Over the bytes the store keeps for this caller or in all: the task fails instead
+            // (a failure is always recorded).
+            Err(StoreError::Full(why)) => {
+                tracing::warn!(task = id, "the task's outcome is not stored: {why}");
+                ending = Ending::Failed(RpcError::internal(format!(
+                    "the task's outcome was not stored: {why}"
+                )));
+            }
             Err(e) => {
                 tracing::warn!(
                     task = id,
@@ -581,7 +600,7 @@ fn task_id<'a>(req: &'a Request<'_>) -> Result<&'a str, RpcError> {
 /// The task `id`, if it exists and belongs to the caller of `req` (else "not found": another
 /// caller's task does not exist for this one).
 async fn lookup(protocol: &Protocol, req: &Request<'_>, id: &str) -> Result<StoredTask, RpcError> {
-    match protocol.store.task(id).await.map_err(store_error)? {
+    match protocol.tasks_store().task(id).await.map_err(store_error)? {
         Some(stored) if stored.task.owner == input::principal(req) => Ok(stored),
         _ => Err(not_found()),
     }
@@ -625,11 +644,13 @@ pub(crate) async fn update(protocol: &Protocol, req: &Request<'_>) -> Result<Ans
         }
     };
     lookup(protocol, req, id).await?;
+    let owner = input::principal(req);
     let mut invalid = None;
     let lease = protocol.lease();
     let changed = protocol
         .change(id, |task| {
-            if task.status != TaskStatus::InputRequired {
+            // The record is read again: it must still be the caller's.
+            if task.status != TaskStatus::InputRequired || task.owner != owner {
                 return None;
             }
             let mut took = false;
@@ -662,7 +683,7 @@ pub(crate) async fn update(protocol: &Protocol, req: &Request<'_>) -> Result<Ans
     if let Some(why) = invalid {
         return Err(RpcError::invalid_params(why));
     }
-    if let Some(task) = changed.filter(|t| t.status == TaskStatus::Working) {
+    if let Some(task) = changed.filter(|t| t.status == TaskStatus::Working && t.owner == owner) {
         resume(protocol, task);
     }
     Ok(Answer::plain(json!({})))
@@ -674,9 +695,10 @@ pub(crate) async fn cancel(protocol: &Protocol, req: &Request<'_>) -> Result<Ans
     require_extension(req, "tasks/cancel")?;
     let id = task_id(req)?;
     lookup(protocol, req, id).await?;
+    let owner = input::principal(req);
     let cancelled = protocol
         .change(id, |task| {
-            if task.status.is_terminal() {
+            if task.status.is_terminal() || task.owner != owner {
                 return None;
             }
             task.status = TaskStatus::Cancelled;
@@ -686,7 +708,7 @@ pub(crate) async fn cancel(protocol: &Protocol, req: &Request<'_>) -> Result<Ans
         })
         .await
         .map_err(store_error)?;
-    if cancelled.is_some_and(|t| t.status == TaskStatus::Cancelled) {
+    if cancelled.is_some_and(|t| t.status == TaskStatus::Cancelled && t.owner == owner) {
         protocol
             .store
             .bus()

@@ -15,6 +15,17 @@
 //!   legacy sessions per caller and in total (`http.max_sessions_per_caller`, `http.max_sessions`),
 //!   each expiring after `http.session_idle_secs` idle.
 //!
+//! - the bytes are bounded too: a task's result (`tasks.max_result_bytes`), and the stored records
+//!   of one caller and of the whole store (`tasks.max_bytes_per_caller`, `tasks.max_total_bytes`);
+//!   a write that would go over is refused with the key named (a result over the bounds fails its
+//!   task instead of being stored);
+//! - every task record is **sealed**: an HMAC-SHA256 over the record's JSON (its id, owner,
+//!   caller, tool, arguments, answers and result) under the `request_state.keys` (the first seals,
+//!   any opens, so keys rotate like request states), checked at every read. A record that fails
+//!   the check (changed by someone with write access to the store, or sealed under a key no longer
+//!   configured) is treated as absent, and logged. Without configured keys, SQLite keeps a random
+//!   key of its own in the database; Redis refuses to start.
+//!
 //! [`bus`] carries the events: a task changed or must be cancelled, a legacy client's response or
 //! cancellation for a call running on another replica, a plugin's announcement.
 
@@ -27,9 +38,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use arc_swap::ArcSwap;
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
+use hmac::{Hmac, Mac};
 use mcp_plugin_sdk::UserInfo;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
+use sha2::Sha256;
 
 pub use bus::{Bus, Event};
 
@@ -151,6 +167,105 @@ impl TaskRecord {
     /// When it expires, in Unix milliseconds.
     pub fn expires_ms(&self) -> u64 {
         self.created_ms.saturating_add(self.ttl_ms)
+    }
+}
+
+/// Sealed records begin with this (then the tag, a dot, and the record's JSON).
+const SEALED: &str = "r1.";
+/// What the MAC of a record covers before its JSON (so that no other MAC under the same keys, such
+/// as a request state's, can pass for a record's).
+const RECORD_CONTEXT: &[u8] = b"mcp-host task record v1\0";
+
+fn record_mac(key: &[u8], json: &str) -> Hmac<Sha256> {
+    // HMAC takes keys of any length.
+    let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
+        .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
+    mac.update(RECORD_CONTEXT);
+    mac.update(json.as_bytes());
+    mac
+}
+
+/// Why a stored record is not taken.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// Not sealed at all (written by an older version, or by someone else).
+    #[error("it is not sealed")]
+    Unsealed,
+    /// The MAC matches under no configured key: changed outside mcp-host, or sealed under a key
+    /// no longer configured.
+    #[error(
+        "its MAC matches under no configured key (changed outside mcp-host, or sealed under a key no longer in request_state.keys)"
+    )]
+    Tampered,
+    /// Sealed, but stored under another task's id (a valid record copied elsewhere).
+    #[error("it is the record of another task")]
+    Misplaced,
+    /// Sealed, but not a task record this version reads.
+    #[error("it is unreadable: {0}")]
+    Unreadable(String),
+}
+
+/// `task` as stored: sealed under the first of `keys`.
+pub fn seal_record(keys: &[Vec<u8>], task: &TaskRecord) -> Result<String, StoreError> {
+    let json = serde_json::to_string(task)
+        .map_err(|e| StoreError::Unavailable(format!("a task record cannot be written: {e}")))?;
+    let key = keys.first().map_or(&[][..], Vec::as_slice);
+    let tag = B64.encode(record_mac(key, &json).finalize().into_bytes());
+    Ok(format!("{SEALED}{tag}.{json}"))
+}
+
+/// The record stored under `id`, if its MAC matches under one of `keys` and it is task `id`'s.
+pub fn open_record(keys: &[Vec<u8>], id: &str, stored: &str) -> Result<TaskRecord, RecordError> {
+    let (tag, json) = stored
+        .strip_prefix(SEALED)
+        .and_then(|rest| rest.split_once('.'))
+        .ok_or(RecordError::Unsealed)?;
+    let tag = B64.decode(tag).map_err(|_| RecordError::Tampered)?;
+    // Constant-time comparison (`verify_slice`), under each key in turn.
+    if !keys
+        .iter()
+        .any(|key| record_mac(key, json).verify_slice(&tag).is_ok())
+    {
+        return Err(RecordError::Tampered);
+    }
+    let task: TaskRecord =
+        serde_json::from_str(json).map_err(|e| RecordError::Unreadable(e.to_string()))?;
+    if task.id != id {
+        return Err(RecordError::Misplaced);
+    }
+    Ok(task)
+}
+
+/// A task as a backend returns it: the sealed record, unchecked.
+pub(crate) struct RawTask {
+    /// The record as stored.
+    record: String,
+    /// Its version.
+    version: u64,
+    /// Its lease.
+    lease: Option<Lease>,
+}
+
+/// Whether a write that takes a record from `old` to `new` bytes is checked against the byte
+/// bounds: a growing one, unless it ends the task (a failure or cancellation is always recorded).
+fn checks_bytes(task: &TaskRecord, old: usize, new: usize) -> bool {
+    new > old && !matches!(task.status, TaskStatus::Failed | TaskStatus::Cancelled)
+}
+
+/// The refusal of a write over a byte bound (`which`: 1 this caller's, 2 the store's).
+fn over_bytes(which: i64, held: u64, adding: usize, settings: &TaskSettings) -> StoreError {
+    match which {
+        1 => StoreError::Full(format!(
+            "Too much task data: this caller's stored tasks take {held} bytes, {adding} more \
+             would pass the limit of {} bytes (tasks.max_bytes_per_caller); they expire \
+             tasks.ttl_secs after their creation",
+            settings.max_bytes_per_caller
+        )),
+        _ => StoreError::Full(format!(
+            "Too much task data: the server's stored tasks take {held} bytes, {adding} more \
+             would pass the limit of {} bytes (tasks.max_total_bytes)",
+            settings.max_total_bytes
+        )),
     }
 }
 
@@ -305,6 +420,16 @@ struct Inner {
     describe: String,
     /// False while the store cannot be reached (Redis down).
     reachable: AtomicBool,
+    /// The keys that seal task records.
+    keys: ArcSwap<RecordKeys>,
+}
+
+/// The keys that seal task records: the configured ones (`request_state.keys`), as given and as
+/// bytes. Empty: the backend's own (SQLite), or none (Redis).
+#[derive(Default)]
+struct RecordKeys {
+    configured: Vec<String>,
+    keys: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -347,16 +472,35 @@ impl Store {
                 bus,
                 describe,
                 reachable: AtomicBool::new(true),
+                keys: ArcSwap::from_pointee(RecordKeys::default()),
             }),
         }
     }
 
     /// Open the configured store (inside a tokio runtime: Redis starts its connection, its
-    /// pub/sub listener and its health checks). An unreachable Redis is not an error here: the
-    /// replica starts, reports itself not ready and reconnects; a SQLite file that cannot be
-    /// opened is, and so is a Redis that refuses the password or whose certificate does not
-    /// verify. The default SQLite place falls back to memory when there is no home directory.
-    pub async fn open(setting: &StoreSetting, replica: &str) -> Result<Store, StoreError> {
+    /// pub/sub listener and its health checks), its task records sealed under `record_keys` (the
+    /// `request_state.keys`). An unreachable Redis is not an error here: the replica starts,
+    /// reports itself not ready and reconnects; a SQLite file that cannot be opened is, and so is
+    /// Redis without keys (its records could not be authenticated). The default SQLite place
+    /// falls back to memory when there is no home directory.
+    pub async fn open(
+        setting: &StoreSetting,
+        replica: &str,
+        record_keys: &[String],
+    ) -> Result<Store, StoreError> {
+        let store = Self::open_backend(setting, replica, record_keys)?;
+        store.set_record_keys(record_keys);
+        if let StoreSetting::Redis(url) = setting {
+            redis::Redis::first_contact(url).await?;
+        }
+        Ok(store)
+    }
+
+    fn open_backend(
+        setting: &StoreSetting,
+        replica: &str,
+        record_keys: &[String],
+    ) -> Result<Store, StoreError> {
         match setting {
             StoreSetting::Memory => Ok(Store::memory(replica)),
             StoreSetting::Sqlite(path) => {
@@ -380,6 +524,13 @@ impl Store {
                 Ok(store)
             }
             StoreSetting::Redis(url) => {
+                if record_keys.iter().all(String::is_empty) {
+                    return Err(StoreError::Unavailable(format!(
+                        "store {}: a Redis store needs request_state.keys (the HMAC keys that \
+                         authenticate task records, the same on every replica; use ${{ENV_VAR}})",
+                        redis::describe(url)
+                    )));
+                }
                 let (backend, bus) = redis::Redis::connect(url, replica)?;
                 let store = Store::with_backend(
                     Backend::Redis(Box::new(backend)),
@@ -387,8 +538,63 @@ impl Store {
                     redis::describe(url),
                 );
                 store.spawn_health_checks();
-                redis::Redis::first_contact(url).await?;
                 Ok(store)
+            }
+        }
+    }
+
+    /// Seal task records under `keys` from now on (the first seals, any opens; a configuration
+    /// reload passes the new `request_state.keys`). Empty keys are ignored (the backend's own key,
+    /// for SQLite).
+    pub fn set_record_keys(&self, keys: &[String]) {
+        if self.inner.keys.load().configured == keys {
+            return;
+        }
+        let bytes = keys
+            .iter()
+            .filter(|k| !k.is_empty())
+            .map(|k| k.as_bytes().to_vec())
+            .collect();
+        self.inner.keys.store(Arc::new(RecordKeys {
+            configured: keys.to_vec(),
+            keys: bytes,
+        }));
+    }
+
+    /// The keys that seal and open task records now.
+    async fn record_keys(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        let keys = self.inner.keys.load();
+        if !keys.keys.is_empty() {
+            return Ok(keys.keys.clone());
+        }
+        match &self.inner.backend {
+            Backend::Sqlite(db) => Ok(vec![db.record_key().await?]),
+            Backend::Redis(_) => Err(StoreError::Unavailable(
+                "no request_state.keys to authenticate task records".into(),
+            )),
+        }
+    }
+
+    /// `task` sealed under the current key.
+    async fn sealed(&self, task: &TaskRecord) -> Result<String, StoreError> {
+        seal_record(&self.record_keys().await?, task)
+    }
+
+    /// The record of `raw`, if it is task `id`'s, sealed under a current key (else logged).
+    async fn checked(&self, id: &str, raw: RawTask) -> Result<Option<StoredTask>, StoreError> {
+        let keys = self.record_keys().await?;
+        match open_record(&keys, id, &raw.record) {
+            Ok(task) => Ok(Some(StoredTask {
+                task,
+                version: raw.version,
+                lease: raw.lease,
+            })),
+            Err(why) => {
+                tracing::error!(
+                    task = id,
+                    "the stored record of task {id} is refused and treated as absent: {why}"
+                );
+                Ok(None)
             }
         }
     }
@@ -476,41 +682,56 @@ impl Store {
     // -----------------------------------------------------------------------------------------
     // Tasks
 
-    /// Store a new task (durably: a `tasks/get` anywhere finds it once this returns), with the
-    /// creating replica's lease, within the bounds of `settings`.
+    /// Store a new task (durably: a `tasks/get` anywhere finds it once this returns), sealed,
+    /// with the creating replica's lease, within the bounds of `settings`.
     pub async fn create_task(
         &self,
         task: &TaskRecord,
         lease: Option<&Lease>,
         settings: &TaskSettings,
     ) -> Result<(), StoreError> {
-        let result = match &self.inner.backend {
-            Backend::Sqlite(db) => db.create_task(task, lease, settings).await,
-            Backend::Redis(r) => r.create_task(task, lease, settings).await,
+        let result = match self.sealed(task).await {
+            Ok(record) => match &self.inner.backend {
+                Backend::Sqlite(db) => db.create_task(task, &record, lease, settings).await,
+                Backend::Redis(r) => r.create_task(task, &record, lease, settings).await,
+            },
+            Err(e) => Err(e),
         };
         self.observe(result)
     }
 
-    /// The task with this id, unless it expired.
+    /// The task with this id, unless it expired or its record fails its check (then it is
+    /// logged, and absent).
     pub async fn task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
         let result = match &self.inner.backend {
             Backend::Sqlite(db) => db.task(id).await,
             Backend::Redis(r) => r.task(id).await,
         };
-        self.observe(result)
+        match self.observe(result)? {
+            Some(raw) => self.observe(self.checked(id, raw).await),
+            None => Ok(None),
+        }
     }
 
-    /// Replace the task if it is still at `version` (else `false`: someone changed it first), with
-    /// `lease` (`None` drops the lease).
+    /// Replace the task, sealed, if it is still at `version` (else `false`: someone changed it
+    /// first), with `lease` (`None` drops the lease). A write that grows the record past the byte
+    /// bounds of `settings` is refused ([`StoreError::Full`]), unless it fails or cancels the task.
     pub async fn update_task(
         &self,
         task: &TaskRecord,
         version: u64,
         lease: Option<&Lease>,
+        settings: &TaskSettings,
     ) -> Result<bool, StoreError> {
-        let result = match &self.inner.backend {
-            Backend::Sqlite(db) => db.update_task(task, version, lease).await,
-            Backend::Redis(r) => r.update_task(task, version, lease).await,
+        let result = match self.sealed(task).await {
+            Ok(record) => match &self.inner.backend {
+                Backend::Sqlite(db) => {
+                    db.update_task(task, &record, version, lease, settings)
+                        .await
+                }
+                Backend::Redis(r) => r.update_task(task, &record, version, lease, settings).await,
+            },
+            Err(e) => Err(e),
         };
         self.observe(result)
     }
@@ -676,9 +897,17 @@ mod tests {
         assert!(!got.abandoned(now_ms()));
         let mut done = got.task.clone();
         done.status = TaskStatus::Completed;
-        assert!(store.update_task(&done, got.version, None).await.unwrap());
         assert!(
-            !store.update_task(&done, got.version, None).await.unwrap(),
+            store
+                .update_task(&done, got.version, None, &settings)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !store
+                .update_task(&done, got.version, None, &settings)
+                .await
+                .unwrap(),
             "a stale version loses"
         );
         assert_eq!(
@@ -688,6 +917,44 @@ mod tests {
         assert!(store.task("nope").await.unwrap().is_none());
         let b = store.task("b").await.unwrap().unwrap();
         assert!(b.abandoned(now_ms()), "working without a lease");
+    }
+
+    #[tokio::test]
+    async fn a_record_changed_outside_the_store_or_moved_to_another_id_is_refused() {
+        let keys = vec![b"k1".to_vec()];
+        let mut t = task("t1", "x");
+        t.owner = "alice\u{0}".into();
+        let sealed = seal_record(&keys, &t).unwrap();
+        assert_eq!(open_record(&keys, "t1", &sealed).unwrap(), t);
+        // Rotation: a new first key seals, the old one still opens.
+        let rotated = vec![b"k2".to_vec(), b"k1".to_vec()];
+        assert_eq!(open_record(&rotated, "t1", &sealed).unwrap(), t);
+        assert_eq!(
+            open_record(&[b"k2".to_vec()], "t1", &sealed),
+            Err(RecordError::Tampered)
+        );
+        let forged = sealed.replace("alice", "mallo");
+        assert_eq!(
+            open_record(&keys, "t1", &forged),
+            Err(RecordError::Tampered)
+        );
+        assert_eq!(
+            open_record(&keys, "t2", &sealed),
+            Err(RecordError::Misplaced)
+        );
+        let plain = serde_json::to_string(&t).unwrap();
+        assert_eq!(open_record(&keys, "t1", &plain), Err(RecordError::Unsealed));
+
+        // Through a store: a record changed in place reads as absent.
+        let store = Store::memory("r1");
+        store.set_record_keys(&["k1".into()]);
+        store
+            .create_task(&t, None, &TaskSettings::default())
+            .await
+            .unwrap();
+        assert!(store.task("t1").await.unwrap().is_some());
+        store.set_record_keys(&["other".into()]);
+        assert!(store.task("t1").await.unwrap().is_none(), "no key opens it");
     }
 
     #[test]

@@ -5,9 +5,12 @@
 //!
 //! | key | type | what |
 //! |---|---|---|
-//! | `task:{id}` | hash `rec`, `v`, `status`, `runner`, `lease` | a task: its JSON record, version, status and lease; expires with the task (`PEXPIREAT`) |
+//! | `task:{id}` | hash `rec`, `v`, `status`, `runner`, `lease` | a task: its sealed JSON record, version, status and lease; expires with the task (`PEXPIREAT`) |
 //! | `tasks:caller:{key}` | sorted set id → expiry | a caller's tasks, for `tasks.max_per_caller` |
 //! | `tasks:all` | sorted set id → expiry | every task, for `tasks.max_tasks` |
+//! | `tasks:size:caller:{key}` | hash id → bytes | the size of a caller's records, for `tasks.max_bytes_per_caller` |
+//! | `tasks:size` | hash id → bytes | the size of every record, for `tasks.max_total_bytes` |
+//! | `tasks:size:total` | integer | their sum |
 //! | `session:{id}` | hash `owner`, `version`, `caps`, `level`, `subs` | a legacy session; expires when idle (`PEXPIRE`, renewed on use) |
 //! | `sessions:caller:{owner}` | sorted set id → last use | a caller's sessions, for `http.max_sessions_per_caller` |
 //! | `sessions:all` | sorted set `{id}:{owner}` → last use | every session, for `http.max_sessions` |
@@ -31,8 +34,8 @@ use tokio::sync::mpsc;
 
 use super::bus::{Bus, Envelope};
 use super::{
-    Lease, MAX_SESSION_SUBSCRIPTIONS, SessionBounds, SessionRecord, StoreError, StoredTask,
-    TaskRecord, TaskStatus, now_ms,
+    Lease, MAX_SESSION_SUBSCRIPTIONS, RawTask, SessionBounds, SessionRecord, StoreError,
+    TaskRecord, TaskStatus, checks_bytes, now_ms, over_bytes,
 };
 use crate::config::TaskSettings;
 
@@ -102,8 +105,8 @@ impl Redis {
         tokio::spawn(listen(client, bus.clone()));
         let redis = Redis {
             conn,
-            create_task: Script::new(CREATE_TASK),
-            update_task: Script::new(UPDATE_TASK),
+            create_task: Script::new(&format!("{TASK_SIZES}{CREATE_TASK}")),
+            update_task: Script::new(&format!("{TASK_SIZES}{UPDATE_TASK}")),
             renew_lease: Script::new(RENEW_LEASE),
             insert_session: Script::new(&format!("{DROP_SESSION}{INSERT_SESSION}")),
             touch_session: Script::new(TOUCH_SESSION),
@@ -154,10 +157,10 @@ impl Redis {
     pub(super) async fn create_task(
         &self,
         task: &TaskRecord,
+        record: &str,
         lease: Option<&Lease>,
         settings: &TaskSettings,
     ) -> Result<(), StoreError> {
-        let record = serde_json::to_string(task).map_err(unavailable)?;
         let (runner, until) = lease_fields(lease);
         let mut conn = self.conn.clone();
         let mut call = self.create_task.prepare_invoke();
@@ -171,7 +174,10 @@ impl Redis {
             .arg(task.expires_ms())
             .arg(now_ms())
             .arg(settings.max_per_caller)
-            .arg(settings.max_tasks);
+            .arg(settings.max_tasks)
+            .arg(record.len())
+            .arg(settings.max_bytes_per_caller)
+            .arg(settings.max_total_bytes);
         let (outcome, count): (i64, i64) = timed(call.invoke_async(&mut conn)).await?;
         match outcome {
             1 => Err(StoreError::Full(format!(
@@ -183,11 +189,13 @@ impl Redis {
                 "Too many tasks: the server keeps {count}, the limit is {} (tasks.max_tasks)",
                 settings.max_tasks
             ))),
+            3 => Err(over_bytes(1, count.max(0) as u64, record.len(), settings)),
+            4 => Err(over_bytes(2, count.max(0) as u64, record.len(), settings)),
             _ => Ok(()),
         }
     }
 
-    pub(super) async fn task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
+    pub(super) async fn task(&self, id: &str) -> Result<Option<RawTask>, StoreError> {
         let mut conn = self.conn.clone();
         let mut cmd = ::redis::cmd("HMGET");
         cmd.arg(format!("{PREFIX}task:{id}"))
@@ -198,14 +206,12 @@ impl Redis {
         else {
             return Ok(None);
         };
-        let task: TaskRecord = serde_json::from_str(&record)
-            .map_err(|e| StoreError::Unavailable(format!("a stored task is unreadable: {e}")))?;
         let lease = runner
             .filter(|r| !r.is_empty())
             .zip(lease.and_then(|l| l.parse().ok()))
             .map(|(runner, until_ms)| Lease { runner, until_ms });
-        Ok(Some(StoredTask {
-            task,
+        Ok(Some(RawTask {
+            record,
             version: version.parse().unwrap_or(0),
             lease,
         }))
@@ -214,11 +220,14 @@ impl Redis {
     pub(super) async fn update_task(
         &self,
         task: &TaskRecord,
+        record: &str,
         version: u64,
         lease: Option<&Lease>,
+        settings: &TaskSettings,
     ) -> Result<bool, StoreError> {
-        let record = serde_json::to_string(task).map_err(unavailable)?;
         let (runner, until) = lease_fields(lease);
+        // Checked when it grows (the script compares with the stored size).
+        let check = checks_bytes(task, 0, 1);
         let mut conn = self.conn.clone();
         let mut call = self.update_task.prepare_invoke();
         call.key(format!("{PREFIX}task:{}", task.id))
@@ -226,9 +235,22 @@ impl Redis {
             .arg(record)
             .arg(task.status.as_str())
             .arg(runner)
-            .arg(until);
-        let changed: i64 = timed(call.invoke_async(&mut conn)).await?;
-        Ok(changed == 1)
+            .arg(until)
+            .arg(PREFIX)
+            .arg(&task.id)
+            .arg(&task.quota_key)
+            .arg(record.len())
+            .arg(u8::from(check))
+            .arg(settings.max_bytes_per_caller)
+            .arg(settings.max_total_bytes)
+            .arg(now_ms());
+        let (outcome, held): (i64, i64) = timed(call.invoke_async(&mut conn)).await?;
+        match outcome {
+            1 => Ok(true),
+            2 => Err(over_bytes(1, held.max(0) as u64, record.len(), settings)),
+            3 => Err(over_bytes(2, held.max(0) as u64, record.len(), settings)),
+            _ => Ok(false),
+        }
     }
 
     pub(super) async fn renew_lease(
@@ -392,19 +414,54 @@ async fn listen(client: Client, bus: Bus) {
     }
 }
 
+/// Shared by the task scripts: forget the sizes of the expired tasks (of every caller in the
+/// store's sum, and of `caller` in theirs); the sums of `caller`'s records and of all records.
+const TASK_SIZES: &str = r"
+local function sizes(p, caller, now)
+  local all, total = p .. 'tasks:size', p .. 'tasks:size:total'
+  local mine = p .. 'tasks:size:caller:' .. caller
+  for _, x in ipairs(redis.call('ZRANGEBYSCORE', p .. 'tasks:all', '-inf', now)) do
+    local b = redis.call('HGET', all, x)
+    if b then
+      redis.call('DECRBY', total, b)
+      redis.call('HDEL', all, x)
+    end
+  end
+  for _, x in ipairs(redis.call('ZRANGEBYSCORE', p .. 'tasks:caller:' .. caller, '-inf', now)) do
+    redis.call('HDEL', mine, x)
+  end
+  local m = 0
+  for _, b in ipairs(redis.call('HVALS', mine)) do m = m + tonumber(b) end
+  return m, tonumber(redis.call('GET', total) or '0')
+end
+local function set_size(p, caller, id, bytes, old, expires)
+  local mine = p .. 'tasks:size:caller:' .. caller
+  redis.call('HSET', p .. 'tasks:size', id, bytes)
+  redis.call('HSET', mine, id, bytes)
+  redis.call('INCRBY', p .. 'tasks:size:total', bytes - old)
+  if expires then redis.call('PEXPIREAT', mine, expires) end
+end
+";
+
 /// ARGV: prefix, id, caller key, record, status, runner, lease, expires, now, max per caller,
-/// max total. Returns {0, 0} when stored, {1, n} when the caller holds n, {2, n} when the store
-/// holds n.
+/// max total, bytes, max bytes per caller, max bytes in total. Returns {0, 0} when stored,
+/// {1, n} when the caller holds n tasks, {2, n} when the store holds n, {3, b} when the caller's
+/// records take b bytes and this one would pass its bound, {4, b} the same for the store.
+/// Runs after [`TASK_SIZES`].
 const CREATE_TASK: &str = r"
 local p, id, caller = ARGV[1], ARGV[2], ARGV[3]
 local expires, now = tonumber(ARGV[8]), tonumber(ARGV[9])
+local bytes = tonumber(ARGV[12])
 local mine, all = p .. 'tasks:caller:' .. caller, p .. 'tasks:all'
+local mine_bytes, all_bytes = sizes(p, caller, now)
 redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
 redis.call('ZREMRANGEBYSCORE', all, '-inf', now)
 local n = redis.call('ZCARD', mine)
 if n >= tonumber(ARGV[10]) then return {1, n} end
 n = redis.call('ZCARD', all)
 if n >= tonumber(ARGV[11]) then return {2, n} end
+if mine_bytes + bytes > tonumber(ARGV[13]) then return {3, mine_bytes} end
+if all_bytes + bytes > tonumber(ARGV[14]) then return {4, all_bytes} end
 local key = p .. 'task:' .. id
 redis.call('HSET', key, 'rec', ARGV[4], 'v', 1, 'status', ARGV[5], 'runner', ARGV[6], 'lease', ARGV[7])
 redis.call('PEXPIREAT', key, expires)
@@ -412,15 +469,29 @@ redis.call('ZADD', mine, expires, id)
 redis.call('ZADD', all, expires, id)
 local last = redis.call('ZRANGE', mine, -1, -1, 'WITHSCORES')
 redis.call('PEXPIREAT', mine, last[2])
+set_size(p, caller, id, bytes, 0, last[2])
 return {0, 0}
 ";
 
-/// KEYS: the task. ARGV: expected version, record, status, runner, lease. 1 when replaced.
+/// KEYS: the task. ARGV: expected version, record, status, runner, lease, prefix, id, caller key,
+/// bytes, whether a growth is checked (1/0), max bytes per caller, max bytes in total, now.
+/// {1, 0} when replaced, {0, 0} when the version is not the expected one, {2, b} / {3, b} when
+/// the record would grow past the caller's / the store's bound (their records take b bytes).
+/// Runs after [`TASK_SIZES`].
 const UPDATE_TASK: &str = r"
 local v = redis.call('HGET', KEYS[1], 'v')
-if not v or v ~= ARGV[1] then return 0 end
+if not v or v ~= ARGV[1] then return {0, 0} end
+local p, id, caller = ARGV[6], ARGV[7], ARGV[8]
+local bytes = tonumber(ARGV[9])
+local old = tonumber(redis.call('HGET', p .. 'tasks:size', id) or '0')
+if ARGV[10] == '1' and bytes > old then
+  local mine_bytes, all_bytes = sizes(p, caller, tonumber(ARGV[13]))
+  if mine_bytes - old + bytes > tonumber(ARGV[11]) then return {2, mine_bytes - old} end
+  if all_bytes - old + bytes > tonumber(ARGV[12]) then return {3, all_bytes - old} end
+end
 redis.call('HSET', KEYS[1], 'rec', ARGV[2], 'v', tonumber(v) + 1, 'status', ARGV[3], 'runner', ARGV[4], 'lease', ARGV[5])
-return 1
+set_size(p, caller, id, bytes, old, nil)
+return {1, 0}
 ";
 
 /// KEYS: the task. ARGV: runner, lease. The status (nil when gone).

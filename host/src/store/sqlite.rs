@@ -9,14 +9,15 @@
 //! call tries again).
 //!
 //! The file is created 0600 (and so are its `-wal` and `-shm`: SQLite gives them the database's
-//! mode), and a directory the host creates for it 0700.
+//! mode), and a directory the host creates for it 0700. A `meta` table keeps a random key that
+//! seals task records when no `request_state.keys` are configured.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use rusqlite::{Connection, OptionalExtension, params};
 
-use super::{Lease, StoreError, StoredTask, TaskRecord, TaskStatus, now_ms};
+use super::{Lease, RawTask, StoreError, TaskRecord, TaskStatus, checks_bytes, now_ms, over_bytes};
 use crate::config::TaskSettings;
 
 const SCHEMA: &str = "
@@ -28,11 +29,29 @@ CREATE TABLE IF NOT EXISTS tasks (
     expires_ms INTEGER NOT NULL,
     runner TEXT,
     lease_until_ms INTEGER,
-    record TEXT NOT NULL
+    record TEXT NOT NULL,
+    bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS tasks_by_caller ON tasks (quota_key, expires_ms);
 CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_ms);
+CREATE TABLE IF NOT EXISTS meta (
+    name TEXT PRIMARY KEY,
+    value BLOB NOT NULL
+);
 ";
+
+/// Bring a database of an older version to the schema: the `bytes` column.
+fn migrate(conn: &Connection) -> rusqlite::Result<()> {
+    let has_bytes: i64 = conn.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = 'bytes'",
+        [],
+        |r| r.get(0),
+    )?;
+    if has_bytes == 0 {
+        conn.execute_batch("ALTER TABLE tasks ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")?;
+    }
+    Ok(())
+}
 
 /// Create the directories up to `dir` that are missing, 0700 (a task's arguments and results
 /// are the callers' data).
@@ -89,6 +108,7 @@ fn open_file(path: &Path) -> Result<Connection, StoreError> {
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(unavailable)?;
     conn.execute_batch(SCHEMA)
+        .and_then(|()| migrate(&conn))
         .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
     Ok(conn)
 }
@@ -98,6 +118,8 @@ pub(super) struct Sqlite {
     conn: tokio::sync::OnceCell<Arc<Mutex<Connection>>>,
     /// The file, when not in memory.
     path: Option<PathBuf>,
+    /// The key kept in the database (read at first need).
+    key: tokio::sync::OnceCell<Vec<u8>>,
 }
 
 fn unavailable(e: impl std::fmt::Display) -> StoreError {
@@ -113,6 +135,7 @@ impl Sqlite {
         Sqlite {
             conn: tokio::sync::OnceCell::new_with(Some(Arc::new(Mutex::new(conn)))),
             path: None,
+            key: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -121,6 +144,7 @@ impl Sqlite {
         Sqlite {
             conn: tokio::sync::OnceCell::new(),
             path: Some(path.to_path_buf()),
+            key: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -154,55 +178,89 @@ impl Sqlite {
         .map_err(unavailable)
     }
 
+    /// The key that seals records when none is configured: random, made once and kept in the
+    /// database (every process sharing the file uses the same).
+    pub(super) async fn record_key(&self) -> Result<Vec<u8>, StoreError> {
+        self.key
+            .get_or_try_init(|| async {
+                let mut fresh = [0u8; 32];
+                getrandom::fill(&mut fresh).map_err(unavailable)?;
+                self.with(move |conn| {
+                    conn.execute(
+                        "INSERT OR IGNORE INTO meta (name, value) VALUES ('record_key', ?1)",
+                        params![fresh.to_vec()],
+                    )?;
+                    conn.query_row(
+                        "SELECT value FROM meta WHERE name = 'record_key'",
+                        [],
+                        |r| r.get::<_, Vec<u8>>(0),
+                    )
+                })
+                .await
+            })
+            .await
+            .cloned()
+    }
+
     pub(super) async fn create_task(
         &self,
         task: &TaskRecord,
+        record: &str,
         lease: Option<&Lease>,
         settings: &TaskSettings,
     ) -> Result<(), StoreError> {
-        let record = serde_json::to_string(task).map_err(unavailable)?;
+        let record = record.to_owned();
         let (id, key, status) = (task.id.clone(), task.quota_key.clone(), task.status);
         let expires = task.expires_ms() as i64;
         let (runner, until) = lease_columns(lease);
-        let (per_caller, total) = (settings.max_per_caller, settings.max_tasks);
+        let settings = settings.clone();
         let outcome = self
             .with(move |conn| {
+                let (per_caller, total) = (settings.max_per_caller, settings.max_tasks);
                 let tx = conn.transaction()?;
                 let now = now_ms() as i64;
                 tx.execute("DELETE FROM tasks WHERE expires_ms <= ?1", params![now])?;
-                let mine: i64 = tx.query_row(
-                    "SELECT COUNT(*) FROM tasks WHERE quota_key = ?1",
+                let (mine, mine_bytes): (i64, i64) = tx.query_row(
+                    "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM tasks WHERE quota_key = ?1",
                     params![key],
-                    |r| r.get(0),
+                    |r| Ok((r.get(0)?, r.get(1)?)),
                 )?;
                 if mine as usize >= per_caller {
-                    return Ok(Some(format!(
+                    return Ok(Some(StoreError::Full(format!(
                         "Too many tasks: this caller keeps {mine}, the limit is {per_caller} \
                          (tasks.max_per_caller); they expire tasks.ttl_secs after their creation"
-                    )));
+                    ))));
                 }
-                let all: i64 = tx.query_row("SELECT COUNT(*) FROM tasks", [], |r| r.get(0))?;
+                let (all, all_bytes): (i64, i64) = tx.query_row(
+                    "SELECT COUNT(*), COALESCE(SUM(bytes), 0) FROM tasks",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
                 if all as usize >= total {
-                    return Ok(Some(format!(
+                    return Ok(Some(StoreError::Full(format!(
                         "Too many tasks: the server keeps {all}, the limit is {total} (tasks.max_tasks)"
-                    )));
+                    ))));
+                }
+                let bytes = record.len();
+                if let Some(over) = bytes_over(mine_bytes, all_bytes, bytes, &settings) {
+                    return Ok(Some(over));
                 }
                 tx.execute(
                     "INSERT INTO tasks (id, quota_key, status, version, expires_ms, runner, \
-                     lease_until_ms, record) VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7)",
-                    params![id, key, status.as_str(), expires, runner, until, record],
+                     lease_until_ms, record, bytes) VALUES (?1, ?2, ?3, 1, ?4, ?5, ?6, ?7, ?8)",
+                    params![id, key, status.as_str(), expires, runner, until, record, bytes as i64],
                 )?;
                 tx.commit()?;
                 Ok(None)
             })
             .await?;
         match outcome {
-            Some(why) => Err(StoreError::Full(why)),
+            Some(refused) => Err(refused),
             None => Ok(()),
         }
     }
 
-    pub(super) async fn task(&self, id: &str) -> Result<Option<StoredTask>, StoreError> {
+    pub(super) async fn task(&self, id: &str) -> Result<Option<RawTask>, StoreError> {
         let id = id.to_owned();
         let row = self
             .with(move |conn| {
@@ -222,13 +280,8 @@ impl Sqlite {
                 .optional()
             })
             .await?;
-        let Some((record, version, runner, until)) = row else {
-            return Ok(None);
-        };
-        let task: TaskRecord = serde_json::from_str(&record)
-            .map_err(|e| StoreError::Unavailable(format!("a stored task is unreadable: {e}")))?;
-        Ok(Some(StoredTask {
-            task,
+        Ok(row.map(|(record, version, runner, until)| RawTask {
+            record,
             version: version as u64,
             lease: runner.zip(until).map(|(runner, until)| Lease {
                 runner,
@@ -240,31 +293,60 @@ impl Sqlite {
     pub(super) async fn update_task(
         &self,
         task: &TaskRecord,
+        record: &str,
         version: u64,
         lease: Option<&Lease>,
+        settings: &TaskSettings,
     ) -> Result<bool, StoreError> {
-        let record = serde_json::to_string(task).map_err(unavailable)?;
-        let (id, status) = (task.id.clone(), task.status);
+        let record = record.to_owned();
+        let (id, key, status) = (task.id.clone(), task.quota_key.clone(), task.status);
         let (runner, until) = lease_columns(lease);
-        let changed = self
-            .with(move |conn| {
-                conn.execute(
-                    "UPDATE tasks SET record = ?1, status = ?2, version = version + 1, \
-                     runner = ?3, lease_until_ms = ?4 \
-                     WHERE id = ?5 AND version = ?6 AND expires_ms > ?7",
-                    params![
-                        record,
-                        status.as_str(),
-                        runner,
-                        until,
-                        id,
-                        version as i64,
-                        now_ms() as i64
-                    ],
+        let settings = settings.clone();
+        let task = task.clone();
+        self.with(move |conn| {
+            let tx = conn.transaction()?;
+            let now = now_ms() as i64;
+            let old: Option<i64> = tx
+                .query_row(
+                    "SELECT bytes FROM tasks WHERE id = ?1 AND version = ?2 \
+                         AND expires_ms > ?3",
+                    params![id, version as i64, now],
+                    |r| r.get(0),
                 )
-            })
-            .await?;
-        Ok(changed == 1)
+                .optional()?;
+            let Some(old) = old else {
+                return Ok(Ok(false));
+            };
+            let bytes = record.len();
+            if checks_bytes(&task, old.max(0) as usize, bytes) {
+                let (mine_bytes, all_bytes): (i64, i64) = tx.query_row(
+                    "SELECT COALESCE(SUM(CASE WHEN quota_key = ?1 THEN bytes END), 0), \
+                         COALESCE(SUM(bytes), 0) FROM tasks WHERE expires_ms > ?2 AND id != ?3",
+                    params![key, now, id],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?;
+                if let Some(over) = bytes_over(mine_bytes, all_bytes, bytes, &settings) {
+                    return Ok(Err(over));
+                }
+            }
+            let changed = tx.execute(
+                "UPDATE tasks SET record = ?1, status = ?2, version = version + 1, \
+                     runner = ?3, lease_until_ms = ?4, bytes = ?5 \
+                     WHERE id = ?6 AND version = ?7",
+                params![
+                    record,
+                    status.as_str(),
+                    runner,
+                    until,
+                    bytes as i64,
+                    id,
+                    version as i64,
+                ],
+            )?;
+            tx.commit()?;
+            Ok(Ok(changed == 1))
+        })
+        .await?
     }
 
     pub(super) async fn renew_lease(
@@ -303,6 +385,19 @@ impl Sqlite {
     }
 }
 
+/// The refusal of a record of `bytes` when the caller's records take `mine` bytes and the store's
+/// `all` (without it), if that is over a bound.
+fn bytes_over(mine: i64, all: i64, bytes: usize, settings: &TaskSettings) -> Option<StoreError> {
+    let (mine, all) = (mine.max(0) as u64, all.max(0) as u64);
+    if mine.saturating_add(bytes as u64) > settings.max_bytes_per_caller {
+        return Some(over_bytes(1, mine, bytes, settings));
+    }
+    if all.saturating_add(bytes as u64) > settings.max_total_bytes {
+        return Some(over_bytes(2, all, bytes, settings));
+    }
+    None
+}
+
 fn lease_columns(lease: Option<&Lease>) -> (Option<String>, Option<i64>) {
     match lease {
         Some(l) => (Some(l.runner.clone()), Some(l.until_ms as i64)),
@@ -313,31 +408,47 @@ fn lease_columns(lease: Option<&Lease>) -> (Option<String>, Option<i64>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::sample_task as task;
+    use crate::store::{open_record, sample_task as task, seal_record};
+    use std::os::unix::fs::PermissionsExt as _;
+
+    const KEY: &[u8] = b"test-key";
+
+    async fn create(
+        db: &Sqlite,
+        t: &TaskRecord,
+        settings: &TaskSettings,
+    ) -> Result<(), StoreError> {
+        let record = seal_record(&[KEY.to_vec()], t).unwrap();
+        db.create_task(t, &record, None, settings).await
+    }
 
     #[tokio::test]
     async fn a_finished_task_survives_reopening_the_file_and_expired_ones_go() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("state/tasks.sqlite");
         let settings = TaskSettings::default();
+        let db_key;
         {
             let db = Sqlite::open(&path);
             let mut t = task("kept", "x");
             t.status = TaskStatus::Completed;
             t.result = Some(serde_json::json!({"content": []}));
-            db.create_task(&t, None, &settings).await.unwrap();
+            create(&db, &t, &settings).await.unwrap();
             let mut old = task("old", "x");
             old.created_ms -= 120_000;
-            db.create_task(&old, None, &settings).await.unwrap();
+            create(&db, &old, &settings).await.unwrap();
+            db_key = db.record_key().await.unwrap();
         }
         let db = Sqlite::open(&path);
         let kept = db.task("kept").await.unwrap().unwrap();
-        assert_eq!(kept.task.status, TaskStatus::Completed);
-        assert_eq!(kept.task.result, Some(serde_json::json!({"content": []})));
+        let kept = open_record(&[KEY.to_vec()], "kept", &kept.record).unwrap();
+        assert_eq!(kept.status, TaskStatus::Completed);
+        assert_eq!(kept.result, Some(serde_json::json!({"content": []})));
         assert!(db.task("old").await.unwrap().is_none());
         assert_eq!(db.sweep().await.unwrap(), 1);
+        assert_eq!(db.record_key().await.unwrap(), db_key, "the key is kept");
+        assert_eq!(db_key.len(), 32);
         // Private: the file, its WAL and shared memory 0600, the directory made for it 0700.
-        use std::os::unix::fs::PermissionsExt as _;
         for file in ["tasks.sqlite", "tasks.sqlite-wal", "tasks.sqlite-shm"] {
             let mode = std::fs::metadata(dir.path().join("state").join(file))
                 .unwrap()
@@ -350,5 +461,46 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[tokio::test]
+    async fn the_bytes_of_stored_records_are_bounded_per_caller_and_in_total() {
+        let db = Sqlite::memory();
+        let t = task("a", "x");
+        let size = seal_record(&[KEY.to_vec()], &t).unwrap().len() as u64;
+        let settings = TaskSettings {
+            max_bytes_per_caller: size * 2 + 10,
+            max_total_bytes: size * 3 + 10,
+            ..TaskSettings::default()
+        };
+        create(&db, &t, &settings).await.unwrap();
+        create(&db, &task("b", "x"), &settings).await.unwrap();
+        let refused = create(&db, &task("c", "x"), &settings).await;
+        assert!(
+            matches!(&refused, Err(StoreError::Full(m)) if m.contains("tasks.max_bytes_per_caller")),
+            "{refused:?}"
+        );
+        create(&db, &task("c", "y"), &settings).await.unwrap();
+        let refused = create(&db, &task("d", "z"), &settings).await;
+        assert!(
+            matches!(&refused, Err(StoreError::Full(m)) if m.contains("tasks.max_total_bytes")),
+            "{refused:?}"
+        );
+        // A result that grows a record past the caller's bound is refused; a failure is not.
+        let mut done = task("a", "x");
+        done.status = TaskStatus::Completed;
+        done.result = Some(serde_json::json!({"text": "x".repeat(64)}));
+        let record = seal_record(&[KEY.to_vec()], &done).unwrap();
+        let refused = db.update_task(&done, &record, 1, None, &settings).await;
+        assert!(matches!(refused, Err(StoreError::Full(_))), "{refused:?}");
+        done.status = TaskStatus::Failed;
+        done.result = None;
+        done.error = Some(serde_json::json!({"code": -32603, "message": "too large"}));
+        let record = seal_record(&[KEY.to_vec()], &done).unwrap();
+        assert!(
+            db.update_task(&done, &record, 1, None, &settings)
+                .await
+                .unwrap()
+        );
     }
 }
