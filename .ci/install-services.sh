@@ -2,6 +2,8 @@
 # Installs the real services the fleet tests start on loopback ports, from Debian's packages:
 #   - redis-server  (the shared task and session store of a fleet: `store: redis://...`)
 #   - nginx-light   (the plain round-robin load balancer in front of three replicas)
+#   - openssl       (the CA and certificate the TLS store test generates for `rediss://`;
+#                    Debian's redis-server is built with TLS)
 # The tests run their own instances (own temporary directories and ports); the packages' system
 # services are not needed and are not started here.
 #
@@ -15,6 +17,7 @@ have() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
 missing=()
 have redis-server || missing+=(redis-server)
 have nginx || missing+=(nginx-light)
+have openssl || missing+=(openssl)
 
 if [[ ${#missing[@]} -gt 0 ]]; then
     if [[ $(id -u) -ne 0 ]]; then
@@ -39,3 +42,4 @@ fi
 nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 echo "   $(redis-server --version | cut -d' ' -f1-3)"
 echo "   $("$nginx_bin" -v 2>&1)"
+echo "   $(openssl version)"
