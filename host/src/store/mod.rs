@@ -13,8 +13,7 @@
 //! - everything a client can create is bounded: tasks per caller and in total
 //!   (`tasks.max_per_caller`, `tasks.max_tasks`), each kept `tasks.ttl_secs` from its creation;
 //!   legacy sessions per caller and in total (`http.max_sessions_per_caller`, `http.max_sessions`),
-//!   each expiring after `http.session_idle_secs` idle.
-//!
+//!   each expiring after `http.session_idle_secs` idle;
 //! - the bytes are bounded too: a task's result (`tasks.max_result_bytes`), and the stored records
 //!   of one caller and of the whole store (`tasks.max_bytes_per_caller`, `tasks.max_total_bytes`);
 //!   a write that would go over is refused with the key named (a result over the bounds fails its
@@ -24,7 +23,9 @@
 //!   any opens, so keys rotate like request states), checked at every read. A record that fails
 //!   the check (changed by someone with write access to the store, or sealed under a key no longer
 //!   configured) is treated as absent, and logged. Without configured keys, SQLite keeps a random
-//!   key of its own in the database; Redis refuses to start.
+//!   key of its own in the database; Redis refuses to start. The events replicas publish on
+//!   Redis are sealed the same way, with the time they were sent: a replica drops an event that
+//!   is not sealed under one of its keys or was sent more than a minute from its clock.
 //!
 //! [`bus`] carries the events: a task changed or must be cancelled, a legacy client's response or
 //! cancellation for a call running on another replica, a plugin's announcement.
@@ -177,12 +178,77 @@ const SEALED: &str = "r1.";
 const RECORD_CONTEXT: &[u8] = b"mcp-host task record v1\0";
 
 fn record_mac(key: &[u8], json: &str) -> Hmac<Sha256> {
+    context_mac(key, RECORD_CONTEXT, &[json.as_bytes()])
+}
+
+/// HMAC-SHA256 under `key` of `context` then `parts`.
+fn context_mac(key: &[u8], context: &[u8], parts: &[&[u8]]) -> Hmac<Sha256> {
     // HMAC takes keys of any length.
     let mut mac = <Hmac<Sha256> as Mac>::new_from_slice(key)
         .unwrap_or_else(|_| unreachable!("HMAC takes keys of any length"));
-    mac.update(RECORD_CONTEXT);
-    mac.update(json.as_bytes());
+    mac.update(context);
+    for part in parts {
+        mac.update(part);
+    }
     mac
+}
+
+/// Sealed events between replicas begin with this (then the time sent, the tag, the JSON).
+const SEALED_EVENT: &str = "e1.";
+/// What the MAC of an event covers before its time and JSON.
+const EVENT_CONTEXT: &[u8] = b"mcp-host bus event v1\0";
+/// How far an event's time may be from this replica's clock (replayed or delayed events older
+/// than this are dropped).
+pub(crate) const EVENT_MAX_SKEW_MS: u64 = 60_000;
+
+/// An event for the other replicas (its envelope's JSON), sealed under the first of `keys`
+/// with the time it is sent.
+pub(crate) fn seal_event(keys: &[Vec<u8>], sent_ms: u64, json: &str) -> String {
+    let key = keys.first().map_or(&[][..], Vec::as_slice);
+    let sent = sent_ms.to_string();
+    let mac = context_mac(
+        key,
+        EVENT_CONTEXT,
+        &[sent.as_bytes(), b".", json.as_bytes()],
+    );
+    let tag = B64.encode(mac.finalize().into_bytes());
+    format!("{SEALED_EVENT}{sent}.{tag}.{json}")
+}
+
+/// The JSON of a sealed event, if its MAC matches under one of `keys` and it was sent within
+/// [`EVENT_MAX_SKEW_MS`] of `now_ms`.
+pub(crate) fn open_event<'a>(
+    keys: &[Vec<u8>],
+    payload: &'a str,
+    now_ms: u64,
+) -> Result<&'a str, RecordError> {
+    let rest = payload
+        .strip_prefix(SEALED_EVENT)
+        .ok_or(RecordError::Unsealed)?;
+    let (sent, rest) = rest.split_once('.').ok_or(RecordError::Unsealed)?;
+    let (tag, json) = rest.split_once('.').ok_or(RecordError::Unsealed)?;
+    let tag = B64.decode(tag).map_err(|_| RecordError::Tampered)?;
+    if !keys.iter().any(|key| {
+        context_mac(
+            key,
+            EVENT_CONTEXT,
+            &[sent.as_bytes(), b".", json.as_bytes()],
+        )
+        .verify_slice(&tag)
+        .is_ok()
+    }) {
+        return Err(RecordError::Tampered);
+    }
+    let sent: u64 = sent
+        .parse()
+        .map_err(|_| RecordError::Unreadable("its time is not a number".into()))?;
+    if sent.abs_diff(now_ms) > EVENT_MAX_SKEW_MS {
+        return Err(RecordError::Unreadable(format!(
+            "it was sent {} s away from this replica's clock (a replay, or clocks apart)",
+            sent.abs_diff(now_ms) / 1000
+        )));
+    }
+    Ok(json)
 }
 
 /// Why a stored record is not taken.
@@ -420,16 +486,16 @@ struct Inner {
     describe: String,
     /// False while the store cannot be reached (Redis down).
     reachable: AtomicBool,
-    /// The keys that seal task records.
-    keys: ArcSwap<RecordKeys>,
+    /// The keys that seal task records (and, with Redis, the events between replicas).
+    keys: Arc<ArcSwap<RecordKeys>>,
 }
 
 /// The keys that seal task records: the configured ones (`request_state.keys`), as given and as
 /// bytes. Empty: the backend's own (SQLite), or none (Redis).
 #[derive(Default)]
-struct RecordKeys {
+pub(crate) struct RecordKeys {
     configured: Vec<String>,
-    keys: Vec<Vec<u8>>,
+    pub(crate) keys: Vec<Vec<u8>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -462,17 +528,23 @@ impl Store {
             Backend::Sqlite(sqlite::Sqlite::memory()),
             Bus::local(replica),
             "memory".into(),
+            Arc::default(),
         )
     }
 
-    fn with_backend(backend: Backend, bus: Bus, describe: String) -> Store {
+    fn with_backend(
+        backend: Backend,
+        bus: Bus,
+        describe: String,
+        keys: Arc<ArcSwap<RecordKeys>>,
+    ) -> Store {
         Store {
             inner: Arc::new(Inner {
                 backend,
                 bus,
                 describe,
                 reachable: AtomicBool::new(true),
-                keys: ArcSwap::from_pointee(RecordKeys::default()),
+                keys,
             }),
         }
     }
@@ -519,6 +591,7 @@ impl Store {
                     Backend::Sqlite(db),
                     Bus::local(replica),
                     format!("sqlite {}", path.display()),
+                    Arc::default(),
                 );
                 store.spawn_sqlite_sweeper();
                 Ok(store)
@@ -531,11 +604,14 @@ impl Store {
                         redis::describe(url)
                     )));
                 }
-                let (backend, bus) = redis::Redis::connect(url, replica)?;
+                // Shared with the bus's publisher and listener, which seal and check events.
+                let keys: Arc<ArcSwap<RecordKeys>> = Arc::default();
+                let (backend, bus) = redis::Redis::connect(url, replica, Arc::clone(&keys))?;
                 let store = Store::with_backend(
                     Backend::Redis(Box::new(backend)),
                     bus,
                     redis::describe(url),
+                    keys,
                 );
                 store.spawn_health_checks();
                 Ok(store)
@@ -955,6 +1031,28 @@ mod tests {
         assert!(store.task("t1").await.unwrap().is_some());
         store.set_record_keys(&["other".into()]);
         assert!(store.task("t1").await.unwrap().is_none(), "no key opens it");
+    }
+
+    #[test]
+    fn events_are_taken_only_sealed_under_a_key_and_recent() {
+        let keys = vec![b"k1".to_vec()];
+        let json = r#"{"from":"r1","event":{"kind":"cancel_task","id":"t"}}"#;
+        let now = now_ms();
+        let sealed = seal_event(&keys, now, json);
+        assert_eq!(open_event(&keys, &sealed, now + 1000), Ok(json));
+        let rotated = vec![b"k2".to_vec(), b"k1".to_vec()];
+        assert_eq!(open_event(&rotated, &sealed, now), Ok(json));
+        assert_eq!(open_event(&keys, json, now), Err(RecordError::Unsealed));
+        let forged = sealed.replace("\"t\"", "\"u\"");
+        assert_eq!(open_event(&keys, &forged, now), Err(RecordError::Tampered));
+        let later = now + EVENT_MAX_SKEW_MS + 1;
+        assert!(matches!(
+            open_event(&keys, &sealed, later),
+            Err(RecordError::Unreadable(_))
+        ));
+        // The time is covered by the MAC too.
+        let moved = sealed.replacen(&now.to_string(), &later.to_string(), 1);
+        assert_eq!(open_event(&keys, &moved, later), Err(RecordError::Tampered));
     }
 
     #[test]

@@ -25,14 +25,17 @@
 //! AUTH comes from the URL (`rediss://user:password@host:port/db`, `redis+unix:///path?pass=...`).
 //! A refused password or certificate stops the start (a Redis that is down does not).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use ::redis::{Client, Script};
+use arc_swap::ArcSwap;
 use futures_util::StreamExt as _;
 use tokio::sync::mpsc;
 
 use super::bus::{Bus, Envelope};
+use super::{EVENT_MAX_SKEW_MS, RecordKeys, open_event, seal_event};
 use super::{
     Lease, MAX_SESSION_SUBSCRIPTIONS, RawTask, SessionBounds, SessionRecord, StoreError,
     TaskRecord, TaskStatus, checks_bytes, now_ms, over_bytes,
@@ -50,7 +53,7 @@ pub(super) fn describe(url: &str) -> String {
 }
 
 /// How long the first contact at start may take.
-const FIRST_CONTACT: Duration = Duration::from_secs(5);
+const FIRST_CONTACT: Duration = Duration::from_secs(10);
 
 /// Whether `e` says the configuration is wrong (a refused password, a certificate that does not
 /// verify) rather than that Redis is down for now.
@@ -86,7 +89,12 @@ pub(super) struct Redis {
 impl Redis {
     /// Connect lazily (a Redis that is down now is retried at each use), start the publisher and
     /// the pub/sub listener of the bus.
-    pub(super) fn connect(url: &str, replica: &str) -> Result<(Redis, Bus), StoreError> {
+    /// Events are sealed and checked under `keys` (the store's, as configured now).
+    pub(super) fn connect(
+        url: &str,
+        replica: &str,
+        keys: Arc<ArcSwap<RecordKeys>>,
+    ) -> Result<(Redis, Bus), StoreError> {
         // rustls needs a process-wide crypto provider; another part of the process may have
         // installed one already, which is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -101,8 +109,8 @@ impl Redis {
             ConnectionManager::new_lazy_with_config(client.clone(), config).map_err(unavailable)?;
         let (tx, rx) = mpsc::unbounded_channel();
         let bus = Bus::shared(replica, tx);
-        tokio::spawn(publish(conn.clone(), rx));
-        tokio::spawn(listen(client, bus.clone()));
+        tokio::spawn(publish(conn.clone(), rx, Arc::clone(&keys)));
+        tokio::spawn(listen(client, bus.clone(), keys));
         let redis = Redis {
             conn,
             create_task: Script::new(&format!("{TASK_SIZES}{CREATE_TASK}")),
@@ -373,12 +381,19 @@ fn lease_fields(lease: Option<&Lease>) -> (String, u64) {
 }
 
 /// Publish this replica's events on the channel, in order.
-async fn publish(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<Envelope>) {
+/// Every event is sealed (HMAC under the store's keys, with the time it is sent): a replica
+/// takes only sealed events, sent within a minute of its clock.
+async fn publish(
+    mut conn: ConnectionManager,
+    mut rx: mpsc::UnboundedReceiver<Envelope>,
+    keys: Arc<ArcSwap<RecordKeys>>,
+) {
     let channel = format!("{PREFIX}events");
     while let Some(envelope) = rx.recv().await {
-        let Ok(payload) = serde_json::to_string(&envelope) else {
+        let Ok(json) = serde_json::to_string(&envelope) else {
             continue;
         };
+        let payload = seal_event(&keys.load().keys, now_ms(), &json);
         let mut cmd = ::redis::cmd("PUBLISH");
         cmd.arg(&channel).arg(payload);
         if let Err(e) = timed(cmd.query_async::<i64>(&mut conn)).await {
@@ -388,7 +403,7 @@ async fn publish(mut conn: ConnectionManager, mut rx: mpsc::UnboundedReceiver<En
 }
 
 /// Hear the other replicas' events, reconnecting (with a pause) whenever the subscription drops.
-async fn listen(client: Client, bus: Bus) {
+async fn listen(client: Client, bus: Bus, keys: Arc<ArcSwap<RecordKeys>>) {
     let channel = format!("{PREFIX}events");
     let mut pause = Duration::from_millis(100);
     loop {
@@ -398,9 +413,19 @@ async fn listen(client: Client, bus: Bus) {
                     pause = Duration::from_millis(100);
                     let mut messages = pubsub.into_on_message();
                     while let Some(msg) = messages.next().await {
-                        match serde_json::from_slice::<Envelope>(msg.get_payload_bytes()) {
+                        let payload = String::from_utf8_lossy(msg.get_payload_bytes());
+                        let opened = open_event(&keys.load().keys, &payload, now_ms())
+                            .map_err(|e| e.to_string())
+                            .and_then(|json| {
+                                serde_json::from_str::<Envelope>(json).map_err(|e| e.to_string())
+                            });
+                        match opened {
                             Ok(envelope) => bus.deliver_remote(envelope),
-                            Err(e) => tracing::warn!("an unreadable event on {channel}: {e}"),
+                            Err(why) => tracing::warn!(
+                                "an event on {channel} is refused (replicas seal their events \
+                                 under request_state.keys, sent within {} s): {why}",
+                                EVENT_MAX_SKEW_MS / 1000
+                            ),
                         }
                     }
                     tracing::debug!("the subscription to {channel} ended; resubscribing");

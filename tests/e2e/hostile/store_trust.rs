@@ -527,6 +527,41 @@ fn a_task_record_edited_in_redis_is_refused_and_runs_nothing() {
     assert_peak_rss(s.child().id());
 }
 
+#[test]
+fn an_event_published_on_redis_by_someone_else_is_dropped() {
+    let Some(bin) = redis_server() else { return };
+    let redis = TestRedis::start(&bin, "", None);
+    let url = format!("redis://127.0.0.1:{}/0", redis.port);
+    let (_l, cfg) = layout(
+        &["fixture-conformance", "fixture-basic"],
+        &redis_config(&url, &two_callers()),
+    );
+    let s = HttpServer::start(&cfg);
+    let mut attacker = redis.attacker(None);
+    // Alice's task runs for a while (its end is waited for, not timed).
+    let id = start_task(
+        &s,
+        Some(ALICE),
+        "slow_compute",
+        json!({"seconds": 3, "label": "uncancelled"}),
+    );
+    // The attacker publishes a replica's cancellation of it, as the bus carried it before.
+    let forged = json!({"from": "elsewhere", "event": {"kind": "cancel_task", "id": id}});
+    let heard = attacker.cmd(&["PUBLISH", "mcp-host:events", &forged.to_string()]);
+    assert!(
+        matches!(heard, Reply::Int(n) if n >= 1),
+        "the replica listens: {heard:?}"
+    );
+    let done = wait_status(&s, Some(ALICE), &id, &["completed", "failed", "cancelled"]);
+    assert_eq!(done["status"], "completed", "{done}");
+    assert_eq!(
+        done["result"]["content"][0]["text"], "Computed uncancelled in 3 s",
+        "{done}"
+    );
+    wait_for_log(&s, "an event on mcp-host:events is refused");
+    assert_serves_others(&s);
+}
+
 // ---------------------------------------------------------------------------------------------
 // M5: TLS and AUTH
 
