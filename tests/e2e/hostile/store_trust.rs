@@ -726,6 +726,22 @@ fn healthz_logs_and_mcp_host_config_never_show_a_store_password() {
             );
         }
     }
+    // Redis without request_state.keys: its records could not be authenticated, so the host
+    // does not start (naming the key, not the password).
+    let (l, cfg) = layout(
+        &["fixture-basic"],
+        &format!(
+            "store: \"redis://default:{REDIS_PASSWORD}@127.0.0.1:{}/0\"\n",
+            redis.port
+        ),
+    );
+    let out = l.run(&cfg, &["serve", "--stdio"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("request_state.keys"),
+        "{err}"
+    );
+    assert!(!err.contains(REDIS_PASSWORD), "{err}");
     // A value that is not a store at all is refused without being echoed.
     let (l, cfg) = layout(
         &["fixture-basic"],
