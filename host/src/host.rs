@@ -425,7 +425,8 @@ impl Host {
 }
 
 /// Test-load one file (signature check where its directory requires one, child-process probe, then
-/// in-process with its config section) and describe it: its build fingerprint, manifest and signer.
+/// as its tool directory runs plugins — sandboxed when it is in none — with its config section)
+/// and describe it: its build fingerprint, manifest and signer.
 /// What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
     let mut config = config.clone();
@@ -434,7 +435,8 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         .parent()
         .map(PathBuf::from)
         .unwrap_or_default();
-    // A file in a tool directory gets that directory's prefix, isolation and signature rule.
+    // A file in a tool directory gets that directory's prefix, isolation and signature rule; any
+    // other file runs sandboxed.
     let listed = config
         .tool_dirs
         .iter()
@@ -450,7 +452,12 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
             .as_ref()
             .map(|d| d.prefix.clone())
             .unwrap_or_default(),
-        isolation: listed.and_then(|d| d.isolation),
+        // A file outside every tool directory is nobody's trusted plugin: it is opened as an
+        // untrusted one would be, in a sandboxed probe and worker, never in this process.
+        isolation: match &listed {
+            Some(d) => d.isolation,
+            None => Some(crate::config::Isolation::Sandbox),
+        },
         path: file.to_path_buf(),
     };
     let (_, result) = host

@@ -173,6 +173,9 @@ enum Command {
     /// (internal) Probe plugin files in this process; used by the host before loading.
     #[command(hide = true)]
     Probe {
+        /// How to confine this process before opening any file (JSON from the host).
+        #[arg(long)]
+        confine: Option<String>,
         /// Files to probe.
         files: Vec<PathBuf>,
     },
@@ -273,8 +276,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::new::new_plugin(args, &mut std::io::stdout())
         }
         Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
-        Command::Probe { files } => {
-            mcp_host::plugins::probe::run_probe_child(&files, &mut protected_stdout())?;
+        Command::Probe { confine, files } => {
+            mcp_host::plugins::probe::run_probe_child(
+                &files,
+                confine.as_deref(),
+                &mut protected_stdout(),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::List { json } => {

@@ -6,8 +6,11 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// Where a plugin's code runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+/// Where a plugin's code runs, from the weakest isolation to the strongest (the order compares
+/// them: a plugin runs under the stronger of its directory's and its own setting).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize, Serialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
     /// Inside the host process: fastest, but a crash takes the host down.

@@ -638,6 +638,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
             if let Some(dir) = &mut settings.data_dir {
                 *dir = absolute(&base, dir);
             }
+            for path in &mut settings.from {
+                *path = absolute(&base, path);
+            }
             config.plugins.insert(name.clone(), settings);
         }
     }

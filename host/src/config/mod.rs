@@ -533,8 +533,16 @@ pub struct PluginSettings {
     pub tools: BTreeMap<String, CallSettings>,
     /// The plugin's own configuration section, handed to it as JSON.
     pub config: Value,
-    /// How it runs (over its tool directory's `isolation`; default `in_process`).
+    /// How it runs: raises its tool directory's `isolation`, never lowers it (default
+    /// `in_process`).
     pub isolation: Option<Isolation>,
+    /// The tool directories or plugin files that may serve this plugin name (empty: any). A file
+    /// elsewhere that calls itself by this name is refused, so it never gets these settings —
+    /// permissions, data directory, configuration. Relative paths resolve like `tool_dirs`.
+    pub from: Vec<PathBuf>,
+    /// The `trust.keys` entries a file serving this plugin name must be signed by (empty: any
+    /// file, signed or not).
+    pub signed_by: Vec<String>,
     /// Limits of its worker process (over the global `limits`).
     pub limits: WorkerLimits,
     /// What it may reach when sandboxed.
@@ -747,14 +755,54 @@ impl Config {
         self.plugins.get(name).cloned().unwrap_or_default()
     }
 
-    /// How plugin `name`, found in a directory with isolation `dir`, runs: its own setting, else
-    /// its directory's, else in-process.
+    /// How plugin `name`, found in a directory with isolation `dir`, runs: the stronger of its own
+    /// setting and its directory's (default in-process). A plugin's name is what its file says
+    /// of itself, so its own setting can raise the isolation its directory asks for, never lower
+    /// it.
     pub fn isolation(&self, name: &str, dir: Option<Isolation>) -> Isolation {
-        self.plugins
-            .get(name)
-            .and_then(|p| p.isolation)
-            .or(dir)
-            .unwrap_or_default()
+        let own = self.plugins.get(name).and_then(|p| p.isolation);
+        own.max(dir).unwrap_or_default()
+    }
+
+    /// Whether the file `file`, found in tool directory `dir` and signed by the `trust.keys`
+    /// entry `signer` (when signed), may serve plugin `name`: always, unless the plugin's
+    /// settings are bound to other files (`from`) or signers (`signed_by`). The error says why
+    /// not, naming the binding.
+    pub fn check_binding(
+        &self,
+        name: &str,
+        file: &std::path::Path,
+        dir: &std::path::Path,
+        signer: Option<&str>,
+    ) -> Result<(), String> {
+        let Some(settings) = self.plugins.get(name) else {
+            return Ok(());
+        };
+        if !settings.from.is_empty() && !settings.from.iter().any(|f| f == file || f == dir) {
+            let bound: Vec<String> = settings
+                .from
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect();
+            return Err(format!(
+                "{} calls itself plugin {name}, whose settings are bound to {} \
+                 (plugins.{name}.from); it is not one of them",
+                file.display(),
+                bound.join(", ")
+            ));
+        }
+        if !settings.signed_by.is_empty()
+            && !signer.is_some_and(|s| settings.signed_by.iter().any(|k| k == s))
+        {
+            return Err(format!(
+                "{} calls itself plugin {name}, whose settings are bound to files signed by {} \
+                 (plugins.{name}.signed_by); it is {}",
+                file.display(),
+                settings.signed_by.join(", "),
+                signer.map_or("not signed".to_owned(), |s| format!("signed by {s}"))
+            ));
+        }
+        Ok(())
     }
 
     /// Whether some plugin chooses its isolation by name (so a file's plugin name must be known

@@ -22,7 +22,7 @@ use super::deferred::{Deferred, DeferredLoad};
 use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
-use super::probe::{ProbeCache, Prober};
+use super::probe::{Confinement, ProbeCache, Prober};
 use super::signature;
 use super::slot::{FileStamp, PluginSlot};
 use super::worker::{self, RunSpec};
@@ -189,6 +189,27 @@ impl std::fmt::Debug for Loader {
 
 static COPY_SEQ: AtomicU64 = AtomicU64::new(0);
 
+/// Warn when a plugin of a sandboxed directory is granted permissions by the name it gives itself
+/// alone: any file dropped there could claim that name (and the grants) while the real one is
+/// absent. `plugins.<name>.from` or `signed_by` binds them.
+fn warn_unbound_grants(config: &Config, plugin: &str, candidate: &Candidate) {
+    let Some(settings) = config.plugins.get(plugin) else {
+        return;
+    };
+    let grants = settings.permissions != crate::config::Permissions::default();
+    if candidate.isolation == Some(Isolation::Sandbox)
+        && grants
+        && settings.from.is_empty()
+        && settings.signed_by.is_empty()
+    {
+        tracing::warn!(
+            "{} gets the permissions of plugins.{plugin} by the name it gives itself; bind them to \
+             its file or signer with plugins.{plugin}.from or signed_by",
+            candidate.path.display()
+        );
+    }
+}
+
 /// Copy `file` to a unique name in `runtime_dir`: the file that is probed and then loaded.
 fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
     let seq = COPY_SEQ.fetch_add(1, Ordering::Relaxed);
@@ -322,7 +343,24 @@ impl Loader {
                     .filter(|b| FileStamp::of(&c.path).as_ref() == Some(b))
             })
             .collect();
-        let names = self.probe(&candidates, &stable, &copies, config);
+        let mut names = self.probe(&candidates, &stable, &copies, config);
+        // A name is what the file says of itself: one bound to other files or signers is refused
+        // before anything of its settings (isolation, grants, data, config) is given to it.
+        for ((name, candidate), signer) in names.iter_mut().zip(&candidates).zip(&signers) {
+            if let Ok(Some(plugin)) = name {
+                let signer = signer.as_ref().ok().and_then(Option::as_ref);
+                if let Err(why) = config.check_binding(
+                    plugin,
+                    &candidate.path,
+                    &candidate.dir,
+                    signer.map(|s| s.key.as_str()),
+                ) {
+                    *name = Err(LoadError::Binding(why));
+                } else {
+                    warn_unbound_grants(config, plugin, candidate);
+                }
+            }
+        }
         if let Some(cache) = &self.copies {
             cache.prune_after_changes();
         }
@@ -518,6 +556,13 @@ impl Loader {
         };
         let plugin = InProcess::load_copy(&candidate.path, &copy, layout, cx)?;
         self.images.fetch_add(1, Ordering::AcqRel);
+        if name.is_none() {
+            // Loaded without a probe (no executable): its name is known only now. Without a
+            // signature check result at hand, a binding to signers refuses it.
+            config
+                .check_binding(plugin.name(), &candidate.path, &candidate.dir, None)
+                .map_err(LoadError::Binding)?;
+        }
         let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
         if spec.isolation.is_isolated() {
             // Only without an executable is a name unknown before loading.
@@ -576,7 +621,23 @@ impl Loader {
                 files.push(copy.clone());
             }
         }
-        for (i, result) in index.into_iter().zip(prober.probe_all(&files)) {
+        // One group per directory isolation: each is probed confined as its workers would be.
+        let mut groups: Vec<(Option<Isolation>, Vec<usize>, Vec<PathBuf>)> = Vec::new();
+        for (i, file) in index.into_iter().zip(files) {
+            let isolation = candidates[i].isolation;
+            match groups.iter_mut().find(|g| g.0 == isolation) {
+                Some(group) => {
+                    group.1.push(i);
+                    group.2.push(file);
+                }
+                None => groups.push((isolation, vec![i], vec![file])),
+            }
+        }
+        let probed = groups.into_iter().flat_map(|(isolation, index, files)| {
+            let confine = Confinement::for_directory(config, isolation, &files);
+            index.into_iter().zip(prober.probe_all(&files, &confine))
+        });
+        for (i, result) in probed {
             if let Ok(build) = &result
                 && let (Some(cache), Some(key)) = (cache.as_mut(), &stamp_keys[i])
             {

@@ -56,6 +56,10 @@ pub enum LoadError {
     /// Its directory requires a signature and the file has none, or one that does not check out.
     #[error("refused, signature check failed: {0}")]
     Signature(String),
+    /// The plugin names itself after a plugin whose settings are bound (`plugins.<name>.from`,
+    /// `signed_by`) to other files.
+    #[error("refused, plugin name bound elsewhere: {0}")]
+    Binding(String),
 }
 
 impl LoadError {
@@ -85,6 +89,7 @@ impl LoadError {
             LoadError::Worker(s) => ("worker", s.clone()),
             LoadError::Sandbox(s) => ("sandbox", s.clone()),
             LoadError::Signature(s) => ("signature", s.clone()),
+            LoadError::Binding(s) => ("binding", s.clone()),
         }
     }
 
@@ -100,6 +105,7 @@ impl LoadError {
             "worker" => LoadError::Worker(text),
             "sandbox" => LoadError::Sandbox(text),
             "signature" => LoadError::Signature(text),
+            "binding" => LoadError::Binding(text),
             _ => LoadError::Probe(text),
         }
     }

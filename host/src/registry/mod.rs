@@ -418,7 +418,28 @@ impl Registry {
         checks: &mut checked::SchemaChecks,
         log_tools: bool,
     ) {
+        // One file per plugin name: a name chooses settings (grants, data directory, config),
+        // so a second file calling itself by a name already served is not served.
+        let mut names: HashMap<String, PathBuf> = HashMap::new();
         for (candidate, result) in loaded {
+            let result = result.and_then(|slot| match names.get(slot.backend.name()) {
+                Some(first) => {
+                    let why = format!(
+                        "plugin name {} is already served by {}; one plugin name is served from \
+                         one file (the first in tool_dirs order): rename or remove the other",
+                        slot.backend.name(),
+                        first.display()
+                    );
+                    if !log_tools {
+                        tracing::error!("Not serving plugin {}: {why}", candidate.path.display());
+                    }
+                    Err(crate::plugins::LoadError::Binding(why))
+                }
+                None => {
+                    names.insert(slot.backend.name().to_owned(), candidate.path.clone());
+                    Ok(slot)
+                }
+            });
             let slot = match result {
                 Ok(slot) => slot,
                 Err(e) => {
@@ -471,9 +492,18 @@ impl Registry {
             if mode == PinMode::Off {
                 continue;
             }
+            let legacy = config.pins.version < crate::config::lock::LOCK_VERSION;
+            if legacy && pins::first_report("legacy lock") {
+                tracing::warn!(
+                    "The lock file is of format {} and does not pin the definitions' _meta; run \
+                     `mcp-host pin` to write format {}",
+                    config.pins.version,
+                    crate::config::lock::LOCK_VERSION
+                );
+            }
             let now = crate::config::lock::Pin::new(
                 slot.backend.name(),
-                pins::definition(&listing.value()),
+                pins::definition(&listing.value(), legacy),
             );
             let pinned = section.of(&config.pins).get(&entry.tool);
             let Some(difference) =
@@ -561,7 +591,10 @@ impl Registry {
         use crate::config::lock::Pin;
         let mut lock = pins::empty_lock();
         let pin = |slot: &PluginSlot, listing: &Listing| {
-            Pin::new(slot.backend.name(), pins::definition(&listing.value()))
+            Pin::new(
+                slot.backend.name(),
+                pins::definition(&listing.value(), false),
+            )
         };
         for t in self.tools() {
             pins::insert(

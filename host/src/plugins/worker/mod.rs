@@ -79,6 +79,15 @@ impl RunSpec {
     }
 }
 
+/// The wire form of worker `limits` (memory in bytes).
+pub(crate) fn wire_limits(limits: &WorkerLimits) -> wire::Limits {
+    wire::Limits {
+        address_space: limits.memory_mb.map(|mb| mb.saturating_mul(1 << 20)),
+        cpu_secs: limits.cpu_secs,
+        open_files: limits.open_files,
+    }
+}
+
 /// A plugin served by a supervised worker process.
 pub(crate) struct Isolated {
     build: BuildInfo,
@@ -134,11 +143,7 @@ pub(crate) fn start(
         init: wire::Init {
             file: copy,
             config: config.plugin(plugin).config.to_string(),
-            limits: wire::Limits {
-                address_space: limits.memory_mb.map(|mb| mb.saturating_mul(1 << 20)),
-                cpu_secs: limits.cpu_secs,
-                open_files: limits.open_files,
-            },
+            limits: wire_limits(&limits),
             sandbox,
         },
     };

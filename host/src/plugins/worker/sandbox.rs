@@ -120,6 +120,22 @@ impl Grant {
     }
 }
 
+/// The sandbox of a probe child that opens `copies` (one tool directory's, `isolation: sandbox`):
+/// it may read those copies and the system's libraries, and nothing else — no writes, no network,
+/// no programs.
+pub(crate) fn probe_sandbox(copies: &[PathBuf], allow_weaker: bool) -> wire::Sandbox {
+    let mut read: Vec<PathBuf> = copies.to_vec();
+    read.extend(SYSTEM_READ.iter().map(PathBuf::from));
+    wire::Sandbox {
+        read,
+        write: vec![PathBuf::from("/dev/null")],
+        exec_paths: Vec::new(),
+        connect_ports: Some(Vec::new()),
+        exec: false,
+        allow_weaker,
+    }
+}
+
 /// Apply the worker's resource limits to this process (and always turn core dumps off).
 #[cfg(unix)]
 pub(crate) fn apply_limits(limits: &wire::Limits) -> Result<(), String> {
