@@ -188,11 +188,31 @@ impl Keyring {
                  (changed after signing, or signed for another file): {e}"
             ))
         })?;
+        let comment = signature.trusted_comment().unwrap_or_default();
+        check_signed_name(&comment, original)?;
         Ok(Some(Signer {
             key: key_name.clone(),
             key_id,
-            comment: signature.trusted_comment().unwrap_or_default(),
+            comment,
         }))
+    }
+}
+
+/// A signature whose trusted comment names the file it was made for (`file:<name>`, as
+/// `mcp-host sign` writes it) covers only a file of that name: a signed library renamed to pass for
+/// another plugin's file is refused. A comment without a `file:` field (a signature made by another
+/// minisign tool) names no file.
+fn check_signed_name(comment: &str, original: &Path) -> Result<(), LoadError> {
+    let signed = comment
+        .split('\t')
+        .find_map(|field| field.trim().strip_prefix("file:"));
+    let actual = original.file_name().map(|n| n.to_string_lossy());
+    match (signed, actual) {
+        (Some(signed), Some(actual)) if signed != actual => Err(LoadError::Signature(format!(
+            "signed for a file named {signed}, not {actual} (the trusted comment names the file; \
+             sign this file under its own name)"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -352,5 +372,25 @@ mod tests {
         assert!(is_signature_file(Path::new(&format!("{lib}.minisig"))));
         assert!(!is_signature_file(Path::new("a/notes.txt.minisig")));
         assert!(!is_signature_file(Path::new(&lib)));
+    }
+}
+
+#[cfg(test)]
+mod signed_name_tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_naming_another_file_is_refused_and_one_naming_none_is_not() {
+        let file = Path::new("/tools/libmcp_time.so");
+        assert!(check_signed_name("timestamp:1\tfile:libmcp_time.so", file).is_ok());
+        assert!(check_signed_name("made by another tool", file).is_ok());
+        let refused = check_signed_name("timestamp:1\tfile:libevil.so", file)
+            .expect_err("another file's signature");
+        assert!(
+            refused
+                .to_string()
+                .contains("signed for a file named libevil.so"),
+            "{refused}"
+        );
     }
 }
