@@ -2,6 +2,7 @@
 # Installs the real services the fleet tests start on loopback ports, from Debian's packages:
 #   - redis-server  (the shared task and session store of a fleet: `store: redis://...`)
 #   - nginx-light   (the plain round-robin load balancer in front of three replicas)
+#   - valgrind      (callgrind counts the instructions of a tools/call for the speed guard)
 # The tests run their own instances (own temporary directories and ports); the packages' system
 # services are not needed and are not started here.
 #
@@ -15,6 +16,7 @@ have() { command -v "$1" >/dev/null 2>&1 || [[ -x "/usr/sbin/$1" ]]; }
 missing=()
 have redis-server || missing+=(redis-server)
 have nginx || missing+=(nginx-light)
+have valgrind || missing+=(valgrind)   # the instruction guard (.ci/run)
 
 if [[ ${#missing[@]} -gt 0 ]]; then
     if [[ $(id -u) -ne 0 ]]; then
