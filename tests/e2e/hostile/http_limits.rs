@@ -1,1 +1,116 @@
 //! M4, M6, M7, L3, L4, L13: legacy sessions bound to their owner, connection caps per address and caller, bounded batch answers, the metrics listener.
+
+use super::*;
+
+/// A personal secret of a second user (`bob`), who must not reach alice's sessions.
+const BOB: &str = "mcp_bob-http-limits-secret-0123456789abcdef";
+
+/// `auth.secrets` with alice's and bob's secrets.
+fn two_users_config() -> String {
+    format!(
+        "auth:\n  secrets:\n    - {{sha256: {}, user: alice}}\n    - {{sha256: {}, user: bob}}\n",
+        mcp_host::access::auth::hash_secret(ALICE),
+        mcp_host::access::auth::hash_secret(BOB)
+    )
+}
+
+/// `Authorization: Bearer <token>` and `Mcp-Session-Id: <session>`, as owned header pairs.
+fn session_headers(token: Option<&str>, session: &str) -> Vec<(&'static str, String)> {
+    let mut h = vec![("Mcp-Session-Id", session.to_owned())];
+    if let Some(t) = token {
+        h.push(("Authorization", format!("Bearer {t}")));
+    }
+    h
+}
+
+/// A legacy (2025-11-25) session of `token`'s user that may be asked for input.
+fn legacy_session_of(s: &HttpServer, token: &str) -> String {
+    let auth = format!("Bearer {token}");
+    let r = s.post(
+        &[("Authorization", &auth)],
+        &request(
+            1,
+            "initialize",
+            json!({"protocolVersion": "2025-11-25", "capabilities": {"elicitation": {}},
+                   "clientInfo": {"name": "http-limits", "version": "0"}}),
+        ),
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let session = r.header("mcp-session-id").unwrap().to_owned();
+    let h = session_headers(Some(token), &session);
+    let ack = s.post(
+        &header_refs(&h),
+        &notification("notifications/initialized", Value::Null),
+    );
+    assert_eq!(ack.status, 202, "{ack:?}");
+    session
+}
+
+// ---------------------------------------------------------------------------------------------
+// M4: a legacy session answers only to its owner
+
+#[test]
+fn another_user_with_a_session_id_can_neither_use_nor_end_it_nor_answer_its_elicitation() {
+    let (_l, cfg) = layout(
+        &["fixture-basic", "fixture-conformance"],
+        &two_users_config(),
+    );
+    let s = HttpServer::start(&cfg);
+    let session = legacy_session_of(&s, ALICE);
+    let ping = |token: Option<&str>| {
+        let h = session_headers(token, &session);
+        s.post(&header_refs(&h), &request(2, "ping", Value::Null))
+    };
+    // Bob, and an anonymous caller, with alice's session id: no such session, for every method.
+    for intruder in [Some(BOB), None] {
+        let r = ping(intruder);
+        assert_eq!(r.status, 404, "POST with another's session: {r:?}");
+        let h = session_headers(intruder, &session);
+        let mut get = header_refs(&h);
+        get.push(("Accept", "text/event-stream"));
+        let r = s.connect().request("GET", "/mcp", &get, b"");
+        assert_eq!(r.status, 404, "GET with another's session: {r:?}");
+        let r = s.connect().request("DELETE", "/mcp", &header_refs(&h), b"");
+        assert_eq!(r.status, 404, "DELETE of another's session: {r:?}");
+    }
+    assert_eq!(ping(Some(ALICE)).status, 200, "alice's session survived");
+
+    // Alice's call asks her for input; bob's "accept" with her session id does not reach it.
+    let mut call = s.connect();
+    let h = session_headers(Some(ALICE), &session);
+    let mut all = vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    all.extend(header_refs(&h));
+    let body = request(
+        7,
+        "tools/call",
+        json!({"name": "test_elicitation", "arguments": {"message": "Delete everything?"}}),
+    );
+    call.send("POST", "/mcp", &all, body.to_string().as_bytes());
+    let head = call.read_head();
+    assert_eq!(head.status, 200, "{head:?}");
+    let mut events = mcp_host_tests::serve::EventStream::new(call);
+    let asked = events.next(WAIT);
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let answer = |action: &str, token: &str| {
+        let h = session_headers(Some(token), &session);
+        s.post(
+            &header_refs(&h),
+            &json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": action, "content": {"username": "mallory", "email": "m@evil.example"}}}),
+        )
+    };
+    let injected = answer("accept", BOB);
+    assert_eq!(
+        injected.status, 404,
+        "bob answered alice's question: {injected:?}"
+    );
+    let own = answer("decline", ALICE);
+    assert_eq!(own.status, 202, "{own:?}");
+    let done = events.next(WAIT);
+    assert_eq!(done["id"], 7, "{done}");
+    let text = done["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("action=decline"), "{text}");
+    assert_serves_others(&s);
+}

@@ -315,17 +315,24 @@ async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) ->
     if let Err(e) = check_origin(&headers, &state.core.protocol().host().config().http) {
         return error_response(&Value::Null, &e);
     }
-    // GET and DELETE act on a legacy session: they authenticate like every request does.
-    if matches!(parts.method, Method::GET | Method::DELETE)
-        && let Err(d) = access.resolve(agent.as_deref(), headers.bearer(), None)
-    {
-        let metrics = state.core.protocol().host().telemetry().metrics();
-        return denied(&access, metrics, agent.as_deref(), &Value::Null, d);
-    }
+    // GET and DELETE act on a legacy session: they authenticate like every request does, and
+    // reach only a session of their own caller.
+    let owner = match parts.method {
+        Method::GET | Method::DELETE => {
+            match access.resolve(agent.as_deref(), headers.bearer(), None) {
+                Ok(identity) => identity.session_owner(&peer),
+                Err(d) => {
+                    let metrics = state.core.protocol().host().telemetry().metrics();
+                    return denied(&access, metrics, agent.as_deref(), &Value::Null, d);
+                }
+            }
+        }
+        _ => Arc::clone(&peer),
+    };
     match parts.method {
         Method::POST => post::post(state, &headers, body, agent, peer).await,
-        Method::GET => get_stream(&state, &headers).await,
-        Method::DELETE => delete_session(&state, &headers).await,
+        Method::GET => get_stream(&state, &headers, &owner).await,
+        Method::DELETE => delete_session(&state, &headers, &owner).await,
         _ => {
             let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
             resp.headers_mut().insert(
@@ -355,7 +362,7 @@ fn session_not_found() -> Response<Body> {
 
 /// A legacy session's GET stream: its session-level notifications, with keep-alives, until the
 /// client goes or the server stops.
-async fn get_stream(state: &State, headers: &RequestHeaders<'_>) -> Response<Body> {
+async fn get_stream(state: &State, headers: &RequestHeaders<'_>, owner: &str) -> Response<Body> {
     let Some(id) = headers.get(Header::Session) else {
         // 2026 has no GET stream (subscriptions/listen replaces it).
         let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
@@ -363,7 +370,7 @@ async fn get_stream(state: &State, headers: &RequestHeaders<'_>) -> Response<Bod
             .insert(hyper::header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
     };
-    let session = match state.sessions.get(id).await {
+    let session = match state.sessions.get(id, owner).await {
         Ok(Some(session)) => session,
         Ok(None) => return session_not_found(),
         Err(e) => return error_response(&Value::Null, &e),
@@ -393,11 +400,15 @@ async fn get_stream(state: &State, headers: &RequestHeaders<'_>) -> Response<Bod
     sse_response(body, None)
 }
 
-async fn delete_session(state: &State, headers: &RequestHeaders<'_>) -> Response<Body> {
+async fn delete_session(
+    state: &State,
+    headers: &RequestHeaders<'_>,
+    owner: &str,
+) -> Response<Body> {
     let Some(id) = headers.get(Header::Session) else {
         return empty(StatusCode::METHOD_NOT_ALLOWED);
     };
-    match state.sessions.remove(id).await {
+    match state.sessions.remove(id, owner).await {
         Ok(true) => empty(StatusCode::OK),
         Ok(false) => session_not_found(),
         Err(e) => error_response(&Value::Null, &e),

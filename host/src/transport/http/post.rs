@@ -146,8 +146,25 @@ pub(crate) async fn post(
         Received::One { id, modern, .. } => (id.clone(), *modern),
         Received::Batch(_) => (Value::Null, false),
     };
-    let session = match headers.get(Header::Session) {
-        Some(sid) if !is_modern => match state.sessions.get(sid).await {
+    let session_id = headers.get(Header::Session).filter(|_| !is_modern);
+    let mirrored = match mirrored_headers(headers) {
+        Ok(h) => h,
+        Err(e) => return error_response(&id, &e),
+    };
+    // Every request authenticates on its own (the 2026 protocol keeps no state between requests).
+    let access = state.core.protocol().host().access();
+    let identity = match access.resolve(endpoint_agent.as_deref(), headers.bearer(), session_id) {
+        Ok(identity) => identity,
+        Err(d) => {
+            let metrics = state.core.protocol().host().telemetry().metrics();
+            return denied(&access, metrics, endpoint_agent.as_deref(), &id, d);
+        }
+    };
+    // A legacy session answers only to the caller that opened it: to anyone else its id is
+    // unknown (404), whatever they send with it (a call, a response to its pending elicitation).
+    let owner = identity.session_owner(&peer);
+    let session = match session_id {
+        Some(sid) => match state.sessions.get(sid, &owner).await {
             Ok(Some(s)) => Some(s),
             Ok(None) => {
                 return error_response(
@@ -157,24 +174,7 @@ pub(crate) async fn post(
             }
             Err(e) => return error_response(&Value::Null, &e),
         },
-        _ => None,
-    };
-    let mirrored = match mirrored_headers(headers) {
-        Ok(h) => h,
-        Err(e) => return error_response(&id, &e),
-    };
-    // Every request authenticates on its own (the 2026 protocol keeps no state between requests).
-    let access = state.core.protocol().host().access();
-    let identity = match access.resolve(
-        endpoint_agent.as_deref(),
-        headers.bearer(),
-        session.as_ref().map(|s| s.id.as_str()),
-    ) {
-        Ok(identity) => identity,
-        Err(d) => {
-            let metrics = state.core.protocol().host().telemetry().metrics();
-            return denied(&access, metrics, endpoint_agent.as_deref(), &id, d);
-        }
+        None => None,
     };
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
@@ -186,7 +186,11 @@ pub(crate) async fn post(
     };
     match state.core.route(read, &origin) {
         Routed::Request { id, method, params } => {
-            request(state, id, method, params, origin, endpoint_agent).await
+            let reply_to = ReplyTo {
+                owner,
+                endpoint_agent,
+            };
+            request(state, id, method, params, origin, reply_to).await
         }
         Routed::Batch(items) => {
             let before = origin.session.as_deref().map(Changeable::of);
@@ -232,12 +236,8 @@ async fn request(
     method: String,
     params: Map<String, Value>,
     origin: Origin,
-    endpoint_agent: Option<String>,
+    reply_to: ReplyTo,
 ) -> Response<Body> {
-    let reply_to = ReplyTo {
-        owner: Arc::clone(&origin.caller_key),
-        endpoint_agent,
-    };
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.
     let mut guard = CancelOnDrop(Some(cancel.clone()));
@@ -333,7 +333,8 @@ async fn stream_reply(state: &State, reply: Reply, out: Sse) {
     }
 }
 
-/// Who a reply goes to: the caller a new session belongs to, and the endpoint asked.
+/// Who a reply goes to: the caller a new session belongs to ([`crate::access::Identity::session_owner`]),
+/// and the endpoint asked.
 struct ReplyTo {
     owner: Arc<str>,
     endpoint_agent: Option<String>,
