@@ -163,6 +163,9 @@ pub struct Limits {
     pub max_result_values: usize,
     /// Most messages in one JSON-RPC batch (2025-03-26 sessions); a longer batch is refused whole.
     pub max_batch_len: usize,
+    /// Most bytes of one batch's answers together (`None`: `max_result_bytes`); the requests left
+    /// once they reach it are not run and each is answered an error naming this limit.
+    pub max_batch_answer_bytes: Option<usize>,
     /// What one caller may have running, and how often it may call.
     pub per_caller: PerCallerLimits,
     /// Address space of each plugin worker process, in MiB (`RLIMIT_AS`).
@@ -178,6 +181,14 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The bound of one batch's answers together: `max_batch_answer_bytes`, else
+    /// `max_result_bytes` (a batch answers no more than one call may).
+    pub fn batch_answer_bytes(&self) -> usize {
+        self.max_batch_answer_bytes
+            .unwrap_or(self.max_result_bytes)
+            .max(1)
+    }
+
     /// The worker limits set here (the defaults for every worker).
     pub fn worker(&self) -> WorkerLimits {
         WorkerLimits {
@@ -222,6 +233,7 @@ impl Default for Limits {
             max_result_bytes: 8 * 1024 * 1024,
             max_result_values: 250_000,
             max_batch_len: 64,
+            max_batch_answer_bytes: None,
             per_caller: PerCallerLimits::default(),
             memory_mb: None,
             cpu_secs: None,

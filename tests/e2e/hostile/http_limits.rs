@@ -114,3 +114,50 @@ fn another_user_with_a_session_id_can_neither_use_nor_end_it_nor_answer_its_elic
     assert!(text.contains("action=decline"), "{text}");
     assert_serves_others(&s);
 }
+
+// ---------------------------------------------------------------------------------------------
+// M7: a batch's answers are bounded in total
+
+#[test]
+fn a_batchs_answers_are_bounded_in_total_and_the_rest_are_errors_naming_the_limit() {
+    let (_l, cfg) = layout(&["fixture-basic", "mcp-text"], "");
+    let mut s = HttpServer::start(&cfg);
+    let (_, session) = s.initialize("2025-03-26");
+    // 64 calls of ~3.6 KB, each answering ~1.8 MB of text (twice: text and structured content).
+    let call = |i: usize| {
+        request(
+            i,
+            "tools/call",
+            json!({"name": "regex_replace", "arguments": {
+                "pattern": "a", "text": "a".repeat(3000), "replacement": "b".repeat(600),
+                "literal": true}}),
+        )
+    };
+    let batch = Value::Array((0..64).map(call).collect());
+    let r = s.post(&[("Mcp-Session-Id", &session)], &batch);
+    assert_eq!(r.status, 200, "{:?}", r.status);
+    // The default bound is limits.max_result_bytes (8 MiB): what one call may answer.
+    assert!(r.body.len() < 10 << 20, "{} bytes answered", r.body.len());
+    let answers = r.json();
+    let answers = answers.as_array().unwrap();
+    assert_eq!(answers.len(), 64);
+    assert_eq!(answers[0]["id"], 0);
+    assert_eq!(
+        answers[0]["result"]["isError"],
+        Value::Null,
+        "the first ran"
+    );
+    let refused: Vec<&Value> = answers
+        .iter()
+        .filter(|a| {
+            a["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("limits.max_batch_answer_bytes"))
+        })
+        .collect();
+    assert!(refused.len() >= 60, "{} refused", refused.len());
+    assert!(refused.iter().all(|a| a["error"]["code"] == -32600));
+    assert_eq!(answers[63]["id"], 63, "each refusal names its request");
+    assert_serves_others(&s);
+    assert_peak_rss(s.child().id());
+}
