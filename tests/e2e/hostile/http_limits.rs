@@ -74,6 +74,17 @@ fn another_user_with_a_session_id_can_neither_use_nor_end_it_nor_answer_its_elic
         assert_eq!(r.status, 404, "DELETE of another's session: {r:?}");
     }
     assert_eq!(ping(Some(ALICE)).status, 200, "alice's session survived");
+    // A plugin sees an id of its own for the session, never the one to replay.
+    let h = session_headers(Some(ALICE), &session);
+    let who = s.post(
+        &header_refs(&h),
+        &request(3, "tools/call", json!({"name": "whoami", "arguments": {}})),
+    );
+    let (text, is_error) = tool_text(&who);
+    let who: Value = serde_json::from_str(&text).unwrap();
+    assert!(!is_error && who["user_id"] == "alice", "{who}");
+    let seen = who["session_id"].as_str().unwrap();
+    assert!(seen.len() == 32 && seen != session, "{who}");
 
     // Alice's call asks her for input; bob's "accept" with her session id does not reach it.
     let mut call = s.connect();
@@ -160,4 +171,73 @@ fn a_batchs_answers_are_bounded_in_total_and_the_rest_are_errors_naming_the_limi
     assert_eq!(answers[63]["id"], 63, "each refusal names its request");
     assert_serves_others(&s);
     assert_peak_rss(s.child().id());
+}
+
+// ---------------------------------------------------------------------------------------------
+// L3, L4: the metrics endpoints
+
+/// The address of the separate metrics listener, from the log.
+fn metrics_addr(s: &HttpServer) -> std::net::SocketAddr {
+    wait_for_log(s, "metrics on http://");
+    let log = s.stderr();
+    log.lines()
+        .find_map(|l| l.split("metrics on http://").nth(1))
+        .and_then(|rest| rest.split('/').next())
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+fn scrape(addr: std::net::SocketAddr, host: Option<&str>) -> HttpResponse {
+    let headers: Vec<(&str, &str)> = host.map(|h| ("Host", h)).into_iter().collect();
+    HttpConn::connect(addr).request("GET", "/metrics", &headers, b"")
+}
+
+#[test]
+fn metrics_refuse_a_foreign_host_on_both_listeners() {
+    let (_l, cfg) = layout(&["fixture-basic"], "");
+    let main = HttpServer::start(&cfg);
+    let (_l2, cfg2) = layout(&["fixture-basic"], "metrics_listen: 127.0.0.1:0\n");
+    let separate = HttpServer::start(&cfg2);
+    for addr in [main.addr, metrics_addr(&separate)] {
+        // A page of evil.example rebound to this address sends its own name.
+        let r = scrape(addr, Some("evil.example"));
+        assert_eq!(r.status, 403, "{r:?}");
+        assert!(
+            r.text().contains("Host evil.example is not allowed"),
+            "{r:?}"
+        );
+        // A scraper names the host by its address (local here, or any IP).
+        assert_eq!(scrape(addr, None).status, 200);
+        assert_eq!(scrape(addr, Some("10.1.2.3:9090")).status, 200);
+    }
+}
+
+#[test]
+fn the_metrics_listener_closes_stalled_connections_and_a_flood_does_not_stop_it() {
+    let (_l, cfg) = layout(
+        &["fixture-basic"],
+        "metrics_listen: 127.0.0.1:0\nhttp: {header_read_timeout_secs: 1}\n",
+    );
+    let s = HttpServer::start(&cfg);
+    let addr = metrics_addr(&s);
+    let mut stalled = HttpConn::connect(addr);
+    stalled.send_raw(b"GET /metrics HTTP/1.1\r\nHo");
+    stalled.set_read_timeout(START);
+    assert!(
+        stalled.closed_by_server(),
+        "a connection that never finished its head stayed open"
+    );
+    // Many times the listener's connection limit of stalled sockets: a scrape waits its turn in
+    // the backlog and is answered once the header timeout frees a slot.
+    let _flood: Vec<TcpStream> = (0..100)
+        .map(|_| {
+            let mut c = TcpStream::connect(addr).unwrap();
+            c.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
+            c
+        })
+        .collect();
+    let r = scrape(addr, None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.text().contains("# EOF"), "{}", r.text());
 }
