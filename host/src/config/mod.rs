@@ -270,6 +270,71 @@ pub struct HttpSettings {
     pub header_read_timeout_secs: u64,
     /// Seconds a request has to send its whole body (408 after).
     pub body_read_timeout_secs: u64,
+    /// Connections one remote address may hold (`None`: half of `max_connections`); a trusted
+    /// proxy's are not counted. Beyond it, as beyond `max_connections`, a connection only gets
+    /// `/healthz`, `/livez` and `/metrics` answered (503 otherwise) and is closed after one answer.
+    pub max_connections_per_address: Option<usize>,
+    /// Connections kept beyond `max_connections` for those health answers, so that probes are
+    /// answered while every other slot is taken (read at start).
+    pub health_connections: usize,
+    /// Long-lived streams (`subscriptions/listen`, legacy GET streams) one caller may hold open;
+    /// more are refused with 429.
+    pub max_streams_per_caller: usize,
+    /// Seconds a response may wait for a client that does not read it before its connection is
+    /// closed.
+    pub write_timeout_secs: u64,
+    /// Proxies (`ADDR/PREFIX` or `ADDR`) whose `X-Forwarded-For` names the client: only for a
+    /// connection from one of them does that header decide an anonymous caller's address (quotas,
+    /// legacy session owner); their connections are not counted per address.
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+impl HttpSettings {
+    /// The connections one remote address may hold.
+    pub fn connections_per_address(&self) -> usize {
+        self.max_connections_per_address
+            .unwrap_or(self.max_connections / 2)
+            .max(1)
+    }
+
+    /// Whether `ip` is one of `trusted_proxies`.
+    pub fn is_trusted_proxy(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.trusted_proxies.iter().any(|net| net.0.contains(&ip))
+    }
+}
+
+/// A network of addresses, `ADDR/PREFIX` or a single `ADDR`, as a string in the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr(pub ipnet::IpNet);
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let net = match s.parse::<ipnet::IpNet>() {
+            Ok(net) => net,
+            Err(_) => s
+                .parse::<std::net::IpAddr>()
+                .map(ipnet::IpNet::from)
+                .map_err(|_| format!("expected ADDR/PREFIX or an IP address, got {s:?}"))?,
+        };
+        Ok(Cidr(net.trunc()))
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
 }
 
 impl Default for HttpSettings {
@@ -285,6 +350,11 @@ impl Default for HttpSettings {
             max_connections: 1024,
             header_read_timeout_secs: 10,
             body_read_timeout_secs: 30,
+            max_connections_per_address: None,
+            health_connections: 16,
+            max_streams_per_caller: 16,
+            write_timeout_secs: 30,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -744,6 +814,10 @@ impl Config {
         check(
             "http.max_connections",
             self.http.max_connections != new.http.max_connections,
+        );
+        check(
+            "http.health_connections",
+            self.http.health_connections != new.http.health_connections,
         );
         check(
             "http.header_read_timeout_secs",

@@ -174,6 +174,185 @@ fn a_batchs_answers_are_bounded_in_total_and_the_rest_are_errors_naming_the_limi
 }
 
 // ---------------------------------------------------------------------------------------------
+// M6: what one client may hold of the endpoint
+
+/// A connection to `to` from loopback address `source` (any 127.x.y.z is this host), with a
+/// receive buffer of `rcvbuf` bytes when given (a client that reads nothing fills it at once).
+fn connect_from(source: [u8; 4], to: std::net::SocketAddr, rcvbuf: Option<u32>) -> TcpStream {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let stream = rt.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        if let Some(size) = rcvbuf {
+            socket.set_recv_buffer_size(size).unwrap();
+        }
+        socket.bind((source, 0).into()).unwrap();
+        socket.connect(to).await.unwrap().into_std().unwrap()
+    });
+    stream.set_nonblocking(false).unwrap();
+    stream.set_read_timeout(Some(WAIT)).unwrap();
+    stream.set_write_timeout(Some(WAIT)).unwrap();
+    stream
+}
+
+/// A raw HTTP/1.1 request on `c`: `POST` with a JSON body, or `GET` without one.
+fn send_raw(c: &mut TcpStream, method: &str, path: &str, headers: &[(&str, &str)], body: &str) {
+    let mut raw = format!("{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n");
+    for (k, v) in headers {
+        raw.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if method == "POST" {
+        raw.push_str(&format!(
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n",
+            body.len()
+        ));
+    }
+    raw.push_str("\r\n");
+    raw.push_str(body);
+    c.write_all(raw.as_bytes()).unwrap();
+}
+
+/// The status of the response head read from `c` (its body is left unread); 0 if the server
+/// closed the connection first.
+fn read_status(c: &mut TcpStream) -> u16 {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match c.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            Ok(_) => return 0,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return 0,
+            Err(e) => panic!(
+                "no response head: {e} (so far {:?})",
+                String::from_utf8_lossy(&head)
+            ),
+        }
+    }
+    let head = String::from_utf8_lossy(&head);
+    head.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The raw 2026 request for `method` (with `name`, for `tools/call`).
+fn modern_raw(method: &str, params: Value) -> (Vec<(&'static str, String)>, String) {
+    let params = with_meta(params);
+    let headers = modern_headers(method, params.get("name").and_then(Value::as_str));
+    (headers, request(1, method, params).to_string())
+}
+
+#[test]
+fn one_address_holding_streams_and_connections_leaves_room_for_health_checks_and_others() {
+    let (_l, cfg) = layout(
+        &["fixture-basic"],
+        "http: {max_connections: 20, max_streams_per_caller: 4, header_read_timeout_secs: 120}\n",
+    );
+    let s = HttpServer::start(&cfg);
+    let (listen_headers, listen_body) = modern_raw("subscriptions/listen", json!({}));
+    // 127.0.0.2 opens 20 connections, each asking for a listen stream: the review's attack took
+    // every slot of `max_connections: 20` this way.
+    let mut attacker: Vec<TcpStream> = (0..20)
+        .map(|_| connect_from([127, 0, 0, 2], s.addr, None))
+        .collect();
+    for c in &mut attacker {
+        send_raw(
+            c,
+            "POST",
+            "/mcp",
+            &header_refs(&listen_headers),
+            &listen_body,
+        );
+    }
+    let mut statuses: Vec<u16> = attacker.iter_mut().map(read_status).collect();
+    statuses.sort_unstable();
+    let count = |status: u16| statuses.iter().filter(|&&s| s == status).count();
+    // Half the connections per address (10): 4 streams (its cap), 6 refused 429; the other 10
+    // connections got health answers only.
+    assert_eq!(
+        (count(200), count(429), count(503)),
+        (4, 6, 10),
+        "{statuses:?}"
+    );
+    assert_eq!(healthz(&s), 200);
+    let livez = s.connect().request("GET", "/livez", &[], b"");
+    assert_eq!(livez.status, 200);
+    assert_serves_others(&s);
+
+    // 127.0.0.3 takes the other 10 slots (idle connections): every slot is taken, yet probes are
+    // answered, and anything else is told to come back (503 with Retry-After), not left hanging.
+    let idle: Vec<TcpStream> = (0..10)
+        .map(|_| connect_from([127, 0, 0, 3], s.addr, None))
+        .collect();
+    assert_eq!(healthz(&s), 200, "a probe while every slot is taken");
+    let r = call_at(&s, "/mcp", None, "echo", json!({"text": "no room"}));
+    assert_eq!(r.status, 503, "{r:?}");
+    assert!(r.header("retry-after").is_some(), "{r:?}");
+    assert!(r.text().contains("http.max_connections"), "{}", r.text());
+    wait_for_log(&s, "served health answers only");
+    // Once they go, everyone is served again.
+    drop(idle);
+    let deadline = Instant::now() + START;
+    loop {
+        let r = call_at(&s, "/mcp", None, "echo", json!({"text": "back"}));
+        if r.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never served again: {r:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    drop(attacker);
+    assert_serves_others(&s);
+}
+
+#[test]
+fn a_client_that_does_not_read_its_answer_is_closed_after_the_write_timeout() {
+    let (_l, cfg) = layout(
+        &["fixture-basic", "mcp-text"],
+        "http: {max_connections: 4, max_connections_per_address: 1, write_timeout_secs: 1, header_read_timeout_secs: 300}\n\
+         limits: {max_result_bytes: 33554432}\n\
+         plugins:\n  mcp-text: {config: {max_answer_bytes: 8000000}}\n",
+    );
+    let s = HttpServer::start(&cfg);
+    // 127.0.0.2 asks for ~16 MB (8 MB of text, twice) with a 4 KB receive buffer, and reads
+    // nothing: more than the server's send buffer can take, so the answer's write waits.
+    let mut stalled = connect_from([127, 0, 0, 2], s.addr, Some(4096));
+    let (headers, body) = modern_raw(
+        "tools/call",
+        json!({"name": "regex_replace", "arguments": {
+            "pattern": "a", "text": "a".repeat(8000), "replacement": "b".repeat(999),
+            "literal": true}}),
+    );
+    send_raw(&mut stalled, "POST", "/mcp", &header_refs(&headers), &body);
+    // It held its address's only slot; the write timeout gives it back.
+    let (headers, body) = modern_raw(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "mine"}}),
+    );
+    let deadline = Instant::now() + START;
+    loop {
+        let mut c = connect_from([127, 0, 0, 2], s.addr, None);
+        send_raw(&mut c, "POST", "/mcp", &header_refs(&headers), &body);
+        let status = read_status(&mut c);
+        if status == 200 {
+            break;
+        }
+        assert_eq!(status, 503, "only health answers while the slot is held");
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client kept its slot:\n{}",
+            s.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    wait_for_log(&s, "read nothing of its response");
+    drop(stalled);
+    assert_serves_others(&s);
+}
+
+// ---------------------------------------------------------------------------------------------
 // L3, L4: the metrics endpoints
 
 /// The address of the separate metrics listener, from the log.
@@ -240,4 +419,54 @@ fn the_metrics_listener_closes_stalled_connections_and_a_flood_does_not_stop_it(
     let r = scrape(addr, None);
     assert_eq!(r.status, 200, "{r:?}");
     assert!(r.text().contains("# EOF"), "{}", r.text());
+}
+
+// ---------------------------------------------------------------------------------------------
+// L13: anonymous callers behind a trusted proxy
+
+/// An anonymous `echo` call sent with `X-Forwarded-For: forwarded`.
+fn call_forwarded(s: &HttpServer, forwarded: &str) -> u16 {
+    let (mut headers, body) = modern_raw(
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "x"}}),
+    );
+    headers.push(("X-Forwarded-For", forwarded.to_owned()));
+    s.connect()
+        .post(&header_refs(&headers), body.as_bytes())
+        .status
+}
+
+#[test]
+fn forwarded_for_separates_anonymous_callers_only_behind_a_trusted_proxy() {
+    let quota = "limits: {per_caller: {calls_per_sec: 0.01, burst: 2}}\n";
+    let (_l, cfg) = layout(
+        &["fixture-basic"],
+        &format!("{quota}http: {{trusted_proxies: [127.0.0.1/32]}}\n"),
+    );
+    let behind_proxy = HttpServer::start(&cfg);
+    for _ in 0..2 {
+        assert_eq!(call_forwarded(&behind_proxy, "203.0.113.1"), 200);
+    }
+    assert_eq!(call_forwarded(&behind_proxy, "203.0.113.1"), 429);
+    // A client behind the proxy writing another address in front does not escape its quota.
+    assert_eq!(
+        call_forwarded(&behind_proxy, "203.0.113.2, 203.0.113.1"),
+        429
+    );
+    assert_eq!(
+        call_forwarded(&behind_proxy, "203.0.113.2"),
+        200,
+        "another client behind the proxy has its own quota"
+    );
+
+    // The peer is not a trusted proxy: the header is ignored; both share the peer's quota.
+    let (_l2, cfg2) = layout(
+        &["fixture-basic"],
+        &format!("{quota}http: {{trusted_proxies: [10.0.0.0/8]}}\n"),
+    );
+    let direct = HttpServer::start(&cfg2);
+    for _ in 0..2 {
+        assert_eq!(call_forwarded(&direct, "203.0.113.1"), 200);
+    }
+    assert_eq!(call_forwarded(&direct, "203.0.113.2"), 429);
 }

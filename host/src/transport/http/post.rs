@@ -186,9 +186,26 @@ pub(crate) async fn post(
     };
     match state.core.route(read, &origin) {
         Routed::Request { id, method, params } => {
+            // A listen stream lasts: each caller holds only so many.
+            let stream = if method == "subscriptions/listen" {
+                let max = state
+                    .core
+                    .protocol()
+                    .host()
+                    .config()
+                    .http
+                    .max_streams_per_caller;
+                match state.streams.try_take(&origin.caller_key, max.max(1)) {
+                    Some(held) => Some(held),
+                    None => return too_many_streams(&id, max),
+                }
+            } else {
+                None
+            };
             let reply_to = ReplyTo {
                 owner,
                 endpoint_agent,
+                stream,
             };
             request(state, id, method, params, origin, reply_to).await
         }
@@ -209,6 +226,23 @@ pub(crate) async fn post(
         Routed::Invalid(id, e) => error_response(&id, &e),
         Routed::Done => empty(StatusCode::ACCEPTED),
     }
+}
+
+/// The answer to a long-lived stream its caller may not open: it holds `max` already.
+pub(super) fn too_many_streams(id: &Value, max: usize) -> Response<Body> {
+    let mut resp = error_response(
+        id,
+        &RpcError::new(
+            ErrorKind::TooManyRequests,
+            format!(
+                "this caller holds {max} open streams already (http.max_streams_per_caller); \
+                 close one first"
+            ),
+        ),
+    );
+    resp.headers_mut()
+        .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
 }
 
 /// The answer to a request whose handling panicked.
@@ -236,7 +270,7 @@ async fn request(
     method: String,
     params: Map<String, Value>,
     origin: Origin,
-    reply_to: ReplyTo,
+    mut reply_to: ReplyTo,
 ) -> Response<Body> {
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.
@@ -272,9 +306,10 @@ async fn request(
                 return lost(&id);
             };
             let Some(first) = rx.try_recv() else {
-                return finish(&state, reply, &reply_to).await;
+                return finish(&state, reply, reply_to).await;
             };
             let (out, body) = sse_channel();
+            let out = out.holding(reply_to.stream.take());
             out.send(&first);
             send_queued(&out, &mut rx);
             tokio::spawn(async move { stream_reply(&state, reply, out).await });
@@ -288,13 +323,14 @@ async fn request(
         let reply = (&mut running).await;
         guard.disarm();
         return match reply {
-            Some(reply) => finish(&state, reply, &reply_to).await,
+            Some(reply) => finish(&state, reply, reply_to).await,
             None => lost(&id),
         };
     };
     // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
     guard.disarm();
     let (out, body) = sse_channel();
+    let out = out.holding(reply_to.stream.take());
     out.send(&first_notification);
     tokio::spawn(async move {
         let reply = loop {
@@ -338,10 +374,12 @@ async fn stream_reply(state: &State, reply: Reply, out: Sse) {
 struct ReplyTo {
     owner: Arc<str>,
     endpoint_agent: Option<String>,
+    /// The stream slot a listen stream holds while it lasts.
+    stream: Option<crate::transport::http::limits::Held>,
 }
 
 /// The HTTP response for a reply that came before any notification.
-async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
+async fn finish(state: &Arc<State>, reply: Reply, to: ReplyTo) -> Response<Body> {
     match reply {
         Reply::Response { body, status: 401 } => {
             // A tool that needs a verified caller was called without one: challenge the client.
@@ -379,6 +417,7 @@ async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body
         }
         Reply::Listen { id, accepted } => {
             let (out, body) = sse_channel();
+            let out = out.holding(to.stream);
             let state = Arc::clone(state);
             tokio::spawn(
                 async move { stream_reply(&state, Reply::Listen { id, accepted }, out).await },
