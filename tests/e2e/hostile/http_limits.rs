@@ -276,17 +276,15 @@ fn one_address_holding_streams_and_connections_leaves_room_for_health_checks_and
         (4, 6, 10),
         "{statuses:?}"
     );
-    assert_eq!(healthz(&s), 200);
-    let livez = s.connect().request("GET", "/livez", &[], b"");
-    assert_eq!(livez.status, 200);
-    assert_serves_others(&s);
-
-    // 127.0.0.3 takes the other 10 slots (idle connections): every slot is taken, yet probes are
-    // answered, and anything else is told to come back (503 with Retry-After), not left hanging.
+    // 127.0.0.3 takes the other 10 slots (idle connections; accepted, in order, before any
+    // connection below): every slot is taken, yet probes are answered, and anything else is
+    // told to come back (503 with Retry-After), not left hanging.
     let idle: Vec<TcpStream> = (0..10)
         .map(|_| connect_from([127, 0, 0, 3], s.addr, None))
         .collect();
     assert_eq!(healthz(&s), 200, "a probe while every slot is taken");
+    let livez = s.connect().request("GET", "/livez", &[], b"");
+    assert_eq!(livez.status, 200);
     let r = call_at(&s, "/mcp", None, "echo", json!({"text": "no room"}));
     assert_eq!(r.status, 503, "{r:?}");
     assert!(r.header("retry-after").is_some(), "{r:?}");
