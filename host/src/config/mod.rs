@@ -252,6 +252,11 @@ pub struct HttpSettings {
     pub path: String,
     /// Largest accepted request body (413 above).
     pub max_body_bytes: usize,
+    /// Largest body of any other message than a request that carries a caller's payload
+    /// (`tools/call`, `prompts/get`, `resources/read`, `completion/complete`, `tasks/…`), a
+    /// client's response or a batch: `initialize`, `ping`, lists and the like are small, and a
+    /// larger one is refused (413) without being parsed.
+    pub max_other_body_bytes: usize,
     /// Origins allowed besides localhost forms (exact `scheme://host[:port]`).
     pub allowed_origins: Vec<String>,
     /// Host names allowed besides localhost forms.
@@ -342,6 +347,7 @@ impl Default for HttpSettings {
         HttpSettings {
             path: "/mcp".into(),
             max_body_bytes: 4 * 1024 * 1024,
+            max_other_body_bytes: 256 * 1024,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_sessions: 10_000,

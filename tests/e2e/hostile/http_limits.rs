@@ -468,3 +468,60 @@ fn forwarded_for_separates_anonymous_callers_only_behind_a_trusted_proxy() {
     }
     assert_eq!(call_forwarded(&direct, "203.0.113.2"), 429);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Large messages that carry no payload (the initialize RSS note)
+
+#[test]
+fn large_initialize_and_other_payloadless_bodies_are_refused_before_they_are_parsed() {
+    let (_l, cfg) = layout(&["fixture-basic"], "");
+    let mut s = HttpServer::start(&cfg);
+    // Eight 3.8 MB initialize bodies: each answered 413 naming the limit, none parsed.
+    let big = request(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25",
+               "capabilities": {"experimental": ["y".repeat(3_800_000)]},
+               "clientInfo": {"name": "x", "version": "0"}}),
+    );
+    for _ in 0..8 {
+        let r = s.post(&[], &big);
+        assert_eq!(r.status, 413, "{r:?}");
+        assert!(
+            r.text().contains("http.max_other_body_bytes"),
+            "{}",
+            r.text()
+        );
+    }
+    // A repeated `method` does not slip a large one past the check.
+    let sneaky = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"initialize","params":{{"pad":"{}"}}}}"#,
+        "y".repeat(400_000)
+    );
+    let r = s.connect().post(&[], sneaky.as_bytes());
+    assert_eq!(r.status, 413, "{r:?}");
+    // A 2026 ping declaring a large body is refused by its header, before its body is read.
+    let (headers, _) = modern_raw("ping", json!({}));
+    let mut c = s.connect();
+    let mut all = header_refs(&headers);
+    all.extend([
+        ("Content-Type", "application/json"),
+        ("Content-Length", "3000000"),
+    ]);
+    c.send("POST", "/mcp", &all, b"");
+    let r = c.read_response();
+    assert_eq!(r.status, 413, "{r:?}");
+    // A normal handshake, and a tools/call carrying 3 MB of arguments, are still served.
+    s.initialize("2025-11-25");
+    let r = call_at(
+        &s,
+        "/mcp",
+        None,
+        "echo",
+        json!({"text": "z".repeat(3_000_000)}),
+    );
+    let (text, is_error) = tool_text(&r);
+    assert!(!is_error && text.len() == 3_000_000);
+    assert_serves_others(&s);
+    assert_peak_rss(s.child().id());
+}

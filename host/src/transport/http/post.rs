@@ -37,16 +37,17 @@ async fn read_body(
 ) -> Result<Bytes, Response<Body>> {
     // Read at each request: a reload of these settings applies at once.
     let http = &state.core.protocol().host().config().http;
-    let (max, body_secs) = (http.max_body_bytes, http.body_read_timeout_secs);
-    let too_large = || {
-        error_response(
-            &Value::Null,
-            &RpcError::new(
-                ErrorKind::PayloadTooLarge,
-                format!("request body exceeds the limit of {max} bytes"),
-            ),
-        )
+    // A 2026 request names its method in a header: one without a payload is read only as far as
+    // its own, lower limit.
+    let (max, key) = match headers.get(Header::Method) {
+        Some(method) if !carries_payload(method) => (
+            http.max_other_body_bytes.min(http.max_body_bytes),
+            "http.max_other_body_bytes",
+        ),
+        _ => (http.max_body_bytes, "http.max_body_bytes"),
     };
+    let body_secs = http.body_read_timeout_secs;
+    let too_large = || body_too_large(max, key);
     let declared = headers
         .get(Header::ContentLength)
         .and_then(|v| v.parse::<u64>().ok());
@@ -65,7 +66,8 @@ async fn read_body(
         ));
     }
     let deadline = std::time::Duration::from_secs(body_secs.max(1));
-    let mut collect = std::pin::pin!(http_body_util::Limited::new(body, max).collect());
+    let declared = declared.and_then(|n| usize::try_from(n).ok());
+    let mut collect = std::pin::pin!(gather(body, max, declared));
     // A body that came with its head (nearly all of them) is read without arming the timer.
     let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
     let read = match first {
@@ -85,18 +87,97 @@ async fn read_body(
         ));
     };
     match read {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(too_large())
-        }
-        Err(e) => Err(error_response(
+        Ok(bytes) => Ok(bytes),
+        Err(None) => Err(too_large()),
+        Err(Some(e)) => Err(error_response(
             &Value::Null,
             &RpcError::invalid_request(format!("cannot read body: {e}")),
         )),
     }
+}
+
+/// The body's bytes, at most `max` of them (`Err(None)` past that; `Err(Some(_))`: it could not
+/// be read). A body that came in one piece is kept as it came; pieces are copied, once, into one
+/// buffer sized by the `declared` length (no second copy of a large body to join them).
+async fn gather(
+    body: IncomingBody,
+    max: usize,
+    declared: Option<usize>,
+) -> Result<Bytes, Option<hyper::Error>> {
+    let mut body = body;
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(Some)?.into_data() else {
+            continue; // trailers
+        };
+        let total = first.as_ref().map_or(0, Bytes::len) + joined.len() + data.len();
+        if total > max {
+            return Err(None);
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            Some(piece) => {
+                joined.reserve_exact(declared.unwrap_or(total).clamp(total, max));
+                joined.extend_from_slice(&piece);
+                joined.extend_from_slice(&data);
+            }
+            None => joined.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
+}
+
+/// The answer to a body over `max` bytes, the limit set by `key`.
+fn body_too_large(max: usize, key: &str) -> Response<Body> {
+    error_response(
+        &Value::Null,
+        &RpcError::new(
+            ErrorKind::PayloadTooLarge,
+            format!("request body exceeds the limit of {max} bytes ({key})"),
+        ),
+    )
+}
+
+/// Whether requests of `method` carry a caller's payload (arguments, a URI, a task's input), and
+/// so may take all of `http.max_body_bytes`; any other message is small
+/// (`http.max_other_body_bytes`).
+fn carries_payload(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    ) || method.starts_with("tasks/")
+}
+
+/// A body over `http.max_other_body_bytes` whose message is not one that may be that large (its
+/// method found without building anything of the rest, which is skipped): the 413 to answer.
+/// Batches and clients' responses (no method) may be as large as `http.max_body_bytes`.
+fn oversized_other(state: &State, bytes: &[u8]) -> Option<Response<Body>> {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    let max = {
+        let http = &state.core.protocol().host().config().http;
+        http.max_other_body_bytes.min(http.max_body_bytes)
+    };
+    if bytes.len() <= max || bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    // Not one object with one `method` (a repeated member would pass this check and count at
+    // the full parse): refused too.
+    let method = match serde_json::from_slice::<Method<'_>>(bytes) {
+        Ok(Method { method: None }) => return None,
+        Ok(Method { method: Some(m) }) if carries_payload(&m) => return None,
+        Ok(Method { method: Some(m) }) => m.into_owned(),
+        Err(_) => "unreadable".to_owned(),
+    };
+    tracing::debug!(
+        "refused a {method} message of {} bytes (http.max_other_body_bytes)",
+        bytes.len()
+    );
+    Some(body_too_large(max, "http.max_other_body_bytes"))
 }
 
 /// The 2026 headers that mirror the body.
@@ -132,6 +213,9 @@ pub(crate) async fn post(
         Ok(read) => read,
         Err(resp) => return resp,
     };
+    if let Some(refused) = oversized_other(&state, &bytes) {
+        return refused;
+    }
     let read = match std::str::from_utf8(&bytes) {
         Ok(text) => jsonrpc::read(text).map_err(|e| e.to_string()),
         Err(e) => Err(format!("the body is not UTF-8 ({e})")),
