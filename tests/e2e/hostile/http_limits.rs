@@ -405,9 +405,9 @@ fn the_metrics_listener_closes_stalled_connections_and_a_flood_does_not_stop_it(
         stalled.closed_by_server(),
         "a connection that never finished its head stayed open"
     );
-    // Many times the listener's connection limit of stalled sockets: a scrape waits its turn in
-    // the backlog and is answered once the header timeout frees a slot.
-    let _flood: Vec<TcpStream> = (0..100)
+    // Three times the listener's connection limit of stalled sockets: a scrape waits its turn
+    // in the backlog and is answered once the header timeout frees a slot.
+    let _flood: Vec<TcpStream> = (0..3 * mcp_host::transport::http::metrics::MAX_CONNECTIONS)
         .map(|_| {
             let mut c = TcpStream::connect(addr).unwrap();
             c.write_all(b"GET /metrics HTTP/1.1\r\nHo").unwrap();
