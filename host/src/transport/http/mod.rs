@@ -219,7 +219,7 @@ pub async fn serve(
             } else {
                 Slot::Health
             },
-            permits: (permit, held),
+            _permits: (permit, held),
             header_timeout,
             write_timeout,
         };
@@ -251,9 +251,9 @@ struct Conn {
     peer: Arc<str>,
     peer_ip: std::net::IpAddr,
     slot: Slot,
-    /// Its connection slot, and (a full slot) its address's and the full one.
-    #[allow(dead_code)] // Held for their drop.
-    permits: (
+    /// Its connection slot, and (a full slot) its address's and the full one; given back when
+    /// the connection is dropped.
+    _permits: (
         tokio::sync::OwnedSemaphorePermit,
         Option<(Option<limits::Held>, tokio::sync::OwnedSemaphorePermit)>,
     ),
@@ -349,7 +349,7 @@ fn serve_connection(
 
 /// The remote end of a connection.
 #[derive(Debug, Clone)]
-pub(crate) struct Peer {
+struct Peer {
     /// Its caller key ([`crate::access::peer_key`]).
     key: Arc<str>,
     ip: std::net::IpAddr,
