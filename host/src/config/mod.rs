@@ -163,6 +163,9 @@ pub struct Limits {
     pub max_result_values: usize,
     /// Most messages in one JSON-RPC batch (2025-03-26 sessions); a longer batch is refused whole.
     pub max_batch_len: usize,
+    /// Most bytes of one batch's answers together (`None`: `max_result_bytes`); the requests left
+    /// once they reach it are not run and each is answered an error naming this limit.
+    pub max_batch_answer_bytes: Option<usize>,
     /// What one caller may have running, and how often it may call.
     pub per_caller: PerCallerLimits,
     /// Address space of each plugin worker process, in MiB (`RLIMIT_AS`).
@@ -178,6 +181,14 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The bound of one batch's answers together: `max_batch_answer_bytes`, else
+    /// `max_result_bytes` (a batch answers no more than one call may).
+    pub fn batch_answer_bytes(&self) -> usize {
+        self.max_batch_answer_bytes
+            .unwrap_or(self.max_result_bytes)
+            .max(1)
+    }
+
     /// The worker limits set here (the defaults for every worker).
     pub fn worker(&self) -> WorkerLimits {
         WorkerLimits {
@@ -222,6 +233,7 @@ impl Default for Limits {
             max_result_bytes: 8 * 1024 * 1024,
             max_result_values: 250_000,
             max_batch_len: 64,
+            max_batch_answer_bytes: None,
             per_caller: PerCallerLimits::default(),
             memory_mb: None,
             cpu_secs: None,
@@ -240,6 +252,11 @@ pub struct HttpSettings {
     pub path: String,
     /// Largest accepted request body (413 above).
     pub max_body_bytes: usize,
+    /// Largest body of any other message than a request that carries a caller's payload
+    /// (`tools/call`, `prompts/get`, `resources/read`, `completion/complete`, `tasks/…`), a
+    /// client's response or a batch: `initialize`, `ping`, lists and the like are small, and a
+    /// larger one is refused (413) without being parsed.
+    pub max_other_body_bytes: usize,
     /// Origins allowed besides localhost forms (exact `scheme://host[:port]`).
     pub allowed_origins: Vec<String>,
     /// Host names allowed besides localhost forms.
@@ -258,6 +275,71 @@ pub struct HttpSettings {
     pub header_read_timeout_secs: u64,
     /// Seconds a request has to send its whole body (408 after).
     pub body_read_timeout_secs: u64,
+    /// Connections one remote address may hold (`None`: half of `max_connections`); a trusted
+    /// proxy's are not counted. Beyond it, as beyond `max_connections`, a connection only gets
+    /// `/healthz`, `/livez` and `/metrics` answered (503 otherwise) and is closed after one answer.
+    pub max_connections_per_address: Option<usize>,
+    /// Connections kept beyond `max_connections` for those health answers, so that probes are
+    /// answered while every other slot is taken (read at start).
+    pub health_connections: usize,
+    /// Long-lived streams (`subscriptions/listen`, legacy GET streams) one caller may hold open;
+    /// more are refused with 429.
+    pub max_streams_per_caller: usize,
+    /// Seconds a response may wait for a client that does not read it before its connection is
+    /// closed.
+    pub write_timeout_secs: u64,
+    /// Proxies (`ADDR/PREFIX` or `ADDR`) whose `X-Forwarded-For` names the client: only for a
+    /// connection from one of them does that header decide an anonymous caller's address (quotas,
+    /// legacy session owner); their connections are not counted per address.
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+impl HttpSettings {
+    /// The connections one remote address may hold.
+    pub fn connections_per_address(&self) -> usize {
+        self.max_connections_per_address
+            .unwrap_or(self.max_connections / 2)
+            .max(1)
+    }
+
+    /// Whether `ip` is one of `trusted_proxies`.
+    pub fn is_trusted_proxy(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.trusted_proxies.iter().any(|net| net.0.contains(&ip))
+    }
+}
+
+/// A network of addresses, `ADDR/PREFIX` or a single `ADDR`, as a string in the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr(pub ipnet::IpNet);
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let net = match s.parse::<ipnet::IpNet>() {
+            Ok(net) => net,
+            Err(_) => s
+                .parse::<std::net::IpAddr>()
+                .map(ipnet::IpNet::from)
+                .map_err(|_| format!("expected ADDR/PREFIX or an IP address, got {s:?}"))?,
+        };
+        Ok(Cidr(net.trunc()))
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
 }
 
 impl Default for HttpSettings {
@@ -265,6 +347,7 @@ impl Default for HttpSettings {
         HttpSettings {
             path: "/mcp".into(),
             max_body_bytes: 4 * 1024 * 1024,
+            max_other_body_bytes: 256 * 1024,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_sessions: 10_000,
@@ -273,6 +356,11 @@ impl Default for HttpSettings {
             max_connections: 1024,
             header_read_timeout_secs: 10,
             body_read_timeout_secs: 30,
+            max_connections_per_address: None,
+            health_connections: 16,
+            max_streams_per_caller: 16,
+            write_timeout_secs: 30,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -740,6 +828,10 @@ impl Config {
         check(
             "http.max_connections",
             self.http.max_connections != new.http.max_connections,
+        );
+        check(
+            "http.health_connections",
+            self.http.health_connections != new.http.health_connections,
         );
         check(
             "http.header_read_timeout_secs",

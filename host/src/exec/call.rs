@@ -295,13 +295,15 @@ impl Executor {
         what: &str,
         opts: CallOptions,
     ) -> Result<EnvelopeOutcome, InvokeError> {
+        // The caller as this plugin sees it: its own session id (`access::for_plugin`).
+        let seen = |c| crate::access::for_plugin(c, slot.backend.name());
         let caller_json: Arc<str> = match (opts.caller.as_ref(), caller) {
             (None, CallerNeed::Required) => return Err(InvokeError::CallerRequired(what.into())),
             (Some(c), CallerNeed::Optional | CallerNeed::Required) => {
-                serde_json::to_string(c).unwrap_or_default().into()
+                serde_json::to_string(&seen(c)).unwrap_or_default().into()
             }
             (Some(c), CallerNeed::None) if matches!(envelope, CallEnvelope::Complete { .. }) => {
-                serde_json::to_string(c).unwrap_or_default().into()
+                serde_json::to_string(&seen(c)).unwrap_or_default().into()
             }
             _ => no_caller(),
         };
@@ -606,7 +608,8 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
     match (caller, tool.descriptor().caller) {
         (None, CallerNeed::Required) => Err(CallError::CallerRequired(tool.name.clone())),
         (Some(caller), CallerNeed::Optional | CallerNeed::Required) => {
-            Ok(serde_json::to_string(caller).unwrap_or_default().into())
+            let caller = crate::access::for_plugin(caller, tool.slot.backend.name());
+            Ok(serde_json::to_string(&caller).unwrap_or_default().into())
         }
         _ => Ok(no_caller()),
     }
