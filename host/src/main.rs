@@ -116,6 +116,9 @@ enum Command {
         /// Print JSON instead of YAML.
         #[arg(long)]
         json: bool,
+        /// Print the reference of every configuration key (Markdown) instead.
+        #[arg(long, conflicts_with = "json")]
+        reference: bool,
     },
     /// Print a shell completion script (e.g. `mcp-host completions bash > /etc/bash_completion.d/mcp-host`).
     Completions {
@@ -258,7 +261,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires,
                 },
         } => cli::secret::new_secret(&user, agent.as_deref(), expires.as_deref()),
-        Command::Config { json } => {
+        Command::Config {
+            reference: true, ..
+        } => {
+            print!("{}", mcp_host::config::reference::markdown());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config { json, .. } => {
             let config = Config::load(config_path)?;
             cli::config::print(&config, json, &mut std::io::stdout())
         }

@@ -496,3 +496,27 @@ fn the_check_finds_a_missing_file_and_a_missing_anchor_and_ignores_code() {
     let found: BTreeSet<&str> = broken.iter().map(String::as_str).collect();
     assert_eq!(found, BTreeSet::from(expected), "{broken:#?}");
 }
+
+/// The configuration reference in docs/ is what the code generates: a key added, removed or
+/// documented differently in `host/src/config/` must be written there too.
+#[test]
+fn the_configuration_reference_is_what_the_code_generates() {
+    let out = std::process::Command::new(&mcp_host_tests::artifacts().host)
+        .args(["config", "--reference"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let generated = String::from_utf8(out.stdout).unwrap();
+    let page = workspace_root().join("docs/operators/config-reference.md");
+    let written = std::fs::read_to_string(&page).unwrap();
+    assert!(
+        generated == written,
+        "{} is not what the code generates: run `cargo run -p mcp-host -- config --reference > \
+         docs/operators/config-reference.md`",
+        page.display()
+    );
+}

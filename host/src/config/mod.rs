@@ -10,6 +10,7 @@
 mod isolation;
 mod layers;
 pub mod lock;
+pub mod reference;
 
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 
@@ -67,9 +68,9 @@ pub enum ConfigError {
 
 /// One entry of `tool_dirs`: a path, optionally with a tool-name prefix, a selection of files, an
 /// isolation and its own trust rules.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ToolDir {
-    /// The directory (absolute after loading).
+    /// The directory (relative to the configuration file). An entry may also be the path alone.
     pub path: PathBuf,
     /// Prepended to every tool name found in it.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -78,14 +79,14 @@ pub struct ToolDir {
     /// and library extension: `mcp_time` for `libmcp_time.so`); empty takes every library.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
-    /// How its plugins run, unless a plugin's own `isolation` says otherwise.
+    /// How its plugins run; a plugin's own `isolation` may raise it, never lower it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Isolation>,
-    /// Whether its plugins must carry a valid signature by a key of `trust.keys` (`None`: the
+    /// Whether its plugins must carry a valid signature by a key of `trust.keys` (unset: the
     /// global `trust.require_signature`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub require_signature: Option<bool>,
-    /// How the definitions its plugins serve are checked against the lock file (`None`: the global
+    /// How the definitions its plugins serve are checked against the lock file (unset: the global
     /// `trust.pinning`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<PinMode>,
@@ -93,7 +94,9 @@ pub struct ToolDir {
 
 /// How served definitions (tools, resources, prompts) are checked against the lock file that
 /// `mcp-host pin` writes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PinMode {
     /// Not checked.
@@ -107,7 +110,7 @@ pub enum PinMode {
 
 /// What the host trusts: signing keys, and whether plugins must be signed and their definitions
 /// pinned (defaults for every tool directory; an entry of `tool_dirs` may set its own).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrustSettings {
     /// Public keys plugins may be signed with, by name (the name is what `list` and `check` show
@@ -141,7 +144,7 @@ impl ToolDir {
 pub const PACKAGED_PLUGINS: &[&str] = &["mcp_time", "mcp_text", "mcp_series"];
 
 /// Limits on tool calls.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Seconds before a call is answered `timed out` and its cancellation flag set.
@@ -163,7 +166,7 @@ pub struct Limits {
     pub max_result_values: usize,
     /// Most messages in one JSON-RPC batch (2025-03-26 sessions); a longer batch is refused whole.
     pub max_batch_len: usize,
-    /// Most bytes of one batch's answers together (`None`: `max_result_bytes`); the requests left
+    /// Most bytes of one batch's answers together (unset: `max_result_bytes`); the requests left
     /// once they reach it are not run and each is answered an error naming this limit.
     pub max_batch_answer_bytes: Option<usize>,
     /// What one caller may have running, and how often it may call.
@@ -201,12 +204,12 @@ impl Limits {
 
 /// Fair sharing between callers: a caller is the verified user, else the agent, else the remote
 /// address (stdio: the connection).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PerCallerLimits {
     /// Tool calls one caller may have in flight (running or queued); more are refused (HTTP 429).
     pub max_in_flight: usize,
-    /// Sustained tool calls per second one caller may start (`None`: no rate limit).
+    /// Sustained tool calls per second one caller may start (unset: no rate limit).
     pub calls_per_sec: Option<f64>,
     /// Calls a caller may start at once above the sustained rate (the bucket's size).
     pub burst: u32,
@@ -245,7 +248,7 @@ impl Default for Limits {
 }
 
 /// Streamable HTTP settings.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSettings {
     /// The MCP endpoint path.
@@ -275,7 +278,7 @@ pub struct HttpSettings {
     pub header_read_timeout_secs: u64,
     /// Seconds a request has to send its whole body (408 after).
     pub body_read_timeout_secs: u64,
-    /// Connections one remote address may hold (`None`: half of `max_connections`); a trusted
+    /// Connections one remote address may hold (unset: half of `max_connections`); a trusted
     /// proxy's are not counted. Beyond it, as beyond `max_connections`, a connection only gets
     /// `/healthz`, `/livez` and `/metrics` answered (503 otherwise) and is closed after one answer.
     pub max_connections_per_address: Option<usize>,
@@ -291,6 +294,7 @@ pub struct HttpSettings {
     /// Proxies (`ADDR/PREFIX` or `ADDR`) whose `X-Forwarded-For` names the client: only for a
     /// connection from one of them does that header decide an anonymous caller's address (quotas,
     /// legacy session owner); their connections are not counted per address.
+    #[schemars(with = "Vec<String>")]
     pub trusted_proxies: Vec<Cidr>,
 }
 
@@ -366,7 +370,7 @@ impl Default for HttpSettings {
 }
 
 /// How 2026 `requestState` values (input-required rounds) are sealed.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RequestStateSettings {
     /// HMAC keys (use `${ENV_VAR}`): the first seals, any opens (rotation). Every replica behind one
@@ -438,7 +442,7 @@ impl Serialize for StoreSetting {
 }
 
 /// Bounds and timing of tasks (the 2026 tasks extension).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskSettings {
     /// How long a task and its result are kept, from its creation (`ttlMs`).
@@ -472,7 +476,7 @@ impl Default for TaskSettings {
 }
 
 /// How HTTP callers authenticate.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSettings {
     /// Every HTTP request needs a valid token, not only calls of tools that take `UserInfo`.
@@ -489,7 +493,7 @@ pub struct AuthSettings {
 }
 
 /// JWT verification keys and rules.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct JwtSettings {
     /// Required `iss`, when set.
@@ -520,7 +524,7 @@ impl Default for JwtSettings {
 }
 
 /// One personal MCP secret: its SHA-256 and who it belongs to.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretEntry {
     /// Hex SHA-256 of the secret.
@@ -536,7 +540,9 @@ pub struct SecretEntry {
 }
 
 /// How the log is written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -547,7 +553,7 @@ pub enum LogFormat {
 }
 
 /// The `traces` section: OpenTelemetry spans over OTLP/HTTP.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TraceSettings {
     /// Where spans go: an OTLP/HTTP endpoint, e.g. `http://127.0.0.1:4318` (`/v1/traces` is added
@@ -571,7 +577,7 @@ impl Default for TraceSettings {
 }
 
 /// One agent: a named view of the tools.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentSettings {
     /// Tool-name globs the agent may see (all when empty).
@@ -585,7 +591,9 @@ pub struct AgentSettings {
 }
 
 /// How an agent's `tools/list` shows its tools.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolsMode {
     /// Every tool the agent may see.
@@ -598,7 +606,7 @@ pub enum ToolsMode {
 }
 
 /// Per-service or per-tool overrides.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallSettings {
     /// Call timeout in seconds.
@@ -606,7 +614,7 @@ pub struct CallSettings {
 }
 
 /// Settings for one plugin, keyed by its name under `plugins:`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginSettings {
     /// Prepended to the plugin's tool names (after the directory's prefix).
@@ -644,10 +652,11 @@ pub struct PluginSettings {
 }
 
 /// The host's configuration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Config {
     /// The file the configuration came from (`None` when defaults only).
     #[serde(skip)]
+    #[schemars(skip)]
     pub source: Option<PathBuf>,
     /// Tool directories in precedence order.
     pub tool_dirs: Vec<ToolDir>,
@@ -658,14 +667,18 @@ pub struct Config {
     /// Probe each plugin in a child process before loading it in-process.
     pub probe: bool,
     /// Where files that passed the probe are remembered across runs (by path, size, mtime, inode
-    /// and host build); `None` probes every file at every start.
+    /// and host build), with the private copies beside it. Default:
+    /// `$XDG_CACHE_HOME/mcp-host/probed` (`~/.cache/mcp-host/probed`); `false` probes every file at
+    /// every start.
     pub probe_cache: Option<PathBuf>,
     /// `serve` loads a plugin that allows it (`export_plugin!(load: on_first_call, ...)`) at its
     /// first call, from the manifest it exported at an earlier start (remembered beside the probe
     /// cache); `false` loads every plugin at start.
     pub load_on_first_call: bool,
     /// Where plugins keep their data: each plugin gets `<data_dir>/<plugin name>`
-    /// ([`mcp_plugin_sdk::HostApi::data_dir`]), created when it first asks.
+    /// ([`mcp_plugin_sdk::HostApi::data_dir`]), created when it first asks. Default:
+    /// `$XDG_DATA_HOME/mcp-host` (`~/.local/share/mcp-host`), or `data` beside the configuration
+    /// file when there is no home directory.
     pub data_dir: PathBuf,
     /// Where private copies of plugin files are made (a fresh directory under the system's temp dir
     /// when unset).
@@ -705,8 +718,12 @@ pub struct Config {
     /// The lock file's pinned definitions (read with the configuration when pinning is on in any
     /// tool directory; empty otherwise).
     #[serde(skip)]
+    #[schemars(skip)]
     pub pins: Arc<lock::PinLock>,
-    /// Where tasks (and, with Redis, legacy sessions) are kept.
+    /// Where tasks (and, with Redis, legacy sessions) are kept: `sqlite` (the user's state
+    /// directory, `$XDG_STATE_HOME/mcp-host/tasks.sqlite`), `sqlite:PATH`, `memory`, or a
+    /// `redis://` URL shared by every replica.
+    #[schemars(with = "String")]
     pub store: StoreSetting,
     /// Bounds and timing of tasks.
     pub tasks: TaskSettings,
@@ -714,6 +731,7 @@ pub struct Config {
     pub replica: Option<String>,
     /// The directory relative paths in the configuration resolve against.
     #[serde(skip)]
+    #[schemars(skip)]
     pub base_dir: PathBuf,
 }
 
