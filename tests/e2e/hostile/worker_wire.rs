@@ -192,3 +192,89 @@ fn a_worker_inherits_no_descriptor_the_host_was_started_with() {
     assert!(!is_error, "{text}");
     assert!(!text.contains("inherited-file"), "the worker holds: {text}");
 }
+
+/// A field of a /proc status file.
+fn status_field(status: &str, name: &str) -> Option<u64> {
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(name))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+}
+
+/// The tasks (threads of every process) of this test's real user id.
+fn user_tasks() -> u64 {
+    let me = std::fs::read_to_string("/proc/self/status").unwrap();
+    let uid = status_field(&me, "Uid:").unwrap();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_to_string(e.path().join("status")).ok())
+        .filter(|status| status_field(status, "Uid:") == Some(uid))
+        .map(|status| status_field(&status, "Threads:").unwrap_or(1))
+        .sum()
+}
+
+/// A nap in the sandboxed copy of the plugin.
+fn userns_nap(s: &HttpServer) -> (String, bool) {
+    tool_text(&call_at(
+        s,
+        "/mcp",
+        None,
+        "sb_hostile_nap",
+        json!({ "ms": 10 }),
+    ))
+}
+
+#[test]
+fn a_sandboxed_worker_cannot_make_a_user_namespace_and_has_a_task_limit() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    l.install("iso", "fixture-hostile", None);
+    l.install("sb", "fixture-hostile", Some("libhostile_sandboxed.so"));
+    // The same plugin twice: in a process worker (the control) and a sandboxed one.
+    let cfg = l.config(
+        "data_dir: data\ntool_dirs:\n  - d\n  - {path: iso, isolation: process}\n  - {path: sb, isolation: sandbox, prefix: sb_}\n",
+    );
+    let mut s = HttpServer::start(&cfg);
+    let pid = s.child().id();
+    let userns = |tool: &str| {
+        let r = call_at(&s, "/mcp", None, tool, json!({}));
+        let (text, is_error) = tool_text(&r);
+        assert!(!is_error, "{text}");
+        text
+    };
+    let control = userns("hostile_userns");
+    assert!(control.starts_with("clone=ok clone3=ok"), "{control}");
+    let sandboxed = userns("sb_hostile_userns");
+    assert!(
+        sandboxed.starts_with("clone=refused(Operation not permitted")
+            && sandboxed.contains("clone3=refused(Function not implemented"),
+        "{sandboxed}"
+    );
+    // RLIMIT_NPROC: what this user runs now plus 1024 (with room for tasks that ended since).
+    let nproc: u64 = sandboxed.rsplit("nproc=").next().unwrap().parse().unwrap();
+    let bound = user_tasks() + 1024 + 1024;
+    assert!(nproc <= bound, "RLIMIT_NPROC {nproc}, over {bound}");
+    // Threads still start in the sandbox (the C library falls back from clone3 to clone): the
+    // worker starts one for each call that is not inline.
+    assert_eq!(userns_nap(&s), ("rested".to_owned(), false));
+    assert_serves_others(&s);
+    assert_peak_rss(pid);
+}
+
+#[test]
+fn nested_calls_count_against_the_outer_callers_quota() {
+    // One call in flight per caller: the outer call holds it, so its nested call is refused.
+    let (_l, cfg) = worker_layout("limits:\n  per_caller: {max_in_flight: 1}\n");
+    let s = HttpServer::start(&cfg);
+    let r = call_at(&s, "/mcp", None, "shout", json!({ "text": "hi" }));
+    let (text, is_error) = tool_text(&r);
+    assert!(
+        is_error && text.contains("too many calls in flight"),
+        "{text}"
+    );
+    // The slots came back: a call that does not nest still runs.
+    let r = call_at(&s, "/mcp", None, "echo", json!({ "text": "alone" }));
+    assert_eq!(tool_text(&r), ("alone".to_owned(), false));
+}
