@@ -111,6 +111,7 @@ fn main() {
         caller_json: Arc::from(""),
         agent: None,
         depth: 0,
+        quota_key: None,
         tool: Arc::from("echo"),
         input: None,
         inline: false,

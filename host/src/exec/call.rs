@@ -378,6 +378,7 @@ impl Executor {
             caller_json,
             agent: opts.agent.clone(),
             depth: 0,
+            quota_key: opts.quota_key.clone(),
             tool: Arc::from(target.name),
             input: opts.input.clone(),
             inline: target.inline,
@@ -549,6 +550,17 @@ impl Executor {
         } else {
             serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
         };
+        // A nested call counts against the outer caller's quota (in flight and rate), held
+        // until it returns.
+        let quota_key = parent.and_then(|p| p.quota_key.clone());
+        let _quota = match &quota_key {
+            Some(key) => Some(
+                self.quotas
+                    .admit(key, &self.limits.load().per_caller, Instant::now())
+                    .map_err(|e| format!("{e} (calling {name})"))?,
+            ),
+            None => None,
+        };
         let caller_json: Arc<str> =
             parent.map_or_else(|| Arc::from(""), |p| Arc::clone(&p.caller_json));
         let party = CallParty {
@@ -581,6 +593,7 @@ impl Executor {
             caller_json,
             agent,
             depth,
+            quota_key,
             tool: Arc::from(name),
             input: parent.and_then(|p| p.input.clone()),
             inline: parent.is_some_and(|p| p.inline),

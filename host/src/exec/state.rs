@@ -1,5 +1,5 @@
 //! The state of one running call: what the plugin can ask about it (cancellation, deadline), where
-//! its events go, and what a nested call inherits from it (caller, agent view, depth, deadline).
+//! its events go, and what a nested call inherits from it (caller, agent view, depth, deadline, quota).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -21,6 +21,8 @@ pub struct CallState {
     pub agent: Option<Arc<Agent>>,
     /// Nesting depth (0 for a client's call).
     pub depth: u32,
+    /// The caller's quota key (`limits.per_caller`), which nested calls count against too.
+    pub quota_key: Option<Arc<str>>,
     /// The tool being called, for log messages.
     pub tool: Arc<str>,
     /// How questions to the client are answered (`None`: this call cannot ask).

@@ -486,6 +486,7 @@ fn confine_self(confine: Option<&str>) -> Result<(), LoadError> {
         sandbox::apply_limits(limits).map_err(LoadError::Sandbox)?;
     }
     if let Some(sandbox) = &confine.sandbox {
+        sandbox::limit_tasks().map_err(LoadError::Sandbox)?;
         sandbox::enforce(sandbox).map_err(LoadError::Sandbox)?;
     }
     Ok(())
