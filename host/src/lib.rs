@@ -20,5 +20,8 @@ pub mod store;
 pub mod telemetry;
 pub mod transport;
 
+#[cfg(test)]
+mod stage_order;
+
 pub use config::Config;
 pub use host::{CallError, CallOptions, Host, HostOptions};

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use mcp_host::plugins::watch::{self, Watcher};
+use mcp_host::host::watch::{self, Watcher};
 use mcp_host::protocol::Protocol;
 use mcp_host::telemetry::logging;
 use mcp_host::transport;

@@ -651,6 +651,16 @@ pub struct PluginSettings {
     pub data_dir: Option<PathBuf>,
 }
 
+/// The default probe cache (`probe_cache`): `$XDG_CACHE_HOME/mcp-host/probed` or
+/// `~/.cache/mcp-host/probed`.
+pub fn default_probe_cache() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("mcp-host").join("probed"))
+}
+
 /// The host's configuration.
 #[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Config {
@@ -753,7 +763,7 @@ impl Default for Config {
             limits: Limits::default(),
             plugins: BTreeMap::new(),
             probe: true,
-            probe_cache: crate::plugins::probe::ProbeCache::default_path(),
+            probe_cache: default_probe_cache(),
             load_on_first_call: true,
             data_dir: default_data_dir(&|name| std::env::var(name).ok(), Path::new(".")),
             runtime_dir: None,

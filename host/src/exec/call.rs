@@ -29,9 +29,10 @@ use super::result::ToolResult;
 use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
+use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::CallFuture;
 use crate::registry::{PluginSlot, Registry, Tool};
-use crate::telemetry::{Arguments, CallParty, ObservedCall, Outcome, Telemetry};
+use crate::telemetry::{Outcome, Telemetry};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -380,7 +381,10 @@ impl Executor {
             depth: 0,
             quota_key: opts.quota_key.clone(),
             tool: Arc::from(target.name),
-            input: opts.input.clone(),
+            input: opts
+                .input
+                .clone()
+                .map(|i| i as Arc<dyn crate::plugins::call::CallInput>),
             inline: target.inline,
         });
         let (slot, index) = (target.slot, target.index);
@@ -762,14 +766,9 @@ fn tool_result(name: &str, returned: Result<String, String>) -> (ToolResult, Out
     }
 }
 
-/// A tool result with `isError: true` and this text.
-pub fn error_result(message: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": message }], "isError": true })
-}
-
 /// [`error_result`] as the answer of a call.
 fn host_error(message: &str) -> ToolResult {
-    ToolResult::from_value(error_result(message))
+    ToolResult::from_value(super::error_result(message))
 }
 
 fn fmt_secs(d: Duration) -> String {

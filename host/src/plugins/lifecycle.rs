@@ -27,7 +27,6 @@ use super::signature;
 use super::slot::{FileStamp, PluginSlot};
 use super::worker::{self, RunSpec};
 use crate::config::{Config, Isolation};
-use crate::registry::Registry;
 use crate::telemetry::Telemetry;
 
 /// What a rescan changed.
@@ -145,7 +144,7 @@ type Backend = (Arc<dyn PluginBackend>, RunSpec);
 type Failure = (Option<FileStamp>, String, LoadError);
 
 /// A load result per candidate, in discovery order.
-pub(crate) type Loaded = crate::registry::Sources;
+pub(crate) type Loaded = super::Sources;
 
 /// Loads plugin files and remembers what it needs across rescans.
 pub(crate) struct Loader {
@@ -651,17 +650,18 @@ impl Loader {
         probes
     }
 
-    /// Rescan the tool directories against the `old` tool set: unchanged files keep their loaded
-    /// version; changed ones are loaded from a fresh private copy; a file that fails keeps its
-    /// previous version in service. Returns the new tool set and what changed.
+    /// Rescan the tool directories against the plugins loaded now (`old`): unchanged files keep
+    /// their loaded version; changed ones are loaded from a fresh private copy; a file that fails
+    /// keeps its previous version in service. Returns the new load results, in discovery order,
+    /// and what changed among the files (the caller builds the tool set and compares what it
+    /// serves).
     pub(crate) fn rescan(
         &self,
         config: &Config,
-        old: &Registry,
+        old: &[Arc<PluginSlot>],
         host: &Arc<dyn HostCallbacks>,
-    ) -> (Registry, RescanReport) {
+    ) -> (Loaded, RescanReport) {
         let old_slots: HashMap<&Path, &Arc<PluginSlot>> = old
-            .plugins
             .iter()
             .map(|s| (s.candidate.path.as_path(), s))
             .collect();
@@ -700,10 +700,6 @@ impl Loader {
             tracing::info!("Removed plugin {}", path.display());
             report.removed.push(path.to_path_buf());
         }
-        let registry = Registry::build_logged(merged, config, false);
-        report.tools_changed = !registry.same_tools(old);
-        report.resources_changed = !registry.same_resources(old);
-        report.prompts_changed = !registry.same_prompts(old);
         if report.versions_changed() {
             tracing::info!(
                 "{} plugin images loaded so far (retained in memory; max_reloads {})",
@@ -711,7 +707,7 @@ impl Loader {
                 config.limits.max_reloads
             );
         }
-        (registry, report)
+        (merged, report)
     }
 
     /// What a rescan must do with each candidate: keep its version, report its known failure, or

@@ -8,6 +8,8 @@
 //! (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
 
 pub mod backend;
+pub mod call;
+pub mod cancel;
 pub(crate) mod copies;
 pub(crate) mod deferred;
 pub mod discovery;
@@ -17,11 +19,16 @@ pub(crate) mod manifests;
 pub mod probe;
 pub mod signature;
 pub mod slot;
-pub mod watch;
 pub mod worker;
 
 use std::path::Path;
 use std::sync::Mutex;
+
+/// Load results per candidate, in discovery order: what a registry is built from.
+pub type Sources = Vec<(
+    discovery::Candidate,
+    Result<std::sync::Arc<slot::PluginSlot>, LoadError>,
+)>;
 
 /// Why a plugin file could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -176,7 +183,7 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
 pub(crate) fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     /// The main thread's default stack on Linux.
     const STACK: usize = 8 << 20;
-    let threads = crate::exec::cores().min(items.len());
+    let threads = crate::plugins::call::cores().min(items.len());
     if threads <= 1 {
         return items.into_iter().map(f).collect();
     }

@@ -96,7 +96,7 @@ impl Prober {
     pub fn new(exe: PathBuf) -> Self {
         Prober {
             exe,
-            parallelism: crate::exec::cores(),
+            parallelism: crate::plugins::call::cores(),
             file_timeout: Duration::from_secs(10),
         }
     }
@@ -352,15 +352,6 @@ pub struct ProbeCache {
 }
 
 impl ProbeCache {
-    /// The default location: `$XDG_CACHE_HOME/mcp-host/probed` or `~/.cache/mcp-host/probed`.
-    pub fn default_path() -> Option<PathBuf> {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-        Some(base.join("mcp-host").join("probed"))
-    }
-
     /// Read the cache at `path` (empty when absent or unreadable).
     pub fn open(path: PathBuf) -> Self {
         // An identity has five tab-separated fields, then comes the name (lines of another shape,

@@ -305,7 +305,9 @@ mod tests {
 
     fn sign(file: &Path, pair: &minisign::KeyPair) {
         let data = std::fs::read(file).expect("read");
-        let sig = minisign::sign(Some(&pair.pk), &pair.sk, &data[..], Some("file:test"), None)
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+        let comment = format!("file:{}", name.unwrap_or_default());
+        let sig = minisign::sign(Some(&pair.pk), &pair.sk, &data[..], Some(&comment), None)
             .expect("sign");
         std::fs::write(signature_path(file), sig.to_string()).expect("write sig");
     }
@@ -335,7 +337,7 @@ mod tests {
             .expect("good")
             .expect("signed");
         assert_eq!(signer.key, "release");
-        assert_eq!(signer.comment, "file:test");
+        assert_eq!(signer.comment, "file:libp.so");
         assert!(ring.trusts(&signer.key_id));
 
         let copy = tmp.path().join("copy.so");

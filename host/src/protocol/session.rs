@@ -468,16 +468,7 @@ impl SessionStore {
 
 /// A fresh, unguessable session id (128 random bits, hex).
 pub fn new_session_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // Without an OS RNG, fall back to time and address entropy (still unique per process).
-        let t = Instant::now();
-        let seed = format!("{t:?}{:p}", &bytes);
-        for (i, b) in seed.bytes().enumerate() {
-            bytes[i % 16] ^= b;
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::exec::input::fresh_id()
 }
 
 #[cfg(test)]

@@ -27,8 +27,6 @@ use serde_json::{Map, Value, json};
 use template::UriTemplate;
 
 use crate::config::{Config, Isolation, PluginSettings};
-use crate::plugins::LoadError;
-use crate::plugins::discovery::Candidate;
 pub use crate::plugins::slot::{FileStamp, PluginSlot};
 use crate::plugins::worker::Grant;
 
@@ -351,8 +349,7 @@ pub struct Entry {
     pub permissions: Option<Grant>,
 }
 
-/// Load results per candidate, in discovery order: what a registry is built from.
-pub type Sources = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
+pub use crate::plugins::Sources;
 
 /// The tool set.
 #[derive(Debug, Default)]

@@ -18,9 +18,9 @@ use mcp_plugin_sdk::wire::{
 
 mod ffi;
 
-use crate::exec::CallState;
 use crate::plugins::LoadError;
 use crate::plugins::backend::{HostCallbacks, PluginBackend};
+use crate::plugins::call::CallState;
 use ffi::{CurrentCall, HostApiImpl};
 
 /// Keep the meaningful tail of abi_stable's (very long) layout report.

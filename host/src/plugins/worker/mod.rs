@@ -37,9 +37,9 @@ pub use supervisor::KILL_GRACE;
 use self::process::WorkerCommand;
 use self::supervisor::{CrashPolicy, Launch, Supervisor};
 use crate::config::{Config, Isolation, WorkerLimits};
-use crate::exec::CallState;
 use crate::plugins::LoadError;
 use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend};
+use crate::plugins::call::CallState;
 
 /// How a plugin version runs: its isolation and, in a worker, the limits, grant and crash policy
 /// it was started with (a change of any of them starts a new version).

@@ -21,8 +21,8 @@ use mcp_plugin_sdk::LogLevel;
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 
 use super::wire::{FrameReader, FrameWriter, FromWorker, Source, ToWorker};
-use crate::exec::{CallEvent, CallState, error_result};
 use crate::plugins::backend::{HostCallbacks, host_request};
+use crate::plugins::call::{CallEvent, CallState, error_result};
 use crate::plugins::{LoadError, describe_exit, signal_name};
 
 /// Lines of a worker's output kept for crash reports.

@@ -394,7 +394,7 @@ impl<S: Source> FrameReader<S> {
 /// Whether spinning can pay: this process may run on more than one CPU, so the other side of the
 /// channel can answer while this one polls.
 pub(crate) fn spinning_pays() -> bool {
-    crate::exec::cores() > 1
+    crate::plugins::call::cores() > 1
 }
 
 /// Poll `source` for up to [`SPIN`], yielding the core between polls.

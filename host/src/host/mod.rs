@@ -3,6 +3,8 @@
 //! [`crate::plugins::lifecycle`]), execution (in [`crate::exec`]) and change notification.
 //! Transports and the protocol only ever talk to a [`Host`].
 
+pub mod watch;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
@@ -301,7 +303,13 @@ impl Host {
         let config_changed = config.is_some_and(|c| self.apply_config(c));
         let config = self.config();
         let old = self.registry();
-        let (registry, report) = inner.loader.rescan(&config, &old, &self.callbacks());
+        let (sources, mut report) = inner
+            .loader
+            .rescan(&config, &old.plugins, &self.callbacks());
+        let registry = Registry::build_logged(sources, &config, false);
+        report.tools_changed = !registry.same_tools(&old);
+        report.resources_changed = !registry.same_resources(&old);
+        report.prompts_changed = !registry.same_prompts(&old);
         drop(old);
         inner.registry.store(Arc::new(registry));
         inner.telemetry.metrics().reloaded(report.reloaded.len());
