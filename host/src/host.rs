@@ -65,6 +65,8 @@ pub struct HostOptions {
     /// Load plugins that allow it at their first call, when the configuration's
     /// `load_on_first_call` agrees (`serve` does; commands that inspect plugins load them all).
     pub load_on_first_call: bool,
+    /// The command line's layer over the configuration, applied at start and at every reload.
+    pub overrides: crate::config::Overrides,
 }
 
 /// A running tool host.
@@ -96,6 +98,8 @@ struct Inner {
     changes: tokio::sync::broadcast::Sender<Change>,
     /// Where plugins' announcements go besides this host's listeners (other replicas).
     forward: std::sync::OnceLock<Forward>,
+    /// The command line's layer, applied over every configuration read.
+    overrides: crate::config::Overrides,
 }
 
 /// Where a host forwards its plugins' announcements.
@@ -185,7 +189,8 @@ impl Host {
     /// Discover, probe and load every plugin in the configured tool directories. Started inside a
     /// tokio runtime, the host reads its plugin workers' channels on that runtime (else on a thread
     /// per worker).
-    pub fn start(config: Config, options: HostOptions) -> Result<Host, HostError> {
+    pub fn start(mut config: Config, options: HostOptions) -> Result<Host, HostError> {
+        options.overrides.apply(&mut config);
         let telemetry = options.telemetry.unwrap_or_default();
         let loader = Loader::new(
             &config,
@@ -204,6 +209,7 @@ impl Host {
             registry: ArcSwap::from_pointee(Registry::default()),
             config: ArcSwap::from_pointee(config),
             forward: std::sync::OnceLock::new(),
+            overrides: options.overrides,
         });
         let host = Host { inner };
         let started = Instant::now();
@@ -271,12 +277,16 @@ impl Host {
     }
 
     /// Re-read the configuration from where it came from (file, overlay and environment: every
-    /// layer) and rescan with it, applying any difference from what is loaded. A configuration that
-    /// no longer loads is logged and the running one kept; the plugin files are rescanned anyway.
+    /// layer, then the command line's overrides) and rescan with it, applying any difference from
+    /// what is loaded. A configuration that no longer loads is logged and the running one kept;
+    /// the plugin files are rescanned anyway.
     pub fn reload(&self) -> RescanReport {
         let source = self.config().source.clone();
         let config = match Config::load(source.as_deref()) {
-            Ok(c) => Some(c),
+            Ok(mut c) => {
+                self.inner.overrides.apply(&mut c);
+                Some(c)
+            }
             Err(e) => {
                 tracing::error!("Not applying the changed configuration: {e}");
                 None

@@ -67,8 +67,9 @@ enum SecretCommand {
 enum Command {
     /// Serve MCP: Streamable HTTP (default 127.0.0.1:18080/mcp) or stdio.
     Serve {
-        /// HTTP address to listen on (overrides the config's `listen`).
-        #[arg(long, conflicts_with = "stdio")]
+        /// HTTP address to listen on, over the config's `listen` (also at every reload): PORT,
+        /// localhost:PORT (both 127.0.0.1), IP:PORT or [IPv6]:PORT.
+        #[arg(long, conflicts_with = "stdio", value_name = "ADDR", value_parser = mcp_host::config::parse_listen)]
         listen: Option<std::net::SocketAddr>,
         /// Serve newline-delimited JSON-RPC on stdin/stdout instead of HTTP.
         #[arg(long)]
@@ -195,6 +196,7 @@ fn host_options() -> HostOptions {
         probe_exe: std::env::current_exe().ok(),
         telemetry: None,
         load_on_first_call: false,
+        overrides: Default::default(),
     }
 }
 

@@ -729,3 +729,118 @@ fn version_prints_the_build_fingerprint_and_completions_name_every_command() {
         "not a bash completion script"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The first hour (issue 36)
+
+/// `mcp-host <args>` in `dir` with `config` (when given), the caller's `MCP_*` variables removed:
+/// (exit code, stdout, stderr).
+fn host_in(
+    dir: &std::path::Path,
+    config: Option<&std::path::Path>,
+    args: &[&str],
+) -> (i32, String, String) {
+    let mut cmd = Command::new(&artifacts().host);
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    cmd.args(args)
+        .current_dir(dir)
+        .env("RUST_LOG", "info")
+        .env("XDG_STATE_HOME", dir)
+        .stdin(Stdio::null());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `mcp-host --config <cfg> serve <args>` with the test's environment, as an [`HttpServer`].
+fn serve_http(l: &Layout, cfg: &std::path::Path, args: &[&str]) -> HttpServer {
+    let mut cmd = Command::new(&artifacts().host);
+    cmd.arg("--config")
+        .arg(cfg)
+        .arg("serve")
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env("XDG_STATE_HOME", l.root.path());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    HttpServer::spawn(cmd)
+}
+
+#[test]
+fn listen_takes_a_bare_port_or_localhost_and_a_wrong_value_shows_the_forms() {
+    let l = Layout::new();
+    l.dir("d");
+    // `serve --listen localhost:PORT` and `--listen PORT` bind the loopback address.
+    for form in ["localhost:{}", "{}"] {
+        let port = free_port();
+        let cfg = l.config("tool_dirs: [d]\nstore: memory\n");
+        let server = serve_http(
+            &l,
+            &cfg,
+            &["--listen", &form.replace("{}", &port.to_string())],
+        );
+        assert_eq!(
+            server.addr,
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            "{form}"
+        );
+        let health = server.connect().request("GET", "/healthz", &[], b"");
+        assert_eq!(health.status, 200, "{form}");
+    }
+    // The key `listen` takes the same forms, a YAML port number too.
+    for (yaml, want) in [
+        ("listen: 19205", "127.0.0.1:19205"),
+        ("listen: localhost:19206", "127.0.0.1:19206"),
+        ("listen: \"19207\"", "127.0.0.1:19207"),
+        ("listen: \"[::1]:19208\"", "[::1]:19208"),
+        ("metrics_listen: 19209", "127.0.0.1:19209"),
+    ] {
+        let cfg = l.config(&format!("tool_dirs: [d]\n{yaml}\n"));
+        let (code, out, err) = host_in(l.root.path(), Some(&cfg), &["config", "--json"]);
+        assert_eq!(code, 0, "{yaml}: {err}");
+        let printed: Value = serde_json::from_str(&out).unwrap();
+        let key = yaml.split(':').next().unwrap();
+        assert_eq!(printed[key], want, "{yaml}");
+    }
+    // A wrong value says which forms are accepted, on the command line and in the file.
+    let cfg = l.config("tool_dirs: [d]\n");
+    let (code, _, err) = host_in(
+        l.root.path(),
+        Some(&cfg),
+        &["serve", "--listen", "nowhere:80"],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("nowhere:80") && err.contains("localhost:PORT") && err.contains("[IPv6]:PORT"),
+        "{err}"
+    );
+    let cfg = l.config("tool_dirs: [d]\nlisten: localhost\n");
+    let (code, _, err) = host_in(l.root.path(), Some(&cfg), &["config"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("`listen`") && err.contains("localhost:PORT") && err.contains("mcp-host.yaml"),
+        "{err}"
+    );
+}

@@ -39,9 +39,11 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     {
         tracing::info!("exporting traces to {endpoint}");
     }
-    if let Some(addr) = args.listen {
-        config.listen = addr;
-    }
+    // The command line's layer: over the configuration now and at every reload.
+    let overrides = mcp_host::config::Overrides {
+        listen: args.listen,
+    };
+    overrides.apply(&mut config);
     // stdio serves one client, whose requests mostly finish on the thread that reads them (tool
     // calls run on the executor's pool either way): the runtime needs no threads of its own. A
     // multi-threaded runtime started at once would make every later memory-map change of start-up
@@ -59,6 +61,7 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     let options = mcp_host::HostOptions {
         // Serving: plugins that allow it load at their first call.
         load_on_first_call: true,
+        overrides,
         ..crate::audited_host_options(&config)?
     };
     let start = {

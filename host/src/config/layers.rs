@@ -3,7 +3,6 @@
 //! key), `${NAME}` references expanded, paths resolved against the file that set them, then merged.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -29,7 +28,7 @@ struct Layer {
     probe_cache: Option<Value>,
     runtime_dir: Option<PathBuf>,
     data_dir: Option<PathBuf>,
-    listen: Option<SocketAddr>,
+    listen: Option<super::listen::ListenAddr>,
     http: Option<Value>,
     shutdown_grace_secs: Option<f64>,
     stdio_user: Option<String>,
@@ -42,7 +41,7 @@ struct Layer {
     log_format: Option<LogFormat>,
     /// `stderr`, or a file path.
     audit_log: Option<PathBuf>,
-    metrics_listen: Option<SocketAddr>,
+    metrics_listen: Option<super::listen::ListenAddr>,
     metrics_token: Option<String>,
     traces: Option<Value>,
     trust: Option<Value>,
@@ -533,7 +532,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
         }
     }
     if let Some(listen) = layer.listen {
-        config.listen = listen;
+        config.listen = listen.0;
     }
     if let Some(v) = layer.shutdown_grace_secs {
         config.shutdown_grace_secs = v;
@@ -561,7 +560,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
         });
     }
     if let Some(v) = layer.metrics_listen {
-        config.metrics_listen = Some(v);
+        config.metrics_listen = Some(v.0);
     }
     if let Some(v) = layer.metrics_token {
         config.metrics_token = Some(v).filter(|t| !t.is_empty());

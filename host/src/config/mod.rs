@@ -9,9 +9,13 @@
 
 mod isolation;
 mod layers;
+mod listen;
 pub mod lock;
+mod overrides;
 
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
+pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
+pub use overrides::Overrides;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
