@@ -222,6 +222,19 @@ impl Host {
             registry.plugins.len(),
             started.elapsed().as_millis()
         );
+        warn_missing_dirs(&config);
+        if registry.is_empty() && !config.tool_dirs.is_empty() {
+            let dirs: Vec<String> = config
+                .tool_dirs
+                .iter()
+                .map(|d| d.path.display().to_string())
+                .collect();
+            tracing::warn!(
+                "No tools to serve: no plugin found in {} ({})",
+                dirs.join(", "),
+                config_origin(&config)
+            );
+        }
         host.inner.registry.store(Arc::new(registry));
         Ok(host)
     }
@@ -362,6 +375,9 @@ impl Host {
                          restart mcp-host to use the new value"
                     );
                 }
+                if old.tool_dirs != config.tool_dirs {
+                    warn_missing_dirs(&config);
+                }
                 let changed = *old != config;
                 self.inner.exec.set_limits(&config.limits);
                 self.inner.access.store(Arc::new(access));
@@ -431,6 +447,40 @@ impl Host {
         for slot in &self.registry().plugins {
             slot.retire();
         }
+    }
+}
+
+/// Where the configuration came from and how its relative paths resolve, for messages about
+/// what it names.
+fn config_origin(config: &Config) -> String {
+    match &config.source {
+        Some(file) => format!(
+            "config file {}; relative paths resolve against {}",
+            file.display(),
+            config.base_dir.display()
+        ),
+        None => format!(
+            "no config file: neither --config nor MCP_HOST_CONFIG given and no {} in {}, so the \
+             defaults apply, relative to that directory",
+            crate::config::DEFAULT_CONFIG,
+            config.base_dir.display()
+        ),
+    }
+}
+
+/// A warning for each tool directory that does not exist (its plugins cannot be served).
+fn warn_missing_dirs(config: &Config) {
+    for dir in config.tool_dirs.iter().filter(|d| !d.path.is_dir()) {
+        let why = if dir.path.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        tracing::warn!(
+            "Tool directory {} {why}: nothing is served from it ({})",
+            dir.path.display(),
+            config_origin(config)
+        );
     }
 }
 

@@ -740,7 +740,20 @@ fn host_in(
     config: Option<&std::path::Path>,
     args: &[&str],
 ) -> (i32, String, String) {
+    host_without(dir, config, args, &[])
+}
+
+/// [`host_in`] without the variables `unset`.
+fn host_without(
+    dir: &std::path::Path,
+    config: Option<&std::path::Path>,
+    args: &[&str],
+    unset: &[&str],
+) -> (i32, String, String) {
     let mut cmd = Command::new(&artifacts().host);
+    for var in unset {
+        cmd.env_remove(var);
+    }
     if let Some(config) = config {
         cmd.arg("--config").arg(config);
     }
@@ -841,6 +854,110 @@ fn listen_takes_a_bare_port_or_localhost_and_a_wrong_value_shows_the_forms() {
     assert_ne!(code, 0);
     assert!(
         err.contains("`listen`") && err.contains("localhost:PORT") && err.contains("mcp-host.yaml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_new_secrets_snippet_turns_auth_on_and_serve_says_what_authentication_is_in_force() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let (code, out, err) = host_in(l.root.path(), None, &["secret", "new", "--user", "ana"]);
+    assert_eq!(code, 0, "{err}");
+    let secret = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("mcp_") && !l.contains(' '))
+        .unwrap_or_else(|| panic!("no secret in {out}"))
+        .to_owned();
+    // The snippet, pasted as it is, under the tool directories.
+    let snippet = &out[out
+        .find("auth:\n")
+        .unwrap_or_else(|| panic!("no snippet: {out}"))..];
+    let snippet: String = snippet
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(snippet.contains("  require_auth: true\n"), "{out}");
+    let cfg = l.config(&format!("tool_dirs: [d]\nstore: memory\n{snippet}"));
+    let server = serve_http(&l, &cfg, &["--listen", "127.0.0.1:0"]);
+    let echo = |token: Option<&str>| {
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let extra: Vec<(&str, &str)> = bearer
+            .as_deref()
+            .map(|b| vec![("Authorization", b)])
+            .unwrap_or_default();
+        call(&server, 1, "echo", json!({"text": "hi"}), &extra).status
+    };
+    assert_eq!(echo(None), 401, "anonymous calls are refused");
+    assert_eq!(echo(Some(&secret)), 200);
+    let log = server.stderr();
+    assert!(
+        log.contains("authentication: 1 credential (1 personal secret); anonymous calls refused"),
+        "{log}"
+    );
+    drop(server);
+
+    // Secrets without `require_auth`: anonymous calls still succeed, and the log says so.
+    let open = snippet.replace("  require_auth: true\n", "");
+    let cfg = l.config(&format!("tool_dirs: [d]\nstore: memory\n{open}"));
+    let server = serve_http(&l, &cfg, &["--listen", "127.0.0.1:0"]);
+    let log = server.stderr();
+    assert!(
+        log.contains("WARN")
+            && log.contains("anonymous calls allowed")
+            && log.contains("auth.require_auth: true"),
+        "{log}"
+    );
+}
+
+#[test]
+fn missing_tool_directories_an_empty_tool_set_and_a_stdio_without_caller_are_warned() {
+    let l = Layout::new();
+    l.dir("empty");
+    let cfg = l.config("tool_dirs: [nope, empty]\nstore: memory\n");
+    let (code, _, err) = host_without(
+        l.root.path(),
+        Some(&cfg),
+        &["serve", "--stdio", "--no-watch"],
+        &["USER"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let missing = l.root.path().join("nope");
+    assert!(
+        err.lines().any(|line| line.contains("WARN")
+            && line.contains(&format!(
+                "Tool directory {} does not exist",
+                missing.display()
+            ))
+            && line.contains(&format!("config file {}", cfg.display()))
+            && line.contains(&format!(
+                "relative paths resolve against {}",
+                l.root.path().display()
+            ))),
+        "{err}"
+    );
+    assert!(
+        err.lines().any(|line| line.contains("WARN")
+            && line.contains("No tools to serve")
+            && line.contains(&l.root.path().join("empty").display().to_string())),
+        "{err}"
+    );
+    assert!(
+        err.contains("without a caller") && err.contains("stdio_user"),
+        "{err}"
+    );
+
+    // From a directory without a configuration: the defaults, and where they were looked for.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, _, err) = host_in(elsewhere.path(), None, &["list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("No tools to serve")
+            && err.contains("no config file")
+            && err.contains("config/mcp-host.yaml")
+            && err.contains(&elsewhere.path().display().to_string()),
         "{err}"
     );
 }
