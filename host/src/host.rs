@@ -486,8 +486,8 @@ fn warn_missing_dirs(config: &Config) {
 
 /// Test-load one file (signature check where its directory requires one, child-process probe, then
 /// as its tool directory runs plugins — sandboxed when it is in none — with its config section)
-/// and describe it: its build fingerprint, manifest and signer.
-/// What `mcp-host check` prints.
+/// and describe it: its build fingerprint, manifest and signer, and the names the registry would
+/// refuse to serve (`refused`: invalid or duplicate names). What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
     let mut config = config.clone();
     let dir = std::path::absolute(file)
@@ -520,9 +520,23 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         },
         path: file.to_path_buf(),
     };
-    let (_, result) = host
-        .load(vec![candidate])
-        .pop()
+    let loaded = host.load(vec![candidate]);
+    // The names the registry would refuse: invalid ones, and one defined twice in the file.
+    let refused: Vec<Value> = Registry::build_logged(loaded.clone(), &host.config(), false)
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let why = match &e.status {
+                crate::registry::Status::InvalidName(why) => format!("invalid name: {why}"),
+                crate::registry::Status::OverriddenBy(_) => "defined twice in this plugin".into(),
+                _ => return None,
+            };
+            Some(json!({"name": e.tool, "kind": e.kind, "why": why}))
+        })
+        .collect();
+    let (_, result) = loaded
+        .into_iter()
+        .next()
         .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
     let slot = result?;
     // How it runs, with the permissions a sandbox would grant even when it is not sandboxed.
@@ -537,5 +551,6 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         "build": slot.backend.build(),
         "manifest": slot.backend.manifest(),
         "run": run,
+        "refused": refused,
     }))
 }

@@ -961,3 +961,183 @@ fn missing_tool_directories_an_empty_tool_set_and_a_stdio_without_caller_are_war
         "{err}"
     );
 }
+
+#[test]
+fn a_plugin_authors_inner_loop_needs_no_configuration_and_check_speaks_plainly() {
+    let l = Layout::new();
+    let basic = l.install("d", "fixture-basic", None);
+    let basic = basic.to_str().unwrap();
+    let nowhere = tempfile::tempdir().unwrap();
+    let here = nowhere.path();
+
+    // `new` depends on the SDK this host names in --version, and its README calls the build.
+    let krate = here.join("my-tools");
+    let (code, out, err) = host_in(
+        here,
+        None,
+        &["new", "my-tools", "--path", krate.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("call --plugin target/release/"), "{out}");
+    let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap();
+    let sdk = mcp_plugin_sdk::wire::BuildInfo::host().sdk_version;
+    assert!(
+        manifest.contains(&format!("mcp-plugin-sdk = {{ version = \"{sdk}\" }}"))
+            && !manifest
+                .lines()
+                .any(|l| l.starts_with("mcp-plugin-sdk") && l.contains("path")),
+        "{manifest}"
+    );
+    let readme = std::fs::read_to_string(krate.join("README.md")).unwrap();
+    assert!(
+        readme.contains("mcp-host call --plugin target/release/"),
+        "{readme}"
+    );
+
+    // Without a configuration `call` finds nothing, and says how to call a build directly.
+    let (code, _, err) = host_in(here, None, &["call", "echo", "--args", r#"{"text": "hi"}"#]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("unknown tool") && err.contains("--plugin"),
+        "{err}"
+    );
+    let (code, out, err) = host_in(
+        here,
+        None,
+        &[
+            "call",
+            "--plugin",
+            basic,
+            "echo",
+            "--args",
+            r#"{"text": "hi"}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["content"][0]["text"], "hi", "{result}");
+    let (code, _, err) = host_in(here, None, &["call", "--plugin", basic, "ecoh"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("Did you mean `echo`?"), "{err}");
+    let (code, _, err) = host_in(here, None, &["call", "--plugin", basic, "whoami"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--user NAME"), "{err}");
+    let (code, out, err) = host_in(
+        here,
+        None,
+        &["call", "--plugin", basic, "whoami", "--user", "ada"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ada"), "{out}");
+
+    // `check --json` is the full report; on a terminal the default is a short summary.
+    let (code, out, err) = host_in(here, None, &["check", "--json", basic]);
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["manifest"]["plugin"], "fixture-basic");
+    assert_eq!(report["refused"], json!([]));
+    // util-linux `script` gives the command a terminal.
+    let script = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|p| p.exists());
+    if script.is_none() {
+        eprintln!("skipping the terminal summary: util-linux `script` is not installed");
+    }
+    if let Some(script) = script {
+        let command = format!("{} check {basic}", artifacts().host.display());
+        let out = Command::new(script)
+            .args(["-qec", &command, "/dev/null"])
+            .current_dir(here)
+            .output()
+            .unwrap();
+        let summary = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{summary}");
+        assert!(
+            summary.contains("plugin fixture-basic 0.1.0")
+                && summary.contains("9 tools:")
+                && summary.contains("echo")
+                && summary.contains("--json")
+                && !summary.contains("inputSchema"),
+            "{summary}"
+        );
+        assert!(summary.lines().count() < 40, "{summary}");
+    }
+
+    // A plugin with a name the registry refuses fails its check, naming it.
+    let faulty = l.install("d", "fixture-faulty", None);
+    let (code, _, err) = host_in(here, None, &["check", "--json", faulty.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("would not serve 1 of its names")
+            && err.contains("tool bad.name: invalid name"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_messages_lead_with_what_to_do_and_say_each_thing_once() {
+    let l = Layout::new();
+    let here = l.root.path();
+    // A file that is not there is not a copy problem.
+    let (code, _, err) = host_in(here, None, &["check", "libnothere.so"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("libnothere.so: cannot read the plugin file")
+            && !err.contains("runtime directory"),
+        "{err}"
+    );
+    // A missing config file: the OS error once.
+    let (code, _, err) = host_in(here, Some(&here.join("nope.yaml")), &["list"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    // A library that is not a plugin: the hint first, no NUL byte, the symbol once.
+    let lib = l.dir("d").join(format!(
+        "{}notaplugin.{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_EXTENSION
+    ));
+    let some_library = std::fs::read_dir(mcp_host_tests::target_dir().join("debug").join("deps"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.extension()
+                .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains("async_trait"))
+        });
+    if let Some(library) = some_library {
+        std::fs::copy(library, &lib).unwrap();
+        let (code, _, err) = host_in(here, None, &["check", lib.to_str().unwrap()]);
+        assert_eq!(code, 1);
+        assert!(!err.contains('\0'), "{err:?}");
+        assert!(
+            err.contains(
+                "not built with mcp-plugin-sdk: end the crate's lib.rs with `export_plugin!()`"
+            ),
+            "{err}"
+        );
+        assert_eq!(err.matches("_1as_0lib_1header").count(), 1, "{err}");
+    }
+    // An ABI mismatch says which SDK to rebuild against.
+    let mismatch = l.install("d", "fixture-abi-mismatch", None);
+    let (code, _, err) = host_in(here, None, &["check", mismatch.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let sdk = mcp_plugin_sdk::wire::BuildInfo::host().sdk_version;
+    assert!(
+        err.contains(&format!("rebuild the plugin against mcp-plugin-sdk {sdk}"))
+            && !err.contains("Error:"),
+        "{err}"
+    );
+    // Seconds are seconds; an unknown key or tool gets the near one.
+    let cfg = l.config("limits: {call_timeout_secs: 5s}\n");
+    let (_, _, err) = host_in(here, Some(&cfg), &["config"]);
+    assert!(err.contains("expected a number of seconds"), "{err}");
+    let cfg = l.config("limits: {max_call_dept: 3}\n");
+    let (_, _, err) = host_in(here, Some(&cfg), &["config"]);
+    assert!(
+        err.contains("unknown field `max_call_dept` (did you mean `max_call_depth`?)"),
+        "{err}"
+    );
+}

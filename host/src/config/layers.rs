@@ -320,9 +320,9 @@ fn apply_file(
     origin: &Origin,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), ConfigError> {
-    let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(file).map_err(|reason| ConfigError::Read {
         path: file.to_path_buf(),
-        source,
+        reason,
     })?;
     let mut value: Value = if text.trim().is_empty() {
         Value::Object(Map::new())
@@ -399,6 +399,19 @@ fn expand_vars(
 
 fn invalid(origin: &Origin, err: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
     let key = err.path().to_string();
+    let mut message = super::suggest::with_suggestion(err.into_inner().to_string());
+    if key.ends_with("secs") {
+        // `expected f64` (or u64) is what the type says; what the key wants is a duration.
+        message = message
+            .replace(
+                "expected f64",
+                "expected a number of seconds (e.g. 30 or 2.5)",
+            )
+            .replace(
+                "expected u64",
+                "expected a whole number of seconds (e.g. 30)",
+            );
+    }
     ConfigError::Invalid {
         origin: origin.name.clone(),
         key: if key == "." {
@@ -406,7 +419,7 @@ fn invalid(origin: &Origin, err: serde_path_to_error::Error<serde_json::Error>) 
         } else {
             key
         },
-        message: err.into_inner().to_string(),
+        message,
     }
 }
 
