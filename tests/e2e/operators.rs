@@ -1141,3 +1141,79 @@ fn error_messages_lead_with_what_to_do_and_say_each_thing_once() {
         "{err}"
     );
 }
+
+#[test]
+fn a_reload_that_turns_a_service_on_counts_the_tools_it_adds() {
+    let l = Layout::new();
+    l.install("d", "mcp-text", None);
+    let cfg = l.config("tool_dirs: [d]\nstore: memory\n");
+    let server = serve_http(&l, &cfg, &["--listen", "127.0.0.1:0"]);
+    // mcp-text's signing service is on once it has a key.
+    l.config("tool_dirs: [d]\nstore: memory\nplugins:\n  mcp-text:\n    config: {hmac_key: k3y}\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let line = loop {
+        let log = server.stderr();
+        if let Some(line) = log
+            .lines()
+            .find(|l| l.contains("Reloaded plugin") && l.contains("mcp_text"))
+        {
+            break line.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no reload:\n{log}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let added: usize = line
+        .split(": +")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(added > 0, "{line}");
+}
+
+#[test]
+fn an_overridden_tool_is_warned_once_not_at_every_rescan() {
+    let l = Layout::new();
+    l.install("a", "fixture-basic", None);
+    l.install("b", "fixture-override", None);
+    let cfg = l.config("tool_dirs: [a, b]\nstore: memory\nload_on_first_call: false\n");
+    let mut cmd = Command::new(&artifacts().host);
+    cmd.arg("--config")
+        .arg(&cfg)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info,mcp_host::plugins::watch=debug")
+        .env("XDG_STATE_HOME", l.root.path());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut server = HttpServer::spawn(cmd);
+    let rescans = |log: &str| log.lines().filter(|l| l.contains("rescan: ")).count();
+    let wait = |server: &HttpServer, n: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while rescans(&server.stderr()) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no rescan #{n}:\n{}",
+                server.stderr()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait(&server, 1);
+    let hup = Command::new("kill")
+        .args(["-HUP", &server.child().id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait(&server, 2);
+    let log = server.stderr();
+    let warned = log
+        .lines()
+        .filter(|l| {
+            l.contains("WARN") && l.contains("Tool echo from") && l.contains("overridden by")
+        })
+        .count();
+    assert_eq!(warned, 1, "{log}");
+}
