@@ -9,10 +9,16 @@
 
 mod isolation;
 mod layers;
+mod listen;
 pub mod lock;
+mod overrides;
 pub mod reference;
+mod suggest;
 
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
+pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
+pub use overrides::Overrides;
+pub use suggest::did_you_mean;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -29,12 +35,12 @@ pub const DEFAULT_CONFIG: &str = "config/mcp-host.yaml";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {reason}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not a separate source: a chain would print it twice).
+        reason: std::io::Error,
     },
     /// A file is not valid YAML.
     #[error("{origin}: not valid YAML: {message}")]

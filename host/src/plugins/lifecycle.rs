@@ -828,11 +828,22 @@ fn settle(
     };
     match (result, previous) {
         (Ok(slot), previous) => {
+            // The tools it serves: a service its configuration turned on or off counts.
             let names = |s: &PluginSlot| -> HashSet<String> {
-                s.backend
-                    .manifest()
+                let manifest = s.backend.manifest();
+                let enabled = |service: &Option<String>| {
+                    service.as_ref().is_none_or(|name| {
+                        manifest
+                            .services
+                            .iter()
+                            .find(|d| &d.name == name)
+                            .is_none_or(|d| d.enabled)
+                    })
+                };
+                manifest
                     .tools
                     .iter()
+                    .filter(|t| enabled(&t.service))
                     .map(|t| t.name.clone())
                     .collect()
             };

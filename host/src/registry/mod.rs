@@ -1010,6 +1010,31 @@ struct Winners {
     prompts: HashMap<String, PathBuf>,
 }
 
+/// Log that `name` from `file` is overridden by the one from `winner`: a warning the first time
+/// this process sees it, then (every rescan rebuilds the tool set) a debug line.
+fn log_override(label: &str, name: &str, file: &std::path::Path, winner: &std::path::Path) {
+    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::LazyLock::new(Default::default);
+    let key = format!("{label}\0{name}\0{}\0{}", file.display(), winner.display());
+    let first = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(key);
+    if first {
+        tracing::warn!(
+            "{label} {name} from {} overridden by {} (said once; `mcp-host list` shows it)",
+            file.display(),
+            winner.display()
+        );
+    } else {
+        tracing::debug!(
+            "{label} {name} from {} overridden by {}",
+            file.display(),
+            winner.display()
+        );
+    }
+}
+
 /// Whether `name` (a resource URI or template, or a prompt name) of `kind` is served: its service
 /// is enabled and no earlier directory or file defined it. The status that keeps it out (logged).
 fn admit_named(
@@ -1022,12 +1047,7 @@ fn admit_named(
 ) -> Result<(), Status> {
     service_enabled(service, manifest)?;
     if let Some(winner) = winners.get(name) {
-        tracing::warn!(
-            "{} {name} from {} overridden by {}",
-            kind.label(),
-            file.display(),
-            winner.display()
-        );
+        log_override(kind.label(), name, file, winner);
         return Err(Status::OverriddenBy(winner.clone()));
     }
     Ok(())
@@ -1072,11 +1092,7 @@ fn admit(
         ));
     }
     if let Some(winner) = winners.get(name) {
-        tracing::warn!(
-            "Tool {name} from {} overridden by {}",
-            file.display(),
-            winner.display()
-        );
+        log_override("Tool", name, file, winner);
         return Err(Status::OverriddenBy(winner.clone()));
     }
     checks
