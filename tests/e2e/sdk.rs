@@ -360,3 +360,29 @@ fn every_tool_and_service_of_the_crate_is_exported_once_listed_or_not() {
         "5 chars"
     );
 }
+
+#[test]
+fn a_misspelled_field_of_a_nested_struct_is_refused_before_the_plugin_runs() {
+    let tools = manifest_tools();
+    let point = &tool(&tools, "all_types")["inputSchema"]["properties"]["point"];
+    assert_eq!(point["additionalProperties"], false, "{point}");
+    let l = Layout::new();
+    let host = schema_host(&l);
+    let rt = runtime();
+    let args = json!({
+        "text": "t", "flag": true, "i8v": 1, "i16v": 2, "i32v": 3, "i64v": 4, "u8v": 5, "u16v": 6,
+        "u32v": 7, "u64v": 8, "f32v": 1.5, "f64v": 2.5, "list": [1], "map": {"a": 1},
+        "ordered": {"k": "v"}, "any": {"x": [1]}, "volume": "high",
+        "point": {"x": 1.0, "y": 2.0, "lable": "typo"}, "points": [{"x": 0, "y": 0, "z": 1}],
+        "percent": 50
+    });
+    let r = rt
+        .block_on(host.call("all_types", Some(args), CallOptions::default()))
+        .unwrap();
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        text(&r).contains("argument `point`") && text(&r).contains("'lable' was unexpected"),
+        "{r}"
+    );
+    assert!(text(&r).contains("argument `points.0`"), "{r}");
+}
