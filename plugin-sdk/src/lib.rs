@@ -307,12 +307,31 @@ pub mod __private {
         }
     }
 
+    /// What a tool may return: text and content types, or a `Serialize + JsonSchema` type. The
+    /// macros check it before they probe for the conversion, so that a mistake reads as what to
+    /// derive rather than as a missing method of these helpers.
+    #[diagnostic::on_unimplemented(
+        message = "a tool cannot return `{Self}`: derive `Serialize` and `JsonSchema` for it",
+        label = "`{Self}` needs `#[derive(Serialize, JsonSchema)]` (both) to be a tool's result",
+        note = "a tool returns text (`String`, `&str`), `Content`, `Vec<Content>`, `ToolResult`, \
+                `()`, or a type that is both `serde::Serialize` (its JSON is the structured \
+                content) and `schemars::JsonSchema` (the tool's outputSchema)",
+        note = "a type from another crate: return a struct of your own that derives both, or \
+                `ToolResult::json(&value)` (no outputSchema)"
+    )]
+    pub trait ToolOutput {}
+    impl<T: serde::Serialize + schemars::JsonSchema> ToolOutput for T {}
+    impl ToolOutput for ToolResult {}
+
+    /// Fails to compile, with [`ToolOutput`]'s message, for a type a tool cannot return.
+    pub fn tool_output<T: ToolOutput>() {}
+
     /// First choice: types with their own content mapping (`String`, `Content`, `ToolResult`, ...).
     pub trait ViaContent {
         /// Convert.
         fn into_result(self) -> ToolResult;
     }
-    impl<T: IntoToolResult> ViaContent for &&Returned<T> {
+    impl<T: IntoToolResult> ViaContent for &&&Returned<T> {
         fn into_result(self) -> ToolResult {
             self.take().into_tool_result()
         }
@@ -323,14 +342,35 @@ pub mod __private {
         /// Convert.
         fn into_result(self) -> ToolResult;
     }
-    impl<T: serde::Serialize> ViaJson for &Returned<T> {
+    impl<T: serde::Serialize> ViaJson for &&Returned<T> {
         fn into_result(self) -> ToolResult {
             ToolResult::json(&self.take())
         }
     }
 
+    /// Last: a type that is neither, which [`tool_output`] has already refused at compile time;
+    /// it is here so that the refusal is the only error.
+    pub trait ViaNeither {
+        /// Convert.
+        fn into_result(self) -> ToolResult;
+    }
+    impl<T> ViaNeither for &Returned<T> {
+        fn into_result(self) -> ToolResult {
+            ToolResult::error("this tool's return type is neither content nor `Serialize`")
+        }
+    }
+
     /// Picks the output schema of a return type `T` by the same priorities.
     pub struct OutputOf<T>(PhantomData<T>);
+
+    // `Copy` (whatever `T`), so that the last probe, which takes it by value, compiles for every
+    // type: a type a tool cannot return is refused by [`tool_output`] alone.
+    impl<T> Clone for OutputOf<T> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+    impl<T> Copy for OutputOf<T> {}
 
     impl<T> OutputOf<T> {
         /// The probe.
