@@ -1,4 +1,4 @@
-//! Write tools for [`mcp-host`](https://github.com/) as plain Rust functions.
+//! Write tools for `mcp-host` (an MCP server that serves compiled plugins) as plain Rust functions.
 //!
 //! A plugin is a `cdylib` crate. Its functions become MCP tools: the doc comment is the description,
 //! the `# Arguments` section documents each parameter, and the parameter types give the JSON Schema.
