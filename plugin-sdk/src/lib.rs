@@ -281,6 +281,21 @@ pub mod wire {
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
 
+/// The authors' guide's examples, compiled by `cargo test --doc` like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/writing-a-plugin.md")]
+struct WritingAPluginDoctests;
+
+/// See [`WritingAPluginDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/resources-prompts-input-tasks.md")]
+struct ResourcesPromptsDoctests;
+
+/// See [`WritingAPluginDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/testing.md")]
+struct TestingDoctests;
+
 /// What the macros expand to; not part of the public API.
 #[doc(hidden)]
 pub mod __private {

@@ -1630,7 +1630,7 @@ fn listen_given_on_the_command_line_holds_across_the_watchers_catch_up_and_a_sig
     cmd.arg("--config")
         .arg(&cfg)
         .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-        .env("RUST_LOG", "info,mcp_host::plugins::watch=debug")
+        .env("RUST_LOG", "info,mcp_host::host::watch=debug")
         .env("XDG_STATE_HOME", l.root.path());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("MCP_") {

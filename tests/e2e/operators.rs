@@ -1181,7 +1181,7 @@ fn an_overridden_tool_is_warned_once_not_at_every_rescan() {
     cmd.arg("--config")
         .arg(&cfg)
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .env("RUST_LOG", "info,mcp_host::plugins::watch=debug")
+        .env("RUST_LOG", "info,mcp_host::host::watch=debug")
         .env("XDG_STATE_HOME", l.root.path());
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("MCP_") {

@@ -91,6 +91,15 @@ struct State {
     streams: Arc<limits::Holdings>,
 }
 
+impl State {
+    /// A long-lived stream's slot for `caller`, or the cap (`http.max_streams_per_caller`) it is
+    /// already at.
+    fn stream_slot(&self, caller: &Arc<str>) -> Result<limits::Held, usize> {
+        let max = self.core.protocol().host().config().http.max_streams_per_caller;
+        self.streams.try_take(caller, max.max(1)).ok_or(max)
+    }
+}
+
 /// What a connection may ask for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
@@ -554,15 +563,9 @@ async fn get_stream(
         Ok(None) => return session_not_found(),
         Err(e) => return error_response(&Value::Null, &e),
     };
-    let max = state
-        .core
-        .protocol()
-        .host()
-        .config()
-        .http
-        .max_streams_per_caller;
-    let Some(slot) = state.streams.try_take(caller, max.max(1)) else {
-        return post::too_many_streams(&Value::Null, max);
+    let slot = match state.stream_slot(caller) {
+        Ok(slot) => slot,
+        Err(max) => return post::too_many_streams(&Value::Null, max),
     };
     // The session holds the relay; the task below owns the response stream, so the stream ends
     // when the task does (client gone, session's stream replaced, server stopping).

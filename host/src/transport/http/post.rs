@@ -272,16 +272,9 @@ pub(crate) async fn post(
         Routed::Request { id, method, params } => {
             // A listen stream lasts: each caller holds only so many.
             let stream = if method == "subscriptions/listen" {
-                let max = state
-                    .core
-                    .protocol()
-                    .host()
-                    .config()
-                    .http
-                    .max_streams_per_caller;
-                match state.streams.try_take(&origin.caller_key, max.max(1)) {
-                    Some(held) => Some(held),
-                    None => return too_many_streams(&id, max),
+                match state.stream_slot(&origin.caller_key) {
+                    Ok(held) => Some(held),
+                    Err(max) => return too_many_streams(&id, max),
                 }
             } else {
                 None
