@@ -4,7 +4,7 @@
 //! back), the time from a crash to the next answer, and the memory of an idle worker.
 //!
 //! Run: `cargo bench -p mcp-host --bench isolation` (builds the release host and plugins into
-//! `target/bench` first). Prints a Markdown table; the README quotes it. HTTP throughput through an
+//! `target/bench` first). Prints a Markdown table; docs/performance.md quotes it. HTTP throughput through an
 //! isolated plugin is in `--bench serve` (section `isolated`).
 //!
 //! One host serves the same plugin three times, from three tool directories with prefixes: `ip_`

@@ -3,7 +3,7 @@
 //! against the same work done by a direct Rust call.
 //!
 //! Run: `cargo bench -p mcp-host --bench plugins` (builds the release host and a release plugin first).
-//! Prints a Markdown table; the README quotes it.
+//! Prints a Markdown table; docs/performance.md quotes it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -111,6 +111,7 @@ fn main() {
         caller_json: Arc::from(""),
         agent: None,
         depth: 0,
+        quota_key: None,
         tool: Arc::from("echo"),
         input: None,
         inline: false,

@@ -27,11 +27,11 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 /// The watcher's quiet period for files still being written and for bursts
-/// (`mcp_host::plugins::watch::DEBOUNCE`): changes are spaced further apart than this.
-const DEBOUNCE: Duration = mcp_host::plugins::watch::DEBOUNCE;
-/// The watcher's settling time after a complete change (`mcp_host::plugins::watch::SETTLE`),
+/// (`mcp_host::host::watch::DEBOUNCE`): changes are spaced further apart than this.
+const DEBOUNCE: Duration = mcp_host::host::watch::DEBOUNCE;
+/// The watcher's settling time after a complete change (`mcp_host::host::watch::SETTLE`),
 /// included in every latency.
-const SETTLE: Duration = mcp_host::plugins::watch::SETTLE;
+const SETTLE: Duration = mcp_host::host::watch::SETTLE;
 /// The latency target.
 const TARGET: Duration = Duration::from_millis(60);
 /// Longest wait for any single step (start-up, one answer, one reload).

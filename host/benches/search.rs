@@ -7,7 +7,7 @@
 //! (`serve --stdio --agent finder`, one request at a time) against a direct `tools/call` of a catalog
 //! tool on the same server.
 //!
-//! Run: `cargo bench -p mcp-host --bench search`. Prints a Markdown table; the README quotes it.
+//! Run: `cargo bench -p mcp-host --bench search`. Prints a Markdown table; docs/performance.md quotes it.
 
 #![allow(clippy::unwrap_used)]
 

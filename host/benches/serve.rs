@@ -38,11 +38,14 @@
 //!
 //! Environment: `MCP_BENCH_ROUNDS` (HTTP rounds per server, default 2), `MCP_BENCH_SECS` (measuring
 //! window per HTTP round / stdio phase, default 5 / 3), `MCP_BENCH_ONLY` (comma-separated sections:
-//! `http`, `stdio`, `cold`, `isolated`; default all), `MCP_BENCH_HOST_EXE` (benchmark this
+//! `http`, `stdio`, `cold`, `isolated`, `instructions`; default all), `MCP_BENCH_PROFILE` (the cargo
+//! profile to build: `release` by default, `dist` for the deployment build),
+//! `MCP_BENCH_MAX_STDIO_RATIO` / `MCP_BENCH_MAX_HTTP_RATIO` (the instruction guard: fail when a
+//! call's instructions exceed the bare echo's by more), `MCP_BENCH_HOST_EXE` (benchmark this
 //! `mcp-host` binary instead of the one built into `target/bench`), `MCP_BENCH_TARGET_DIR` (build
 //! into this directory instead of `target/bench`: `packaging/pgo-build`), `MCP_BENCH_RUNS` (repeat
 //! the whole measurement this many times and print the median of each figure, e.g.
-//! `MCP_BENCH_RUNS=3 cargo bench -p mcp-host --bench serve`: the README's figures are medians of 3
+//! `MCP_BENCH_RUNS=3 cargo bench -p mcp-host --bench serve`: docs/performance.md's figures are medians of 3
 //! runs, since one run on a busy 2-core machine can vary by ±20 %).
 //!
 //! Besides wall-clock figures, each load phase reports the server's CPU time (user + system, all its
@@ -1067,6 +1070,10 @@ fn http_instructions(
 fn bench_instructions(env: &Env, rows: &mut Vec<String>) {
     if Command::new("valgrind").arg("--version").output().is_err() {
         eprintln!("instructions: skipped (valgrind is not installed)");
+        if std::env::var_os("MCP_BENCH_MAX_HTTP_RATIO").is_some() {
+            eprintln!("instruction guard: valgrind is needed");
+            std::process::exit(1);
+        }
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -1097,6 +1104,7 @@ fn bench_instructions(env: &Env, rows: &mut Vec<String>) {
         bare / 1e3,
         host / bare
     ));
+    guard("MCP_BENCH_MAX_STDIO_RATIO", "stdio", host, bare);
 
     let bare_http: &[&str] = &["--baseline-server", "0"];
     let host_http: &[&str] = &[
@@ -1123,6 +1131,27 @@ fn bench_instructions(env: &Env, rows: &mut Vec<String>) {
         bare / 1e3,
         host / bare
     ));
+    guard("MCP_BENCH_MAX_HTTP_RATIO", "HTTP", host, bare);
+}
+
+/// The speed guard (`.ci/instruction-guard`): with the variable `var` set to a ratio, fail the run
+/// when the host's instructions per call exceed the bare echo's by more than it. Counts, not
+/// clocks: they do not move with the machine's load.
+fn guard(var: &str, what: &str, host: f64, bare: f64) {
+    let Some(max) = std::env::var(var).ok().and_then(|v| v.parse::<f64>().ok()) else {
+        return;
+    };
+    let ratio = host / bare;
+    if ratio > max {
+        eprintln!(
+            "instruction guard: a {what} tools/call runs {:.1}k instructions, {ratio:.3}x the bare \
+             echo's {:.1}k, over the allowed {max}x ({var}): the request path got slower",
+            host / 1e3,
+            bare / 1e3
+        );
+        std::process::exit(1);
+    }
+    eprintln!("instruction guard: {what} {ratio:.3}x the bare echo (allowed {max}x)");
 }
 
 fn main() {

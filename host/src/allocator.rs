@@ -3,7 +3,7 @@
 //! return blocks aligned enough, the aligned ones only for the rare type that asks for more.
 //!
 //! Why mimalloc: a request allocates and frees some fifty small objects, often on different
-//! threads, where glibc's per-thread caches overflow into its locked arenas (README, Performance:
+//! threads, where glibc's per-thread caches overflow into its locked arenas (docs/performance.md:
 //! 3k fewer instructions a stdio call, 8k an HTTP one). Why not the `mimalloc` crate's own
 //! `MiMalloc`: it sends every allocation through `mi_malloc_aligned`, whose alignment checks and
 //! fallbacks cost about 30 instructions each on mimalloc 3 (callgrind, HTTP `tools/call`: 1.6k

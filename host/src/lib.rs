@@ -1,11 +1,11 @@
 //! mcp-host: serve a folder of compiled plugins as MCP tools.
 //!
-//! Data flows one way: [`config`] → [`plugins`] (discovery, probe, loading) → [`registry`] →
-//! [`exec`] (the call path) → [`protocol`] → [`transport`] (stdio, Streamable HTTP), with [`access`]
-//! (who may call what) consulted by the transports and [`store`] (tasks, and legacy sessions in a
-//! fleet, shared by replicas) by the protocol and the transports. [`host`] ties loading,
-//! snapshots, execution and change notification together; [`telemetry`] (metrics, traces, the
-//! audit log) watches the call path. The `mcp-host` binary wires these together.
+//! Data flows one way through the stages, each using only those below it: [`config`] →
+//! [`telemetry`] → [`access`] → [`plugins`] (discovery, probe, loading, the backend seam) →
+//! [`registry`] → [`exec`] (the call path) → [`store`] (tasks, sessions and the replica bus) →
+//! [`host`] (snapshots, rescans, calls, change notification, the file watcher) → [`protocol`] →
+//! [`transport`] (stdio, Streamable HTTP). A test (`stage_order`) reads every `crate::` path and
+//! fails on one that points up the order. The `mcp-host` binary wires these together.
 
 #![warn(missing_docs, unreachable_pub)]
 
@@ -19,6 +19,9 @@ pub mod registry;
 pub mod store;
 pub mod telemetry;
 pub mod transport;
+
+#[cfg(test)]
+mod stage_order;
 
 pub use config::Config;
 pub use host::{CallError, CallOptions, Host, HostOptions};

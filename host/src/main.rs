@@ -67,8 +67,9 @@ enum SecretCommand {
 enum Command {
     /// Serve MCP: Streamable HTTP (default 127.0.0.1:18080/mcp) or stdio.
     Serve {
-        /// HTTP address to listen on (overrides the config's `listen`).
-        #[arg(long, conflicts_with = "stdio")]
+        /// HTTP address to listen on, over the config's `listen` (also at every reload): PORT,
+        /// localhost:PORT (both 127.0.0.1), IP:PORT or [IPv6]:PORT.
+        #[arg(long, conflicts_with = "stdio", value_name = "ADDR", value_parser = mcp_host::config::parse_listen)]
         listen: Option<std::net::SocketAddr>,
         /// Serve newline-delimited JSON-RPC on stdin/stdout instead of HTTP.
         #[arg(long)]
@@ -98,11 +99,19 @@ enum Command {
         /// Print how it runs instead: its isolation, worker limits and sandbox permissions.
         #[arg(long)]
         permissions: bool,
+        /// Print the full report as JSON (the default when stdout is not a terminal; on a
+        /// terminal the default is a summary).
+        #[arg(long)]
+        json: bool,
     },
     /// Call a tool in-process and print its result (for plugin authors).
     Call {
         /// The tool name.
         tool: String,
+        /// Take the tool from this plugin file only, instead of the configured tool directories
+        /// (e.g. `--plugin target/release/libmy_tools.so` in the plugin's crate).
+        #[arg(long, value_name = "FILE")]
+        plugin: Option<PathBuf>,
         /// Arguments as a JSON object.
         #[arg(long, default_value = "{}")]
         args: String,
@@ -116,6 +125,9 @@ enum Command {
         /// Print JSON instead of YAML.
         #[arg(long)]
         json: bool,
+        /// Print the reference of every configuration key (Markdown) instead.
+        #[arg(long, conflicts_with = "json")]
+        reference: bool,
     },
     /// Print a shell completion script (e.g. `mcp-host completions bash > /etc/bash_completion.d/mcp-host`).
     Completions {
@@ -173,6 +185,9 @@ enum Command {
     /// (internal) Probe plugin files in this process; used by the host before loading.
     #[command(hide = true)]
     Probe {
+        /// How to confine this process before opening any file (JSON from the host).
+        #[arg(long)]
+        confine: Option<String>,
         /// Files to probe.
         files: Vec<PathBuf>,
     },
@@ -192,6 +207,7 @@ fn host_options() -> HostOptions {
         probe_exe: std::env::current_exe().ok(),
         telemetry: None,
         load_on_first_call: false,
+        overrides: Default::default(),
     }
 }
 
@@ -255,7 +271,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires,
                 },
         } => cli::secret::new_secret(&user, agent.as_deref(), expires.as_deref()),
-        Command::Config { json } => {
+        Command::Config {
+            reference: true, ..
+        } => {
+            print!("{}", mcp_host::config::reference::markdown());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Config { json, .. } => {
             let config = Config::load(config_path)?;
             cli::config::print(&config, json, &mut std::io::stdout())
         }
@@ -273,8 +295,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::new::new_plugin(args, &mut std::io::stdout())
         }
         Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
-        Command::Probe { files } => {
-            mcp_host::plugins::probe::run_probe_child(&files, &mut protected_stdout())?;
+        Command::Probe { confine, files } => {
+            mcp_host::plugins::probe::run_probe_child(
+                &files,
+                confine.as_deref(),
+                &mut protected_stdout(),
+            )?;
             Ok(ExitCode::SUCCESS)
         }
         Command::List { json } => {
@@ -284,10 +310,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::inspect::print_list(&host, json, &mut protected_stdout())?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::Check { file, permissions } => {
+        Command::Check {
+            file,
+            permissions,
+            json,
+        } => {
             let config = Config::load(config_path)?;
             init_logging("warn", config.log_format);
-            cli::inspect::check(&config, &file, permissions, &mut protected_stdout())
+            let format = if json || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+                cli::inspect::CheckFormat::Json
+            } else {
+                cli::inspect::CheckFormat::Summary
+            };
+            cli::inspect::check(&config, &file, permissions, format, &mut protected_stdout())
         }
         Command::Keygen {
             out,
@@ -313,8 +348,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             init_logging("warn", config.log_format);
             cli::pin::pin(config, diff, &mut protected_stdout())
         }
-        Command::Call { tool, args, user } => {
-            let config = Config::load(config_path)?;
+        Command::Call {
+            tool,
+            plugin,
+            args,
+            user,
+        } => {
+            let mut config = Config::load(config_path)?;
+            if let Some(file) = &plugin {
+                config.tool_dirs = vec![cli::inspect::plugin_dir(file)?];
+            }
             init_logging("warn", config.log_format);
             let options = audited_host_options(&config)?;
             cli::inspect::call(config, options, &tool, &args, user, &mut protected_stdout())

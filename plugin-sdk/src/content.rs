@@ -345,6 +345,36 @@ pub trait IntoToolResult {
     fn into_tool_result(self) -> ToolResult;
 }
 
+/// A content block's schema: an object whose `type` names its kind. It makes `Vec<Content>` (and a
+/// struct with a `Content` field) a type with a JSON Schema like any other.
+///
+/// ```
+/// use mcp_plugin_sdk::{Content, schemars::schema_for};
+/// let schema = schema_for!(Content);
+/// assert_eq!(schema.get("required"), Some(&serde_json::json!(["type"])));
+/// ```
+impl schemars::JsonSchema for Content {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Content".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "object",
+            "description": "An MCP content block, its kind named by `type`.",
+            "properties": {
+                "type": {
+                    "type": "string",
+                    "enum": ["text", "image", "audio", "resource", "resource_link"],
+                },
+            },
+            "required": ["type"],
+            // Each kind has its own fields: never closed as a nested argument object.
+            "additionalProperties": true,
+        })
+    }
+}
+
 impl IntoToolResult for ToolResult {
     fn into_tool_result(self) -> ToolResult {
         self

@@ -1,4 +1,4 @@
-//! Write tools for [`mcp-host`](https://github.com/) as plain Rust functions.
+//! Write tools for `mcp-host` (an MCP server that serves compiled plugins) as plain Rust functions.
 //!
 //! A plugin is a `cdylib` crate. Its functions become MCP tools: the doc comment is the description,
 //! the `# Arguments` section documents each parameter, and the parameter types give the JSON Schema.
@@ -52,7 +52,8 @@
 //! | `#[service] impl T` | a service named `T`; each `pub fn` is a tool (a `pub fn` helper takes `#[tool(skip)]`; private methods are never tools); `fn enabled(&HostApi) -> bool` gates it; `fn new(&HostApi) -> Self` (or `Result<Self, E>`, or `Default`) builds it once at load; `fn shutdown(&self)` runs when the host retires this version (after its last call: stop threads, flush files) |
 //! | doc comment before the first `# ` heading | `description` |
 //! | `# Arguments` list: `` * `name` - text `` (continuation lines appended) | each parameter's `description` (an undocumented parameter is a compile error) |
-//! | `String`, integers, floats, `bool`, `Vec<T>`, maps, enums, `JsonSchema` structs | their JSON Schema; integers carry their bounds |
+//! | `String`, integers, floats, `bool`, `Vec<T>`, maps, enums, `JsonSchema` structs | their JSON Schema; integers carry their bounds; objects are strict (below) |
+//! | `#[args] a: MyArgs` (a `Deserialize + JsonSchema` struct) | the struct *is* the input schema: its fields are the arguments (below) |
 //! | `Option<T>` | an optional parameter |
 //! | `#[arg(default = 30)]`, `#[arg(min = 0, max = 100)]` | `default` (applied when absent), `minimum`/`maximum` |
 //! | `#[arg(header = "Region")]` | `x-mcp-header`: 2026 HTTP clients mirror the value into `Mcp-Param-Region` |
@@ -61,7 +62,7 @@
 //! | `&CallContext` | cancellation, progress and client logs for this call |
 //! | `&HostApi` | the host API |
 //! | returns `String` / `&str` | text content |
-//! | returns a `Serialize` struct | `structuredContent` plus the same JSON as text, and an `outputSchema` |
+//! | returns a `Serialize + JsonSchema` struct | `structuredContent` plus the same JSON as text, and an `outputSchema` (a type missing either derive is a compile error saying so) |
 //! | returns [`Content`], `Vec<Content>`, [`ToolResult`] | exactly that content (images, audio, resources, several items) |
 //! | returns `Result<T, E>` with `E: Display` | `Ok` as above, `Err` as `isError: true` with the error text |
 //! | panics | `isError: true`, `tool panicked: <message>`; the host keeps running |
@@ -75,6 +76,77 @@
 //! always runs, as a task for 2026 clients with the tasks extension: the client gets a task at
 //! once and polls it; `ask_first`: see [`CallContext::start_task`]) and `skip` (on a `pub fn` of a
 //! service: a helper, not a tool). Misuse of the macros is a compile error that says what to do.
+//!
+//! # Tool names, checked when the crate compiles
+//!
+//! A tool's name (its function's name, or `name = "..."`) must be 1 to 64 ASCII letters, digits,
+//! `_` or `-` (`^[a-zA-Z0-9_-]{1,64}$`, what every major client accepts; the host serves no other):
+//! anything else is a compile error that suggests a valid name. Two tools of one crate with one
+//! name (free tools in two modules, a `name = "..."` equal to another tool's, two services with a
+//! method of one name) fail `cargo build` with ``symbol `mcp_plugin_sdk__two_tools_of_a_plugin_cannot_share_the_name__<name>` is already defined``
+//! at the second one: rename one with `#[tool(name = "...")]`. (`cargo check` does not get that far;
+//! the test kit, [`testing::TestPlugin`], reports it too.) A prefix set in the host's configuration
+//! is added at load and checked there.
+//!
+//! # Nested arguments: strict objects, bounds, and a struct as the whole schema
+//!
+//! A struct argument (`Deserialize + JsonSchema`) is a nested object in the input schema, and like
+//! the root it is **strict**: every generated object schema with `properties` gets
+//! `"additionalProperties": false`, at any depth (in a `Vec`, an `Option`, a map's values, an enum's
+//! variants). A misspelled field is refused by the host before the plugin runs (`Invalid arguments
+//! for tool t: argument `point`: Additional properties are not allowed ('lable' was unexpected)`)
+//! instead of being dropped while the tool runs on a default. A struct flattening an enum
+//! (`#[serde(flatten)]`) is closed as a whole with `"unevaluatedProperties": false`.
+//!
+//! To let a nested struct take fields it does not name, opt out on that struct:
+//! `#[schemars(extend("additionalProperties" = true))]`. Maps (`HashMap<String, T>`) and
+//! `serde_json::Value` are open by nature and stay so.
+//!
+//! `#[arg(default, min, max)]` are for the function's own parameters. Inside a struct use serde's
+//! and schemars' own attributes, which land in the schema the host validates against:
+//! `#[schemars(range(min = 1, max = 48))]` (numbers), `#[schemars(length(min = 1, max = 100))]`
+//! (strings and lists), `#[schemars(regex(pattern = r"^[a-z]+$"))]`, `#[serde(default = "f")]` (an
+//! optional field with its default advertised). Field doc comments become descriptions.
+//!
+//! When the arguments are a struct already, mark the parameter `#[args]`: the struct's schema is
+//! the tool's input schema (strict, as above) and its fields are the arguments. It may sit next to
+//! `UserInfo`, `&CallContext` and `&HostApi`, but no other argument, and takes no `#[arg]`; its
+//! fields are documented by their own doc comments, so the tool needs no `# Arguments` section.
+//!
+//! ```
+//! use mcp_plugin_sdk::{Deserialize, JsonSchema, tool};
+//!
+//! /// Where to search.
+//! #[derive(Deserialize, JsonSchema)]
+//! #[serde(crate = "mcp_plugin_sdk::serde")]
+//! #[schemars(crate = "mcp_plugin_sdk::schemars")]
+//! pub struct Search {
+//!     /// What to look for.
+//!     #[schemars(length(min = 1, max = 100))]
+//!     pub query: String,
+//!     /// How many hours back.
+//!     #[serde(default = "day")]
+//!     #[schemars(range(min = 1, max = 48))]
+//!     pub hours: u32,
+//! }
+//!
+//! fn day() -> u32 {
+//!     24
+//! }
+//!
+//! /// Search recent events.
+//! #[tool(read_only)]
+//! pub fn search(#[args] Search { query, hours }: Search) -> String {
+//!     format!("{query} in the last {hours} h")
+//! }
+//! # fn main() {}
+//! ```
+//!
+//! # Durations
+//!
+//! `std::time::Duration` serializes as `{"secs": .., "nanos": ..}`, which models rarely get right.
+//! Take and return [`Seconds`] instead: a number of seconds (fractions allowed) in JSON and in the
+//! schema, a `Duration` in Rust.
 //!
 //! # Resources, prompts, completions and questions to the client
 //!
@@ -142,6 +214,7 @@ mod abi;
 mod async_rt;
 mod completion;
 mod content;
+mod duration;
 mod host;
 pub mod input;
 mod manifest;
@@ -155,6 +228,7 @@ pub mod validation;
 
 pub use completion::{Completion, CompletionRequest, IntoCompletion, MAX_COMPLETION_VALUES};
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
+pub use duration::Seconds;
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
 pub use input::{
     ElicitAction, ElicitResult, Elicitation, InputError, InputKind, InputRequests, InputResponses,
@@ -206,6 +280,21 @@ pub mod wire {
 #[cfg(doctest)]
 #[doc = include_str!("../../README.md")]
 struct ReadmeDoctests;
+
+/// The authors' guide's examples, compiled by `cargo test --doc` like the README's.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/writing-a-plugin.md")]
+struct WritingAPluginDoctests;
+
+/// See [`WritingAPluginDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/resources-prompts-input-tasks.md")]
+struct ResourcesPromptsDoctests;
+
+/// See [`WritingAPluginDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/testing.md")]
+struct TestingDoctests;
 
 /// What the macros expand to; not part of the public API.
 #[doc(hidden)]
@@ -307,12 +396,31 @@ pub mod __private {
         }
     }
 
+    /// What a tool may return: text and content types, or a `Serialize + JsonSchema` type. The
+    /// macros check it before they probe for the conversion, so that a mistake reads as what to
+    /// derive rather than as a missing method of these helpers.
+    #[diagnostic::on_unimplemented(
+        message = "a tool cannot return `{Self}`: derive `Serialize` and `JsonSchema` for it",
+        label = "`{Self}` needs `#[derive(Serialize, JsonSchema)]` (both) to be a tool's result",
+        note = "a tool returns text (`String`, `&str`), `Content`, `Vec<Content>`, `ToolResult`, \
+                `()`, or a type that is both `serde::Serialize` (its JSON is the structured \
+                content) and `schemars::JsonSchema` (the tool's outputSchema)",
+        note = "a type from another crate: return a struct of your own that derives both, or \
+                `ToolResult::json(&value)` (no outputSchema)"
+    )]
+    pub trait ToolOutput {}
+    impl<T: serde::Serialize + schemars::JsonSchema> ToolOutput for T {}
+    impl ToolOutput for ToolResult {}
+
+    /// Fails to compile, with [`ToolOutput`]'s message, for a type a tool cannot return.
+    pub fn tool_output<T: ToolOutput>() {}
+
     /// First choice: types with their own content mapping (`String`, `Content`, `ToolResult`, ...).
     pub trait ViaContent {
         /// Convert.
         fn into_result(self) -> ToolResult;
     }
-    impl<T: IntoToolResult> ViaContent for &&Returned<T> {
+    impl<T: IntoToolResult> ViaContent for &&&Returned<T> {
         fn into_result(self) -> ToolResult {
             self.take().into_tool_result()
         }
@@ -323,14 +431,35 @@ pub mod __private {
         /// Convert.
         fn into_result(self) -> ToolResult;
     }
-    impl<T: serde::Serialize> ViaJson for &Returned<T> {
+    impl<T: serde::Serialize> ViaJson for &&Returned<T> {
         fn into_result(self) -> ToolResult {
             ToolResult::json(&self.take())
         }
     }
 
+    /// Last: a type that is neither, which [`tool_output`] has already refused at compile time;
+    /// it is here so that the refusal is the only error.
+    pub trait ViaNeither {
+        /// Convert.
+        fn into_result(self) -> ToolResult;
+    }
+    impl<T> ViaNeither for &Returned<T> {
+        fn into_result(self) -> ToolResult {
+            ToolResult::error("this tool's return type is neither content nor `Serialize`")
+        }
+    }
+
     /// Picks the output schema of a return type `T` by the same priorities.
     pub struct OutputOf<T>(PhantomData<T>);
+
+    // `Copy` (whatever `T`), so that the last probe, which takes it by value, compiles for every
+    // type: a type a tool cannot return is refused by [`tool_output`] alone.
+    impl<T> Clone for OutputOf<T> {
+        fn clone(&self) -> Self {
+            *self
+        }
+    }
+    impl<T> Copy for OutputOf<T> {}
 
     impl<T> OutputOf<T> {
         /// The probe.

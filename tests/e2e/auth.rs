@@ -1593,10 +1593,93 @@ fn es256_tokens_and_jwks_keys_are_accepted_and_a_legacy_session_does_not_carry_c
     assert_eq!(me.status, 200, "{}", me.text());
     let who = output(&me);
     assert_eq!(who["user_id"], "alice");
-    assert_eq!(who["session_id"], session.as_str());
+    // The plugin sees an id of its own for the session, never the one the client sends.
+    let seen = who["session_id"].as_str().unwrap();
+    assert!(seen.len() == 32 && seen != session, "{who}");
+    // Without credentials, or with another user's token, alice's session id is unknown: the
+    // session answers only to alice.
     let anonymous = whoami(None);
-    assert_challenged(&anonymous, false, "a session without credentials");
+    assert_eq!(anonymous.status, 404, "{}", anonymous.text());
     let bob = whoami(Some(&hs256(&claims("bob"))));
-    let who = output(&bob);
-    assert_eq!(who["user_id"], "bob", "the token decides, not the session");
+    assert_eq!(bob.status, 404, "{}", bob.text());
+}
+
+// ---------------------------------------------------------------------------------------------
+// `serve --listen` over every reload
+
+/// The number of finished reloads in a log (the watcher's `rescan:` debug line).
+fn reloads(log: &str) -> usize {
+    log.lines().filter(|l| l.contains("rescan: ")).count()
+}
+
+#[test]
+fn listen_given_on_the_command_line_holds_across_the_watchers_catch_up_and_a_sighup_reload() {
+    // No `auth.resource`: the audience is derived from the address served, which only the
+    // command line names (the file says another port).
+    let (l, _) = layout(&Setup::default());
+    let yaml = std::fs::read_to_string(l.root.path().join("mcp-host.yaml")).unwrap();
+    let yaml = yaml.replace(&format!("  resource: \"{RESOURCE}\"\n"), "");
+    let cfg = l.config(&format!("listen: 127.0.0.1:1\n{yaml}"));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let served = format!("http://127.0.0.1:{port}/mcp");
+    let mut cmd = Command::new(&mcp_host_tests::artifacts().host);
+    cmd.arg("--config")
+        .arg(&cfg)
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .env("RUST_LOG", "info,mcp_host::host::watch=debug")
+        .env("XDG_STATE_HOME", l.root.path());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut s = HttpServer::spawn(cmd);
+    let wait_reloads = |s: &HttpServer, n: usize| {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while reloads(&s.stderr()) < n {
+            assert!(
+                Instant::now() < deadline,
+                "no reload #{n} within 30 s:\n{}",
+                s.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    // The watcher's catch-up reload, then a SIGHUP one.
+    wait_reloads(&s, 1);
+    let hup = Command::new("kill")
+        .args(["-HUP", &s.child().id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait_reloads(&s, 2);
+
+    let token = hs256(&json!({ "sub": "alice", "aud": served, "iat": now(), "exp": now() + 600 }));
+    assert_eq!(whoami_at(&s, "/mcp", &token)["user_id"], "alice");
+    let meta = s
+        .connect()
+        .request("GET", "/.well-known/oauth-protected-resource/mcp", &[], b"");
+    assert_eq!(meta.status, 200, "{}", meta.text());
+    assert_eq!(meta.json()["resource"], served.as_str());
+    // A token for the file's address is for another server.
+    let other =
+        hs256(&json!({ "sub": "alice", "aud": "http://127.0.0.1:1/mcp", "exp": now() + 600 }));
+    let refused = call(&s, Some(&other), "whoami", json!({}));
+    assert_eq!(refused.status, 401, "{}", refused.text());
+    let challenge = refused.header("www-authenticate").unwrap_or_default();
+    assert!(
+        challenge.contains("another audience")
+            && challenge.contains(&format!("127.0.0.1:{port}/.well-known")),
+        "{challenge}"
+    );
+    let log = s.stderr();
+    assert!(log.contains("SIGHUP: rescanning"), "{log}");
+    assert!(
+        !log.contains("`listen` changed"),
+        "a false restart warning:\n{log}"
+    );
 }

@@ -10,17 +10,13 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
 
 use mcp_host_tests::serve::{HttpServer, result_text};
-use mcp_host_tests::{artifacts, fresh_checkout, shared_target, workspace_root};
-use object::{Object as _, ObjectSection as _, ObjectSymbol as _};
+use mcp_host_tests::{artifacts, fresh_checkout, shared_target};
 
-/// Which toolchain the ordering file was made for, as `host/build.rs` decides it.
-#[path = "../../host/link/toolchain.rs"]
-mod toolchain;
 use serde_json::{Value, json};
 
 fn library(name: &str) -> String {
@@ -182,60 +178,4 @@ fn readme_first_command_serves_the_packaged_plugins_only_and_logs_no_error_or_wa
         noisy.join("\n")
     );
     assert!(log.contains("Serving 19 tools from 3 plugins"), "{log}");
-}
-
-/// The start-up ordering file (`host/link/startup-order.txt`, see `host/build.rs`) still names the
-/// functions of the binary the README's command builds, and the linker placed them first in
-/// `.text`: the ordering file goes stale when a dependency or the toolchain changes (symbol names
-/// carry a hash of both), which would silently spread start-up code over the whole binary again.
-#[test]
-fn readme_release_build_places_the_listed_start_up_functions_first() {
-    let order =
-        std::fs::read_to_string(workspace_root().join("host/link/startup-order.txt")).unwrap();
-    let made_for =
-        toolchain::made_for(&order).expect("the ordering file names the rustc it was made for");
-    let this = toolchain::of("rustc".as_ref(), None).expect("rustc -vV");
-    if made_for != this {
-        eprintln!(
-            "skipped: the ordering file was made for rustc {made_for}, this is {this} (the build \
-             does not use it)"
-        );
-        return;
-    }
-
-    let checkout = fresh_checkout(&shared_target("builds"));
-    build_release(checkout.path());
-    let binary = std::fs::read(checkout.path().join("target/release/mcp-host")).unwrap();
-    let elf = object::File::parse(&*binary).unwrap();
-    let text = elf.section_by_name(".text").expect("a .text section");
-    let symbols: HashMap<&str, (u64, u64)> = elf
-        .symbols()
-        .filter_map(|s| Some((s.name().ok()?, (s.address(), s.size()))))
-        .collect();
-    let listed: Vec<&str> = order
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty() && !l.starts_with('#'))
-        .collect();
-    let found: Vec<(u64, u64)> = listed
-        .iter()
-        .filter_map(|n| symbols.get(n))
-        .copied()
-        .collect();
-    assert!(
-        found.len() * 10 >= listed.len() * 9,
-        "only {} of the {} functions in host/link/startup-order.txt are in the release binary: \
-         regenerate it with `python3 host/link/update-startup-order.py`",
-        found.len(),
-        listed.len()
-    );
-    // Placed first: they fill the start of .text (alignment padding between them aside).
-    let size: u64 = found.iter().map(|(_, size)| size).sum();
-    let end = found.iter().map(|(at, size)| at + size).max().unwrap();
-    assert!(
-        end - text.address() < size + size / 4,
-        "the listed functions ({size} bytes) end {} bytes into .text: the linker did not place \
-         them first (is host/build.rs passing the ordering file?)",
-        end - text.address()
-    );
 }

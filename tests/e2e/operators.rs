@@ -729,3 +729,491 @@ fn version_prints_the_build_fingerprint_and_completions_name_every_command() {
         "not a bash completion script"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The first hour (issue 36)
+
+/// `mcp-host <args>` in `dir` with `config` (when given), the caller's `MCP_*` variables removed:
+/// (exit code, stdout, stderr).
+fn host_in(
+    dir: &std::path::Path,
+    config: Option<&std::path::Path>,
+    args: &[&str],
+) -> (i32, String, String) {
+    host_without(dir, config, args, &[])
+}
+
+/// [`host_in`] without the variables `unset`.
+fn host_without(
+    dir: &std::path::Path,
+    config: Option<&std::path::Path>,
+    args: &[&str],
+    unset: &[&str],
+) -> (i32, String, String) {
+    let mut cmd = Command::new(&artifacts().host);
+    for var in unset {
+        cmd.env_remove(var);
+    }
+    if let Some(config) = config {
+        cmd.arg("--config").arg(config);
+    }
+    cmd.args(args)
+        .current_dir(dir)
+        .env("RUST_LOG", "info")
+        .env("XDG_STATE_HOME", dir)
+        .stdin(Stdio::null());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `mcp-host --config <cfg> serve <args>` with the test's environment, as an [`HttpServer`].
+fn serve_http(l: &Layout, cfg: &std::path::Path, args: &[&str]) -> HttpServer {
+    let mut cmd = Command::new(&artifacts().host);
+    cmd.arg("--config")
+        .arg(cfg)
+        .arg("serve")
+        .args(args)
+        .env("RUST_LOG", "info")
+        .env("XDG_STATE_HOME", l.root.path());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    HttpServer::spawn(cmd)
+}
+
+#[test]
+fn listen_takes_a_bare_port_or_localhost_and_a_wrong_value_shows_the_forms() {
+    let l = Layout::new();
+    l.dir("d");
+    // `serve --listen localhost:PORT` and `--listen PORT` bind the loopback address.
+    for form in ["localhost:{}", "{}"] {
+        let port = free_port();
+        let cfg = l.config("tool_dirs: [d]\nstore: memory\n");
+        let server = serve_http(
+            &l,
+            &cfg,
+            &["--listen", &form.replace("{}", &port.to_string())],
+        );
+        assert_eq!(
+            server.addr,
+            std::net::SocketAddr::from(([127, 0, 0, 1], port)),
+            "{form}"
+        );
+        let health = server.connect().request("GET", "/healthz", &[], b"");
+        assert_eq!(health.status, 200, "{form}");
+    }
+    // The key `listen` takes the same forms, a YAML port number too.
+    for (yaml, want) in [
+        ("listen: 19205", "127.0.0.1:19205"),
+        ("listen: localhost:19206", "127.0.0.1:19206"),
+        ("listen: \"19207\"", "127.0.0.1:19207"),
+        ("listen: \"[::1]:19208\"", "[::1]:19208"),
+        ("metrics_listen: 19209", "127.0.0.1:19209"),
+    ] {
+        let cfg = l.config(&format!("tool_dirs: [d]\n{yaml}\n"));
+        let (code, out, err) = host_in(l.root.path(), Some(&cfg), &["config", "--json"]);
+        assert_eq!(code, 0, "{yaml}: {err}");
+        let printed: Value = serde_json::from_str(&out).unwrap();
+        let key = yaml.split(':').next().unwrap();
+        assert_eq!(printed[key], want, "{yaml}");
+    }
+    // A wrong value says which forms are accepted, on the command line and in the file.
+    let cfg = l.config("tool_dirs: [d]\n");
+    let (code, _, err) = host_in(
+        l.root.path(),
+        Some(&cfg),
+        &["serve", "--listen", "nowhere:80"],
+    );
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("nowhere:80") && err.contains("localhost:PORT") && err.contains("[IPv6]:PORT"),
+        "{err}"
+    );
+    let cfg = l.config("tool_dirs: [d]\nlisten: localhost\n");
+    let (code, _, err) = host_in(l.root.path(), Some(&cfg), &["config"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("`listen`") && err.contains("localhost:PORT") && err.contains("mcp-host.yaml"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_new_secrets_snippet_turns_auth_on_and_serve_says_what_authentication_is_in_force() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let (code, out, err) = host_in(l.root.path(), None, &["secret", "new", "--user", "ana"]);
+    assert_eq!(code, 0, "{err}");
+    let secret = out
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with("mcp_") && !l.contains(' '))
+        .unwrap_or_else(|| panic!("no secret in {out}"))
+        .to_owned();
+    // The snippet, pasted as it is, under the tool directories.
+    let snippet = &out[out
+        .find("auth:\n")
+        .unwrap_or_else(|| panic!("no snippet: {out}"))..];
+    let snippet: String = snippet
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(snippet.contains("  require_auth: true\n"), "{out}");
+    let cfg = l.config(&format!("tool_dirs: [d]\nstore: memory\n{snippet}"));
+    let server = serve_http(&l, &cfg, &["--listen", "127.0.0.1:0"]);
+    let echo = |token: Option<&str>| {
+        let bearer = token.map(|t| format!("Bearer {t}"));
+        let extra: Vec<(&str, &str)> = bearer
+            .as_deref()
+            .map(|b| vec![("Authorization", b)])
+            .unwrap_or_default();
+        call(&server, 1, "echo", json!({"text": "hi"}), &extra).status
+    };
+    assert_eq!(echo(None), 401, "anonymous calls are refused");
+    assert_eq!(echo(Some(&secret)), 200);
+    let log = server.stderr();
+    assert!(
+        log.contains("authentication: 1 credential (1 personal secret); anonymous calls refused"),
+        "{log}"
+    );
+    drop(server);
+
+    // Secrets without `require_auth`: anonymous calls still succeed, and the log says so.
+    let open = snippet.replace("  require_auth: true\n", "");
+    let cfg = l.config(&format!("tool_dirs: [d]\nstore: memory\n{open}"));
+    let server = serve_http(&l, &cfg, &["--listen", "127.0.0.1:0"]);
+    let log = server.stderr();
+    assert!(
+        log.contains("WARN")
+            && log.contains("anonymous calls allowed")
+            && log.contains("auth.require_auth: true"),
+        "{log}"
+    );
+}
+
+#[test]
+fn missing_tool_directories_an_empty_tool_set_and_a_stdio_without_caller_are_warned() {
+    let l = Layout::new();
+    l.dir("empty");
+    let cfg = l.config("tool_dirs: [nope, empty]\nstore: memory\n");
+    let (code, _, err) = host_without(
+        l.root.path(),
+        Some(&cfg),
+        &["serve", "--stdio", "--no-watch"],
+        &["USER"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let missing = l.root.path().join("nope");
+    assert!(
+        err.lines().any(|line| line.contains("WARN")
+            && line.contains(&format!(
+                "Tool directory {} does not exist",
+                missing.display()
+            ))
+            && line.contains(&format!("config file {}", cfg.display()))
+            && line.contains(&format!(
+                "relative paths resolve against {}",
+                l.root.path().display()
+            ))),
+        "{err}"
+    );
+    assert!(
+        err.lines().any(|line| line.contains("WARN")
+            && line.contains("No tools to serve")
+            && line.contains(&l.root.path().join("empty").display().to_string())),
+        "{err}"
+    );
+    assert!(
+        err.contains("without a caller") && err.contains("stdio_user"),
+        "{err}"
+    );
+
+    // From a directory without a configuration: the defaults, and where they were looked for.
+    let elsewhere = tempfile::tempdir().unwrap();
+    let (code, _, err) = host_in(elsewhere.path(), None, &["list"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("No tools to serve")
+            && err.contains("no config file")
+            && err.contains("config/mcp-host.yaml")
+            && err.contains(&elsewhere.path().display().to_string()),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_plugin_authors_inner_loop_needs_no_configuration_and_check_speaks_plainly() {
+    let l = Layout::new();
+    let basic = l.install("d", "fixture-basic", None);
+    let basic = basic.to_str().unwrap();
+    let nowhere = tempfile::tempdir().unwrap();
+    let here = nowhere.path();
+
+    // `new` depends on the SDK this host names in --version, and its README calls the build.
+    let krate = here.join("my-tools");
+    let (code, out, err) = host_in(
+        here,
+        None,
+        &["new", "my-tools", "--path", krate.to_str().unwrap()],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("call --plugin target/release/"), "{out}");
+    let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap();
+    let sdk = mcp_plugin_sdk::wire::BuildInfo::host().sdk_version;
+    assert!(
+        manifest.contains(&format!("mcp-plugin-sdk = {{ version = \"{sdk}\" }}"))
+            && !manifest
+                .lines()
+                .any(|l| l.starts_with("mcp-plugin-sdk") && l.contains("path")),
+        "{manifest}"
+    );
+    let readme = std::fs::read_to_string(krate.join("README.md")).unwrap();
+    assert!(
+        readme.contains("mcp-host call --plugin target/release/"),
+        "{readme}"
+    );
+
+    // Without a configuration `call` finds nothing, and says how to call a build directly.
+    let (code, _, err) = host_in(here, None, &["call", "echo", "--args", r#"{"text": "hi"}"#]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("unknown tool") && err.contains("--plugin"),
+        "{err}"
+    );
+    let (code, out, err) = host_in(
+        here,
+        None,
+        &[
+            "call",
+            "--plugin",
+            basic,
+            "echo",
+            "--args",
+            r#"{"text": "hi"}"#,
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let result: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(result["content"][0]["text"], "hi", "{result}");
+    let (code, _, err) = host_in(here, None, &["call", "--plugin", basic, "ecoh"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("Did you mean `echo`?"), "{err}");
+    let (code, _, err) = host_in(here, None, &["call", "--plugin", basic, "whoami"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("--user NAME"), "{err}");
+    let (code, out, err) = host_in(
+        here,
+        None,
+        &["call", "--plugin", basic, "whoami", "--user", "ada"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("ada"), "{out}");
+
+    // `check --json` is the full report; on a terminal the default is a short summary.
+    let (code, out, err) = host_in(here, None, &["check", "--json", basic]);
+    assert_eq!(code, 0, "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["manifest"]["plugin"], "fixture-basic");
+    assert_eq!(report["refused"], json!([]));
+    // util-linux `script` gives the command a terminal.
+    let script = ["/usr/bin/script", "/bin/script"]
+        .into_iter()
+        .map(std::path::Path::new)
+        .find(|p| p.exists());
+    if script.is_none() {
+        eprintln!("skipping the terminal summary: util-linux `script` is not installed");
+    }
+    if let Some(script) = script {
+        let command = format!("{} check {basic}", artifacts().host.display());
+        let out = Command::new(script)
+            .args(["-qec", &command, "/dev/null"])
+            .current_dir(here)
+            .output()
+            .unwrap();
+        let summary = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success(), "{summary}");
+        assert!(
+            summary.contains("plugin fixture-basic 0.1.0")
+                && summary.contains("9 tools:")
+                && summary.contains("echo")
+                && summary.contains("--json")
+                && !summary.contains("inputSchema"),
+            "{summary}"
+        );
+        assert!(summary.lines().count() < 40, "{summary}");
+    }
+
+    // A plugin with a name the registry refuses fails its check, naming it.
+    let faulty = l.install("d", "fixture-faulty", None);
+    let (code, _, err) = host_in(here, None, &["check", "--json", faulty.to_str().unwrap()]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("would not serve 1 of its names")
+            && err.contains("tool bad.name: invalid name"),
+        "{err}"
+    );
+}
+
+#[test]
+fn error_messages_lead_with_what_to_do_and_say_each_thing_once() {
+    let l = Layout::new();
+    let here = l.root.path();
+    // A file that is not there is not a copy problem.
+    let (code, _, err) = host_in(here, None, &["check", "libnothere.so"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("libnothere.so: cannot read the plugin file")
+            && !err.contains("runtime directory"),
+        "{err}"
+    );
+    // A missing config file: the OS error once.
+    let (code, _, err) = host_in(here, Some(&here.join("nope.yaml")), &["list"]);
+    assert_eq!(code, 2);
+    assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    // A library that is not a plugin: the hint first, no NUL byte, the symbol once.
+    let lib = l.dir("d").join(format!(
+        "{}notaplugin.{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_EXTENSION
+    ));
+    let some_library = std::fs::read_dir(mcp_host_tests::target_dir().join("debug").join("deps"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| {
+            p.extension()
+                .is_some_and(|e| e == std::env::consts::DLL_EXTENSION)
+                && p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().contains("async_trait"))
+        });
+    if let Some(library) = some_library {
+        std::fs::copy(library, &lib).unwrap();
+        let (code, _, err) = host_in(here, None, &["check", lib.to_str().unwrap()]);
+        assert_eq!(code, 1);
+        assert!(!err.contains('\0'), "{err:?}");
+        assert!(
+            err.contains(
+                "not built with mcp-plugin-sdk: end the crate's lib.rs with `export_plugin!()`"
+            ),
+            "{err}"
+        );
+        assert_eq!(err.matches("_1as_0lib_1header").count(), 1, "{err}");
+    }
+    // An ABI mismatch says which SDK to rebuild against.
+    let mismatch = l.install("d", "fixture-abi-mismatch", None);
+    let (code, _, err) = host_in(here, None, &["check", mismatch.to_str().unwrap()]);
+    assert_eq!(code, 1);
+    let sdk = mcp_plugin_sdk::wire::BuildInfo::host().sdk_version;
+    assert!(
+        err.contains(&format!("rebuild the plugin against mcp-plugin-sdk {sdk}"))
+            && !err.contains("Error:"),
+        "{err}"
+    );
+    // Seconds are seconds; an unknown key or tool gets the near one.
+    let cfg = l.config("limits: {call_timeout_secs: 5s}\n");
+    let (_, _, err) = host_in(here, Some(&cfg), &["config"]);
+    assert!(err.contains("expected a number of seconds"), "{err}");
+    let cfg = l.config("limits: {max_call_dept: 3}\n");
+    let (_, _, err) = host_in(here, Some(&cfg), &["config"]);
+    assert!(
+        err.contains("unknown field `max_call_dept` (did you mean `max_call_depth`?)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_reload_that_turns_a_service_on_counts_the_tools_it_adds() {
+    let l = Layout::new();
+    l.install("d", "mcp-text", None);
+    let cfg = l.config("tool_dirs: [d]\nstore: memory\n");
+    let server = serve_http(&l, &cfg, &["--listen", "127.0.0.1:0"]);
+    // mcp-text's signing service is on once it has a key.
+    l.config("tool_dirs: [d]\nstore: memory\nplugins:\n  mcp-text:\n    config: {hmac_key: k3y}\n");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let line = loop {
+        let log = server.stderr();
+        if let Some(line) = log
+            .lines()
+            .find(|l| l.contains("Reloaded plugin") && l.contains("mcp_text"))
+        {
+            break line.to_owned();
+        }
+        assert!(std::time::Instant::now() < deadline, "no reload:\n{log}");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let added: usize = line
+        .split(": +")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(added > 0, "{line}");
+}
+
+#[test]
+fn an_overridden_tool_is_warned_once_not_at_every_rescan() {
+    let l = Layout::new();
+    l.install("a", "fixture-basic", None);
+    l.install("b", "fixture-override", None);
+    let cfg = l.config("tool_dirs: [a, b]\nstore: memory\nload_on_first_call: false\n");
+    let mut cmd = Command::new(&artifacts().host);
+    cmd.arg("--config")
+        .arg(&cfg)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("RUST_LOG", "info,mcp_host::host::watch=debug")
+        .env("XDG_STATE_HOME", l.root.path());
+    for (k, _) in std::env::vars_os() {
+        if k.to_string_lossy().starts_with("MCP_") {
+            cmd.env_remove(k);
+        }
+    }
+    let mut server = HttpServer::spawn(cmd);
+    let rescans = |log: &str| log.lines().filter(|l| l.contains("rescan: ")).count();
+    let wait = |server: &HttpServer, n: usize| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while rescans(&server.stderr()) < n {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no rescan #{n}:\n{}",
+                server.stderr()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    };
+    wait(&server, 1);
+    let hup = Command::new("kill")
+        .args(["-HUP", &server.child().id().to_string()])
+        .status()
+        .unwrap();
+    assert!(hup.success());
+    wait(&server, 2);
+    let log = server.stderr();
+    let warned = log
+        .lines()
+        .filter(|l| {
+            l.contains("WARN") && l.contains("Tool echo from") && l.contains("overridden by")
+        })
+        .count();
+    assert_eq!(warned, 1, "{log}");
+}

@@ -523,7 +523,7 @@ fn changes_made_before_the_watcher_is_in_place_are_applied_when_it_starts() {
 
     l.config("tool_dirs: [d]\nagents:\n  a:\n    allow: [\"echo\"]\n  b:\n    deny: [\"*\"]\n");
     l.install("d", "fixture-override", None);
-    let _watcher = mcp_host::plugins::watch::watch(host.clone()).unwrap();
+    let _watcher = mcp_host::host::watch::watch(host.clone()).unwrap();
 
     let applied = poll(WAIT, || {
         (host.access().agent("b").is_some() && host.registry().get("wrap_count").is_some())

@@ -36,8 +36,11 @@ fn cargo(dir: &Path, args: &[&str], target: &Path) -> Output {
 fn a_scaffolded_plugin_tests_builds_and_is_served_as_it_is_from_a_tool_directory() {
     let work = tempfile::tempdir().unwrap();
     let crate_dir = work.path().join("hello-tools");
+    // Against this checkout's SDK (the default is the published one, by version).
     let out = Command::new(&artifacts().host)
-        .args(["new", "hello-tools", "--path"])
+        .args(["new", "hello-tools", "--sdk"])
+        .arg(artifacts_sdk())
+        .arg("--path")
         .arg(&crate_dir)
         .output()
         .unwrap();

@@ -360,3 +360,83 @@ fn every_tool_and_service_of_the_crate_is_exported_once_listed_or_not() {
         "5 chars"
     );
 }
+
+#[test]
+fn a_misspelled_field_of_a_nested_struct_is_refused_before_the_plugin_runs() {
+    let tools = manifest_tools();
+    let point = &tool(&tools, "all_types")["inputSchema"]["properties"]["point"];
+    assert_eq!(point["additionalProperties"], false, "{point}");
+    let l = Layout::new();
+    let host = schema_host(&l);
+    let rt = runtime();
+    let args = json!({
+        "text": "t", "flag": true, "i8v": 1, "i16v": 2, "i32v": 3, "i64v": 4, "u8v": 5, "u16v": 6,
+        "u32v": 7, "u64v": 8, "f32v": 1.5, "f64v": 2.5, "list": [1], "map": {"a": 1},
+        "ordered": {"k": "v"}, "any": {"x": [1]}, "volume": "high",
+        "point": {"x": 1.0, "y": 2.0, "lable": "typo"}, "points": [{"x": 0, "y": 0, "z": 1}],
+        "percent": 50
+    });
+    let r = rt
+        .block_on(host.call("all_types", Some(args), CallOptions::default()))
+        .unwrap();
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(
+        text(&r).contains("argument `point`") && text(&r).contains("'lable' was unexpected"),
+        "{r}"
+    );
+    assert!(text(&r).contains("argument `points.0`"), "{r}");
+}
+
+#[test]
+fn a_struct_can_be_the_root_argument_schema_with_bounds_on_nested_fields() {
+    let tools = manifest_tools();
+    let schema = &tool(&tools, "search_window")["inputSchema"];
+    assert_eq!(schema["type"], "object");
+    assert_eq!(schema["additionalProperties"], false, "{schema}");
+    assert_eq!(schema["required"], json!(["query", "area"]), "{schema}");
+    let p = &schema["properties"];
+    assert_eq!(p["query"]["description"], "What to look for.");
+    assert_eq!(
+        (&p["query"]["minLength"], &p["query"]["maxLength"]),
+        (&json!(1), &json!(100))
+    );
+    assert_eq!(
+        (&p["hours"]["minimum"], &p["hours"]["maximum"]),
+        (&json!(1), &json!(48))
+    );
+    assert_eq!(p["hours"]["default"], 24);
+    assert_eq!(p["area"]["additionalProperties"], false, "{schema}");
+    let lat = &p["area"]["properties"]["lat"];
+    assert_eq!(
+        (&lat["minimum"], &lat["maximum"]),
+        (&json!(-90), &json!(90))
+    );
+    assert!(
+        p["labels"]
+            .to_string()
+            .contains(r#""additionalProperties":true"#),
+        "{schema}"
+    );
+
+    let l = Layout::new();
+    let host = schema_host(&l);
+    let rt = runtime();
+    let call = |args: Value| {
+        rt.block_on(host.call("search_window", Some(args), CallOptions::default()))
+            .unwrap()
+    };
+    let ok = call(
+        json!({"query": "rain", "area": {"lat": 1.5, "lon": 2}, "labels": {"colour": "red", "size": 3}}),
+    );
+    assert_eq!(text(&ok), "rain within 24 h of 1.5,2 red", "{ok}");
+    let typo = call(json!({"query": "rain", "area": {"lat": 1, "lon": 2}, "hour": 3}));
+    assert_eq!(typo["isError"], true, "{typo}");
+    assert!(text(&typo).contains("'hour' was unexpected"), "{typo}");
+    let nested = call(json!({"query": "rain", "area": {"lat": 91, "lon": 2, "alt": 0}}));
+    assert_eq!(nested["isError"], true, "{nested}");
+    assert!(
+        text(&nested).contains("argument `area.lat`") && text(&nested).contains("maximum"),
+        "{nested}"
+    );
+    assert!(text(&nested).contains("'alt' was unexpected"), "{nested}");
+}

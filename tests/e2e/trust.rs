@@ -488,3 +488,63 @@ fn under_enforce_a_tool_not_in_the_lock_is_not_served() {
     assert!(c.logged("Tool catalog_edition from"));
     assert!(c.logged("is held (pinning: enforce): it is not in the lock file"));
 }
+
+#[test]
+fn a_signed_library_renamed_to_pass_for_another_file_is_refused() {
+    let l = Layout::new();
+    let (release, key) = keygen(&l, "release");
+    // Signed as libcat.so, deployed (with its signature) as libother.so.
+    let staged = catalog(&l, "staging", "libcat.so");
+    sign(&release, &staged);
+    let dir = l.dir("d");
+    std::fs::copy(&staged, dir.join("libother.so")).unwrap();
+    std::fs::copy(
+        staged.with_file_name("libcat.so.minisig"),
+        dir.join("libother.so.minisig"),
+    )
+    .unwrap();
+    let cfg = trust_config(&l, "[d]", &key, "");
+    let (rows, log) = l.list(&cfg);
+    let row = rows
+        .iter()
+        .find(|r| {
+            r["file"]
+                .as_str()
+                .is_some_and(|f| f.ends_with("libother.so"))
+        })
+        .unwrap_or_else(|| panic!("no row: {rows:#?}"));
+    assert_eq!(row["status"], "load_error", "{row}\n{log}");
+    assert!(
+        row.to_string()
+            .contains("signed for a file named libcat.so, not libother.so"),
+        "{row}"
+    );
+}
+
+#[test]
+fn under_enforce_a_tool_whose_meta_changed_after_pinning_is_held() {
+    let l = Layout::new();
+    let live = l.install("d", "fixture-schema", None);
+    let cfg = l.config("tool_dirs: [{path: d, pinning: enforce}]\n");
+    let pinned = l.run(&cfg, &["pin"]);
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
+    let (rows, log) = l.list(&cfg);
+    assert_eq!(
+        row(&rows, "custom_schema", "libfixture_schema.so")["status"],
+        "active",
+        "{log}"
+    );
+    // The same library, but its `_meta` now points a client's UI somewhere else.
+    let copy = l.dir("staging").join("libfixture_schema.so");
+    std::fs::copy(&live, &copy).unwrap();
+    patch_bytes(&copy, b"example.com/ui", b"example.com/ux");
+    replace_atomically(&copy, &live);
+    let (rows, log) = l.list(&cfg);
+    let held = row(&rows, "custom_schema", "libfixture_schema.so");
+    assert_eq!(held["status"], "held", "{held}\n{log}");
+    assert!(held.to_string().contains("_meta"), "{held}");
+}

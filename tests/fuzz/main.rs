@@ -751,3 +751,123 @@ fn any_manifest_is_read_or_refused_without_harm() {
         },
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The worker channel: frames a (possibly hostile) worker sends the host, and its output lines
+
+use mcp_host::plugins::worker::fuzzing as worker_wire;
+
+/// How bytes arrive: piece sizes (a zero is a pause for a non-blocking read).
+fn piece_sizes() -> impl Strategy<Value = Vec<usize>> {
+    prop::collection::vec(
+        prop_oneof![1 => Just(0usize), 6 => 1usize..64, 1 => 64usize..100_000],
+        1..8,
+    )
+}
+
+/// Bytes that look like frames often enough: a length prefix (any, small, or around the limit)
+/// and a body, some of them valid messages, then anything.
+fn frame_bytes(limit: usize) -> impl Strategy<Value = Vec<u8>> {
+    let prefix = prop_oneof![
+        any::<u32>(),
+        0u32..64,
+        Just(limit as u32),
+        Just(limit as u32 + 1),
+        Just(u32::MAX),
+    ];
+    let frame = (prefix, prop::collection::vec(any::<u8>(), 0..200)).prop_map(|(len, body)| {
+        let mut f = len.to_le_bytes().to_vec();
+        f.extend(body);
+        f
+    });
+    let valid = prop::collection::vec((any::<u64>(), ".{0,12}", ".{0,40}"), 0..4)
+        .prop_map(|parts| worker_wire::encode_messages(&parts).0);
+    prop::collection::vec(prop_oneof![frame, valid], 0..6).prop_map(|parts| parts.concat())
+}
+
+#[test]
+fn any_worker_byte_stream_decodes_or_fails_cleanly_within_the_frame_limit() {
+    const LIMIT: usize = 100_000;
+    fuzz(
+        "worker frames",
+        256,
+        (frame_bytes(LIMIT), piece_sizes(), any::<bool>()),
+        |(bytes, sizes, polling)| {
+            let read = worker_wire::read_frames(bytes, &sizes, LIMIT, polling);
+            prop_assert!(
+                read.peak_buffer <= worker_wire::buffer_bound(LIMIT),
+                "the reader held {} bytes",
+                read.peak_buffer
+            );
+            prop_assert!(
+                matches!(
+                    read.end,
+                    std::io::ErrorKind::UnexpectedEof | std::io::ErrorKind::InvalidData
+                ),
+                "{:?}: {}",
+                read.end,
+                read.end_message
+            );
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn worker_messages_come_out_of_any_split_as_they_went_in() {
+    fuzz(
+        "worker frame round trip",
+        128,
+        (
+            prop::collection::vec((any::<u64>(), ".{0,20}", ".{0,300}"), 0..12),
+            piece_sizes(),
+            any::<bool>(),
+        ),
+        |(parts, sizes, polling)| {
+            let (bytes, sent) = worker_wire::encode_messages(&parts);
+            let read = worker_wire::read_frames(bytes, &sizes, 1 << 20, polling);
+            prop_assert_eq!(read.end, std::io::ErrorKind::UnexpectedEof);
+            prop_assert_eq!(read.messages, sent);
+            Ok(())
+        },
+    );
+}
+
+#[test]
+fn worker_output_lines_are_bounded_and_lose_no_short_line() {
+    let limit = worker_wire::OUTPUT_LINE_LIMIT;
+    let line = prop_oneof![
+        4 => "[a-z ]{0,40}",
+        1 => (limit - 2..limit + 3).prop_map(|n| "y".repeat(n)),
+        1 => (20_000usize..60_000).prop_map(|n| "z".repeat(n)),
+    ];
+    fuzz(
+        "worker output lines",
+        64,
+        (
+            prop::collection::vec(line, 0..8),
+            piece_sizes(),
+            any::<bool>(),
+        ),
+        |(lines, sizes, final_newline)| {
+            let mut text = lines.join("\n");
+            if final_newline && !lines.is_empty() {
+                text.push('\n');
+            }
+            let read = worker_wire::read_output_lines(text.into_bytes(), &sizes);
+            let expected: Vec<&String> =
+                if final_newline || lines.last().is_some_and(|l| !l.is_empty()) {
+                    lines.iter().collect()
+                } else {
+                    lines.iter().take(lines.len().saturating_sub(1)).collect()
+                };
+            prop_assert_eq!(read.len(), expected.len());
+            for ((kept, dropped), sent) in read.iter().zip(expected) {
+                prop_assert!(kept.len() <= limit);
+                prop_assert_eq!(kept.len() + *dropped as usize, sent.len());
+                prop_assert!(sent.starts_with(kept.as_str()));
+            }
+            Ok(())
+        },
+    );
+}

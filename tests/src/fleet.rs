@@ -174,7 +174,7 @@ impl Redis {
 // nginx
 
 /// The nginx configuration of a plain round-robin front on `port` for `upstreams`, with every
-/// file under `prefix` (the one in README's "Running several replicas", with test paths).
+/// file under `prefix` (the one in docs/operators/replicas.md, with test paths).
 pub fn nginx_config(port: u16, upstreams: &[SocketAddr], prefix: &Path) -> String {
     let p = prefix.display();
     let servers: String = upstreams

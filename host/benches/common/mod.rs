@@ -8,7 +8,7 @@ pub mod report;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Build `packages` in release mode into `target/bench` (never `target/release`, which the default
+/// Build `packages` in release mode (or the profile `MCP_BENCH_PROFILE` names) into `target/bench` (never `target/release`, which the default
 /// configuration serves), or the directory `MCP_BENCH_TARGET_DIR` names (the profile-guided build,
 /// `packaging/pgo-build`, keeps its instrumented and optimised artifacts apart), and return that
 /// release directory.
@@ -20,14 +20,16 @@ pub fn build_release(packages: &[&str]) -> PathBuf {
     let target = std::env::var_os("MCP_BENCH_TARGET_DIR")
         .map(|dir| root.join(dir))
         .unwrap_or_else(|| root.join("target").join("bench"));
+    // `MCP_BENCH_PROFILE=dist` measures the deployment build (fat LTO).
+    let profile = std::env::var("MCP_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
     cmd.current_dir(&root)
         .env("CARGO_TARGET_DIR", &target)
-        .args(["build", "--release", "--quiet"]);
+        .args(["build", "--profile", &profile, "--quiet"]);
     for p in packages {
         cmd.args(["-p", p]);
     }
     let status = cmd.status().expect("run cargo build");
-    assert!(status.success(), "release build failed");
-    target.join("release")
+    assert!(status.success(), "{profile} build failed");
+    target.join(&profile)
 }

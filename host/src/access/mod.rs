@@ -44,6 +44,37 @@ impl Identity {
         }
         peer.map_or_else(|| Arc::from("anonymous"), Arc::clone)
     }
+
+    /// Who owns the legacy sessions this request opens and may use: the verified user, else the
+    /// remote address (`peer`, from [`peer_key`]; through an agent endpoint, the agent and the
+    /// address together). A session answers only to its owner.
+    pub fn session_owner(&self, peer: &Arc<str>) -> Arc<str> {
+        match (&self.caller, &self.agent) {
+            (Some(caller), _) => format!("user:{}", caller.user_id).into(),
+            (None, Some(agent)) => format!("agent:{} {peer}", agent.name).into(),
+            (None, None) => Arc::clone(peer),
+        }
+    }
+}
+
+/// What plugin `plugin` is told about `caller`: the same caller, with its MCP session id replaced
+/// by one derived for this plugin alone (SHA-256 of the plugin's name and the session id, 128 bits
+/// in hex). A plugin can still tell one session from another, the same id on every replica and
+/// after a restart, but it never learns the id a client sends, so it cannot hand it to anyone
+/// who would replay it, and two plugins cannot match their ids to follow one session across them.
+pub fn for_plugin(caller: &mcp_plugin_sdk::UserInfo, plugin: &str) -> mcp_plugin_sdk::UserInfo {
+    use sha2::{Digest as _, Sha256};
+    let mut caller = caller.clone();
+    if let Some(id) = caller.session_id.as_mut() {
+        let mut hash = Sha256::new();
+        hash.update(b"mcp-host plugin session id\0");
+        hash.update(plugin.as_bytes());
+        hash.update(b"\0");
+        hash.update(id.as_bytes());
+        let digest = hash.finalize();
+        *id = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    }
+    caller
 }
 
 /// The caller key of requests without an identity from remote address `ip` (an IPv6 address by
@@ -282,6 +313,21 @@ impl Access {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_plugin_gets_its_own_session_id_never_the_clients() {
+        let mut caller = mcp_plugin_sdk::UserInfo::new("alice");
+        caller.session_id = Some("0123456789abcdef0123456789abcdef".into());
+        let a = for_plugin(&caller, "a").session_id.unwrap();
+        let b = for_plugin(&caller, "b").session_id.unwrap();
+        assert_ne!(a, b);
+        assert_ne!(Some(&a), caller.session_id.as_ref());
+        assert_eq!(a.len(), 32);
+        assert_eq!(Some(a), for_plugin(&caller, "a").session_id, "stable");
+        assert_eq!(for_plugin(&caller, "a").user_id, "alice");
+        let none = for_plugin(&mcp_plugin_sdk::UserInfo::new("bob"), "a");
+        assert!(none.session_id.is_none());
+    }
 
     #[test]
     fn agent_resources_are_urls_safe_in_a_quoted_header_parameter() {

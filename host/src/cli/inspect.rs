@@ -126,32 +126,182 @@ fn isolation(e: &mcp_host::registry::Entry) -> String {
     )
 }
 
-/// Test-load one file and print its manifest, or with `permissions` how it runs and what it is
-/// granted (exit 1 with the reason when it does not load).
+/// How `check` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CheckFormat {
+    /// The full report as JSON.
+    Json,
+    /// A summary for a person.
+    Summary,
+}
+
+/// Test-load one file and print its manifest (a summary, or the JSON report), or with
+/// `permissions` how it runs and what it is granted. Exit 1 with the reason when it does not load,
+/// or when the host would refuse some of its names.
 pub(crate) fn check(
     config: &Config,
     file: &std::path::Path,
     permissions: bool,
+    format: CheckFormat,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<ExitCode> {
+    if let Err(e) = std::fs::metadata(file) {
+        eprintln!("{}: cannot read the plugin file: {e}", file.display());
+        return Ok(ExitCode::FAILURE);
+    }
     let report = mcp_host::host::check_file(config, file, &crate::host_options());
-    match report {
-        Ok(mut report) => {
-            if permissions {
-                report = serde_json::json!({
-                    "file": report["file"],
-                    "plugin": report["manifest"]["plugin"],
-                    "run": report["run"],
-                });
-            }
-            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?;
-            Ok(ExitCode::SUCCESS)
-        }
+    let mut report = match report {
+        Ok(report) => report,
         Err(e) => {
             eprintln!("{}: {e}", file.display());
-            Ok(ExitCode::FAILURE)
+            return Ok(ExitCode::FAILURE);
+        }
+    };
+    let refused = report["refused"].as_array().cloned().unwrap_or_default();
+    if permissions {
+        report = serde_json::json!({
+            "file": report["file"],
+            "plugin": report["manifest"]["plugin"],
+            "run": report["run"],
+        });
+    }
+    match format {
+        CheckFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
+        CheckFormat::Summary if permissions => {
+            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?
+        }
+        CheckFormat::Summary => write_summary(&report, out)?,
+    }
+    if refused.is_empty() {
+        return Ok(ExitCode::SUCCESS);
+    }
+    eprintln!(
+        "{}: the host would not serve {} of its names (fix them in the plugin and rebuild):",
+        file.display(),
+        refused.len()
+    );
+    for r in &refused {
+        eprintln!(
+            "  {} {}: {}",
+            r["kind"].as_str().unwrap_or("tool"),
+            r["name"].as_str().unwrap_or("?"),
+            r["why"].as_str().unwrap_or("refused")
+        );
+    }
+    Ok(ExitCode::FAILURE)
+}
+
+/// `check`'s report for a person: who built the plugin for what, how it runs, and one line per
+/// tool, resource and prompt (the JSON report has the schemas).
+fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_owned();
+    let build = &report["build"];
+    let manifest = &report["manifest"];
+    writeln!(
+        out,
+        "{}: plugin {} {} (plugin SDK {}, ABI v{}, {})",
+        text(&report["file"]),
+        text(&manifest["plugin"]),
+        text(&manifest["version"]),
+        text(&build["sdk_version"]),
+        build["abi"],
+        text(&build["target"])
+    )?;
+    let signature = match &report["signature"] {
+        Value::Null => "unsigned".to_owned(),
+        Value::String(s) => format!("signed by {s}"),
+        other => format!("signed ({other})"),
+    };
+    writeln!(
+        out,
+        "  runs: {}; {signature}",
+        text(&report["run"]["isolation"])
+    )?;
+    let list = |key: &str| manifest[key].as_array().cloned().unwrap_or_default();
+    for service in list("services") {
+        let state = if service["enabled"] == Value::Bool(true) {
+            "enabled".to_owned()
+        } else {
+            format!(
+                "disabled: {}",
+                service["disabled_reason"]
+                    .as_str()
+                    .or(service["disabledReason"].as_str())
+                    .unwrap_or("enabled() said no")
+            )
+        };
+        writeln!(out, "  service {} ({state})", text(&service["name"]))?;
+    }
+    let first_line = |v: &Value| {
+        let line = v.as_str().unwrap_or("").lines().next().unwrap_or("").trim();
+        let mut short: String = line.chars().take(72).collect();
+        if short.len() < line.len() {
+            short.push('…');
+        }
+        short
+    };
+    for (key, name_key) in [("tools", "name"), ("resources", "uri"), ("prompts", "name")] {
+        let items = list(key);
+        if items.is_empty() {
+            continue;
+        }
+        writeln!(out, "  {} {key}:", items.len())?;
+        let names: Vec<String> = items
+            .iter()
+            .map(|i| {
+                i[name_key]
+                    .as_str()
+                    .or(i["uriTemplate"].as_str())
+                    .or(i["name"].as_str())
+                    .unwrap_or("?")
+                    .to_owned()
+            })
+            .collect();
+        let width = names.iter().map(|n| n.chars().count()).max().unwrap_or(0);
+        for (item, name) in items.iter().zip(&names) {
+            writeln!(
+                out,
+                "    {name:<width$}  {}",
+                first_line(&item["description"])
+            )?;
         }
     }
+    writeln!(
+        out,
+        "(the full report, schemas included: mcp-host check --json FILE)"
+    )?;
+    Ok(())
+}
+
+/// `call --plugin FILE`: a tool directory that takes only that file.
+pub(crate) fn plugin_dir(file: &std::path::Path) -> anyhow::Result<mcp_host::config::ToolDir> {
+    let path = std::path::absolute(file).with_context(|| format!("--plugin {}", file.display()))?;
+    if let Err(e) = std::fs::metadata(&path) {
+        anyhow::bail!(
+            "--plugin {}: cannot read the plugin file: {e}",
+            file.display()
+        );
+    }
+    let extension = mcp_host::plugins::discovery::LIBRARY_EXTENSION;
+    let name = mcp_host::plugins::discovery::library_name(&path)
+        .filter(|_| path.extension().is_some_and(|e| e == extension))
+        .with_context(|| {
+            format!(
+                "--plugin {}: not a plugin library (expected {}NAME.{})",
+                file.display(),
+                std::env::consts::DLL_PREFIX,
+                std::env::consts::DLL_EXTENSION
+            )
+        })?;
+    let dir = path
+        .parent()
+        .map(std::path::Path::to_path_buf)
+        .unwrap_or_default();
+    Ok(mcp_host::config::ToolDir {
+        files: vec![globset::escape(name)],
+        path: dir,
+        ..Default::default()
+    })
 }
 
 /// Call `tool` in-process as `user` and print its result; progress and log events go to stderr.
@@ -208,7 +358,51 @@ pub(crate) fn call(
         }
         Err(e) => {
             eprintln!("mcp-host: {e}");
+            if let Some(hint) = call_hint(&host, &e) {
+                eprintln!("{hint}");
+            }
             Ok(ExitCode::from(2))
         }
+    }
+}
+
+/// What to try after a failed `call`: the tool meant, `--plugin` when nothing is served, `--user`
+/// for a tool that needs a caller.
+fn call_hint(host: &Host, error: &mcp_host::CallError) -> Option<String> {
+    match error {
+        mcp_host::CallError::UnknownTool(name) => {
+            let registry = host.registry();
+            if registry.is_empty() {
+                let config = host.config();
+                let dirs: Vec<String> = config
+                    .tool_dirs
+                    .iter()
+                    .map(|d| d.path.display().to_string())
+                    .collect();
+                return Some(format!(
+                    "No tools are served from {} (config: {}). In a plugin's crate, call its \
+                     build directly: mcp-host call --plugin target/release/{}NAME.{} {name}",
+                    if dirs.is_empty() {
+                        "no tool directory".to_owned()
+                    } else {
+                        dirs.join(", ")
+                    },
+                    config
+                        .source
+                        .as_ref()
+                        .map_or("none, the defaults".to_owned(), |p| p.display().to_string()),
+                    std::env::consts::DLL_PREFIX,
+                    std::env::consts::DLL_EXTENSION
+                ));
+            }
+            let names: Vec<&str> = registry.tools().map(|t| t.name.as_str()).collect();
+            mcp_host::config::did_you_mean(name, names.iter().copied())
+                .map(|close| format!("Did you mean `{close}`? (`mcp-host list` shows every tool)"))
+                .or_else(|| Some("`mcp-host list` shows every tool.".to_owned()))
+        }
+        mcp_host::CallError::CallerRequired(name) => Some(format!(
+            "{name} acts for a user: call it as one, e.g. mcp-host call {name} --user NAME"
+        )),
+        _ => None,
     }
 }

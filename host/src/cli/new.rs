@@ -3,10 +3,10 @@
 //! documented tool, and tests on the SDK's test kit — that `cargo build --release` turns into a
 //! library a tool directory takes as it is.
 //!
-//! The SDK dependency is a path to this checkout's `plugin-sdk` when the binary was built from a
-//! checkout that is still there (its `Cargo.lock` comes along, so the plugin builds with the
-//! versions the SDK is tested with), the directory given with `--sdk`, or else a version
-//! requirement with a comment saying what to point it at.
+//! The SDK dependency is a version requirement on the SDK this host was built with (its
+//! `--version` names it), or the `plugin-sdk` directory given with `--sdk` (a checkout; its
+//! workspace's `Cargo.lock` comes along, so the plugin builds with the versions the SDK is tested
+//! with).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -24,8 +24,8 @@ pub(crate) struct NewArgs {
 enum Sdk {
     /// A `plugin-sdk` directory (absolute), and the `Cargo.lock` of its workspace when known.
     Path(PathBuf, Option<PathBuf>),
-    /// Not found: a version requirement the author has to point somewhere.
-    Unknown,
+    /// The published SDK, by version.
+    Version(String),
 }
 
 /// Scaffold the crate and say what to do next.
@@ -36,12 +36,28 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
         bail!("{} already exists and is not empty", dir.display());
     }
     let sdk = match args.sdk {
-        Some(path) => Sdk::Path(
-            std::fs::canonicalize(&path)
-                .with_context(|| format!("--sdk {}: no such directory", path.display()))?,
-            None,
+        Some(path) => {
+            let sdk = std::fs::canonicalize(&path)
+                .with_context(|| format!("--sdk {}: no such directory", path.display()))?;
+            let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).unwrap_or_default();
+            if !manifest.contains("name = \"mcp-plugin-sdk\"") {
+                bail!(
+                    "--sdk {}: not the mcp-plugin-sdk crate (no Cargo.toml naming it); give the \
+                     plugin-sdk directory of an mcp-host checkout",
+                    path.display()
+                );
+            }
+            let lock = sdk
+                .parent()
+                .map(|root| root.join("Cargo.lock"))
+                .filter(|l| l.is_file());
+            Sdk::Path(sdk, lock)
+        }
+        None => Sdk::Version(
+            mcp_plugin_sdk::wire::BuildInfo::host()
+                .sdk_version
+                .to_string(),
         ),
-        None => checkout_sdk().map_or(Sdk::Unknown, |(sdk, lock)| Sdk::Path(sdk, Some(lock))),
     };
     let krate = args.name.replace('-', "_");
     let fill = |template: &str| {
@@ -72,10 +88,10 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
     )?;
     match &sdk {
         Sdk::Path(path, _) => writeln!(out, "SDK: {}", path.display())?,
-        Sdk::Unknown => writeln!(
+        Sdk::Version(version) => writeln!(
             out,
-            "SDK: not found next to this mcp-host: edit the `mcp-plugin-sdk` dependency in \
-             Cargo.toml to point at your mcp-host checkout's plugin-sdk (or rerun with --sdk DIR)"
+            "SDK: mcp-plugin-sdk {version} (the one this mcp-host was built with; to build \
+             against a checkout instead, rerun with --sdk DIR/plugin-sdk)"
         )?,
     }
     writeln!(out, "\nNext:")?;
@@ -85,6 +101,11 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
         "  cargo test                 # the tool's tests (the SDK test kit, no host needed)"
     )?;
     writeln!(out, "  cargo build --release")?;
+    writeln!(
+        out,
+        "  mcp-host call --plugin target/release/{} greet --args '{{\"name\": \"Ada\"}}'",
+        library_file(&krate)
+    )?;
     writeln!(
         out,
         "  cp target/release/{} <a tool directory>   # picked up by a running mcp-host",
@@ -118,17 +139,6 @@ fn library_file(krate: &str) -> String {
     )
 }
 
-/// This checkout's `plugin-sdk` and `Cargo.lock`, when the binary was built from a checkout that
-/// is still there.
-fn checkout_sdk() -> Option<(PathBuf, PathBuf)> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent()?;
-    let sdk = std::fs::canonicalize(root.join("plugin-sdk")).ok()?;
-    let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).ok()?;
-    manifest
-        .contains("name = \"mcp-plugin-sdk\"")
-        .then(|| (sdk, root.join("Cargo.lock")))
-}
-
 /// The `mcp-plugin-sdk = ...` line, with the test kit's feature for `[dev-dependencies]`.
 fn sdk_dependency(sdk: &Sdk, testing: bool) -> String {
     let features = if testing {
@@ -141,10 +151,10 @@ fn sdk_dependency(sdk: &Sdk, testing: bool) -> String {
             "mcp-plugin-sdk = {{ path = {}{features} }}",
             toml_string(&path.display().to_string())
         ),
-        Sdk::Unknown => format!(
-            "# Point this at your mcp-host checkout's plugin-sdk, e.g. path = \"../mcp-host/plugin-sdk\".\n\
-             mcp-plugin-sdk = {{ version = \"{}\"{features} }}",
-            env!("CARGO_PKG_VERSION")
+        Sdk::Version(version) => format!(
+            "# The SDK this mcp-host was built with (`mcp-host --version`); the host loads plugins\n\
+             # built with a compatible one. For a checkout: path = \"../mcp-host/plugin-sdk\"\n\
+             mcp-plugin-sdk = {{ version = \"{version}\"{features} }}"
         ),
     }
 }
@@ -351,10 +361,13 @@ An mcp-host plugin, made with `mcp-host new {{name}}` (mcp-host {{version}}).
 ```sh
 cargo test               # the tests in src/lib.rs: the SDK's test kit calls the tools, no host needed
 cargo build --release    # target/release/{{library}}
-mcp-host check target/release/{{library}}    # what the host sees: build fingerprint, tools, schemas
+mcp-host check target/release/{{library}}    # what the host sees: build fingerprint, tools (--json: schemas)
+mcp-host call --plugin target/release/{{library}} greet --args '{"name": "Ada"}' --user ada
 cp target/release/{{library}} /path/to/a/tool/directory/   # a running mcp-host picks it up
-mcp-host call greet --args '{"name": "Ada"}'                # with that directory in its tool_dirs
 ```
+
+`--plugin` takes the tool from that one file, without a configuration; once the library is in a
+tool directory of the host's configuration, `mcp-host call greet ...` finds it there.
 
 Configure it in the host's configuration under `plugins.{{name}}.config` (see `src/lib.rs`).
 "#;

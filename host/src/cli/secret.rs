@@ -42,7 +42,9 @@ pub(crate) fn new_secret(
     )?;
     writeln!(
         out,
-        "Add to your config file:\n\nauth:\n  secrets:\n{entry}"
+        "Add to your config file (`require_auth: true` refuses anonymous calls; without it \
+         tools that do not take the caller answer anyone):\n\nauth:\n  require_auth: true\n  \
+         secrets:\n{entry}"
     )?;
     writeln!(
         out,

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use mcp_host::plugins::watch::{self, Watcher};
+use mcp_host::host::watch::{self, Watcher};
 use mcp_host::protocol::Protocol;
 use mcp_host::telemetry::logging;
 use mcp_host::transport;
@@ -39,9 +39,11 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     {
         tracing::info!("exporting traces to {endpoint}");
     }
-    if let Some(addr) = args.listen {
-        config.listen = addr;
-    }
+    // The command line's layer: over the configuration now and at every reload.
+    let overrides = mcp_host::config::Overrides {
+        listen: args.listen,
+    };
+    overrides.apply(&mut config);
     // stdio serves one client, whose requests mostly finish on the thread that reads them (tool
     // calls run on the executor's pool either way): the runtime needs no threads of its own. A
     // multi-threaded runtime started at once would make every later memory-map change of start-up
@@ -59,6 +61,7 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
     let options = mcp_host::HostOptions {
         // Serving: plugins that allow it load at their first call.
         load_on_first_call: true,
+        overrides,
         ..crate::audited_host_options(&config)?
     };
     let start = {
@@ -155,10 +158,14 @@ async fn serve_stdio(
              given, so fix the configuration (or $USER)"
         );
     }
-    tracing::info!(
-        "serving MCP on stdio (caller: {})",
-        user.as_deref().unwrap_or("none")
-    );
+    match &user {
+        Some(u) => tracing::info!("serving MCP on stdio (caller: {u})"),
+        None => tracing::warn!(
+            "serving MCP on stdio without a caller: $USER is not set and the configuration has \
+             no `stdio_user`, so tools that take the caller (UserInfo) refuse every call; set \
+             `stdio_user: NAME` in the configuration"
+        ),
+    }
     let options = transport::stdio::StdioOptions {
         caller: user.map(|u| {
             let mut caller = UserInfo::new(u);
@@ -177,6 +184,7 @@ async fn serve_http(protocol: Protocol, config: &Config, grace: Duration) -> any
         .await
         .with_context(|| format!("cannot listen on {}", config.listen))?;
     let addr = listener.local_addr()?;
+    log_authentication(&config.auth);
     tracing::info!("listening on http://{addr}{}", config.http.path);
     let options = transport::http::HttpOptions {
         settings: config.http.clone(),
@@ -185,6 +193,58 @@ async fn serve_http(protocol: Protocol, config: &Config, grace: Duration) -> any
         ..Default::default()
     };
     Ok(transport::http::serve(protocol, listener, options, shutdown_signal()).await?)
+}
+
+/// Say at start what authentication is in force: the credentials configured, and whether
+/// anonymous calls are refused (a warning when credentials are configured but anonymous calls are
+/// still allowed, or when every call is refused for want of any credential).
+fn log_authentication(auth: &mcp_host::config::AuthSettings) {
+    let mut kinds = Vec::new();
+    let secrets = auth.secrets.len();
+    if secrets > 0 {
+        kinds.push(format!(
+            "{secrets} personal secret{}",
+            if secrets == 1 { "" } else { "s" }
+        ));
+    }
+    let jwt = &auth.jwt;
+    if jwt.hs256_secret.as_ref().is_some_and(|s| !s.is_empty()) {
+        kinds.push("JWT HS256 secret".to_owned());
+    }
+    if !jwt.public_keys.is_empty() {
+        let n = jwt.public_keys.len();
+        kinds.push(format!(
+            "{n} JWT public key{}",
+            if n == 1 { "" } else { "s" }
+        ));
+    }
+    if let Some(file) = &jwt.jwks_file {
+        kinds.push(format!("JWKS file {}", file.display()));
+    }
+    let credentials = kinds.len();
+    let what = if kinds.is_empty() {
+        "no credentials".to_owned()
+    } else {
+        format!(
+            "{credentials} credential{} ({})",
+            if credentials == 1 { "" } else { "s" },
+            kinds.join(", ")
+        )
+    };
+    match (credentials > 0, auth.require_auth) {
+        (true, true) => {
+            tracing::info!("authentication: {what}; anonymous calls refused (auth.require_auth)")
+        }
+        (true, false) => tracing::warn!(
+            "authentication: {what}; anonymous calls allowed: tools that do not take the caller \
+             answer anyone (set `auth.require_auth: true` to refuse them)"
+        ),
+        (false, true) => tracing::warn!(
+            "authentication: {what}, but auth.require_auth is set: every call is refused (add \
+             `auth.secrets` from `mcp-host secret new`, or `auth.jwt`)"
+        ),
+        (false, false) => tracing::info!("authentication: {what}; anonymous calls allowed"),
+    }
 }
 
 /// SIGHUP: rescan the tool directories and re-read the configuration.

@@ -6,8 +6,22 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// Where a plugin's code runs.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize)]
+/// Where a plugin's code runs, from the weakest isolation to the strongest (the order compares
+/// them: a plugin runs under the stronger of its directory's and its own setting).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    Default,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Deserialize,
+    Serialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Isolation {
     /// Inside the host process: fastest, but a crash takes the host down.
@@ -37,7 +51,7 @@ impl Isolation {
 
 /// Resource limits of a plugin's worker process (`limits.*` for every worker, overridden per plugin
 /// by `plugins.<name>.limits.*`). Core dumps are always off in workers.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerLimits {
     /// Address space of the worker in MiB (`RLIMIT_AS`): past it, allocations fail.
@@ -65,7 +79,7 @@ impl WorkerLimits {
 
 /// What a sandboxed plugin may reach (`plugins.<name>.permissions`); everything else is denied by
 /// the kernel. The plugin's own file and its data directory are granted implicitly.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Permissions {
     /// Files and directories (with everything beneath) it may read.
@@ -73,11 +87,23 @@ pub struct Permissions {
     /// Files and directories (with everything beneath) it may read, write, create and remove.
     pub write: Vec<PathBuf>,
     /// TCP endpoints it may connect to (`"host:port"`), or `"any"`.
+    #[schemars(with = "ConnectSchema")]
     pub connect: Connect,
     /// Environment variables it sees (all others are removed).
     pub env: Vec<String>,
     /// Whether it may run programs (`execve`).
     pub exec: bool,
+}
+
+/// The configuration's form of [`Connect`], for the reference: `"any"` or a list of `"host:port"`.
+#[derive(schemars::JsonSchema)]
+#[serde(untagged)]
+#[allow(dead_code)] // only its schema is used
+enum ConnectSchema {
+    /// `"any"`.
+    Any(String),
+    /// `"host:port"` endpoints.
+    Only(Vec<String>),
 }
 
 /// Outgoing TCP connections a sandboxed plugin may open.

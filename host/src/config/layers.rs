@@ -3,7 +3,6 @@
 //! key), `${NAME}` references expanded, paths resolved against the file that set them, then merged.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -29,7 +28,7 @@ struct Layer {
     probe_cache: Option<Value>,
     runtime_dir: Option<PathBuf>,
     data_dir: Option<PathBuf>,
-    listen: Option<SocketAddr>,
+    listen: Option<super::listen::ListenAddr>,
     http: Option<Value>,
     shutdown_grace_secs: Option<f64>,
     stdio_user: Option<String>,
@@ -42,7 +41,7 @@ struct Layer {
     log_format: Option<LogFormat>,
     /// `stderr`, or a file path.
     audit_log: Option<PathBuf>,
-    metrics_listen: Option<SocketAddr>,
+    metrics_listen: Option<super::listen::ListenAddr>,
     metrics_token: Option<String>,
     traces: Option<Value>,
     trust: Option<Value>,
@@ -321,9 +320,9 @@ fn apply_file(
     origin: &Origin,
     env: &dyn Fn(&str) -> Option<String>,
 ) -> Result<(), ConfigError> {
-    let text = std::fs::read_to_string(file).map_err(|source| ConfigError::Read {
+    let text = std::fs::read_to_string(file).map_err(|reason| ConfigError::Read {
         path: file.to_path_buf(),
-        source,
+        reason,
     })?;
     let mut value: Value = if text.trim().is_empty() {
         Value::Object(Map::new())
@@ -400,6 +399,19 @@ fn expand_vars(
 
 fn invalid(origin: &Origin, err: serde_path_to_error::Error<serde_json::Error>) -> ConfigError {
     let key = err.path().to_string();
+    let mut message = super::suggest::with_suggestion(err.into_inner().to_string());
+    if key.ends_with("secs") {
+        // `expected f64` (or u64) is what the type says; what the key wants is a duration.
+        message = message
+            .replace(
+                "expected f64",
+                "expected a number of seconds (e.g. 30 or 2.5)",
+            )
+            .replace(
+                "expected u64",
+                "expected a whole number of seconds (e.g. 30)",
+            );
+    }
     ConfigError::Invalid {
         origin: origin.name.clone(),
         key: if key == "." {
@@ -407,7 +419,7 @@ fn invalid(origin: &Origin, err: serde_path_to_error::Error<serde_json::Error>) 
         } else {
             key
         },
-        message: err.into_inner().to_string(),
+        message,
     }
 }
 
@@ -533,7 +545,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
         }
     }
     if let Some(listen) = layer.listen {
-        config.listen = listen;
+        config.listen = listen.0;
     }
     if let Some(v) = layer.shutdown_grace_secs {
         config.shutdown_grace_secs = v;
@@ -561,7 +573,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
         });
     }
     if let Some(v) = layer.metrics_listen {
-        config.metrics_listen = Some(v);
+        config.metrics_listen = Some(v.0);
     }
     if let Some(v) = layer.metrics_token {
         config.metrics_token = Some(v).filter(|t| !t.is_empty());
@@ -637,6 +649,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
             }
             if let Some(dir) = &mut settings.data_dir {
                 *dir = absolute(&base, dir);
+            }
+            for path in &mut settings.from {
+                *path = absolute(&base, path);
             }
             config.plugins.insert(name.clone(), settings);
         }

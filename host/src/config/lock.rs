@@ -17,7 +17,11 @@ use sha2::{Digest, Sha256};
 pub const DEFAULT_LOCK_FILE: &str = "mcp-host.lock";
 
 /// The format version this host writes and reads.
-pub const LOCK_VERSION: u32 = 1;
+pub const LOCK_VERSION: u32 = 2;
+
+/// The oldest format this host reads: version 1 did not pin a definition's `_meta`, so its
+/// definitions are compared without it (and `mcp-host pin` writes the current version).
+pub const LEGACY_LOCK_VERSION: u32 = 1;
 
 /// Largest lock file read (a lock of 10,000 definitions is a few MiB).
 const MAX_LOCK_BYTES: u64 = 64 * 1024 * 1024;
@@ -90,7 +94,7 @@ impl PinLock {
             Ok(lock) => lock,
             Err(e) => return unusable(format!("not a lock file: {e}")),
         };
-        if lock.version != LOCK_VERSION {
+        if !(LEGACY_LOCK_VERSION..=LOCK_VERSION).contains(&lock.version) {
             return unusable(format!(
                 "format version {} (this host reads version {LOCK_VERSION})",
                 lock.version

@@ -9,9 +9,16 @@
 
 mod isolation;
 mod layers;
+mod listen;
 pub mod lock;
+mod overrides;
+pub mod reference;
+mod suggest;
 
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
+pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
+pub use overrides::Overrides;
+pub use suggest::did_you_mean;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -28,12 +35,12 @@ pub const DEFAULT_CONFIG: &str = "config/mcp-host.yaml";
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     /// A file could not be read.
-    #[error("cannot read config file {path}: {source}")]
+    #[error("cannot read config file {path}: {reason}")]
     Read {
         /// The file.
         path: PathBuf,
-        /// Why.
-        source: std::io::Error,
+        /// Why (in the message, not a separate source: a chain would print it twice).
+        reason: std::io::Error,
     },
     /// A file is not valid YAML.
     #[error("{origin}: not valid YAML: {message}")]
@@ -67,9 +74,9 @@ pub enum ConfigError {
 
 /// One entry of `tool_dirs`: a path, optionally with a tool-name prefix, a selection of files, an
 /// isolation and its own trust rules.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct ToolDir {
-    /// The directory (absolute after loading).
+    /// The directory (relative to the configuration file). An entry may also be the path alone.
     pub path: PathBuf,
     /// Prepended to every tool name found in it.
     #[serde(skip_serializing_if = "String::is_empty")]
@@ -78,14 +85,14 @@ pub struct ToolDir {
     /// and library extension: `mcp_time` for `libmcp_time.so`); empty takes every library.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub files: Vec<String>,
-    /// How its plugins run, unless a plugin's own `isolation` says otherwise.
+    /// How its plugins run; a plugin's own `isolation` may raise it, never lower it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub isolation: Option<Isolation>,
-    /// Whether its plugins must carry a valid signature by a key of `trust.keys` (`None`: the
+    /// Whether its plugins must carry a valid signature by a key of `trust.keys` (unset: the
     /// global `trust.require_signature`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub require_signature: Option<bool>,
-    /// How the definitions its plugins serve are checked against the lock file (`None`: the global
+    /// How the definitions its plugins serve are checked against the lock file (unset: the global
     /// `trust.pinning`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<PinMode>,
@@ -93,7 +100,9 @@ pub struct ToolDir {
 
 /// How served definitions (tools, resources, prompts) are checked against the lock file that
 /// `mcp-host pin` writes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum PinMode {
     /// Not checked.
@@ -107,7 +116,7 @@ pub enum PinMode {
 
 /// What the host trusts: signing keys, and whether plugins must be signed and their definitions
 /// pinned (defaults for every tool directory; an entry of `tool_dirs` may set its own).
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TrustSettings {
     /// Public keys plugins may be signed with, by name (the name is what `list` and `check` show
@@ -141,7 +150,7 @@ impl ToolDir {
 pub const PACKAGED_PLUGINS: &[&str] = &["mcp_time", "mcp_text", "mcp_series"];
 
 /// Limits on tool calls.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
     /// Seconds before a call is answered `timed out` and its cancellation flag set.
@@ -163,6 +172,9 @@ pub struct Limits {
     pub max_result_values: usize,
     /// Most messages in one JSON-RPC batch (2025-03-26 sessions); a longer batch is refused whole.
     pub max_batch_len: usize,
+    /// Most bytes of one batch's answers together (unset: `max_result_bytes`); the requests left
+    /// once they reach it are not run and each is answered an error naming this limit.
+    pub max_batch_answer_bytes: Option<usize>,
     /// What one caller may have running, and how often it may call.
     pub per_caller: PerCallerLimits,
     /// Address space of each plugin worker process, in MiB (`RLIMIT_AS`).
@@ -178,6 +190,14 @@ pub struct Limits {
 }
 
 impl Limits {
+    /// The bound of one batch's answers together: `max_batch_answer_bytes`, else
+    /// `max_result_bytes` (a batch answers no more than one call may).
+    pub fn batch_answer_bytes(&self) -> usize {
+        self.max_batch_answer_bytes
+            .unwrap_or(self.max_result_bytes)
+            .max(1)
+    }
+
     /// The worker limits set here (the defaults for every worker).
     pub fn worker(&self) -> WorkerLimits {
         WorkerLimits {
@@ -190,12 +210,12 @@ impl Limits {
 
 /// Fair sharing between callers: a caller is the verified user, else the agent, else the remote
 /// address (stdio: the connection).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PerCallerLimits {
     /// Tool calls one caller may have in flight (running or queued); more are refused (HTTP 429).
     pub max_in_flight: usize,
-    /// Sustained tool calls per second one caller may start (`None`: no rate limit).
+    /// Sustained tool calls per second one caller may start (unset: no rate limit).
     pub calls_per_sec: Option<f64>,
     /// Calls a caller may start at once above the sustained rate (the bucket's size).
     pub burst: u32,
@@ -222,6 +242,7 @@ impl Default for Limits {
             max_result_bytes: 8 * 1024 * 1024,
             max_result_values: 250_000,
             max_batch_len: 64,
+            max_batch_answer_bytes: None,
             per_caller: PerCallerLimits::default(),
             memory_mb: None,
             cpu_secs: None,
@@ -233,13 +254,18 @@ impl Default for Limits {
 }
 
 /// Streamable HTTP settings.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct HttpSettings {
     /// The MCP endpoint path.
     pub path: String,
     /// Largest accepted request body (413 above).
     pub max_body_bytes: usize,
+    /// Largest body of any other message than a request that carries a caller's payload
+    /// (`tools/call`, `prompts/get`, `resources/read`, `completion/complete`, `tasks/…`), a
+    /// client's response or a batch: `initialize`, `ping`, lists and the like are small, and a
+    /// larger one is refused (413) without being parsed.
+    pub max_other_body_bytes: usize,
     /// Origins allowed besides localhost forms (exact `scheme://host[:port]`).
     pub allowed_origins: Vec<String>,
     /// Host names allowed besides localhost forms.
@@ -258,6 +284,72 @@ pub struct HttpSettings {
     pub header_read_timeout_secs: u64,
     /// Seconds a request has to send its whole body (408 after).
     pub body_read_timeout_secs: u64,
+    /// Connections one remote address may hold (unset: half of `max_connections`); a trusted
+    /// proxy's are not counted. Beyond it, as beyond `max_connections`, a connection only gets
+    /// `/healthz`, `/livez` and `/metrics` answered (503 otherwise) and is closed after one answer.
+    pub max_connections_per_address: Option<usize>,
+    /// Connections kept beyond `max_connections` for those health answers, so that probes are
+    /// answered while every other slot is taken (read at start).
+    pub health_connections: usize,
+    /// Long-lived streams (`subscriptions/listen`, legacy GET streams) one caller may hold open;
+    /// more are refused with 429.
+    pub max_streams_per_caller: usize,
+    /// Seconds a response may wait for a client that does not read it before its connection is
+    /// closed.
+    pub write_timeout_secs: u64,
+    /// Proxies (`ADDR/PREFIX` or `ADDR`) whose `X-Forwarded-For` names the client: only for a
+    /// connection from one of them does that header decide an anonymous caller's address (quotas,
+    /// legacy session owner); their connections are not counted per address.
+    #[schemars(with = "Vec<String>")]
+    pub trusted_proxies: Vec<Cidr>,
+}
+
+impl HttpSettings {
+    /// The connections one remote address may hold.
+    pub fn connections_per_address(&self) -> usize {
+        self.max_connections_per_address
+            .unwrap_or(self.max_connections / 2)
+            .max(1)
+    }
+
+    /// Whether `ip` is one of `trusted_proxies`.
+    pub fn is_trusted_proxy(&self, ip: std::net::IpAddr) -> bool {
+        let ip = ip.to_canonical();
+        self.trusted_proxies.iter().any(|net| net.0.contains(&ip))
+    }
+}
+
+/// A network of addresses, `ADDR/PREFIX` or a single `ADDR`, as a string in the configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr(pub ipnet::IpNet);
+
+impl std::str::FromStr for Cidr {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        let s = s.trim();
+        let net = match s.parse::<ipnet::IpNet>() {
+            Ok(net) => net,
+            Err(_) => s
+                .parse::<std::net::IpAddr>()
+                .map(ipnet::IpNet::from)
+                .map_err(|_| format!("expected ADDR/PREFIX or an IP address, got {s:?}"))?,
+        };
+        Ok(Cidr(net.trunc()))
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(deserializer)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl Serialize for Cidr {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(&self.0)
+    }
 }
 
 impl Default for HttpSettings {
@@ -265,6 +357,7 @@ impl Default for HttpSettings {
         HttpSettings {
             path: "/mcp".into(),
             max_body_bytes: 4 * 1024 * 1024,
+            max_other_body_bytes: 256 * 1024,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             max_sessions: 10_000,
@@ -273,12 +366,17 @@ impl Default for HttpSettings {
             max_connections: 1024,
             header_read_timeout_secs: 10,
             body_read_timeout_secs: 30,
+            max_connections_per_address: None,
+            health_connections: 16,
+            max_streams_per_caller: 16,
+            write_timeout_secs: 30,
+            trusted_proxies: Vec::new(),
         }
     }
 }
 
 /// How 2026 `requestState` values (input-required rounds) are sealed.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct RequestStateSettings {
     /// HMAC keys (use `${ENV_VAR}`): the first seals, any opens (rotation). Every replica behind one
@@ -361,7 +459,7 @@ impl Serialize for StoreSetting {
 }
 
 /// Bounds and timing of tasks (the 2026 tasks extension).
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TaskSettings {
     /// How long a task and its result are kept, from its creation (`ttlMs`).
@@ -403,7 +501,7 @@ impl Default for TaskSettings {
 }
 
 /// How HTTP callers authenticate.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthSettings {
     /// Every HTTP request needs a valid token, not only calls of tools that take `UserInfo`.
@@ -420,7 +518,7 @@ pub struct AuthSettings {
 }
 
 /// JWT verification keys and rules.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct JwtSettings {
     /// Required `iss`, when set.
@@ -451,7 +549,7 @@ impl Default for JwtSettings {
 }
 
 /// One personal MCP secret: its SHA-256 and who it belongs to.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SecretEntry {
     /// Hex SHA-256 of the secret.
@@ -467,7 +565,9 @@ pub struct SecretEntry {
 }
 
 /// How the log is written.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     /// Human-readable lines.
@@ -478,7 +578,7 @@ pub enum LogFormat {
 }
 
 /// The `traces` section: OpenTelemetry spans over OTLP/HTTP.
-#[derive(Debug, Clone, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TraceSettings {
     /// Where spans go: an OTLP/HTTP endpoint, e.g. `http://127.0.0.1:4318` (`/v1/traces` is added
@@ -502,7 +602,7 @@ impl Default for TraceSettings {
 }
 
 /// One agent: a named view of the tools.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AgentSettings {
     /// Tool-name globs the agent may see (all when empty).
@@ -516,7 +616,9 @@ pub struct AgentSettings {
 }
 
 /// How an agent's `tools/list` shows its tools.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum ToolsMode {
     /// Every tool the agent may see.
@@ -529,7 +631,7 @@ pub enum ToolsMode {
 }
 
 /// Per-service or per-tool overrides.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CallSettings {
     /// Call timeout in seconds.
@@ -537,7 +639,7 @@ pub struct CallSettings {
 }
 
 /// Settings for one plugin, keyed by its name under `plugins:`.
-#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PluginSettings {
     /// Prepended to the plugin's tool names (after the directory's prefix).
@@ -552,8 +654,16 @@ pub struct PluginSettings {
     pub tools: BTreeMap<String, CallSettings>,
     /// The plugin's own configuration section, handed to it as JSON.
     pub config: Value,
-    /// How it runs (over its tool directory's `isolation`; default `in_process`).
+    /// How it runs: raises its tool directory's `isolation`, never lowers it (default
+    /// `in_process`).
     pub isolation: Option<Isolation>,
+    /// The tool directories or plugin files that may serve this plugin name (empty: any). A file
+    /// elsewhere that calls itself by this name is refused, so it never gets these settings —
+    /// permissions, data directory, configuration. Relative paths resolve like `tool_dirs`.
+    pub from: Vec<PathBuf>,
+    /// The `trust.keys` entries a file serving this plugin name must be signed by (empty: any
+    /// file, signed or not).
+    pub signed_by: Vec<String>,
     /// Limits of its worker process (over the global `limits`).
     pub limits: WorkerLimits,
     /// What it may reach when sandboxed.
@@ -566,11 +676,22 @@ pub struct PluginSettings {
     pub data_dir: Option<PathBuf>,
 }
 
+/// The default probe cache (`probe_cache`): `$XDG_CACHE_HOME/mcp-host/probed` or
+/// `~/.cache/mcp-host/probed`.
+pub fn default_probe_cache() -> Option<PathBuf> {
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
+    Some(base.join("mcp-host").join("probed"))
+}
+
 /// The host's configuration.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Config {
     /// The file the configuration came from (`None` when defaults only).
     #[serde(skip)]
+    #[schemars(skip)]
     pub source: Option<PathBuf>,
     /// Tool directories in precedence order.
     pub tool_dirs: Vec<ToolDir>,
@@ -581,14 +702,18 @@ pub struct Config {
     /// Probe each plugin in a child process before loading it in-process.
     pub probe: bool,
     /// Where files that passed the probe are remembered across runs (by path, size, mtime, inode
-    /// and host build); `None` probes every file at every start.
+    /// and host build), with the private copies beside it. Default:
+    /// `$XDG_CACHE_HOME/mcp-host/probed` (`~/.cache/mcp-host/probed`); `false` probes every file at
+    /// every start.
     pub probe_cache: Option<PathBuf>,
     /// `serve` loads a plugin that allows it (`export_plugin!(load: on_first_call, ...)`) at its
     /// first call, from the manifest it exported at an earlier start (remembered beside the probe
     /// cache); `false` loads every plugin at start.
     pub load_on_first_call: bool,
     /// Where plugins keep their data: each plugin gets `<data_dir>/<plugin name>`
-    /// ([`mcp_plugin_sdk::HostApi::data_dir`]), created when it first asks.
+    /// ([`mcp_plugin_sdk::HostApi::data_dir`]), created when it first asks. Default:
+    /// `$XDG_DATA_HOME/mcp-host` (`~/.local/share/mcp-host`), or `data` beside the configuration
+    /// file when there is no home directory.
     pub data_dir: PathBuf,
     /// Where private copies of plugin files are made (a fresh directory under the system's temp dir
     /// when unset).
@@ -628,8 +753,12 @@ pub struct Config {
     /// The lock file's pinned definitions (read with the configuration when pinning is on in any
     /// tool directory; empty otherwise).
     #[serde(skip)]
+    #[schemars(skip)]
     pub pins: Arc<lock::PinLock>,
-    /// Where tasks (and, with Redis, legacy sessions) are kept.
+    /// Where tasks (and, with Redis, legacy sessions) are kept: `sqlite` (the user's state
+    /// directory, `$XDG_STATE_HOME/mcp-host/tasks.sqlite`), `sqlite:PATH`, `memory`, or a
+    /// `redis://` URL shared by every replica.
+    #[schemars(with = "String")]
     pub store: StoreSetting,
     /// Bounds and timing of tasks.
     pub tasks: TaskSettings,
@@ -637,6 +766,7 @@ pub struct Config {
     pub replica: Option<String>,
     /// The directory relative paths in the configuration resolve against.
     #[serde(skip)]
+    #[schemars(skip)]
     pub base_dir: PathBuf,
 }
 
@@ -658,7 +788,7 @@ impl Default for Config {
             limits: Limits::default(),
             plugins: BTreeMap::new(),
             probe: true,
-            probe_cache: crate::plugins::probe::ProbeCache::default_path(),
+            probe_cache: default_probe_cache(),
             load_on_first_call: true,
             data_dir: default_data_dir(&|name| std::env::var(name).ok(), Path::new(".")),
             runtime_dir: None,
@@ -753,6 +883,10 @@ impl Config {
             self.http.max_connections != new.http.max_connections,
         );
         check(
+            "http.health_connections",
+            self.http.health_connections != new.http.health_connections,
+        );
+        check(
             "http.header_read_timeout_secs",
             self.http.header_read_timeout_secs != new.http.header_read_timeout_secs,
         );
@@ -766,14 +900,54 @@ impl Config {
         self.plugins.get(name).cloned().unwrap_or_default()
     }
 
-    /// How plugin `name`, found in a directory with isolation `dir`, runs: its own setting, else
-    /// its directory's, else in-process.
+    /// How plugin `name`, found in a directory with isolation `dir`, runs: the stronger of its own
+    /// setting and its directory's (default in-process). A plugin's name is what its file says
+    /// of itself, so its own setting can raise the isolation its directory asks for, never lower
+    /// it.
     pub fn isolation(&self, name: &str, dir: Option<Isolation>) -> Isolation {
-        self.plugins
-            .get(name)
-            .and_then(|p| p.isolation)
-            .or(dir)
-            .unwrap_or_default()
+        let own = self.plugins.get(name).and_then(|p| p.isolation);
+        own.max(dir).unwrap_or_default()
+    }
+
+    /// Whether the file `file`, found in tool directory `dir` and signed by the `trust.keys`
+    /// entry `signer` (when signed), may serve plugin `name`: always, unless the plugin's
+    /// settings are bound to other files (`from`) or signers (`signed_by`). The error says why
+    /// not, naming the binding.
+    pub fn check_binding(
+        &self,
+        name: &str,
+        file: &std::path::Path,
+        dir: &std::path::Path,
+        signer: Option<&str>,
+    ) -> Result<(), String> {
+        let Some(settings) = self.plugins.get(name) else {
+            return Ok(());
+        };
+        if !settings.from.is_empty() && !settings.from.iter().any(|f| f == file || f == dir) {
+            let bound: Vec<String> = settings
+                .from
+                .iter()
+                .map(|f| f.display().to_string())
+                .collect();
+            return Err(format!(
+                "{} calls itself plugin {name}, whose settings are bound to {} \
+                 (plugins.{name}.from); it is not one of them",
+                file.display(),
+                bound.join(", ")
+            ));
+        }
+        if !settings.signed_by.is_empty()
+            && !signer.is_some_and(|s| settings.signed_by.iter().any(|k| k == s))
+        {
+            return Err(format!(
+                "{} calls itself plugin {name}, whose settings are bound to files signed by {} \
+                 (plugins.{name}.signed_by); it is {}",
+                file.display(),
+                settings.signed_by.join(", "),
+                signer.map_or("not signed".to_owned(), |s| format!("signed by {s}"))
+            ));
+        }
+        Ok(())
     }
 
     /// Whether some plugin chooses its isolation by name (so a file's plugin name must be known

@@ -29,9 +29,10 @@ use super::result::ToolResult;
 use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
+use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::CallFuture;
 use crate::registry::{PluginSlot, Registry, Tool};
-use crate::telemetry::{Arguments, CallParty, ObservedCall, Outcome, Telemetry};
+use crate::telemetry::{Outcome, Telemetry};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -295,13 +296,15 @@ impl Executor {
         what: &str,
         opts: CallOptions,
     ) -> Result<EnvelopeOutcome, InvokeError> {
+        // The caller as this plugin sees it: its own session id (`access::for_plugin`).
+        let seen = |c| crate::access::for_plugin(c, slot.backend.name());
         let caller_json: Arc<str> = match (opts.caller.as_ref(), caller) {
             (None, CallerNeed::Required) => return Err(InvokeError::CallerRequired(what.into())),
             (Some(c), CallerNeed::Optional | CallerNeed::Required) => {
-                serde_json::to_string(c).unwrap_or_default().into()
+                serde_json::to_string(&seen(c)).unwrap_or_default().into()
             }
             (Some(c), CallerNeed::None) if matches!(envelope, CallEnvelope::Complete { .. }) => {
-                serde_json::to_string(c).unwrap_or_default().into()
+                serde_json::to_string(&seen(c)).unwrap_or_default().into()
             }
             _ => no_caller(),
         };
@@ -376,8 +379,12 @@ impl Executor {
             caller_json,
             agent: opts.agent.clone(),
             depth: 0,
+            quota_key: opts.quota_key.clone(),
             tool: Arc::from(target.name),
-            input: opts.input.clone(),
+            input: opts
+                .input
+                .clone()
+                .map(|i| i as Arc<dyn crate::plugins::call::CallInput>),
             inline: target.inline,
         });
         let (slot, index) = (target.slot, target.index);
@@ -547,6 +554,17 @@ impl Executor {
         } else {
             serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
         };
+        // A nested call counts against the outer caller's quota (in flight and rate), held
+        // until it returns.
+        let quota_key = parent.and_then(|p| p.quota_key.clone());
+        let _quota = match &quota_key {
+            Some(key) => Some(
+                self.quotas
+                    .admit(key, &self.limits.load().per_caller, Instant::now())
+                    .map_err(|e| format!("{e} (calling {name})"))?,
+            ),
+            None => None,
+        };
         let caller_json: Arc<str> =
             parent.map_or_else(|| Arc::from(""), |p| Arc::clone(&p.caller_json));
         let party = CallParty {
@@ -579,6 +597,7 @@ impl Executor {
             caller_json,
             agent,
             depth,
+            quota_key,
             tool: Arc::from(name),
             input: parent.and_then(|p| p.input.clone()),
             inline: parent.is_some_and(|p| p.inline),
@@ -606,7 +625,8 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
     match (caller, tool.descriptor().caller) {
         (None, CallerNeed::Required) => Err(CallError::CallerRequired(tool.name.clone())),
         (Some(caller), CallerNeed::Optional | CallerNeed::Required) => {
-            Ok(serde_json::to_string(caller).unwrap_or_default().into())
+            let caller = crate::access::for_plugin(caller, tool.slot.backend.name());
+            Ok(serde_json::to_string(&caller).unwrap_or_default().into())
         }
         _ => Ok(no_caller()),
     }
@@ -746,14 +766,9 @@ fn tool_result(name: &str, returned: Result<String, String>) -> (ToolResult, Out
     }
 }
 
-/// A tool result with `isError: true` and this text.
-pub fn error_result(message: &str) -> Value {
-    json!({ "content": [{ "type": "text", "text": message }], "isError": true })
-}
-
 /// [`error_result`] as the answer of a call.
 fn host_error(message: &str) -> ToolResult {
-    ToolResult::from_value(error_result(message))
+    ToolResult::from_value(super::error_result(message))
 }
 
 fn fmt_secs(d: Duration) -> String {

@@ -293,7 +293,7 @@ fn for_version(version: &str, method: &str, params: &Value) -> Option<Value> {
         }
         _ => {
             if url && params.get("elicitationId").is_none() {
-                params["elicitationId"] = json!(crate::protocol::session::new_session_id());
+                params["elicitationId"] = json!(fresh_id());
             }
             Some(params)
         }
@@ -406,4 +406,32 @@ mod tests {
         let sent = for_version("2025-11-25", "elicitation/create", &url).unwrap();
         assert!(sent["elicitationId"].is_string());
     }
+}
+
+impl crate::plugins::call::CallInput for InputChannel {
+    fn capabilities(&self) -> &Value {
+        InputChannel::capabilities(self)
+    }
+
+    fn start_task(&self) {
+        InputChannel::start_task(self);
+    }
+
+    fn ask(&self, params: &str, call: &CallState) -> Result<Value, InputError> {
+        InputChannel::ask(self, params, call)
+    }
+}
+
+/// A fresh unguessable id: 128 random bits as hex (an elicitation's id, a session's).
+pub(crate) fn fresh_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // Without an OS RNG, fall back to time and address entropy (still unique per process).
+        let t = Instant::now();
+        let seed = format!("{t:?}{:p}", &bytes);
+        for (i, b) in seed.bytes().enumerate() {
+            bytes[i % 16] ^= b;
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -74,11 +74,3 @@ impl WorkerPool {
         }
     }
 }
-
-/// How many CPUs this process may run on, read once (the standard library reads the cgroup files
-/// again at every call: a dozen system calls each time).
-pub fn cores() -> usize {
-    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *CORES
-        .get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
-}

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 
-use crate::exec::CallState;
+use crate::plugins::call::CallState;
 
 /// A loaded plugin, whatever runs it.
 pub trait PluginBackend: Send + Sync + std::fmt::Debug {

@@ -69,6 +69,52 @@ fn older_than(entry: &std::fs::DirEntry, age: Duration) -> bool {
         .is_some_and(|elapsed| elapsed > age)
 }
 
+/// Whether `path` (not followed if a link) is this user's and writable by no one else — or does
+/// not exist yet (it will be made so).
+fn owned_privately(path: &Path) -> bool {
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => return e.kind() == std::io::ErrorKind::NotFound,
+    };
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        !meta.file_type().is_symlink()
+            && meta.uid() == rustix::process::geteuid().as_raw()
+            && meta.mode() & 0o022 == 0
+    }
+    #[cfg(not(unix))]
+    {
+        !meta.file_type().is_symlink()
+    }
+}
+
+/// Make a kept copy this user's alone (a copy takes its source's mode, which may let others write).
+fn restrict_to_owner(path: &Path) -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o700))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = path;
+        Ok(())
+    }
+}
+
+/// Say once that the copy cache at `dir` is not used because others could write to it.
+fn report_untrusted(dir: &Path) {
+    static REPORTED: AtomicBool = AtomicBool::new(false);
+    if !REPORTED.swap(true, Ordering::AcqRel) {
+        tracing::warn!(
+            "Not using the copy cache {}: it (or an entry of it) is not owned by this user or is \
+             writable by others; plugins are copied afresh at each start",
+            dir.display()
+        );
+    }
+}
+
 pub(crate) fn private_dir(path: &Path) -> std::io::Result<()> {
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
@@ -98,7 +144,15 @@ impl CopyCache {
         if handed.contains(&kept) {
             return None;
         }
-        if std::fs::metadata(&kept).is_ok_and(|m| m.is_file() && m.len() == stamp.size()) {
+        // A kept copy is used only where nobody else could have put or changed it: the cache, the
+        // file's directory and the copy are this user's and writable by nobody else.
+        if !(owned_privately(&self.dir) && owned_privately(&home)) {
+            report_untrusted(&self.dir);
+            return None;
+        }
+        if std::fs::symlink_metadata(&kept).is_ok_and(|m| m.is_file() && m.len() == stamp.size())
+            && owned_privately(&kept)
+        {
             handed.insert(kept.clone());
             return Some(kept);
         }
@@ -113,7 +167,8 @@ impl CopyCache {
         let source_tmp = tmp.with_extension("source");
         let copied = std::fs::write(&source_tmp, file.as_os_str().as_encoded_bytes())
             .and_then(|()| std::fs::rename(&source_tmp, home.join(SOURCE)))
-            .and_then(|()| std::fs::copy(file, &tmp));
+            .and_then(|()| std::fs::copy(file, &tmp))
+            .and_then(|_| restrict_to_owner(&tmp));
         let _ = std::fs::remove_file(&source_tmp);
         // Kept only if the file still has the identity the copy is filed under.
         if copied.is_err() || FileStamp::of(file).as_ref() != Some(stamp) {
@@ -231,5 +286,33 @@ mod tests {
         std::fs::remove_file(&file).expect("remove");
         cache.prune();
         assert!(!b.exists(), "copies of files that are gone are pruned");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_kept_copy_others_could_write_is_never_reused() {
+        use std::os::unix::fs::PermissionsExt;
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let probed = tmp.path().join("cache").join("probed");
+        let cache = CopyCache::beside(&probed).expect("cache");
+        let file = tmp.path().join("libq.so");
+        std::fs::write(&file, b"first").expect("write");
+        let stamp = FileStamp::of(&file).expect("stamp");
+        let kept = cache.copy(&file, &stamp).expect("a copy");
+        // Someone rewrites the kept copy (same size) through a mode that let them.
+        std::fs::set_permissions(&kept, std::fs::Permissions::from_mode(0o666)).expect("chmod");
+        std::fs::write(&kept, b"evil!").expect("write");
+        if let Some(set) = handed().as_mut() {
+            set.remove(&kept);
+        }
+        let again = cache.copy(&file, &stamp).expect("a fresh copy");
+        assert_eq!(std::fs::read(&again).expect("read"), b"first");
+        // A cache directory others may write to is not used at all.
+        if let Some(set) = handed().as_mut() {
+            set.remove(&again);
+        }
+        let dir = tmp.path().join("cache").join("copies");
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).expect("chmod");
+        assert_eq!(cache.copy(&file, &stamp), None);
     }
 }

@@ -21,7 +21,7 @@ use super::backend::{HostCallbacks, PluginBackend};
 use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
 use super::slot::FileStamp;
-use crate::exec::CallState;
+use crate::plugins::call::CallState;
 use crate::telemetry::Telemetry;
 
 /// What a deferred load needs, gathered at start.

@@ -22,12 +22,11 @@ use super::deferred::{Deferred, DeferredLoad};
 use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
-use super::probe::{ProbeCache, Prober};
+use super::probe::{Confinement, ProbeCache, Prober};
 use super::signature;
 use super::slot::{FileStamp, PluginSlot};
 use super::worker::{self, RunSpec};
 use crate::config::{Config, Isolation};
-use crate::registry::Registry;
 use crate::telemetry::Telemetry;
 
 /// What a rescan changed.
@@ -145,7 +144,7 @@ type Backend = (Arc<dyn PluginBackend>, RunSpec);
 type Failure = (Option<FileStamp>, String, LoadError);
 
 /// A load result per candidate, in discovery order.
-pub(crate) type Loaded = crate::registry::Sources;
+pub(crate) type Loaded = super::Sources;
 
 /// Loads plugin files and remembers what it needs across rescans.
 pub(crate) struct Loader {
@@ -188,6 +187,27 @@ impl std::fmt::Debug for Loader {
 }
 
 static COPY_SEQ: AtomicU64 = AtomicU64::new(0);
+
+/// Warn when a plugin of a sandboxed directory is granted permissions by the name it gives itself
+/// alone: any file dropped there could claim that name (and the grants) while the real one is
+/// absent. `plugins.<name>.from` or `signed_by` binds them.
+fn warn_unbound_grants(config: &Config, plugin: &str, candidate: &Candidate) {
+    let Some(settings) = config.plugins.get(plugin) else {
+        return;
+    };
+    let grants = settings.permissions != crate::config::Permissions::default();
+    if candidate.isolation == Some(Isolation::Sandbox)
+        && grants
+        && settings.from.is_empty()
+        && settings.signed_by.is_empty()
+    {
+        tracing::warn!(
+            "{} gets the permissions of plugins.{plugin} by the name it gives itself; bind them to \
+             its file or signer with plugins.{plugin}.from or signed_by",
+            candidate.path.display()
+        );
+    }
+}
 
 /// Copy `file` to a unique name in `runtime_dir`: the file that is probed and then loaded.
 fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
@@ -322,7 +342,24 @@ impl Loader {
                     .filter(|b| FileStamp::of(&c.path).as_ref() == Some(b))
             })
             .collect();
-        let names = self.probe(&candidates, &stable, &copies, config);
+        let mut names = self.probe(&candidates, &stable, &copies, config);
+        // A name is what the file says of itself: one bound to other files or signers is refused
+        // before anything of its settings (isolation, grants, data, config) is given to it.
+        for ((name, candidate), signer) in names.iter_mut().zip(&candidates).zip(&signers) {
+            if let Ok(Some(plugin)) = name {
+                let signer = signer.as_ref().ok().and_then(Option::as_ref);
+                if let Err(why) = config.check_binding(
+                    plugin,
+                    &candidate.path,
+                    &candidate.dir,
+                    signer.map(|s| s.key.as_str()),
+                ) {
+                    *name = Err(LoadError::Binding(why));
+                } else {
+                    warn_unbound_grants(config, plugin, candidate);
+                }
+            }
+        }
         if let Some(cache) = &self.copies {
             cache.prune_after_changes();
         }
@@ -518,6 +555,13 @@ impl Loader {
         };
         let plugin = InProcess::load_copy(&candidate.path, &copy, layout, cx)?;
         self.images.fetch_add(1, Ordering::AcqRel);
+        if name.is_none() {
+            // Loaded without a probe (no executable): its name is known only now. Without a
+            // signature check result at hand, a binding to signers refuses it.
+            config
+                .check_binding(plugin.name(), &candidate.path, &candidate.dir, None)
+                .map_err(LoadError::Binding)?;
+        }
         let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
         if spec.isolation.is_isolated() {
             // Only without an executable is a name unknown before loading.
@@ -576,7 +620,23 @@ impl Loader {
                 files.push(copy.clone());
             }
         }
-        for (i, result) in index.into_iter().zip(prober.probe_all(&files)) {
+        // One group per directory isolation: each is probed confined as its workers would be.
+        let mut groups: Vec<(Option<Isolation>, Vec<usize>, Vec<PathBuf>)> = Vec::new();
+        for (i, file) in index.into_iter().zip(files) {
+            let isolation = candidates[i].isolation;
+            match groups.iter_mut().find(|g| g.0 == isolation) {
+                Some(group) => {
+                    group.1.push(i);
+                    group.2.push(file);
+                }
+                None => groups.push((isolation, vec![i], vec![file])),
+            }
+        }
+        let probed = groups.into_iter().flat_map(|(isolation, index, files)| {
+            let confine = Confinement::for_directory(config, isolation, &files);
+            index.into_iter().zip(prober.probe_all(&files, &confine))
+        });
+        for (i, result) in probed {
             if let Ok(build) = &result
                 && let (Some(cache), Some(key)) = (cache.as_mut(), &stamp_keys[i])
             {
@@ -590,17 +650,18 @@ impl Loader {
         probes
     }
 
-    /// Rescan the tool directories against the `old` tool set: unchanged files keep their loaded
-    /// version; changed ones are loaded from a fresh private copy; a file that fails keeps its
-    /// previous version in service. Returns the new tool set and what changed.
+    /// Rescan the tool directories against the plugins loaded now (`old`): unchanged files keep
+    /// their loaded version; changed ones are loaded from a fresh private copy; a file that fails
+    /// keeps its previous version in service. Returns the new load results, in discovery order,
+    /// and what changed among the files (the caller builds the tool set and compares what it
+    /// serves).
     pub(crate) fn rescan(
         &self,
         config: &Config,
-        old: &Registry,
+        old: &[Arc<PluginSlot>],
         host: &Arc<dyn HostCallbacks>,
-    ) -> (Registry, RescanReport) {
+    ) -> (Loaded, RescanReport) {
         let old_slots: HashMap<&Path, &Arc<PluginSlot>> = old
-            .plugins
             .iter()
             .map(|s| (s.candidate.path.as_path(), s))
             .collect();
@@ -639,10 +700,6 @@ impl Loader {
             tracing::info!("Removed plugin {}", path.display());
             report.removed.push(path.to_path_buf());
         }
-        let registry = Registry::build_logged(merged, config, false);
-        report.tools_changed = !registry.same_tools(old);
-        report.resources_changed = !registry.same_resources(old);
-        report.prompts_changed = !registry.same_prompts(old);
         if report.versions_changed() {
             tracing::info!(
                 "{} plugin images loaded so far (retained in memory; max_reloads {})",
@@ -650,7 +707,7 @@ impl Loader {
                 config.limits.max_reloads
             );
         }
-        (registry, report)
+        (merged, report)
     }
 
     /// What a rescan must do with each candidate: keep its version, report its known failure, or
@@ -771,11 +828,22 @@ fn settle(
     };
     match (result, previous) {
         (Ok(slot), previous) => {
+            // The tools it serves: a service its configuration turned on or off counts.
             let names = |s: &PluginSlot| -> HashSet<String> {
-                s.backend
-                    .manifest()
+                let manifest = s.backend.manifest();
+                let enabled = |service: &Option<String>| {
+                    service.as_ref().is_none_or(|name| {
+                        manifest
+                            .services
+                            .iter()
+                            .find(|d| &d.name == name)
+                            .is_none_or(|d| d.enabled)
+                    })
+                };
+                manifest
                     .tools
                     .iter()
+                    .filter(|t| enabled(&t.service))
                     .map(|t| t.name.clone())
                     .collect()
             };

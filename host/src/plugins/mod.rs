@@ -8,6 +8,8 @@
 //! (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
 
 pub mod backend;
+pub mod call;
+pub mod cancel;
 pub(crate) mod copies;
 pub(crate) mod deferred;
 pub mod discovery;
@@ -17,11 +19,16 @@ pub(crate) mod manifests;
 pub mod probe;
 pub mod signature;
 pub mod slot;
-pub mod watch;
 pub mod worker;
 
 use std::path::Path;
 use std::sync::Mutex;
+
+/// Load results per candidate, in discovery order: what a registry is built from.
+pub type Sources = Vec<(
+    discovery::Candidate,
+    Result<std::sync::Arc<slot::PluginSlot>, LoadError>,
+)>;
 
 /// Why a plugin file could not be loaded.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -56,6 +63,10 @@ pub enum LoadError {
     /// Its directory requires a signature and the file has none, or one that does not check out.
     #[error("refused, signature check failed: {0}")]
     Signature(String),
+    /// The plugin names itself after a plugin whose settings are bound (`plugins.<name>.from`,
+    /// `signed_by`) to other files.
+    #[error("refused, plugin name bound elsewhere: {0}")]
+    Binding(String),
 }
 
 impl LoadError {
@@ -85,6 +96,7 @@ impl LoadError {
             LoadError::Worker(s) => ("worker", s.clone()),
             LoadError::Sandbox(s) => ("sandbox", s.clone()),
             LoadError::Signature(s) => ("signature", s.clone()),
+            LoadError::Binding(s) => ("binding", s.clone()),
         }
     }
 
@@ -100,6 +112,7 @@ impl LoadError {
             "worker" => LoadError::Worker(text),
             "sandbox" => LoadError::Sandbox(text),
             "signature" => LoadError::Signature(text),
+            "binding" => LoadError::Binding(text),
             _ => LoadError::Probe(text),
         }
     }
@@ -170,7 +183,7 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
 pub(crate) fn map_parallel<T: Send, R: Send>(items: Vec<T>, f: impl Fn(T) -> R + Sync) -> Vec<R> {
     /// The main thread's default stack on Linux.
     const STACK: usize = 8 << 20;
-    let threads = crate::exec::cores().min(items.len());
+    let threads = crate::plugins::call::cores().min(items.len());
     if threads <= 1 {
         return items.into_iter().map(f).collect();
     }

@@ -5,19 +5,83 @@
 //! header, the ABI layout and the build fingerprint without running `init`. Files are checked in
 //! batches, one child per core; when a child dies, the file it was on is blamed and the rest of its
 //! batch goes to a fresh child.
+//!
+//! Opening a library runs its constructors, so a probe runs plugin code: each child is confined
+//! like the worker that would run the plugins of the tool directory it probes ([`Confinement`]) —
+//! a cleared environment for every probe, the workers' resource limits for isolated directories,
+//! and for `isolation: sandbox` the worker's Landlock and seccomp, with nothing readable but the
+//! copies it opens and the system's libraries, nothing writable, no network and no programs. What
+//! a child prints while it loads is logged (a few bounded lines), never parsed as an answer.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
 use mcp_plugin_sdk::wire::BuildInfo;
+use serde::{Deserialize, Serialize};
 
+use crate::config::{Config, Isolation};
 use crate::plugins::in_process::{Layout, open_module};
+use crate::plugins::worker::{sandbox, wire};
 use crate::plugins::{LoadError, describe_exit};
 
 const MARK: &str = "\u{1}MCPPROBE ";
+
+/// Environment variables a probe of a directory that is not sandboxed keeps (all others, the
+/// host's secrets among them, are removed); a sandboxed directory's probe keeps none.
+const PROBE_ENV: &[&str] = &["PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "TZ"];
+
+/// Lines of a probe child's own output (what a library prints while it loads) that are logged, and
+/// the bytes kept of each.
+const OUTPUT_LINES: usize = 16;
+const OUTPUT_LINE_BYTES: usize = 1024;
+
+/// How a probe child confines itself before it opens any file: like the worker that would run
+/// the plugins of the directory it probes.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Confinement {
+    /// The isolation of the directory probed (`in_process` when it has none).
+    pub isolation: Isolation,
+    /// Resource limits (isolated directories).
+    pub limits: Option<wire::Limits>,
+    /// Landlock and seccomp (sandboxed directories): `read` lists the copies it may open.
+    pub sandbox: Option<wire::Sandbox>,
+}
+
+impl Confinement {
+    /// The confinement for probing copies `files` found in a directory with isolation `dir`.
+    pub(crate) fn for_directory(
+        config: &Config,
+        dir: Option<Isolation>,
+        files: &[PathBuf],
+    ) -> Self {
+        let isolation = dir.unwrap_or_default();
+        let limits = isolation
+            .is_isolated()
+            .then(|| crate::plugins::worker::wire_limits(&config.limits.worker()));
+        // The plugin's name (and so its own `allow_weaker_sandbox`) is what the probe learns:
+        // a weaker sandbox is accepted here when some plugin accepts one.
+        let allow_weaker = config.plugins.values().any(|p| p.allow_weaker_sandbox);
+        let sandbox =
+            (isolation == Isolation::Sandbox).then(|| sandbox::probe_sandbox(files, allow_weaker));
+        Confinement {
+            isolation,
+            limits,
+            sandbox,
+        }
+    }
+
+    /// The environment variables the child keeps.
+    fn env(&self) -> &'static [&'static str] {
+        if self.sandbox.is_some() {
+            &[]
+        } else {
+            PROBE_ENV
+        }
+    }
+}
 
 /// Runs probes in child processes of the `mcp-host` executable.
 #[derive(Debug, Clone)]
@@ -32,13 +96,18 @@ impl Prober {
     pub fn new(exe: PathBuf) -> Self {
         Prober {
             exe,
-            parallelism: crate::exec::cores(),
+            parallelism: crate::plugins::call::cores(),
             file_timeout: Duration::from_secs(10),
         }
     }
 
-    /// Probe every file; results are in the same order as `files`.
-    pub fn probe_all(&self, files: &[PathBuf]) -> Vec<Result<BuildInfo, LoadError>> {
+    /// Probe every file under `confine` (built for these files); results are in the same order
+    /// as `files`.
+    pub(crate) fn probe_all(
+        &self,
+        files: &[PathBuf],
+        confine: &Confinement,
+    ) -> Vec<Result<BuildInfo, LoadError>> {
         if files.is_empty() {
             return Vec::new();
         }
@@ -48,7 +117,7 @@ impl Prober {
         std::thread::scope(|scope| {
             let handles: Vec<_> = files
                 .chunks(per_chunk)
-                .map(|chunk| scope.spawn(move || self.probe_batch(chunk)))
+                .map(|chunk| scope.spawn(move || self.probe_batch(chunk, confine)))
                 .collect();
             for (handle, chunk) in handles.into_iter().zip(files.chunks(per_chunk)) {
                 match handle.join() {
@@ -65,11 +134,15 @@ impl Prober {
     }
 
     /// Probe one batch, restarting the child after a crash until every file has an answer.
-    fn probe_batch(&self, files: &[PathBuf]) -> Vec<Result<BuildInfo, LoadError>> {
+    fn probe_batch(
+        &self,
+        files: &[PathBuf],
+        confine: &Confinement,
+    ) -> Vec<Result<BuildInfo, LoadError>> {
         let mut results: Vec<Option<Result<BuildInfo, LoadError>>> = vec![None; files.len()];
         let mut start = 0;
         while start < files.len() {
-            let done = self.run_child(&files[start..], &mut results[start..]);
+            let done = self.run_child(&files[start..], &mut results[start..], confine);
             // `done` files have answers; the next one (if any) took the child down.
             let culprit = start + done;
             if culprit < files.len() && results[culprit].is_none() {
@@ -91,16 +164,29 @@ impl Prober {
         &self,
         files: &[PathBuf],
         results: &mut [Option<Result<BuildInfo, LoadError>>],
+        confine: &Confinement,
     ) -> usize {
-        let mut child = match Command::new(&self.exe)
+        let mut command = Command::new(&self.exe);
+        command.env_clear();
+        for var in confine.env() {
+            if let Some(value) = std::env::var_os(var) {
+                command.env(var, value);
+            }
+        }
+        // A confinement always serialises (plain data), so the fallback is never used.
+        let confine_json = serde_json::to_string(confine).unwrap_or_default();
+        let spawned = command
             .arg("probe")
+            .arg("--confine")
+            .arg(confine_json)
+            .arg("--")
             .args(files)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
+            .stderr(Stdio::piped())
             .env("RUST_LOG", "off")
-            .spawn()
-        {
+            .spawn();
+        let mut child = match spawned {
             Ok(c) => c,
             Err(e) => {
                 for r in results.iter_mut() {
@@ -116,6 +202,10 @@ impl Prober {
             let _ = child.kill();
             return 0;
         };
+        let output = child.stderr.take().map(|stderr| {
+            let pid = child.id();
+            std::thread::spawn(move || log_output(pid, stderr))
+        });
         let (tx, rx) = mpsc::channel::<String>();
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -145,6 +235,9 @@ impl Prober {
         }
         let status = child.wait();
         let _ = reader.join();
+        if let Some(output) = output {
+            let _ = output.join();
+        }
         if answered < files.len() {
             let why = if timed_out {
                 format!(
@@ -162,6 +255,54 @@ impl Prober {
             ))));
         }
         answered
+    }
+}
+
+/// Log what a probe child printed while it loaded libraries (a plugin's constructor, a damaged
+/// library's loader error): the first few lines, each cut short; the rest is read and dropped.
+fn log_output(pid: u32, stderr: impl Read) {
+    let mut reader = BufReader::new(stderr);
+    let mut logged = 0;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match read_line_bounded(&mut reader, &mut line, OUTPUT_LINE_BYTES) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if logged < OUTPUT_LINES => {
+                logged += 1;
+                let text = String::from_utf8_lossy(&line);
+                tracing::warn!(pid, "probe output: {}", text.trim_end());
+            }
+            Ok(_) => {}
+        }
+    }
+}
+
+/// Read one line into `line`, keeping at most `max` bytes of it (the rest of a longer line is read
+/// and dropped); returns the bytes read, 0 at the end.
+fn read_line_bounded(
+    reader: &mut impl BufRead,
+    line: &mut Vec<u8>,
+    max: usize,
+) -> std::io::Result<usize> {
+    let mut read = 0;
+    loop {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            return Ok(read);
+        }
+        let (chunk, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (&buf[..=i], true),
+            None => (buf, false),
+        };
+        let keep = chunk.len().min(max.saturating_sub(line.len()));
+        line.extend_from_slice(&chunk[..keep]);
+        let used = chunk.len();
+        reader.consume(used);
+        read += used;
+        if done {
+            return Ok(read);
+        }
     }
 }
 
@@ -211,15 +352,6 @@ pub struct ProbeCache {
 }
 
 impl ProbeCache {
-    /// The default location: `$XDG_CACHE_HOME/mcp-host/probed` or `~/.cache/mcp-host/probed`.
-    pub fn default_path() -> Option<PathBuf> {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))?;
-        Some(base.join("mcp-host").join("probed"))
-    }
-
     /// Read the cache at `path` (empty when absent or unreadable).
     pub fn open(path: PathBuf) -> Self {
         // An identity has five tab-separated fields, then comes the name (lines of another shape,
@@ -305,8 +437,20 @@ pub(crate) fn write_atomically(path: &Path, text: &str) -> std::io::Result<()> {
     written
 }
 
-/// The child's side: open each file and report on `out`. Never runs a plugin's `init`.
-pub fn run_probe_child(files: &[PathBuf], out: &mut dyn Write) -> std::io::Result<()> {
+/// The child's side: confine this process as `confine` (the JSON the host passed) says, then open
+/// each file and report on `out`. Never runs a plugin's `init`; a confinement that cannot be applied
+/// is every file's answer.
+pub fn run_probe_child(
+    files: &[PathBuf],
+    confine: Option<&str>,
+    out: &mut dyn Write,
+) -> std::io::Result<()> {
+    if let Err(e) = confine_self(confine) {
+        for i in 0..files.len() {
+            writeln!(out, "\n{MARK}err {i} {}", encode_error(&e))?;
+        }
+        return out.flush();
+    }
     for (i, file) in files.iter().enumerate() {
         writeln!(out, "\n{MARK}begin {i} ")?;
         out.flush()?;
@@ -318,6 +462,23 @@ pub fn run_probe_child(files: &[PathBuf], out: &mut dyn Write) -> std::io::Resul
             Err(e) => writeln!(out, "\n{MARK}err {i} {}", encode_error(&e))?,
         }
         out.flush()?;
+    }
+    Ok(())
+}
+
+/// Apply a probe's confinement to this (still single-threaded) process.
+fn confine_self(confine: Option<&str>) -> Result<(), LoadError> {
+    let Some(json) = confine else {
+        return Ok(());
+    };
+    let confine: Confinement = serde_json::from_str(json)
+        .map_err(|e| LoadError::Probe(format!("unreadable probe confinement: {e}")))?;
+    if let Some(limits) = &confine.limits {
+        sandbox::apply_limits(limits).map_err(LoadError::Sandbox)?;
+    }
+    if let Some(sandbox) = &confine.sandbox {
+        sandbox::limit_tasks().map_err(LoadError::Sandbox)?;
+        sandbox::enforce(sandbox).map_err(LoadError::Sandbox)?;
     }
     Ok(())
 }

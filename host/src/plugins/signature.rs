@@ -188,11 +188,31 @@ impl Keyring {
                  (changed after signing, or signed for another file): {e}"
             ))
         })?;
+        let comment = signature.trusted_comment().unwrap_or_default();
+        check_signed_name(&comment, original)?;
         Ok(Some(Signer {
             key: key_name.clone(),
             key_id,
-            comment: signature.trusted_comment().unwrap_or_default(),
+            comment,
         }))
+    }
+}
+
+/// A signature whose trusted comment names the file it was made for (`file:<name>`, as
+/// `mcp-host sign` writes it) covers only a file of that name: a signed library renamed to pass for
+/// another plugin's file is refused. A comment without a `file:` field (a signature made by another
+/// minisign tool) names no file.
+fn check_signed_name(comment: &str, original: &Path) -> Result<(), LoadError> {
+    let signed = comment
+        .split('\t')
+        .find_map(|field| field.trim().strip_prefix("file:"));
+    let actual = original.file_name().map(|n| n.to_string_lossy());
+    match (signed, actual) {
+        (Some(signed), Some(actual)) if signed != actual => Err(LoadError::Signature(format!(
+            "signed for a file named {signed}, not {actual} (the trusted comment names the file; \
+             sign this file under its own name)"
+        ))),
+        _ => Ok(()),
     }
 }
 
@@ -285,7 +305,9 @@ mod tests {
 
     fn sign(file: &Path, pair: &minisign::KeyPair) {
         let data = std::fs::read(file).expect("read");
-        let sig = minisign::sign(Some(&pair.pk), &pair.sk, &data[..], Some("file:test"), None)
+        let name = file.file_name().map(|n| n.to_string_lossy().into_owned());
+        let comment = format!("file:{}", name.unwrap_or_default());
+        let sig = minisign::sign(Some(&pair.pk), &pair.sk, &data[..], Some(&comment), None)
             .expect("sign");
         std::fs::write(signature_path(file), sig.to_string()).expect("write sig");
     }
@@ -315,7 +337,7 @@ mod tests {
             .expect("good")
             .expect("signed");
         assert_eq!(signer.key, "release");
-        assert_eq!(signer.comment, "file:test");
+        assert_eq!(signer.comment, "file:libp.so");
         assert!(ring.trusts(&signer.key_id));
 
         let copy = tmp.path().join("copy.so");
@@ -352,5 +374,25 @@ mod tests {
         assert!(is_signature_file(Path::new(&format!("{lib}.minisig"))));
         assert!(!is_signature_file(Path::new("a/notes.txt.minisig")));
         assert!(!is_signature_file(Path::new(&lib)));
+    }
+}
+
+#[cfg(test)]
+mod signed_name_tests {
+    use super::*;
+
+    #[test]
+    fn a_signature_naming_another_file_is_refused_and_one_naming_none_is_not() {
+        let file = Path::new("/tools/libmcp_time.so");
+        assert!(check_signed_name("timestamp:1\tfile:libmcp_time.so", file).is_ok());
+        assert!(check_signed_name("made by another tool", file).is_ok());
+        let refused = check_signed_name("timestamp:1\tfile:libevil.so", file)
+            .expect_err("another file's signature");
+        assert!(
+            refused
+                .to_string()
+                .contains("signed for a file named libevil.so"),
+            "{refused}"
+        );
     }
 }

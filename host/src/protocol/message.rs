@@ -78,6 +78,24 @@ impl Message {
         out
     }
 
+    /// Its length in bytes as compact JSON, counted without building it.
+    pub fn wire_len(&self) -> usize {
+        struct Count(usize);
+        impl Write for Count {
+            fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+                self.0 += buf.len();
+                Ok(buf.len())
+            }
+            fn flush(&mut self) -> io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut count = Count(0);
+        // Counting cannot fail, and a Value always serialises.
+        let _ = self.write_to(&mut count);
+        count.0
+    }
+
     /// As a JSON tree (for inspection; the wire never needs it).
     pub fn to_value(&self) -> Value {
         match &self.0 {
@@ -155,5 +173,6 @@ mod tests {
             m.to_string(),
             r#"[{"id":1},{"jsonrpc":"2.0","id":2,"result":{"content":[]}}]"#
         );
+        assert_eq!(m.wire_len(), m.to_vec().len());
     }
 }

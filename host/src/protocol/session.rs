@@ -401,11 +401,15 @@ impl SessionStore {
         self.count(&map);
     }
 
-    /// The live session with this id (refreshing its idle timer).
-    pub fn get(&self, id: &str) -> Option<Arc<LegacySession>> {
+    /// The live session with this id opened by `owner` (refreshing its idle timer). Another
+    /// caller's session is `None`, as if it did not exist, and its idle timer is left alone: a
+    /// session id is a bearer of nothing without its owner's identity.
+    pub fn get(&self, id: &str, owner: &str) -> Option<Arc<LegacySession>> {
         let mut map = lock(&self.sessions);
-        match map.get(id).map(|s| &s.session) {
-            Some(s) if s.idle_for() < self.idle => {
+        match map.get(id) {
+            Some(s) if &*s.owner != owner => None,
+            Some(s) if s.session.idle_for() < self.idle => {
+                let s = &s.session;
                 s.touch();
                 Some(Arc::clone(s))
             }
@@ -416,6 +420,11 @@ impl SessionStore {
             }
             None => None,
         }
+    }
+
+    /// The caller that opened session `id`, if this store has it.
+    pub fn owner(&self, id: &str) -> Option<Arc<str>> {
+        lock(&self.sessions).get(id).map(|s| Arc::clone(&s.owner))
     }
 
     /// The session with this id, if this store has it (its idle timer left alone).
@@ -459,16 +468,7 @@ impl SessionStore {
 
 /// A fresh, unguessable session id (128 random bits, hex).
 pub fn new_session_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // Without an OS RNG, fall back to time and address entropy (still unique per process).
-        let t = Instant::now();
-        let seed = format!("{t:?}{:p}", &bytes);
-        for (i, b) in seed.bytes().enumerate() {
-            bytes[i % 16] ^= b;
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    crate::exec::input::fresh_id()
 }
 
 #[cfg(test)]
@@ -503,10 +503,20 @@ mod tests {
             store.insert(session(id), "x".into());
             std::thread::sleep(Duration::from_millis(2));
         }
-        assert!(store.get("a").is_some()); // a is now the most recent
+        assert!(store.get("a", "x").is_some()); // a is now the most recent
         store.insert(session("c"), "x".into());
-        assert!(store.get("b").is_none());
-        assert!(store.get("a").is_some() && store.get("c").is_some());
+        assert!(store.get("b", "x").is_none());
+        assert!(store.get("a", "x").is_some() && store.get("c", "x").is_some());
+    }
+
+    #[test]
+    fn a_session_is_found_only_by_the_caller_that_opened_it() {
+        let store = SessionStore::new(4, 4, Duration::from_secs(60));
+        store.insert(session("a"), "user:alice".into());
+        assert!(store.get("a", "user:bob").is_none());
+        assert!(store.get("a", "addr:127.0.0.1").is_none());
+        assert!(store.get("a", "user:alice").is_some());
+        assert_eq!(store.owner("a").as_deref(), Some("user:alice"));
     }
 
     #[test]
@@ -517,13 +527,13 @@ mod tests {
         for i in 0..50 {
             store.insert(session(&format!("m-{i}")), "mallory".into());
         }
-        assert!(store.get("alice-1").is_some() && store.get("bob-1").is_some());
-        assert!(store.get("m-49").is_some() && store.get("m-48").is_some());
+        assert!(store.get("alice-1", "alice").is_some() && store.get("bob-1", "bob").is_some());
+        assert!(store.get("m-49", "mallory").is_some() && store.get("m-48", "mallory").is_some());
         assert_eq!(store.sweep(), 4);
         // At the total limit a newcomer evicts from the caller holding the most.
         store.insert(session("carol-1"), "carol".into());
-        assert!(store.get("alice-1").is_some() && store.get("bob-1").is_some());
-        assert!(store.get("carol-1").is_some());
+        assert!(store.get("alice-1", "alice").is_some() && store.get("bob-1", "bob").is_some());
+        assert!(store.get("carol-1", "carol").is_some());
         assert_eq!(store.sweep(), 4, "one of mallory's sessions made room");
     }
 
@@ -570,7 +580,7 @@ mod tests {
         let store = SessionStore::new(10, 10, Duration::from_millis(1));
         store.insert(session("a"), "x".into());
         std::thread::sleep(Duration::from_millis(5));
-        assert!(store.get("a").is_none());
+        assert!(store.get("a", "x").is_none());
         assert_eq!(store.sweep(), 0);
     }
 

@@ -27,8 +27,6 @@ use serde_json::{Map, Value, json};
 use template::UriTemplate;
 
 use crate::config::{Config, Isolation, PluginSettings};
-use crate::plugins::LoadError;
-use crate::plugins::discovery::Candidate;
 pub use crate::plugins::slot::{FileStamp, PluginSlot};
 use crate::plugins::worker::Grant;
 
@@ -351,8 +349,7 @@ pub struct Entry {
     pub permissions: Option<Grant>,
 }
 
-/// Load results per candidate, in discovery order: what a registry is built from.
-pub type Sources = Vec<(Candidate, Result<Arc<PluginSlot>, LoadError>)>;
+pub use crate::plugins::Sources;
 
 /// The tool set.
 #[derive(Debug, Default)]
@@ -418,7 +415,28 @@ impl Registry {
         checks: &mut checked::SchemaChecks,
         log_tools: bool,
     ) {
+        // One file per plugin name: a name chooses settings (grants, data directory, config),
+        // so a second file calling itself by a name already served is not served.
+        let mut names: HashMap<String, PathBuf> = HashMap::new();
         for (candidate, result) in loaded {
+            let result = result.and_then(|slot| match names.get(slot.backend.name()) {
+                Some(first) => {
+                    let why = format!(
+                        "plugin name {} is already served by {}; one plugin name is served from \
+                         one file (the first in tool_dirs order): rename or remove the other",
+                        slot.backend.name(),
+                        first.display()
+                    );
+                    if !log_tools {
+                        tracing::error!("Not serving plugin {}: {why}", candidate.path.display());
+                    }
+                    Err(crate::plugins::LoadError::Binding(why))
+                }
+                None => {
+                    names.insert(slot.backend.name().to_owned(), candidate.path.clone());
+                    Ok(slot)
+                }
+            });
             let slot = match result {
                 Ok(slot) => slot,
                 Err(e) => {
@@ -471,9 +489,18 @@ impl Registry {
             if mode == PinMode::Off {
                 continue;
             }
+            let legacy = config.pins.version < crate::config::lock::LOCK_VERSION;
+            if legacy && pins::first_report("legacy lock") {
+                tracing::warn!(
+                    "The lock file is of format {} and does not pin the definitions' _meta; run \
+                     `mcp-host pin` to write format {}",
+                    config.pins.version,
+                    crate::config::lock::LOCK_VERSION
+                );
+            }
             let now = crate::config::lock::Pin::new(
                 slot.backend.name(),
-                pins::definition(&listing.value()),
+                pins::definition(&listing.value(), legacy),
             );
             let pinned = section.of(&config.pins).get(&entry.tool);
             let Some(difference) =
@@ -561,7 +588,10 @@ impl Registry {
         use crate::config::lock::Pin;
         let mut lock = pins::empty_lock();
         let pin = |slot: &PluginSlot, listing: &Listing| {
-            Pin::new(slot.backend.name(), pins::definition(&listing.value()))
+            Pin::new(
+                slot.backend.name(),
+                pins::definition(&listing.value(), false),
+            )
         };
         for t in self.tools() {
             pins::insert(
@@ -980,6 +1010,31 @@ struct Winners {
     prompts: HashMap<String, PathBuf>,
 }
 
+/// Log that `name` from `file` is overridden by the one from `winner`: a warning the first time
+/// this process sees it, then (every rescan rebuilds the tool set) a debug line.
+fn log_override(label: &str, name: &str, file: &std::path::Path, winner: &std::path::Path) {
+    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
+        std::sync::LazyLock::new(Default::default);
+    let key = format!("{label}\0{name}\0{}\0{}", file.display(), winner.display());
+    let first = SEEN
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(key);
+    if first {
+        tracing::warn!(
+            "{label} {name} from {} overridden by {} (said once; `mcp-host list` shows it)",
+            file.display(),
+            winner.display()
+        );
+    } else {
+        tracing::debug!(
+            "{label} {name} from {} overridden by {}",
+            file.display(),
+            winner.display()
+        );
+    }
+}
+
 /// Whether `name` (a resource URI or template, or a prompt name) of `kind` is served: its service
 /// is enabled and no earlier directory or file defined it. The status that keeps it out (logged).
 fn admit_named(
@@ -992,12 +1047,7 @@ fn admit_named(
 ) -> Result<(), Status> {
     service_enabled(service, manifest)?;
     if let Some(winner) = winners.get(name) {
-        tracing::warn!(
-            "{} {name} from {} overridden by {}",
-            kind.label(),
-            file.display(),
-            winner.display()
-        );
+        log_override(kind.label(), name, file, winner);
         return Err(Status::OverriddenBy(winner.clone()));
     }
     Ok(())
@@ -1042,11 +1092,7 @@ fn admit(
         ));
     }
     if let Some(winner) = winners.get(name) {
-        tracing::warn!(
-            "Tool {name} from {} overridden by {}",
-            file.display(),
-            winner.display()
-        );
+        log_override("Tool", name, file, winner);
         return Err(Status::OverriddenBy(winner.clone()));
     }
     checks

@@ -1,5 +1,5 @@
 //! Pinning: each served definition — the list entry a client is shown (name, title, description,
-//! schemas, annotations, URI, MIME type, prompt arguments), without `_meta` — compared with the lock
+//! schemas, annotations, URI, MIME type, prompt arguments, `_meta`) — compared with the lock
 //! file `mcp-host pin` wrote. Per tool directory, `off` does not look, `warn` serves a definition
 //! that differs (or is not in the lock) and logs it, `enforce` holds it: not served until re-pinned.
 //! A difference is shown field by field, as the old and the new text.
@@ -50,10 +50,14 @@ impl Section {
     }
 }
 
-/// The pinned form of a list entry: everything the client is told except `_meta`.
-pub fn definition(listing: &Value) -> Value {
+/// The pinned form of a list entry: everything the client is told, `_meta` included (it can carry
+/// what a client acts on, e.g. a UI resource to show). `legacy` compares with a lock of format 1,
+/// which did not pin `_meta`.
+pub fn definition(listing: &Value, legacy: bool) -> Value {
     let mut def = listing.clone();
-    if let Value::Object(map) = &mut def {
+    if let Value::Object(map) = &mut def
+        && legacy
+    {
         map.remove("_meta");
     }
     def

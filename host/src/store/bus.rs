@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio::sync::{broadcast, mpsc};
 
-use crate::host::Change;
+use crate::plugins::backend::Change;
 
 /// How many events a slow subscriber may fall behind before it misses some.
 const CAPACITY: usize = 1024;

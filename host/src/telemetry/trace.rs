@@ -23,7 +23,6 @@ use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
 use super::Outcome;
 use crate::config::TraceSettings;
-use crate::registry::Tool;
 
 /// The `tracing` target of every span exported as a trace (kept out of the log output).
 pub const TARGET: &str = "mcp_host::trace";
@@ -38,7 +37,7 @@ fn set_exporting() {
     EXPORTING.store(true, Ordering::Release);
 }
 
-fn exporting() -> bool {
+pub(crate) fn exporting() -> bool {
     EXPORTING.load(Ordering::Acquire)
 }
 
@@ -166,27 +165,6 @@ pub fn request_span(
         }
     }
     span
-}
-
-/// The span of one tool call (a child of the current span: the request's, or for a nested call the
-/// calling tool's `plugin` phase).
-pub(crate) fn call_span(tool: &Tool) -> tracing::Span {
-    if !exporting() {
-        return tracing::Span::none();
-    }
-    tracing::info_span!(
-        target: TARGET,
-        "execute_tool",
-        otel.name = %format_args!("execute_tool {}", tool.name),
-        otel.kind = "internal",
-        gen_ai.operation.name = "execute_tool",
-        gen_ai.tool.name = %tool.name,
-        mcp_host.plugin = tool.slot.backend.name(),
-        mcp_host.plugin.version = %tool.slot.backend.manifest().version,
-        mcp_host.outcome = tracing::field::Empty,
-        error.type = tracing::field::Empty,
-        otel.status_code = tracing::field::Empty,
-    )
 }
 
 /// A phase of a call (`validate`, `queue`, `plugin`).

@@ -223,9 +223,25 @@ impl Core {
                 items.len()
             )));
         }
+        // The answers together stay within their own bound: past it, the requests left are not
+        // run and each is answered an error naming the limit (an answer that would cross it too).
+        let budget = self.protocol.host().config().limits.batch_answer_bytes();
+        let mut used = 0usize;
+        let over_budget = |id: &Value| -> Message {
+            jsonrpc::error_response(
+                id,
+                &RpcError::invalid_request(format!(
+                    "the answers of this batch reached the limit of {budget} bytes \
+                     (limits.max_batch_answer_bytes); this request was not answered: send it \
+                     on its own"
+                )),
+            )
+            .into()
+        };
         let mut out = Vec::new();
         for item in items {
             match self.route(Received::of(item), origin) {
+                Routed::Request { id, .. } if used >= budget => out.push(over_budget(&id)),
                 Routed::Request { id, method, params } => {
                     let answered = self
                         .request(id, &method, params, origin, CancelFlag::new(), None)
@@ -235,7 +251,18 @@ impl Core {
                     }
                     match answered.reply {
                         Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
-                            out.push(body)
+                            let len = body.wire_len();
+                            if used.saturating_add(len) > budget {
+                                tracing::info!(
+                                    "a batch's answers reached limits.max_batch_answer_bytes \
+                                     ({budget} bytes); its other requests are answered an error"
+                                );
+                                used = budget;
+                                out.push(over_budget(body.id().unwrap_or(&Value::Null)));
+                            } else {
+                                used += len;
+                                out.push(body);
+                            }
                         }
                         Reply::Listen { id, .. } => out.push(
                             jsonrpc::error_response(

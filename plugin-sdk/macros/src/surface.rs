@@ -179,6 +179,18 @@ pub(crate) fn spec(
         quote!(::core::result::Result::Err(e) => return ::core::result::Result::Err(e));
     for param in &params {
         match param {
+            Param::Whole { span, .. } => {
+                return Err(syn::Error::new(
+                    *span,
+                    format!(
+                        "#[args] is for tools; a {} takes its arguments as `String` parameters",
+                        match kind {
+                            Kind::Resource => "resource template",
+                            Kind::Prompt => "prompt",
+                        }
+                    ),
+                ));
+            }
             Param::Arg { ident, ty, opts: a } => {
                 let arg = ident.to_string();
                 if a.default.is_some() || a.min.is_some() || a.max.is_some() || a.header.is_some() {

@@ -186,11 +186,42 @@ pub(crate) enum Param {
         ty: Box<Type>,
         opts: Box<ArgOptions>,
     },
+    /// `#[args] x: T`: a struct whose fields are the tool's arguments (its schema is the root).
+    Whole {
+        ty: Box<Type>,
+        span: Span,
+    },
     Caller {
         optional: bool,
     },
     Context,
     Host,
+}
+
+/// Take the `#[args]` attribute off a parameter: its span, if it was there.
+fn take_args_marker(attrs: &mut Vec<Attribute>) -> syn::Result<Option<Span>> {
+    let mut found = None;
+    let mut err = None;
+    attrs.retain(|attr| {
+        if !attr.path().is_ident("args") {
+            return true;
+        }
+        if !matches!(attr.meta, syn::Meta::Path(_)) {
+            err.get_or_insert_with(|| {
+                syn::Error::new(
+                    attr.meta.span(),
+                    "#[args] takes no options: bounds and defaults go on the struct's fields \
+                     (#[schemars(range(min = 1, max = 10))], #[serde(default)])",
+                )
+            });
+        }
+        found = Some(attr.path().span());
+        false
+    });
+    match err {
+        Some(e) => Err(e),
+        None => Ok(found),
+    }
 }
 
 pub(crate) fn last_segment(ty: &Type) -> Option<&syn::PathSegment> {
@@ -288,8 +319,40 @@ pub(crate) fn params(
                 receiver = Some(quote!(service));
             }
             FnArg::Typed(pt) => {
+                let whole = take_args_marker(&mut pt.attrs)?;
                 let opts = take_arg_options(&mut pt.attrs)?;
                 let ty = (*pt.ty).clone();
+                if let Some(span) = whole {
+                    if opts.default.is_some()
+                        || opts.min.is_some()
+                        || opts.max.is_some()
+                        || opts.header.is_some()
+                        || opts.complete.is_some()
+                    {
+                        return Err(syn::Error::new(
+                            span,
+                            "#[args] and #[arg(...)] do not mix: the struct's fields are the \
+                             arguments, so put bounds and defaults on them \
+                             (#[schemars(range(min = 1, max = 10))], #[serde(default)])",
+                        ));
+                    }
+                    if matches!(ty, Type::Reference(_))
+                        || is_named(&ty, "UserInfo")
+                        || is_named(&ty, "Option")
+                    {
+                        return Err(syn::Error::new(
+                            ty.span(),
+                            "#[args] takes an owned struct that derives `Deserialize` and \
+                             `JsonSchema` (its fields are the arguments), not a reference, an \
+                             `Option` or an injected parameter",
+                        ));
+                    }
+                    out.push(Param::Whole {
+                        ty: Box::new(ty),
+                        span,
+                    });
+                    continue;
+                }
                 if let Type::Reference(r) = &ty {
                     if is_named(&r.elem, "CallContext") {
                         out.push(Param::Context);
@@ -428,6 +491,67 @@ pub(crate) fn call_expr(
     }
 }
 
+/// Whether every major client accepts `name` as a tool name: the SDK's `is_valid_tool_name`
+/// (`^[a-zA-Z0-9_-]{1,64}$`), which the host applies to every tool it loads.
+fn is_valid_tool_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// A compile error for a tool name the host would refuse at load: `literal` when the author wrote
+/// it (`name = "..."`), else it is the function's name.
+fn check_tool_name(name: &LitStr, literal: bool) -> syn::Result<()> {
+    let value = name.value();
+    if is_valid_tool_name(&value) {
+        return Ok(());
+    }
+    let mut fixed: String = value
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .take(64)
+        .collect();
+    if fixed.is_empty() {
+        fixed.push_str("my_tool");
+    }
+    let rule = "a tool name is 1 to 64 ASCII letters, digits, `_` or `-` \
+                (^[a-zA-Z0-9_-]{1,64}$, the names every major client accepts), and the host \
+                serves no tool whose name breaks the rule";
+    let message = if literal {
+        format!("invalid tool name {value:?}: {rule}; e.g. name = {fixed:?}")
+    } else {
+        format!(
+            "the function's name `{value}` is not a valid tool name: {rule}; name the tool with \
+             #[tool(name = {fixed:?})]"
+        )
+    };
+    Err(syn::Error::new(name.span(), message))
+}
+
+/// A symbol named after the tool: two tools of one crate with one name define it twice, which
+/// rustc refuses when it builds the crate ("symbol `...` is already defined", at the second
+/// name). The host would serve only the first of them. Names keep to `[A-Za-z0-9_]` so every
+/// linker takes them (`-` is spelled `_hyphen_`).
+fn unique_name_symbol(name: &LitStr) -> TokenStream {
+    let symbol = format!(
+        "mcp_plugin_sdk__two_tools_of_a_plugin_cannot_share_the_name__{}",
+        name.value().replace('-', "_hyphen_")
+    );
+    quote_spanned! {name.span()=>
+        #[used]
+        #[allow(unsafe_code, non_upper_case_globals)]
+        #[unsafe(export_name = #symbol)]
+        static __MCP_TOOL_NAME: u8 = 0;
+    }
+}
+
 /// Build the `ToolSpec` expression for one tool. `service` is the service type for methods.
 fn tool_spec(
     attrs: &[Attribute],
@@ -437,10 +561,11 @@ fn tool_spec(
 ) -> syn::Result<TokenStream> {
     let sdk = quote!(::mcp_plugin_sdk);
     let fn_name = sig.ident.clone();
-    let tool_name = opts
-        .name
-        .clone()
-        .unwrap_or_else(|| LitStr::new(&fn_name.to_string(), fn_name.span()));
+    let tool_name = match &opts.name {
+        Some(name) => name.clone(),
+        None => LitStr::new(fn_name.to_string().trim_start_matches("r#"), fn_name.span()),
+    };
+    check_tool_name(&tool_name, opts.name.is_some())?;
     let parsed = docs::parse(&docs::doc_lines(attrs));
     check_item(
         sig,
@@ -460,8 +585,25 @@ fn tool_spec(
     let mut call_args = Vec::new();
     let mut prelude = Vec::new();
     let mut caller_need = quote!(#sdk::__private::CallerNeed::None);
+    // `#[args] x: T`: `T` is the argument struct, alone among the JSON parameters.
+    let mut whole: Option<&Type> = None;
     for param in &params {
         match param {
+            Param::Whole { ty, span } => {
+                if whole.is_some() || params.iter().any(|p| matches!(p, Param::Arg { .. })) {
+                    return Err(syn::Error::new(
+                        *span,
+                        format!(
+                            "with #[args], the struct's fields are all of tool `{}`'s arguments: \
+                             move the other parameters into it (only `UserInfo`, `&CallContext` \
+                             and `&HostApi` may sit next to it)",
+                            tool_name.value()
+                        ),
+                    ));
+                }
+                whole = Some(ty);
+                call_args.push(quote!(args));
+            }
             Param::Arg { ident, ty, opts: a } => {
                 let name = ident.to_string();
                 if let Some((span, _)) = &a.complete {
@@ -549,9 +691,9 @@ fn tool_spec(
     let call = call_expr(service, &fn_name, receiver.as_ref(), &call_args, is_async);
     let convert_ok = quote!({
         #[allow(unused_imports)]
-        use #sdk::__private::{ViaContent as _, ViaJson as _};
+        use #sdk::__private::{ViaContent as _, ViaJson as _, ViaNeither as _};
         let returned = #sdk::__private::Returned::new(value);
-        (&&returned).into_result()
+        (&&&returned).into_result()
     });
     let convert = if is_result {
         quote!(match out {
@@ -600,22 +742,39 @@ fn tool_spec(
         .clone()
         .unwrap_or_else(|| Ident::new("Forbidden", Span::call_site()));
     let ask_first = opts.ask_first.is_some();
-    let parse_args = if fields.is_empty() {
+    let parse_args = if fields.is_empty() && whole.is_none() {
         quote!(let _args: Args = match inv.parse_args() { ::core::result::Result::Ok(a) => a, ::core::result::Result::Err(r) => return r };)
     } else {
         quote!(let args: Args = match inv.parse_args() { ::core::result::Result::Ok(a) => a, ::core::result::Result::Err(r) => return r };)
     };
     let span = fn_name.span();
+    let args_type = match whole {
+        Some(ty) => quote_spanned! {ty.span()=>
+            type Args = #ty;
+        },
+        None => quote! {
+            #[derive(#sdk::__private::serde::Deserialize, #sdk::__private::schemars::JsonSchema)]
+            #[serde(crate = "::mcp_plugin_sdk::__private::serde", deny_unknown_fields)]
+            #[schemars(crate = "::mcp_plugin_sdk::__private::schemars")]
+            #[allow(non_camel_case_types, dead_code)]
+            struct Args { #(#fields),* }
+        },
+    };
+    let unique_name = unique_name_symbol(&tool_name);
+    // What a tool may return, checked first: its message says to derive `JsonSchema` (or
+    // `Serialize`) rather than naming the probes below.
+    let output_check = quote_spanned! {ok_ty.span()=>
+        #sdk::__private::tool_output::<#ok_ty>();
+    };
     Ok(quote_spanned! {span=> {
-        #[derive(#sdk::__private::serde::Deserialize, #sdk::__private::schemars::JsonSchema)]
-        #[serde(crate = "::mcp_plugin_sdk::__private::serde", deny_unknown_fields)]
-        #[schemars(crate = "::mcp_plugin_sdk::__private::schemars")]
-        #[allow(non_camel_case_types, dead_code)]
-        struct Args { #(#fields),* }
+        #args_type
+
+        #unique_name
 
         #(#prelude)*
 
         fn descriptor() -> #sdk::__private::ToolDescriptor {
+            #output_check
             #[allow(unused_imports)]
             use #sdk::__private::{SchemaViaContent as _, SchemaViaJson as _, SchemaViaNothing as _};
             let title: ::core::option::Option<::std::string::String> = #title;

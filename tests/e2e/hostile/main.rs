@@ -269,7 +269,9 @@ fn an_initialize_flood_keeps_only_capability_names_and_evicts_only_the_flooders_
     let (_l, cfg) = layout(
         &["fixture-basic"],
         &format!(
-            "http: {{max_sessions: 40, max_sessions_per_caller: 5}}\n{}",
+            // Initialize bodies this large are refused by default (http.max_other_body_bytes,
+            // http_limits); allowed here to see what a session keeps of them.
+            "http: {{max_sessions: 40, max_sessions_per_caller: 5, max_other_body_bytes: 4194304}}\n{}",
             alice_secret_config()
         ),
     );

@@ -14,8 +14,8 @@ use abi_stable::std_types::{RResult, RStr, RString};
 use mcp_plugin_sdk::LogLevel;
 use mcp_plugin_sdk::wire::{CallContextFfi, HostApiFfi};
 
-use crate::exec::{CallEvent, CallState};
 use crate::plugins::backend::{HostCallbacks, host_request};
+use crate::plugins::call::{CallEvent, CallState};
 
 impl CallContextFfi for CallState {
     fn is_cancelled(&self) -> bool {

@@ -18,9 +18,9 @@ use mcp_plugin_sdk::wire::{
 
 mod ffi;
 
-use crate::exec::CallState;
 use crate::plugins::LoadError;
 use crate::plugins::backend::{HostCallbacks, PluginBackend};
+use crate::plugins::call::CallState;
 use ffi::{CurrentCall, HostApiImpl};
 
 /// Keep the meaningful tail of abi_stable's (very long) layout report.
@@ -29,9 +29,11 @@ fn summarize_library_error(e: &LibraryError) -> LoadError {
     match e {
         // The loader's own reason, without the (private copy's) path.
         LibraryError::OpenError { err, .. } => LoadError::Library(format!("dlopen failed: {err}")),
-        LibraryError::GetSymbolError { symbol, err, .. } => LoadError::Library(format!(
-            "missing export {} (not built with mcp-plugin-sdk's export_plugin!): {err}",
-            String::from_utf8_lossy(symbol)
+        // The loader's text repeats the symbol and the (private copy's) path: the hint says it all.
+        LibraryError::GetSymbolError { symbol, .. } => LoadError::Library(format!(
+            "not built with mcp-plugin-sdk: end the crate's lib.rs with `export_plugin!()` and \
+             build it as a cdylib (it has no `{}` export)",
+            String::from_utf8_lossy(symbol).trim_end_matches('\0')
         )),
         _ => {
             let lines: Vec<&str> = text
@@ -49,9 +51,19 @@ fn summarize_library_error(e: &LibraryError) -> LoadError {
             } else {
                 errors.iter().rev().take(3).rev().copied().collect()
             };
-            let mut s = picked.join(" | ");
-            if s.len() > 600 {
-                let mut cut = 600;
+            let mut s = picked
+                .iter()
+                .map(|l| l.trim_start_matches("Error:").trim())
+                .collect::<Vec<_>>()
+                .join(" | ");
+            let host = BuildInfo::host();
+            s.push_str(&format!(
+                " (rebuild the plugin against mcp-plugin-sdk {}, the SDK of this mcp-host: \
+                 `mcp-host --version`)",
+                host.sdk_version
+            ));
+            if s.len() > 690 {
+                let mut cut = 690;
                 while !s.is_char_boundary(cut) {
                     cut -= 1;
                 }

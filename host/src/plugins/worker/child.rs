@@ -80,8 +80,40 @@ fn channel() -> io::Result<(Box<dyn Source + Send>, Box<dyn Write + Send>)> {
     ))
 }
 
+/// Close every descriptor above stdin, stdout and stderr that this process inherited (the host's
+/// listening sockets, files, or anything a parent of the host left open without close-on-exec):
+/// the plugin gets none of them. The channel is still stdin here.
+#[cfg(unix)]
+fn close_inherited() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: close_range(2) only closes descriptors; none above 2 is in use by this process
+        // yet (this runs first thing in the worker, before any file or thread is opened).
+        #[allow(unsafe_code)]
+        let closed = unsafe { libc::syscall(libc::SYS_close_range, 3u32, u32::MAX, 0u32) };
+        if closed == 0 {
+            return;
+        }
+    }
+    // Without close_range: every descriptor number this process may have.
+    let max = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+        .current
+        .unwrap_or(1 << 16)
+        .min(1 << 20);
+    for fd in 3..max {
+        let Ok(fd) = i32::try_from(fd) else { break };
+        // SAFETY: as above: closing descriptors nothing in this process uses.
+        #[allow(unsafe_code)]
+        unsafe {
+            libc::close(fd);
+        }
+    }
+}
+
 /// Run the worker process until the host stops it.
 pub fn run_worker() -> ExitCode {
+    #[cfg(unix)]
+    close_inherited();
     let (input, output) = match channel() {
         Ok(c) => c,
         Err(e) => {
@@ -110,6 +142,9 @@ pub fn run_worker() -> ExitCode {
         return fail(&out, "worker", e);
     }
     if let Some(rules) = &init.sandbox {
+        if let Err(e) = sandbox::limit_tasks() {
+            return fail(&out, "sandbox", e);
+        }
         match sandbox::enforce(rules) {
             Ok(None) => {}
             Ok(Some(note)) => {

@@ -10,7 +10,7 @@
 
 use crate::plugins::lock;
 use std::collections::{HashMap, VecDeque};
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -21,20 +21,78 @@ use mcp_plugin_sdk::LogLevel;
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 
 use super::wire::{FrameReader, FrameWriter, FromWorker, Source, ToWorker};
-use crate::exec::{CallEvent, CallState, error_result};
 use crate::plugins::backend::{HostCallbacks, host_request};
+use crate::plugins::call::{CallEvent, CallState, error_result};
 use crate::plugins::{LoadError, describe_exit, signal_name};
 
 /// Lines of a worker's output kept for crash reports.
 const TAIL_LINES: usize = 8;
+/// The longest line of a worker's output the host keeps and logs; the rest of a longer line is
+/// read and dropped.
+pub(crate) const MAX_LINE: usize = 4 * 1024;
+/// Lines of a worker's output logged at once before the rate applies.
+const LOG_BURST: u32 = 200;
+/// Lines of a worker's output logged per second after a burst (the others are counted, and the
+/// count logged).
+const LOG_RATE: u32 = 50;
+/// Host threads answering one worker's nested calls and call requests at a time.
+pub(crate) const NESTED_THREADS: usize = 16;
+/// One worker's nested calls and call requests waiting for one of those threads; past this, a
+/// request is answered with an error at once.
+pub(crate) const NESTED_QUEUE: usize = 256;
+/// How long an idle nested-call thread stays for the next request.
+const NESTED_IDLE: Duration = Duration::from_secs(5);
+/// Environment variables every worker keeps from the host's (`process` isolation; a sandboxed
+/// worker keeps only its `permissions.env`), besides the plugin's `permissions.env`. Names ending
+/// in `*` are prefixes.
+pub(crate) const BASE_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "RUST_LIB_BACKTRACE",
+];
+/// Prefixes of variables no worker ever gets, even when its `permissions.env` names them: the
+/// host's own configuration (`MCP_HOST_AUTH__...` carries secrets such as the JWT key).
+pub(crate) const NEVER_ENV: &[&str] = &["MCP_HOST_"];
 
 /// What it takes to start a worker process.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct WorkerCommand {
     /// The `mcp-host` executable.
     pub exe: PathBuf,
-    /// Environment variables it keeps (`None`: all of the host's).
-    pub env: Option<Vec<String>>,
+    /// Environment variables it keeps (names; a trailing `*` keeps every name with that prefix).
+    /// Everything else is removed, and [`NEVER_ENV`] always is.
+    pub env: Vec<String>,
+    /// The largest frame the host reads from it (`limits.max_result_bytes` and some room).
+    pub max_frame: usize,
+}
+
+impl WorkerCommand {
+    /// The environment a worker started by this command gets, from the host's `vars`.
+    pub(crate) fn environment(
+        &self,
+        vars: impl Iterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    ) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+        vars.filter(|(name, _)| {
+            let Some(name) = name.to_str() else {
+                return false;
+            };
+            let listed = self.env.iter().any(|keep| match keep.strip_suffix('*') {
+                Some(prefix) => name.starts_with(prefix),
+                None => name == keep,
+            });
+            listed && !NEVER_ENV.iter().any(|never| name.starts_with(never))
+        })
+        .collect()
+    }
 }
 
 /// A plugin loaded in a worker: its fingerprint and manifest.
@@ -65,6 +123,18 @@ impl Waiter {
             }
         }
     }
+}
+
+/// Work for the host threads that answer a worker's nested calls and call requests.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The bounded pool of host threads for one worker's nested calls and call requests.
+#[derive(Default)]
+struct NestedPool {
+    /// The jobs waiting, with the id of the request each answers.
+    queue: VecDeque<(u64, Job)>,
+    threads: usize,
+    idle: usize,
 }
 
 struct InFlight {
@@ -101,6 +171,8 @@ pub(crate) struct Process {
     /// Why the host killed it, when it did.
     kill_reason: Mutex<Option<String>>,
     tail: Arc<Mutex<VecDeque<String>>>,
+    nested: Mutex<NestedPool>,
+    nested_ready: Condvar,
 }
 
 impl std::fmt::Debug for Process {
@@ -160,7 +232,10 @@ fn connect(
     })
 }
 
-/// Forward a worker's output to the host's log, keeping the last lines for crash reports.
+/// Forward a worker's output to the host's log, keeping the last lines for crash reports. Reads
+/// are bounded: a line is cut at [`MAX_LINE`] bytes (the rest of it read and dropped), and after
+/// a burst of [`LOG_BURST`] lines at most [`LOG_RATE`] a second are logged, with a count of those
+/// that were not.
 fn forward_output(
     plugin: Arc<str>,
     pid: u32,
@@ -171,20 +246,173 @@ fn forward_output(
     let spawned = std::thread::Builder::new()
         .name(format!("mcp-worker-log-{pid}"))
         .spawn(move || {
-            for line in io::BufReader::new(pipe).lines() {
-                let Ok(line) = line else { break };
-                tracing::warn!(plugin = &*plugin, pid, "worker output: {line}");
+            let mut limiter = LogLimiter::new(pid, &plugin);
+            let mut lines = OutputLines::new(pipe);
+            while let Some(line) = lines.next_line() {
+                let text = match line {
+                    Line::Whole(text) => text,
+                    Line::Cut(text, dropped) => {
+                        format!("{text}… (line cut: {dropped} more bytes dropped)")
+                    }
+                };
+                limiter.log(&text);
                 let mut tail = lock(&kept);
                 if tail.len() == TAIL_LINES {
                     tail.pop_front();
                 }
-                tail.push_back(line);
+                tail.push_back(text);
             }
+            limiter.flush();
         });
     if let Err(e) = spawned {
         tracing::warn!("cannot forward the output of worker {pid}: {e}");
     }
     tail
+}
+
+/// One line of a worker's output.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Line {
+    /// The whole line (without its newline).
+    Whole(String),
+    /// Its first [`MAX_LINE`] bytes, and how many more it had.
+    Cut(String, u64),
+}
+
+/// Lines from a byte stream, each at most [`MAX_LINE`] bytes held, whatever the stream sends.
+pub(crate) struct OutputLines<R> {
+    source: R,
+    buf: Box<[u8]>,
+    start: usize,
+    end: usize,
+}
+
+impl<R: io::Read> OutputLines<R> {
+    /// Lines read from `source`.
+    pub(crate) fn new(source: R) -> Self {
+        OutputLines {
+            source,
+            buf: vec![0; 8 * 1024].into_boxed_slice(),
+            start: 0,
+            end: 0,
+        }
+    }
+
+    /// Refill the buffer; false at the end of the stream (or on an error).
+    fn fill(&mut self) -> bool {
+        if self.start == self.end {
+            (self.start, self.end) = (0, 0);
+        }
+        loop {
+            match self.source.read(&mut self.buf[self.end..]) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.end += n;
+                    return true;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// The next line; `None` at the end of the stream (a last line without a newline is still
+    /// returned).
+    pub(crate) fn next_line(&mut self) -> Option<Line> {
+        let mut line: Vec<u8> = Vec::new();
+        let mut dropped: u64 = 0;
+        loop {
+            if self.start == self.end && !self.fill() {
+                if line.is_empty() && dropped == 0 {
+                    return None;
+                }
+                break;
+            }
+            let pending = &self.buf[self.start..self.end];
+            let newline = pending.iter().position(|b| *b == b'\n');
+            let piece = &pending[..newline.unwrap_or(pending.len())];
+            let room = MAX_LINE - line.len();
+            let kept = piece.len().min(room);
+            line.extend_from_slice(&piece[..kept]);
+            dropped += (piece.len() - kept) as u64;
+            self.start += piece.len();
+            if newline.is_some() {
+                self.start += 1;
+                break;
+            }
+            if self.start == self.end {
+                (self.start, self.end) = (0, 0);
+            }
+        }
+        if line.last() == Some(&b'\r') {
+            line.pop();
+        }
+        let text = String::from_utf8_lossy(&line).into_owned();
+        Some(if dropped == 0 {
+            Line::Whole(text)
+        } else {
+            Line::Cut(text, dropped)
+        })
+    }
+}
+
+/// Logs a worker's output lines within a token-bucket rate, counting the lines it drops.
+struct LogLimiter<'a> {
+    pid: u32,
+    plugin: &'a str,
+    tokens: f64,
+    refilled: Instant,
+    dropped: u64,
+}
+
+impl<'a> LogLimiter<'a> {
+    fn new(pid: u32, plugin: &'a str) -> Self {
+        LogLimiter {
+            pid,
+            plugin,
+            tokens: f64::from(LOG_BURST),
+            refilled: Instant::now(),
+            dropped: 0,
+        }
+    }
+
+    fn log(&mut self, line: &str) {
+        let now = Instant::now();
+        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
+        self.tokens = (self.tokens + elapsed * f64::from(LOG_RATE)).min(f64::from(LOG_BURST));
+        self.refilled = now;
+        if self.tokens < 1.0 {
+            if self.dropped == 0 {
+                tracing::warn!(
+                    plugin = self.plugin,
+                    pid = self.pid,
+                    "worker output over {LOG_RATE} lines a second; not logging all of it"
+                );
+            }
+            self.dropped += 1;
+            return;
+        }
+        self.tokens -= 1.0;
+        self.flush();
+        tracing::warn!(
+            plugin = self.plugin,
+            pid = self.pid,
+            "worker output: {line}"
+        );
+    }
+
+    /// Log how many lines were not logged, if any.
+    fn flush(&mut self) {
+        if self.dropped > 0 {
+            tracing::warn!(
+                plugin = self.plugin,
+                pid = self.pid,
+                "worker output: {} lines not logged (over {LOG_RATE} a second)",
+                self.dropped
+            );
+            self.dropped = 0;
+        }
+    }
 }
 
 impl Process {
@@ -202,14 +430,9 @@ impl Process {
         let fail = |what: &str, e: io::Error| LoadError::Worker(format!("{what}: {e}"));
         let mut cmd = Command::new(&command.exe);
         cmd.arg("worker");
-        if let Some(keep) = &command.env {
-            cmd.env_clear();
-            for name in keep {
-                if let Some(value) = std::env::var_os(name) {
-                    cmd.env(name, value);
-                }
-            }
-        }
+        // Only what the worker is meant to see: never the host's whole environment.
+        cmd.env_clear();
+        cmd.envs(command.environment(std::env::vars_os()));
         // The worker sets its address-space limit (`limits.memory_mb`, RLIMIT_AS) once it runs,
         // after the allocator reserved its first arena: that arena is 64 MiB in every mcp-host
         // process (`allocator::configure`), which leaves a 512 MB limit room for threads and a
@@ -232,7 +455,7 @@ impl Process {
             plugin,
             host,
             input: Mutex::new(Input {
-                frames: FrameReader::new(channel.input),
+                frames: FrameReader::with_limit(channel.input, command.max_frame),
                 ready: Some(ready_tx),
             }),
             out: FrameWriter::new(channel.output),
@@ -241,6 +464,8 @@ impl Process {
             next_id: AtomicU64::new(1),
             child: Mutex::new(child),
             kill_reason: Mutex::new(None),
+            nested: Mutex::default(),
+            nested_ready: Condvar::new(),
         });
         #[cfg(unix)]
         let read_async = runtime.map(|rt| (rt, channel.readiness));
@@ -486,6 +711,7 @@ impl Process {
     fn finish(self: Arc<Self>, error: &io::Error, on_exit: OnExit) {
         let broken = error.kind() != io::ErrorKind::UnexpectedEof;
         if broken {
+            lock(&self.kill_reason).get_or_insert_with(|| format!("broken channel: {error}"));
             tracing::error!(
                 plugin = &*self.plugin,
                 "worker {}: broken channel ({error}); killing it",
@@ -587,10 +813,8 @@ impl Process {
         }
     }
 
-    /// A nested tool call from the plugin: run it through the host on its own thread (it may take
-    /// long, and it may call back into this very worker), then send the answer.
     /// Answer a request a running call makes through its context (`input/ask` may wait for the
-    /// client: on a thread of its own, like nested calls).
+    /// client: on a nested-call thread, like nested calls).
     fn call_request(self: &Arc<Self>, id: u64, call: u64, method: String, params: String) {
         let Some(state) = self.call_of(call) else {
             self.send(&ToWorker::Reply {
@@ -600,34 +824,124 @@ impl Process {
             return;
         };
         let process = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("mcp-call-request".into())
-            .spawn(move || {
-                let result = state.request(&method, &params);
-                process.send(&ToWorker::Reply { id, result });
-            });
-        if let Err(e) = spawned {
+        self.on_nested_thread(id, move || {
+            let result = state.request(&method, &params);
+            process.send(&ToWorker::Reply { id, result });
+        });
+    }
+
+    /// A nested tool call from the plugin: run it through the host on a nested-call thread (it
+    /// may take long, and it may call back into this very worker), then send the answer.
+    fn nested(self: &Arc<Self>, id: u64, parent: Option<u64>, name: String, args: String) {
+        let parent = parent.and_then(|p| self.call_of(p));
+        let process = Arc::clone(self);
+        self.on_nested_thread(id, move || {
+            let result = process.host.call_nested(parent.as_ref(), &name, &args);
+            process.send(&ToWorker::Reply { id, result });
+        });
+    }
+
+    /// Run `job` (which answers request `id`) on one of this worker's nested-call threads: at most
+    /// [`NESTED_THREADS`] run at once and [`NESTED_QUEUE`] wait; past that (or when no thread can
+    /// start) the request is answered with an error at once, so a worker flooding the channel with
+    /// requests costs the host a bounded number of threads and a bounded queue.
+    fn on_nested_thread(self: &Arc<Self>, id: u64, job: impl FnOnce() + Send + 'static) {
+        let refused = {
+            let mut pool = lock(&self.nested);
+            if pool.idle > pool.queue.len() {
+                pool.queue.push_back((id, Box::new(job)));
+                self.nested_ready.notify_one();
+                None
+            } else if pool.threads < NESTED_THREADS {
+                pool.queue.push_back((id, Box::new(job)));
+                pool.threads += 1;
+                drop(pool);
+                let process = Arc::clone(self);
+                let spawned = std::thread::Builder::new()
+                    .name(format!("mcp-nested-{}", self.pid))
+                    .spawn(move || process.nested_thread());
+                match spawned {
+                    Ok(_) => None,
+                    Err(e) => {
+                        tracing::warn!(
+                            plugin = &*self.plugin,
+                            "worker {}: cannot start a nested-call thread: {e}",
+                            self.pid
+                        );
+                        let mut pool = lock(&self.nested);
+                        pool.threads -= 1;
+                        // Queued jobs wait for a running thread; with none, answer them now.
+                        let stranded: Vec<u64> = if pool.threads == 0 {
+                            pool.queue.drain(..).map(|(id, _)| id).collect()
+                        } else {
+                            Vec::new()
+                        };
+                        drop(pool);
+                        for id in stranded {
+                            self.send(&ToWorker::Reply {
+                                id,
+                                result: Err(format!("cannot run the nested call: {e}")),
+                            });
+                        }
+                        None
+                    }
+                }
+            } else if pool.queue.len() < NESTED_QUEUE {
+                pool.queue.push_back((id, Box::new(job)));
+                None
+            } else {
+                Some(format!(
+                    "too many nested calls and requests waiting in plugin {} (the limit is {} \
+                     running and {} waiting)",
+                    self.plugin, NESTED_THREADS, NESTED_QUEUE
+                ))
+            }
+        };
+        if let Some(message) = refused {
+            self.warn_refused_nested();
             self.send(&ToWorker::Reply {
                 id,
-                result: Err(format!("cannot answer a call's request: {e}")),
+                result: Err(message),
             });
         }
     }
 
-    fn nested(self: &Arc<Self>, id: u64, parent: Option<u64>, name: String, args: String) {
-        let parent = parent.and_then(|p| self.call_of(p));
-        let process = Arc::clone(self);
-        let spawned = std::thread::Builder::new()
-            .name("mcp-nested".into())
-            .spawn(move || {
-                let result = process.host.call_nested(parent.as_ref(), &name, &args);
-                process.send(&ToWorker::Reply { id, result });
-            });
-        if let Err(e) = spawned {
-            self.send(&ToWorker::Reply {
-                id,
-                result: Err(format!("cannot run the nested call: {e}")),
-            });
+    /// Log (once per worker) that its nested calls are being refused.
+    fn warn_refused_nested(&self) {
+        static WARNED: std::sync::Mutex<Option<u32>> = std::sync::Mutex::new(None);
+        let mut last = lock(&WARNED);
+        if *last != Some(self.pid) {
+            *last = Some(self.pid);
+            tracing::warn!(
+                plugin = &*self.plugin,
+                "worker {}: too many nested calls at once ({NESTED_THREADS} running, \
+                 {NESTED_QUEUE} waiting); refusing the rest",
+                self.pid
+            );
+        }
+    }
+
+    /// A nested-call thread: run queued jobs until none came for [`NESTED_IDLE`].
+    fn nested_thread(self: Arc<Self>) {
+        let mut pool = lock(&self.nested);
+        loop {
+            if let Some((_, job)) = pool.queue.pop_front() {
+                drop(pool);
+                job();
+                pool = lock(&self.nested);
+                continue;
+            }
+            pool.idle += 1;
+            let (next, timeout) = self
+                .nested_ready
+                .wait_timeout_while(pool, NESTED_IDLE, |p| p.queue.is_empty())
+                .unwrap_or_else(|p| p.into_inner());
+            pool = next;
+            pool.idle -= 1;
+            if timeout.timed_out() && pool.queue.is_empty() {
+                pool.threads -= 1;
+                return;
+            }
         }
     }
 }
@@ -635,5 +949,50 @@ impl Process {
 fn emit(call: &CallState, event: CallEvent) {
     if let Some(sink) = &call.events {
         sink(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_worker_keeps_listed_variables_and_prefixes_but_never_the_hosts_own() {
+        let command = WorkerCommand {
+            exe: PathBuf::from("mcp-host"),
+            env: vec![
+                "PATH".into(),
+                "LC_*".into(),
+                "MCP_HOST_AUTH__JWT__SECRET".into(),
+            ],
+            max_frame: 1024,
+        };
+        let vars = [
+            ("PATH", "/bin"),
+            ("LC_ALL", "C"),
+            ("SECRET_TOKEN", "s"),
+            ("MCP_HOST_AUTH__JWT__SECRET", "k"),
+        ]
+        .map(|(k, v)| (k.into(), v.into()));
+        let kept: Vec<_> = command
+            .environment(vars.into_iter())
+            .into_iter()
+            .map(|(k, _)| k.into_string().unwrap_or_default())
+            .collect();
+        assert_eq!(kept, ["PATH", "LC_ALL"]);
+    }
+
+    #[test]
+    fn output_lines_are_cut_at_the_limit_and_the_stream_goes_on() {
+        let mut bytes = vec![b'x'; 3 * MAX_LINE];
+        bytes.extend(b"\r\nshort\nlast");
+        let mut lines = OutputLines::new(io::Cursor::new(bytes));
+        assert_eq!(
+            lines.next_line(),
+            Some(Line::Cut("x".repeat(MAX_LINE), 2 * MAX_LINE as u64 + 1))
+        );
+        assert_eq!(lines.next_line(), Some(Line::Whole("short".into())));
+        assert_eq!(lines.next_line(), Some(Line::Whole("last".into())));
+        assert_eq!(lines.next_line(), None);
     }
 }

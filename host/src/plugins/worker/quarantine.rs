@@ -9,7 +9,6 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use sha2::Digest as _;
 
-use crate::plugins::probe::ProbeCache;
 use crate::plugins::slot::FileStamp;
 
 /// Why a running server withdrew a plugin file's tools.
@@ -27,7 +26,11 @@ pub struct Record {
 
 /// Where records live: `quarantined/` beside the default probe cache.
 fn dir() -> Option<PathBuf> {
-    Some(ProbeCache::default_path()?.parent()?.join("quarantined"))
+    Some(
+        crate::config::default_probe_cache()?
+            .parent()?
+            .join("quarantined"),
+    )
 }
 
 fn path_for(file: &Path) -> Option<PathBuf> {

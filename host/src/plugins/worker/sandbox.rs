@@ -120,6 +120,22 @@ impl Grant {
     }
 }
 
+/// The sandbox of a probe child that opens `copies` (one tool directory's, `isolation: sandbox`):
+/// it may read those copies and the system's libraries, and nothing else — no writes, no network,
+/// no programs.
+pub(crate) fn probe_sandbox(copies: &[PathBuf], allow_weaker: bool) -> wire::Sandbox {
+    let mut read: Vec<PathBuf> = copies.to_vec();
+    read.extend(SYSTEM_READ.iter().map(PathBuf::from));
+    wire::Sandbox {
+        read,
+        write: vec![PathBuf::from("/dev/null")],
+        exec_paths: Vec::new(),
+        connect_ports: Some(Vec::new()),
+        exec: false,
+        allow_weaker,
+    }
+}
+
 /// Apply the worker's resource limits to this process (and always turn core dumps off).
 #[cfg(unix)]
 pub(crate) fn apply_limits(limits: &wire::Limits) -> Result<(), String> {
@@ -161,6 +177,72 @@ pub(crate) fn apply_limits(limits: &wire::Limits) -> Result<(), String> {
 #[cfg(not(unix))]
 pub(crate) fn apply_limits(_limits: &wire::Limits) -> Result<(), String> {
     Ok(())
+}
+
+/// Tasks (processes and threads) a sandboxed worker may add to those its user already runs, by
+/// `RLIMIT_NPROC`.
+pub(crate) const EXTRA_TASKS: u64 = 1024;
+
+/// Cap the tasks a sandboxed worker can create (`RLIMIT_NPROC`), against fork and thread bombs.
+/// The kernel counts the limit against every task of the real user id, the host's own included,
+/// and checks it only when this process (or its children) creates one; so the limit is set to
+/// what the user runs now plus [`EXTRA_TASKS`]: the worker can neither starve the host (the host
+/// is not bound by the worker's limit) nor be starved by a user who already runs many tasks.
+/// Returns the limit set.
+#[cfg(target_os = "linux")]
+pub(crate) fn limit_tasks() -> Result<u64, String> {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = user_tasks().saturating_add(EXTRA_TASKS);
+    let ceiling = getrlimit(Resource::Nproc).maximum.unwrap_or(u64::MAX);
+    let limit = limit.min(ceiling);
+    setrlimit(
+        Resource::Nproc,
+        Rlimit {
+            current: Some(limit),
+            maximum: Some(limit),
+        },
+    )
+    .map_err(|e| format!("cannot set RLIMIT_NPROC: {e}"))?;
+    Ok(limit)
+}
+
+/// Elsewhere there is no cheap count of a user's tasks: no limit.
+#[cfg(not(target_os = "linux"))]
+pub(crate) fn limit_tasks() -> Result<u64, String> {
+    Ok(u64::MAX)
+}
+
+/// The tasks (threads of every process) of this process's real user id, from `/proc`.
+#[cfg(target_os = "linux")]
+fn user_tasks() -> u64 {
+    let uid = rustix::process::getuid().as_raw();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return 0;
+    };
+    let mut tasks = 0u64;
+    for entry in dir.flatten() {
+        if !entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        {
+            continue;
+        }
+        let Ok(status) = std::fs::read_to_string(entry.path().join("status")) else {
+            continue;
+        };
+        let field = |name: &str| {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.split_whitespace().next())
+                .and_then(|v| v.parse::<u64>().ok())
+        };
+        if field("Uid:") == Some(u64::from(uid)) {
+            tasks += field("Threads:").unwrap_or(1);
+        }
+    }
+    tasks
 }
 
 /// Restrict this process to `sandbox`: Landlock, then seccomp. Call it before any other thread
@@ -366,7 +448,15 @@ mod linux {
         }
         let network = sandbox.connect_ports.as_ref().is_none_or(|p| !p.is_empty());
         rules.insert(libc::SYS_socket, socket_rules(network)?);
-        let arch = std::env::consts::ARCH.try_into().map_err(fail)?;
+        // No new user namespace through clone(2) (`unshare` is denied outright).
+        let newuser = SeccompRule::new(vec![condition(
+            0,
+            SeccompCmpOp::MaskedEq(libc::CLONE_NEWUSER as u64),
+            libc::CLONE_NEWUSER as u64,
+        )?])
+        .map_err(fail)?;
+        rules.insert(libc::SYS_clone, vec![newuser]);
+        let arch: seccompiler::TargetArch = std::env::consts::ARCH.try_into().map_err(fail)?;
         let filter = SeccompFilter::new(
             rules,
             SeccompAction::Allow,
@@ -374,8 +464,20 @@ mod linux {
             arch,
         )
         .map_err(fail)?;
-        let program: BpfProgram = filter.try_into().map_err(fail)?;
-        seccompiler::apply_filter_all_threads(&program).map_err(fail)
+        // clone3(2) passes its flags in memory, which a filter cannot read: it fails as if the
+        // kernel lacked it (ENOSYS), and the C library falls back to clone(2), filtered above.
+        let clone3 = SeccompFilter::new(
+            [(libc::SYS_clone3, Vec::new())].into_iter().collect(),
+            SeccompAction::Allow,
+            SeccompAction::Errno(libc::ENOSYS as u32),
+            arch,
+        )
+        .map_err(fail)?;
+        for filter in [filter, clone3] {
+            let program: BpfProgram = filter.try_into().map_err(fail)?;
+            seccompiler::apply_filter_all_threads(&program).map_err(fail)?;
+        }
+        Ok(())
     }
 }
 

@@ -15,9 +15,9 @@ use tokio::sync::oneshot;
 
 use super::process::{Process, Waiter, WorkerCommand};
 use super::wire::{Init, SPIN, ToWorker, spinning_pays};
-use crate::exec::CallState;
 use crate::plugins::LoadError;
 use crate::plugins::backend::HostCallbacks;
+use crate::plugins::call::CallState;
 
 /// How long a call may run past its deadline (its cancellation flag set, the client answered)
 /// before its worker is killed to free the call's slots.
@@ -387,7 +387,10 @@ impl Supervisor {
     }
 
     fn lost(&self) -> Result<String, String> {
-        Ok(crate::exec::error_result(&format!("plugin {} crashed", self.plugin)).to_string())
+        Ok(
+            crate::plugins::call::error_result(&format!("plugin {} crashed", self.plugin))
+                .to_string(),
+        )
     }
 
     /// Run tool `index` in the worker and wait for its result, forwarding cancellation; past the

@@ -237,27 +237,49 @@ impl Source for std::os::unix::net::UnixStream {
     }
 }
 
+/// The buffer a [`FrameReader`] starts with and shrinks back to after a large frame.
+const BASE_BUFFER: usize = 64 * 1024;
+
 /// Reads frames from a [`Source`], buffering what arrives past the current one.
+///
+/// Its memory follows the bytes that actually arrived, never a length prefix alone: a prefix over
+/// the reader's limit is refused at once (the peer is broken or hostile), and a frame under it
+/// grows the buffer only as its bytes come in; after a frame larger than [`BASE_BUFFER`] the
+/// buffer shrinks back.
 pub(crate) struct FrameReader<S> {
     source: S,
     buf: Vec<u8>,
     start: usize,
     end: usize,
+    /// The largest frame body accepted.
+    limit: usize,
 }
 
 impl<S: Source> FrameReader<S> {
-    /// A reader over `source`.
+    /// A reader over `source` accepting frames up to [`MAX_FRAME`].
     pub(crate) fn new(source: S) -> Self {
+        Self::with_limit(source, MAX_FRAME)
+    }
+
+    /// A reader over `source` accepting frame bodies up to `limit` bytes (at most [`MAX_FRAME`]).
+    pub(crate) fn with_limit(source: S, limit: usize) -> Self {
         FrameReader {
             source,
-            buf: vec![0; 64 * 1024],
+            buf: vec![0; BASE_BUFFER],
             start: 0,
             end: 0,
+            limit: limit.min(MAX_FRAME),
         }
     }
 
+    /// The bytes the reader holds now (its buffer's capacity), for tests and the fuzz suite.
+    pub(crate) fn held(&self) -> usize {
+        self.buf.capacity()
+    }
+
     /// The next message. With `spin`, poll for up to [`SPIN`] before blocking. An end of stream
-    /// is `UnexpectedEof`; a frame that does not decode is `InvalidData`.
+    /// is `UnexpectedEof`; a frame that does not decode, or whose length is over the limit, is
+    /// `InvalidData`.
     pub(crate) fn next<T: DeserializeOwned>(&mut self, spin: bool) -> io::Result<T> {
         loop {
             if let Some(message) = self.take()? {
@@ -297,29 +319,30 @@ impl<S: Source> FrameReader<S> {
         }
     }
 
-    /// The buffered frame, decoded, when it is complete.
-    fn take<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+    /// The length of the buffered frame's body, when its prefix is complete; an error when it is
+    /// over the limit.
+    fn pending_len(&self) -> io::Result<Option<usize>> {
         if self.end - self.start < 4 {
             return Ok(None);
         }
         let mut prefix = [0u8; 4];
         prefix.copy_from_slice(&self.buf[self.start..self.start + 4]);
         let len = u32::from_le_bytes(prefix) as usize;
-        if len > MAX_FRAME {
+        if len > self.limit {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("frame of {len} bytes is over the {MAX_FRAME} limit"),
+                format!("frame of {len} bytes is over the {} byte limit", self.limit),
             ));
         }
+        Ok(Some(len))
+    }
+
+    /// The buffered frame, decoded, when it is complete.
+    fn take<T: DeserializeOwned>(&mut self) -> io::Result<Option<T>> {
+        let Some(len) = self.pending_len()? else {
+            return Ok(None);
+        };
         if self.end - self.start < 4 + len {
-            // Make room for the whole frame.
-            if self.start + 4 + len > self.buf.len() {
-                self.buf.copy_within(self.start..self.end, 0);
-                (self.start, self.end) = (0, self.end - self.start);
-                if 4 + len > self.buf.len() {
-                    self.buf.resize(4 + len, 0);
-                }
-            }
             return Ok(None);
         }
         let body = &self.buf[self.start + 4..self.start + 4 + len];
@@ -328,20 +351,34 @@ impl<S: Source> FrameReader<S> {
         self.start += 4 + len;
         if self.start == self.end {
             (self.start, self.end) = (0, 0);
+            if self.buf.len() > BASE_BUFFER {
+                // A large frame is done: give its memory back.
+                self.buf = vec![0; BASE_BUFFER];
+            }
         }
         message.map(Some)
     }
 
-    /// Make sure there is room past `end` for the next bytes.
+    /// Make sure there is room past `end` for the next bytes: move what is buffered to the front,
+    /// and grow only when a frame's bytes that already arrived fill the buffer (by doubling, never
+    /// past what the frame needs).
     fn make_room(&mut self) {
-        if self.end == self.buf.len() {
-            if self.start > 0 {
-                self.buf.copy_within(self.start..self.end, 0);
-                (self.start, self.end) = (0, self.end - self.start);
-            } else {
-                self.buf.resize(self.buf.len() * 2, 0);
-            }
+        if self.end < self.buf.len() {
+            return;
         }
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            (self.start, self.end) = (0, self.end - self.start);
+            return;
+        }
+        // The buffer holds the start of one frame and nothing else.
+        let needed = match self.pending_len() {
+            Ok(Some(len)) => 4 + len,
+            // A too-long prefix is reported by the next `take`; a partial prefix needs 4 bytes.
+            _ => self.buf.len() + 1,
+        };
+        let grown = (self.buf.len() * 2).min(needed.max(self.buf.len() + 1));
+        self.buf.resize(grown, 0);
     }
 
     /// `n` bytes arrived (none: the end of the stream).
@@ -357,7 +394,7 @@ impl<S: Source> FrameReader<S> {
 /// Whether spinning can pay: this process may run on more than one CPU, so the other side of the
 /// channel can answer while this one polls.
 pub(crate) fn spinning_pays() -> bool {
-    crate::exec::cores() > 1
+    crate::plugins::call::cores() > 1
 }
 
 /// Poll `source` for up to [`SPIN`], yielding the core between polls.
@@ -506,6 +543,47 @@ mod tests {
         assert!(reader.try_next::<ToWorker>().expect("nothing").is_none());
         let end = reader.try_next::<ToWorker>().expect_err("end");
         assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn a_length_prefix_alone_reserves_nothing_and_one_over_the_limit_is_refused() {
+        // 200 MiB announced, 100 KiB sent: the buffer follows the bytes, not the prefix.
+        let mut bytes = (200u32 << 20).to_le_bytes().to_vec();
+        bytes.extend(vec![0; 100 * 1024]);
+        let mut reader = FrameReader::with_limit(Pieces(bytes, 4096), MAX_FRAME);
+        let end = reader.next::<FromWorker>(false).expect_err("incomplete");
+        assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
+        assert!(reader.held() <= 256 * 1024, "held {}", reader.held());
+        let mut over = 1025u32.to_le_bytes().to_vec();
+        over.extend([0; 8]);
+        let err = FrameReader::with_limit(Pieces(over, 64), 1024)
+            .next::<FromWorker>(false)
+            .expect_err("over the limit");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData);
+        assert!(
+            err.to_string().contains("over the 1024 byte limit"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn the_buffer_shrinks_back_after_a_large_frame() {
+        let big = ToWorker::Reply {
+            id: 1,
+            result: Ok("x".repeat(1 << 20)),
+        };
+        let mut bytes = encode(&big).expect("encode");
+        bytes.extend(encode(&ToWorker::Cancel { id: 2 }).expect("encode"));
+        let mut reader = FrameReader::new(Pieces(bytes, 1 << 16));
+        assert!(matches!(
+            reader.next::<ToWorker>(false),
+            Ok(ToWorker::Reply { .. })
+        ));
+        assert!(matches!(
+            reader.next::<ToWorker>(false),
+            Ok(ToWorker::Cancel { id: 2 })
+        ));
+        assert_eq!(reader.held(), BASE_BUFFER);
     }
 
     #[test]

@@ -15,6 +15,7 @@ use hyper::header::HeaderValue;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+use super::limits::Held;
 use crate::exec::CancelFlag;
 use crate::protocol::Message;
 use crate::protocol::jsonrpc::{self, RpcError};
@@ -152,11 +153,12 @@ pub(crate) const SSE_BACKLOG: usize = 1024;
 /// A new SSE stream: its sending side, and the receiver its response body reads.
 pub(crate) fn sse_channel() -> (Sse, mpsc::Receiver<Bytes>) {
     let (tx, rx) = mpsc::channel(SSE_BACKLOG);
-    (Sse(tx), rx)
+    (Sse(tx, None), rx)
 }
 
-/// The sending side of an SSE response.
-pub(crate) struct Sse(mpsc::Sender<Bytes>);
+/// The sending side of an SSE response, and the stream slot of its caller it holds (a long-lived
+/// stream's, `http.max_streams_per_caller`) until it is dropped.
+pub(crate) struct Sse(mpsc::Sender<Bytes>, Option<Held>);
 
 impl Outbound for Sse {
     /// Queue a notification; dropped (the stream stays open) when the client is [`SSE_BACKLOG`]
@@ -171,6 +173,12 @@ impl Outbound for Sse {
 }
 
 impl Sse {
+    /// This stream, holding `slot` for as long as it is fed.
+    pub(crate) fn holding(mut self, slot: Option<Held>) -> Self {
+        self.1 = slot;
+        self
+    }
+
     fn push(&self, frame: Bytes) -> bool {
         match self.0.try_send(frame) {
             Ok(()) | Err(mpsc::error::TrySendError::Full(_)) => true,

@@ -39,6 +39,24 @@ pub(crate) fn check_origin(
     headers: &RequestHeaders,
     settings: &HttpSettings,
 ) -> Result<(), RpcError> {
+    check(headers, settings, false)
+}
+
+/// [`check_origin`] for `/metrics`, where a scraper may also name the host by an IP address: a
+/// page a browser loaded from a DNS name (what rebinding needs) never sends an IP literal as its
+/// `Host`, so that proves no rebinding; any other name must be local or in `http.allowed_hosts`.
+pub(crate) fn check_scrape(
+    headers: &RequestHeaders,
+    settings: &HttpSettings,
+) -> Result<(), RpcError> {
+    check(headers, settings, true)
+}
+
+fn check(
+    headers: &RequestHeaders,
+    settings: &HttpSettings,
+    ip_hosts: bool,
+) -> Result<(), RpcError> {
     let forbidden = |what: &str| RpcError::new(ErrorKind::Forbidden, format!("Forbidden: {what}"));
     let origin = headers.single(Header::Origin).map_err(|e| forbidden(&e))?;
     let host = headers.single(Header::Host).map_err(|e| forbidden(&e))?;
@@ -52,6 +70,7 @@ pub(crate) fn check_origin(
     if let Some(host) = host {
         let name = host_part(host);
         if !(is_local(name)
+            || (ip_hosts && name.parse::<std::net::IpAddr>().is_ok())
             || settings
                 .allowed_hosts
                 .iter()
@@ -146,6 +165,21 @@ mod tests {
         assert!(check(&h, &opts).is_err());
         h.insert("host", HeaderValue::from_static("[::1]:8080"));
         assert!(check(&h, &opts).is_ok());
+    }
+
+    #[test]
+    fn a_scrape_may_name_the_host_by_ip_but_not_by_a_foreign_name() {
+        let opts = HttpSettings::default();
+        let scrape = |host: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert("host", HeaderValue::from_static(host));
+            check_scrape(&RequestHeaders::read(&h), &opts)
+        };
+        assert!(scrape("10.1.2.3:9090").is_ok());
+        assert!(scrape("[fd00::5]:9090").is_ok());
+        assert!(scrape("localhost:9090").is_ok());
+        assert!(scrape("evil.example:9090").is_err());
+        assert!(scrape("10.1.2.3.evil.example").is_err());
     }
 
     #[test]

@@ -98,11 +98,6 @@ impl<'a> RequestHeaders<'a> {
         seen
     }
 
-    /// Whether the request carries `name` at all (in any form).
-    pub(crate) fn present(&self, name: Header) -> bool {
-        self.first[name as usize].is_some()
-    }
-
     /// A header's (first) value, trimmed; `None` when absent or not visible ASCII.
     pub(crate) fn get(&self, name: Header) -> Option<&'a str> {
         visible(self.first[name as usize]?)

@@ -4,17 +4,25 @@
 //! validation against DNS rebinding ([`guard`]), a request body cap, keep-alive and graceful
 //! shutdown. Messages themselves go through the connection core.
 //!
-//! Connections are bounded: at most `http.max_connections` are served at once (the next one waits
-//! in the listen backlog until one closes), each must send its request head within
+//! Connections are bounded: at most `http.max_connections` are served at once, and one remote
+//! address holds at most `http.max_connections_per_address` of them (a trusted proxy's are not
+//! counted per address). A connection that finds no slot it may take is still accepted, into one
+//! of `http.health_connections` kept beyond the limit: it gets `/healthz`, `/livez` and
+//! `/metrics` answered, anything else 503 with `Retry-After`, and is closed after one answer (so
+//! probes are answered however busy the server is); past those, new connections wait in the
+//! listen backlog. Each connection must send its request head within
 //! `http.header_read_timeout_secs` ([`idle`]; also the idle keep-alive limit) and its body
-//! within `http.body_read_timeout_secs`, and a failing `accept` (out of file descriptors) backs
-//! off instead of spinning.
+//! within `http.body_read_timeout_secs`; a response that waits `http.write_timeout_secs` for a
+//! client that does not read closes its connection ([`limits`]). A caller holds at most
+//! `http.max_streams_per_caller` long-lived streams (listen and GET streams). A failing `accept`
+//! (out of file descriptors) backs off instead of spinning.
 
 mod body;
 mod guard;
 mod headers;
 mod idle;
 mod inbox;
+mod limits;
 pub mod metrics;
 mod post;
 mod sessions;
@@ -77,6 +85,35 @@ struct State {
     replica: HeaderValue,
     /// Set at shutdown: long-lived streams end.
     shutdown: CancelFlag,
+    /// Connections held per remote address (`http.max_connections_per_address`).
+    addresses: Arc<limits::Holdings>,
+    /// Long-lived streams held per caller (`http.max_streams_per_caller`).
+    streams: Arc<limits::Holdings>,
+}
+
+impl State {
+    /// A long-lived stream's slot for `caller`, or the cap (`http.max_streams_per_caller`) it is
+    /// already at.
+    fn stream_slot(&self, caller: &Arc<str>) -> Result<limits::Held, usize> {
+        let max = self
+            .core
+            .protocol()
+            .host()
+            .config()
+            .http
+            .max_streams_per_caller;
+        self.streams.try_take(caller, max.max(1)).ok_or(max)
+    }
+}
+
+/// What a connection may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Everything: it holds one of `http.max_connections` and one of its address's.
+    Full,
+    /// Only `/healthz`, `/livez` and `/metrics` (503 otherwise), one answer: it came when every
+    /// slot, or every slot of its address, was taken (one of `http.health_connections`).
+    Health,
 }
 
 /// Serve until `shutdown` resolves; then stop accepting, end long-lived streams, and let in-flight
@@ -97,6 +134,8 @@ pub async fn serve(
         core: Core::new(protocol, stop.clone()),
         options,
         shutdown: stop.clone(),
+        addresses: Arc::default(),
+        streams: Arc::default(),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let sweeper = {
@@ -117,11 +156,16 @@ pub async fn serve(
         let state = Arc::clone(&state);
         tokio::spawn(async move { state.sessions.relay().await })
     };
+    let max_connections = state.options.settings.max_connections.max(1);
+    // Every connection holds one of these, from before its accept to its close; one that gets no
+    // full slot (all taken, or all of its address's) is served health answers only.
     let connections = Arc::new(Semaphore::new(
-        state.options.settings.max_connections.max(1),
+        max_connections.saturating_add(state.options.settings.health_connections),
     ));
+    let full = Arc::new(Semaphore::new(max_connections));
     let header_timeout =
         Duration::from_secs(state.options.settings.header_read_timeout_secs.max(1));
+    let mut refusals = Refusals::default();
     let mut backoff = Backoff::default();
     tokio::pin!(shutdown);
     loop {
@@ -154,8 +198,47 @@ pub async fn serve(
                 continue;
             }
         };
-        let peer = crate::access::peer_key(peer.ip());
-        serve_connection(&state, &graceful, stream, peer, permit, header_timeout);
+        let peer_ip = peer.ip().to_canonical();
+        let peer = crate::access::peer_key(peer_ip);
+        // Read at each connection: a reload of these settings applies at once.
+        let (per_address, trusted, write_timeout) = {
+            let http = &state.core.protocol().host().config().http;
+            (
+                http.connections_per_address(),
+                http.is_trusted_proxy(peer_ip),
+                Duration::from_secs(http.write_timeout_secs.max(1)),
+            )
+        };
+        // A trusted proxy carries many clients: only the total bounds its connections.
+        let address = if trusted {
+            Ok(None)
+        } else {
+            state
+                .addresses
+                .try_take(&peer, per_address)
+                .map(Some)
+                .ok_or(())
+        };
+        let held = match (address, Arc::clone(&full).try_acquire_owned()) {
+            (Ok(address), Ok(full)) => Some((address, full)),
+            (address, _) => {
+                refusals.note(&peer, address.is_err());
+                None
+            }
+        };
+        let conn = Conn {
+            peer,
+            peer_ip,
+            slot: if held.is_some() {
+                Slot::Full
+            } else {
+                Slot::Health
+            },
+            _permits: (permit, held),
+            header_timeout,
+            write_timeout,
+        };
+        serve_connection(&state, &graceful, stream, conn);
     }
     drop(listener);
     tracing::info!("shutting down: no new connections; waiting for in-flight requests");
@@ -176,39 +259,98 @@ pub async fn serve(
     Ok(())
 }
 
+/// An accepted connection: who it comes from, what it may ask, and the slots it holds until it
+/// closes.
+struct Conn {
+    /// Its remote address's caller key ([`crate::access::peer_key`]).
+    peer: Arc<str>,
+    peer_ip: std::net::IpAddr,
+    slot: Slot,
+    /// Its connection slot, and (a full slot) its address's and the full one; given back when
+    /// the connection is dropped.
+    _permits: (
+        tokio::sync::OwnedSemaphorePermit,
+        Option<(Option<limits::Held>, tokio::sync::OwnedSemaphorePermit)>,
+    ),
+    header_timeout: Duration,
+    write_timeout: Duration,
+}
+
+/// Log connections refused a full slot, at most once a minute (a flood would flood the log).
+#[derive(Debug, Default)]
+struct Refusals {
+    last: Option<std::time::Instant>,
+    since: u64,
+}
+
+impl Refusals {
+    fn note(&mut self, peer: &str, per_address: bool) {
+        self.since += 1;
+        if self
+            .last
+            .is_some_and(|t| t.elapsed() < Duration::from_secs(60))
+        {
+            return;
+        }
+        let why = if per_address {
+            format!("{peer} holds http.max_connections_per_address connections")
+        } else {
+            "every one of http.max_connections is taken".to_owned()
+        };
+        tracing::warn!(
+            "{} connection(s) served health answers only (503 otherwise) since the last note; \
+             the latest because {why}",
+            self.since
+        );
+        self.last = Some(std::time::Instant::now());
+        self.since = 0;
+    }
+}
+
 /// Serve one accepted connection on its own task (hyper's HTTP/1, closed once it has waited
-/// `header_timeout` for a request head: [`idle`]), holding its connection slot until it closes.
+/// `header_timeout` for a request head: [`idle`], or `write_timeout` for its client to read:
+/// [`limits::WriteTimeout`]), holding its slots until it closes.
 fn serve_connection(
     state: &Arc<State>,
     graceful: &hyper_util::server::graceful::GracefulShutdown,
     stream: tokio::net::TcpStream,
-    peer: Arc<str>,
-    permit: tokio::sync::OwnedSemaphorePermit,
-    header_timeout: Duration,
+    conn: Conn,
 ) {
     let _ = stream.set_nodelay(true);
     let state = Arc::clone(state);
     let watch = idle::Watch::new();
+    let (slot, header_timeout) = (conn.slot, conn.header_timeout);
     let service = {
         let watch = Arc::clone(&watch);
+        let (peer, peer_ip) = (Arc::clone(&conn.peer), conn.peer_ip);
         hyper::service::service_fn(move |req| {
             let busy = watch.begin();
             let (state, peer) = (Arc::clone(&state), Arc::clone(&peer));
             async move {
-                let resp = handle(state, req, peer).await;
+                let resp = handle(
+                    state,
+                    req,
+                    Peer {
+                        key: peer,
+                        ip: peer_ip,
+                    },
+                    slot,
+                )
+                .await;
                 Ok::<_, Infallible>(resp.map(|body| idle::Tracked::new(body, busy)))
             }
         })
     };
-    let conn = hyper::server::conn::http1::Builder::new()
+    let io = limits::WriteTimeout::new(stream, conn.write_timeout);
+    let served = hyper::server::conn::http1::Builder::new()
         .header_read_timeout(None)
-        .keep_alive(true)
-        .serve_connection(TokioIo::new(stream), service);
-    let conn = graceful.watch(conn);
+        .keep_alive(slot == Slot::Full)
+        .serve_connection(TokioIo::new(io), service);
+    let served = graceful.watch(served);
     tokio::spawn(async move {
         tokio::select! {
             biased;
-            ended = conn => if let Err(e) = ended {
+            ended = served => if let Err(e) = ended {
                 tracing::debug!("connection ended: {e}");
             },
             () = watch.expired(header_timeout) => tracing::debug!(
@@ -216,8 +358,29 @@ fn serve_connection(
                 header_timeout.as_secs()
             ),
         }
-        drop(permit);
+        drop(conn);
     });
+}
+
+/// The remote end of a connection.
+#[derive(Debug, Clone)]
+struct Peer {
+    /// Its caller key ([`crate::access::peer_key`]).
+    key: Arc<str>,
+    ip: std::net::IpAddr,
+}
+
+impl Peer {
+    /// The caller key of an anonymous request from here: the address's, or the client's that a
+    /// trusted proxy names in `X-Forwarded-For` ([`limits::client_address`]).
+    fn caller(&self, headers: &hyper::HeaderMap, http: &HttpSettings) -> Arc<str> {
+        let client = limits::client_address(self.ip, headers, http);
+        if client == self.ip {
+            Arc::clone(&self.key)
+        } else {
+            crate::access::peer_key(client)
+        }
+    }
 }
 
 /// Pauses after failed `accept`s in a row: 10 ms doubling up to 1 s.
@@ -248,10 +411,33 @@ fn endpoint_agent<'a>(path: &'a str, base: &str) -> Option<Option<&'a str>> {
     }
 }
 
-/// Serve one request; every response names the replica that served it (`Mcp-Replica`).
-async fn handle(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) -> Response<Body> {
+/// Serve one request; every response names the replica that served it (`Mcp-Replica`). A
+/// connection with a health slot only gets health answers (and `/metrics`).
+async fn handle(
+    state: Arc<State>,
+    req: Request<IncomingBody>,
+    peer: Peer,
+    slot: Slot,
+) -> Response<Body> {
     let replica = state.replica.clone();
-    let mut resp = route(state, req, peer).await;
+    let path = req.uri().path();
+    let mut resp = if slot == Slot::Health
+        && !matches!(path, "/healthz" | "/livez")
+        && !(path == "/metrics" && state.options.metrics)
+    {
+        let mut resp = json_response(
+            503,
+            &json!({ "error": "too many connections: every slot this client may use is taken \
+                     (http.max_connections, http.max_connections_per_address); try again later" }),
+        );
+        resp.headers_mut()
+            .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        resp
+    } else {
+        let http = &state.core.protocol().host().config().http;
+        let caller = peer.caller(req.headers(), http);
+        route(state, req, caller).await
+    };
     resp.headers_mut().insert(guard::names::REPLICA, replica);
     resp
 }
@@ -315,17 +501,27 @@ async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) ->
     if let Err(e) = check_origin(&headers, &state.core.protocol().host().config().http) {
         return error_response(&Value::Null, &e);
     }
-    // GET and DELETE act on a legacy session: they authenticate like every request does.
-    if matches!(parts.method, Method::GET | Method::DELETE)
-        && let Err(d) = access.resolve(agent.as_deref(), headers.bearer(), None)
-    {
-        let metrics = state.core.protocol().host().telemetry().metrics();
-        return denied(&access, metrics, agent.as_deref(), &Value::Null, d);
-    }
+    // GET and DELETE act on a legacy session: they authenticate like every request does, and
+    // reach only a session of their own caller.
+    let (owner, caller) = match parts.method {
+        Method::GET | Method::DELETE => {
+            match access.resolve(agent.as_deref(), headers.bearer(), None) {
+                Ok(identity) => (
+                    identity.session_owner(&peer),
+                    identity.caller_key(Some(&peer)),
+                ),
+                Err(d) => {
+                    let metrics = state.core.protocol().host().telemetry().metrics();
+                    return denied(&access, metrics, agent.as_deref(), &Value::Null, d);
+                }
+            }
+        }
+        _ => (Arc::clone(&peer), Arc::clone(&peer)),
+    };
     match parts.method {
         Method::POST => post::post(state, &headers, body, agent, peer).await,
-        Method::GET => get_stream(&state, &headers).await,
-        Method::DELETE => delete_session(&state, &headers).await,
+        Method::GET => get_stream(&state, &headers, &owner, &caller).await,
+        Method::DELETE => delete_session(&state, &headers, &owner).await,
         _ => {
             let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
             resp.headers_mut().insert(
@@ -355,7 +551,12 @@ fn session_not_found() -> Response<Body> {
 
 /// A legacy session's GET stream: its session-level notifications, with keep-alives, until the
 /// client goes or the server stops.
-async fn get_stream(state: &State, headers: &RequestHeaders<'_>) -> Response<Body> {
+async fn get_stream(
+    state: &State,
+    headers: &RequestHeaders<'_>,
+    owner: &str,
+    caller: &Arc<str>,
+) -> Response<Body> {
     let Some(id) = headers.get(Header::Session) else {
         // 2026 has no GET stream (subscriptions/listen replaces it).
         let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
@@ -363,16 +564,21 @@ async fn get_stream(state: &State, headers: &RequestHeaders<'_>) -> Response<Bod
             .insert(hyper::header::ALLOW, HeaderValue::from_static("POST"));
         return resp;
     };
-    let session = match state.sessions.get(id).await {
+    let session = match state.sessions.get(id, owner).await {
         Ok(Some(session)) => session,
         Ok(None) => return session_not_found(),
         Err(e) => return error_response(&Value::Null, &e),
+    };
+    let slot = match state.stream_slot(caller) {
+        Ok(slot) => slot,
+        Err(max) => return post::too_many_streams(&Value::Null, max),
     };
     // The session holds the relay; the task below owns the response stream, so the stream ends
     // when the task does (client gone, session's stream replaced, server stopping).
     let (relay, mut rx) = mpsc::unbounded_channel::<Value>();
     session.attach_stream(Arc::new(Relay(relay)));
     let (out, body) = sse_channel();
+    let out = out.holding(Some(slot));
     out.comment(": stream open");
     let shutdown = state.shutdown.clone();
     let keepalive = state.options.keepalive;
@@ -393,11 +599,15 @@ async fn get_stream(state: &State, headers: &RequestHeaders<'_>) -> Response<Bod
     sse_response(body, None)
 }
 
-async fn delete_session(state: &State, headers: &RequestHeaders<'_>) -> Response<Body> {
+async fn delete_session(
+    state: &State,
+    headers: &RequestHeaders<'_>,
+    owner: &str,
+) -> Response<Body> {
     let Some(id) = headers.get(Header::Session) else {
         return empty(StatusCode::METHOD_NOT_ALLOWED);
     };
-    match state.sessions.remove(id).await {
+    match state.sessions.remove(id, owner).await {
         Ok(true) => empty(StatusCode::OK),
         Ok(false) => session_not_found(),
         Err(e) => error_response(&Value::Null, &e),

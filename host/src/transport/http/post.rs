@@ -37,16 +37,17 @@ async fn read_body(
 ) -> Result<Bytes, Response<Body>> {
     // Read at each request: a reload of these settings applies at once.
     let http = &state.core.protocol().host().config().http;
-    let (max, body_secs) = (http.max_body_bytes, http.body_read_timeout_secs);
-    let too_large = || {
-        error_response(
-            &Value::Null,
-            &RpcError::new(
-                ErrorKind::PayloadTooLarge,
-                format!("request body exceeds the limit of {max} bytes"),
-            ),
-        )
+    // A 2026 request names its method in a header: one without a payload is read only as far as
+    // its own, lower limit.
+    let (max, key) = match headers.get(Header::Method) {
+        Some(method) if !carries_payload(method) => (
+            http.max_other_body_bytes.min(http.max_body_bytes),
+            "http.max_other_body_bytes",
+        ),
+        _ => (http.max_body_bytes, "http.max_body_bytes"),
     };
+    let body_secs = http.body_read_timeout_secs;
+    let too_large = || body_too_large(max, key);
     let declared = headers
         .get(Header::ContentLength)
         .and_then(|v| v.parse::<u64>().ok());
@@ -65,7 +66,8 @@ async fn read_body(
         ));
     }
     let deadline = std::time::Duration::from_secs(body_secs.max(1));
-    let mut collect = std::pin::pin!(http_body_util::Limited::new(body, max).collect());
+    let declared = declared.and_then(|n| usize::try_from(n).ok());
+    let mut collect = std::pin::pin!(gather(body, max, declared));
     // A body that came with its head (nearly all of them) is read without arming the timer.
     let first = std::future::poll_fn(|cx| Poll::Ready(collect.as_mut().poll(cx))).await;
     let read = match first {
@@ -85,18 +87,97 @@ async fn read_body(
         ));
     };
     match read {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(e)
-            if e.downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some() =>
-        {
-            Err(too_large())
-        }
-        Err(e) => Err(error_response(
+        Ok(bytes) => Ok(bytes),
+        Err(None) => Err(too_large()),
+        Err(Some(e)) => Err(error_response(
             &Value::Null,
             &RpcError::invalid_request(format!("cannot read body: {e}")),
         )),
     }
+}
+
+/// The body's bytes, at most `max` of them (`Err(None)` past that; `Err(Some(_))`: it could not
+/// be read). A body that came in one piece is kept as it came; pieces are copied, once, into one
+/// buffer sized by the `declared` length (no second copy of a large body to join them).
+async fn gather(
+    body: IncomingBody,
+    max: usize,
+    declared: Option<usize>,
+) -> Result<Bytes, Option<hyper::Error>> {
+    let mut body = body;
+    let mut first: Option<Bytes> = None;
+    let mut joined: Vec<u8> = Vec::new();
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(Some)?.into_data() else {
+            continue; // trailers
+        };
+        let total = first.as_ref().map_or(0, Bytes::len) + joined.len() + data.len();
+        if total > max {
+            return Err(None);
+        }
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            Some(piece) => {
+                joined.reserve_exact(declared.unwrap_or(total).clamp(total, max));
+                joined.extend_from_slice(&piece);
+                joined.extend_from_slice(&data);
+            }
+            None => joined.extend_from_slice(&data),
+        }
+    }
+    Ok(first.unwrap_or_else(|| Bytes::from(joined)))
+}
+
+/// The answer to a body over `max` bytes, the limit set by `key`.
+fn body_too_large(max: usize, key: &str) -> Response<Body> {
+    error_response(
+        &Value::Null,
+        &RpcError::new(
+            ErrorKind::PayloadTooLarge,
+            format!("request body exceeds the limit of {max} bytes ({key})"),
+        ),
+    )
+}
+
+/// Whether requests of `method` carry a caller's payload (arguments, a URI, a task's input), and
+/// so may take all of `http.max_body_bytes`; any other message is small
+/// (`http.max_other_body_bytes`).
+fn carries_payload(method: &str) -> bool {
+    matches!(
+        method,
+        "tools/call" | "prompts/get" | "resources/read" | "completion/complete"
+    ) || method.starts_with("tasks/")
+}
+
+/// A body over `http.max_other_body_bytes` whose message is not one that may be that large (its
+/// method found without building anything of the rest, which is skipped): the 413 to answer.
+/// Batches and clients' responses (no method) may be as large as `http.max_body_bytes`.
+fn oversized_other(state: &State, bytes: &[u8]) -> Option<Response<Body>> {
+    #[derive(serde::Deserialize)]
+    struct Method<'a> {
+        #[serde(borrow)]
+        method: Option<std::borrow::Cow<'a, str>>,
+    }
+    let max = {
+        let http = &state.core.protocol().host().config().http;
+        http.max_other_body_bytes.min(http.max_body_bytes)
+    };
+    if bytes.len() <= max || bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
+        return None;
+    }
+    // Not one object with one `method` (a repeated member would pass this check and count at
+    // the full parse): refused too.
+    let method = match serde_json::from_slice::<Method<'_>>(bytes) {
+        Ok(Method { method: None }) => return None,
+        Ok(Method { method: Some(m) }) if carries_payload(&m) => return None,
+        Ok(Method { method: Some(m) }) => m.into_owned(),
+        Err(_) => "unreadable".to_owned(),
+    };
+    tracing::debug!(
+        "refused a {method} message of {} bytes (http.max_other_body_bytes)",
+        bytes.len()
+    );
+    Some(body_too_large(max, "http.max_other_body_bytes"))
 }
 
 /// The 2026 headers that mirror the body.
@@ -132,6 +213,9 @@ pub(crate) async fn post(
         Ok(read) => read,
         Err(resp) => return resp,
     };
+    if let Some(refused) = oversized_other(&state, &bytes) {
+        return refused;
+    }
     let read = match std::str::from_utf8(&bytes) {
         Ok(text) => jsonrpc::read(text).map_err(|e| e.to_string()),
         Err(e) => Err(format!("the body is not UTF-8 ({e})")),
@@ -146,8 +230,25 @@ pub(crate) async fn post(
         Received::One { id, modern, .. } => (id.clone(), *modern),
         Received::Batch(_) => (Value::Null, false),
     };
-    let session = match headers.get(Header::Session) {
-        Some(sid) if !is_modern => match state.sessions.get(sid).await {
+    let session_id = headers.get(Header::Session).filter(|_| !is_modern);
+    let mirrored = match mirrored_headers(headers) {
+        Ok(h) => h,
+        Err(e) => return error_response(&id, &e),
+    };
+    // Every request authenticates on its own (the 2026 protocol keeps no state between requests).
+    let access = state.core.protocol().host().access();
+    let identity = match access.resolve(endpoint_agent.as_deref(), headers.bearer(), session_id) {
+        Ok(identity) => identity,
+        Err(d) => {
+            let metrics = state.core.protocol().host().telemetry().metrics();
+            return denied(&access, metrics, endpoint_agent.as_deref(), &id, d);
+        }
+    };
+    // A legacy session answers only to the caller that opened it: to anyone else its id is
+    // unknown (404), whatever they send with it (a call, a response to its pending elicitation).
+    let owner = identity.session_owner(&peer);
+    let session = match session_id {
+        Some(sid) => match state.sessions.get(sid, &owner).await {
             Ok(Some(s)) => Some(s),
             Ok(None) => {
                 return error_response(
@@ -157,24 +258,7 @@ pub(crate) async fn post(
             }
             Err(e) => return error_response(&Value::Null, &e),
         },
-        _ => None,
-    };
-    let mirrored = match mirrored_headers(headers) {
-        Ok(h) => h,
-        Err(e) => return error_response(&id, &e),
-    };
-    // Every request authenticates on its own (the 2026 protocol keeps no state between requests).
-    let access = state.core.protocol().host().access();
-    let identity = match access.resolve(
-        endpoint_agent.as_deref(),
-        headers.bearer(),
-        session.as_ref().map(|s| s.id.as_str()),
-    ) {
-        Ok(identity) => identity,
-        Err(d) => {
-            let metrics = state.core.protocol().host().telemetry().metrics();
-            return denied(&access, metrics, endpoint_agent.as_deref(), &id, d);
-        }
+        None => None,
     };
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
@@ -186,7 +270,21 @@ pub(crate) async fn post(
     };
     match state.core.route(read, &origin) {
         Routed::Request { id, method, params } => {
-            request(state, id, method, params, origin, endpoint_agent).await
+            // A listen stream lasts: each caller holds only so many.
+            let stream = if method == "subscriptions/listen" {
+                match state.stream_slot(&origin.caller_key) {
+                    Ok(held) => Some(held),
+                    Err(max) => return too_many_streams(&id, max),
+                }
+            } else {
+                None
+            };
+            let reply_to = ReplyTo {
+                owner,
+                endpoint_agent,
+                stream,
+            };
+            request(state, id, method, params, origin, reply_to).await
         }
         Routed::Batch(items) => {
             let before = origin.session.as_deref().map(Changeable::of);
@@ -205,6 +303,23 @@ pub(crate) async fn post(
         Routed::Invalid(id, e) => error_response(&id, &e),
         Routed::Done => empty(StatusCode::ACCEPTED),
     }
+}
+
+/// The answer to a long-lived stream its caller may not open: it holds `max` already.
+pub(super) fn too_many_streams(id: &Value, max: usize) -> Response<Body> {
+    let mut resp = error_response(
+        id,
+        &RpcError::new(
+            ErrorKind::TooManyRequests,
+            format!(
+                "this caller holds {max} open streams already (http.max_streams_per_caller); \
+                 close one first"
+            ),
+        ),
+    );
+    resp.headers_mut()
+        .insert(hyper::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    resp
 }
 
 /// The answer to a request whose handling panicked.
@@ -232,12 +347,8 @@ async fn request(
     method: String,
     params: Map<String, Value>,
     origin: Origin,
-    endpoint_agent: Option<String>,
+    mut reply_to: ReplyTo,
 ) -> Response<Body> {
-    let reply_to = ReplyTo {
-        owner: Arc::clone(&origin.caller_key),
-        endpoint_agent,
-    };
     let cancel = CancelFlag::new();
     // Cancels the call if this handler is dropped (client gone) before it answered.
     let mut guard = CancelOnDrop(Some(cancel.clone()));
@@ -272,9 +383,10 @@ async fn request(
                 return lost(&id);
             };
             let Some(first) = rx.try_recv() else {
-                return finish(&state, reply, &reply_to).await;
+                return finish(&state, reply, reply_to).await;
             };
             let (out, body) = sse_channel();
+            let out = out.holding(reply_to.stream.take());
             out.send(&first);
             send_queued(&out, &mut rx);
             tokio::spawn(async move { stream_reply(&state, reply, out).await });
@@ -288,13 +400,14 @@ async fn request(
         let reply = (&mut running).await;
         guard.disarm();
         return match reply {
-            Some(reply) => finish(&state, reply, &reply_to).await,
+            Some(reply) => finish(&state, reply, reply_to).await,
             None => lost(&id),
         };
     };
     // A notification came first: switch to an SSE stream carrying it, the rest, then the response.
     guard.disarm();
     let (out, body) = sse_channel();
+    let out = out.holding(reply_to.stream.take());
     out.send(&first_notification);
     tokio::spawn(async move {
         let reply = loop {
@@ -333,14 +446,17 @@ async fn stream_reply(state: &State, reply: Reply, out: Sse) {
     }
 }
 
-/// Who a reply goes to: the caller a new session belongs to, and the endpoint asked.
+/// Who a reply goes to: the caller a new session belongs to ([`crate::access::Identity::session_owner`]),
+/// and the endpoint asked.
 struct ReplyTo {
     owner: Arc<str>,
     endpoint_agent: Option<String>,
+    /// The stream slot a listen stream holds while it lasts.
+    stream: Option<crate::transport::http::limits::Held>,
 }
 
 /// The HTTP response for a reply that came before any notification.
-async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body> {
+async fn finish(state: &Arc<State>, reply: Reply, to: ReplyTo) -> Response<Body> {
     match reply {
         Reply::Response { body, status: 401 } => {
             // A tool that needs a verified caller was called without one: challenge the client.
@@ -378,6 +494,7 @@ async fn finish(state: &Arc<State>, reply: Reply, to: &ReplyTo) -> Response<Body
         }
         Reply::Listen { id, accepted } => {
             let (out, body) = sse_channel();
+            let out = out.holding(to.stream);
             let state = Arc::clone(state);
             tokio::spawn(
                 async move { stream_reply(&state, Reply::Listen { id, accepted }, out).await },

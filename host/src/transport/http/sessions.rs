@@ -116,10 +116,15 @@ impl Sessions {
         Ok(id)
     }
 
-    /// The live session with this id (its idle timer restarted), as this replica serves it.
-    pub(crate) async fn get(&self, id: &str) -> Result<Option<Arc<LegacySession>>, RpcError> {
+    /// The live session with this id opened by `owner` (its idle timer restarted), as this
+    /// replica serves it. Another caller's session is `None`: its id alone grants nothing.
+    pub(crate) async fn get(
+        &self,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<Arc<LegacySession>>, RpcError> {
         let Some(store) = &self.shared else {
-            return Ok(self.local.get(id));
+            return Ok(self.local.get(id, owner));
         };
         let Some(record) = Box::pin(store.session(id, self.bounds))
             .await
@@ -128,7 +133,10 @@ impl Sessions {
             self.end_here(id);
             return Ok(None);
         };
-        let session = match self.local.get(id) {
+        if record.owner != owner {
+            return Ok(None);
+        }
+        let session = match self.local.get(id, owner) {
             Some(s) => s,
             None => {
                 let s = Arc::new(LegacySession::new(
@@ -170,8 +178,11 @@ impl Sessions {
         }
     }
 
-    /// End a session (DELETE); whether it existed.
-    pub(crate) async fn remove(&self, id: &str) -> Result<bool, RpcError> {
+    /// End a session of `owner` (DELETE); whether it existed (another caller's does not).
+    pub(crate) async fn remove(&self, id: &str, owner: &str) -> Result<bool, RpcError> {
+        if self.get(id, owner).await?.is_none() {
+            return Ok(false);
+        }
         let here = self.end_here(id);
         let Some(store) = &self.shared else {
             return Ok(here);

@@ -3,6 +3,8 @@
 //! [`crate::plugins::lifecycle`]), execution (in [`crate::exec`]) and change notification.
 //! Transports and the protocol only ever talk to a [`Host`].
 
+pub mod watch;
+
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Instant;
@@ -65,6 +67,8 @@ pub struct HostOptions {
     /// Load plugins that allow it at their first call, when the configuration's
     /// `load_on_first_call` agrees (`serve` does; commands that inspect plugins load them all).
     pub load_on_first_call: bool,
+    /// The command line's layer over the configuration, applied at start and at every reload.
+    pub overrides: crate::config::Overrides,
 }
 
 /// A running tool host.
@@ -96,6 +100,8 @@ struct Inner {
     changes: tokio::sync::broadcast::Sender<Change>,
     /// Where plugins' announcements go besides this host's listeners (other replicas).
     forward: std::sync::OnceLock<Forward>,
+    /// The command line's layer, applied over every configuration read.
+    overrides: crate::config::Overrides,
 }
 
 /// Where a host forwards its plugins' announcements.
@@ -185,7 +191,8 @@ impl Host {
     /// Discover, probe and load every plugin in the configured tool directories. Started inside a
     /// tokio runtime, the host reads its plugin workers' channels on that runtime (else on a thread
     /// per worker).
-    pub fn start(config: Config, options: HostOptions) -> Result<Host, HostError> {
+    pub fn start(mut config: Config, options: HostOptions) -> Result<Host, HostError> {
+        options.overrides.apply(&mut config);
         let telemetry = options.telemetry.unwrap_or_default();
         let loader = Loader::new(
             &config,
@@ -204,6 +211,7 @@ impl Host {
             registry: ArcSwap::from_pointee(Registry::default()),
             config: ArcSwap::from_pointee(config),
             forward: std::sync::OnceLock::new(),
+            overrides: options.overrides,
         });
         let host = Host { inner };
         let started = Instant::now();
@@ -216,6 +224,19 @@ impl Host {
             registry.plugins.len(),
             started.elapsed().as_millis()
         );
+        warn_missing_dirs(&config);
+        if registry.is_empty() && !config.tool_dirs.is_empty() {
+            let dirs: Vec<String> = config
+                .tool_dirs
+                .iter()
+                .map(|d| d.path.display().to_string())
+                .collect();
+            tracing::warn!(
+                "No tools to serve: no plugin found in {} ({})",
+                dirs.join(", "),
+                config_origin(&config)
+            );
+        }
         host.inner.registry.store(Arc::new(registry));
         Ok(host)
     }
@@ -271,12 +292,16 @@ impl Host {
     }
 
     /// Re-read the configuration from where it came from (file, overlay and environment: every
-    /// layer) and rescan with it, applying any difference from what is loaded. A configuration that
-    /// no longer loads is logged and the running one kept; the plugin files are rescanned anyway.
+    /// layer, then the command line's overrides) and rescan with it, applying any difference from
+    /// what is loaded. A configuration that no longer loads is logged and the running one kept;
+    /// the plugin files are rescanned anyway.
     pub fn reload(&self) -> RescanReport {
         let source = self.config().source.clone();
         let config = match Config::load(source.as_deref()) {
-            Ok(c) => Some(c),
+            Ok(mut c) => {
+                self.inner.overrides.apply(&mut c);
+                Some(c)
+            }
             Err(e) => {
                 tracing::error!("Not applying the changed configuration: {e}");
                 None
@@ -301,7 +326,13 @@ impl Host {
         let config_changed = config.is_some_and(|c| self.apply_config(c));
         let config = self.config();
         let old = self.registry();
-        let (registry, report) = inner.loader.rescan(&config, &old, &self.callbacks());
+        let (sources, mut report) = inner
+            .loader
+            .rescan(&config, &old.plugins, &self.callbacks());
+        let registry = Registry::build_logged(sources, &config, false);
+        report.tools_changed = !registry.same_tools(&old);
+        report.resources_changed = !registry.same_resources(&old);
+        report.prompts_changed = !registry.same_prompts(&old);
         drop(old);
         inner.registry.store(Arc::new(registry));
         inner.telemetry.metrics().reloaded(report.reloaded.len());
@@ -351,6 +382,9 @@ impl Host {
                         "Configuration key `{key}` changed, but it applies at start only: \
                          restart mcp-host to use the new value"
                     );
+                }
+                if old.tool_dirs != config.tool_dirs {
+                    warn_missing_dirs(&config);
                 }
                 let changed = *old != config;
                 self.inner.exec.set_limits(&config.limits);
@@ -424,9 +458,44 @@ impl Host {
     }
 }
 
+/// Where the configuration came from and how its relative paths resolve, for messages about
+/// what it names.
+fn config_origin(config: &Config) -> String {
+    match &config.source {
+        Some(file) => format!(
+            "config file {}; relative paths resolve against {}",
+            file.display(),
+            config.base_dir.display()
+        ),
+        None => format!(
+            "no config file: neither --config nor MCP_HOST_CONFIG given and no {} in {}, so the \
+             defaults apply, relative to that directory",
+            crate::config::DEFAULT_CONFIG,
+            config.base_dir.display()
+        ),
+    }
+}
+
+/// A warning for each tool directory that does not exist (its plugins cannot be served).
+fn warn_missing_dirs(config: &Config) {
+    for dir in config.tool_dirs.iter().filter(|d| !d.path.is_dir()) {
+        let why = if dir.path.exists() {
+            "is not a directory"
+        } else {
+            "does not exist"
+        };
+        tracing::warn!(
+            "Tool directory {} {why}: nothing is served from it ({})",
+            dir.path.display(),
+            config_origin(config)
+        );
+    }
+}
+
 /// Test-load one file (signature check where its directory requires one, child-process probe, then
-/// in-process with its config section) and describe it: its build fingerprint, manifest and signer.
-/// What `mcp-host check` prints.
+/// as its tool directory runs plugins — sandboxed when it is in none — with its config section)
+/// and describe it: its build fingerprint, manifest and signer, and the names the registry would
+/// refuse to serve (`refused`: invalid or duplicate names). What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
     let mut config = config.clone();
     let dir = std::path::absolute(file)
@@ -434,7 +503,8 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         .parent()
         .map(PathBuf::from)
         .unwrap_or_default();
-    // A file in a tool directory gets that directory's prefix, isolation and signature rule.
+    // A file in a tool directory gets that directory's prefix, isolation and signature rule; any
+    // other file runs sandboxed.
     let listed = config
         .tool_dirs
         .iter()
@@ -450,12 +520,31 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
             .as_ref()
             .map(|d| d.prefix.clone())
             .unwrap_or_default(),
-        isolation: listed.and_then(|d| d.isolation),
+        // A file outside every tool directory is nobody's trusted plugin: it is opened as an
+        // untrusted one would be, in a sandboxed probe and worker, never in this process.
+        isolation: match &listed {
+            Some(d) => d.isolation,
+            None => Some(crate::config::Isolation::Sandbox),
+        },
         path: file.to_path_buf(),
     };
-    let (_, result) = host
-        .load(vec![candidate])
-        .pop()
+    let loaded = host.load(vec![candidate]);
+    // The names the registry would refuse: invalid ones, and one defined twice in the file.
+    let refused: Vec<Value> = Registry::build_logged(loaded.clone(), &host.config(), false)
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let why = match &e.status {
+                crate::registry::Status::InvalidName(why) => format!("invalid name: {why}"),
+                crate::registry::Status::OverriddenBy(_) => "defined twice in this plugin".into(),
+                _ => return None,
+            };
+            Some(json!({"name": e.tool, "kind": e.kind, "why": why}))
+        })
+        .collect();
+    let (_, result) = loaded
+        .into_iter()
+        .next()
         .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
     let slot = result?;
     // How it runs, with the permissions a sandbox would grant even when it is not sandboxed.
@@ -470,5 +559,6 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         "build": slot.backend.build(),
         "manifest": slot.backend.manifest(),
         "run": run,
+        "refused": refused,
     }))
 }

@@ -1,11 +1,66 @@
-//! The state of one running call: what the plugin can ask about it (cancellation, deadline), where
-//! its events go, and what a nested call inherits from it (caller, agent view, depth, deadline).
+//! A running call as a plugin backend sees it — the call side of the backend seam: what the plugin
+//! can ask about it (cancellation, deadline, the client's capabilities, questions to the client),
+//! where its events go, and what a nested call inherits from it (caller, agent view, depth,
+//! deadline, quota). The execution stage fills it in; backends only read it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{CancelFlag, EventSink, InputChannel};
+use mcp_plugin_sdk::{InputError, LogLevel};
+use serde_json::{Value, json};
+
+use super::cancel::CancelFlag;
 use crate::access::agents::Agent;
+
+/// Something a running call reports to whoever asked for it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum CallEvent {
+    /// Progress, for `notifications/progress`.
+    Progress {
+        /// Work done.
+        progress: f64,
+        /// Total work, when known.
+        total: Option<f64>,
+        /// What is happening.
+        message: Option<String>,
+    },
+    /// A log message for the client, for `notifications/message`.
+    Log {
+        /// Severity.
+        level: LogLevel,
+        /// The text.
+        message: String,
+        /// The tool that logged it.
+        logger: String,
+    },
+}
+
+/// Receives a call's events (the protocol layer turns them into notifications).
+pub type EventSink = Arc<dyn Fn(CallEvent) + Send + Sync>;
+
+/// How a call reaches its client: its capabilities, the start of a task, and questions (the
+/// execution stage's input rounds and elicitations implement it).
+pub trait CallInput: Send + Sync {
+    /// The client's capabilities.
+    fn capabilities(&self) -> &Value;
+    /// The call has become a task (a 2026 round answers with the task from now on).
+    fn start_task(&self);
+    /// Ask the client the questions in `params` (JSON) on behalf of `call`; the answers.
+    fn ask(&self, params: &str, call: &CallState) -> Result<Value, InputError>;
+}
+
+/// A tool result with `isError: true` and this text.
+pub fn error_result(message: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": message }], "isError": true })
+}
+
+/// How many CPUs this process may run on, read once (the standard library reads the cgroup files
+/// again at every call: a dozen system calls each time).
+pub fn cores() -> usize {
+    static CORES: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *CORES
+        .get_or_init(|| std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get))
+}
 
 /// One running call, shared with the plugin for as long as it runs.
 pub struct CallState {
@@ -21,10 +76,12 @@ pub struct CallState {
     pub agent: Option<Arc<Agent>>,
     /// Nesting depth (0 for a client's call).
     pub depth: u32,
+    /// The caller's quota key (`limits.per_caller`), which nested calls count against too.
+    pub quota_key: Option<Arc<str>>,
     /// The tool being called, for log messages.
     pub tool: Arc<str>,
     /// How questions to the client are answered (`None`: this call cannot ask).
-    pub input: Option<Arc<InputChannel>>,
+    pub input: Option<Arc<dyn CallInput>>,
     /// The call runs inline on the async runtime: it must never block waiting for the client.
     pub inline: bool,
 }

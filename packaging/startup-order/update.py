@@ -1,23 +1,23 @@
 #!/usr/bin/env python3
-"""Regenerate host/link/startup-order.txt: the functions of the mcp-host binary that run while it
+"""Regenerate packaging/startup-order/startup-order.txt: the functions of the mcp-host binary that run while it
 starts and serves its first requests, which the linker places together at the front of `.text`.
 
 Why: a start touches about 1.9 MB of code spread over the 14 MB `.text`; the kernel maps 64 kB around
 every page it faults in, so the start left ~8 MB of the binary resident and paid a page fault per
-scattered page. Packed together, the same code is ~2 MB. `host/build.rs` hands the file to the linker
-(`--symbol-ordering-file`) for the exact rustc and target it was made with.
+scattered page. Packed together, the same code is ~2 MB. `packaging/dist-build` hands the file to the
+linker (`--symbol-ordering-file`) for the exact rustc and target it was made with.
 
-How: builds the README's `cargo build --release`, then runs the host under valgrind's callgrind
+How: builds the deployment build (`cargo build --profile dist`), then runs the host under valgrind's callgrind
 (which records every function executed, in every thread and child process) through the starts a
 user's client makes: stdio and HTTP, probe cache cold and warm, plugins loaded at start and at their
 first call, both protocol eras, a tool of each packaged plugin. Every function of the binary seen
 executed is written out, mangled, one a line.
 
 Run it again after changing the toolchain or the dependencies (symbol names carry a hash of each
-crate's version, features and rustc): the release test `first_run` fails when fewer than 90 % of
-the listed functions exist in the binary the README's command builds.
+crate's version, features and rustc): `packaging/dist-build` says so when fewer than 90 % of the
+listed functions exist in the binary it builds.
 
-Usage: python3 host/link/update-startup-order.py   (needs valgrind; takes a few minutes)
+Usage: python3 packaging/startup-order/update.py   (needs valgrind; takes a few minutes)
 """
 
 import http.client
@@ -33,7 +33,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 OUT = os.path.join(ROOT, "host", "link", "startup-order.txt")
-EXE = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "release", "mcp-host")
+EXE = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "dist", "mcp-host")
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",
     "io.modelcontextprotocol/clientCapabilities": {},
@@ -173,7 +173,10 @@ def executed_functions(out_dir):
 def main():
     if not shutil.which("valgrind"):
         sys.exit("valgrind is needed (Debian: apt-get install valgrind)")
-    subprocess.run(["cargo", "build", "--release"], cwd=ROOT, check=True)
+    subprocess.run(["cargo", "build", "--profile", "dist", "-p", "mcp-host"], cwd=ROOT, check=True)
+    # The default configuration serves the packaged plugins from target/release.
+    subprocess.run(["cargo", "build", "--release", "-p", "mcp-time", "-p", "mcp-text", "-p", "mcp-series"],
+                   cwd=ROOT, check=True)
     version = subprocess.run(["rustc", "-vV"], capture_output=True, text=True, check=True).stdout
     release = re.search(r"^release: (.*)$", version, re.M).group(1)
     commit = re.search(r"^commit-hash: (.*)$", version, re.M).group(1)
@@ -209,7 +212,7 @@ def main():
               ("first start (probe, load at start)", cold - http - serve - start)]
     with open(OUT, "w") as f:
         f.write("# Functions of mcp-host run at start and by its first requests, placed first in .text\n")
-        f.write("# by the linker (see host/build.rs). Made by host/link/update-startup-order.py for:\n")
+        f.write("# by the linker (see packaging/dist-build). Made by packaging/startup-order/update.py for:\n")
         f.write(f"# rustc {release} {commit} {host}\n")
         for title, functions in groups:
             f.write(f"# {title}\n")
