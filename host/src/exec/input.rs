@@ -338,6 +338,34 @@ fn wait(
     }
 }
 
+impl crate::plugins::call::CallInput for InputChannel {
+    fn capabilities(&self) -> &Value {
+        InputChannel::capabilities(self)
+    }
+
+    fn start_task(&self) {
+        InputChannel::start_task(self);
+    }
+
+    fn ask(&self, params: &str, call: &CallState) -> Result<Value, InputError> {
+        InputChannel::ask(self, params, call)
+    }
+}
+
+/// A fresh unguessable id: 128 random bits as hex (an elicitation's id, a session's).
+pub(crate) fn fresh_id() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        // Without an OS RNG, fall back to time and address entropy (still unique per process).
+        let t = Instant::now();
+        let seed = format!("{t:?}{:p}", &bytes);
+        for (i, b) in seed.bytes().enumerate() {
+            bytes[i % 16] ^= b;
+        }
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -406,32 +434,4 @@ mod tests {
         let sent = for_version("2025-11-25", "elicitation/create", &url).unwrap();
         assert!(sent["elicitationId"].is_string());
     }
-}
-
-impl crate::plugins::call::CallInput for InputChannel {
-    fn capabilities(&self) -> &Value {
-        InputChannel::capabilities(self)
-    }
-
-    fn start_task(&self) {
-        InputChannel::start_task(self);
-    }
-
-    fn ask(&self, params: &str, call: &CallState) -> Result<Value, InputError> {
-        InputChannel::ask(self, params, call)
-    }
-}
-
-/// A fresh unguessable id: 128 random bits as hex (an elicitation's id, a session's).
-pub(crate) fn fresh_id() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom::fill(&mut bytes).is_err() {
-        // Without an OS RNG, fall back to time and address entropy (still unique per process).
-        let t = Instant::now();
-        let seed = format!("{t:?}{:p}", &bytes);
-        for (i, b) in seed.bytes().enumerate() {
-            bytes[i % 16] ^= b;
-        }
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
