@@ -1,0 +1,26 @@
+//! The end-to-end tests: the real `mcp-host` binary and real plugins in real directories, over real
+//! pipes and sockets. One test binary, a module per area; run one area with
+//! `cargo test -p mcp-host-tests --test e2e <area>::`.
+
+mod auth;
+mod clients;
+mod compat;
+mod conformance;
+mod discovery;
+mod docs;
+mod first_run;
+mod fleet;
+mod hostile;
+mod http;
+mod isolation;
+mod lazy;
+mod operators;
+mod reload;
+mod scaffold;
+mod sdk;
+mod search;
+mod stdio;
+mod surface;
+mod tasks;
+mod trust;
+mod workers;
