@@ -118,6 +118,10 @@ fn host_command(config: &Path) -> Command {
     if let Some(dir) = config.parent() {
         cmd.env("XDG_STATE_HOME", dir);
     }
+    // A user's client starts the host with $USER set (stdio's caller); a CI runner may not have it.
+    if std::env::var_os("USER").is_none() {
+        cmd.env("USER", "e2e-user");
+    }
     // The config layers read MCP_* variables: keep the caller's environment out of the test.
     for (k, _) in std::env::vars_os() {
         if k.to_string_lossy().starts_with("MCP_") {

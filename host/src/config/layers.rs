@@ -59,7 +59,7 @@ enum ToolDirEntry {
     Detailed(DetailedToolDir),
 }
 
-/// `{path, prefix?, files?, isolation?, require_signature?, pinning?}`; any other key is refused,
+/// `{path, prefix?, files?, isolation?, require_signature?, pinning?, optional?}`; any other key is refused,
 /// naming it.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -75,6 +75,8 @@ struct DetailedToolDir {
     require_signature: Option<bool>,
     #[serde(default)]
     pinning: Option<PinMode>,
+    #[serde(default)]
+    optional: bool,
 }
 
 impl<'de> Deserialize<'de> for ToolDirEntry {
@@ -86,7 +88,8 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
                 .map(ToolDirEntry::Detailed)
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
-                "expected a path or {{path, prefix, files, isolation, require_signature, pinning}}, \
+                "expected a path or {{path, prefix, files, isolation, require_signature, pinning, \
+                 optional}}, \
                  got {other}"
             ))),
         }
@@ -506,6 +509,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
                     isolation: d.isolation,
                     require_signature: d.require_signature,
                     pinning: d.pinning,
+                    optional: d.optional,
                 },
             })
             .collect();

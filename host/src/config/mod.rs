@@ -96,6 +96,11 @@ pub struct ToolDir {
     /// `trust.pinning`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<PinMode>,
+    /// It may not exist yet (e.g. the operator's own directory in the packaged configuration):
+    /// then start-up notes it instead of warning, and plugins dropped there once it is made are
+    /// served.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub optional: bool,
 }
 
 /// How served definitions (tools, resources, prompts) are checked against the lock file that
@@ -777,6 +782,7 @@ impl Default for Config {
             tool_dirs: vec![
                 ToolDir {
                     path: PathBuf::from("tools"),
+                    optional: true,
                     ..ToolDir::default()
                 },
                 ToolDir {

@@ -476,11 +476,19 @@ fn config_origin(config: &Config) -> String {
     }
 }
 
-/// A warning for each tool directory that does not exist (its plugins cannot be served).
+/// A warning for each tool directory that does not exist (its plugins cannot be served); one marked
+/// `optional` (it may be made later, and is watched for) is only noted.
 fn warn_missing_dirs(config: &Config) {
     for dir in config.tool_dirs.iter().filter(|d| !d.path.is_dir()) {
         let why = if dir.path.exists() {
             "is not a directory"
+        } else if dir.optional {
+            tracing::info!(
+                "Optional tool directory {} does not exist yet: once it is made, plugins \
+                 dropped there are served",
+                dir.path.display()
+            );
+            continue;
         } else {
             "does not exist"
         };

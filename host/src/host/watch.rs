@@ -60,14 +60,21 @@ impl Drop for Watcher {
     }
 }
 
-/// The directories to watch: every tool directory that exists, the configuration's directory, and
-/// the lock file's when definitions are pinned.
+/// The directories to watch: every tool directory that exists (the parent of one that does not yet,
+/// so its creation is seen), the configuration's directory, and the lock file's when definitions
+/// are pinned.
 fn targets(config: &Config) -> BTreeSet<PathBuf> {
     let mut dirs: BTreeSet<PathBuf> = config
         .tool_dirs
         .iter()
-        .map(|d| d.path.clone())
-        .filter(|p| p.is_dir())
+        .filter_map(|d| match d.path.is_dir() {
+            true => Some(d.path.clone()),
+            false => d
+                .path
+                .parent()
+                .filter(|p| p.is_dir())
+                .map(Path::to_path_buf),
+        })
         .collect();
     if let Some(dir) = config.source.as_ref().and_then(|s| s.parent()) {
         dirs.insert(dir.to_path_buf());
@@ -89,7 +96,9 @@ fn relevant(event: &notify::Event, config: &Config) -> bool {
         let in_tool_dir = p
             .parent()
             .is_some_and(|parent| config.tool_dirs.iter().any(|d| d.path == parent));
-        (in_tool_dir && (is_plugin_file(p) || is_signature_file(p)))
+        let is_tool_dir = config.tool_dirs.iter().any(|d| d.path == *p);
+        is_tool_dir
+            || (in_tool_dir && (is_plugin_file(p) || is_signature_file(p)))
             || is_config_file(p, config)
             || (config.pinning_in_use() && *p == config.lock_path())
     })

@@ -415,28 +415,33 @@ impl Registry {
         checks: &mut checked::SchemaChecks,
         log_tools: bool,
     ) {
-        // One file per plugin name: a name chooses settings (grants, data directory, config),
-        // so a second file calling itself by a name already served is not served.
+        // A plugin name chooses settings (grants, data directory, config): a second file calling
+        // itself by a name already served is flagged (bind the name with `from` / `signed_by` to
+        // refuse impostors). Serving one build under several prefixes is legitimate.
         let mut names: HashMap<String, PathBuf> = HashMap::new();
         for (candidate, result) in loaded {
-            let result = result.and_then(|slot| match names.get(slot.backend.name()) {
-                Some(first) => {
-                    let why = format!(
-                        "plugin name {} is already served by {}; one plugin name is served from \
-                         one file (the first in tool_dirs order): rename or remove the other",
-                        slot.backend.name(),
-                        first.display()
-                    );
-                    if !log_tools {
-                        tracing::error!("Not serving plugin {}: {why}", candidate.path.display());
+            if let Ok(slot) = &result {
+                match names.get(slot.backend.name()) {
+                    Some(first) => {
+                        let line = format!(
+                            "Plugin name {} is served from {} and also from {}: both get the \
+                             settings of plugins.{}; if one is not meant to, bind the name to its \
+                             files or signer (plugins.{}.from / signed_by)",
+                            slot.backend.name(),
+                            first.display(),
+                            candidate.path.display(),
+                            slot.backend.name(),
+                            slot.backend.name()
+                        );
+                        if pins::first_report(&line) {
+                            tracing::warn!("{line}");
+                        }
                     }
-                    Err(crate::plugins::LoadError::Binding(why))
+                    None => {
+                        names.insert(slot.backend.name().to_owned(), candidate.path.clone());
+                    }
                 }
-                None => {
-                    names.insert(slot.backend.name().to_owned(), candidate.path.clone());
-                    Ok(slot)
-                }
-            });
+            }
             let slot = match result {
                 Ok(slot) => slot,
                 Err(e) => {

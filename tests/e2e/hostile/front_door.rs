@@ -158,27 +158,28 @@ fn a_file_claiming_a_plugin_name_bound_elsewhere_is_refused_and_gets_none_of_its
 }
 
 #[test]
-fn one_plugin_name_is_served_from_one_file_the_first_in_order() {
+fn one_plugin_name_served_from_two_files_is_flagged_naming_both() {
     let l = Layout::new();
     l.install("first", "fixture-basic", None);
     l.install("second", "fixture-basic", None);
-    let cfg = l.config("tool_dirs: [first, second]\n");
+    let cfg = l.config("tool_dirs: [first, {path: second, prefix: b_}]\n");
     let (rows, log) = l.list(&cfg);
-    let second: Vec<&Value> = rows
-        .iter()
-        .filter(|r| r["file"].as_str().is_some_and(|f| f.contains("/second/")))
+    let flagged: Vec<&str> = log
+        .lines()
+        .filter(|line| line.contains("WARN") && line.contains("Plugin name fixture-basic"))
         .collect();
-    assert_eq!(second.len(), 1, "{second:#?}");
-    let status = second[0].to_string();
+    assert_eq!(flagged.len(), 1, "{log}");
     assert!(
-        status.contains("already served by") && status.contains("/first/"),
-        "{status}\n{log}"
+        flagged[0].contains("/first/") && flagged[0].contains("/second/"),
+        "{}",
+        flagged[0]
     );
     assert!(
-        rows.iter().any(
-            |r| r["file"].as_str().is_some_and(|f| f.contains("/first/"))
-                && r["status"] == "active"
-        ),
-        "{rows:#?}"
+        flagged[0].contains("plugins.fixture-basic.from"),
+        "{}",
+        flagged[0]
     );
+    // Both are served (one build under two prefixes is legitimate).
+    let row = mcp_host_tests::row(&rows, "b_echo", "libfixture_basic.so");
+    assert_eq!(row["status"], "active", "{row}");
 }

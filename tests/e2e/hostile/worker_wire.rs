@@ -216,37 +216,38 @@ fn user_tasks() -> u64 {
 }
 
 /// A nap in the sandboxed copy of the plugin.
-fn userns_nap(s: &HttpServer) -> (String, bool) {
-    tool_text(&call_at(
-        s,
-        "/mcp",
-        None,
-        "sb_hostile_nap",
-        json!({ "ms": 10 }),
-    ))
+fn userns_nap(s: &HttpServer, tool: &str) -> (String, bool) {
+    tool_text(&call_at(s, "/mcp", None, tool, json!({ "ms": 10 })))
 }
 
 #[test]
 fn a_sandboxed_worker_cannot_make_a_user_namespace_and_has_a_task_limit() {
-    let l = Layout::new();
-    l.install("d", "fixture-basic", None);
-    l.install("iso", "fixture-hostile", None);
-    l.install("sb", "fixture-hostile", Some("libhostile_sandboxed.so"));
-    // The same plugin twice: in a process worker (the control) and a sandboxed one.
-    let cfg = l.config(
-        "data_dir: data\ntool_dirs:\n  - d\n  - {path: iso, isolation: process}\n  - {path: sb, isolation: sandbox, prefix: sb_}\n",
-    );
-    let mut s = HttpServer::start(&cfg);
-    let pid = s.child().id();
-    let userns = |tool: &str| {
-        let r = call_at(&s, "/mcp", None, tool, json!({}));
+    // The same plugin in a process worker (the control) and in a sandboxed one: one server each,
+    // since one plugin name is served from one file.
+    let start = |isolation: &str| {
+        let l = Layout::new();
+        l.install("d", "fixture-basic", None);
+        l.install("w", "fixture-hostile", None);
+        let cfg = l.config(&format!(
+            "data_dir: data\ntool_dirs:\n  - d\n  - {{path: w, isolation: {isolation}}}\n"
+        ));
+        let s = HttpServer::start(&cfg);
+        (l, s)
+    };
+    let userns = |s: &HttpServer| {
+        let r = call_at(s, "/mcp", None, "hostile_userns", json!({}));
         let (text, is_error) = tool_text(&r);
         assert!(!is_error, "{text}");
         text
     };
-    let control = userns("hostile_userns");
+    let (_control_layout, control_server) = start("process");
+    let control = userns(&control_server);
     assert!(control.starts_with("clone=ok clone3=ok"), "{control}");
-    let sandboxed = userns("sb_hostile_userns");
+    drop(control_server);
+
+    let (_l, mut s) = start("sandbox");
+    let pid = s.child().id();
+    let sandboxed = userns(&s);
     assert!(
         sandboxed.starts_with("clone=refused(Operation not permitted")
             && sandboxed.contains("clone3=refused(Function not implemented"),
@@ -258,7 +259,7 @@ fn a_sandboxed_worker_cannot_make_a_user_namespace_and_has_a_task_limit() {
     assert!(nproc <= bound, "RLIMIT_NPROC {nproc}, over {bound}");
     // Threads still start in the sandbox (the C library falls back from clone3 to clone): the
     // worker starts one for each call that is not inline.
-    assert_eq!(userns_nap(&s), ("rested".to_owned(), false));
+    assert_eq!(userns_nap(&s, "hostile_nap"), ("rested".to_owned(), false));
     assert_serves_others(&s);
     assert_peak_rss(pid);
 }
