@@ -42,7 +42,7 @@ pub fn nginx() -> Option<PathBuf> {
 }
 
 /// A loopback port free right now (the caller retries when another process takes it first).
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()

@@ -10,13 +10,12 @@
 use super::*;
 
 use std::io::{BufRead as _, BufReader};
-use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 
 use mcp_host_tests::artifacts;
 use mcp_host_tests::clients::require_or_skip;
-use mcp_host_tests::fleet::{output_lines, redis_server};
+use mcp_host_tests::fleet::{free_port, output_lines, redis_server};
 use mcp_host_tests::serve::{ChildGuard, with_tasks};
 
 /// Mallory: another authenticated caller, the attacker.
@@ -28,15 +27,6 @@ const REDIS_PASSWORD: &str = "s3cret-redis-pw-4e1f";
 
 // ---------------------------------------------------------------------------------------------
 // A redis-server of the test's own, and a RESP client for the attacker
-
-/// A loopback port free right now (the caller retries when another process takes it first).
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// A CA and a server certificate for 127.0.0.1 signed by it, as PEM files.
 struct Certs {
@@ -405,6 +395,18 @@ fn redis_store(url: &str) -> String {
 }
 
 /// [`redis_store`], short leases and polls, and `extra`.
+/// A redis-server of the test's own, and a host layout on it with the conformance and basic
+/// fixtures and two callers.
+fn redis_with_two_callers(bin: &std::path::Path) -> (TestRedis, Layout, PathBuf) {
+    let redis = TestRedis::start(bin, "", None);
+    let url = format!("redis://127.0.0.1:{}/0", redis.port);
+    let (l, cfg) = layout(
+        &["fixture-conformance", "fixture-basic"],
+        &redis_config(&url, &two_callers()),
+    );
+    (redis, l, cfg)
+}
+
 fn redis_config(url: &str, extra: &str) -> String {
     format!(
         "{}tasks: {{lease_secs: 5, poll_interval_ms: 100}}\n{extra}",
@@ -418,12 +420,7 @@ fn redis_config(url: &str, extra: &str) -> String {
 #[test]
 fn a_task_record_edited_in_redis_is_refused_and_runs_nothing() {
     let Some(bin) = redis_server() else { return };
-    let redis = TestRedis::start(&bin, "", None);
-    let url = format!("redis://127.0.0.1:{}/0", redis.port);
-    let (_l, cfg) = layout(
-        &["fixture-conformance", "fixture-basic"],
-        &redis_config(&url, &two_callers()),
-    );
+    let (redis, _l, cfg) = redis_with_two_callers(&bin);
     let mut s = HttpServer::start(&cfg);
     let mut attacker = redis.attacker(None);
 
@@ -530,12 +527,7 @@ fn a_task_record_edited_in_redis_is_refused_and_runs_nothing() {
 #[test]
 fn an_event_published_on_redis_by_someone_else_is_dropped() {
     let Some(bin) = redis_server() else { return };
-    let redis = TestRedis::start(&bin, "", None);
-    let url = format!("redis://127.0.0.1:{}/0", redis.port);
-    let (_l, cfg) = layout(
-        &["fixture-conformance", "fixture-basic"],
-        &redis_config(&url, &two_callers()),
-    );
+    let (redis, _l, cfg) = redis_with_two_callers(&bin);
     let s = HttpServer::start(&cfg);
     let mut attacker = redis.attacker(None);
     // Alice's task runs for a while (its end is waited for, not timed).
