@@ -4,7 +4,7 @@
 #   - nginx-light   (the plain round-robin load balancer in front of three replicas)
 #   - openssl       (the CA and certificate the TLS store test generates for `rediss://`;
 #                    Debian's redis-server is built with TLS)
-#   - valgrind      (callgrind counts the instructions of a tools/call for the speed guard)
+#   - valgrind      (callgrind: the serving bench's instruction counts and its speed guard)
 # The tests run their own instances (own temporary directories and ports); the packages' system
 # services are not needed and are not started here.
 #
@@ -19,7 +19,7 @@ missing=()
 have redis-server || missing+=(redis-server)
 have nginx || missing+=(nginx-light)
 have openssl || missing+=(openssl)
-have valgrind || missing+=(valgrind)   # the instruction guard (.ci/run)
+have valgrind || missing+=(valgrind)   # the serving bench's instruction counts
 
 if [[ ${#missing[@]} -gt 0 ]]; then
     if [[ $(id -u) -ne 0 ]]; then
