@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Isolation};
 use crate::plugins::in_process::{Layout, open_module};
-use crate::plugins::worker::{sandbox, wire};
+use crate::plugins::worker::{Line, OutputLines, sandbox, wire};
 use crate::plugins::{LoadError, describe_exit};
 
 const MARK: &str = "\u{1}MCPPROBE ";
@@ -33,10 +33,8 @@ const MARK: &str = "\u{1}MCPPROBE ";
 /// host's secrets among them, are removed); a sandboxed directory's probe keeps none.
 const PROBE_ENV: &[&str] = &["PATH", "LD_LIBRARY_PATH", "LANG", "LC_ALL", "TZ"];
 
-/// Lines of a probe child's own output (what a library prints while it loads) that are logged, and
-/// the bytes kept of each.
+/// Lines of a probe child's own output (what a library prints while it loads) that are logged.
 const OUTPUT_LINES: usize = 16;
-const OUTPUT_LINE_BYTES: usize = 1024;
 
 /// How a probe child confines itself before it opens any file: like the worker that would run
 /// the plugins of the directory it probes.
@@ -259,49 +257,18 @@ impl Prober {
 }
 
 /// Log what a probe child printed while it loaded libraries (a plugin's constructor, a damaged
-/// library's loader error): the first few lines, each cut short; the rest is read and dropped.
+/// library's loader error): the first few lines, each cut short as a worker's are; the rest is
+/// read and dropped.
 fn log_output(pid: u32, stderr: impl Read) {
-    let mut reader = BufReader::new(stderr);
+    let mut lines = OutputLines::new(stderr);
     let mut logged = 0;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match read_line_bounded(&mut reader, &mut line, OUTPUT_LINE_BYTES) {
-            Ok(0) | Err(_) => break,
-            Ok(_) if logged < OUTPUT_LINES => {
-                logged += 1;
-                let text = String::from_utf8_lossy(&line);
-                tracing::warn!(pid, "probe output: {}", text.trim_end());
-            }
-            Ok(_) => {}
-        }
-    }
-}
-
-/// Read one line into `line`, keeping at most `max` bytes of it (the rest of a longer line is read
-/// and dropped); returns the bytes read, 0 at the end.
-fn read_line_bounded(
-    reader: &mut impl BufRead,
-    line: &mut Vec<u8>,
-    max: usize,
-) -> std::io::Result<usize> {
-    let mut read = 0;
-    loop {
-        let buf = reader.fill_buf()?;
-        if buf.is_empty() {
-            return Ok(read);
-        }
-        let (chunk, done) = match buf.iter().position(|b| *b == b'\n') {
-            Some(i) => (&buf[..=i], true),
-            None => (buf, false),
-        };
-        let keep = chunk.len().min(max.saturating_sub(line.len()));
-        line.extend_from_slice(&chunk[..keep]);
-        let used = chunk.len();
-        reader.consume(used);
-        read += used;
-        if done {
-            return Ok(read);
+    while let Some(line) = lines.next_line() {
+        if logged < OUTPUT_LINES {
+            logged += 1;
+            let text = match &line {
+                Line::Whole(text) | Line::Cut(text, _) => text,
+            };
+            tracing::warn!(pid, "probe output: {}", text.trim_end());
         }
     }
 }

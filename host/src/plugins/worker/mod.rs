@@ -31,6 +31,7 @@ use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 use serde::Serialize;
 
 pub use child::run_worker;
+pub(crate) use process::{Line, OutputLines};
 pub use sandbox::Grant;
 pub use supervisor::KILL_GRACE;
 
