@@ -21,6 +21,8 @@ pub mod telemetry;
 pub mod transport;
 
 #[cfg(test)]
+mod function_length;
+#[cfg(test)]
 mod stage_order;
 
 pub use config::Config;
