@@ -11,8 +11,8 @@ use syn::{Attribute, Expr, Item, ItemFn, LitStr, Signature, Type, spanned::Spann
 
 use crate::docs;
 use crate::tool::{
-    Param, call_expr, check_item, generic_arg, is_named, item_keyword_span, last_segment, opt_str,
-    output_type, params, string_value,
+    ArgOptions, Param, call_expr, check_item, generic_arg, is_named, item_keyword_span,
+    last_segment, opt_str, output_type, params, string_value,
 };
 
 /// A resource (or resource template) or a prompt.
@@ -126,208 +126,319 @@ fn is_optional_string(ty: &Type) -> bool {
     })
 }
 
-/// Build the `SurfaceSpec` expression for one resource or prompt.
-pub(crate) fn spec(
+/// What a resource or prompt is called and described as, read from its attributes and doc comment.
+struct Header {
     kind: Kind,
-    attrs: &[Attribute],
-    sig: &mut Signature,
-    opts: &Options,
-    service: Option<&Type>,
-) -> syn::Result<TokenStream> {
-    let sdk = quote!(::mcp_plugin_sdk);
-    let fn_name = sig.ident.clone();
-    let name = opts
-        .name
-        .clone()
-        .unwrap_or_else(|| LitStr::new(&fn_name.to_string(), fn_name.span()));
-    let parsed = docs::parse(&docs::doc_lines(attrs));
-    check_item(
-        sig,
-        &parsed,
-        &format!("{} `{}`", kind.attr(), name.value()),
-        "what clients show",
-        "",
-    )?;
-    let uri = match (kind, &opts.uri) {
-        (Kind::Resource, Some(uri)) => Some(uri.clone()),
-        (Kind::Resource, None) => {
-            return Err(syn::Error::new(
-                fn_name.span(),
-                "#[resource] needs its URI: `#[resource(uri = \"scheme://path\")]`, or a URI \
-                 template such as `uri = \"scheme://items/{id}\"` whose variables are parameters",
-            ));
-        }
-        (Kind::Prompt, _) => None,
-    };
-    let variables = uri
-        .as_ref()
-        .map(|u| template_variables(&u.value()))
-        .unwrap_or_default();
-    let (receiver, params) = params(sig, service)?;
-    let is_async = sig.asyncness.is_some();
-    let (is_result, _) = output_type(sig);
+    fn_name: syn::Ident,
+    /// The name clients see: `name = ...`, or the function's.
+    name: LitStr,
+    docs: docs::Docs,
+    /// A resource's URI (or URI template); `None` for a prompt.
+    uri: Option<LitStr>,
+    /// The URI template's variables (empty for a fixed URI and for a prompt).
+    variables: Vec<String>,
+}
 
-    let mut fields = Vec::new();
-    let mut call_args = Vec::new();
-    let mut arguments = Vec::new();
-    let mut completers = Vec::new();
-    let mut completer_fns = Vec::new();
-    let mut completion_args = Vec::new();
-    let mut arg_names: Vec<String> = Vec::new();
-    let mut caller_need = quote!(#sdk::__private::CallerNeed::None);
-    let envelope_err =
-        quote!(::core::result::Result::Err(e) => return ::core::result::Result::Err(e));
-    for param in &params {
-        match param {
-            Param::Whole { span, .. } => {
+impl Header {
+    /// Step 1: name the item, check its doc comment, and require a resource's URI.
+    fn read(kind: Kind, attrs: &[Attribute], sig: &Signature, opts: &Options) -> syn::Result<Self> {
+        let fn_name = sig.ident.clone();
+        let name = opts
+            .name
+            .clone()
+            .unwrap_or_else(|| LitStr::new(&fn_name.to_string(), fn_name.span()));
+        let docs = docs::parse(&docs::doc_lines(attrs));
+        check_item(
+            sig,
+            &docs,
+            &format!("{} `{}`", kind.attr(), name.value()),
+            "what clients show",
+            "",
+        )?;
+        let uri = match (kind, &opts.uri) {
+            (Kind::Resource, Some(uri)) => Some(uri.clone()),
+            (Kind::Resource, None) => {
                 return Err(syn::Error::new(
-                    *span,
+                    fn_name.span(),
+                    "#[resource] needs its URI: `#[resource(uri = \"scheme://path\")]`, or a URI \
+                     template such as `uri = \"scheme://items/{id}\"` whose variables are parameters",
+                ));
+            }
+            (Kind::Prompt, _) => None,
+        };
+        let variables = uri
+            .as_ref()
+            .map(|u| template_variables(&u.value()))
+            .unwrap_or_default();
+        Ok(Header {
+            kind,
+            fn_name,
+            name,
+            docs,
+            uri,
+            variables,
+        })
+    }
+
+    /// The URI as written (empty for a prompt).
+    fn uri_text(&self) -> String {
+        self.uri.as_ref().map(LitStr::value).unwrap_or_default()
+    }
+
+    /// Step 3: every template variable of a resource has its parameter.
+    fn check_variables_taken(&self, taken: &[String]) -> syn::Result<()> {
+        let fn_name = &self.fn_name;
+        match self.variables.iter().find(|v| !taken.contains(v)) {
+            Some(missing) if self.kind == Kind::Resource => Err(syn::Error::new(
+                self.uri.as_ref().map_or(fn_name.span(), LitStr::span),
+                format!(
+                    "template variable `{missing}` has no parameter: add `{missing}: String` to \
+                     `{fn_name}`"
+                ),
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What the parameters of a resource or prompt become in the expansion.
+struct Inputs {
+    /// Fields of the generated `Args` struct (`name: String`).
+    fields: Vec<TokenStream>,
+    /// The user function's arguments, in order.
+    call_args: Vec<TokenStream>,
+    /// A prompt's `PromptArgument` descriptors.
+    arguments: Vec<TokenStream>,
+    /// `(name, completer fn)` pairs and the completer fns themselves.
+    completers: Vec<TokenStream>,
+    completer_fns: Vec<TokenStream>,
+    /// The arguments that have a completer.
+    completion_args: Vec<String>,
+    /// The plain arguments' names.
+    arg_names: Vec<String>,
+    /// Whether the item takes the caller (`UserInfo`).
+    caller_need: TokenStream,
+}
+
+/// The arm that hands an envelope error back from the generated handler.
+fn envelope_err() -> TokenStream {
+    quote!(::core::result::Result::Err(e) => return ::core::result::Result::Err(e))
+}
+
+impl Inputs {
+    /// Step 2: classify every parameter, checking it against the kind's rules.
+    fn collect(header: &Header, params: &[Param], service: Option<&Type>) -> syn::Result<Self> {
+        let sdk = quote!(::mcp_plugin_sdk);
+        let mut inputs = Inputs {
+            fields: Vec::new(),
+            call_args: Vec::new(),
+            arguments: Vec::new(),
+            completers: Vec::new(),
+            completer_fns: Vec::new(),
+            completion_args: Vec::new(),
+            arg_names: Vec::new(),
+            caller_need: quote!(#sdk::__private::CallerNeed::None),
+        };
+        for param in params {
+            match param {
+                Param::Whole { span, .. } => return Err(whole_args_refused(header.kind, *span)),
+                Param::Arg { ident, ty, opts } => {
+                    inputs.argument(header, ident, ty, opts, service)?
+                }
+                Param::Caller { optional } => inputs.caller(*optional),
+                Param::Context => inputs.call_args.push(quote!(inv.ctx())),
+                Param::Host => inputs.call_args.push(quote!(inv.host())),
+            }
+        }
+        Ok(inputs)
+    }
+
+    /// A plain (string) argument: a field of `Args`, a prompt argument, maybe a completer.
+    fn argument(
+        &mut self,
+        header: &Header,
+        ident: &syn::Ident,
+        ty: &Type,
+        opts: &ArgOptions,
+        service: Option<&Type>,
+    ) -> syn::Result<()> {
+        let optional = check_string_argument(header.kind, ident, ty, opts)?;
+        let arg = ident.to_string();
+        match header.kind {
+            Kind::Resource if !header.variables.contains(&arg) => {
+                return Err(syn::Error::new(
+                    ident.span(),
                     format!(
-                        "#[args] is for tools; a {} takes its arguments as `String` parameters",
-                        match kind {
-                            Kind::Resource => "resource template",
-                            Kind::Prompt => "prompt",
-                        }
+                        "parameter `{arg}` is not a variable of the URI template {:?}: a \
+                         resource's parameters are its template variables (add `{{{arg}}}` \
+                         to the URI, or take `&CallContext`, `&HostApi` or `UserInfo`)",
+                        header.uri_text()
                     ),
                 ));
             }
-            Param::Arg { ident, ty, opts: a } => {
-                let arg = ident.to_string();
-                if a.default.is_some() || a.min.is_some() || a.max.is_some() || a.header.is_some() {
-                    return Err(syn::Error::new(
-                        ident.span(),
-                        format!(
-                            "#[{}] arguments are strings: of #[arg], only `complete = path` applies",
-                            kind.attr()
-                        ),
-                    ));
-                }
-                let optional = is_optional_string(ty);
-                if !is_named(ty, "String") && !optional {
-                    return Err(syn::Error::new(
-                        ty.span(),
-                        match kind {
-                            Kind::Resource => "template variables are strings: take `String`",
-                            Kind::Prompt => {
-                                "prompt arguments are strings: take `String` (required) or \
-                                 `Option<String>` (optional)"
-                            }
-                        },
-                    ));
-                }
-                match kind {
-                    Kind::Resource if !variables.contains(&arg) => {
-                        return Err(syn::Error::new(
-                            ident.span(),
-                            format!(
-                                "parameter `{arg}` is not a variable of the URI template {:?}: a \
-                                 resource's parameters are its template variables (add `{{{arg}}}` \
-                                 to the URI, or take `&CallContext`, `&HostApi` or `UserInfo`)",
-                                uri.as_ref().map(LitStr::value).unwrap_or_default()
-                            ),
-                        ));
-                    }
-                    Kind::Resource => {}
-                    Kind::Prompt => {
-                        let Some(doc) = parsed.args.get(&arg) else {
-                            return Err(syn::Error::new(
-                                ident.span(),
-                                format!(
-                                    "argument `{arg}` of prompt `{}` is not documented: add \
-                                     `/// * `{arg}` - what it is` under a `/// # Arguments` heading",
-                                    name.value()
-                                ),
-                            ));
-                        };
-                        let required = !optional;
-                        arguments.push(quote!(#sdk::__private::PromptArgument {
-                            name: ::std::string::String::from(#arg),
-                            description: ::core::option::Option::Some(::std::string::String::from(#doc)),
-                            required: #required,
-                        }));
-                    }
-                }
-                if let Some((_, path)) = &a.complete {
-                    let f = format_ident!("__mcp_complete_{}", ident);
-                    let call = match service {
-                        // The completer is a nested fn item, where `Self` does not exist.
-                        Some(svc) => {
-                            let path = replace_self(quote!(#path), svc);
-                            quote!(#path(service, request))
-                        }
-                        None => quote!(#path(request)),
-                    };
-                    completer_fns.push(quote!(
-                        #[allow(unused_variables)]
-                        fn #f(service: &Svc, request: &#sdk::CompletionRequest) -> #sdk::Completion {
-                            #sdk::__private::completion(#call)
-                        }
-                    ));
-                    completers.push(quote!((#arg, #f as fn(&Svc, &#sdk::CompletionRequest) -> #sdk::Completion)));
-                    completion_args.push(arg.clone());
-                }
-                fields.push(quote!(#ident: #ty));
-                call_args.push(quote!(args.#ident));
-                arg_names.push(arg);
-            }
-            Param::Caller { optional } => {
-                let (need, get) = if *optional {
-                    (quote!(Optional), quote!(inv.envelope_optional_caller()))
-                } else {
-                    (quote!(Required), quote!(inv.envelope_caller()))
-                };
-                caller_need = quote!(#sdk::__private::CallerNeed::#need);
-                call_args
-                    .push(quote!(match #get { ::core::result::Result::Ok(c) => c, #envelope_err }));
-            }
-            Param::Context => call_args.push(quote!(inv.ctx())),
-            Param::Host => call_args.push(quote!(inv.host())),
+            Kind::Resource => {}
+            Kind::Prompt => self
+                .arguments
+                .push(prompt_argument(header, ident, optional)?),
         }
+        if let Some((_, path)) = &opts.complete {
+            self.completer(ident, path, service);
+        }
+        self.fields.push(quote!(#ident: #ty));
+        self.call_args.push(quote!(args.#ident));
+        self.arg_names.push(arg);
+        Ok(())
     }
-    if kind == Kind::Resource
-        && let Some(missing) = variables.iter().find(|v| !arg_names.contains(v))
-    {
+
+    /// `#[arg(complete = path)]`: a completer fn calling `path` (with the service, for a method).
+    fn completer(&mut self, ident: &syn::Ident, path: &Expr, service: Option<&Type>) {
+        let sdk = quote!(::mcp_plugin_sdk);
+        let f = format_ident!("__mcp_complete_{}", ident);
+        let call = match service {
+            // The completer is a nested fn item, where `Self` does not exist.
+            Some(svc) => {
+                let path = replace_self(quote!(#path), svc);
+                quote!(#path(service, request))
+            }
+            None => quote!(#path(request)),
+        };
+        self.completer_fns.push(quote!(
+            #[allow(unused_variables)]
+            fn #f(service: &Svc, request: &#sdk::CompletionRequest) -> #sdk::Completion {
+                #sdk::__private::completion(#call)
+            }
+        ));
+        let arg = ident.to_string();
+        self.completers
+            .push(quote!((#arg, #f as fn(&Svc, &#sdk::CompletionRequest) -> #sdk::Completion)));
+        self.completion_args.push(arg);
+    }
+
+    /// `UserInfo` or `Option<UserInfo>`: the caller from the envelope.
+    fn caller(&mut self, optional: bool) {
+        let sdk = quote!(::mcp_plugin_sdk);
+        let (need, get) = if optional {
+            (quote!(Optional), quote!(inv.envelope_optional_caller()))
+        } else {
+            (quote!(Required), quote!(inv.envelope_caller()))
+        };
+        self.caller_need = quote!(#sdk::__private::CallerNeed::#need);
+        let envelope_err = envelope_err();
+        self.call_args
+            .push(quote!(match #get { ::core::result::Result::Ok(c) => c, #envelope_err }));
+    }
+}
+
+/// The error for `#[args]` on a resource or prompt.
+fn whole_args_refused(kind: Kind, span: Span) -> syn::Error {
+    syn::Error::new(
+        span,
+        format!(
+            "#[args] is for tools; a {} takes its arguments as `String` parameters",
+            match kind {
+                Kind::Resource => "resource template",
+                Kind::Prompt => "prompt",
+            }
+        ),
+    )
+}
+
+/// A resource's or prompt's argument is a string with no `#[arg]` option but `complete`; returns
+/// whether it is optional (`Option<String>`).
+fn check_string_argument(
+    kind: Kind,
+    ident: &syn::Ident,
+    ty: &Type,
+    opts: &ArgOptions,
+) -> syn::Result<bool> {
+    if opts.default.is_some() || opts.min.is_some() || opts.max.is_some() || opts.header.is_some() {
         return Err(syn::Error::new(
-            uri.as_ref().map_or(fn_name.span(), LitStr::span),
+            ident.span(),
             format!(
-                "template variable `{missing}` has no parameter: add `{missing}: String` to \
-                 `{fn_name}`"
+                "#[{}] arguments are strings: of #[arg], only `complete = path` applies",
+                kind.attr()
             ),
         ));
     }
+    let optional = is_optional_string(ty);
+    if !is_named(ty, "String") && !optional {
+        return Err(syn::Error::new(
+            ty.span(),
+            match kind {
+                Kind::Resource => "template variables are strings: take `String`",
+                Kind::Prompt => {
+                    "prompt arguments are strings: take `String` (required) or \
+                     `Option<String>` (optional)"
+                }
+            },
+        ));
+    }
+    Ok(optional)
+}
 
-    let call = call_expr(service, &fn_name, receiver.as_ref(), &call_args, is_async);
-    let unwrap_result = if is_result {
-        quote!(let out = match out {
-            ::core::result::Result::Ok(v) => v,
-            ::core::result::Result::Err(e) => return ::core::result::Result::Err(#sdk::__private::envelope_invalid(e)),
-        };)
-    } else {
-        quote!()
+/// A prompt argument's `PromptArgument` descriptor, its description from the doc comment.
+fn prompt_argument(
+    header: &Header,
+    ident: &syn::Ident,
+    optional: bool,
+) -> syn::Result<TokenStream> {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let arg = ident.to_string();
+    let Some(doc) = header.docs.args.get(&arg) else {
+        return Err(syn::Error::new(
+            ident.span(),
+            format!(
+                "argument `{arg}` of prompt `{}` is not documented: add \
+                 `/// * `{arg}` - what it is` under a `/// # Arguments` heading",
+                header.name.value()
+            ),
+        ));
     };
+    let required = !optional;
+    Ok(quote!(#sdk::__private::PromptArgument {
+        name: ::std::string::String::from(#arg),
+        description: ::core::option::Option::Some(::std::string::String::from(#doc)),
+        required: #required,
+    }))
+}
+
+/// The descriptor's type, the expression building it, and the conversion of the user function's
+/// output (`out`) into the MCP result.
+struct Descriptor {
+    ty: TokenStream,
+    build: TokenStream,
+    convert: TokenStream,
+}
+
+/// Step 4: the descriptor of a resource or a prompt.
+fn descriptor(header: &Header, opts: &Options, inputs: &Inputs) -> Descriptor {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let name = &header.name;
     let title = opt_str(&opts.title);
-    let description = &parsed.description;
+    let description = &header.docs.description;
+    let caller_need = &inputs.caller_need;
     let meta = match &opts.meta {
         Some(expr) => {
             quote!(::core::option::Option::Some(#sdk::__private::serde_json::Value::from(#expr)))
         }
         None => quote!(::core::option::Option::None),
     };
-    let completion_names = completion_args
+    let completion_names = inputs
+        .completion_args
         .iter()
         .map(|a| quote!(::std::string::String::from(#a)));
-    let (descriptor_ty, descriptor, convert) = match kind {
+    match header.kind {
         Kind::Resource => {
-            let uri = uri.as_ref().map(LitStr::value).unwrap_or_default();
-            let template = !variables.is_empty();
+            let uri = header.uri_text();
+            let template = !header.variables.is_empty();
             let mime = opt_str(&opts.mime_type);
             let mime_ref = match &opts.mime_type {
                 Some(m) => quote!(::core::option::Option::Some(#m)),
                 None => quote!(::core::option::Option::None),
             };
-            (
-                quote!(#sdk::__private::ResourceDescriptor),
-                quote!(#sdk::__private::ResourceDescriptor {
+            Descriptor {
+                ty: quote!(#sdk::__private::ResourceDescriptor),
+                build: quote!(#sdk::__private::ResourceDescriptor {
                     uri: ::std::string::String::from(#uri),
                     template: #template,
                     name: ::std::string::String::from(#name),
@@ -339,45 +450,112 @@ pub(crate) fn spec(
                     meta: #meta,
                     completions: ::std::vec![#(#completion_names),*],
                 }),
-                quote!({
+                convert: quote!({
                     #[allow(unused_imports)]
                     use #sdk::__private::{ViaResource as _, ViaResourceJson as _};
                     let returned = #sdk::__private::Returned::new(out);
                     #sdk::__private::read_result(inv, #mime_ref, (&&returned).into_contents())
                 }),
-            )
+            }
         }
-        Kind::Prompt => (
-            quote!(#sdk::__private::PromptDescriptor),
-            quote!(#sdk::__private::PromptDescriptor {
-                name: ::std::string::String::from(#name),
-                title: #title,
-                description: ::std::string::String::from(#description),
-                arguments: ::std::vec![#(#arguments),*],
-                service: ::core::option::Option::None,
-                caller: #caller_need,
-                meta: #meta,
-                completions: ::std::vec![#(#completion_names),*],
-            }),
-            quote!(#sdk::__private::prompt_result(out)),
-        ),
-    };
+        Kind::Prompt => {
+            let arguments = &inputs.arguments;
+            Descriptor {
+                ty: quote!(#sdk::__private::PromptDescriptor),
+                build: quote!(#sdk::__private::PromptDescriptor {
+                    name: ::std::string::String::from(#name),
+                    title: #title,
+                    description: ::std::string::String::from(#description),
+                    arguments: ::std::vec![#(#arguments),*],
+                    service: ::core::option::Option::None,
+                    caller: #caller_need,
+                    meta: #meta,
+                    completions: ::std::vec![#(#completion_names),*],
+                }),
+                convert: quote!(#sdk::__private::prompt_result(out)),
+            }
+        }
+    }
+}
+
+/// How the generated handler calls the user's function.
+struct Call {
+    /// The call expression (awaited on the plugin's runtime for an `async fn`).
+    expr: TokenStream,
+    /// `Result` outputs: unwraps `out`, or hands the error back as invalid params.
+    unwrap_result: TokenStream,
+    /// Whether the function is a method taking the service.
+    takes_service: bool,
+}
+
+impl Call {
+    fn new(
+        sig: &Signature,
+        service: Option<&Type>,
+        receiver: Option<&TokenStream>,
+        call_args: &[TokenStream],
+    ) -> Self {
+        let sdk = quote!(::mcp_plugin_sdk);
+        let is_async = sig.asyncness.is_some();
+        let (is_result, _) = output_type(sig);
+        let unwrap_result = if is_result {
+            quote!(let out = match out {
+                ::core::result::Result::Ok(v) => v,
+                ::core::result::Result::Err(e) => return ::core::result::Result::Err(#sdk::__private::envelope_invalid(e)),
+            };)
+        } else {
+            quote!()
+        };
+        Call {
+            expr: call_expr(service, &sig.ident, receiver, call_args, is_async),
+            unwrap_result,
+            takes_service: receiver.is_some(),
+        }
+    }
+}
+
+/// Step 5: the block evaluating to the `SurfaceSpec`: `Args`, completers, descriptor and handler.
+fn assemble(
+    header: &Header,
+    inputs: &Inputs,
+    descriptor: &Descriptor,
+    call: &Call,
+    service: Option<&Type>,
+) -> TokenStream {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let Inputs {
+        fields,
+        completers,
+        completer_fns,
+        ..
+    } = inputs;
+    let Descriptor {
+        ty: descriptor_ty,
+        build: descriptor,
+        convert,
+    } = descriptor;
+    let Call {
+        expr: call,
+        unwrap_result,
+        takes_service,
+    } = call;
     let svc_ty = match service {
         Some(svc) => quote!(#svc),
         None => quote!(()),
     };
-    let service_param = if receiver.is_some() {
+    let service_param = if *takes_service {
         quote!(service)
     } else {
         quote!(_service)
     };
+    let envelope_err = envelope_err();
     let parse_args = if fields.is_empty() {
         quote!()
     } else {
         quote!(let args: Args = match inv.parse_envelope_args() { ::core::result::Result::Ok(a) => a, #envelope_err };)
     };
-    let span = fn_name.span();
-    Ok(quote_spanned! {span=> {
+    let span = header.fn_name.span();
+    quote_spanned! {span=> {
         #[derive(#sdk::__private::serde::Deserialize)]
         #[serde(crate = "::mcp_plugin_sdk::__private::serde")]
         #[allow(non_camel_case_types, non_snake_case, dead_code)]
@@ -405,7 +583,25 @@ pub(crate) fn spec(
             handler,
             completers: ::std::vec![#(#completers),*],
         }
-    }})
+    }}
+}
+
+/// Build the `SurfaceSpec` expression for one resource or prompt: read its header, classify its
+/// parameters, check the URI template is covered, then build the descriptor and the handler.
+pub(crate) fn spec(
+    kind: Kind,
+    attrs: &[Attribute],
+    sig: &mut Signature,
+    opts: &Options,
+    service: Option<&Type>,
+) -> syn::Result<TokenStream> {
+    let header = Header::read(kind, attrs, sig, opts)?;
+    let (receiver, params) = params(sig, service)?;
+    let inputs = Inputs::collect(&header, &params, service)?;
+    header.check_variables_taken(&inputs.arg_names)?;
+    let call = Call::new(sig, service, receiver.as_ref(), &inputs.call_args);
+    let descriptor = descriptor(&header, opts, &inputs);
+    Ok(assemble(&header, &inputs, &descriptor, &call, service))
 }
 
 /// `#[resource]` / `#[prompt]` on a free function.

@@ -288,7 +288,8 @@ pub(crate) fn take_arg_options(attrs: &mut Vec<Attribute>) -> syn::Result<ArgOpt
     }
 }
 
-/// Classify the parameters of a tool function, stripping `#[arg]` attributes from `sig`.
+/// Classify the parameters of a tool function, stripping `#[arg]` attributes from `sig`: the
+/// receiver (for a service method) and each typed parameter in order.
 pub(crate) fn params(
     sig: &mut Signature,
     service: Option<&Type>,
@@ -297,117 +298,131 @@ pub(crate) fn params(
     let mut out = Vec::new();
     for input in sig.inputs.iter_mut() {
         match input {
-            FnArg::Receiver(r) => {
-                if service.is_none() {
-                    return Err(syn::Error::new(
-                        r.span(),
-                        "#[tool] on a method needs #[service] on its impl block: a service's \
-                         `pub fn` methods are its tools",
-                    ));
-                }
-                if r.mutability.is_some() || r.reference.is_none() {
-                    return Err(syn::Error::new(
-                        r.span(),
-                        format!(
-                            "a service tool takes `&self`: calls run concurrently, so the service \
-                             is shared; use interior mutability (a Mutex or a connection pool) for \
-                             state{}",
-                            helper_hint(service)
-                        ),
-                    ));
-                }
-                receiver = Some(quote!(service));
-            }
-            FnArg::Typed(pt) => {
-                let whole = take_args_marker(&mut pt.attrs)?;
-                let opts = take_arg_options(&mut pt.attrs)?;
-                let ty = (*pt.ty).clone();
-                if let Some(span) = whole {
-                    if opts.default.is_some()
-                        || opts.min.is_some()
-                        || opts.max.is_some()
-                        || opts.header.is_some()
-                        || opts.complete.is_some()
-                    {
-                        return Err(syn::Error::new(
-                            span,
-                            "#[args] and #[arg(...)] do not mix: the struct's fields are the \
-                             arguments, so put bounds and defaults on them \
-                             (#[schemars(range(min = 1, max = 10))], #[serde(default)])",
-                        ));
-                    }
-                    if matches!(ty, Type::Reference(_))
-                        || is_named(&ty, "UserInfo")
-                        || is_named(&ty, "Option")
-                    {
-                        return Err(syn::Error::new(
-                            ty.span(),
-                            "#[args] takes an owned struct that derives `Deserialize` and \
-                             `JsonSchema` (its fields are the arguments), not a reference, an \
-                             `Option` or an injected parameter",
-                        ));
-                    }
-                    out.push(Param::Whole {
-                        ty: Box::new(ty),
-                        span,
-                    });
-                    continue;
-                }
-                if let Type::Reference(r) = &ty {
-                    if is_named(&r.elem, "CallContext") {
-                        out.push(Param::Context);
-                        continue;
-                    }
-                    if is_named(&r.elem, "HostApi") {
-                        out.push(Param::Host);
-                        continue;
-                    }
-                    return Err(syn::Error::new(
-                        ty.span(),
-                        format!(
-                            "tool parameters are owned values deserialized from JSON (use `String` \
-                             rather than `&str`); only `&CallContext` and `&HostApi` may be \
-                             references{}",
-                            helper_hint(service)
-                        ),
-                    ));
-                }
-                if is_named(&ty, "UserInfo") {
-                    out.push(Param::Caller { optional: false });
-                    continue;
-                }
-                if let Some(seg) = last_segment(&ty)
-                    && seg.ident == "Option"
-                    && generic_arg(seg, 0).is_some_and(|t| is_named(t, "UserInfo"))
-                {
-                    out.push(Param::Caller { optional: true });
-                    continue;
-                }
-                let ident = match &*pt.pat {
-                    Pat::Ident(pi) => {
-                        let name = pi.ident.to_string();
-                        Ident::new(name.trim_start_matches("r#"), pi.ident.span())
-                    }
-                    other => {
-                        return Err(syn::Error::new(
-                            other.span(),
-                            format!(
-                                "tool parameters must be plain names: the name is the JSON argument \
-                                 name{}",
-                                helper_hint(service)
-                            ),
-                        ));
-                    }
-                };
-                out.push(Param::Arg {
-                    ident,
-                    ty: Box::new(ty),
-                    opts: Box::new(opts),
-                });
-            }
+            FnArg::Receiver(r) => receiver = Some(receiver_param(r, service)?),
+            FnArg::Typed(pt) => out.push(typed_param(pt, service)?),
         }
     }
     Ok((receiver, out))
+}
+
+/// `&self` of a service method (the service is shared across concurrent calls).
+fn receiver_param(r: &syn::Receiver, service: Option<&Type>) -> syn::Result<TokenStream> {
+    if service.is_none() {
+        return Err(syn::Error::new(
+            r.span(),
+            "#[tool] on a method needs #[service] on its impl block: a service's \
+             `pub fn` methods are its tools",
+        ));
+    }
+    if r.mutability.is_some() || r.reference.is_none() {
+        return Err(syn::Error::new(
+            r.span(),
+            format!(
+                "a service tool takes `&self`: calls run concurrently, so the service \
+                 is shared; use interior mutability (a Mutex or a connection pool) for \
+                 state{}",
+                helper_hint(service)
+            ),
+        ));
+    }
+    Ok(quote!(service))
+}
+
+/// One typed parameter: `#[args]` (the whole argument struct), an injected one (`&CallContext`,
+/// `&HostApi`, `UserInfo`, `Option<UserInfo>`), or a plain argument named by its pattern.
+fn typed_param(pt: &mut syn::PatType, service: Option<&Type>) -> syn::Result<Param> {
+    let whole = take_args_marker(&mut pt.attrs)?;
+    let opts = take_arg_options(&mut pt.attrs)?;
+    let ty = (*pt.ty).clone();
+    if let Some(span) = whole {
+        return whole_param(span, &opts, ty);
+    }
+    if let Some(injected) = injected_param(&ty, service)? {
+        return Ok(injected);
+    }
+    Ok(Param::Arg {
+        ident: arg_name(&pt.pat, service)?,
+        ty: Box::new(ty),
+        opts: Box::new(opts),
+    })
+}
+
+/// `#[args] x: T`: an owned struct, with no `#[arg(...)]` options of its own.
+fn whole_param(span: Span, opts: &ArgOptions, ty: Type) -> syn::Result<Param> {
+    if opts.default.is_some()
+        || opts.min.is_some()
+        || opts.max.is_some()
+        || opts.header.is_some()
+        || opts.complete.is_some()
+    {
+        return Err(syn::Error::new(
+            span,
+            "#[args] and #[arg(...)] do not mix: the struct's fields are the \
+             arguments, so put bounds and defaults on them \
+             (#[schemars(range(min = 1, max = 10))], #[serde(default)])",
+        ));
+    }
+    if matches!(ty, Type::Reference(_)) || is_named(&ty, "UserInfo") || is_named(&ty, "Option") {
+        return Err(syn::Error::new(
+            ty.span(),
+            "#[args] takes an owned struct that derives `Deserialize` and \
+             `JsonSchema` (its fields are the arguments), not a reference, an \
+             `Option` or an injected parameter",
+        ));
+    }
+    Ok(Param::Whole {
+        ty: Box::new(ty),
+        span,
+    })
+}
+
+/// The parameter the host injects for `ty`, if any; any other reference is refused.
+fn injected_param(ty: &Type, service: Option<&Type>) -> syn::Result<Option<Param>> {
+    if let Type::Reference(r) = ty {
+        if is_named(&r.elem, "CallContext") {
+            return Ok(Some(Param::Context));
+        }
+        if is_named(&r.elem, "HostApi") {
+            return Ok(Some(Param::Host));
+        }
+        return Err(syn::Error::new(
+            ty.span(),
+            format!(
+                "tool parameters are owned values deserialized from JSON (use `String` \
+                 rather than `&str`); only `&CallContext` and `&HostApi` may be \
+                 references{}",
+                helper_hint(service)
+            ),
+        ));
+    }
+    if is_named(ty, "UserInfo") {
+        return Ok(Some(Param::Caller { optional: false }));
+    }
+    if let Some(seg) = last_segment(ty)
+        && seg.ident == "Option"
+        && generic_arg(seg, 0).is_some_and(|t| is_named(t, "UserInfo"))
+    {
+        return Ok(Some(Param::Caller { optional: true }));
+    }
+    Ok(None)
+}
+
+/// A plain argument's name (its JSON name; a raw identifier loses its `r#`).
+fn arg_name(pat: &Pat, service: Option<&Type>) -> syn::Result<Ident> {
+    match pat {
+        Pat::Ident(pi) => {
+            let name = pi.ident.to_string();
+            Ok(Ident::new(name.trim_start_matches("r#"), pi.ident.span()))
+        }
+        other => Err(syn::Error::new(
+            other.span(),
+            format!(
+                "tool parameters must be plain names: the name is the JSON argument \
+                 name{}",
+                helper_hint(service)
+            ),
+        )),
+    }
 }
 
 /// `Result<T, E>` -> (true, T); `T` -> (false, T).
@@ -552,143 +567,298 @@ fn unique_name_symbol(name: &LitStr) -> TokenStream {
     }
 }
 
-/// Build the `ToolSpec` expression for one tool. `service` is the service type for methods.
-fn tool_spec(
-    attrs: &[Attribute],
-    sig: &mut Signature,
-    opts: &ToolOptions,
-    service: Option<&Type>,
-) -> syn::Result<TokenStream> {
-    let sdk = quote!(::mcp_plugin_sdk);
-    let fn_name = sig.ident.clone();
-    let tool_name = match &opts.name {
-        Some(name) => name.clone(),
-        None => LitStr::new(fn_name.to_string().trim_start_matches("r#"), fn_name.span()),
-    };
-    check_tool_name(&tool_name, opts.name.is_some())?;
-    let parsed = docs::parse(&docs::doc_lines(attrs));
-    check_item(
-        sig,
-        &parsed,
-        &format!("tool `{}`", tool_name.value()),
-        "what the model reads to decide when to call it",
-        helper_hint(service),
-    )?;
-    let (receiver, params) = params(sig, service)?;
-    let is_async = sig.asyncness.is_some();
-    let (is_result, ok_ty) = output_type(sig);
-    let description = &parsed.description;
+/// A tool's name and doc comment, checked.
+struct ToolHeader {
+    fn_name: Ident,
+    /// `name = ...`, or the function's name (without `r#`).
+    name: LitStr,
+    docs: docs::Docs,
+}
 
-    let mut fields = Vec::new();
-    let mut defaults = Vec::new();
-    let mut headers = Vec::new();
-    let mut call_args = Vec::new();
-    let mut prelude = Vec::new();
-    let mut caller_need = quote!(#sdk::__private::CallerNeed::None);
-    // `#[args] x: T`: `T` is the argument struct, alone among the JSON parameters.
-    let mut whole: Option<&Type> = None;
-    for param in &params {
-        match param {
-            Param::Whole { ty, span } => {
-                if whole.is_some() || params.iter().any(|p| matches!(p, Param::Arg { .. })) {
-                    return Err(syn::Error::new(
-                        *span,
-                        format!(
-                            "with #[args], the struct's fields are all of tool `{}`'s arguments: \
-                             move the other parameters into it (only `UserInfo`, `&CallContext` \
-                             and `&HostApi` may sit next to it)",
-                            tool_name.value()
-                        ),
-                    ));
-                }
-                whole = Some(ty);
-                call_args.push(quote!(args));
-            }
-            Param::Arg { ident, ty, opts: a } => {
-                let name = ident.to_string();
-                if let Some((span, _)) = &a.complete {
-                    return Err(syn::Error::new(
-                        *span,
-                        "#[arg(complete = ...)] completes a prompt argument or a resource template \
-                         variable; a tool's arguments have JSON Schemas instead",
-                    ));
-                }
-                let doc = match parsed.args.get(&name) {
-                    Some(d) => d.clone(),
-                    None if opts.input_schema.is_some() => String::new(),
-                    None => {
-                        return Err(syn::Error::new(
-                            ident.span(),
-                            format!(
-                                "parameter `{name}` of tool `{}` is not documented: add \
-                                 `/// * `{name}` - what it is` under a `/// # Arguments` heading{}",
-                                tool_name.value(),
-                                helper_hint(service)
-                            ),
-                        ));
+impl ToolHeader {
+    /// Step 1: name the tool (a name the host serves) and require its doc comment.
+    fn read(
+        attrs: &[Attribute],
+        sig: &Signature,
+        opts: &ToolOptions,
+        service: Option<&Type>,
+    ) -> syn::Result<Self> {
+        let fn_name = sig.ident.clone();
+        let name = match &opts.name {
+            Some(name) => name.clone(),
+            None => LitStr::new(fn_name.to_string().trim_start_matches("r#"), fn_name.span()),
+        };
+        check_tool_name(&name, opts.name.is_some())?;
+        let docs = docs::parse(&docs::doc_lines(attrs));
+        check_item(
+            sig,
+            &docs,
+            &format!("tool `{}`", name.value()),
+            "what the model reads to decide when to call it",
+            helper_hint(service),
+        )?;
+        Ok(ToolHeader {
+            fn_name,
+            name,
+            docs,
+        })
+    }
+}
+
+/// What a tool's parameters become: the argument struct and the user function's arguments.
+struct ToolInputs {
+    /// Fields of the generated `Args` struct, with their schema and serde attributes.
+    fields: Vec<TokenStream>,
+    /// `(name, default value)` pairs the input schema states.
+    defaults: Vec<TokenStream>,
+    /// `(name, header)` pairs: arguments an HTTP header may fill.
+    headers: Vec<TokenStream>,
+    /// The user function's arguments, in order.
+    call_args: Vec<TokenStream>,
+    /// Items before the descriptor: the default functions serde calls.
+    prelude: Vec<TokenStream>,
+    /// Whether the tool takes the caller (`UserInfo`).
+    caller_need: TokenStream,
+    /// `#[args] x: T`: `T` is the argument struct, alone among the JSON parameters.
+    whole: Option<Type>,
+}
+
+impl ToolInputs {
+    /// Step 2: classify every parameter of tool `header`.
+    fn collect(
+        header: &ToolHeader,
+        params: &[Param],
+        opts: &ToolOptions,
+        service: Option<&Type>,
+    ) -> syn::Result<Self> {
+        let sdk = quote!(::mcp_plugin_sdk);
+        let mut inputs = ToolInputs {
+            fields: Vec::new(),
+            defaults: Vec::new(),
+            headers: Vec::new(),
+            call_args: Vec::new(),
+            prelude: Vec::new(),
+            caller_need: quote!(#sdk::__private::CallerNeed::None),
+            whole: None,
+        };
+        let has_plain_args = params.iter().any(|p| matches!(p, Param::Arg { .. }));
+        for param in params {
+            match param {
+                Param::Whole { ty, span } => {
+                    if inputs.whole.is_some() || has_plain_args {
+                        return Err(whole_args_alone(header, *span));
                     }
-                };
-                let mut field_attrs = Vec::new();
-                if !doc.is_empty() {
-                    field_attrs.push(quote!(#[schemars(description = #doc)]));
+                    inputs.whole = Some((**ty).clone());
+                    inputs.call_args.push(quote!(args));
                 }
-                if let Some(default) = &a.default {
-                    let default_fn = format_ident!("__mcp_default_{}", ident);
-                    let default_fn_str = default_fn.to_string();
-                    let value = match default {
-                        Expr::Lit(syn::ExprLit {
-                            lit: syn::Lit::Str(_),
-                            ..
-                        }) => quote!(::core::convert::Into::into(#default)),
-                        other => quote!(#other),
-                    };
-                    prelude.push(quote!(
-                        #[allow(clippy::unnecessary_fallible_conversions)]
-                        fn #default_fn() -> #ty { #value }
-                    ));
-                    field_attrs.push(quote!(#[serde(default = #default_fn_str)]));
-                    defaults.push(
-                        quote!((#name, #sdk::__private::serde_json::to_value(#default_fn()).ok())),
-                    );
+                Param::Arg { ident, ty, opts: a } => {
+                    let doc = argument_doc(header, ident, a, opts, service)?;
+                    inputs.argument(ident, ty, a, &doc);
                 }
-                match (&a.min, &a.max) {
-                    (Some(min), Some(max)) => {
-                        field_attrs.push(quote!(#[schemars(range(min = #min, max = #max))]))
-                    }
-                    (Some(min), None) => field_attrs.push(quote!(#[schemars(range(min = #min))])),
-                    (None, Some(max)) => field_attrs.push(quote!(#[schemars(range(max = #max))])),
-                    (None, None) => {}
-                }
-                if let Some(h) = &a.header {
-                    headers.push(quote!((#name, #h)));
-                }
-                if is_named(ty, "Value") {
-                    field_attrs.push(quote!(#[schemars(schema_with = "::mcp_plugin_sdk::__private::object_schema")]));
-                }
-                fields.push(quote!(#(#field_attrs)* #ident: #ty));
-                call_args.push(quote!(args.#ident));
+                Param::Caller { optional } => inputs.caller(*optional),
+                Param::Context => inputs.call_args.push(quote!(inv.ctx())),
+                Param::Host => inputs.call_args.push(quote!(inv.host())),
             }
-            Param::Caller { optional } => {
-                if *optional {
-                    caller_need = quote!(#sdk::__private::CallerNeed::Optional);
-                    call_args.push(quote!(match inv.optional_caller() {
-                        ::core::result::Result::Ok(c) => c,
-                        ::core::result::Result::Err(r) => return r,
-                    }));
-                } else {
-                    caller_need = quote!(#sdk::__private::CallerNeed::Required);
-                    call_args.push(quote!(match inv.caller() {
-                        ::core::result::Result::Ok(c) => c,
-                        ::core::result::Result::Err(r) => return r,
-                    }));
-                }
-            }
-            Param::Context => call_args.push(quote!(inv.ctx())),
-            Param::Host => call_args.push(quote!(inv.host())),
         }
+        Ok(inputs)
     }
 
-    let call = call_expr(service, &fn_name, receiver.as_ref(), &call_args, is_async);
+    /// A plain argument: a field of `Args` with its description, default, range and header.
+    fn argument(&mut self, ident: &Ident, ty: &Type, a: &ArgOptions, doc: &str) {
+        let name = ident.to_string();
+        let mut field_attrs = Vec::new();
+        if !doc.is_empty() {
+            field_attrs.push(quote!(#[schemars(description = #doc)]));
+        }
+        if let Some(default) = &a.default {
+            field_attrs.push(self.default_value(ident, ty, default));
+        }
+        match (&a.min, &a.max) {
+            (Some(min), Some(max)) => {
+                field_attrs.push(quote!(#[schemars(range(min = #min, max = #max))]))
+            }
+            (Some(min), None) => field_attrs.push(quote!(#[schemars(range(min = #min))])),
+            (None, Some(max)) => field_attrs.push(quote!(#[schemars(range(max = #max))])),
+            (None, None) => {}
+        }
+        if let Some(h) = &a.header {
+            self.headers.push(quote!((#name, #h)));
+        }
+        if is_named(ty, "Value") {
+            field_attrs.push(
+                quote!(#[schemars(schema_with = "::mcp_plugin_sdk::__private::object_schema")]),
+            );
+        }
+        self.fields.push(quote!(#(#field_attrs)* #ident: #ty));
+        self.call_args.push(quote!(args.#ident));
+    }
+
+    /// `#[arg(default = ...)]`: a function serde calls for a missing argument (a string literal
+    /// converts into the type), listed among the schema's defaults; returns the field attribute.
+    fn default_value(&mut self, ident: &Ident, ty: &Type, default: &Expr) -> TokenStream {
+        let sdk = quote!(::mcp_plugin_sdk);
+        let name = ident.to_string();
+        let default_fn = format_ident!("__mcp_default_{}", ident);
+        let default_fn_str = default_fn.to_string();
+        let value = match default {
+            Expr::Lit(syn::ExprLit {
+                lit: syn::Lit::Str(_),
+                ..
+            }) => quote!(::core::convert::Into::into(#default)),
+            other => quote!(#other),
+        };
+        self.prelude.push(quote!(
+            #[allow(clippy::unnecessary_fallible_conversions)]
+            fn #default_fn() -> #ty { #value }
+        ));
+        self.defaults
+            .push(quote!((#name, #sdk::__private::serde_json::to_value(#default_fn()).ok())));
+        quote!(#[serde(default = #default_fn_str)])
+    }
+
+    /// `UserInfo` or `Option<UserInfo>`: the caller, or the error result when it is missing.
+    fn caller(&mut self, optional: bool) {
+        let sdk = quote!(::mcp_plugin_sdk);
+        let (need, get) = if optional {
+            (quote!(Optional), quote!(inv.optional_caller()))
+        } else {
+            (quote!(Required), quote!(inv.caller()))
+        };
+        self.caller_need = quote!(#sdk::__private::CallerNeed::#need);
+        self.call_args.push(quote!(match #get {
+            ::core::result::Result::Ok(c) => c,
+            ::core::result::Result::Err(r) => return r,
+        }));
+    }
+}
+
+/// The error for `#[args]` beside other JSON parameters (or a second `#[args]`).
+fn whole_args_alone(header: &ToolHeader, span: Span) -> syn::Error {
+    syn::Error::new(
+        span,
+        format!(
+            "with #[args], the struct's fields are all of tool `{}`'s arguments: \
+             move the other parameters into it (only `UserInfo`, `&CallContext` \
+             and `&HostApi` may sit next to it)",
+            header.name.value()
+        ),
+    )
+}
+
+/// A tool argument's description from the doc comment (required unless the tool states its own
+/// `input_schema`); `complete = ...` is refused, a tool's arguments have schemas.
+fn argument_doc(
+    header: &ToolHeader,
+    ident: &Ident,
+    a: &ArgOptions,
+    opts: &ToolOptions,
+    service: Option<&Type>,
+) -> syn::Result<String> {
+    let name = ident.to_string();
+    if let Some((span, _)) = &a.complete {
+        return Err(syn::Error::new(
+            *span,
+            "#[arg(complete = ...)] completes a prompt argument or a resource template \
+             variable; a tool's arguments have JSON Schemas instead",
+        ));
+    }
+    match header.docs.args.get(&name) {
+        Some(d) => Ok(d.clone()),
+        None if opts.input_schema.is_some() => Ok(String::new()),
+        None => Err(syn::Error::new(
+            ident.span(),
+            format!(
+                "parameter `{name}` of tool `{}` is not documented: add \
+                 `/// * `{name}` - what it is` under a `/// # Arguments` heading{}",
+                header.name.value(),
+                helper_hint(service)
+            ),
+        )),
+    }
+}
+
+/// `Some(Value::from(expr))` for an optional JSON option, else `None`.
+fn opt_json(expr: &Option<Expr>) -> TokenStream {
+    match expr {
+        Some(expr) => quote!(::core::option::Option::Some(
+            ::mcp_plugin_sdk::__private::serde_json::Value::from(#expr)
+        )),
+        None => quote!(::core::option::Option::None),
+    }
+}
+
+/// Step 3: the body of `descriptor()` building the `ToolDescriptor`, from the options, the docs and the inputs.
+fn tool_descriptor(
+    header: &ToolHeader,
+    opts: &ToolOptions,
+    inputs: &ToolInputs,
+    ok_ty: &Type,
+) -> TokenStream {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let ToolInputs {
+        defaults,
+        headers,
+        caller_need,
+        ..
+    } = inputs;
+    let input_schema = match &opts.input_schema {
+        Some(expr) => quote!(#sdk::__private::serde_json::Value::from(#expr)),
+        None => {
+            quote!(#sdk::__private::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*]))
+        }
+    };
+    let (name, description) = (&header.name, &header.docs.description);
+    let (meta, client_caps) = (opt_json(&opts.meta), opt_json(&opts.client_capabilities));
+    let title = opt_str(&opts.title);
+    let read_only = opt_bool(opts.read_only);
+    let destructive = opt_bool(opts.destructive);
+    let idempotent = opt_bool(opts.idempotent);
+    let open_world = opt_bool(opts.open_world);
+    let inline = opts.inline;
+    let task_support = opts
+        .task
+        .clone()
+        .unwrap_or_else(|| Ident::new("Forbidden", Span::call_site()));
+    let ask_first = opts.ask_first.is_some();
+    let span = header.fn_name.span();
+    quote_spanned!(span=>
+        let title: ::core::option::Option<::std::string::String> = #title;
+        #sdk::__private::ToolDescriptor {
+            name: ::std::string::String::from(#name),
+            service: ::core::option::Option::None,
+            title: title.clone(),
+            description: ::std::string::String::from(#description),
+            input_schema: #input_schema,
+            output_schema: (&&#sdk::__private::OutputOf::<#ok_ty>::NEW).output_schema(),
+            annotations: #sdk::__private::Annotations {
+                title,
+                read_only_hint: #read_only,
+                destructive_hint: #destructive,
+                idempotent_hint: #idempotent,
+                open_world_hint: #open_world,
+            },
+            meta: #meta,
+            caller: #caller_need,
+            inline: #inline,
+            required_client_capabilities: #client_caps,
+            task_support: #sdk::__private::TaskSupport::#task_support,
+            ask_first: #ask_first,
+        }
+    )
+}
+
+/// Step 4: the handler's body: parse the arguments, call the user's function, and turn its
+/// output (or its error) into the tool result.
+fn tool_handler_body(
+    sig: &Signature,
+    inputs: &ToolInputs,
+    receiver: Option<&TokenStream>,
+    service: Option<&Type>,
+) -> TokenStream {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let (is_result, _) = output_type(sig);
+    let is_async = sig.asyncness.is_some();
+    let call = call_expr(service, &sig.ident, receiver, &inputs.call_args, is_async);
     let convert_ok = quote!({
         #[allow(unused_imports)]
         use #sdk::__private::{ViaContent as _, ViaJson as _, ViaNeither as _};
@@ -703,52 +873,24 @@ fn tool_spec(
     } else {
         quote!({ let value = out; #convert_ok })
     };
-    let svc_ty = match service {
-        Some(svc) => quote!(#svc),
-        None => quote!(()),
-    };
-    let service_param = if receiver.is_some() {
-        quote!(service)
-    } else {
-        quote!(_service)
-    };
-
-    let input_schema = match &opts.input_schema {
-        Some(expr) => quote!(#sdk::__private::serde_json::Value::from(#expr)),
-        None => {
-            quote!(#sdk::__private::input_schema_with_headers::<Args>(&[#(#defaults),*], &[#(#headers),*]))
-        }
-    };
-    let meta = match &opts.meta {
-        Some(expr) => {
-            quote!(::core::option::Option::Some(#sdk::__private::serde_json::Value::from(#expr)))
-        }
-        None => quote!(::core::option::Option::None),
-    };
-    let client_caps = match &opts.client_capabilities {
-        Some(expr) => {
-            quote!(::core::option::Option::Some(#sdk::__private::serde_json::Value::from(#expr)))
-        }
-        None => quote!(::core::option::Option::None),
-    };
-    let title = opt_str(&opts.title);
-    let read_only = opt_bool(opts.read_only);
-    let destructive = opt_bool(opts.destructive);
-    let idempotent = opt_bool(opts.idempotent);
-    let open_world = opt_bool(opts.open_world);
-    let inline = opts.inline;
-    let task_support = opts
-        .task
-        .clone()
-        .unwrap_or_else(|| Ident::new("Forbidden", Span::call_site()));
-    let ask_first = opts.ask_first.is_some();
-    let parse_args = if fields.is_empty() && whole.is_none() {
+    let parse_args = if inputs.fields.is_empty() && inputs.whole.is_none() {
         quote!(let _args: Args = match inv.parse_args() { ::core::result::Result::Ok(a) => a, ::core::result::Result::Err(r) => return r };)
     } else {
         quote!(let args: Args = match inv.parse_args() { ::core::result::Result::Ok(a) => a, ::core::result::Result::Err(r) => return r };)
     };
-    let span = fn_name.span();
-    let args_type = match whole {
+    let span = sig.ident.span();
+    quote_spanned! {span=>
+        #parse_args
+        let out = #call;
+        #convert
+    }
+}
+
+/// The `Args` type: the `#[args]` struct, or one generated from the plain arguments.
+fn args_type(inputs: &ToolInputs) -> TokenStream {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let fields = &inputs.fields;
+    match &inputs.whole {
         Some(ty) => quote_spanned! {ty.span()=>
             type Args = #ty;
         },
@@ -759,13 +901,41 @@ fn tool_spec(
             #[allow(non_camel_case_types, dead_code)]
             struct Args { #(#fields),* }
         },
+    }
+}
+
+/// Build the `ToolSpec` expression for one tool. `service` is the service type for methods: read
+/// the header, classify the parameters, then build the descriptor and the handler in one block.
+fn tool_spec(
+    attrs: &[Attribute],
+    sig: &mut Signature,
+    opts: &ToolOptions,
+    service: Option<&Type>,
+) -> syn::Result<TokenStream> {
+    let sdk = quote!(::mcp_plugin_sdk);
+    let header = ToolHeader::read(attrs, sig, opts, service)?;
+    let (receiver, params) = params(sig, service)?;
+    let inputs = ToolInputs::collect(&header, &params, opts, service)?;
+    let (_, ok_ty) = output_type(sig);
+    let descriptor = tool_descriptor(&header, opts, &inputs, &ok_ty);
+    let body = tool_handler_body(sig, &inputs, receiver.as_ref(), service);
+    let args_type = args_type(&inputs);
+    let unique_name = unique_name_symbol(&header.name);
+    let prelude = &inputs.prelude;
+    let svc_ty = match service {
+        Some(svc) => quote!(#svc),
+        None => quote!(()),
     };
-    let unique_name = unique_name_symbol(&tool_name);
+    let service_param = match receiver {
+        Some(_) => quote!(service),
+        None => quote!(_service),
+    };
     // What a tool may return, checked first: its message says to derive `JsonSchema` (or
     // `Serialize`) rather than naming the probes below.
     let output_check = quote_spanned! {ok_ty.span()=>
         #sdk::__private::tool_output::<#ok_ty>();
     };
+    let span = header.fn_name.span();
     Ok(quote_spanned! {span=> {
         #args_type
 
@@ -777,35 +947,12 @@ fn tool_spec(
             #output_check
             #[allow(unused_imports)]
             use #sdk::__private::{SchemaViaContent as _, SchemaViaJson as _, SchemaViaNothing as _};
-            let title: ::core::option::Option<::std::string::String> = #title;
-            #sdk::__private::ToolDescriptor {
-                name: ::std::string::String::from(#tool_name),
-                service: ::core::option::Option::None,
-                title: title.clone(),
-                description: ::std::string::String::from(#description),
-                input_schema: #input_schema,
-                output_schema: (&&#sdk::__private::OutputOf::<#ok_ty>::NEW).output_schema(),
-                annotations: #sdk::__private::Annotations {
-                    title,
-                    read_only_hint: #read_only,
-                    destructive_hint: #destructive,
-                    idempotent_hint: #idempotent,
-                    open_world_hint: #open_world,
-                },
-                meta: #meta,
-                caller: #caller_need,
-                inline: #inline,
-                required_client_capabilities: #client_caps,
-                task_support: #sdk::__private::TaskSupport::#task_support,
-                ask_first: #ask_first,
-            }
+            #descriptor
         }
 
         #[allow(clippy::unit_arg, clippy::let_unit_value)]
         fn handler(#service_param: &#svc_ty, inv: &#sdk::__private::Invocation<'_>) -> #sdk::ToolResult {
-            #parse_args
-            let out = #call;
-            #convert
+            #body
         }
 
         #sdk::__private::ToolSpec::<#svc_ty> { descriptor, handler }
@@ -898,15 +1045,15 @@ fn take_tool_attr(attrs: &mut Vec<Attribute>) -> syn::Result<Option<(Span, ToolO
     }
 }
 
-/// `#[service]` on an impl block.
-pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+/// The impl block under `#[service]`: a plain inherent impl of a named, non-generic type.
+fn service_block(attr: TokenStream, item: TokenStream) -> syn::Result<ItemImpl> {
     if let Some(first) = attr.into_iter().next() {
         return Err(syn::Error::new(
             first.span(),
             "#[service] takes no options: the service name is the type's name",
         ));
     }
-    let mut block: ItemImpl = match syn::parse2(item.clone()) {
+    let block: ItemImpl = match syn::parse2(item.clone()) {
         Ok(Item::Impl(block)) => block,
         Ok(Item::Fn(func)) => {
             return Err(syn::Error::new(
@@ -927,6 +1074,183 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             "#[service] goes on a plain inherent impl block of a non-generic type",
         ));
     }
+    Ok(block)
+}
+
+/// What the methods of a service contribute to its `Service` impl.
+struct ServiceParts {
+    self_ty: Type,
+    tools: Vec<TokenStream>,
+    resources: Vec<TokenStream>,
+    prompts: Vec<TokenStream>,
+    /// The `enabled` gate's call (`true` without one).
+    enabled: TokenStream,
+    /// The `shutdown` hook's method, if any.
+    shutdown: TokenStream,
+    /// The constructor's call (`Default` without `new`).
+    construct: TokenStream,
+}
+
+/// A service's lifecycle hooks: methods with these names are never tools.
+const HOOKS: [(&str, &str); 3] = [
+    ("enabled", "gate"),
+    ("new", "constructor"),
+    ("shutdown", "shutdown hook"),
+];
+
+impl ServiceParts {
+    fn new(self_ty: Type) -> Self {
+        let construct =
+            quote!(::core::result::Result::Ok(<#self_ty as ::core::default::Default>::default()));
+        ServiceParts {
+            self_ty,
+            tools: Vec::new(),
+            resources: Vec::new(),
+            prompts: Vec::new(),
+            enabled: quote!(true),
+            shutdown: quote!(),
+            construct,
+        }
+    }
+
+    /// Sorts one method: a resource or prompt, a hook, a tool, or a helper left alone.
+    fn method(&mut self, method: &mut syn::ImplItemFn) -> syn::Result<()> {
+        let surface_attr = crate::surface::take_attr(&mut method.attrs)?;
+        let tool_attr = take_tool_attr(&mut method.attrs)?;
+        if let Some((kind, span, opts)) = surface_attr {
+            return self.surface(method, kind, span, &opts, tool_attr.map(|(s, _)| s));
+        }
+        let name = method.sig.ident.to_string();
+        let role = HOOKS
+            .iter()
+            .find(|(hook, _)| *hook == name)
+            .map(|(_, r)| *r);
+        match (role, &tool_attr) {
+            (Some(role), Some((span, _))) => Err(syn::Error::new(
+                *span,
+                format!("`{name}` is the service's {role}, never a tool: drop #[tool]"),
+            )),
+            (Some(_), None) => {
+                self.hook(method);
+                Ok(())
+            }
+            (None, _) => self.tool(method, tool_attr),
+        }
+    }
+
+    /// `#[resource]` / `#[prompt]` on a method (never also a tool, never a hook).
+    fn surface(
+        &mut self,
+        method: &mut syn::ImplItemFn,
+        kind: crate::surface::Kind,
+        span: Span,
+        opts: &crate::surface::Options,
+        tool_span: Option<Span>,
+    ) -> syn::Result<()> {
+        if let Some(tool_span) = tool_span {
+            return Err(syn::Error::new(
+                tool_span,
+                "a method is a tool, a resource or a prompt, not two: drop #[tool]",
+            ));
+        }
+        let name = method.sig.ident.to_string();
+        if HOOKS.iter().any(|(hook, _)| *hook == name) {
+            return Err(syn::Error::new(
+                span,
+                "`enabled`, `new` and `shutdown` are the service's hooks, never a resource or a prompt",
+            ));
+        }
+        let mut sig = method.sig.clone();
+        let spec = crate::surface::spec(kind, &method.attrs, &mut sig, opts, Some(&self.self_ty))?;
+        method.sig = sig;
+        match kind {
+            crate::surface::Kind::Resource => self.resources.push(spec),
+            crate::surface::Kind::Prompt => self.prompts.push(spec),
+        }
+        Ok(())
+    }
+
+    /// `enabled`, `new` or `shutdown`: `enabled` and `new` may take the `&HostApi`; `new` may
+    /// return a `Result`.
+    fn hook(&mut self, method: &syn::ImplItemFn) {
+        let self_ty = &self.self_ty;
+        let ident = &method.sig.ident;
+        let takes_host = method
+            .sig
+            .inputs
+            .iter()
+            .any(|i| matches!(i, FnArg::Typed(_)));
+        let call = if takes_host {
+            quote!(<#self_ty>::#ident(host))
+        } else {
+            quote!(<#self_ty>::#ident())
+        };
+        match ident.to_string().as_str() {
+            "enabled" => self.enabled = call,
+            "shutdown" => {
+                self.shutdown = quote!(
+                    fn shutdown(&self) {
+                        <#self_ty>::#ident(self)
+                    }
+                )
+            }
+            _ => {
+                let fallible =
+                    matches!(&method.sig.output, ReturnType::Type(_, ty) if is_named(ty, "Result"));
+                self.construct = if fallible {
+                    quote!(#call.map_err(|e| ::std::format!("{e:#}")))
+                } else {
+                    quote!(::core::result::Result::Ok(#call))
+                };
+            }
+        }
+    }
+
+    /// Any other method: a `pub fn` is a tool unless `#[tool(skip)]`; `#[tool]` needs `pub`.
+    fn tool(
+        &mut self,
+        method: &mut syn::ImplItemFn,
+        tool_attr: Option<(Span, ToolOptions)>,
+    ) -> syn::Result<()> {
+        let is_pub = matches!(method.vis, Visibility::Public(_));
+        let opts = match tool_attr {
+            Some((_, opts)) => {
+                if let Some(span) = opts.skip {
+                    if !is_pub {
+                        return Err(syn::Error::new(
+                            span,
+                            "a method that is not `pub` is never a tool: drop #[tool(skip)]",
+                        ));
+                    }
+                    return Ok(());
+                }
+                if !is_pub {
+                    return Err(syn::Error::new(
+                        method.sig.ident.span(),
+                        "only `pub fn` methods of a service are tools: make it `pub` or drop #[tool]",
+                    ));
+                }
+                opts
+            }
+            None if !is_pub => return Ok(()),
+            None => ToolOptions::default(),
+        };
+        let mut sig = method.sig.clone();
+        self.tools.push(tool_spec(
+            &method.attrs,
+            &mut sig,
+            &opts,
+            Some(&self.self_ty),
+        )?);
+        method.sig = sig;
+        Ok(())
+    }
+}
+
+/// `#[service]` on an impl block: check the block, sort its methods into tools, resources,
+/// prompts and hooks, then implement `Service` for the type and register it for export.
+pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let mut block = service_block(attr, item)?;
     let self_ty = (*block.self_ty).clone();
     let Some(type_name) = last_segment(&self_ty).map(|s| s.ident.to_string()) else {
         return Err(syn::Error::new(
@@ -940,123 +1264,21 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
     } else {
         quote!(::core::option::Option::Some(#service_docs))
     };
-
-    let mut specs = Vec::new();
-    let mut resource_specs = Vec::new();
-    let mut prompt_specs = Vec::new();
-    let mut enabled = quote!(true);
-    let mut shutdown = quote!();
-    let mut construct =
-        quote!(::core::result::Result::Ok(<#self_ty as ::core::default::Default>::default()));
+    let mut parts = ServiceParts::new(self_ty.clone());
     for item in block.items.iter_mut() {
-        let ImplItem::Fn(method) = item else { continue };
-        let surface_attr = crate::surface::take_attr(&mut method.attrs)?;
-        let tool_attr = take_tool_attr(&mut method.attrs)?;
-        if let Some((kind, span, opts)) = surface_attr {
-            if let Some((tool_span, _)) = tool_attr {
-                return Err(syn::Error::new(
-                    tool_span,
-                    "a method is a tool, a resource or a prompt, not two: drop #[tool]",
-                ));
-            }
-            if matches!(
-                method.sig.ident.to_string().as_str(),
-                "enabled" | "new" | "shutdown"
-            ) {
-                return Err(syn::Error::new(
-                    span,
-                    "`enabled`, `new` and `shutdown` are the service's hooks, never a resource or a prompt",
-                ));
-            }
-            let mut sig = method.sig.clone();
-            let spec = crate::surface::spec(kind, &method.attrs, &mut sig, &opts, Some(&self_ty))?;
-            method.sig = sig;
-            match kind {
-                crate::surface::Kind::Resource => resource_specs.push(spec),
-                crate::surface::Kind::Prompt => prompt_specs.push(spec),
-            }
-            continue;
+        if let ImplItem::Fn(method) = item {
+            parts.method(method)?;
         }
-        let name = method.sig.ident.to_string();
-        if let Some((span, _)) = &tool_attr {
-            let role = match name.as_str() {
-                "enabled" => Some("gate"),
-                "new" => Some("constructor"),
-                "shutdown" => Some("shutdown hook"),
-                _ => None,
-            };
-            if let Some(role) = role {
-                return Err(syn::Error::new(
-                    *span,
-                    format!("`{name}` is the service's {role}, never a tool: drop #[tool]"),
-                ));
-            }
-        }
-        let takes_host = method
-            .sig
-            .inputs
-            .iter()
-            .any(|i| matches!(i, FnArg::Typed(_)));
-        let ident = &method.sig.ident;
-        if name == "enabled" {
-            enabled = if takes_host {
-                quote!(<#self_ty>::#ident(host))
-            } else {
-                quote!(<#self_ty>::#ident())
-            };
-            continue;
-        }
-        if name == "shutdown" {
-            shutdown = quote!(
-                fn shutdown(&self) {
-                    <#self_ty>::#ident(self)
-                }
-            );
-            continue;
-        }
-        if name == "new" {
-            let call = if takes_host {
-                quote!(<#self_ty>::#ident(host))
-            } else {
-                quote!(<#self_ty>::#ident())
-            };
-            let fallible =
-                matches!(&method.sig.output, ReturnType::Type(_, ty) if is_named(ty, "Result"));
-            construct = if fallible {
-                quote!(#call.map_err(|e| ::std::format!("{e:#}")))
-            } else {
-                quote!(::core::result::Result::Ok(#call))
-            };
-            continue;
-        }
-        let is_pub = matches!(method.vis, Visibility::Public(_));
-        let opts = match tool_attr {
-            Some((_, opts)) => {
-                if let Some(span) = opts.skip {
-                    if !is_pub {
-                        return Err(syn::Error::new(
-                            span,
-                            "a method that is not `pub` is never a tool: drop #[tool(skip)]",
-                        ));
-                    }
-                    continue;
-                }
-                if !is_pub {
-                    return Err(syn::Error::new(
-                        method.sig.ident.span(),
-                        "only `pub fn` methods of a service are tools: make it `pub` or drop #[tool]",
-                    ));
-                }
-                opts
-            }
-            None if !is_pub => continue,
-            None => ToolOptions::default(),
-        };
-        let mut sig = method.sig.clone();
-        specs.push(tool_spec(&method.attrs, &mut sig, &opts, Some(&self_ty))?);
-        method.sig = sig;
     }
-
+    let ServiceParts {
+        tools,
+        resources,
+        prompts,
+        enabled,
+        shutdown,
+        construct,
+        ..
+    } = parts;
     Ok(quote! {
         #block
 
@@ -1075,15 +1297,15 @@ pub fn expand_service(attr: TokenStream, item: TokenStream) -> syn::Result<Token
             }
 
             fn tools() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::ToolSpec<Self>> {
-                ::std::vec![#(#specs),*]
+                ::std::vec![#(#tools),*]
             }
 
             fn resources() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::ResourceSpec<Self>> {
-                ::std::vec![#(#resource_specs),*]
+                ::std::vec![#(#resources),*]
             }
 
             fn prompts() -> ::std::vec::Vec<::mcp_plugin_sdk::__private::PromptSpec<Self>> {
-                ::std::vec![#(#prompt_specs),*]
+                ::std::vec![#(#prompts),*]
             }
 
             #shutdown
