@@ -735,8 +735,12 @@ fn any_manifest_is_read_or_refused_without_harm() {
                 Default::default(),
                 Default::default(),
             );
-            let registry =
-                Registry::build_logged(vec![(candidate, Ok(Arc::new(slot)))], &config, false);
+            let registry = Registry::build_logged(
+                vec![(candidate, Ok(Arc::new(slot)))],
+                &config,
+                &mcp_host::registry::BuildMemory::default(),
+                false,
+            );
             for tool in registry.tools() {
                 prop_assert!(
                     mcp_host::registry::is_valid_tool_name(&tool.name),

@@ -22,7 +22,7 @@ use crate::plugins::backend::HostCallbacks;
 use crate::plugins::discovery::{self, Candidate};
 pub use crate::plugins::lifecycle::RescanReport;
 use crate::plugins::lifecycle::{Loader, RuntimeDirError};
-use crate::registry::{Registry, Tool};
+use crate::registry::{BuildMemory, Registry, Tool};
 use crate::telemetry::Telemetry;
 
 /// Why the host could not start.
@@ -102,6 +102,9 @@ struct Inner {
     forward: std::sync::OnceLock<Forward>,
     /// The command line's layer, applied over every configuration read.
     overrides: crate::config::Overrides,
+    /// What this host's registry builds remember across rescans (schemas checked, problems
+    /// reported).
+    memory: BuildMemory,
 }
 
 /// Where a host forwards its plugins' announcements.
@@ -212,12 +215,13 @@ impl Host {
             config: ArcSwap::from_pointee(config),
             forward: std::sync::OnceLock::new(),
             overrides: options.overrides,
+            memory: BuildMemory::default(),
         });
         let host = Host { inner };
         let started = Instant::now();
         let config = host.config();
         let loaded = host.load(discovery::scan(&config.tool_dirs));
-        let registry = Registry::build(loaded, &config);
+        let registry = Registry::build(loaded, &config, &host.inner.memory);
         tracing::info!(
             "Serving {} tools from {} plugins (loaded in {} ms)",
             registry.len(),
@@ -329,7 +333,7 @@ impl Host {
         let (sources, mut report) = inner
             .loader
             .rescan(&config, &old.plugins, &self.callbacks());
-        let registry = Registry::build_logged(sources, &config, false);
+        let registry = Registry::build_logged(sources, &config, &inner.memory, false);
         report.tools_changed = !registry.same_tools(&old);
         report.resources_changed = !registry.same_resources(&old);
         report.prompts_changed = !registry.same_prompts(&old);
@@ -359,7 +363,8 @@ impl Host {
         let inner = &self.inner;
         let _serial = inner.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
         let old = self.registry();
-        let registry = Registry::build_logged(old.sources.clone(), &self.config(), false);
+        let registry =
+            Registry::build_logged(old.sources.clone(), &self.config(), &inner.memory, false);
         let change = Change::Lists {
             tools: !registry.same_tools(&old),
             resources: !registry.same_resources(&old),
@@ -538,18 +543,21 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
     };
     let loaded = host.load(vec![candidate]);
     // The names the registry would refuse: invalid ones, and one defined twice in the file.
-    let refused: Vec<Value> = Registry::build_logged(loaded.clone(), &host.config(), false)
-        .entries
-        .iter()
-        .filter_map(|e| {
-            let why = match &e.status {
-                crate::registry::Status::InvalidName(why) => format!("invalid name: {why}"),
-                crate::registry::Status::OverriddenBy(_) => "defined twice in this plugin".into(),
-                _ => return None,
-            };
-            Some(json!({"name": e.tool, "kind": e.kind, "why": why}))
-        })
-        .collect();
+    let refused: Vec<Value> =
+        Registry::build_logged(loaded.clone(), &host.config(), &host.inner.memory, false)
+            .entries
+            .iter()
+            .filter_map(|e| {
+                let why = match &e.status {
+                    crate::registry::Status::InvalidName(why) => format!("invalid name: {why}"),
+                    crate::registry::Status::OverriddenBy(_) => {
+                        "defined twice in this plugin".into()
+                    }
+                    _ => return None,
+                };
+                Some(json!({"name": e.tool, "kind": e.kind, "why": why}))
+            })
+            .collect();
     let (_, result) = loaded
         .into_iter()
         .next()

@@ -25,7 +25,9 @@ use super::slot::FileStamp;
 const SOURCE: &str = "source";
 
 /// The kept copies this process has handed out: each is opened once, and never removed by
-/// [`discard`].
+/// [`discard`]. Process-wide on purpose, not a field of one host's cache: the dynamic loader
+/// keeps one image per path for the whole process, so a second host opening a copy the first one
+/// opened would get the first one's image (and its state) back.
 static HANDED: Mutex<Option<HashSet<PathBuf>>> = Mutex::new(None);
 
 fn handed() -> std::sync::MutexGuard<'static, Option<HashSet<PathBuf>>> {
@@ -48,6 +50,8 @@ pub(crate) struct CopyCache {
     dir: PathBuf,
     /// A copy was made since the last prune.
     made: Arc<AtomicBool>,
+    /// Whether this cache already said it is not used because others could write to it.
+    untrusted_reported: Arc<AtomicBool>,
 }
 
 /// A short stable hash of `value` (std's SipHash with fixed keys: a different Rust version may
@@ -103,10 +107,10 @@ fn restrict_to_owner(path: &Path) -> std::io::Result<()> {
     }
 }
 
-/// Say once that the copy cache at `dir` is not used because others could write to it.
-fn report_untrusted(dir: &Path) {
-    static REPORTED: AtomicBool = AtomicBool::new(false);
-    if !REPORTED.swap(true, Ordering::AcqRel) {
+/// Say once per cache (`reported` remembers) that the copy cache at `dir` is not used because
+/// others could write to it.
+fn report_untrusted(dir: &Path, reported: &AtomicBool) {
+    if !reported.swap(true, Ordering::AcqRel) {
         tracing::warn!(
             "Not using the copy cache {}: it (or an entry of it) is not owned by this user or is \
              writable by others; plugins are copied afresh at each start",
@@ -129,6 +133,7 @@ impl CopyCache {
         Some(CopyCache {
             dir: probe_cache.parent()?.join("copies"),
             made: Arc::default(),
+            untrusted_reported: Arc::default(),
         })
     }
 
@@ -147,7 +152,7 @@ impl CopyCache {
         // A kept copy is used only where nobody else could have put or changed it: the cache, the
         // file's directory and the copy are this user's and writable by nobody else.
         if !(owned_privately(&self.dir) && owned_privately(&home)) {
-            report_untrusted(&self.dir);
+            report_untrusted(&self.dir, &self.untrusted_reported);
             return None;
         }
         if std::fs::symlink_metadata(&kept).is_ok_and(|m| m.is_file() && m.len() == stamp.size())

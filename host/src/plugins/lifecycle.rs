@@ -23,7 +23,7 @@ use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
 use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
 use super::probe::{Confinement, ProbeCache, Prober};
-use super::signature;
+use super::signature::{self, Signer};
 use super::slot::{FileStamp, PluginSlot};
 use super::worker::{self, RunSpec};
 use crate::config::{Config, Isolation};
@@ -221,6 +221,112 @@ fn private_copy(file: &Path, runtime_dir: &Path) -> Result<PathBuf, LoadError> {
     Ok(dest)
 }
 
+/// One candidate file on its way through [`Loader::load`]: each step adds what it learns.
+struct InFlight {
+    candidate: Candidate,
+    /// The file's identity before it was copied.
+    stamp: Option<FileStamp>,
+    /// What its signature status depends on besides the file ([`signature::trust_stamp`]).
+    trust: String,
+    /// The private copy that is checked, probed and loaded (or why there is none).
+    copy: Result<PathBuf, LoadError>,
+    /// Who signed the copy (`Ok(None)`: nothing to check, or not checked).
+    signer: Result<Option<Signer>, LoadError>,
+    /// `stamp`, when the file's identity did not change while it was copied: the copy holds the
+    /// bytes of that identity, which the probe cache and remembered manifests are keyed by.
+    stable: Option<FileStamp>,
+    /// The plugin's name, when the probe read it (or why the file is refused).
+    name: Result<Option<String>, LoadError>,
+    /// The loaded backend, once opened or served from its remembered manifest.
+    backend: Option<Result<Backend, LoadError>>,
+}
+
+impl InFlight {
+    /// Step 3: keep the stamp only if the file is still what it was before the copy.
+    fn mark_stable(&mut self) {
+        self.stable = self
+            .stamp
+            .clone()
+            .filter(|before| FileStamp::of(&self.candidate.path).as_ref() == Some(before));
+    }
+
+    /// Step 5: a name is what the file says of itself: one bound to other files or signers is
+    /// refused before anything of its settings (isolation, grants, data, config) is given to it.
+    fn bind_name(&mut self, config: &Config) {
+        let Ok(Some(plugin)) = &self.name else {
+            return;
+        };
+        let candidate = &self.candidate;
+        let signer = self.signer.as_ref().ok().and_then(Option::as_ref);
+        match config.check_binding(
+            plugin,
+            &candidate.path,
+            &candidate.dir,
+            signer.map(|s| s.key.as_str()),
+        ) {
+            Err(why) => self.name = Err(LoadError::Binding(why)),
+            Ok(()) => warn_unbound_grants(config, plugin, candidate),
+        }
+    }
+
+    /// Where its manifest is remembered, for a copied, named file whose identity held.
+    fn manifest_key(&self, loader: &Loader, config: &Config) -> Option<(Manifests, ManifestKey)> {
+        match (&self.copy, &self.name, &self.stable) {
+            (Ok(_), Ok(Some(name)), Some(stamp)) => {
+                loader.manifest_key(&self.candidate, stamp, name, config)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Step 2: check the signatures of the copies before any is opened (even in the probe's child);
+/// a refused copy is removed and the file fails with the refusal.
+fn check_signatures(flights: &mut [InFlight], config: &Config) {
+    let files: Vec<(&Candidate, Option<&Path>)> = flights
+        .iter()
+        .map(|f| (&f.candidate, f.copy.as_ref().ok().map(PathBuf::as_path)))
+        .collect();
+    let signers = signature::check_all(&files, config);
+    for (flight, signer) in flights.iter_mut().zip(signers) {
+        if let (Ok(copy), Err(refused)) = (&flight.copy, &signer) {
+            super::copies::discard(copy);
+            flight.copy = Err(refused.clone());
+        }
+        flight.signer = signer;
+    }
+}
+
+/// The copies to probe, one group per directory isolation: each group is probed confined as its
+/// workers would be.
+#[derive(Default)]
+struct ProbeGroups(Vec<(Option<Isolation>, Vec<usize>, Vec<PathBuf>)>);
+
+impl ProbeGroups {
+    /// Adds the copy of file `index` from a directory with `isolation`.
+    fn add(&mut self, isolation: Option<Isolation>, index: usize, copy: PathBuf) {
+        match self.0.iter_mut().find(|g| g.0 == isolation) {
+            Some(group) => {
+                group.1.push(index);
+                group.2.push(copy);
+            }
+            None => self.0.push((isolation, vec![index], vec![copy])),
+        }
+    }
+
+    /// Probes every group; each result with its file's index.
+    fn probe(
+        self,
+        prober: &Prober,
+        config: &Config,
+    ) -> impl Iterator<Item = (usize, Result<mcp_plugin_sdk::wire::BuildInfo, LoadError>)> {
+        self.0.into_iter().flat_map(|(isolation, index, files)| {
+            let confine = Confinement::for_directory(config, isolation, &files);
+            index.into_iter().zip(prober.probe_all(&files, &confine))
+        })
+    }
+}
+
 impl Loader {
     /// A loader for `config`, probing and starting plugin workers with the `mcp-host` executable
     /// `exe` (no probing when `None` or when the configuration turns it off; no isolation without
@@ -290,166 +396,157 @@ impl Loader {
         self.images.load(Ordering::Acquire)
     }
 
-    /// Copy, probe and load `candidates` (opened side by side, the results in order). (Long: the
-    /// pipeline — copy, signature, probe, load, failure record, slot — in the order a file goes
-    /// through it.)
+    /// Copy, probe and load `candidates` (opened side by side, the results in order): each file
+    /// moves through the steps as one [`InFlight`] — copy, signature, identity check, probe, name
+    /// binding, open — and ends as a slot or a remembered failure.
     pub(crate) fn load(
         &self,
         candidates: Vec<Candidate>,
         config: &Config,
         host: &Arc<dyn HostCallbacks>,
     ) -> Loaded {
-        // Copy first, then probe and load that same copy: the original may be replaced at any time.
-        // The stamp is taken before copying, so a change racing with the copy shows up as a new one.
-        let stamps: Vec<_> = candidates.iter().map(|c| FileStamp::of(&c.path)).collect();
-        let copies: Vec<Result<PathBuf, LoadError>> = candidates
-            .iter()
-            .zip(&stamps)
-            .map(|(c, stamp)| {
-                let kept = self
-                    .copies
-                    .as_ref()
-                    .zip(stamp.as_ref())
-                    .and_then(|(cache, stamp)| cache.copy(&c.path, stamp));
-                kept.map_or_else(|| self.private_copy(&c.path), Ok)
-            })
-            .collect();
-        let trust: Vec<String> = candidates
-            .iter()
-            .map(|c| signature::trust_stamp(c, config))
-            .collect();
-        // Signatures are checked on the copies, before any is opened (even in the probe's child).
-        let signers = signature::check_all(&candidates, &copies, config);
-        let copies: Vec<Result<PathBuf, LoadError>> = copies
+        let mut flights: Vec<InFlight> = candidates
             .into_iter()
-            .zip(&signers)
-            .map(|(copy, signer)| match (copy, signer) {
-                (Ok(copy), Err(refused)) => {
-                    super::copies::discard(&copy);
-                    Err(refused.clone())
-                }
-                (copy, _) => copy,
-            })
+            .map(|candidate| self.copy(candidate, config))
             .collect();
-        // The stamps of files whose identity did not change while they were copied: the copy holds
-        // the bytes of that identity, which the probe cache and remembered manifests are keyed by.
-        let stable: Vec<Option<FileStamp>> = candidates
-            .iter()
-            .zip(&stamps)
-            .map(|(c, before)| {
-                before
-                    .clone()
-                    .filter(|b| FileStamp::of(&c.path).as_ref() == Some(b))
-            })
-            .collect();
-        let mut names = self.probe(&candidates, &stable, &copies, config);
-        // A name is what the file says of itself: one bound to other files or signers is refused
-        // before anything of its settings (isolation, grants, data, config) is given to it.
-        for ((name, candidate), signer) in names.iter_mut().zip(&candidates).zip(&signers) {
-            if let Ok(Some(plugin)) = name {
-                let signer = signer.as_ref().ok().and_then(Option::as_ref);
-                if let Err(why) = config.check_binding(
-                    plugin,
-                    &candidate.path,
-                    &candidate.dir,
-                    signer.map(|s| s.key.as_str()),
-                ) {
-                    *name = Err(LoadError::Binding(why));
-                } else {
-                    warn_unbound_grants(config, plugin, candidate);
-                }
-            }
+        check_signatures(&mut flights, config);
+        for flight in &mut flights {
+            flight.mark_stable();
+        }
+        self.probe(&mut flights, config);
+        for flight in &mut flights {
+            flight.bind_name(config);
         }
         if let Some(cache) = &self.copies {
             cache.prune_after_changes();
         }
+        self.open_all(&mut flights, config, host);
+        // Once all are in (each thread counting its own would let an older count land last).
+        self.telemetry.metrics().images(self.images());
+        flights
+            .into_iter()
+            .map(|flight| self.settle(flight, config))
+            .collect()
+    }
+
+    /// Step 1: the file's private copy (kept in the copy cache, or made now). Copy first, then
+    /// probe and load that same copy: the original may be replaced at any time. The stamp is
+    /// taken before copying, so a change racing with the copy shows up as a new one.
+    fn copy(&self, candidate: Candidate, config: &Config) -> InFlight {
+        let stamp = FileStamp::of(&candidate.path);
+        let kept = self
+            .copies
+            .as_ref()
+            .zip(stamp.as_ref())
+            .and_then(|(cache, stamp)| cache.copy(&candidate.path, stamp));
+        let copy = kept.map_or_else(|| self.private_copy(&candidate.path), Ok);
+        InFlight {
+            trust: signature::trust_stamp(&candidate, config),
+            candidate,
+            stamp,
+            copy,
+            signer: Ok(None),
+            stable: None,
+            name: Ok(None),
+            backend: None,
+        }
+    }
+
+    /// Step 6: open every file not served from its remembered manifest, side by side: `dlopen`
+    /// itself is serialised by the dynamic loader, but the ABI layout checks and each plugin's
+    /// `init` are not.
+    fn open_all(&self, flights: &mut [InFlight], config: &Config, host: &Arc<dyn HostCallbacks>) {
         let config_for = |name: &str| config.plugin(name).config;
         let cx = LoadContext {
             config_for: &config_for,
             host: Arc::clone(host),
         };
-        // A plugin served from its remembered manifest needs nothing more now. The others are
-        // opened and initialised side by side: `dlopen` itself is serialised by the dynamic
-        // loader, but the ABI layout checks and each plugin's `init` are not.
-        let mut loaded: Vec<Option<Result<Backend, LoadError>>> =
-            Vec::with_capacity(candidates.len());
         let mut work = Vec::new();
-        for (i, ((candidate, copy), (name, stable))) in candidates
-            .iter()
-            .zip(copies)
-            .zip(names.into_iter().zip(&stable))
-            .enumerate()
-        {
-            let key = match (&copy, &name, stable) {
-                (Ok(_), Ok(Some(name)), Some(stamp)) => {
-                    self.manifest_key(candidate, stamp, name, config)
-                }
-                _ => None,
-            };
-            let deferred = match (&copy, &name, &key) {
-                (Ok(copy), Ok(Some(name)), Some(key)) => {
-                    self.deferred(candidate, copy, name, key, config, host)
-                }
-                _ => None,
-            };
-            match deferred {
-                Some(backend) => loaded.push(Some(Ok(backend))),
-                None => {
-                    loaded.push(None);
-                    work.push((i, candidate, copy, name, key));
-                }
+        for flight in flights.iter_mut() {
+            let remembered = flight.manifest_key(self, config);
+            match self.deferred_flight(flight, remembered.as_ref(), config, host) {
+                Some(backend) => flight.backend = Some(Ok(backend)),
+                None => work.push((flight, remembered)),
             }
         }
-        let opened = super::map_parallel(work, |(i, candidate, copy, name, remembered)| {
-            let result = copy.and_then(|copy| match name {
-                Ok(name) => {
-                    self.load_one(candidate, copy, name.as_deref(), remembered, config, &cx)
-                }
-                Err(e) => {
-                    super::copies::discard(&copy);
-                    Err(e.mentioning(&copy, &candidate.path))
-                }
-            });
-            (i, result)
+        super::map_parallel(work, |(flight, remembered)| {
+            flight.backend = Some(self.open(flight, remembered, config, &cx));
         });
-        for (i, result) in opened {
-            loaded[i] = Some(result);
+    }
+
+    /// A plugin served from its remembered manifest (loaded at its first call) needs nothing more
+    /// now.
+    fn deferred_flight(
+        &self,
+        flight: &InFlight,
+        remembered: Option<&(Manifests, ManifestKey)>,
+        config: &Config,
+        host: &Arc<dyn HostCallbacks>,
+    ) -> Option<Backend> {
+        match (&flight.copy, &flight.name, remembered) {
+            (Ok(copy), Ok(Some(name)), Some(key)) => {
+                self.deferred(&flight.candidate, copy, name, key, config, host)
+            }
+            _ => None,
         }
-        let loaded: Vec<_> = loaded
-            .into_iter()
-            .map(|r| r.unwrap_or_else(|| Err(LoadError::Probe("not loaded".into()))))
-            .collect();
-        // Once all are in (each thread counting its own would let an older count land last).
-        self.telemetry.metrics().images(self.images());
-        candidates
-            .into_iter()
-            .zip(loaded.into_iter().zip(stamps))
-            .zip(signers.into_iter().zip(trust))
-            .map(|((candidate, (loaded, stamp)), (signer, trust))| {
-                // Remember a failure with the stamp the file had: unchanged, it is not retried.
-                match &loaded {
-                    Ok(_) => lock(&self.failed).remove(&candidate.path),
-                    Err(e) => {
-                        self.telemetry.metrics().load_error(e.kind());
-                        lock(&self.failed).insert(
-                            candidate.path.clone(),
-                            (stamp.clone(), trust.clone(), e.clone()),
-                        )
-                    }
-                };
-                let result = loaded.map(|(backend, run)| {
-                    let settings = config.plugin(backend.name());
-                    let limit = settings
-                        .max_concurrent_calls
-                        .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
-                    Arc::new(
-                        PluginSlot::new(backend, candidate.clone(), limit, stamp, settings, run)
-                            .with_signature(signer.ok().flatten(), trust),
-                    )
-                });
-                (candidate, result)
-            })
-            .collect()
+    }
+
+    /// Load one file's copy, or give up on it with the reason it got so far (the copy removed).
+    fn open(
+        &self,
+        flight: &InFlight,
+        remembered: Option<(Manifests, ManifestKey)>,
+        config: &Config,
+        cx: &LoadContext<'_>,
+    ) -> Result<Backend, LoadError> {
+        let candidate = &flight.candidate;
+        let copy = flight.copy.clone()?;
+        match &flight.name {
+            Ok(name) => self.load_one(candidate, copy, name.as_deref(), remembered, config, cx),
+            Err(e) => {
+                super::copies::discard(&copy);
+                Err(e.clone().mentioning(&copy, &candidate.path))
+            }
+        }
+    }
+
+    /// Step 7: remember a failure with the stamp the file had (unchanged, it is not retried), or
+    /// make the loaded backend a slot with its settings, stamp and signature.
+    fn settle(
+        &self,
+        flight: InFlight,
+        config: &Config,
+    ) -> (Candidate, Result<Arc<PluginSlot>, LoadError>) {
+        let InFlight {
+            candidate,
+            stamp,
+            trust,
+            signer,
+            backend,
+            ..
+        } = flight;
+        let loaded = backend.unwrap_or_else(|| Err(LoadError::Probe("not loaded".into())));
+        match &loaded {
+            Ok(_) => lock(&self.failed).remove(&candidate.path),
+            Err(e) => {
+                self.telemetry.metrics().load_error(e.kind());
+                lock(&self.failed).insert(
+                    candidate.path.clone(),
+                    (stamp.clone(), trust.clone(), e.clone()),
+                )
+            }
+        };
+        let result = loaded.map(|(backend, run)| {
+            let settings = config.plugin(backend.name());
+            let limit = settings
+                .max_concurrent_calls
+                .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
+            Arc::new(
+                PluginSlot::new(backend, candidate.clone(), limit, stamp, settings, run)
+                    .with_signature(signer.ok().flatten(), trust),
+            )
+        });
+        (candidate, result)
     }
 
     /// Where the manifest of plugin `name` from `candidate` (with identity `stamp`) is remembered,
@@ -573,24 +670,19 @@ impl Loader {
         Ok((Arc::new(plugin), spec))
     }
 
-    /// Probe each copy in a child process, skipping files the probe cache knows to be good, and
-    /// return each plugin's name. With probing off, only files whose isolation depends on their
-    /// name are probed (an isolated plugin must never be opened in the host).
-    fn probe(
-        &self,
-        candidates: &[Candidate],
-        stable: &[Option<FileStamp>],
-        copies: &[Result<PathBuf, LoadError>],
-        config: &Config,
-    ) -> Vec<Result<Option<String>, LoadError>> {
-        let mut probes: Vec<Result<Option<String>, LoadError>> =
-            copies.iter().map(|c| c.clone().map(|_| None)).collect();
+    /// Step 4: probe each copy in a child process, skipping files the probe cache knows to be
+    /// good, and record each plugin's name. With probing off, only files whose isolation depends
+    /// on their name are probed (an isolated plugin must never be opened in the host).
+    fn probe(&self, flights: &mut [InFlight], config: &Config) {
+        for flight in flights.iter_mut() {
+            flight.name = flight.copy.clone().map(|_| None);
+        }
         let Some(prober) = self
             .prober
             .clone()
             .or_else(|| self.exe.clone().map(Prober::new))
         else {
-            return probes;
+            return;
         };
         let needs_name = |c: &Candidate| {
             self.prober.is_some()
@@ -601,53 +693,32 @@ impl Loader {
         // identity before, is known good: skip its child process.
         let mut cache: Option<std::sync::MutexGuard<'_, ProbeCache>> =
             self.probe_cache.as_ref().map(|c| lock(c));
-        let stamp_keys: Vec<Option<String>> = stable
-            .iter()
-            .map(|s| s.as_ref().map(FileStamp::key))
-            .collect();
-        let mut index = Vec::new();
-        let mut files = Vec::new();
-        for (i, copy) in copies.iter().enumerate() {
-            let Ok(copy) = copy else { continue };
-            let known = match (&cache, &stamp_keys[i]) {
-                (Some(cache), Some(key)) => cache.get(&candidates[i].path, key),
+        let stamp_key = |f: &InFlight| f.stable.as_ref().map(FileStamp::key);
+        let mut groups = ProbeGroups::default();
+        for (i, flight) in flights.iter_mut().enumerate() {
+            let Ok(copy) = &flight.copy else { continue };
+            let known = match (&cache, stamp_key(flight)) {
+                (Some(cache), Some(key)) => cache.get(&flight.candidate.path, &key),
                 _ => None,
             };
             if let Some(name) = known {
-                probes[i] = Ok(Some(name.to_owned()));
-            } else if needs_name(&candidates[i]) {
-                index.push(i);
-                files.push(copy.clone());
+                flight.name = Ok(Some(name.to_owned()));
+            } else if needs_name(&flight.candidate) {
+                groups.add(flight.candidate.isolation, i, copy.clone());
             }
         }
-        // One group per directory isolation: each is probed confined as its workers would be.
-        let mut groups: Vec<(Option<Isolation>, Vec<usize>, Vec<PathBuf>)> = Vec::new();
-        for (i, file) in index.into_iter().zip(files) {
-            let isolation = candidates[i].isolation;
-            match groups.iter_mut().find(|g| g.0 == isolation) {
-                Some(group) => {
-                    group.1.push(i);
-                    group.2.push(file);
-                }
-                None => groups.push((isolation, vec![i], vec![file])),
-            }
-        }
-        let probed = groups.into_iter().flat_map(|(isolation, index, files)| {
-            let confine = Confinement::for_directory(config, isolation, &files);
-            index.into_iter().zip(prober.probe_all(&files, &confine))
-        });
-        for (i, result) in probed {
+        for (i, result) in groups.probe(&prober, config) {
+            let flight = &mut flights[i];
             if let Ok(build) = &result
-                && let (Some(cache), Some(key)) = (cache.as_mut(), &stamp_keys[i])
+                && let (Some(cache), Some(key)) = (cache.as_mut(), stamp_key(flight))
             {
-                cache.insert(&candidates[i].path, key, &build.plugin);
+                cache.insert(&flight.candidate.path, &key, &build.plugin);
             }
-            probes[i] = result.map(|build| Some(build.plugin));
+            flight.name = result.map(|build| Some(build.plugin));
         }
         if let Some(cache) = cache.as_mut() {
             cache.save();
         }
-        probes
     }
 
     /// Rescan the tool directories against the plugins loaded now (`old`): unchanged files keep

@@ -216,31 +216,24 @@ fn check_signed_name(comment: &str, original: &Path) -> Result<(), LoadError> {
     }
 }
 
-/// Check every private copy that has one (in order; `Ok(None)` where there is nothing to check or
+/// Check the private copy of every file that has one (in order; `Ok(None)` where there is nothing to check or
 /// the copy failed), on up to one thread per core: hashing is the cost of a signed start-up.
 pub(crate) fn check_all(
-    candidates: &[Candidate],
-    copies: &[Result<PathBuf, LoadError>],
+    files: &[(&Candidate, Option<&Path>)],
     config: &Config,
 ) -> Vec<Result<Option<Signer>, LoadError>> {
     let keys = Keyring::from_config(&config.trust);
-    let jobs: Vec<(usize, &Path, &Path, bool)> = candidates
+    let jobs: Vec<(usize, &Path, &Path, bool)> = files
         .iter()
-        .zip(copies)
         .enumerate()
         .filter_map(|(i, (c, copy))| {
             let required = config.requires_signature(c.dir_index, &c.dir);
-            let copy = copy.as_ref().ok()?;
-            (required || !keys.is_empty()).then_some((
-                i,
-                c.path.as_path(),
-                copy.as_path(),
-                required,
-            ))
+            let copy = (*copy)?;
+            (required || !keys.is_empty()).then_some((i, c.path.as_path(), copy, required))
         })
         .collect();
     let mut results: Vec<Result<Option<Signer>, LoadError>> =
-        (0..candidates.len()).map(|_| Ok(None)).collect();
+        (0..files.len()).map(|_| Ok(None)).collect();
     if jobs.is_empty() {
         return results;
     }

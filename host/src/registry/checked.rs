@@ -35,17 +35,16 @@ pub(crate) struct SchemaChecks {
     added: bool,
 }
 
-/// One set per process: rebuilding the registry after a reload checks only new schemas.
-static CHECKS: Mutex<Option<SchemaChecks>> = Mutex::new(None);
-
-/// Run `f` with the process's known schemas for the cache file beside `probe_cache` (in memory
-/// only without one), and save what it learnt.
+/// Run `f` with the known schemas held in `slot` (a host's, kept across its registry builds, so
+/// a rebuild after a reload checks only new schemas) for the cache file beside `probe_cache` (in
+/// memory only without one), and save what it learnt.
 pub(crate) fn with_checks<R>(
+    slot: &Mutex<Option<SchemaChecks>>,
     probe_cache: Option<&Path>,
     f: impl FnOnce(&mut SchemaChecks) -> R,
 ) -> R {
     let file = probe_cache.map(|p| p.with_file_name("schemas"));
-    let mut guard = CHECKS.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut guard = slot.lock().unwrap_or_else(PoisonError::into_inner);
     let checks = match guard.take() {
         Some(checks) if checks.file == file => checks,
         _ => SchemaChecks::open(file),

@@ -13,9 +13,9 @@ pub mod pins;
 pub mod search;
 pub mod template;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use mcp_plugin_sdk::validation::InputValidator;
@@ -351,6 +351,33 @@ pub struct Entry {
 
 pub use crate::plugins::Sources;
 
+/// What the registries a host builds remember from one build to the next (every rescan and
+/// refresh builds a new one): the input schemas known to pass the meta-schema check, and the
+/// problems already logged. Each host owns one, so two hosts in one process share neither.
+#[derive(Debug, Default)]
+pub struct BuildMemory {
+    checks: Mutex<Option<checked::SchemaChecks>>,
+    reported: Mutex<HashSet<String>>,
+}
+
+impl BuildMemory {
+    /// Whether `message` is logged for the first time by these builds: a rescan rebuilds the
+    /// whole tool set, and a problem already reported (same definition, same pin) is not repeated.
+    fn first_report(&self, message: &str) -> bool {
+        self.reported
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(message.to_owned())
+    }
+}
+
+/// An admitted tool's place in its manifest, its schema as listed, and its call timeout.
+struct ServedTool {
+    index: usize,
+    schema: Listing,
+    timeout: Duration,
+}
+
 /// The tool set.
 #[derive(Debug, Default)]
 pub struct Registry {
@@ -386,23 +413,29 @@ fn secs(s: f64) -> Duration {
 }
 
 impl Registry {
-    /// Build the tool set from load results in discovery order, logging each decision.
-    pub fn build(loaded: Sources, config: &Config) -> Self {
-        Self::build_logged(loaded, config, true)
+    /// Build the tool set from load results in discovery order, logging each decision; `memory`
+    /// is what earlier builds of the same host learnt.
+    pub fn build(loaded: Sources, config: &Config, memory: &BuildMemory) -> Self {
+        Self::build_logged(loaded, config, memory, true)
     }
 
     /// [`Registry::build`]; `log_tools: false` leaves out the per-tool `Loaded tool` lines (rescans
     /// log one line per changed file instead).
-    pub fn build_logged(loaded: Sources, config: &Config, log_tools: bool) -> Self {
+    pub fn build_logged(
+        loaded: Sources,
+        config: &Config,
+        memory: &BuildMemory,
+        log_tools: bool,
+    ) -> Self {
         let mut registry = Registry {
             sources: loaded.clone(),
             ..Registry::default()
         };
         let mut winners = Winners::default();
-        checked::with_checks(config.probe_cache.as_deref(), |checks| {
-            registry.add_all(loaded, config, &mut winners, checks, log_tools);
+        checked::with_checks(&memory.checks, config.probe_cache.as_deref(), |checks| {
+            registry.add_all(loaded, config, &mut winners, checks, memory, log_tools);
         });
-        registry.apply_pins(config);
+        registry.apply_pins(config, memory);
         registry
     }
 
@@ -413,6 +446,7 @@ impl Registry {
         config: &Config,
         winners: &mut Winners,
         checks: &mut checked::SchemaChecks,
+        memory: &BuildMemory,
         log_tools: bool,
     ) {
         // A plugin name chooses settings (grants, data directory, config): a second file calling
@@ -433,7 +467,7 @@ impl Registry {
                             slot.backend.name(),
                             slot.backend.name()
                         );
-                        if pins::first_report(&line) {
+                        if memory.first_report(&line) {
                             tracing::warn!("{line}");
                         }
                     }
@@ -471,13 +505,13 @@ impl Registry {
     /// Hold (under `enforce`) or report (under `warn`) every served definition that is not as
     /// pinned in `config.pins`, per the pinning of the directory its plugin came from. A held
     /// definition keeps its name: nothing from a later directory is served in its place.
-    fn apply_pins(&mut self, config: &Config) {
+    fn apply_pins(&mut self, config: &Config, memory: &BuildMemory) {
         use crate::config::PinMode;
         if !config.pinning_in_use() {
             return;
         }
         if let Some(problem) = &config.pins.problem
-            && pins::first_report(problem)
+            && memory.first_report(problem)
         {
             tracing::error!("{problem}: every definition under pinning is new to it");
         }
@@ -495,7 +529,7 @@ impl Registry {
                 continue;
             }
             let legacy = config.pins.version < crate::config::lock::LOCK_VERSION;
-            if legacy && pins::first_report("legacy lock") {
+            if legacy && memory.first_report("legacy lock") {
                 tracing::warn!(
                     "The lock file is of format {} and does not pin the definitions' _meta; run \
                      `mcp-host pin` to write format {}",
@@ -522,7 +556,7 @@ impl Registry {
             let summary = difference.summary();
             if mode == PinMode::Warn {
                 let line = format!("{what} is served although {summary} (pinning: warn)");
-                if pins::first_report(&line) {
+                if memory.first_report(&line) {
                     tracing::warn!("{line}");
                 }
                 continue;
@@ -531,7 +565,7 @@ impl Registry {
                 "{what} is held (pinning: enforce): {summary}; it is not served until \
                  `mcp-host pin` records it"
             );
-            if pins::first_report(&line) {
+            if memory.first_report(&line) {
                 tracing::error!("{line}");
             }
             held.push((entry.kind, entry.tool.clone()));
@@ -625,6 +659,9 @@ impl Registry {
         lock
     }
 
+    /// Add what one loaded plugin serves: its tools (each admitted or given the status that keeps
+    /// it out), then its resources and prompts — or, for a quarantined plugin, a row for each
+    /// saying why nothing of it is served.
     fn add_plugin(
         &mut self,
         slot: Arc<PluginSlot>,
@@ -663,53 +700,77 @@ impl Registry {
             match admitted {
                 Ok(schema) => {
                     let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
-                    let listing = Listing::of(&tool.listed_with_schema(&name, schema.raw()));
-                    if log_tools {
-                        tracing::info!("Loaded tool: {name}");
-                    }
-                    winners
-                        .tools
-                        .insert(name.clone(), slot.candidate.path.clone());
-                    self.tools.insert(
-                        name.clone(),
-                        Arc::new(Tool {
-                            name,
-                            listing,
-                            slot: Arc::clone(&slot),
-                            index: index as u32,
-                            validator: std::sync::OnceLock::new(),
-                            timeout: secs(timeout),
-                            series: std::sync::OnceLock::new(),
-                            header_params: std::sync::OnceLock::new(),
-                        }),
-                    );
+                    let served = ServedTool {
+                        index,
+                        schema,
+                        timeout: secs(timeout),
+                    };
+                    self.serve_tool(&slot, name, tool, served, winners, log_tools);
                 }
                 Err(status) => entry.status = status,
             }
             self.entries.push(entry);
         }
-        if let Some(why) = quarantined {
-            // Nothing of a quarantined plugin is served; `list` says why.
-            for d in &manifest.resources {
-                let kind = if d.template {
-                    Kind::ResourceTemplate
-                } else {
-                    Kind::Resource
-                };
-                let mut entry = self.entry(&slot, kind, &d.uri, d.service.as_ref());
-                entry.status = Status::Quarantined(why.clone());
-                self.entries.push(entry);
+        match quarantined {
+            Some(why) => self.add_quarantined(&slot, &why),
+            None => {
+                self.add_resources(&slot, &settings, global, winners, log_tools);
+                self.add_prompts(&slot, &settings, global, winners, log_tools);
             }
-            for d in &manifest.prompts {
-                let mut entry = self.entry(&slot, Kind::Prompt, &d.name, d.service.as_ref());
-                entry.status = Status::Quarantined(why.clone());
-                self.entries.push(entry);
-            }
-        } else {
-            self.add_resources(&slot, &settings, global, winners, log_tools);
-            self.add_prompts(&slot, &settings, global, winners, log_tools);
         }
         self.plugins.push(slot);
+    }
+
+    /// Serve admitted tool `name` (its final name) of `slot`, the first of that name.
+    fn serve_tool(
+        &mut self,
+        slot: &Arc<PluginSlot>,
+        name: String,
+        tool: &ToolDescriptor,
+        served: ServedTool,
+        winners: &mut Winners,
+        log_tools: bool,
+    ) {
+        let listing = Listing::of(&tool.listed_with_schema(&name, served.schema.raw()));
+        if log_tools {
+            tracing::info!("Loaded tool: {name}");
+        }
+        winners
+            .tools
+            .insert(name.clone(), slot.candidate.path.clone());
+        self.tools.insert(
+            name.clone(),
+            Arc::new(Tool {
+                name,
+                listing,
+                slot: Arc::clone(slot),
+                index: served.index as u32,
+                validator: std::sync::OnceLock::new(),
+                timeout: served.timeout,
+                series: std::sync::OnceLock::new(),
+                header_params: std::sync::OnceLock::new(),
+            }),
+        );
+    }
+
+    /// Nothing of a quarantined plugin is served: a row per resource and prompt says why.
+    fn add_quarantined(&mut self, slot: &Arc<PluginSlot>, why: &str) {
+        let manifest = slot.backend.manifest();
+        for d in &manifest.resources {
+            let kind = if d.template {
+                Kind::ResourceTemplate
+            } else {
+                Kind::Resource
+            };
+            let mut entry = self.entry(slot, kind, &d.uri, d.service.as_ref());
+            entry.status = Status::Quarantined(why.to_owned());
+            self.entries.push(entry);
+        }
+        for d in &manifest.prompts {
+            let mut entry = self.entry(slot, Kind::Prompt, &d.name, d.service.as_ref());
+            entry.status = Status::Quarantined(why.to_owned());
+            self.entries.push(entry);
+        }
     }
 
     /// The `mcp-host list` row of something `slot` serves, active until told otherwise.

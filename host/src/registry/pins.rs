@@ -4,8 +4,7 @@
 //! that differs (or is not in the lock) and logs it, `enforce` holds it: not served until re-pinned.
 //! A difference is shown field by field, as the old and the new text.
 
-use std::collections::{BTreeMap, HashSet};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
@@ -246,16 +245,6 @@ pub fn compare(current: &PinLock, lock: &PinLock) -> Vec<Difference> {
         }));
     }
     out
-}
-
-/// Whether `message` is logged for the first time in this process: a rescan rebuilds the whole
-/// tool set, and a difference already reported (same definition, same pin) is not repeated.
-pub(crate) fn first_report(message: &str) -> bool {
-    static REPORTED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
-    let mut reported = REPORTED.lock().unwrap_or_else(|p| p.into_inner());
-    reported
-        .get_or_insert_with(HashSet::new)
-        .insert(message.to_owned())
 }
 
 #[cfg(test)]
