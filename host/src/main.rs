@@ -245,7 +245,7 @@ fn protected_stdout() -> Box<dyn std::io::Write> {
         .unwrap_or_else(|_| Box::new(std::io::stdout()))
 }
 
-/// Run one command. Long: one match arm per command, each a few lines.
+/// Run one command: one arm per command, each handing its arguments to the step that runs it.
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     let config_path = cli.config.as_deref();
     match cli.command {
@@ -255,11 +255,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             agent,
             no_watch,
         } => {
+            let watch = !no_watch;
             let args = cli::serve::ServeArgs {
                 listen,
                 stdio,
                 agent,
-                watch: !no_watch,
+                watch,
             };
             cli::serve::serve(config_path, args)
         }
@@ -271,16 +272,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     expires,
                 },
         } => cli::secret::new_secret(&user, agent.as_deref(), expires.as_deref()),
-        Command::Config {
-            reference: true, ..
-        } => {
-            print!("{}", mcp_host::config::reference::markdown());
-            Ok(ExitCode::SUCCESS)
-        }
-        Command::Config { json, .. } => {
-            let config = Config::load(config_path)?;
-            cli::config::print(&config, json, &mut std::io::stdout())
-        }
+        Command::Config { json, reference } => config_command(config_path, json, reference),
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,
@@ -290,40 +282,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             );
             Ok(ExitCode::SUCCESS)
         }
-        Command::New { name, path, sdk } => {
-            let args = cli::new::NewArgs { name, path, sdk };
-            cli::new::new_plugin(args, &mut std::io::stdout())
-        }
+        Command::New { name, path, sdk } => cli::new::new_plugin(
+            cli::new::NewArgs { name, path, sdk },
+            &mut std::io::stdout(),
+        ),
         Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
         Command::Probe { confine, files } => {
-            mcp_host::plugins::probe::run_probe_child(
-                &files,
-                confine.as_deref(),
-                &mut protected_stdout(),
-            )?;
+            let out = &mut protected_stdout();
+            mcp_host::plugins::probe::run_probe_child(&files, confine.as_deref(), out)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::List { json } => {
-            let config = Config::load(config_path)?;
-            init_logging("warn", config.log_format);
-            let host = Host::start(config, host_options())?;
-            cli::inspect::print_list(&host, json, &mut protected_stdout())?;
-            Ok(ExitCode::SUCCESS)
-        }
+        Command::List { json } => list_command(config_path, json),
         Command::Check {
             file,
             permissions,
             json,
-        } => {
-            let config = Config::load(config_path)?;
-            init_logging("warn", config.log_format);
-            let format = if json || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
-                cli::inspect::CheckFormat::Json
-            } else {
-                cli::inspect::CheckFormat::Summary
-            };
-            cli::inspect::check(&config, &file, permissions, format, &mut protected_stdout())
-        }
+        } => check_command(config_path, &file, permissions, json),
         Command::Keygen {
             out,
             name,
@@ -353,14 +327,64 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             plugin,
             args,
             user,
-        } => {
-            let mut config = Config::load(config_path)?;
-            if let Some(file) = &plugin {
-                config.tool_dirs = vec![cli::inspect::plugin_dir(file)?];
-            }
-            init_logging("warn", config.log_format);
-            let options = audited_host_options(&config)?;
-            cli::inspect::call(config, options, &tool, &args, user, &mut protected_stdout())
-        }
+        } => call_command(config_path, &tool, plugin.as_deref(), &args, user),
     }
+}
+
+/// `mcp-host config`: the configuration reference (`--reference`), or the configuration in force.
+fn config_command(
+    config_path: Option<&std::path::Path>,
+    json: bool,
+    reference: bool,
+) -> anyhow::Result<ExitCode> {
+    if reference {
+        print!("{}", mcp_host::config::reference::markdown());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let config = Config::load(config_path)?;
+    cli::config::print(&config, json, &mut std::io::stdout())
+}
+
+/// `mcp-host list`: start a host and list what it serves.
+fn list_command(config_path: Option<&std::path::Path>, json: bool) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    init_logging("warn", config.log_format);
+    let host = Host::start(config, host_options())?;
+    cli::inspect::print_list(&host, json, &mut protected_stdout())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `mcp-host check FILE`: a summary on a terminal, JSON otherwise (or with `--json`).
+fn check_command(
+    config_path: Option<&std::path::Path>,
+    file: &std::path::Path,
+    permissions: bool,
+    json: bool,
+) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    init_logging("warn", config.log_format);
+    let format = if json || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        cli::inspect::CheckFormat::Json
+    } else {
+        cli::inspect::CheckFormat::Summary
+    };
+    cli::inspect::check(&config, file, permissions, format, &mut protected_stdout())
+}
+
+/// `mcp-host call TOOL`: one call through an audited host (of one plugin file's directory, with
+/// `--plugin`).
+fn call_command(
+    config_path: Option<&std::path::Path>,
+    tool: &str,
+    plugin: Option<&std::path::Path>,
+    args: &str,
+    user: Option<String>,
+) -> anyhow::Result<ExitCode> {
+    let mut config = Config::load(config_path)?;
+    if let Some(file) = plugin {
+        config.tool_dirs = vec![cli::inspect::plugin_dir(file)?];
+    }
+    init_logging("warn", config.log_format);
+    let options = audited_host_options(&config)?;
+    cli::inspect::call(config, options, tool, args, user, &mut protected_stdout())
 }

@@ -12,67 +12,92 @@ use mcp_host::{Config, Host};
 use mcp_plugin_sdk::UserInfo;
 use serde_json::Value;
 
-/// Print every discovered tool, prompt and resource (a table, or JSON rows). Long: one row
-/// builder and the table's layout, nothing else.
+/// Print every discovered tool, prompt and resource (a table, or JSON rows): the entries with
+/// quarantines recorded since, then one row each, laid out in columns.
 pub(crate) fn print_list(
     host: &Host,
     json: bool,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<()> {
-    let registry = host.registry();
-    // A running server may have quarantined a plugin this process loaded fine: say so.
-    let mut entries = registry.entries.clone();
+    let entries = entries_now(host);
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
+        return Ok(());
+    }
+    let rows: Vec<[String; 7]> = entries.iter().map(list_row).collect();
+    write_table(&rows, out)?;
+    if rows.is_empty() {
+        writeln!(
+            out,
+            "(no plugins found in: {})",
+            host.config()
+                .tool_dirs
+                .iter()
+                .map(|d| d.path.display().to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        )?;
+    }
+    Ok(())
+}
+
+/// The registry's entries; a running server may have quarantined a plugin this process loaded
+/// fine: its rows say so.
+fn entries_now(host: &Host) -> Vec<mcp_host::registry::Entry> {
+    let mut entries = host.registry().entries.clone();
     for e in entries.iter_mut().filter(|e| e.status == Status::Active) {
         if let Some(r) = mcp_host::plugins::worker::quarantine::recorded(&e.file) {
             e.status = Status::Quarantined(format!("{} (mcp-host pid {})", r.reason, r.pid));
         }
     }
-    if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
-        return Ok(());
-    }
-    let rows: Vec<[String; 7]> = entries
-        .iter()
-        .map(|e| {
-            let status = match &e.status {
-                Status::Active => "active".to_owned(),
-                Status::OverriddenBy(p) => format!("overridden by {}", p.display()),
-                Status::DisabledService(why) => format!("disabled service ({why})"),
-                Status::InvalidName(why) => format!("invalid name ({why})"),
-                Status::InvalidSchema(why) => format!("invalid schema ({why})"),
-                Status::LoadError(why) => format!("load error: {why}"),
-                Status::Quarantined(why) => format!("quarantined ({why})"),
-                Status::Held(why) => format!("held by pinning ({why})"),
-            };
-            let name = match e.kind {
-                Kind::Tool => e.tool.clone(),
-                Kind::Resource => format!("resource {}", e.tool),
-                Kind::ResourceTemplate => format!("template {}", e.tool),
-                Kind::Prompt => format!("prompt {}", e.tool),
-            };
-            [
-                name,
-                status,
-                e.service.clone().unwrap_or_else(|| "-".into()),
-                e.plugin.clone().unwrap_or_else(|| "-".into()),
-                isolation(e),
-                e.signer.clone().unwrap_or_else(|| "-".into()),
-                e.file.display().to_string(),
-            ]
-        })
-        .collect();
-    let header = [
-        "NAME",
-        "STATUS",
-        "SERVICE",
-        "PLUGIN",
-        "ISOLATION",
-        "SIGNER",
-        "FILE",
+    entries
+}
+
+/// The columns of the table.
+const LIST_HEADER: [&str; 7] = [
+    "NAME",
+    "STATUS",
+    "SERVICE",
+    "PLUGIN",
+    "ISOLATION",
+    "SIGNER",
+    "FILE",
+];
+
+/// One entry's row, in [`LIST_HEADER`]'s order.
+fn list_row(e: &mcp_host::registry::Entry) -> [String; 7] {
+    let status = match &e.status {
+        Status::Active => "active".to_owned(),
+        Status::OverriddenBy(p) => format!("overridden by {}", p.display()),
+        Status::DisabledService(why) => format!("disabled service ({why})"),
+        Status::InvalidName(why) => format!("invalid name ({why})"),
+        Status::InvalidSchema(why) => format!("invalid schema ({why})"),
+        Status::LoadError(why) => format!("load error: {why}"),
+        Status::Quarantined(why) => format!("quarantined ({why})"),
+        Status::Held(why) => format!("held by pinning ({why})"),
+    };
+    let name = match e.kind {
+        Kind::Tool => e.tool.clone(),
+        Kind::Resource => format!("resource {}", e.tool),
+        Kind::ResourceTemplate => format!("template {}", e.tool),
+        Kind::Prompt => format!("prompt {}", e.tool),
+    };
+    [
+        name,
+        status,
+        e.service.clone().unwrap_or_else(|| "-".into()),
+        e.plugin.clone().unwrap_or_else(|| "-".into()),
+        isolation(e),
+        e.signer.clone().unwrap_or_else(|| "-".into()),
+        e.file.display().to_string(),
     ]
-    .map(str::to_owned);
+}
+
+/// The header and `rows` in columns as wide as their widest cell (at most 60), the last one free.
+fn write_table(rows: &[[String; 7]], out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let header = LIST_HEADER.map(str::to_owned);
     let mut widths = header.clone().map(|h| h.len());
-    for row in &rows {
+    for row in rows {
         for (w, cell) in widths.iter_mut().zip(row) {
             *w = (*w).max(cell.chars().count()).min(60);
         }
@@ -87,18 +112,6 @@ pub(crate) fn print_list(
             }
         }
         writeln!(out, "{}", line.trim_end())?;
-    }
-    if rows.is_empty() {
-        writeln!(
-            out,
-            "(no plugins found in: {})",
-            host.config()
-                .tool_dirs
-                .iter()
-                .map(|d| d.path.display().to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )?;
     }
     Ok(())
 }

@@ -28,7 +28,8 @@ enum Sdk {
     Version(String),
 }
 
-/// Scaffold the crate and say what to do next.
+/// Scaffold the crate and say what to do next: check the name and the directory, find the SDK,
+/// write the files, then print the next steps.
 pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow::Result<ExitCode> {
     check_name(&args.name)?;
     let dir = args.path.unwrap_or_else(|| PathBuf::from(&args.name));
@@ -36,23 +37,7 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
         bail!("{} already exists and is not empty", dir.display());
     }
     let sdk = match args.sdk {
-        Some(path) => {
-            let sdk = std::fs::canonicalize(&path)
-                .with_context(|| format!("--sdk {}: no such directory", path.display()))?;
-            let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).unwrap_or_default();
-            if !manifest.contains("name = \"mcp-plugin-sdk\"") {
-                bail!(
-                    "--sdk {}: not the mcp-plugin-sdk crate (no Cargo.toml naming it); give the \
-                     plugin-sdk directory of an mcp-host checkout",
-                    path.display()
-                );
-            }
-            let lock = sdk
-                .parent()
-                .map(|root| root.join("Cargo.lock"))
-                .filter(|l| l.is_file());
-            Sdk::Path(sdk, lock)
-        }
+        Some(path) => Sdk::checkout(&path)?,
         None => Sdk::Version(
             mcp_plugin_sdk::wire::BuildInfo::host()
                 .sdk_version
@@ -60,33 +45,67 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
         ),
     };
     let krate = args.name.replace('-', "_");
+    write_crate(&dir, &args.name, &krate, &sdk)?;
+    print_next_steps(out, &args.name, &krate, &dir, &sdk)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+impl Sdk {
+    /// `--sdk DIR`: the `plugin-sdk` directory of a checkout, and its workspace's `Cargo.lock`.
+    fn checkout(path: &Path) -> anyhow::Result<Sdk> {
+        let sdk = std::fs::canonicalize(path)
+            .with_context(|| format!("--sdk {}: no such directory", path.display()))?;
+        let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).unwrap_or_default();
+        if !manifest.contains("name = \"mcp-plugin-sdk\"") {
+            bail!(
+                "--sdk {}: not the mcp-plugin-sdk crate (no Cargo.toml naming it); give the \
+                 plugin-sdk directory of an mcp-host checkout",
+                path.display()
+            );
+        }
+        let lock = sdk
+            .parent()
+            .map(|root| root.join("Cargo.lock"))
+            .filter(|l| l.is_file());
+        Ok(Sdk::Path(sdk, lock))
+    }
+}
+
+/// Write the crate's files into `dir` from the templates (and a checkout's `Cargo.lock`).
+fn write_crate(dir: &Path, name: &str, krate: &str, sdk: &Sdk) -> anyhow::Result<()> {
     let fill = |template: &str| {
         template
-            .replace("{{name}}", &args.name)
-            .replace("{{crate}}", &krate)
-            .replace("{{library}}", &library_file(&krate))
+            .replace("{{name}}", name)
+            .replace("{{crate}}", krate)
+            .replace("{{library}}", &library_file(krate))
             .replace("{{version}}", env!("CARGO_PKG_VERSION"))
     };
     std::fs::create_dir_all(dir.join("src"))
         .with_context(|| format!("cannot create {}", dir.display()))?;
     let manifest = fill(CARGO_TOML)
-        .replace("{{sdk}}", &sdk_dependency(&sdk, false))
-        .replace("{{sdk_testing}}", &sdk_dependency(&sdk, true));
+        .replace("{{sdk}}", &sdk_dependency(sdk, false))
+        .replace("{{sdk_testing}}", &sdk_dependency(sdk, true));
     write(&dir.join("Cargo.toml"), &manifest)?;
     write(&dir.join("src/lib.rs"), &fill(LIB_RS))?;
     write(&dir.join("README.md"), &fill(README_MD))?;
     write(&dir.join(".gitignore"), "/target\n")?;
-    if let Sdk::Path(_, Some(lock)) = &sdk {
+    if let Sdk::Path(_, Some(lock)) = sdk {
         // Cargo keeps the versions it needs from it and drops the rest at the first build.
         let _ = std::fs::copy(lock, dir.join("Cargo.lock"));
     }
-    writeln!(
-        out,
-        "Created plugin crate `{}` in {}",
-        args.name,
-        dir.display()
-    )?;
-    match &sdk {
+    Ok(())
+}
+
+/// Say what was made, which SDK it builds on, and how to test, build, call and install it.
+fn print_next_steps(
+    out: &mut dyn std::io::Write,
+    name: &str,
+    krate: &str,
+    dir: &Path,
+    sdk: &Sdk,
+) -> std::io::Result<()> {
+    writeln!(out, "Created plugin crate `{name}` in {}", dir.display())?;
+    match sdk {
         Sdk::Path(path, _) => writeln!(out, "SDK: {}", path.display())?,
         Sdk::Version(version) => writeln!(
             out,
@@ -104,14 +123,13 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
     writeln!(
         out,
         "  mcp-host call --plugin target/release/{} greet --args '{{\"name\": \"Ada\"}}'",
-        library_file(&krate)
+        library_file(krate)
     )?;
     writeln!(
         out,
         "  cp target/release/{} <a tool directory>   # picked up by a running mcp-host",
-        library_file(&krate)
-    )?;
-    Ok(ExitCode::SUCCESS)
+        library_file(krate)
+    )
 }
 
 /// A package name cargo takes and a plugin name the host can use for a data directory.

@@ -23,7 +23,9 @@ pub(crate) struct ServeArgs {
     pub(crate) watch: bool,
 }
 
-/// Run the server until stdin closes (stdio) or a shutdown signal (HTTP).
+/// Run the server until stdin closes (stdio) or a shutdown signal (HTTP): protect stdout, read
+/// the configuration and start logging, build the runtime, start the host on it, serve, then
+/// shut down.
 pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Result<ExitCode> {
     // stdout belongs to the protocol: take it before anything (a plugin above all) can print.
     let protocol_out = if args.stdio {
@@ -44,69 +46,97 @@ pub(crate) fn serve(config_path: Option<&Path>, args: ServeArgs) -> anyhow::Resu
         listen: args.listen,
     };
     overrides.apply(&mut config);
-    // stdio serves one client, whose requests mostly finish on the thread that reads them (tool
-    // calls run on the executor's pool either way): the runtime needs no threads of its own. A
-    // multi-threaded runtime started at once would make every later memory-map change of start-up
-    // interrupt its idle workers' CPUs.
-    let mut builder = if args.stdio {
-        tokio::runtime::Builder::new_current_thread()
-    } else {
-        let mut builder = tokio::runtime::Builder::new_multi_thread();
-        builder.worker_threads(mcp_host::exec::cores());
-        builder
-    };
-    let runtime = builder.enable_all().thread_name("mcp-host").build()?;
-    // Started on a thread of the runtime's blocking pool, while the runtime runs: plugin workers'
-    // channels are read on it, their first answers included.
-    let options = mcp_host::HostOptions {
-        // Serving: plugins that allow it load at their first call.
-        load_on_first_call: true,
-        overrides,
-        ..crate::audited_host_options(&config)?
-    };
-    let start = {
-        let config = config.clone();
-        move || Host::start(config, options)
-    };
-    let host = runtime
-        .block_on(async { tokio::task::spawn_blocking(start).await })
-        .context("starting the host")??;
+    let runtime = runtime_for(args.stdio)?;
+    let host = start_host(&runtime, &config, overrides)?;
     if let Some(name) = &args.agent {
         host.access()
             .agent(name)
             .with_context(|| format!("--agent {name}: no such agent in the configuration"))?;
     }
     let watcher = start_watching(&host, args.watch);
-    let grace =
-        Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
-    let result = runtime.block_on(async {
-        let protocol = open_store(&host, &config).await?;
-        spawn_sighup_rescan(host.clone(), watcher.clone());
-        if let Some(addr) = config.metrics_listen {
-            let listener = transport::http::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr} (metrics_listen)"))?;
-            tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
-            tokio::spawn(transport::http::metrics::serve(host.clone(), listener));
-        }
-        let relay = {
-            let protocol = protocol.clone();
-            tokio::spawn(async move { protocol.relay_announcements().await })
-        };
-        let served = match protocol_out {
-            Some(out) => serve_stdio(protocol.clone(), out, &config, args.agent, grace).await,
-            None => serve_http(protocol.clone(), &config, grace).await,
-        };
-        relay.abort();
-        protocol.stop_tasks().await;
-        served
-    });
+    let result = runtime.block_on(serve_until_stopped(
+        &host,
+        &config,
+        protocol_out,
+        args.agent,
+        watcher.clone(),
+    ));
     host.shutdown();
     runtime.shutdown_timeout(Duration::from_millis(200));
     result?;
     tracing::info!("stopped");
     drop(logging);
     Ok(ExitCode::SUCCESS)
+}
+
+/// The async runtime. stdio serves one client, whose requests mostly finish on the thread that
+/// reads them (tool calls run on the executor's pool either way): the runtime needs no threads of
+/// its own. A multi-threaded runtime started at once would make every later memory-map change of
+/// start-up interrupt its idle workers' CPUs.
+fn runtime_for(stdio: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    let mut builder = if stdio {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut builder = tokio::runtime::Builder::new_multi_thread();
+        builder.worker_threads(mcp_host::exec::cores());
+        builder
+    };
+    builder.enable_all().thread_name("mcp-host").build()
+}
+
+/// Start the host on a thread of the runtime's blocking pool, while the runtime runs: plugin
+/// workers' channels are read on it, their first answers included.
+fn start_host(
+    runtime: &tokio::runtime::Runtime,
+    config: &Config,
+    overrides: mcp_host::config::Overrides,
+) -> anyhow::Result<Host> {
+    let options = mcp_host::HostOptions {
+        // Serving: plugins that allow it load at their first call.
+        load_on_first_call: true,
+        overrides,
+        ..crate::audited_host_options(config)?
+    };
+    let start = {
+        let config = config.clone();
+        move || Host::start(config, options)
+    };
+    Ok(runtime
+        .block_on(async { tokio::task::spawn_blocking(start).await })
+        .context("starting the host")??)
+}
+
+/// Serve on stdio (`protocol_out`) or HTTP, with the store, SIGHUP rescans, the metrics listener
+/// and the announcement relay, until the transport ends; then stop the tasks.
+async fn serve_until_stopped(
+    host: &Host,
+    config: &Config,
+    protocol_out: Option<std::fs::File>,
+    agent: Option<String>,
+    watcher: Option<Arc<Watcher>>,
+) -> anyhow::Result<()> {
+    let grace =
+        Duration::try_from_secs_f64(config.shutdown_grace_secs).unwrap_or(Duration::from_secs(10));
+    let protocol = open_store(host, config).await?;
+    spawn_sighup_rescan(host.clone(), watcher);
+    if let Some(addr) = config.metrics_listen {
+        let listener = transport::http::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen on {addr} (metrics_listen)"))?;
+        tracing::info!("metrics on http://{}/metrics", listener.local_addr()?);
+        tokio::spawn(transport::http::metrics::serve(host.clone(), listener));
+    }
+    let relay = {
+        let protocol = protocol.clone();
+        tokio::spawn(async move { protocol.relay_announcements().await })
+    };
+    let served = match protocol_out {
+        Some(out) => serve_stdio(protocol.clone(), out, config, agent, grace).await,
+        None => serve_http(protocol.clone(), config, grace).await,
+    };
+    relay.abort();
+    protocol.stop_tasks().await;
+    served
 }
 
 /// The protocol engine over `host` with the configured store (tasks; legacy sessions and events

@@ -491,50 +491,36 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// Set the top-level keys a layer has (paths resolved against its file). Long: one `if let` per
-/// key, nothing else.
-fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(), ConfigError> {
-    if let Some(dirs) = layer.tool_dirs {
-        let dirs: Vec<ToolDir> = dirs
-            .into_iter()
-            .map(|d| match d {
-                ToolDirEntry::Path(p) => ToolDir {
-                    path: absolute(&origin.base_dir, &p),
-                    ..ToolDir::default()
-                },
-                ToolDirEntry::Detailed(d) => ToolDir {
-                    path: absolute(&origin.base_dir, &d.path),
-                    prefix: d.prefix,
-                    files: d.files,
-                    isolation: d.isolation,
-                    require_signature: d.require_signature,
-                    pinning: d.pinning,
-                    optional: d.optional,
-                },
-            })
-            .collect();
-        for (i, dir) in dirs.iter().enumerate() {
-            dir.file_selection().map_err(|e| ConfigError::Invalid {
-                origin: origin.name.clone(),
-                key: format!("tool_dirs.{i}.files"),
-                message: e.to_string(),
-            })?;
-        }
-        config.tool_dirs = dirs;
+/// Set the top-level keys a layer has (paths resolved against its file): where plugins come from
+/// and how they load, then how the host serves.
+fn apply_layer(config: &mut Config, mut layer: Layer, origin: &Origin) -> Result<(), ConfigError> {
+    apply_loading(config, &mut layer, origin)?;
+    apply_serving(config, &mut layer, origin)
+}
+
+/// The keys of where plugins come from and how they load: `tool_dirs`, `data_dir`,
+/// `runtime_dir`, `probe`, `load_on_first_call`, `probe_cache`.
+fn apply_loading(
+    config: &mut Config,
+    layer: &mut Layer,
+    origin: &Origin,
+) -> Result<(), ConfigError> {
+    if let Some(dirs) = layer.tool_dirs.take() {
+        config.tool_dirs = tool_dirs(dirs, origin)?;
     }
-    if let Some(dir) = layer.data_dir {
+    if let Some(dir) = layer.data_dir.take() {
         config.data_dir = absolute(&origin.base_dir, &dir);
     }
-    if let Some(dir) = layer.runtime_dir {
+    if let Some(dir) = layer.runtime_dir.take() {
         config.runtime_dir = Some(absolute(&origin.base_dir, &dir));
     }
-    if let Some(probe) = layer.probe {
+    if let Some(probe) = layer.probe.take() {
         config.probe = probe;
     }
-    if let Some(lazy) = layer.load_on_first_call {
+    if let Some(lazy) = layer.load_on_first_call.take() {
         config.load_on_first_call = lazy;
     }
-    match layer.probe_cache {
+    match layer.probe_cache.take() {
         None => {}
         Some(Value::Bool(false)) | Some(Value::Null) => config.probe_cache = None,
         Some(Value::String(p)) => {
@@ -548,41 +534,81 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
             });
         }
     }
-    if let Some(listen) = layer.listen {
+    Ok(())
+}
+
+/// A layer's `tool_dirs`, resolved against its file, each `files` selection checked.
+fn tool_dirs(dirs: Vec<ToolDirEntry>, origin: &Origin) -> Result<Vec<ToolDir>, ConfigError> {
+    let dirs: Vec<ToolDir> = dirs
+        .into_iter()
+        .map(|d| match d {
+            ToolDirEntry::Path(p) => ToolDir {
+                path: absolute(&origin.base_dir, &p),
+                ..ToolDir::default()
+            },
+            ToolDirEntry::Detailed(d) => ToolDir {
+                path: absolute(&origin.base_dir, &d.path),
+                prefix: d.prefix,
+                files: d.files,
+                isolation: d.isolation,
+                require_signature: d.require_signature,
+                pinning: d.pinning,
+                optional: d.optional,
+            },
+        })
+        .collect();
+    for (i, dir) in dirs.iter().enumerate() {
+        dir.file_selection().map_err(|e| ConfigError::Invalid {
+            origin: origin.name.clone(),
+            key: format!("tool_dirs.{i}.files"),
+            message: e.to_string(),
+        })?;
+    }
+    Ok(dirs)
+}
+
+/// The keys of how the host serves: listening, shutdown, stdio user, paging, caching,
+/// instructions, logs, audit, metrics, store and replica.
+fn apply_serving(
+    config: &mut Config,
+    layer: &mut Layer,
+    origin: &Origin,
+) -> Result<(), ConfigError> {
+    if let Some(listen) = layer.listen.take() {
         config.listen = listen.0;
     }
-    if let Some(v) = layer.shutdown_grace_secs {
+    if let Some(v) = layer.shutdown_grace_secs.take() {
         config.shutdown_grace_secs = v;
     }
-    if let Some(v) = layer.stdio_user {
+    if let Some(v) = layer.stdio_user.take() {
         config.stdio_user = Some(v);
     }
-    if let Some(v) = layer.list_page_size {
+    if let Some(v) = layer.list_page_size.take() {
         config.list_page_size = v.max(1);
     }
-    if let Some(v) = layer.cache_ttl_ms {
+    if let Some(v) = layer.cache_ttl_ms.take() {
         config.cache_ttl_ms = v;
     }
-    if let Some(v) = layer.instructions {
+    if let Some(v) = layer.instructions.take() {
         config.instructions = Some(v);
     }
-    if let Some(v) = layer.log_format {
+    if let Some(v) = layer.log_format.take() {
         config.log_format = v;
     }
-    if let Some(v) = layer.audit_log {
+    if let Some(v) = layer.audit_log.take() {
         config.audit_log = Some(if v == Path::new("stderr") {
             v
         } else {
             absolute(&origin.base_dir, &v)
         });
     }
-    if let Some(v) = layer.metrics_listen {
+    if let Some(v) = layer.metrics_listen.take() {
         config.metrics_listen = Some(v.0);
     }
-    if let Some(v) = layer.metrics_token {
+    if let Some(v) = layer.metrics_token.take() {
         config.metrics_token = Some(v).filter(|t| !t.is_empty());
     }
-    if let Some(v) = layer.store {
+    if let Some(v) = layer.store.take() {
         config.store =
             StoreSetting::parse(&v, &origin.base_dir).map_err(|message| ConfigError::Invalid {
                 origin: origin.name.clone(),
@@ -590,7 +616,7 @@ fn apply_layer(config: &mut Config, layer: Layer, origin: &Origin) -> Result<(),
                 message,
             })?;
     }
-    if let Some(v) = layer.replica {
+    if let Some(v) = layer.replica.take() {
         config.replica = Some(v).filter(|r| !r.trim().is_empty());
     }
     Ok(())

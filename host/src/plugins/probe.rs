@@ -15,7 +15,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -157,34 +157,15 @@ impl Prober {
             .collect()
     }
 
-    /// Run one child over `files`; returns how many got an answer before it stopped.
+    /// Run one child over `files`; returns how many got an answer before it stopped: start it,
+    /// read its answers as they come, and charge the file it stopped at with the reason.
     fn run_child(
         &self,
         files: &[PathBuf],
         results: &mut [Option<Result<BuildInfo, LoadError>>],
         confine: &Confinement,
     ) -> usize {
-        let mut command = Command::new(&self.exe);
-        command.env_clear();
-        for var in confine.env() {
-            if let Some(value) = std::env::var_os(var) {
-                command.env(var, value);
-            }
-        }
-        // A confinement always serialises (plain data), so the fallback is never used.
-        let confine_json = serde_json::to_string(confine).unwrap_or_default();
-        let spawned = command
-            .arg("probe")
-            .arg("--confine")
-            .arg(confine_json)
-            .arg("--")
-            .args(files)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .env("RUST_LOG", "off")
-            .spawn();
-        let mut child = match spawned {
+        let mut child = match self.spawn_child(files, confine) {
             Ok(c) => c,
             Err(e) => {
                 for r in results.iter_mut() {
@@ -204,6 +185,52 @@ impl Prober {
             let pid = child.id();
             std::thread::spawn(move || log_output(pid, stderr))
         });
+        let (answered, timed_out) = self.read_answers(&mut child, stdout, results);
+        let status = child.wait();
+        if let Some(output) = output {
+            let _ = output.join();
+        }
+        if answered < files.len() {
+            let why = self.stop_reason(timed_out, status);
+            results[answered] = Some(Err(LoadError::Probe(format!(
+                "crashed the probe process: {why}; the file is damaged or not a plugin"
+            ))));
+        }
+        answered
+    }
+
+    /// The probe child over `files`, with only the environment `confine` passes on.
+    fn spawn_child(&self, files: &[PathBuf], confine: &Confinement) -> std::io::Result<Child> {
+        let mut command = Command::new(&self.exe);
+        command.env_clear();
+        for var in confine.env() {
+            if let Some(value) = std::env::var_os(var) {
+                command.env(var, value);
+            }
+        }
+        // A confinement always serialises (plain data), so the fallback is never used.
+        let confine_json = serde_json::to_string(confine).unwrap_or_default();
+        command
+            .arg("probe")
+            .arg("--confine")
+            .arg(confine_json)
+            .arg("--")
+            .args(files)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .env("RUST_LOG", "off")
+            .spawn()
+    }
+
+    /// Record the child's answers until its output ends, or no answer came for a file's timeout
+    /// (the child is killed then); returns how many files were answered and whether it timed out.
+    fn read_answers(
+        &self,
+        child: &mut Child,
+        stdout: ChildStdout,
+        results: &mut [Option<Result<BuildInfo, LoadError>>],
+    ) -> (usize, bool) {
         let (tx, rx) = mpsc::channel::<String>();
         let reader = std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines() {
@@ -231,28 +258,23 @@ impl Prober {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
-        let status = child.wait();
+        // After a kill the pipe closes, so the reader ends.
         let _ = reader.join();
-        if let Some(output) = output {
-            let _ = output.join();
+        (answered, timed_out)
+    }
+
+    /// Why the child stopped before answering every file.
+    fn stop_reason(&self, timed_out: bool, status: std::io::Result<ExitStatus>) -> String {
+        if timed_out {
+            return format!(
+                "probe timed out after {} s while loading it (a hang in dlopen or a static constructor)",
+                self.file_timeout.as_secs()
+            );
         }
-        if answered < files.len() {
-            let why = if timed_out {
-                format!(
-                    "probe timed out after {} s while loading it (a hang in dlopen or a static constructor)",
-                    self.file_timeout.as_secs()
-                )
-            } else {
-                match status {
-                    Ok(s) => describe_exit(s),
-                    Err(e) => format!("probe process lost: {e}"),
-                }
-            };
-            results[answered] = Some(Err(LoadError::Probe(format!(
-                "crashed the probe process: {why}; the file is damaged or not a plugin"
-            ))));
+        match status {
+            Ok(s) => describe_exit(s),
+            Err(e) => format!("probe process lost: {e}"),
         }
-        answered
     }
 }
 

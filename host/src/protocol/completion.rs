@@ -2,6 +2,9 @@
 //! variable (`ref/resource`), from the completion function the plugin declared for it (none: no
 //! values).
 
+use std::sync::Arc;
+use std::time::Duration;
+
 use mcp_plugin_sdk::wire::{CallEnvelope, CallerNeed, CompletionTarget};
 use serde_json::{Map, Value, json};
 
@@ -9,6 +12,7 @@ use super::invoke::{self, Invocation};
 use super::jsonrpc::RpcError;
 use super::resources::visible;
 use super::{Answer, Protocol, Request, prompts};
+use crate::plugins::slot::PluginSlot;
 
 fn string<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a str, RpcError> {
     v.and_then(Value::as_str).ok_or_else(|| {
@@ -16,7 +20,26 @@ fn string<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a str, RpcError> {
     })
 }
 
-/// `completion/complete`. (Long: the request's checks, then the one plugin call, in order.)
+/// What a completion is asked of: the prompt or resource template, its arguments, and which of
+/// them have a completion function.
+struct Completable {
+    slot: Arc<PluginSlot>,
+    index: u32,
+    target: CompletionTarget,
+    arguments: Vec<String>,
+    completions: Vec<String>,
+    timeout: Duration,
+    /// How the call is named in errors and logs.
+    what: String,
+}
+
+/// No values (nothing to complete, or the plugin gave none usable).
+fn no_values() -> Answer {
+    Answer::plain(json!({ "completion": { "values": [], "total": 0, "hasMore": false } }))
+}
+
+/// `completion/complete`: read the argument and the reference, find what it refers to, check
+/// the argument is one of its own, then ask the plugin (when it completes that argument).
 pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let reference = req.params.get("ref");
     let argument = req.params.get("argument");
@@ -29,85 +52,92 @@ pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<A
         .and_then(Value::as_object)
         .cloned()
         .unwrap_or_default();
-    let registry = protocol.host.registry();
     let kind = string(reference.and_then(|r| r.get("type")), "ref.type")?;
-    let (slot, index, target, arguments, completions, timeout, what) = match kind {
-        "ref/prompt" => {
-            let prompt_name = string(reference.and_then(|r| r.get("name")), "ref.name")?;
-            let p = prompts::find(protocol, req, prompt_name)?;
-            let args: Vec<String> = p
-                .descriptor
-                .arguments
-                .iter()
-                .map(|a| a.name.clone())
-                .collect();
-            (
-                Clone::clone(&p.slot),
-                p.index,
-                CompletionTarget::Prompt,
-                args,
-                p.descriptor.completions.clone(),
-                p.timeout,
-                format!("completion of prompt {prompt_name}"),
-            )
-        }
-        "ref/resource" => {
-            let uri = string(reference.and_then(|r| r.get("uri")), "ref.uri")?;
-            let r = registry
-                .template(uri)
-                .or_else(|| registry.resource(uri))
-                .filter(|r| visible(req, &r.uri))
-                .ok_or_else(|| {
-                    RpcError::invalid_params(format!("Unknown resource template: {uri}"))
-                })?;
-            let vars = r
-                .template
-                .as_ref()
-                .map(|t| t.variables().to_vec())
-                .unwrap_or_default();
-            (
-                Clone::clone(&r.slot),
-                r.index,
-                CompletionTarget::Resource,
-                vars,
-                r.descriptor.completions.clone(),
-                r.timeout,
-                format!("completion of resource {uri}"),
-            )
-        }
+    let target = match kind {
+        "ref/prompt" => prompt_target(protocol, req, reference)?,
+        "ref/resource" => resource_target(protocol, req, reference)?,
         other => {
             return Err(RpcError::invalid_params(format!(
                 "unknown ref.type {other:?}: expected ref/prompt or ref/resource"
             )));
         }
     };
-    if !arguments.iter().any(|a| a == name) {
+    if !target.arguments.iter().any(|a| a == name) {
         return Err(RpcError::invalid_params(format!(
-            "{what}: no argument named {name}"
+            "{}: no argument named {name}",
+            target.what
         )));
     }
-    if !completions.iter().any(|a| a == name) {
-        return Ok(Answer::plain(
-            json!({ "completion": { "values": [], "total": 0, "hasMore": false } }),
-        ));
+    if !target.completions.iter().any(|a| a == name) {
+        return Ok(no_values());
     }
     let call = Invocation {
-        slot: &slot,
+        slot: &target.slot,
         envelope: CallEnvelope::Complete {
-            target,
-            index,
+            target: target.target,
+            index: target.index,
             argument: name.to_owned(),
             value: value.to_owned(),
             context,
         },
         caller: CallerNeed::Optional,
-        timeout,
-        what,
+        timeout: target.timeout,
+        what: target.what,
     };
     match invoke::run(protocol, req, call, None).await? {
         Some(result) if result["completion"]["values"].is_array() => Ok(Answer::plain(result)),
-        _ => Ok(Answer::plain(
-            json!({ "completion": { "values": [], "total": 0, "hasMore": false } }),
-        )),
+        _ => Ok(no_values()),
     }
+}
+
+/// `ref/prompt`: the prompt named `ref.name`, as the client may see it.
+fn prompt_target(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    reference: Option<&Value>,
+) -> Result<Completable, RpcError> {
+    let prompt_name = string(reference.and_then(|r| r.get("name")), "ref.name")?;
+    let p = prompts::find(protocol, req, prompt_name)?;
+    Ok(Completable {
+        slot: Arc::clone(&p.slot),
+        index: p.index,
+        target: CompletionTarget::Prompt,
+        arguments: p
+            .descriptor
+            .arguments
+            .iter()
+            .map(|a| a.name.clone())
+            .collect(),
+        completions: p.descriptor.completions.clone(),
+        timeout: p.timeout,
+        what: format!("completion of prompt {prompt_name}"),
+    })
+}
+
+/// `ref/resource`: the resource template (or resource) `ref.uri`, when the client may see it.
+fn resource_target(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    reference: Option<&Value>,
+) -> Result<Completable, RpcError> {
+    let uri = string(reference.and_then(|r| r.get("uri")), "ref.uri")?;
+    let registry = protocol.host.registry();
+    let r = registry
+        .template(uri)
+        .or_else(|| registry.resource(uri))
+        .filter(|r| visible(req, &r.uri))
+        .ok_or_else(|| RpcError::invalid_params(format!("Unknown resource template: {uri}")))?;
+    Ok(Completable {
+        slot: Arc::clone(&r.slot),
+        index: r.index,
+        target: CompletionTarget::Resource,
+        arguments: r
+            .template
+            .as_ref()
+            .map(|t| t.variables().to_vec())
+            .unwrap_or_default(),
+        completions: r.descriptor.completions.clone(),
+        timeout: r.timeout,
+        what: format!("completion of resource {uri}"),
+    })
 }
