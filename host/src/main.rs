@@ -254,16 +254,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             stdio,
             agent,
             no_watch,
-        } => {
-            let watch = !no_watch;
-            let args = cli::serve::ServeArgs {
-                listen,
-                stdio,
-                agent,
-                watch,
-            };
-            cli::serve::serve(config_path, args)
-        }
+        } => serve_command(config_path, listen, stdio, agent, !no_watch),
         Command::Secret {
             command:
                 SecretCommand::New {
@@ -304,10 +295,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             password_env,
             no_password,
             force,
-        } => {
-            let password = cli::keygen::Password::from_args(password_env.as_deref(), no_password)?;
-            cli::keygen::keygen(&out, name.as_deref(), password, force)
-        }
+        } => keygen_command(
+            &out,
+            name.as_deref(),
+            password_env.as_deref(),
+            no_password,
+            force,
+        ),
         Command::Sign {
             key,
             password_env,
@@ -329,6 +323,36 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             user,
         } => call_command(config_path, &tool, plugin.as_deref(), &args, user),
     }
+}
+
+/// `mcp-host serve`: the host on stdio or Streamable HTTP until it is stopped.
+fn serve_command(
+    config_path: Option<&std::path::Path>,
+    listen: Option<std::net::SocketAddr>,
+    stdio: bool,
+    agent: Option<String>,
+    watch: bool,
+) -> anyhow::Result<ExitCode> {
+    let args = cli::serve::ServeArgs {
+        listen,
+        stdio,
+        agent,
+        watch,
+    };
+    cli::serve::serve(config_path, args)
+}
+
+/// `mcp-host keygen OUT`: a signing key pair, its secret key protected by a password unless
+/// `--no-password`.
+fn keygen_command(
+    out: &std::path::Path,
+    name: Option<&str>,
+    password_env: Option<&str>,
+    no_password: bool,
+    force: bool,
+) -> anyhow::Result<ExitCode> {
+    let password = cli::keygen::Password::from_args(password_env, no_password)?;
+    cli::keygen::keygen(out, name, password, force)
 }
 
 /// `mcp-host config`: the configuration reference (`--reference`), or the configuration in force.

@@ -302,9 +302,25 @@ impl Authenticator {
         validation
     }
 
-    /// Verify a JWT: key, algorithm, claims, audience. (Long: each check with its own error.)
+    /// Verify a JWT: the keys for its algorithm, then each key in turn until one verifies it
+    /// (signature, time, issuer, audience), then the caller its claims name.
     fn verify_jwt(&self, token: &str, also_audience: Option<&str>) -> Result<Verified, AuthError> {
         let header = decode_header(token).map_err(|_| AuthError::Invalid)?;
+        let keys = self.keys_for(&header)?;
+        let validation = self.validation(header.alg, also_audience);
+        let mut last = AuthError::Invalid;
+        for key in &keys {
+            match decode::<Value>(token, key, &validation) {
+                Ok(data) => return self.verified(&data.claims),
+                Err(e) => last = decode_error(&e)?,
+            }
+        }
+        Err(last)
+    }
+
+    /// The keys that may have signed a token with `header`: the shared secrets for HS256, the
+    /// public keys and matching JWKS keys for RS256 and ES256; no other algorithm.
+    fn keys_for(&self, header: &jsonwebtoken::Header) -> Result<Vec<DecodingKey>, AuthError> {
         let keys: Vec<DecodingKey> = match header.alg {
             Algorithm::HS256 => self.hs256.iter().cloned().collect(),
             Algorithm::RS256 | Algorithm::ES256 => {
@@ -332,57 +348,52 @@ impl Authenticator {
                 header.alg
             )));
         }
-        let validation = self.validation(header.alg, also_audience);
-        let mut last = AuthError::Invalid;
-        for key in &keys {
-            match decode::<Value>(token, key, &validation) {
-                Ok(data) => {
-                    let claims = data.claims;
-                    let user_id = claims
-                        .get("sub")
-                        .and_then(Value::as_str)
-                        .filter(|s| !s.is_empty())
-                        .ok_or_else(|| AuthError::Rejected("no `sub` claim".into()))?
-                        .to_owned();
-                    if !valid_user_id(&user_id) {
-                        return Err(AuthError::Rejected(
-                            "the `sub` claim has leading or trailing whitespace".into(),
-                        ));
-                    }
-                    let agent = match claims.get(&self.agent_claim) {
-                        None | Some(Value::Null) => None,
-                        Some(Value::String(a)) => Some(a.clone()),
-                        // A binding we cannot read must not silently become "unbound".
-                        Some(_) => {
-                            return Err(AuthError::Rejected(format!(
-                                "the `{}` claim must be a string",
-                                self.agent_claim
-                            )));
-                        }
-                    };
-                    return Ok(Verified { user_id, agent });
-                }
-                Err(e) => {
-                    use jsonwebtoken::errors::ErrorKind;
-                    last = match e.kind() {
-                        ErrorKind::ExpiredSignature => return Err(AuthError::Expired),
-                        ErrorKind::InvalidAudience => return Err(AuthError::WrongAudience),
-                        ErrorKind::ImmatureSignature => {
-                            return Err(AuthError::Rejected("not valid yet (nbf)".into()));
-                        }
-                        ErrorKind::InvalidIssuer => {
-                            return Err(AuthError::Rejected("wrong issuer".into()));
-                        }
-                        ErrorKind::MissingRequiredClaim(c) => {
-                            return Err(AuthError::Rejected(format!("missing claim {c}")));
-                        }
-                        ErrorKind::InvalidSignature => AuthError::Rejected("bad signature".into()),
-                        _ => AuthError::Invalid,
-                    };
-                }
-            }
+        Ok(keys)
+    }
+
+    /// The caller a verified token's claims name: its `sub`, and its agent binding if any.
+    fn verified(&self, claims: &Value) -> Result<Verified, AuthError> {
+        let user_id = claims
+            .get("sub")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .ok_or_else(|| AuthError::Rejected("no `sub` claim".into()))?
+            .to_owned();
+        if !valid_user_id(&user_id) {
+            return Err(AuthError::Rejected(
+                "the `sub` claim has leading or trailing whitespace".into(),
+            ));
         }
-        Err(last)
+        let agent = match claims.get(&self.agent_claim) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(a)) => Some(a.clone()),
+            // A binding we cannot read must not silently become "unbound".
+            Some(_) => {
+                return Err(AuthError::Rejected(format!(
+                    "the `{}` claim must be a string",
+                    self.agent_claim
+                )));
+            }
+        };
+        Ok(Verified { user_id, agent })
+    }
+}
+
+/// What a failed verification with one key means: `Err` ends the verification (the token itself
+/// is refused: expired, wrong audience, not yet valid, wrong issuer, a claim missing); `Ok` is the
+/// error to give if no other key verifies it.
+fn decode_error(e: &jsonwebtoken::errors::Error) -> Result<AuthError, AuthError> {
+    use jsonwebtoken::errors::ErrorKind;
+    match e.kind() {
+        ErrorKind::ExpiredSignature => Err(AuthError::Expired),
+        ErrorKind::InvalidAudience => Err(AuthError::WrongAudience),
+        ErrorKind::ImmatureSignature => Err(AuthError::Rejected("not valid yet (nbf)".into())),
+        ErrorKind::InvalidIssuer => Err(AuthError::Rejected("wrong issuer".into())),
+        ErrorKind::MissingRequiredClaim(c) => {
+            Err(AuthError::Rejected(format!("missing claim {c}")))
+        }
+        ErrorKind::InvalidSignature => Ok(AuthError::Rejected("bad signature".into())),
+        _ => Ok(AuthError::Invalid),
     }
 }
 

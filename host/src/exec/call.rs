@@ -544,16 +544,8 @@ impl Executor {
         }
         // The outer call's agent view applies: a tool it hides does not exist for nested calls.
         let agent = parent.and_then(|p| p.agent.clone());
-        let tool = registry
-            .get(name)
-            .filter(|_| agent.as_ref().is_none_or(|a| a.permits(name)))
-            .cloned()
-            .ok_or_else(|| format!("unknown tool: {name}"))?;
-        let args_value: Value = if args.trim().is_empty() {
-            json!({})
-        } else {
-            serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
-        };
+        let tool = nested_tool(registry, agent.as_deref(), name)?;
+        let args_value = nested_args(args)?;
         // A nested call counts against the outer caller's quota (in flight and rate), held
         // until it returns.
         let quota_key = parent.and_then(|p| p.quota_key.clone());
@@ -602,10 +594,23 @@ impl Executor {
             input: parent.and_then(|p| p.input.clone()),
             inline: parent.is_some_and(|p| p.inline),
         });
+        Ok(self.run_nested(&tool, name, args, &call, observed))
+    }
+
+    /// The plugin's part of a nested call: run it on this thread, check what it returned against
+    /// the result limits, and record the outcome; the result as JSON text.
+    fn run_nested(
+        &self,
+        tool: &Tool,
+        name: &str,
+        args: &str,
+        call: &Arc<CallState>,
+        observed: ObservedCall,
+    ) -> String {
         let max_result = ResultLimits::of(&self.limits.load());
         let returned = observed
             .phase("plugin")
-            .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, &call));
+            .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, call));
         let (result, outcome) = match max_result.check(name, returned) {
             Ok(returned) => tool_result(name, returned),
             Err(Interrupted::Refused(why)) => (host_error(&why), Outcome::PluginFailure),
@@ -615,8 +620,29 @@ impl Executor {
             ),
         };
         observed.finish(outcome, Some(&result));
-        Ok(result.into_text())
+        result.into_text()
     }
+}
+
+/// The tool a nested call names, if the outer call's agent may see it.
+fn nested_tool(
+    registry: &Registry,
+    agent: Option<&Agent>,
+    name: &str,
+) -> Result<Arc<Tool>, String> {
+    registry
+        .get(name)
+        .filter(|_| agent.is_none_or(|a| a.permits(name)))
+        .cloned()
+        .ok_or_else(|| format!("unknown tool: {name}"))
+}
+
+/// A nested call's arguments as JSON (none: an empty object).
+fn nested_args(args: &str) -> Result<Value, String> {
+    if args.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))
 }
 
 /// The caller as JSON for a tool that takes one (empty otherwise); a tool that needs a verified

@@ -75,6 +75,67 @@ pub(crate) struct Answered {
     pub cancelled_by_client: bool,
 }
 
+/// The answers of a batch so far. Together they stay within their own bound (`budget` bytes):
+/// past it, the requests left are not run and each is answered an error naming the limit (an
+/// answer that would cross it too).
+struct BatchAnswers {
+    budget: usize,
+    used: usize,
+    out: Vec<Message>,
+}
+
+impl BatchAnswers {
+    /// Whether the bound is reached: the requests left are not run.
+    fn spent(&self) -> bool {
+        self.used >= self.budget
+    }
+
+    /// The error for request `id` left unanswered by the bound.
+    fn over_budget(&mut self, id: &Value) {
+        let budget = self.budget;
+        self.out.push(
+            jsonrpc::error_response(
+                id,
+                &RpcError::invalid_request(format!(
+                    "the answers of this batch reached the limit of {budget} bytes \
+                     (limits.max_batch_answer_bytes); this request was not answered: send it \
+                     on its own"
+                )),
+            )
+            .into(),
+        );
+    }
+
+    /// An invalid-request error for `id`.
+    fn refuse(&mut self, id: &Value, why: &'static str) {
+        self.out
+            .push(jsonrpc::error_response(id, &RpcError::invalid_request(why)).into());
+    }
+
+    /// A request's reply: kept while within the bound (else the bound's error, and the bound is
+    /// spent); a listen stream cannot be part of a batch.
+    fn reply(&mut self, reply: Reply) {
+        match reply {
+            Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
+                let len = body.wire_len();
+                if self.used.saturating_add(len) > self.budget {
+                    tracing::info!(
+                        "a batch's answers reached limits.max_batch_answer_bytes ({} bytes); its \
+                         other requests are answered an error",
+                        self.budget
+                    );
+                    self.used = self.budget;
+                    self.over_budget(body.id().unwrap_or(&Value::Null));
+                } else {
+                    self.used += len;
+                    self.out.push(body);
+                }
+            }
+            Reply::Listen { id, .. } => self.refuse(&id, "subscriptions/listen cannot be batched"),
+        }
+    }
+}
+
 /// The shared core of every transport.
 #[derive(Debug, Clone)]
 pub(crate) struct Core {
@@ -208,89 +269,57 @@ impl Core {
         }
     }
 
-    /// A JSON-RPC batch (2025-03-26 sessions only), its requests run in order.
+    /// A JSON-RPC batch (2025-03-26 sessions only), its requests run in order: check it may be
+    /// run, then answer each item into a [`BatchAnswers`] that keeps the answers within bounds.
     pub(crate) async fn batch(&self, items: Vec<Value>, origin: &Origin) -> Batched {
+        if let Err(refused) = self.check_batch(&items, origin) {
+            return Batched::Refused(refused);
+        }
+        let mut answers = BatchAnswers {
+            budget: self.protocol.host().config().limits.batch_answer_bytes(),
+            used: 0,
+            out: Vec::new(),
+        };
+        for item in items {
+            match self.route(Received::of(item), origin) {
+                Routed::Request { id, .. } if answers.spent() => answers.over_budget(&id),
+                Routed::Request { id, method, params } => {
+                    let answered = self
+                        .request(id, &method, params, origin, CancelFlag::new(), None)
+                        .await;
+                    if !answered.cancelled_by_client {
+                        answers.reply(answered.reply);
+                    }
+                }
+                Routed::Batch(_) => answers.refuse(&Value::Null, "a batch cannot contain a batch"),
+                Routed::Invalid(id, e) => answers.out.push(jsonrpc::error_response(&id, &e).into()),
+                Routed::Done => {}
+            }
+        }
+        if answers.out.is_empty() {
+            Batched::Nothing
+        } else {
+            Batched::Replies(Message::batch(answers.out))
+        }
+    }
+
+    /// A batch is run only in a session whose revision has them, and up to `limits.max_batch_len`
+    /// messages.
+    fn check_batch(&self, items: &[Value], origin: &Origin) -> Result<(), RpcError> {
         let allowed = origin.session.as_ref().is_some_and(|s| s.allows_batches());
         if !allowed || items.is_empty() {
-            return Batched::Refused(RpcError::invalid_request(
+            return Err(RpcError::invalid_request(
                 "JSON-RPC batches are not supported by this protocol revision",
             ));
         }
         let max = self.protocol.host().config().limits.max_batch_len;
         if items.len() > max {
-            return Batched::Refused(RpcError::invalid_request(format!(
+            return Err(RpcError::invalid_request(format!(
                 "a batch of {} messages exceeds the limit of {max} (limits.max_batch_len)",
                 items.len()
             )));
         }
-        // The answers together stay within their own bound: past it, the requests left are not
-        // run and each is answered an error naming the limit (an answer that would cross it too).
-        let budget = self.protocol.host().config().limits.batch_answer_bytes();
-        let mut used = 0usize;
-        let over_budget = |id: &Value| -> Message {
-            jsonrpc::error_response(
-                id,
-                &RpcError::invalid_request(format!(
-                    "the answers of this batch reached the limit of {budget} bytes \
-                     (limits.max_batch_answer_bytes); this request was not answered: send it \
-                     on its own"
-                )),
-            )
-            .into()
-        };
-        let mut out = Vec::new();
-        for item in items {
-            match self.route(Received::of(item), origin) {
-                Routed::Request { id, .. } if used >= budget => out.push(over_budget(&id)),
-                Routed::Request { id, method, params } => {
-                    let answered = self
-                        .request(id, &method, params, origin, CancelFlag::new(), None)
-                        .await;
-                    if answered.cancelled_by_client {
-                        continue;
-                    }
-                    match answered.reply {
-                        Reply::Response { body, .. } | Reply::Initialized { body, .. } => {
-                            let len = body.wire_len();
-                            if used.saturating_add(len) > budget {
-                                tracing::info!(
-                                    "a batch's answers reached limits.max_batch_answer_bytes \
-                                     ({budget} bytes); its other requests are answered an error"
-                                );
-                                used = budget;
-                                out.push(over_budget(body.id().unwrap_or(&Value::Null)));
-                            } else {
-                                used += len;
-                                out.push(body);
-                            }
-                        }
-                        Reply::Listen { id, .. } => out.push(
-                            jsonrpc::error_response(
-                                &id,
-                                &RpcError::invalid_request(
-                                    "subscriptions/listen cannot be batched",
-                                ),
-                            )
-                            .into(),
-                        ),
-                    }
-                }
-                Routed::Batch(_) => out.push(
-                    jsonrpc::error_response(
-                        &Value::Null,
-                        &RpcError::invalid_request("a batch cannot contain a batch"),
-                    )
-                    .into(),
-                ),
-                Routed::Invalid(id, e) => out.push(jsonrpc::error_response(&id, &e).into()),
-                Routed::Done => {}
-            }
-        }
-        if out.is_empty() {
-            Batched::Nothing
-        } else {
-            Batched::Replies(Message::batch(out))
-        }
+        Ok(())
     }
 
     /// Serve a `subscriptions/listen` stream on `out`: the acknowledgement, then the tagged

@@ -117,7 +117,8 @@ enum Slot {
 }
 
 /// Serve until `shutdown` resolves; then stop accepting, end long-lived streams, and let in-flight
-/// requests finish within the grace period.
+/// requests finish within the grace period. The server's state and background tasks first, then
+/// the accept loop, then the graceful stop.
 pub async fn serve(
     protocol: Protocol,
     listener: TcpListener,
@@ -138,40 +139,74 @@ pub async fn serve(
         streams: Arc::default(),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let sweeper = {
-        let state = Arc::clone(&state);
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(60));
-            loop {
-                tick.tick().await;
-                state.sessions.sweep().await;
-            }
-        })
-    };
-    let notifier = {
-        let state = Arc::clone(&state);
-        tokio::spawn(async move { state.core.fan_out_changes(|| state.sessions.local()).await })
-    };
-    let relay = {
-        let state = Arc::clone(&state);
-        tokio::spawn(async move { state.sessions.relay().await })
-    };
-    let max_connections = state.options.settings.max_connections.max(1);
-    // Every connection holds one of these, from before its accept to its close; one that gets no
-    // full slot (all taken, or all of its address's) is served health answers only.
-    let connections = Arc::new(Semaphore::new(
-        max_connections.saturating_add(state.options.settings.health_connections),
-    ));
-    let full = Arc::new(Semaphore::new(max_connections));
-    let header_timeout =
-        Duration::from_secs(state.options.settings.header_read_timeout_secs.max(1));
-    let mut refusals = Refusals::default();
+    let background = Background::spawn(&state);
+    accept_until(&state, &listener, &graceful, shutdown).await;
+    drop(listener);
+    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
+    stop.cancel();
+    let grace = state.options.grace;
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            "grace period of {} s over; closing remaining connections",
+            grace.as_secs()
+        );
+    }
+    background.abort();
+    Ok(())
+}
+
+/// The server's tasks besides connections: the session sweeper, the change fan-out and the
+/// replica relay.
+struct Background([tokio::task::JoinHandle<()>; 3]);
+
+impl Background {
+    fn spawn(state: &Arc<State>) -> Background {
+        let sweeper = {
+            let state = Arc::clone(state);
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(60));
+                loop {
+                    tick.tick().await;
+                    state.sessions.sweep().await;
+                }
+            })
+        };
+        let notifier = {
+            let state = Arc::clone(state);
+            tokio::spawn(async move { state.core.fan_out_changes(|| state.sessions.local()).await })
+        };
+        let relay = {
+            let state = Arc::clone(state);
+            tokio::spawn(async move { state.sessions.relay().await })
+        };
+        Background([sweeper, notifier, relay])
+    }
+
+    fn abort(self) {
+        for task in self.0 {
+            task.abort();
+        }
+    }
+}
+
+/// Accept connections until `shutdown` resolves, each served on its own task with the slots the
+/// [`Gate`] gives it. A connection slot first: beyond the limit, new connections wait in the
+/// backlog.
+async fn accept_until(
+    state: &Arc<State>,
+    listener: &TcpListener,
+    graceful: &hyper_util::server::graceful::GracefulShutdown,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    let mut gate = Gate::new(&state.options.settings);
     let mut backoff = Backoff::default();
     tokio::pin!(shutdown);
     loop {
-        // A connection slot first: beyond the limit, new connections wait in the backlog.
         let permit = tokio::select! {
-            permit = Arc::clone(&connections).acquire_owned() => match permit {
+            permit = Arc::clone(&gate.connections).acquire_owned() => match permit {
                 Ok(p) => p,
                 Err(_) => break,
             },
@@ -198,6 +233,42 @@ pub async fn serve(
                 continue;
             }
         };
+        let conn = gate.admit(state, peer, permit);
+        serve_connection(state, graceful, stream, conn);
+    }
+}
+
+/// The connection limits. Every connection holds one of `connections`, from before its accept to
+/// its close; one that gets no full slot (all taken, or all of its address's) is served health
+/// answers only.
+struct Gate {
+    connections: Arc<Semaphore>,
+    full: Arc<Semaphore>,
+    header_timeout: Duration,
+    refusals: Refusals,
+}
+
+impl Gate {
+    fn new(settings: &HttpSettings) -> Gate {
+        let max_connections = settings.max_connections.max(1);
+        Gate {
+            connections: Arc::new(Semaphore::new(
+                max_connections.saturating_add(settings.health_connections),
+            )),
+            full: Arc::new(Semaphore::new(max_connections)),
+            header_timeout: Duration::from_secs(settings.header_read_timeout_secs.max(1)),
+            refusals: Refusals::default(),
+        }
+    }
+
+    /// The slots of a connection from `peer` holding `permit`: a full one when one is free (and
+    /// one of its address's, unless it is a trusted proxy), else health answers only.
+    fn admit(
+        &mut self,
+        state: &State,
+        peer: SocketAddr,
+        permit: tokio::sync::OwnedSemaphorePermit,
+    ) -> Conn {
         let peer_ip = peer.ip().to_canonical();
         let peer = crate::access::peer_key(peer_ip);
         // Read at each connection: a reload of these settings applies at once.
@@ -219,14 +290,14 @@ pub async fn serve(
                 .map(Some)
                 .ok_or(())
         };
-        let held = match (address, Arc::clone(&full).try_acquire_owned()) {
+        let held = match (address, Arc::clone(&self.full).try_acquire_owned()) {
             (Ok(address), Ok(full)) => Some((address, full)),
             (address, _) => {
-                refusals.note(&peer, address.is_err());
+                self.refusals.note(&peer, address.is_err());
                 None
             }
         };
-        let conn = Conn {
+        Conn {
             peer,
             peer_ip,
             slot: if held.is_some() {
@@ -235,28 +306,10 @@ pub async fn serve(
                 Slot::Health
             },
             _permits: (permit, held),
-            header_timeout,
+            header_timeout: self.header_timeout,
             write_timeout,
-        };
-        serve_connection(&state, &graceful, stream, conn);
+        }
     }
-    drop(listener);
-    tracing::info!("shutting down: no new connections; waiting for in-flight requests");
-    stop.cancel();
-    let grace = state.options.grace;
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!(
-            "grace period of {} s over; closing remaining connections",
-            grace.as_secs()
-        );
-    }
-    sweeper.abort();
-    notifier.abort();
-    relay.abort();
-    Ok(())
 }
 
 /// An accepted connection: who it comes from, what it may ask, and the slots it holds until it

@@ -25,7 +25,7 @@ use super::sessions::Changeable;
 use crate::exec::CancelFlag;
 use crate::exec::detached::Detached;
 use crate::protocol::jsonrpc::{self, ErrorKind, Received, RpcError};
-use crate::protocol::session::Outbound as _;
+use crate::protocol::session::{LegacySession, Outbound as _};
 use crate::protocol::{HttpHeaders, Reply, decode_header_value};
 use crate::transport::core::{Batched, Origin, Routed};
 
@@ -201,7 +201,8 @@ fn mirrored_headers(headers: &RequestHeaders<'_>) -> Result<HttpHeaders, RpcErro
     })
 }
 
-/// Serve one POST.
+/// Serve one POST: read its message, authenticate it, find its legacy session, then run the
+/// request (or the batch).
 pub(crate) async fn post(
     state: Arc<State>,
     headers: &RequestHeaders<'_>,
@@ -209,22 +210,9 @@ pub(crate) async fn post(
     endpoint_agent: Option<String>,
     peer: Arc<str>,
 ) -> Response<Body> {
-    let bytes = match read_body(&state, headers, body).await {
+    let read = match read_message(&state, headers, body).await {
         Ok(read) => read,
         Err(resp) => return resp,
-    };
-    if let Some(refused) = oversized_other(&state, &bytes) {
-        return refused;
-    }
-    let read = match std::str::from_utf8(&bytes) {
-        Ok(text) => jsonrpc::read(text).map_err(|e| e.to_string()),
-        Err(e) => Err(format!("the body is not UTF-8 ({e})")),
-    };
-    let read = match read {
-        Ok(read) => read,
-        Err(e) => {
-            return error_response(&Value::Null, &RpcError::parse(format!("invalid JSON: {e}")));
-        }
     };
     let (id, is_modern) = match &read {
         Received::One { id, modern, .. } => (id.clone(), *modern),
@@ -247,18 +235,9 @@ pub(crate) async fn post(
     // A legacy session answers only to the caller that opened it: to anyone else its id is
     // unknown (404), whatever they send with it (a call, a response to its pending elicitation).
     let owner = identity.session_owner(&peer);
-    let session = match session_id {
-        Some(sid) => match state.sessions.get(sid, &owner).await {
-            Ok(Some(s)) => Some(s),
-            Ok(None) => {
-                return error_response(
-                    &Value::Null,
-                    &RpcError::new(ErrorKind::NotFound, "Session not found: initialize again"),
-                );
-            }
-            Err(e) => return error_response(&Value::Null, &e),
-        },
-        None => None,
+    let session = match legacy_session(&state, session_id, &owner).await {
+        Ok(session) => session,
+        Err(resp) => return resp,
     };
     let origin = Origin {
         inflight: session.as_ref().map(|s| Arc::clone(&s.inflight)),
@@ -286,22 +265,63 @@ pub(crate) async fn post(
             };
             request(state, id, method, params, origin, reply_to).await
         }
-        Routed::Batch(items) => {
-            let before = origin.session.as_deref().map(Changeable::of);
-            // Boxed: a batch (2025-03-26 only) runs whole requests, and without the box every
-            // POST's future would be as large as theirs.
-            let batched = Box::pin(state.core.batch(items, &origin)).await;
-            if let (Some(session), Some(before)) = (&origin.session, before) {
-                state.sessions.save(session, &before).await;
-            }
-            match batched {
-                Batched::Replies(replies) => message_response(200, &replies),
-                Batched::Refused(e) => error_response(&Value::Null, &e),
-                Batched::Nothing => empty(StatusCode::ACCEPTED),
-            }
-        }
+        Routed::Batch(items) => batch_response(&state, items, &origin).await,
         Routed::Invalid(id, e) => error_response(&id, &e),
         Routed::Done => empty(StatusCode::ACCEPTED),
+    }
+}
+
+/// The POSTed JSON-RPC message: the body within its limits, as UTF-8 JSON.
+async fn read_message(
+    state: &Arc<State>,
+    headers: &RequestHeaders<'_>,
+    body: IncomingBody,
+) -> Result<Received, Response<Body>> {
+    let bytes = read_body(state, headers, body).await?;
+    if let Some(refused) = oversized_other(state, &bytes) {
+        return Err(refused);
+    }
+    let read = match std::str::from_utf8(&bytes) {
+        Ok(text) => jsonrpc::read(text).map_err(|e| e.to_string()),
+        Err(e) => Err(format!("the body is not UTF-8 ({e})")),
+    };
+    read.map_err(|e| error_response(&Value::Null, &RpcError::parse(format!("invalid JSON: {e}"))))
+}
+
+/// The legacy session `session_id` names, when it belongs to `owner`. A legacy session answers
+/// only to the caller that opened it: to anyone else its id is unknown (404), whatever they send
+/// with it (a call, a response to its pending elicitation).
+async fn legacy_session(
+    state: &State,
+    session_id: Option<&str>,
+    owner: &str,
+) -> Result<Option<Arc<LegacySession>>, Response<Body>> {
+    let Some(sid) = session_id else {
+        return Ok(None);
+    };
+    match state.sessions.get(sid, owner).await {
+        Ok(Some(s)) => Ok(Some(s)),
+        Ok(None) => Err(error_response(
+            &Value::Null,
+            &RpcError::new(ErrorKind::NotFound, "Session not found: initialize again"),
+        )),
+        Err(e) => Err(error_response(&Value::Null, &e)),
+    }
+}
+
+/// Run a batch (2025-03-26 only) and answer it, the session saved after it.
+async fn batch_response(state: &State, items: Vec<Value>, origin: &Origin) -> Response<Body> {
+    let before = origin.session.as_deref().map(Changeable::of);
+    // Boxed: a batch runs whole requests, and without the box every POST's future would be as
+    // large as theirs.
+    let batched = Box::pin(state.core.batch(items, origin)).await;
+    if let (Some(session), Some(before)) = (&origin.session, before) {
+        state.sessions.save(session, &before).await;
+    }
+    match batched {
+        Batched::Replies(replies) => message_response(200, &replies),
+        Batched::Refused(e) => error_response(&Value::Null, &e),
+        Batched::Nothing => empty(StatusCode::ACCEPTED),
     }
 }
 
@@ -339,8 +359,7 @@ fn send_queued(out: &Sse, rx: &mut Inbox) {
 /// The request runs right here on the connection's task (no task of its own to spawn and wake);
 /// should a notification come first, or this handler be dropped (the client went away), it goes
 /// on on a task of its own ([`Detached`]), so it always runs to its end (its session saved, its
-/// tracking removed). (Long: the race between the answer and the first event is clearest as one
-/// `select!`.)
+/// tracking removed). The race between the answer and the first event is one `select!`.
 async fn request(
     state: Arc<State>,
     id: Value,
@@ -409,25 +428,28 @@ async fn request(
     let (out, body) = sse_channel();
     let out = out.holding(reply_to.stream.take());
     out.send(&first_notification);
-    tokio::spawn(async move {
-        let reply = loop {
-            tokio::select! {
-                biased;
-                n = rx.recv() => match n {
-                    Some(n) => { out.send(&n); }
-                    None => break (&mut running).await,
-                },
-                reply = &mut running => {
-                    send_queued(&out, &mut rx);
-                    break reply;
-                }
-            }
-        };
-        if let Some(reply) = reply {
-            stream_reply(&state, reply, out).await;
-        }
-    });
+    tokio::spawn(stream_rest(state, running, rx, out));
     sse_response(body, Some(cancel))
+}
+
+/// Stream a running request's further notifications as they come, then its reply.
+async fn stream_rest(state: Arc<State>, mut running: Detached<Reply>, mut rx: Inbox, out: Sse) {
+    let reply = loop {
+        tokio::select! {
+            biased;
+            n = rx.recv() => match n {
+                Some(n) => { out.send(&n); }
+                None => break (&mut running).await,
+            },
+            reply = &mut running => {
+                send_queued(&out, &mut rx);
+                break reply;
+            }
+        }
+    };
+    if let Some(reply) = reply {
+        stream_reply(&state, reply, out).await;
+    }
 }
 
 /// The reply at the end of a request's SSE stream (a listen stream goes on from there).
