@@ -148,6 +148,21 @@ mod tests {
         checks.check(schema, &schema.to_string())
     }
 
+    #[test]
+    fn each_holder_keeps_its_own_known_schemas_across_builds() {
+        let schema = json!({"type": "object", "properties": {"n": {"type": "integer"}}});
+        let digest: Digest = Sha256::digest(schema.to_string().as_bytes()).into();
+        let (first_host, second_host) = (Mutex::new(None), Mutex::new(None));
+        with_checks(&first_host, None, |checks| check(checks, &schema)).unwrap();
+        // A later build of the same host knows it; another host in the process does not.
+        assert!(with_checks(&first_host, None, |checks| checks
+            .known
+            .contains(&digest)));
+        assert!(!with_checks(&second_host, None, |checks| checks
+            .known
+            .contains(&digest)));
+    }
+
     fn digest_of(schema: &Value) -> Digest {
         Sha256::digest(schema.to_string().as_bytes()).into()
     }

@@ -1200,3 +1200,17 @@ fn timeout_of(name: &str, service: Option<&String>, settings: &PluginSettings, g
         .or(settings.timeout_secs)
         .unwrap_or(global)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BuildMemory;
+
+    #[test]
+    fn a_problem_is_reported_once_per_host_not_once_per_process() {
+        let (first_host, second_host) = (BuildMemory::default(), BuildMemory::default());
+        assert!(first_host.first_report("tool x is held"));
+        assert!(!first_host.first_report("tool x is held"));
+        assert!(second_host.first_report("tool x is held"));
+        assert!(first_host.first_report("tool y is held"));
+    }
+}
