@@ -30,7 +30,7 @@ use super::{CallState, CancelFlag, EventSink, InputChannel};
 use crate::access::agents::Agent;
 use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
-use crate::plugins::backend::CallFuture;
+use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError};
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Outcome, Telemetry};
 
@@ -116,7 +116,7 @@ enum Begun<'a> {
 /// How [`Executor::start`] left a plugin call.
 enum Started {
     /// It ran here (inline): what the plugin returned.
-    Ran(Result<String, String>),
+    Ran(Result<String, PluginCallError>),
     /// It waits for a thread, permits or its worker process.
     Queued(Queued),
 }
@@ -331,7 +331,7 @@ impl Executor {
             }),
             Ok(Err(e)) => {
                 tracing::error!("{what}: the plugin could not run it: {e}");
-                Err(InvokeError::Failed(what.into(), e))
+                Err(InvokeError::Failed(what.into(), e.to_string()))
             }
             Err(Interrupted::Lost) => Err(InvokeError::Failed(
                 what.into(),
@@ -417,7 +417,7 @@ impl Executor {
         queued: Queued,
         cancel: &CancelFlag,
         observed: Option<&ObservedCall<'_>>,
-    ) -> Result<Result<String, String>, Interrupted> {
+    ) -> Result<Result<String, PluginCallError>, Interrupted> {
         let Queued {
             args,
             call,
@@ -535,12 +535,13 @@ impl Executor {
         parent: Option<&Arc<CallState>>,
         name: &str,
         args: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, NestedCallError> {
         let depth = parent.map_or(0, |p| p.depth + 1);
         if depth > max_depth {
-            return Err(format!(
-                "tool calls nested deeper than {max_depth} (calling {name})"
-            ));
+            return Err(NestedCallError::TooDeep {
+                max_depth,
+                tool: name.into(),
+            });
         }
         // The outer call's agent view applies: a tool it hides does not exist for nested calls.
         let agent = parent.and_then(|p| p.agent.clone());
@@ -548,11 +549,11 @@ impl Executor {
             .get(name)
             .filter(|_| agent.as_ref().is_none_or(|a| a.permits(name)))
             .cloned()
-            .ok_or_else(|| format!("unknown tool: {name}"))?;
+            .ok_or_else(|| NestedCallError::UnknownTool(name.into()))?;
         let args_value: Value = if args.trim().is_empty() {
             json!({})
         } else {
-            serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
+            serde_json::from_str(args).map_err(|e| NestedCallError::BadArguments(e.to_string()))?
         };
         // A nested call counts against the outer caller's quota (in flight and rate), held
         // until it returns.
@@ -561,7 +562,10 @@ impl Executor {
             Some(key) => Some(
                 self.quotas
                     .admit(key, &self.limits.load().per_caller, Instant::now())
-                    .map_err(|e| format!("{e} (calling {name})"))?,
+                    .map_err(|e| NestedCallError::Throttled {
+                        tool: name.into(),
+                        reason: e.to_string(),
+                    })?,
             ),
             None => None,
         };
@@ -586,7 +590,7 @@ impl Executor {
         }
         if tool.descriptor().caller == CallerNeed::Required && caller_json.is_empty() {
             observed.finish(Outcome::CallerRequired, None);
-            return Err(format!("tool {name} requires an authenticated caller"));
+            return Err(NestedCallError::CallerRequired(name.into()));
         }
         let call = Arc::new(CallState {
             cancel: parent.map_or_else(CancelFlag::new, |p| p.cancel.clone()),
@@ -639,7 +643,10 @@ fn no_caller() -> Arc<str> {
 }
 
 /// A tool call's answer and how it ended, from what its plugin call came to.
-fn conclude(tool: &Tool, executed: Result<Result<String, String>, Interrupted>) -> Concluded {
+fn conclude(
+    tool: &Tool,
+    executed: Result<Result<String, PluginCallError>, Interrupted>,
+) -> Concluded {
     match executed {
         Ok(returned) => {
             let (result, outcome) = tool_result(&tool.name, returned);
@@ -687,8 +694,8 @@ impl ResultLimits {
     fn check(
         &self,
         name: &str,
-        returned: Result<String, String>,
-    ) -> Result<Result<String, String>, Interrupted> {
+        returned: Result<String, PluginCallError>,
+    ) -> Result<Result<String, PluginCallError>, Interrupted> {
         match returned.as_deref().ok().and_then(|json| self.refuse(json)) {
             Some(why) => {
                 tracing::warn!(tool = name, "result refused: {why}");
@@ -747,7 +754,7 @@ fn json_values_bound(text: &str) -> usize {
 
 /// A `CallToolResult` from what the plugin returned for tool `name` (checked, kept as its text),
 /// and how the call ended.
-fn tool_result(name: &str, returned: Result<String, String>) -> (ToolResult, Outcome) {
+fn tool_result(name: &str, returned: Result<String, PluginCallError>) -> (ToolResult, Outcome) {
     match returned {
         Ok(json) => match ToolResult::from_plugin(json) {
             Some(result) if result.is_error() => (result, Outcome::ToolError),

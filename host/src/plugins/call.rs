@@ -10,6 +10,7 @@ use mcp_plugin_sdk::{InputError, LogLevel};
 use serde_json::{Value, json};
 
 use super::cancel::CancelFlag;
+use super::host_request::{HostRequest, HostRequestError};
 use crate::access::agents::Agent;
 
 /// Something a running call reports to whoever asked for it.
@@ -101,28 +102,30 @@ impl CallState {
         self.cancel.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
     }
 
-    /// Answer a request the plugin makes through this call's context (`client/capabilities`,
-    /// `task/start`, `input/ask`), whichever backend runs it: the answer as JSON, or the error text the SDK
-    /// decodes.
-    pub fn request(&self, method: &str, params: &str) -> Result<String, String> {
-        use mcp_plugin_sdk::wire::encode_input_error;
-        match (method, &self.input) {
-            ("client/capabilities", Some(input)) => Ok(input.capabilities().to_string()),
-            ("client/capabilities", None) => Ok("{}".into()),
-            ("task/start", input) => {
+    /// Answer a request the plugin makes about this call (`client/capabilities`, `task/start`,
+    /// `input/ask`), whichever backend runs it: the answer as JSON, or why not. Any other request
+    /// is not about a call: it is refused as an unsupported call-context method.
+    pub fn answer(&self, request: &HostRequest) -> Result<String, HostRequestError> {
+        match (request, &self.input) {
+            (HostRequest::ClientCapabilities, Some(input)) => Ok(input.capabilities().to_string()),
+            (HostRequest::ClientCapabilities, None) => Ok("{}".into()),
+            (HostRequest::StartTask, input) => {
                 if let Some(input) = input {
                     input.start_task();
                 }
                 Ok("null".into())
             }
-            ("input/ask", Some(input)) => input
-                .ask(params, self)
+            (HostRequest::Ask { questions }, Some(input)) => input
+                .ask(questions, self)
                 .map(|answers| answers.to_string())
-                .map_err(|e| encode_input_error(&e)),
-            ("input/ask", None) => Err(encode_input_error(&mcp_plugin_sdk::InputError::Failed(
+                .map_err(HostRequestError::from),
+            (HostRequest::Ask { .. }, None) => Err(InputError::Failed(
                 "this call has no client to ask (e.g. `mcp-host call`)".into(),
-            ))),
-            (other, _) => Err(format!("unsupported call-context method: {other}")),
+            )
+            .into()),
+            (other, _) => Err(HostRequestError::UnsupportedCallMethod(
+                other.method().into(),
+            )),
         }
     }
 }
