@@ -26,8 +26,7 @@ use super::detached::Detached;
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, QuotaPermit, Quotas};
 use super::result::ToolResult;
-use super::{CallState, CancelFlag, EventSink, InputChannel};
-use crate::access::agents::Agent;
+use super::{CallState, CancelFlag, EventSink, InputChannel, RequestContext};
 use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError};
@@ -132,27 +131,34 @@ struct Queued {
     max_result: ResultLimits,
 }
 
-/// Per-call inputs besides the tool name and arguments.
+/// Per-call inputs besides the tool name and arguments: the request the call serves, shared as
+/// the transport built it, and what is particular to this call of it.
 #[derive(Clone, Default)]
 pub struct CallOptions {
-    /// The verified caller, if any.
-    pub caller: Option<UserInfo>,
-    /// The agent whose view of the tools applies (to the call's nested calls too).
-    pub agent: Option<Arc<Agent>>,
-    /// Cancellation shared with the transport (client cancel, closed stream).
-    pub cancel: CancelFlag,
+    /// The request: its caller and agent view (which apply to the call's nested calls too), whom
+    /// `limits.per_caller` counts it against, and its cancellation (client cancel, closed stream).
+    pub request: Arc<RequestContext>,
     /// Where progress and log events go.
     pub events: Option<EventSink>,
     /// How the call's questions to the client are answered.
     pub input: Option<Arc<InputChannel>>,
-    /// Who the call counts against for `limits.per_caller` (`None`: not counted, e.g. the CLI).
-    pub quota_key: Option<Arc<str>>,
+}
+
+impl CallOptions {
+    /// The options of a call made for `request`, without events or a way to ask the client.
+    pub fn for_request(request: Arc<RequestContext>) -> Self {
+        CallOptions {
+            request,
+            events: None,
+            input: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for CallOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallOptions")
-            .field("caller", &self.caller)
+            .field("request", &self.request)
             .finish_non_exhaustive()
     }
 }
@@ -218,13 +224,13 @@ impl Executor {
             }
         };
         let party = CallParty {
-            caller: opts.caller.as_ref(),
+            caller: opts.request.caller(),
             caller_json: "",
-            agent: opts.agent.as_deref().map(|a| a.name.as_str()),
+            agent: opts.request.agent().map(|a| a.name.as_str()),
             depth: 0,
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Value(args));
-        let cancel = opts.cancel.clone();
+        let cancel = opts.request.cancel.clone();
         let (result, outcome) = {
             let begun = observed
                 .span()
@@ -260,7 +266,7 @@ impl Executor {
         {
             return Begun::Done((Ok(host_error(&message)), Outcome::InvalidArguments));
         }
-        let caller_json = match caller_json(&tool, opts.caller.as_ref()) {
+        let caller_json = match caller_json(&tool, opts.request.caller()) {
             Ok(json) => json,
             Err(refused) => return Begun::Done((Err(refused), Outcome::CallerRequired)),
         };
@@ -277,7 +283,12 @@ impl Executor {
             Err(interrupted) => Begun::Done(conclude(&tool, Err(interrupted))),
             Ok(Started::Queued(queued)) => Begun::Waiting(Box::pin(async move {
                 let waited = self
-                    .wait(&Target::of(&tool), queued, &opts.cancel, Some(observed))
+                    .wait(
+                        &Target::of(&tool),
+                        queued,
+                        &opts.request.cancel,
+                        Some(observed),
+                    )
                     .await;
                 conclude(&tool, waited)
             })),
@@ -285,7 +296,7 @@ impl Executor {
     }
 
     /// Read a resource, render a prompt or complete an argument: `envelope` to the plugin in
-    /// `slot`, within `timeout`, as `opts.caller` when `caller` says it takes one (completions get
+    /// `slot`, within `timeout`, as the request's caller when `caller` says it takes one (completions get
     /// the caller whenever there is one). `what` names it in log lines and errors.
     pub async fn invoke(
         &self,
@@ -298,7 +309,7 @@ impl Executor {
     ) -> Result<EnvelopeOutcome, InvokeError> {
         // The caller as this plugin sees it: its own session id (`access::for_plugin`).
         let seen = |c| crate::access::for_plugin(c, slot.backend.name());
-        let caller_json: Arc<str> = match (opts.caller.as_ref(), caller) {
+        let caller_json: Arc<str> = match (opts.request.caller(), caller) {
             (None, CallerNeed::Required) => return Err(InvokeError::CallerRequired(what.into())),
             (Some(c), CallerNeed::Optional | CallerNeed::Required) => {
                 serde_json::to_string(&seen(c)).unwrap_or_default().into()
@@ -319,7 +330,7 @@ impl Executor {
         // Never inline (`target.inline` is false): always waits, on a boxed future (see `begin`).
         let executed = match self.start(&target, args, caller_json, &opts, None) {
             Ok(Started::Queued(queued)) => {
-                Box::pin(self.wait(&target, queued, &opts.cancel, None)).await
+                Box::pin(self.wait(&target, queued, &opts.request.cancel, None)).await
             }
             Ok(Started::Ran(returned)) => Ok(returned),
             Err(interrupted) => Err(interrupted),
@@ -363,7 +374,7 @@ impl Executor {
         // One clock read serves the quota, the deadline and the call's duration.
         let now = observed.map_or_else(Instant::now, ObservedCall::started);
         let limits = self.limits.load_full();
-        let quota = match &opts.quota_key {
+        let quota = match &opts.request.quota_key {
             Some(key) => Some(
                 self.quotas
                     .admit(key, &limits.per_caller, now)
@@ -373,13 +384,11 @@ impl Executor {
         };
         let max_result = ResultLimits::of(&limits);
         let call = Arc::new(CallState {
-            cancel: opts.cancel.clone(),
+            request: Arc::clone(&opts.request),
             deadline: Some(now + target.timeout),
             events: opts.events.clone(),
             caller_json,
-            agent: opts.agent.clone(),
             depth: 0,
-            quota_key: opts.quota_key.clone(),
             tool: Arc::from(target.name),
             input: opts
                 .input
@@ -391,7 +400,7 @@ impl Executor {
         // A backend whose calls run elsewhere (a worker process) hands back a future.
         let elsewhere = slot.backend.call_async(index, &args, &call);
         if elsewhere.is_none() && target.inline && slot.backend.ready() {
-            if call.cancel.is_cancelled() {
+            if call.cancel().is_cancelled() {
                 return Err(Interrupted::NotStarted);
             }
             let plugin = observed.map_or_else(tracing::Span::none, |o| o.phase("plugin"));
@@ -431,7 +440,7 @@ impl Executor {
         let work = async {
             let waiting = Instant::now();
             let slots = self
-                .slots(slot, target.name, &call.cancel)
+                .slots(slot, target.name, call.cancel())
                 .instrument(phase("queue"))
                 .await;
             let Some((local, global)) = slots else {
@@ -448,7 +457,7 @@ impl Executor {
                 // Driven right here (no hand-off on the way to the worker and back); should the
                 // timeout answer first, or this request go away, it finishes on a task of its
                 // own, holding the permits until the worker answered or was killed.
-                if call.cancel.is_cancelled() {
+                if call.cancel().is_cancelled() {
                     return Ok(None);
                 }
                 let running = Detached::new(
@@ -465,7 +474,7 @@ impl Executor {
             let (slot, call) = (Arc::clone(slot), Arc::clone(&call));
             self.pool.submit(move || {
                 // A call whose client went away while it waited for a thread never starts.
-                let result = (!call.cancel.is_cancelled())
+                let result = (!call.cancel().is_cancelled())
                     .then(|| plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call)));
                 // Free the slots before answering: a client that got its answer may call again.
                 drop(permits);
@@ -480,7 +489,7 @@ impl Executor {
             Ok(Ok(None)) => Err(Interrupted::NotStarted),
             Ok(Err(_)) => Err(Interrupted::Lost),
             Err(_) => {
-                call.cancel.cancel();
+                call.cancel().cancel();
                 tracing::warn!(
                     "{}: call timed out after {} s; cancellation requested",
                     target.name,
@@ -543,11 +552,13 @@ impl Executor {
                 tool: name.into(),
             });
         }
-        // The outer call's agent view applies: a tool it hides does not exist for nested calls.
-        let agent = parent.and_then(|p| p.agent.clone());
+        // The outer call's request applies: its agent view (a tool it hides does not exist for
+        // nested calls), its quota, its cancellation.
+        let request = parent.map_or_else(Arc::default, |p| Arc::clone(&p.request));
+        let agent = request.agent();
         let tool = registry
             .get(name)
-            .filter(|_| agent.as_ref().is_none_or(|a| a.permits(name)))
+            .filter(|_| agent.is_none_or(|a| a.permits(name)))
             .cloned()
             .ok_or_else(|| NestedCallError::UnknownTool(name.into()))?;
         let args_value: Value = if args.trim().is_empty() {
@@ -557,8 +568,7 @@ impl Executor {
         };
         // A nested call counts against the outer caller's quota (in flight and rate), held
         // until it returns.
-        let quota_key = parent.and_then(|p| p.quota_key.clone());
-        let _quota = match &quota_key {
+        let _quota = match &request.quota_key {
             Some(key) => Some(
                 self.quotas
                     .admit(key, &self.limits.load().per_caller, Instant::now())
@@ -574,7 +584,7 @@ impl Executor {
         let party = CallParty {
             caller: None,
             caller_json: &caller_json,
-            agent: agent.as_deref().map(|a| a.name.as_str()),
+            agent: agent.map(|a| a.name.as_str()),
             depth,
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Text(args));
@@ -593,15 +603,13 @@ impl Executor {
             return Err(NestedCallError::CallerRequired(name.into()));
         }
         let call = Arc::new(CallState {
-            cancel: parent.map_or_else(CancelFlag::new, |p| p.cancel.clone()),
+            request: Arc::clone(&request),
             deadline: parent
                 .and_then(|p| p.deadline)
                 .or_else(|| Some(observed.started() + tool.timeout)),
             events: parent.and_then(|p| p.events.clone()),
             caller_json,
-            agent,
             depth,
-            quota_key,
             tool: Arc::from(name),
             input: parent.and_then(|p| p.input.clone()),
             inline: parent.is_some_and(|p| p.inline),

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 
 use crate::access::{Access, AccessError};
 use crate::config::Config;
-pub use crate::exec::{CallError, CallOptions};
+pub use crate::exec::{CallError, CallOptions, RequestContext};
 use crate::exec::{CallState, Executor, ToolResult};
 use crate::plugins::LoadError;
 pub use crate::plugins::backend::Change;

@@ -435,7 +435,7 @@ impl Supervisor {
             loop {
                 tokio::select! {
                     result = &mut rx => return result.unwrap_or_else(|_| self.lost()),
-                    () = call.cancel.cancelled(), if !cancel_sent => {
+                    () = call.cancel().cancelled(), if !cancel_sent => {
                         cancel_sent = true;
                         process.send(&ToWorker::Cancel { id });
                     }
@@ -475,7 +475,7 @@ impl Supervisor {
                     Err(mpsc::RecvTimeoutError::Disconnected) => return self.lost(),
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
-                if !cancel_sent && call.cancel.is_cancelled() {
+                if !cancel_sent && call.cancel().is_cancelled() {
                     cancel_sent = true;
                     process.send(&ToWorker::Cancel { id });
                 }
