@@ -97,8 +97,8 @@ enum Interrupted {
     NotStarted,
     /// The caller is over its share.
     Throttled(QuotaError),
-    /// The answer is over `limits.max_result_bytes` / `max_result_values` (why).
-    Refused(String),
+    /// The answer is over `limits.max_result_bytes` / `max_result_values`.
+    Refused(ResultRefused),
 }
 
 /// A tool call's answer, and how the call ended.
@@ -354,7 +354,9 @@ impl Executor {
             Err(Interrupted::NotStarted) => {
                 Err(InvokeError::Failed(what.into(), NOT_STARTED.into()))
             }
-            Err(Interrupted::Refused(why)) => Err(InvokeError::Failed(what.into(), why)),
+            Err(Interrupted::Refused(why)) => {
+                Err(InvokeError::Failed(what.into(), why.to_string()))
+            }
             Err(Interrupted::Throttled(q)) => Err(InvokeError::Throttled(q)),
         }
     }
@@ -620,7 +622,9 @@ impl Executor {
             .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, &call));
         let (result, outcome) = match max_result.check(name, returned) {
             Ok(returned) => tool_result(name, returned),
-            Err(Interrupted::Refused(why)) => (host_error(&why), Outcome::PluginFailure),
+            Err(Interrupted::Refused(why)) => {
+                (host_error(&why.to_string()), Outcome::PluginFailure)
+            }
             Err(_) => (
                 host_error("the tool call was interrupted"),
                 Outcome::PluginFailure,
@@ -674,13 +678,42 @@ fn conclude(
             Outcome::Timeout,
         ),
         Err(Interrupted::NotStarted) => (Ok(host_error(NOT_STARTED)), Outcome::Cancelled),
-        Err(Interrupted::Refused(why)) => (Ok(host_error(&why)), Outcome::PluginFailure),
+        Err(Interrupted::Refused(why)) => {
+            (Ok(host_error(&why.to_string())), Outcome::PluginFailure)
+        }
         Err(Interrupted::Throttled(q)) => (Err(CallError::Throttled(q)), Outcome::Throttled),
     }
 }
 
 /// The answer of a call that was cancelled before its plugin function started.
 const NOT_STARTED: &str = "cancelled before it started";
+
+/// Why a plugin's answer was refused before anyone parsed it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ResultRefused {
+    /// Over `limits.max_result_bytes`.
+    #[error(
+        "the tool's result is {bytes} bytes, over the limit of {limit} bytes \
+         (limits.max_result_bytes)"
+    )]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Over `limits.max_result_values` (counted without parsing: an upper bound).
+    #[error(
+        "the tool's result has up to {values} JSON values, over the limit of {limit} \
+         (limits.max_result_values)"
+    )]
+    TooManyValues {
+        /// Its values, at most.
+        values: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
 
 /// How large a result the host takes from a plugin (`limits.max_result_bytes` and
 /// `limits.max_result_values`).
@@ -714,25 +747,21 @@ impl ResultLimits {
     }
 
     /// Why the result `json` is refused before it is parsed, if it is.
-    fn refuse(&self, json: &str) -> Option<String> {
+    fn refuse(&self, json: &str) -> Option<ResultRefused> {
         if json.len() > self.bytes {
-            return Some(format!(
-                "the tool's result is {} bytes, over the limit of {} bytes (limits.max_result_bytes)",
-                json.len(),
-                self.bytes
-            ));
+            return Some(ResultRefused::TooLarge {
+                bytes: json.len(),
+                limit: self.bytes,
+            });
         }
         // Every value takes at least one byte of the text: a short one needs no count.
         if json.len() <= self.values {
             return None;
         }
         let values = json_values_bound(json);
-        (values > self.values).then(|| {
-            format!(
-                "the tool's result has up to {values} JSON values, over the limit of {} \
-                 (limits.max_result_values)",
-                self.values
-            )
+        (values > self.values).then_some(ResultRefused::TooManyValues {
+            values,
+            limit: self.values,
         })
     }
 }
@@ -829,6 +858,7 @@ mod tests {
             limits
                 .refuse(&long)
                 .unwrap()
+                .to_string()
                 .contains("limits.max_result_bytes")
         );
         let many = format!(
@@ -839,6 +869,7 @@ mod tests {
             limits
                 .refuse(&many)
                 .unwrap()
+                .to_string()
                 .contains("limits.max_result_values")
         );
         // Commas inside strings are not values.

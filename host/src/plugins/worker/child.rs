@@ -140,11 +140,11 @@ pub fn run_worker() -> ExitCode {
     };
     // Still single-threaded: what is set now holds for every thread the worker or plugin starts.
     if let Err(e) = sandbox::apply_limits(&init.limits) {
-        return fail(&out, "worker", e);
+        return fail(&out, "worker", e.to_string());
     }
     if let Some(rules) = &init.sandbox {
         if let Err(e) = sandbox::limit_tasks() {
-            return fail(&out, "sandbox", e);
+            return fail(&out, "sandbox", e.to_string());
         }
         match sandbox::enforce(rules) {
             Ok(None) => {}
@@ -155,7 +155,7 @@ pub fn run_worker() -> ExitCode {
                     message: note,
                 });
             }
-            Err(e) => return fail(&out, "sandbox", e),
+            Err(e) => return fail(&out, "sandbox", e.to_string()),
         }
     }
     let worker: &'static Worker = Box::leak(Box::new(Worker {
