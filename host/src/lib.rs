@@ -26,4 +26,4 @@ mod function_length;
 mod stage_order;
 
 pub use config::Config;
-pub use host::{CallError, CallOptions, Host, HostOptions};
+pub use host::{CallError, CallOptions, Host, HostOptions, RequestContext};

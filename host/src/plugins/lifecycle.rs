@@ -264,7 +264,7 @@ impl InFlight {
             &candidate.dir,
             signer.map(|s| s.key.as_str()),
         ) {
-            Err(why) => self.name = Err(LoadError::Binding(why)),
+            Err(why) => self.name = Err(LoadError::Binding(why.to_string())),
             Ok(()) => warn_unbound_grants(config, plugin, candidate),
         }
     }
@@ -657,7 +657,7 @@ impl Loader {
             // signature check result at hand, a binding to signers refuses it.
             config
                 .check_binding(plugin.name(), &candidate.path, &candidate.dir, None)
-                .map_err(LoadError::Binding)?;
+                .map_err(|e| LoadError::Binding(e.to_string()))?;
         }
         let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
         if spec.isolation.is_isolated() {
