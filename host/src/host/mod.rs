@@ -148,6 +148,20 @@ impl HostCallbacks for Callbacks {
         plugin_data_dir(&inner.config.load(), plugin)
     }
 
+    fn rescan_needed(&self) {
+        // Off the caller's thread: a rescan waits for any rescan in progress.
+        if let Some(inner) = self.0.upgrade() {
+            let spawned = std::thread::Builder::new()
+                .name("mcp-rescan".into())
+                .spawn(move || {
+                    Host { inner }.rescan(None);
+                });
+            if let Err(e) = spawned {
+                tracing::error!("cannot rescan: {e}");
+            }
+        }
+    }
+
     fn plugin_health_changed(&self) {
         // Off the caller's thread: a rebuild waits for any rescan in progress.
         if let Some(inner) = self.0.upgrade() {
@@ -479,7 +493,11 @@ fn config_origin(config: &Config) -> String {
 /// A warning for each tool directory that does not exist (its plugins cannot be served); one marked
 /// `optional` (it may be made later, and is watched for) is only noted.
 fn warn_missing_dirs(config: &Config) {
-    for dir in config.tool_dirs.iter().filter(|d| !d.path.is_dir()) {
+    for dir in config
+        .tool_dirs
+        .iter()
+        .filter(|d| !d.is_upstream() && !d.path.is_dir())
+    {
         let why = if dir.path.exists() {
             "is not a directory"
         } else if dir.optional {
@@ -535,6 +553,7 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
             None => Some(crate::config::Isolation::Sandbox),
         },
         path: file.to_path_buf(),
+        upstream: None,
     };
     let loaded = host.load(vec![candidate]);
     // The names the registry would refuse: invalid ones, and one defined twice in the file.
