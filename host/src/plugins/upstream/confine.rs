@@ -12,7 +12,7 @@
 //!   random devices; the command's own runtime: its resolved binary, a Python virtual environment
 //!   it runs from (`…/bin/python` beside `pyvenv.cfg`), and the script it runs (its directory, or
 //!   for a file under `node_modules` the outermost `node_modules` directory with its packages);
-//!   `cwd`; and `plugins.<name>.permissions.read`;
+//!   `server.cwd` when one is configured; and `plugins.<name>.permissions.read`;
 //! - write: `/dev/null`, the upstream's data directory and `permissions.write`;
 //! - execute: the resolved binary and the dynamic loader only (with `permissions.exec`, the
 //!   system's program directories too: `npx` needs them, it starts a shell);
@@ -90,6 +90,7 @@ pub(crate) fn upstream_sandbox(
     binary: &Path,
     command: &[String],
     cwd: &Path,
+    configured_cwd: Option<&Path>,
 ) -> wire::Sandbox {
     let settings = config.plugin(name);
     let grant = settings.permissions;
@@ -97,7 +98,9 @@ pub(crate) fn upstream_sandbox(
     let mut read: Vec<PathBuf> = grant.read.clone();
     read.extend(sandbox::SYSTEM_READ.iter().map(PathBuf::from));
     read.extend(ETC_READ.iter().map(PathBuf::from));
-    read.push(cwd.to_path_buf());
+    if let Some(cwd) = configured_cwd {
+        read.push(cwd.to_path_buf());
+    }
     read.push(real.clone());
     // A Python virtual environment: `<venv>/bin/python` beside `<venv>/pyvenv.cfg`.
     if let Some(venv) = binary.parent().and_then(Path::parent)

@@ -369,6 +369,7 @@ impl Link {
                 link.exited(id, &how);
             }
         });
+        self.listen_for_changes(&session).await;
         match super::listing::read(&session.peer, &self.name).await {
             Ok(manifest) => Ok((session, manifest)),
             Err(e) => {
@@ -378,6 +379,66 @@ impl Link {
                 )))
             }
         }
+    }
+
+    /// On a 2026-07-28 session, list changes arrive only on a `subscriptions/listen` stream:
+    /// open one for the lists the upstream says can change, and re-read them on each change.
+    /// (A 2025 session sends them unasked, to the handler.)
+    async fn listen_for_changes(self: &Arc<Self>, session: &Session) {
+        let Some(info) = session.peer.peer_info() else {
+            return;
+        };
+        if info.protocol_version < ProtocolVersion::V_2026_07_28 {
+            return;
+        }
+        let caps = &info.capabilities;
+        let mut filter = rmcp::model::SubscriptionFilter::builder();
+        let mut any = false;
+        if caps
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.list_changed == Some(true))
+        {
+            filter = filter.tools_list_changed();
+            any = true;
+        }
+        if caps
+            .prompts
+            .as_ref()
+            .is_some_and(|p| p.list_changed == Some(true))
+        {
+            filter = filter.prompts_list_changed();
+            any = true;
+        }
+        if caps
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.list_changed == Some(true))
+        {
+            filter = filter.resources_list_changed();
+            any = true;
+        }
+        if !any {
+            return;
+        }
+        let mut subscription = match session.peer.listen(filter.build()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(
+                    "Upstream {}: cannot listen for list changes ({e}); its lists are read at \
+                     start and after a restart only",
+                    self.name
+                );
+                return;
+            }
+        };
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Ok(Some(_change)) = subscription.next().await {
+                let Some(link) = weak.upgrade() else { return };
+                link.relist().await;
+            }
+        });
     }
 
     /// Start the child: its stdin and stdout for the protocol, its stderr to the log (bounded
@@ -686,6 +747,11 @@ impl Link {
         };
         let reason = format!("mcp-host: the call was {stopped}");
         let _ = handle.cancel(Some(reason)).await;
+        if stopped != "cancelled" {
+            // The executor's own timeout, at the same deadline, answers the client ("timed
+            // out"); this request holds its slots a little longer, as a worker call does.
+            tokio::time::sleep(crate::plugins::worker::KILL_GRACE).await;
+        }
         Err(Failure::Stopped(match stopped {
             "cancelled" => "the call was cancelled (the upstream was told)",
             _ => "the call ran past its deadline (the upstream was told to cancel it)",

@@ -173,8 +173,16 @@ fn stdio_transport(
             cwd.display()
         ))
     })?;
-    let sandbox = (spec.isolation == Isolation::Sandbox)
-        .then(|| confine::upstream_sandbox(config, &entry.name, &binary, &server.command, &cwd));
+    let sandbox = (spec.isolation == Isolation::Sandbox).then(|| {
+        confine::upstream_sandbox(
+            config,
+            &entry.name,
+            &binary,
+            &server.command,
+            &cwd,
+            server.cwd.as_deref(),
+        )
+    });
     if sandbox.is_some() {
         // The data directory is granted writable: make it exist, as for plugin workers.
         let _ = std::fs::create_dir_all(config.plugin_data_dir(&entry.name));
