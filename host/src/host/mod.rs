@@ -523,6 +523,34 @@ fn warn_missing_dirs(config: &Config) {
 /// and describe it: its build fingerprint, manifest and signer, and the names the registry would
 /// refuse to serve (`refused`: invalid or duplicate names). What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
+    // `upstream:<name>`: the upstream server entry of that name (started, listed, stopped).
+    if let Some(entry) = config
+        .tool_dirs
+        .iter()
+        .position(|d| d.is_upstream() && d.path == file)
+    {
+        let mut config = config.clone();
+        let dir = config.tool_dirs.swap_remove(entry);
+        config.tool_dirs = vec![dir];
+        let host =
+            Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
+        let registry = host.registry();
+        let (_, result) = registry
+            .sources
+            .first()
+            .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
+        let slot = result.clone()?;
+        let report = json!({
+            "file": file,
+            "signature": null,
+            "build": slot.backend.build(),
+            "manifest": slot.backend.manifest(),
+            "run": slot.run,
+            "refused": [],
+        });
+        host.shutdown();
+        return Ok(report);
+    }
     let mut config = config.clone();
     let dir = std::path::absolute(file)
         .unwrap_or_else(|_| file.to_path_buf())

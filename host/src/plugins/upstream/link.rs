@@ -133,6 +133,8 @@ pub(crate) struct Link {
     /// Where each running request's progress goes, by progress token.
     progress: Mutex<HashMap<String, EventSink>>,
     sessions: AtomicU64,
+    /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
+    legacy: std::sync::atomic::AtomicBool,
     runtime: tokio::runtime::Handle,
 }
 
@@ -265,6 +267,7 @@ impl Link {
             latest: Mutex::new(None),
             progress: Mutex::default(),
             sessions: AtomicU64::new(0),
+            legacy: std::sync::atomic::AtomicBool::new(false),
             runtime,
         });
         let connecting = Arc::clone(&link);
@@ -308,14 +311,6 @@ impl Link {
 
     /// Open a session and read the lists.
     async fn connect(self: &Arc<Self>) -> Result<(Arc<Session>, Manifest), LoadError> {
-        let id = self.sessions.fetch_add(1, Ordering::AcqRel) + 1;
-        let handler = Handler {
-            link: Arc::downgrade(self),
-        };
-        let lifecycle = ClientLifecycleMode::Auto {
-            preferred_versions: vec![ProtocolVersion::V_2026_07_28, ProtocolVersion::V_2025_11_25],
-            legacy_version: Some(ProtocolVersion::V_2025_11_25),
-        };
         let refused = |e: rmcp::service::ClientInitializeError| {
             if let Some(challenge) = e.auth_challenge() {
                 return LoadError::Worker(format!(
@@ -328,28 +323,53 @@ impl Link {
             }
             LoadError::Worker(format!("the MCP handshake failed: {e}"))
         };
-        let (running, pid) = match &self.transport {
-            Transport::Stdio { argv, env, cwd } => {
-                let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                let running = handler
-                    .serve_with_lifecycle((stdout, stdin), lifecycle)
-                    .await
-                    .map_err(refused);
-                match running {
-                    Ok(r) => (r, Some(pid)),
-                    Err(e) => {
-                        kill_group(pid);
-                        return Err(e);
-                    }
+        // `server/discover` first (2026-07-28), without rmcp's fixed 10 s probe timeout (a child
+        // on a busy machine may take longer to start); a server that answers it with an error
+        // is legacy: the handshake is made again with `initialize`, and remembered for restarts.
+        let (running, pid, id) = loop {
+            // A session id per attempt: the exit of an abandoned attempt's child is not this
+            // session's.
+            let id = self.sessions.fetch_add(1, Ordering::AcqRel) + 1;
+            let legacy = self.legacy.load(Ordering::Acquire);
+            let lifecycle = if legacy {
+                ClientLifecycleMode::Initialize
+            } else {
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                 }
-            }
-            Transport::Http { url, headers } => {
-                let transport = http_transport(url, headers)?;
-                let running = handler
-                    .serve_with_lifecycle(transport, lifecycle)
-                    .await
-                    .map_err(refused)?;
-                (running, None)
+            };
+            let handler = Handler {
+                link: Arc::downgrade(self),
+            };
+            let (served, pid) = match &self.transport {
+                Transport::Stdio { argv, env, cwd } => {
+                    let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
+                    let served = handler
+                        .serve_with_lifecycle((stdout, stdin), lifecycle)
+                        .await;
+                    (served, Some(pid))
+                }
+                Transport::Http { url, headers } => {
+                    let transport = http_transport(url, headers)?;
+                    (
+                        handler.serve_with_lifecycle(transport, lifecycle).await,
+                        None,
+                    )
+                }
+            };
+            match served {
+                Ok(running) => break (running, pid, id),
+                Err(e) => {
+                    if let Some(pid) = pid {
+                        kill_group(pid);
+                    }
+                    let is_legacy =
+                        matches!(e, rmcp::service::ClientInitializeError::JsonRpcError(_));
+                    if legacy || !is_legacy {
+                        return Err(refused(e));
+                    }
+                    self.legacy.store(true, Ordering::Release);
+                }
             }
         };
         let session = Arc::new(Session {
