@@ -332,7 +332,7 @@ impl Loader {
             .ok_or_else(|| LoadError::Worker("not an upstream server".into()))?;
         let started = config
             .check_binding(&entry.name, &candidate.path, &candidate.dir, None)
-            .map_err(LoadError::Binding)
+            .map_err(|why| LoadError::Binding(why.to_string()))
             .and_then(|()| {
                 let spec = upstream::run_spec(config, entry, &candidate.path, candidate.isolation);
                 upstream::start(entry, &spec, config, self.exe.as_deref(), Arc::clone(host))
@@ -426,7 +426,7 @@ impl Loader {
                     &candidate.dir,
                     signer.map(|s| s.key.as_str()),
                 ) {
-                    *name = Err(LoadError::Binding(why));
+                    *name = Err(LoadError::Binding(why.to_string()));
                 } else {
                     warn_unbound_grants(config, plugin, candidate);
                 }
@@ -632,7 +632,7 @@ impl Loader {
             // signature check result at hand, a binding to signers refuses it.
             config
                 .check_binding(plugin.name(), &candidate.path, &candidate.dir, None)
-                .map_err(LoadError::Binding)?;
+                .map_err(|e| LoadError::Binding(e.to_string()))?;
         }
         let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
         if spec.isolation.is_isolated() {

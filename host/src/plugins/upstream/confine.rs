@@ -188,16 +188,16 @@ pub fn run_upstream_exec(confine: Option<&str>, command: &[String]) -> String {
     if let Some(limits) = &confine.limits
         && let Err(e) = sandbox::apply_limits(limits)
     {
-        return e;
+        return e.to_string();
     }
     if let Some(sandbox) = &confine.sandbox {
         if let Err(e) = sandbox::limit_tasks() {
-            return e;
+            return e.to_string();
         }
         match sandbox::enforce(sandbox) {
             Ok(Some(note)) => eprintln!("mcp-host upstream-exec: {note}"),
             Ok(None) => {}
-            Err(e) => return e,
+            Err(e) => return e.to_string(),
         }
     }
     #[cfg(unix)]

@@ -762,7 +762,7 @@ impl Link {
                     )));
                 }
             },
-            () = call.cancel.cancelled() => "cancelled",
+            () = call.cancel().cancelled() => "cancelled",
             () = deadline => "past its deadline",
         };
         let reason = format!("mcp-host: the call was {stopped}");

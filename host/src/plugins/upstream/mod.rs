@@ -26,7 +26,7 @@ use serde_json::{Value, json};
 use self::link::{Failure, Link, Transport};
 use crate::config::{Config, Isolation};
 use crate::plugins::LoadError;
-use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend};
+use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend, PluginCallError};
 use crate::plugins::call::CallState;
 use crate::plugins::discovery::UpstreamEntry;
 use crate::plugins::worker::{RunSpec, WorkerCommand, wire_limits, worker_env};
@@ -262,8 +262,16 @@ impl Upstream {
         }
     }
 
-    fn future(&self, index: u32, args: &str, call: &Arc<CallState>) -> Result<CallFuture, String> {
-        let rt = runtime().map_err(|e| e.to_string())?.handle().clone();
+    fn future(
+        &self,
+        index: u32,
+        args: &str,
+        call: &Arc<CallState>,
+    ) -> Result<CallFuture, PluginCallError> {
+        let rt = runtime()
+            .map_err(|e| PluginCallError::Plugin(e.to_string()))?
+            .handle()
+            .clone();
         let task = rt.spawn(Self::forward(
             Arc::clone(&self.link),
             Arc::clone(&self.manifest),
@@ -274,6 +282,7 @@ impl Upstream {
         Ok(Box::pin(async move {
             task.await
                 .unwrap_or_else(|e| Err(format!("the upstream request failed: {e}")))
+                .map_err(PluginCallError::Plugin)
         }))
     }
 }
@@ -405,10 +414,17 @@ impl PluginBackend for Upstream {
         index: u32,
         args: &str,
         call: &Arc<CallState>,
-    ) -> Result<String, String> {
+    ) -> Result<String, PluginCallError> {
         let future = self.future(index, args, call)?;
-        let rt = runtime().map_err(|e| e.to_string())?.handle().clone();
-        link::block_on(&rt, future).unwrap_or_else(|| Err("the upstream runtime stopped".into()))
+        let rt = runtime()
+            .map_err(|e| PluginCallError::Plugin(e.to_string()))?
+            .handle()
+            .clone();
+        link::block_on(&rt, future).unwrap_or_else(|| {
+            Err(PluginCallError::Plugin(
+                "the upstream runtime stopped".into(),
+            ))
+        })
     }
 
     fn call_async(&self, index: u32, args: &str, call: &Arc<CallState>) -> Option<CallFuture> {
