@@ -9,7 +9,8 @@
 #     protobuf definitions (`opentelemetry-proto`: the OTLP/HTTP receiver in tests/otlp decodes the
 #     host's exported spans with them) and `prometheus-client` (its OpenMetrics parser reads
 #     `/metrics`);
-#   - the MCP Inspector (its CLI mode drives the server in the interop tests).
+#   - the MCP Inspector (its CLI mode drives the server in the interop tests);
+#   - the upstream servers `@modelcontextprotocol/server-everything` and `server-filesystem`.
 # Only package registries are used (npm, PyPI). Idempotent: what is already there at the right version
 # is kept. Prints the versions at the end; exits non-zero on any failure.
 #
@@ -18,6 +19,7 @@
 #              .ci/.tools/bin/conformance-2026-07-28    the 0.2.0-alpha.12 suite CLI
 #              .ci/.tools/venv/bin/python              Python with `mcp`
 #              .ci/.tools/tssdk/node_modules/@modelcontextprotocol/sdk
+#              .ci/.tools/upstreams/node_modules/@modelcontextprotocol/server-{everything,filesystem}
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,6 +31,8 @@ PY_MCP_VERSION=2.3.0
 PY_OTEL_PROTO_VERSION=1.45.2
 PY_PROMETHEUS_CLIENT_VERSION=0.26.0
 INSPECTOR_VERSION=2.12.0
+UPSTREAM_EVERYTHING_VERSION=2026.8.31
+UPSTREAM_FILESYSTEM_VERSION=2026.8.31
 
 TOOLS="$PWD/.ci/.tools"
 BIN="$TOOLS/bin"
@@ -109,6 +113,12 @@ exec "$NODE" "$TOOLS/inspector/node_modules/@modelcontextprotocol/inspector/clie
 EOF
 chmod +x "$BIN/mcp-inspector.tmp"
 mv "$BIN/mcp-inspector.tmp" "$BIN/mcp-inspector"
+
+echo "== Upstream MCP servers (npm): server-everything $UPSTREAM_EVERYTHING_VERSION, server-filesystem $UPSTREAM_FILESYSTEM_VERSION"
+# The real servers the upstream tests (tests/e2e/upstream.rs) serve through the host, run with
+# the machine's node; the Python upstream is the venv's `mcp` below.
+npm_pin "$TOOLS/upstreams" "@modelcontextprotocol/server-everything" "$UPSTREAM_EVERYTHING_VERSION" "^${UPSTREAM_EVERYTHING_VERSION//./\\.}\$"
+npm_pin "$TOOLS/upstreams" "@modelcontextprotocol/server-filesystem" "$UPSTREAM_FILESYSTEM_VERSION" "^${UPSTREAM_FILESYSTEM_VERSION//./\\.}\$"
 
 echo "== Python venv with mcp==$PY_MCP_VERSION, opentelemetry-proto, prometheus-client"
 VENV="$TOOLS/venv"

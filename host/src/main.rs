@@ -194,6 +194,17 @@ enum Command {
     /// (internal) Serve one isolated plugin over the channel on stdin; started by the host.
     #[command(hide = true)]
     Worker,
+    /// (internal) Confine this process, then run an upstream server's command in its place;
+    /// started by the host.
+    #[command(hide = true)]
+    UpstreamExec {
+        /// How to confine this process (JSON from the host).
+        #[arg(long)]
+        confine: Option<String>,
+        /// The command and its arguments.
+        #[arg(last = true, required = true)]
+        command: Vec<String>,
+    },
 }
 
 /// The log for a command that does not export traces (`default` applies without `RUST_LOG`).
@@ -278,6 +289,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             &mut std::io::stdout(),
         ),
         Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
+        Command::UpstreamExec { confine, command } => {
+            // Returns only when the command could not be run.
+            let why = mcp_host::plugins::upstream::confine::run_upstream_exec(
+                confine.as_deref(),
+                &command,
+            );
+            eprintln!("mcp-host upstream-exec: {why}");
+            Ok(ExitCode::from(126))
+        }
         Command::Probe { confine, files } => {
             let out = &mut protected_stdout();
             mcp_host::plugins::probe::run_probe_child(&files, confine.as_deref(), out)?;

@@ -23,4 +23,5 @@ mod stdio;
 mod surface;
 mod tasks;
 mod trust;
+mod upstream;
 mod workers;

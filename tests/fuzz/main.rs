@@ -724,6 +724,7 @@ fn any_manifest_is_read_or_refused_without_harm() {
                 prefix: String::new(),
                 path: "/fuzz/libfuzz.so".into(),
                 isolation: None,
+                upstream: None,
             };
             let backend = Arc::new(ManifestOnly {
                 build: BuildInfo::host(),

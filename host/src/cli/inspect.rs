@@ -158,7 +158,17 @@ pub(crate) fn check(
     format: CheckFormat,
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<ExitCode> {
-    if let Err(e) = std::fs::metadata(file) {
+    let upstream = config
+        .tool_dirs
+        .iter()
+        .any(|d| d.is_upstream() && d.path == file);
+    if let Err(e) = std::fs::metadata(file)
+        .map(|_| ())
+        .or_else(|e| match upstream {
+            true => Ok(()),
+            false => Err(e),
+        })
+    {
         eprintln!("{}: cannot read the plugin file: {e}", file.display());
         return Ok(ExitCode::FAILURE);
     }

@@ -64,7 +64,12 @@ enum ToolDirEntry {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct DetailedToolDir {
-    path: PathBuf,
+    #[serde(default)]
+    path: Option<PathBuf>,
+    #[serde(default)]
+    server: Option<super::UpstreamServer>,
+    #[serde(default)]
+    name: Option<String>,
     #[serde(default)]
     prefix: String,
     #[serde(default)]
@@ -88,12 +93,120 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
                 .map(ToolDirEntry::Detailed)
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
-                "expected a path or {{path, prefix, files, isolation, require_signature, pinning, \
-                 optional}}, \
+                "expected a path, {{path, prefix, files, isolation, require_signature, pinning, \
+                 optional}} or {{server, name, prefix, isolation, pinning}}, \
                  got {other}"
             ))),
         }
     }
+}
+
+/// A `tool_dirs` entry written as a map: a directory (`path`), or an upstream server (`server`
+/// with its `name`), checked for the keys that do not go together.
+fn tool_dir_entry(d: DetailedToolDir, i: usize, origin: &Origin) -> Result<ToolDir, ConfigError> {
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        origin: origin.name.clone(),
+        key: format!("tool_dirs.{i}{key}"),
+        message,
+    };
+    let Some(mut server) = d.server else {
+        let path = d.path.ok_or_else(|| {
+            invalid(
+                "",
+                "an entry needs `path` (a tool directory) or `server` (an upstream MCP server)"
+                    .into(),
+            )
+        })?;
+        if let Some(name) = d.name {
+            return Err(invalid(
+                ".name",
+                format!("`name` ({name}) names an upstream server: it needs `server`"),
+            ));
+        }
+        return Ok(ToolDir {
+            path: absolute(&origin.base_dir, &path),
+            prefix: d.prefix,
+            files: d.files,
+            isolation: d.isolation,
+            require_signature: d.require_signature,
+            pinning: d.pinning,
+            optional: d.optional,
+            server: None,
+            name: None,
+        });
+    };
+    if d.path.is_some() {
+        return Err(invalid(
+            ".path",
+            "an entry is a directory (`path`) or an upstream server (`server`), not both".into(),
+        ));
+    }
+    if !d.files.is_empty() || d.require_signature.is_some() || d.optional {
+        return Err(invalid(
+            "",
+            "`files`, `require_signature` and `optional` apply to directories, not to an \
+             upstream server"
+                .into(),
+        ));
+    }
+    match (server.command.is_empty(), &server.url) {
+        (false, None) | (true, Some(_)) => {}
+        (true, None) => {
+            return Err(invalid(
+                ".server",
+                "needs `command` (a stdio server, as argv) or `url` (Streamable HTTP)".into(),
+            ));
+        }
+        (false, Some(_)) => {
+            return Err(invalid(
+                ".server",
+                "has both `command` and `url`: an upstream is one or the other".into(),
+            ));
+        }
+    }
+    let name = d.name.filter(|n| !n.is_empty()).ok_or_else(|| {
+        invalid(
+            ".name",
+            format!(
+                "an upstream server needs a `name` (what list, metrics, agents and \
+                 plugins.<name> know it by), e.g. `name: {}`",
+                server.suggested_name()
+            ),
+        )
+    })?;
+    let plain = name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if !plain || name.starts_with('.') {
+        return Err(invalid(
+            ".name",
+            format!("{name:?}: use letters, digits, `-`, `_` and `.`"),
+        ));
+    }
+    if d.isolation == Some(Isolation::InProcess) {
+        return Err(invalid(
+            ".isolation",
+            "an upstream server always runs outside the host: `process` or `sandbox`".into(),
+        ));
+    }
+    if server.url.is_some() && d.isolation == Some(Isolation::Sandbox) {
+        return Err(invalid(
+            ".isolation",
+            "`sandbox` confines a child process; an HTTP upstream runs elsewhere".into(),
+        ));
+    }
+    server.cwd = server.cwd.map(|c| absolute(&origin.base_dir, &c));
+    Ok(ToolDir {
+        path: PathBuf::from(format!("{}{name}", super::UPSTREAM_PATH_PREFIX)),
+        prefix: d.prefix,
+        files: Vec::new(),
+        isolation: d.isolation,
+        require_signature: None,
+        pinning: d.pinning,
+        optional: false,
+        server: Some(server),
+        name: Some(name),
+    })
 }
 
 /// Where a layer came from, for messages and relative paths.
@@ -541,22 +654,15 @@ fn apply_loading(
 fn tool_dirs(dirs: Vec<ToolDirEntry>, origin: &Origin) -> Result<Vec<ToolDir>, ConfigError> {
     let dirs: Vec<ToolDir> = dirs
         .into_iter()
-        .map(|d| match d {
-            ToolDirEntry::Path(p) => ToolDir {
+        .enumerate()
+        .map(|(i, d)| match d {
+            ToolDirEntry::Path(p) => Ok(ToolDir {
                 path: absolute(&origin.base_dir, &p),
                 ..ToolDir::default()
-            },
-            ToolDirEntry::Detailed(d) => ToolDir {
-                path: absolute(&origin.base_dir, &d.path),
-                prefix: d.prefix,
-                files: d.files,
-                isolation: d.isolation,
-                require_signature: d.require_signature,
-                pinning: d.pinning,
-                optional: d.optional,
-            },
+            }),
+            ToolDirEntry::Detailed(d) => tool_dir_entry(d, i, origin),
         })
-        .collect();
+        .collect::<Result<_, _>>()?;
     for (i, dir) in dirs.iter().enumerate() {
         dir.file_selection().map_err(|e| ConfigError::Invalid {
             origin: origin.name.clone(),

@@ -101,6 +101,82 @@ pub struct ToolDir {
     /// served.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub optional: bool,
+    /// An upstream MCP server served from this entry instead of a directory (`path` is then
+    /// `upstream:<name>`, an identity, not a file): a command run as a supervised child speaking
+    /// MCP on its stdin and stdout, or a Streamable HTTP endpoint. See
+    /// `docs/operators/upstream-servers.md`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<UpstreamServer>,
+    /// The upstream's name (required with `server`): what `list`, metrics, audit, agents and
+    /// `plugins.<name>` settings know it by, as a plugin's name.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// How to reach an upstream MCP server (`tool_dirs[].server`): exactly one of `command` (stdio)
+/// and `url` (Streamable HTTP). String values may use `${VAR}` like the rest of the file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamServer {
+    /// The command and its arguments (argv; no shell): the child speaks MCP on stdin and stdout,
+    /// its stderr goes to the host's log.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub command: Vec<String>,
+    /// Environment variables added to the child's allow-listed environment (`PATH`, `HOME`,
+    /// `LANG`, ... and `plugins.<name>.permissions.env`; never the host's whole environment).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The child's working directory (relative to the configuration file).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<PathBuf>,
+    /// A Streamable HTTP endpoint (`https://…/mcp`, or `http://` on a trusted network).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// HTTP headers sent with every request to `url` (e.g. `Authorization: "Bearer
+    /// ${TOOLS_TOKEN}"`).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub headers: BTreeMap<String, String>,
+}
+
+impl UpstreamServer {
+    /// A name to suggest for an entry that has none: the package or program for a command
+    /// (`@modelcontextprotocol/server-filesystem` gives `filesystem`), the host for a URL.
+    pub fn suggested_name(&self) -> String {
+        let clean = |s: &str| -> String {
+            let s = s
+                .trim_start_matches("mcp-server-")
+                .trim_start_matches("server-")
+                .trim_start_matches("mcp-")
+                .trim_end_matches("-mcp")
+                .trim_end_matches(".py")
+                .trim_end_matches(".js");
+            s.chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect()
+        };
+        if let Some(url) = &self.url {
+            let host = url.split("://").nth(1).unwrap_or(url);
+            let host = host.split(['/', ':']).next().unwrap_or(host);
+            return clean(host.split('.').next().unwrap_or(host));
+        }
+        let arg = self
+            .command
+            .iter()
+            .skip(1)
+            .rev()
+            .find(|a| !a.starts_with('-') && !a.starts_with('/') && !a.starts_with('.'))
+            .or(self.command.first());
+        arg.map(|a| {
+            let base = a.rsplit('/').next().unwrap_or(a);
+            let base = base
+                .split('@')
+                .next()
+                .filter(|b| !b.is_empty())
+                .unwrap_or(base);
+            clean(base)
+        })
+        .unwrap_or_else(|| "upstream".into())
+    }
 }
 
 /// How served definitions (tools, resources, prompts) are checked against the lock file that
@@ -147,6 +223,17 @@ impl ToolDir {
             set.add(globset::Glob::new(glob)?);
         }
         set.build().map(Some)
+    }
+}
+
+/// How the identity path of an upstream server entry begins (`upstream:<name>`): what `list`
+/// shows as its file and directory.
+pub const UPSTREAM_PATH_PREFIX: &str = "upstream:";
+
+impl ToolDir {
+    /// Whether the entry is an upstream server (not a directory).
+    pub fn is_upstream(&self) -> bool {
+        self.server.is_some()
     }
 }
 
@@ -952,6 +1039,12 @@ impl Config {
     pub fn isolation(&self, name: &str, dir: Option<Isolation>) -> Isolation {
         let own = self.plugins.get(name).and_then(|p| p.isolation);
         own.max(dir).unwrap_or_default()
+    }
+
+    /// How upstream server `name` from an entry with isolation `entry` runs: like a plugin, but
+    /// never in the host (`process` at least).
+    pub fn upstream_isolation(&self, name: &str, entry: Option<Isolation>) -> Isolation {
+        self.isolation(name, entry).max(Isolation::Process)
     }
 
     /// Whether the file `file`, found in tool directory `dir` and signed by the `trust.keys`

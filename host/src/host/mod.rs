@@ -151,6 +151,20 @@ impl HostCallbacks for Callbacks {
         plugin_data_dir(&inner.config.load(), plugin)
     }
 
+    fn rescan_needed(&self) {
+        // Off the caller's thread: a rescan waits for any rescan in progress.
+        if let Some(inner) = self.0.upgrade() {
+            let spawned = std::thread::Builder::new()
+                .name("mcp-rescan".into())
+                .spawn(move || {
+                    Host { inner }.rescan(None);
+                });
+            if let Err(e) = spawned {
+                tracing::error!("cannot rescan: {e}");
+            }
+        }
+    }
+
     fn plugin_health_changed(&self) {
         // Off the caller's thread: a rebuild waits for any rescan in progress.
         if let Some(inner) = self.0.upgrade() {
@@ -483,7 +497,11 @@ fn config_origin(config: &Config) -> String {
 /// A warning for each tool directory that does not exist (its plugins cannot be served); one marked
 /// `optional` (it may be made later, and is watched for) is only noted.
 fn warn_missing_dirs(config: &Config) {
-    for dir in config.tool_dirs.iter().filter(|d| !d.path.is_dir()) {
+    for dir in config
+        .tool_dirs
+        .iter()
+        .filter(|d| !d.is_upstream() && !d.path.is_dir())
+    {
         let why = if dir.path.exists() {
             "is not a directory"
         } else if dir.optional {
@@ -509,6 +527,34 @@ fn warn_missing_dirs(config: &Config) {
 /// and describe it: its build fingerprint, manifest and signer, and the names the registry would
 /// refuse to serve (`refused`: invalid or duplicate names). What `mcp-host check` prints.
 pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result<Value, LoadError> {
+    // `upstream:<name>`: the upstream server entry of that name (started, listed, stopped).
+    if let Some(entry) = config
+        .tool_dirs
+        .iter()
+        .position(|d| d.is_upstream() && d.path == file)
+    {
+        let mut config = config.clone();
+        let dir = config.tool_dirs.swap_remove(entry);
+        config.tool_dirs = vec![dir];
+        let host =
+            Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
+        let registry = host.registry();
+        let (_, result) = registry
+            .sources
+            .first()
+            .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
+        let slot = result.clone()?;
+        let report = json!({
+            "file": file,
+            "signature": null,
+            "build": slot.backend.build(),
+            "manifest": slot.backend.manifest(),
+            "run": slot.run,
+            "refused": [],
+        });
+        host.shutdown();
+        return Ok(report);
+    }
     let mut config = config.clone();
     let dir = std::path::absolute(file)
         .unwrap_or_else(|_| file.to_path_buf())
@@ -539,6 +585,7 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
             None => Some(crate::config::Isolation::Sandbox),
         },
         path: file.to_path_buf(),
+        upstream: None,
     };
     let loaded = host.load(vec![candidate]);
     // The names the registry would refuse: invalid ones, and one defined twice in the file.

@@ -67,6 +67,7 @@ fn targets(config: &Config) -> BTreeSet<PathBuf> {
     let mut dirs: BTreeSet<PathBuf> = config
         .tool_dirs
         .iter()
+        .filter(|d| !d.is_upstream())
         .filter_map(|d| match d.path.is_dir() {
             true => Some(d.path.clone()),
             false => d

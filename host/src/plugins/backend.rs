@@ -105,6 +105,12 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
 
     /// Run the plugin's shutdown hook: the host retired this version and no call runs on it.
     fn shutdown(&self);
+
+    /// A newer version of this backend serving different definitions over the same connection
+    /// (an upstream server whose lists changed): a rescan puts it in this one's place.
+    fn successor(&self) -> Option<Arc<dyn PluginBackend>> {
+        None
+    }
 }
 
 /// A call running outside the calling thread: the `CallToolResult` JSON, or why it could not run.
@@ -131,6 +137,12 @@ pub trait HostCallbacks: Send + Sync {
     /// A plugin's health changed in a way that changes what is served (it was quarantined): the
     /// host rebuilds its tool set from the plugins it has and tells clients.
     fn plugin_health_changed(&self);
+
+    /// What a backend serves changed (an upstream server's lists): the host rescans, so the
+    /// backend can hand over its [`PluginBackend::successor`].
+    fn rescan_needed(&self) {
+        self.plugin_health_changed();
+    }
 }
 
 /// A change clients may listen for.

@@ -2,11 +2,12 @@
 //!
 //! Rules (the seed's, kept deterministic): directories in listed order; inside one, files in sorted
 //! name order; only the platform's shared-library extension; no recursion; a leading `_` skips a file;
-//! a directory entry with `files` takes only the libraries whose names match one of its globs.
+//! a directory entry with `files` takes only the libraries whose names match one of its globs. An
+//! upstream server entry (`server:`) is one candidate of its own, in its place in the list.
 
 use std::path::{Path, PathBuf};
 
-use crate::config::{Isolation, ToolDir};
+use crate::config::{Isolation, ToolDir, UpstreamServer};
 
 /// The shared-library extension of this platform.
 pub const LIBRARY_EXTENSION: &str = std::env::consts::DLL_EXTENSION;
@@ -22,8 +23,19 @@ pub struct Candidate {
     pub prefix: String,
     /// The directory's isolation, if it sets one.
     pub isolation: Option<Isolation>,
-    /// The file.
+    /// The file (for an upstream server: its identity, `upstream:<name>`, as `dir` too).
     pub path: PathBuf,
+    /// The upstream server this candidate is, when it is one (not a file).
+    pub upstream: Option<UpstreamEntry>,
+}
+
+/// An upstream server entry of `tool_dirs`: its name and how to reach it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamEntry {
+    /// Its name (its plugin name everywhere else).
+    pub name: String,
+    /// How to reach it.
+    pub server: UpstreamServer,
 }
 
 /// Whether `path` is a file discovery would take (extension and `_` rule; not whether it exists).
@@ -54,6 +66,20 @@ pub fn library_name(path: &Path) -> Option<&str> {
 pub fn scan(dirs: &[ToolDir]) -> Vec<Candidate> {
     let mut out = Vec::new();
     for (dir_index, dir) in dirs.iter().enumerate() {
+        if let (Some(server), Some(name)) = (&dir.server, &dir.name) {
+            out.push(Candidate {
+                dir_index,
+                dir: dir.path.clone(),
+                prefix: dir.prefix.clone(),
+                isolation: dir.isolation,
+                path: dir.path.clone(),
+                upstream: Some(UpstreamEntry {
+                    name: name.clone(),
+                    server: server.clone(),
+                }),
+            });
+            continue;
+        }
         let entries = match std::fs::read_dir(&dir.path) {
             Ok(entries) => entries,
             Err(e) => {
@@ -81,6 +107,7 @@ pub fn scan(dirs: &[ToolDir]) -> Vec<Candidate> {
             prefix: dir.prefix.clone(),
             isolation: dir.isolation,
             path,
+            upstream: None,
         }));
     }
     out

@@ -19,12 +19,13 @@ use super::LoadError;
 use super::backend::{HostCallbacks, PluginBackend};
 use super::copies::CopyCache;
 use super::deferred::{Deferred, DeferredLoad};
-use super::discovery::{self, Candidate, LIBRARY_EXTENSION};
+use super::discovery::{self, Candidate, LIBRARY_EXTENSION, UpstreamEntry};
 use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
 use super::probe::{Confinement, ProbeCache, Prober};
 use super::signature::{self, Signer};
 use super::slot::{FileStamp, PluginSlot};
+use super::upstream;
 use super::worker::{self, RunSpec};
 use crate::config::{Config, Isolation};
 use crate::telemetry::Telemetry;
@@ -396,10 +397,81 @@ impl Loader {
         self.images.load(Ordering::Acquire)
     }
 
-    /// Copy, probe and load `candidates` (opened side by side, the results in order): each file
+    /// Load `candidates`, the results in their order: files through [`Loader::load_files`],
+    /// upstream servers by connecting to them (side by side).
+    pub(crate) fn load(
+        &self,
+        candidates: Vec<Candidate>,
+        config: &Config,
+        host: &Arc<dyn HostCallbacks>,
+    ) -> Loaded {
+        if candidates.iter().all(|c| c.upstream.is_none()) {
+            return self.load_files(candidates, config, host);
+        }
+        let (upstreams, files): (Vec<_>, Vec<_>) = candidates
+            .into_iter()
+            .enumerate()
+            .partition(|(_, c)| c.upstream.is_some());
+        let (file_order, files): (Vec<usize>, Vec<Candidate>) = files.into_iter().unzip();
+        let mut merged: Vec<(usize, (Candidate, _))> = file_order
+            .into_iter()
+            .zip(self.load_files(files, config, host))
+            .collect();
+        merged.extend(super::map_parallel(upstreams, |(i, c)| {
+            let result = self.load_upstream(&c, config, host);
+            (i, (c, result))
+        }));
+        merged.sort_by_key(|(i, _)| *i);
+        merged.into_iter().map(|(_, loaded)| loaded).collect()
+    }
+
+    /// Connect to the upstream server of `candidate` and make it a plugin slot.
+    fn load_upstream(
+        &self,
+        candidate: &Candidate,
+        config: &Config,
+        host: &Arc<dyn HostCallbacks>,
+    ) -> Result<Arc<PluginSlot>, LoadError> {
+        let entry = candidate
+            .upstream
+            .as_ref()
+            .ok_or_else(|| LoadError::Worker("not an upstream server".into()))?;
+        let started = config
+            .check_binding(&entry.name, &candidate.path, &candidate.dir, None)
+            .map_err(|why| LoadError::Binding(why.to_string()))
+            .and_then(|()| {
+                let spec = upstream::run_spec(config, entry, &candidate.path, candidate.isolation);
+                upstream::start(entry, &spec, config, self.exe.as_deref(), Arc::clone(host))
+                    .map(|backend| (backend, spec))
+            });
+        let (backend, spec) = started.inspect_err(|e| {
+            self.telemetry.metrics().load_error(e.kind());
+        })?;
+        let settings = config.plugin(&entry.name);
+        let limit = settings
+            .max_concurrent_calls
+            .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
+        tracing::info!(
+            "Connected upstream {}: {} tools, {} resources, {} prompts",
+            entry.name,
+            backend.manifest().tools.len(),
+            backend.manifest().resources.len(),
+            backend.manifest().prompts.len()
+        );
+        Ok(Arc::new(PluginSlot::new(
+            Arc::new(backend),
+            candidate.clone(),
+            limit,
+            None,
+            settings,
+            spec,
+        )))
+    }
+
+    /// Copy, probe and load plugin files `candidates` (opened side by side, the results in order): each file
     /// moves through the steps as one [`InFlight`] — copy, signature, identity check, probe, name
     /// binding, open — and ends as a slot or a remembered failure.
-    pub(crate) fn load(
+    fn load_files(
         &self,
         candidates: Vec<Candidate>,
         config: &Config,
@@ -799,6 +871,9 @@ impl Loader {
             .iter()
             .zip(&stamps)
             .map(|(c, stamp)| {
+                if let Some(entry) = &c.upstream {
+                    return self.keep_upstream(old_slots, c, entry, retry, config);
+                }
                 old_slots
                     .get(c.path.as_path())
                     .filter(|slot| {
@@ -861,6 +936,44 @@ impl Loader {
             fresh,
             refused,
         }
+    }
+}
+
+impl Loader {
+    /// An upstream server's slot kept by a rescan: the same entry, settings and way to run, not
+    /// quarantined when SIGHUP asked to retry; when its lists changed since, a new version over
+    /// the same connection.
+    fn keep_upstream(
+        &self,
+        old_slots: &HashMap<&Path, &Arc<PluginSlot>>,
+        c: &Candidate,
+        entry: &UpstreamEntry,
+        retry: bool,
+        config: &Config,
+    ) -> Option<Arc<PluginSlot>> {
+        let slot = old_slots.get(c.path.as_path()).filter(|slot| {
+            slot.candidate == *c
+                && !(retry && slot.backend.quarantined().is_some())
+                && slot.run == upstream::run_spec(config, entry, &c.path, c.isolation)
+                && config
+                    .plugins
+                    .get(&entry.name)
+                    .map_or(slot.settings == Default::default(), |s| *s == slot.settings)
+        })?;
+        Some(match slot.backend.successor() {
+            Some(backend) => Arc::new(PluginSlot::new(
+                backend,
+                slot.candidate.clone(),
+                config
+                    .plugin(&entry.name)
+                    .max_concurrent_calls
+                    .unwrap_or(config.limits.max_concurrent_calls_per_plugin),
+                None,
+                slot.settings.clone(),
+                slot.run.clone(),
+            )),
+            None => Arc::clone(slot),
+        })
     }
 }
 

@@ -5,7 +5,8 @@
 //! of running a plugin implements; [`in_process`] is the first, [`deferred`] loads one at its first
 //! call from the manifest [`manifests`] remembered at an earlier start), [`slot`] (a loaded version),
 //! [`signature`] (detached signatures checked on the private copy before the probe) and [`watch`]
-//! (hot reload). [`worker`] runs isolated plugins in supervised worker processes.
+//! (hot reload). [`worker`] runs isolated plugins in supervised worker processes; [`upstream`]
+//! serves upstream MCP servers (`tool_dirs` entries with `server:`) as plugins.
 
 pub mod backend;
 pub mod call;
@@ -20,6 +21,7 @@ pub(crate) mod manifests;
 pub mod probe;
 pub mod signature;
 pub mod slot;
+pub mod upstream;
 pub mod worker;
 
 use std::path::Path;

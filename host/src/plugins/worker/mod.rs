@@ -31,11 +31,10 @@ use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 use serde::Serialize;
 
 pub use child::run_worker;
-pub(crate) use process::{Line, OutputLines};
+pub(crate) use process::{Line, OutputLines, WorkerCommand};
 pub use sandbox::Grant;
 pub use supervisor::KILL_GRACE;
 
-use self::process::WorkerCommand;
 use self::supervisor::{CrashPolicy, Launch, Supervisor};
 use crate::config::{Config, Isolation, WorkerLimits};
 use crate::plugins::LoadError;
@@ -97,7 +96,7 @@ const FRAME_ROOM: usize = 1 << 20;
 /// The environment variables a worker of `plugin` keeps: a sandboxed one only its
 /// `permissions.env`; a `process` one also [`process::BASE_ENV`] (never the host's whole
 /// environment, whose variables may hold its secrets).
-fn worker_env(spec: &RunSpec, config: &Config, plugin: &str) -> Vec<String> {
+pub(crate) fn worker_env(spec: &RunSpec, config: &Config, plugin: &str) -> Vec<String> {
     match &spec.permissions {
         Some(grant) => grant.env.clone(),
         None => process::BASE_ENV

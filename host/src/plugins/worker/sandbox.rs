@@ -68,7 +68,7 @@ pub struct Grant {
 /// System paths every sandboxed plugin may read: the dynamic loader's libraries and cache, time
 /// zones, and the harmless devices.
 #[cfg(target_os = "linux")]
-const SYSTEM_READ: &[&str] = &[
+pub(crate) const SYSTEM_READ: &[&str] = &[
     "/lib",
     "/lib64",
     "/usr/lib",
@@ -81,7 +81,7 @@ const SYSTEM_READ: &[&str] = &[
     "/dev/zero",
 ];
 #[cfg(not(target_os = "linux"))]
-const SYSTEM_READ: &[&str] = &[];
+pub(crate) const SYSTEM_READ: &[&str] = &[];
 
 /// Where programs live, readable and executable when a plugin may run programs.
 const SYSTEM_EXEC: &[&str] = &["/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin"];
@@ -142,6 +142,7 @@ impl Grant {
             connect_ports,
             exec: self.exec,
             allow_weaker: self.allow_weaker_sandbox,
+            unix_sockets: false,
         }
     }
 }
@@ -159,6 +160,7 @@ pub(crate) fn probe_sandbox(copies: &[PathBuf], allow_weaker: bool) -> wire::San
         connect_ports: Some(Vec::new()),
         exec: false,
         allow_weaker,
+        unix_sockets: false,
     }
 }
 
@@ -447,15 +449,27 @@ mod linux {
 
     /// The rules under which `socket(2)` is refused: every call without a network grant; with
     /// one, any family but IPv4/IPv6 and any type but stream and datagram.
-    fn socket_rules(network: bool) -> Result<Vec<SeccompRule>, SandboxError> {
-        if !network {
-            return Ok(Vec::new());
-        }
+    fn socket_rules(network: bool, unix_sockets: bool) -> Result<Vec<SeccompRule>, SandboxError> {
         let rule = |c: Vec<SeccompCondition>| SeccompRule::new(c).map_err(fail);
-        let mut rules = vec![rule(vec![
+        if !network {
+            // Refused outright, or for every family but AF_UNIX.
+            return match unix_sockets {
+                false => Ok(Vec::new()),
+                true => Ok(vec![rule(vec![condition(
+                    0,
+                    SeccompCmpOp::Ne,
+                    libc::AF_UNIX as u64,
+                )?])?]),
+            };
+        }
+        let mut families = vec![
             condition(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
             condition(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
-        ])?];
+        ];
+        if unix_sockets {
+            families.push(condition(0, SeccompCmpOp::Ne, libc::AF_UNIX as u64)?);
+        }
+        let mut rules = vec![rule(families)?];
         for kind in DENIED_SOCKET_TYPES {
             rules.push(rule(vec![condition(
                 1,
@@ -478,7 +492,10 @@ mod linux {
             rules.insert(libc::SYS_execveat, Vec::new());
         }
         let network = sandbox.connect_ports.as_ref().is_none_or(|p| !p.is_empty());
-        rules.insert(libc::SYS_socket, socket_rules(network)?);
+        rules.insert(
+            libc::SYS_socket,
+            socket_rules(network, sandbox.unix_sockets)?,
+        );
         // No new user namespace through clone(2) (`unshare` is denied outright).
         let newuser = SeccompRule::new(vec![condition(
             0,

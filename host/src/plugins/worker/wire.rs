@@ -95,6 +95,9 @@ pub(crate) struct Sandbox {
     pub exec: bool,
     /// Start anyway when the kernel cannot enforce all of it.
     pub allow_weaker: bool,
+    /// Whether Unix-domain sockets stay allowed without a network grant (an upstream server's
+    /// runtime may use them; a plugin worker never needs them).
+    pub unix_sockets: bool,
 }
 
 /// What a worker sends the host.

@@ -1,0 +1,891 @@
+//! The host's connection to one upstream MCP server, supervised like a plugin worker: the
+//! session (rmcp's client over a child's pipes or over Streamable HTTP), a restart with backoff
+//! when the child dies or the connection closes, quarantine after a crash loop (its tools are
+//! withdrawn and clients told), requests with the call's deadline and cancellation forwarded as
+//! `notifications/cancelled`, progress passed back to the caller, the child's stderr to the log,
+//! and the upstream's `list_changed` re-reading its lists so the host can serve (or, under
+//! pinning, hold) what changed.
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use mcp_plugin_sdk::wire::Manifest;
+use rmcp::model::{
+    ClientCapabilities, ClientRequest, ErrorCode, Implementation, InitializeRequestParams,
+    ProgressNotificationParam, ProtocolVersion, ServerResult,
+};
+use rmcp::service::{
+    ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer, PeerRequestOptions,
+    RoleClient, ServiceError,
+};
+use serde_json::Value;
+
+use crate::plugins::backend::HostCallbacks;
+use crate::plugins::call::{CallEvent, CallState, EventSink};
+use crate::plugins::worker::{Line, OutputLines};
+use crate::plugins::{LoadError, lock};
+
+/// How long an upstream may take to start and answer its handshake and lists.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// The longest pause before a restart.
+const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Lines of an upstream child's stderr logged per burst window before they are dropped.
+const STDERR_LINES_PER_SEC: u32 = 50;
+
+/// How the upstream is reached.
+#[derive(Debug, Clone)]
+pub(crate) enum Transport {
+    /// A child process speaking MCP on its stdin and stdout.
+    Stdio {
+        /// The program and arguments to spawn (the helper `mcp-host upstream-exec …` when the
+        /// child is confined, else the command itself).
+        argv: Vec<OsString>,
+        /// Its whole environment.
+        env: Vec<(OsString, OsString)>,
+        /// Its working directory.
+        cwd: PathBuf,
+    },
+    /// A Streamable HTTP endpoint.
+    Http {
+        /// The endpoint.
+        url: String,
+        /// Headers sent with every request.
+        headers: Vec<(String, String)>,
+    },
+}
+
+/// A request that produced no result.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The upstream answered a JSON-RPC error.
+    Rpc(ErrorCode, String),
+    /// The call was cancelled or ran out of time (the upstream was told).
+    Stopped(&'static str),
+    /// The upstream could not be reached, or went away during the request.
+    Unavailable(String),
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Failure::Rpc(code, message) => {
+                write!(f, "the upstream answered error {}: {message}", code.0)
+            }
+            Failure::Stopped(why) => write!(f, "{why}"),
+            Failure::Unavailable(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+/// One connected session.
+struct Session {
+    id: u64,
+    peer: Peer<RoleClient>,
+    /// Ends the rmcp service (closing the child's stdin, or the HTTP session).
+    stop: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
+    /// The child's process group, for a stdio upstream.
+    pid: Option<u32>,
+}
+
+impl Session {
+    fn end(&self) {
+        if let Some(stop) = lock(&self.stop).take() {
+            stop.cancel();
+        }
+        #[cfg(unix)]
+        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok())
+            && let Some(pid) = rustix::process::Pid::from_raw(pid)
+        {
+            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+enum Current {
+    Starting,
+    Running(Arc<Session>),
+    Restarting,
+    Quarantined(String),
+    Retired,
+}
+
+struct State {
+    current: Current,
+    crashes: VecDeque<Instant>,
+}
+
+/// The supervised connection to one upstream.
+pub(crate) struct Link {
+    name: Arc<str>,
+    transport: Transport,
+    host: Arc<dyn HostCallbacks>,
+    /// Crashes within the window that quarantine it, and the window.
+    policy: (u32, Duration),
+    state: Mutex<State>,
+    changed: tokio::sync::Notify,
+    /// The lists read after the upstream said they changed (or after a restart), when they differ
+    /// from what was read before.
+    latest: Mutex<Option<Manifest>>,
+    /// Where each running request's progress goes, by progress token.
+    progress: Mutex<HashMap<String, EventSink>>,
+    sessions: AtomicU64,
+    /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
+    legacy: std::sync::atomic::AtomicBool,
+    runtime: tokio::runtime::Handle,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The pause before restarting after the `n`th crash in the window: none for the first, then
+/// doubling from 50 ms up to [`MAX_BACKOFF`] (as plugin workers).
+fn backoff(n: u32) -> Duration {
+    match n {
+        0 | 1 => Duration::ZERO,
+        n => Duration::from_millis(50)
+            .saturating_mul(1 << (n - 2).min(16))
+            .min(MAX_BACKOFF),
+    }
+}
+
+/// Receives what the upstream sends unasked: progress, log messages, list changes.
+struct Handler {
+    link: Weak<Link>,
+}
+
+impl rmcp::ClientHandler for Handler {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let Some(link) = self.link.upgrade() else {
+            return;
+        };
+        let key = serde_json::to_string(&params.progress_token).unwrap_or_default();
+        let sink = lock(&link.progress).get(&key).cloned();
+        if let Some(sink) = sink {
+            sink(CallEvent::Progress {
+                progress: params.progress,
+                total: params.total,
+                message: params.message,
+            });
+        }
+    }
+
+    // Logging is deprecated in 2026-07-28, but the servers of 2025 still send it.
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let upstream = self.link.upgrade().map(|l| Arc::clone(&l.name));
+        let text = match &params.data {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        tracing::info!(
+            upstream = upstream.as_deref(),
+            logger = params.logger,
+            "{text}"
+        );
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: rmcp::model::ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(link) = self.link.upgrade() {
+            link.host
+                .announce(crate::plugins::backend::Change::ResourceUpdated(
+                    params.uri.as_str().into(),
+                ));
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.relist();
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.relist();
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.relist();
+    }
+
+    fn get_info(&self) -> InitializeRequestParams {
+        InitializeRequestParams::new(
+            ClientCapabilities::default(),
+            Implementation::new("mcp-host", env!("CARGO_PKG_VERSION")),
+        )
+    }
+}
+
+impl Handler {
+    /// Read the lists again (off the handler: a request from inside it would wait on itself).
+    fn relist(&self) {
+        if let Some(link) = self.link.upgrade() {
+            link.runtime
+                .clone()
+                .spawn(async move { link.relist().await });
+        }
+    }
+}
+
+impl Link {
+    /// Connect to the upstream and read its lists (the first session).
+    pub(crate) fn start(
+        name: &str,
+        transport: Transport,
+        host: Arc<dyn HostCallbacks>,
+        policy: (u32, Duration),
+        runtime: tokio::runtime::Handle,
+    ) -> Result<(Arc<Link>, Manifest), LoadError> {
+        let link = Arc::new(Link {
+            name: Arc::from(name),
+            transport,
+            host,
+            policy,
+            state: Mutex::new(State {
+                current: Current::Starting,
+                crashes: VecDeque::new(),
+            }),
+            changed: tokio::sync::Notify::new(),
+            latest: Mutex::new(None),
+            progress: Mutex::default(),
+            sessions: AtomicU64::new(0),
+            legacy: std::sync::atomic::AtomicBool::new(false),
+            runtime,
+        });
+        let connecting = Arc::clone(&link);
+        let started = link
+            .block_on(async move {
+                tokio::time::timeout(START_TIMEOUT, connecting.connect())
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(LoadError::Worker(format!(
+                            "the upstream did not answer its handshake and lists within {} s",
+                            START_TIMEOUT.as_secs()
+                        )))
+                    })
+            })
+            .unwrap_or_else(|| Err(LoadError::Worker("the upstream runtime stopped".into())));
+        match started {
+            Ok((session, manifest)) => {
+                link.adopt(session);
+                Ok((link, manifest))
+            }
+            Err(e) => {
+                lock(&link.state).current = Current::Retired;
+                Err(e)
+            }
+        }
+    }
+
+    /// Run `future` on the upstream runtime and wait for it on this (non-runtime) thread;
+    /// `None` when the runtime stopped first.
+    pub(crate) fn block_on<T: Send + 'static>(
+        &self,
+        future: impl std::future::Future<Output = T> + Send + 'static,
+    ) -> Option<T> {
+        block_on(&self.runtime, future)
+    }
+
+    /// The upstream's name.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Open a session and read the lists.
+    async fn connect(self: &Arc<Self>) -> Result<(Arc<Session>, Manifest), LoadError> {
+        let refused = |e: rmcp::service::ClientInitializeError| {
+            if let Some(challenge) = e.auth_challenge() {
+                return LoadError::Worker(format!(
+                    "upstream {} requires authorization (OAuth): it answered 401 with \
+                     WWW-Authenticate: {challenge}; mcp-host does not obtain tokens for \
+                     upstreams: give one in server.headers (e.g. Authorization: \"Bearer \
+                     ${{TOKEN}}\")",
+                    self.name
+                ));
+            }
+            LoadError::Worker(format!("the MCP handshake failed: {e}"))
+        };
+        // `server/discover` first (2026-07-28), without rmcp's fixed 10 s probe timeout (a child
+        // on a busy machine may take longer to start); a server that answers it with an error
+        // is legacy: the handshake is made again with `initialize`, and remembered for restarts.
+        let (running, pid, id) = loop {
+            // A session id per attempt: the exit of an abandoned attempt's child is not this
+            // session's.
+            let id = self.sessions.fetch_add(1, Ordering::AcqRel) + 1;
+            let legacy = self.legacy.load(Ordering::Acquire);
+            let lifecycle = if legacy {
+                ClientLifecycleMode::Initialize
+            } else {
+                ClientLifecycleMode::Discover {
+                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+                }
+            };
+            let handler = Handler {
+                link: Arc::downgrade(self),
+            };
+            let (served, pid) = match &self.transport {
+                Transport::Stdio { argv, env, cwd } => {
+                    let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
+                    let served = handler
+                        .serve_with_lifecycle((stdout, stdin), lifecycle)
+                        .await;
+                    (served, Some(pid))
+                }
+                Transport::Http { url, headers } => {
+                    let transport = http_transport(url, headers)?;
+                    (
+                        handler.serve_with_lifecycle(transport, lifecycle).await,
+                        None,
+                    )
+                }
+            };
+            match served {
+                Ok(running) => break (running, pid, id),
+                Err(e) => {
+                    if let Some(pid) = pid {
+                        kill_group(pid);
+                    }
+                    let is_legacy =
+                        matches!(e, rmcp::service::ClientInitializeError::JsonRpcError(_));
+                    if legacy || !is_legacy {
+                        return Err(refused(e));
+                    }
+                    self.legacy.store(true, Ordering::Release);
+                }
+            }
+        };
+        let session = Arc::new(Session {
+            id,
+            peer: running.peer().clone(),
+            stop: Mutex::new(Some(running.cancellation_token())),
+            pid,
+        });
+        // The service ends when the connection closes (a child that died closes its stdout).
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let how = match running.waiting().await {
+                Ok(reason) => format!("connection closed ({reason:?})"),
+                Err(e) => format!("connection task ended: {e}"),
+            };
+            if let Some(link) = weak.upgrade() {
+                link.exited(id, &how);
+            }
+        });
+        self.listen_for_changes(&session).await;
+        match super::listing::read(&session.peer, &self.name).await {
+            Ok(manifest) => Ok((session, manifest)),
+            Err(e) => {
+                session.end();
+                Err(LoadError::Manifest(format!(
+                    "could not read the upstream's lists: {e}"
+                )))
+            }
+        }
+    }
+
+    /// On a 2026-07-28 session, list changes arrive only on a `subscriptions/listen` stream:
+    /// open one for the lists the upstream says can change, and re-read them on each change.
+    /// (A 2025 session sends them unasked, to the handler.)
+    async fn listen_for_changes(self: &Arc<Self>, session: &Session) {
+        let Some(info) = session.peer.peer_info() else {
+            return;
+        };
+        if info.protocol_version < ProtocolVersion::V_2026_07_28 {
+            return;
+        }
+        let caps = &info.capabilities;
+        let mut filter = rmcp::model::SubscriptionFilter::builder();
+        let mut any = false;
+        if caps
+            .tools
+            .as_ref()
+            .is_some_and(|t| t.list_changed == Some(true))
+        {
+            filter = filter.tools_list_changed();
+            any = true;
+        }
+        if caps
+            .prompts
+            .as_ref()
+            .is_some_and(|p| p.list_changed == Some(true))
+        {
+            filter = filter.prompts_list_changed();
+            any = true;
+        }
+        if caps
+            .resources
+            .as_ref()
+            .is_some_and(|r| r.list_changed == Some(true))
+        {
+            filter = filter.resources_list_changed();
+            any = true;
+        }
+        if !any {
+            return;
+        }
+        let mut subscription = match session.peer.listen(filter.build()).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(
+                    "Upstream {}: cannot listen for list changes ({e}); its lists are read at \
+                     start and after a restart only",
+                    self.name
+                );
+                return;
+            }
+        };
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            while let Ok(Some(_change)) = subscription.next().await {
+                let Some(link) = weak.upgrade() else { return };
+                link.relist().await;
+            }
+        });
+    }
+
+    /// Start the child: its stdin and stdout for the protocol, its stderr to the log (bounded
+    /// lines), its exit reported as this session's end.
+    fn spawn_child(
+        self: &Arc<Self>,
+        id: u64,
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+        cwd: &std::path::Path,
+    ) -> Result<(tokio::process::ChildStdout, tokio::process::ChildStdin, u32), LoadError> {
+        use std::process::{Command, Stdio};
+        let (program, args) = argv
+            .split_first()
+            .ok_or_else(|| LoadError::Worker("no command".into()))?;
+        let mut command = Command::new(program);
+        command
+            .args(args)
+            .env_clear()
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // Its own process group, so that a launcher's children (npx starts node) end with it.
+        #[cfg(unix)]
+        std::os::unix::process::CommandExt::process_group(&mut command, 0);
+        let mut child = command.spawn().map_err(|e| {
+            LoadError::Worker(format!(
+                "cannot start {}: {e}",
+                argv.iter()
+                    .map(|a| a.to_string_lossy())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            ))
+        })?;
+        let pid = child.id();
+        let io = (child.stdout.take(), child.stdin.take(), child.stderr.take());
+        let (Some(stdout), Some(stdin), stderr) = io else {
+            let _ = child.kill();
+            return Err(LoadError::Worker("the child's pipes are missing".into()));
+        };
+        let name = Arc::clone(&self.name);
+        if let Some(stderr) = stderr {
+            let spawned = std::thread::Builder::new()
+                .name("mcp-upstream-log".into())
+                .spawn(move || log_stderr(&name, pid, stderr));
+            if let Err(e) = spawned {
+                tracing::warn!("cannot read upstream {}'s stderr: {e}", self.name);
+            }
+        }
+        let weak = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("mcp-upstream-wait".into())
+            .spawn(move || {
+                let how = match child.wait() {
+                    Ok(status) => crate::plugins::describe_exit(status),
+                    Err(e) => format!("lost: {e}"),
+                };
+                if let Some(link) = weak.upgrade() {
+                    link.exited(id, &how);
+                }
+            });
+        if let Err(e) = spawned {
+            kill_group(pid);
+            return Err(LoadError::Worker(format!("cannot watch the child: {e}")));
+        }
+        let stdout = tokio::process::ChildStdout::from_std(stdout)
+            .map_err(|e| LoadError::Worker(format!("child stdout: {e}")))?;
+        let stdin = tokio::process::ChildStdin::from_std(stdin)
+            .map_err(|e| LoadError::Worker(format!("child stdin: {e}")))?;
+        Ok((stdout, stdin, pid))
+    }
+
+    /// Make `session` the one serving requests.
+    fn adopt(&self, session: Arc<Session>) {
+        {
+            let mut state = lock(&self.state);
+            if !matches!(state.current, Current::Starting | Current::Restarting) {
+                drop(state);
+                session.end();
+                return;
+            }
+            state.current = Current::Running(session);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Session `id` ended (`how`): when it was the one serving, that is a crash: restart, or
+    /// quarantine after too many.
+    fn exited(self: &Arc<Self>, id: u64, how: &str) {
+        let next = {
+            let mut state = lock(&self.state);
+            let serving = matches!(&state.current, Current::Running(s) if s.id == id);
+            if !serving {
+                return;
+            }
+            if let Current::Running(s) = &state.current {
+                s.end();
+            }
+            tracing::error!(
+                "Upstream {} failed ({how}): its requests in flight were answered with an error",
+                self.name
+            );
+            self.crashed(&mut state, how)
+        };
+        self.then(next);
+    }
+
+    /// Count a crash; `Ok(delay)` to restart after, `Err(reason)` when quarantined.
+    fn crashed(&self, state: &mut State, how: &str) -> Result<Duration, String> {
+        let now = Instant::now();
+        let (max, window) = self.policy;
+        state.crashes.push_back(now);
+        while state
+            .crashes
+            .front()
+            .is_some_and(|t| now.duration_since(*t) > window)
+        {
+            state.crashes.pop_front();
+        }
+        let n = u32::try_from(state.crashes.len()).unwrap_or(u32::MAX);
+        if n >= max {
+            let reason = format!(
+                "failed {n} times in {} s (last: {how})",
+                window.as_secs_f64()
+            );
+            tracing::error!(
+                "Quarantined upstream {}: {reason}; its tools are withdrawn until the \
+                 configuration changes or SIGHUP",
+                self.name
+            );
+            state.current = Current::Quarantined(reason.clone());
+            Err(reason)
+        } else {
+            state.current = Current::Restarting;
+            Ok(backoff(n))
+        }
+    }
+
+    fn then(self: &Arc<Self>, next: Result<Duration, String>) {
+        self.changed.notify_waiters();
+        match next {
+            Err(_) => self.host.plugin_health_changed(),
+            Ok(delay) => {
+                let link = Arc::clone(self);
+                self.runtime.spawn(async move { link.restart(delay).await });
+            }
+        }
+    }
+
+    async fn restart(self: Arc<Self>, delay: Duration) {
+        tokio::time::sleep(delay).await;
+        if !matches!(lock(&self.state).current, Current::Restarting) {
+            return;
+        }
+        let started = tokio::time::timeout(START_TIMEOUT, self.connect())
+            .await
+            .unwrap_or_else(|_| Err(LoadError::Worker("restart timed out".into())));
+        match started {
+            Ok((session, manifest)) => {
+                tracing::info!(
+                    "Restarted upstream {}{}",
+                    self.name,
+                    session
+                        .pid
+                        .map(|p| format!(" (pid {p})"))
+                        .unwrap_or_default()
+                );
+                self.adopt(session);
+                self.offer(manifest);
+            }
+            Err(e) => {
+                let next = {
+                    let mut state = lock(&self.state);
+                    if !matches!(state.current, Current::Restarting) {
+                        return;
+                    }
+                    tracing::error!("Upstream {} did not restart: {e}", self.name);
+                    self.crashed(&mut state, &format!("restart failed: {e}"))
+                };
+                self.then(next);
+            }
+        }
+    }
+
+    /// Read the lists again after the upstream said they changed.
+    async fn relist(self: Arc<Self>) {
+        let Ok(session) = self.session(Some(Instant::now() + START_TIMEOUT)).await else {
+            return;
+        };
+        match super::listing::read(&session.peer, &self.name).await {
+            Ok(manifest) => self.offer(manifest),
+            Err(e) => tracing::warn!(
+                "Upstream {} said its lists changed, but they could not be read: {e}",
+                self.name
+            ),
+        }
+    }
+
+    /// Lists just read: when they differ from the newest known, keep them and ask the host to
+    /// rebuild what it serves (pinning then decides whether a changed definition is served).
+    fn offer(&self, manifest: Manifest) {
+        {
+            let mut latest = lock(&self.latest);
+            if latest.as_ref() == Some(&manifest) {
+                return;
+            }
+            *latest = Some(manifest);
+        }
+        tracing::info!(
+            "Upstream {}'s lists changed: rebuilding what is served",
+            self.name
+        );
+        self.host.rescan_needed();
+    }
+
+    /// The newest lists read since start, if they were read again.
+    pub(crate) fn latest(&self) -> Option<Manifest> {
+        lock(&self.latest).clone()
+    }
+
+    /// Why it is withdrawn, when it is.
+    pub(crate) fn quarantined(&self) -> Option<String> {
+        match &lock(&self.state).current {
+            Current::Quarantined(why) => Some(why.clone()),
+            _ => None,
+        }
+    }
+
+    /// The serving session, waiting (until `until`) through a restart.
+    async fn session(&self, until: Option<Instant>) -> Result<Arc<Session>, Failure> {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match &lock(&self.state).current {
+                Current::Running(s) => return Ok(Arc::clone(s)),
+                Current::Starting | Current::Restarting => {}
+                Current::Quarantined(why) => {
+                    return Err(Failure::Unavailable(format!(
+                        "upstream {} is quarantined: {why}",
+                        self.name
+                    )));
+                }
+                Current::Retired => {
+                    return Err(Failure::Unavailable(format!(
+                        "upstream {} was stopped",
+                        self.name
+                    )));
+                }
+            }
+            let Some(t) = until else {
+                notified.await;
+                continue;
+            };
+            if tokio::time::timeout_at(t.into(), notified).await.is_err() {
+                return Err(Failure::Unavailable(format!(
+                    "upstream {} is restarting and did not come back in time",
+                    self.name
+                )));
+            }
+        }
+    }
+
+    /// Send `request` for `call`: its progress to the call's events, ended (and the upstream
+    /// told with `notifications/cancelled`) when the call is cancelled or its deadline passes.
+    pub(crate) async fn request(
+        &self,
+        request: ClientRequest,
+        call: &CallState,
+    ) -> Result<ServerResult, Failure> {
+        let session = self.session(call.deadline).await?;
+        let unavailable = |e: ServiceError| match e {
+            ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
+            other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
+        };
+        let mut handle = session
+            .peer
+            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .await
+            .map_err(unavailable)?;
+        let token = serde_json::to_string(&handle.progress_token).unwrap_or_default();
+        let _progress = call.events.clone().map(|sink| {
+            lock(&self.progress).insert(token.clone(), sink);
+            ProgressRoute(&self.progress, token.clone())
+        });
+        let deadline = async {
+            match call.deadline {
+                Some(t) => tokio::time::sleep_until(t.into()).await,
+                None => std::future::pending().await,
+            }
+        };
+        let stopped = tokio::select! {
+            answer = &mut handle.rx => match answer {
+                Ok(result) => return result.map_err(unavailable),
+                Err(_) => {
+                    return Err(Failure::Unavailable(format!(
+                        "upstream {} went away during the request",
+                        self.name
+                    )));
+                }
+            },
+            () = call.cancel().cancelled() => "cancelled",
+            () = deadline => "past its deadline",
+        };
+        let reason = format!("mcp-host: the call was {stopped}");
+        let _ = handle.cancel(Some(reason)).await;
+        if stopped != "cancelled" {
+            // The executor's own timeout, at the same deadline, answers the client ("timed
+            // out"); this request holds its slots a little longer, as a worker call does.
+            tokio::time::sleep(crate::plugins::worker::KILL_GRACE).await;
+        }
+        Err(Failure::Stopped(match stopped {
+            "cancelled" => "the call was cancelled (the upstream was told)",
+            _ => "the call ran past its deadline (the upstream was told to cancel it)",
+        }))
+    }
+
+    /// Stop the upstream: the current session ends (a child is killed) and nothing restarts.
+    pub(crate) fn retire(&self) {
+        let current = std::mem::replace(&mut lock(&self.state).current, Current::Retired);
+        if let Current::Running(session) = current {
+            session.end();
+        }
+        self.changed.notify_waiters();
+    }
+}
+
+/// Run `future` on `runtime` and wait for it on this thread (never one of `runtime`'s own);
+/// `None` when the runtime stopped first.
+pub(crate) fn block_on<T: Send + 'static>(
+    runtime: &tokio::runtime::Handle,
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    runtime.spawn(async move {
+        let _ = tx.send(future.await);
+    });
+    rx.recv().ok()
+}
+
+/// Removes a request's progress route when the request ends.
+struct ProgressRoute<'a>(&'a Mutex<HashMap<String, EventSink>>, String);
+
+impl Drop for ProgressRoute<'_> {
+    fn drop(&mut self) {
+        lock(self.0).remove(&self.1);
+    }
+}
+
+fn kill_group(pid: u32) {
+    #[cfg(unix)]
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+    }
+}
+
+/// Log what an upstream child writes to its stderr, a line at a time (each line bounded, a
+/// burst beyond [`STDERR_LINES_PER_SEC`] a second dropped and counted).
+fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr) {
+    let mut lines = OutputLines::new(stderr);
+    let (mut window, mut logged, mut dropped) = (Instant::now(), 0u32, 0u64);
+    while let Some(line) = lines.next_line() {
+        if window.elapsed() >= Duration::from_secs(1) {
+            if dropped > 0 {
+                tracing::warn!(upstream = name, pid, "{dropped} stderr lines dropped");
+            }
+            (window, logged, dropped) = (Instant::now(), 0, 0);
+        }
+        if logged >= STDERR_LINES_PER_SEC {
+            dropped += 1;
+            continue;
+        }
+        logged += 1;
+        let text = match line {
+            Line::Whole(text) => text,
+            Line::Cut(text, more) => format!("{text}… (line cut: {more} more bytes dropped)"),
+        };
+        tracing::info!(upstream = name, pid, "{text}");
+    }
+}
+
+/// rmcp's Streamable HTTP client for `url` with `headers`: one reqwest client (connections
+/// reused), TLS by rustls with the ring provider, a session re-initialised when the server
+/// forgets it (404).
+fn http_transport(
+    url: &str,
+    headers: &[(String, String)],
+) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, LoadError> {
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
+    let mut custom = HashMap::new();
+    let mut auth = None;
+    for (name, value) in headers {
+        if name.eq_ignore_ascii_case("authorization") {
+            // rmcp sends it as a bearer token: give it the token alone.
+            auth = Some(
+                value
+                    .strip_prefix("Bearer ")
+                    .or_else(|| value.strip_prefix("bearer "))
+                    .unwrap_or(value)
+                    .to_owned(),
+            );
+            continue;
+        }
+        let name = http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|e| bad(format!("{name}: {e}")))?;
+        let value = http::HeaderValue::from_str(value).map_err(|e| bad(format!("{name}: {e}")))?;
+        custom.insert(name, value);
+    }
+    let client = reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(10))
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
+        .custom_headers(custom)
+        .reinit_on_expired_session(true);
+    if let Some(token) = auth {
+        config = config.auth_header(token);
+    }
+    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
+        client, config,
+    ))
+}

@@ -1,0 +1,465 @@
+//! Upstream MCP servers as tool sources: an entry of `tool_dirs` with `server:` (a command run as
+//! a supervised child speaking MCP on its pipes, or a Streamable HTTP endpoint) is served like a
+//! plugin named after the entry's `name` — its manifest synthesised from the upstream's lists
+//! ([`listing`]), its calls, resource reads, prompts and completions forwarded through rmcp's
+//! client ([`link`], which also supervises the connection), and a stdio child confined before it
+//! runs ([`confine`]). Everything the host does around a plugin call (names and prefixes, agents,
+//! pinning, quotas, timeouts, metrics and audit) applies unchanged, because the registry and the
+//! executor see one more [`PluginBackend`].
+
+pub mod confine;
+mod link;
+mod listing;
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use mcp_plugin_sdk::wire::{
+    BuildInfo, CallEnvelope, CompletionTarget, ENVELOPE_INDEX, EnvelopeError, EnvelopeErrorKind,
+    EnvelopeOutcome, Manifest,
+};
+use rmcp::model::{ClientRequest, ErrorCode, Request, ServerResult};
+use serde_json::{Value, json};
+
+use self::link::{Failure, Link, Transport};
+use crate::config::{Config, Isolation};
+use crate::plugins::LoadError;
+use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend, PluginCallError};
+use crate::plugins::call::CallState;
+use crate::plugins::discovery::UpstreamEntry;
+use crate::plugins::worker::{RunSpec, WorkerCommand, wire_limits, worker_env};
+
+/// Environment variables a sandboxed upstream keeps besides its `permissions.env` and the
+/// entry's `env` (what a runtime needs to start; none of them carries a secret).
+const SANDBOX_ENV: &[&str] = &["PATH", "LANG", "LANGUAGE", "LC_*", "TZ"];
+
+/// The runtime upstream sessions run on: their own, so that a host started outside any runtime
+/// (`mcp-host list`) or on a current-thread one can still wait for them.
+fn runtime() -> Result<&'static tokio::runtime::Runtime, LoadError> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("mcp-upstream")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| LoadError::Worker(format!("cannot start the upstream runtime: {e}")))
+}
+
+/// How upstream `name` from `candidate`'s entry runs: as a plugin of that name would, never in
+/// the host.
+pub(crate) fn run_spec(
+    config: &Config,
+    entry: &UpstreamEntry,
+    path: &Path,
+    dir: Option<Isolation>,
+) -> RunSpec {
+    let isolation = config.upstream_isolation(&entry.name, dir);
+    let mut spec = RunSpec::of(config, &entry.name, path, Some(isolation));
+    if entry.server.url.is_some() {
+        // Nothing runs here to limit or confine.
+        spec.limits = None;
+        spec.permissions = None;
+    }
+    spec
+}
+
+/// An upstream server served as a plugin.
+pub(crate) struct Upstream {
+    build: BuildInfo,
+    manifest: Arc<Manifest>,
+    link: Arc<Link>,
+    /// Whether this version's [`Link`] is retired with it (not when a successor took it over).
+    owns_link: std::sync::atomic::AtomicBool,
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.link.name())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Connect to the upstream of `entry`, started as `spec` says, and read its lists. `exe` is the `mcp-host` executable, which confines a stdio
+/// child before it runs the command (without it, the command runs unconfined: refused under
+/// `sandbox`).
+pub(crate) fn start(
+    entry: &UpstreamEntry,
+    spec: &RunSpec,
+    config: &Config,
+    exe: Option<&Path>,
+    host: Arc<dyn HostCallbacks>,
+) -> Result<Upstream, LoadError> {
+    let transport = match &entry.server.url {
+        Some(url) => Transport::Http {
+            url: url.clone(),
+            headers: entry
+                .server
+                .headers
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+        },
+        None => stdio_transport(entry, spec, config, exe)?,
+    };
+    let policy = (
+        config.limits.max_crashes,
+        Duration::try_from_secs_f64(config.limits.crash_window_secs)
+            .unwrap_or(Duration::from_secs(60)),
+    );
+    let runtime = runtime()?.handle().clone();
+    let (link, manifest) = Link::start(&entry.name, transport, host, policy, runtime)?;
+    let build = BuildInfo {
+        plugin: entry.name.clone(),
+        plugin_version: manifest.version.clone(),
+        ..BuildInfo::host()
+    };
+    Ok(Upstream {
+        build,
+        manifest: Arc::new(manifest),
+        link,
+        owns_link: std::sync::atomic::AtomicBool::new(true),
+    })
+}
+
+/// The child of a stdio upstream: the helper that confines it (limits; Landlock and seccomp
+/// under `sandbox`) then runs the command, with the allow-listed environment.
+fn stdio_transport(
+    entry: &UpstreamEntry,
+    spec: &RunSpec,
+    config: &Config,
+    exe: Option<&Path>,
+) -> Result<Transport, LoadError> {
+    let server = &entry.server;
+    let cwd = server
+        .cwd
+        .clone()
+        .unwrap_or_else(|| config.base_dir.clone());
+    let mut keep = worker_env(spec, config, &entry.name);
+    if spec.isolation == Isolation::Sandbox {
+        keep.extend(SANDBOX_ENV.iter().map(|s| (*s).to_owned()));
+    }
+    let filter = WorkerCommand {
+        exe: PathBuf::new(),
+        env: keep,
+        max_frame: 0,
+    };
+    let mut env = filter.environment(std::env::vars_os());
+    env.extend(
+        server
+            .env
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    let program = server
+        .command
+        .first()
+        .ok_or_else(|| LoadError::Worker("server.command is empty".into()))?;
+    let path = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .and_then(|(_, v)| v.to_str());
+    let binary = confine::resolve_program(program, path, &cwd).ok_or_else(|| {
+        LoadError::Worker(format!(
+            "cannot find the program {program} (on PATH {} or from {})",
+            path.unwrap_or("(unset)"),
+            cwd.display()
+        ))
+    })?;
+    let sandbox = (spec.isolation == Isolation::Sandbox).then(|| {
+        confine::upstream_sandbox(
+            config,
+            &entry.name,
+            &binary,
+            &server.command,
+            &cwd,
+            server.cwd.as_deref(),
+        )
+    });
+    if sandbox.is_some() {
+        // The data directory is granted writable: make it exist, as for plugin workers.
+        let _ = std::fs::create_dir_all(config.plugin_data_dir(&entry.name));
+    }
+    let confinement = confine::ExecConfinement {
+        limits: spec.limits.as_ref().map(wire_limits),
+        sandbox,
+    };
+    let mut argv: Vec<OsString> = Vec::new();
+    match exe {
+        Some(exe) => {
+            let json = serde_json::to_string(&confinement).unwrap_or_default();
+            argv.extend([
+                exe.as_os_str().to_owned(),
+                "upstream-exec".into(),
+                "--confine".into(),
+                json.into(),
+                "--".into(),
+                binary.into_os_string(),
+            ]);
+        }
+        None if spec.isolation == Isolation::Sandbox => {
+            return Err(LoadError::Sandbox(
+                "sandbox refused: confining an upstream needs the mcp-host executable \
+                 (HostOptions::probe_exe)"
+                    .into(),
+            ));
+        }
+        None => argv.push(binary.into_os_string()),
+    }
+    argv.extend(server.command.iter().skip(1).map(OsString::from));
+    Ok(Transport::Stdio { argv, env, cwd })
+}
+
+impl Upstream {
+    /// Forward tool call `index` or an envelope (resource read, prompt, completion).
+    async fn forward(
+        link: Arc<Link>,
+        manifest: Arc<Manifest>,
+        index: u32,
+        args: String,
+        call: Arc<CallState>,
+    ) -> Result<String, String> {
+        if index == ENVELOPE_INDEX {
+            let envelope: CallEnvelope =
+                serde_json::from_str(&args).map_err(|e| format!("unreadable request: {e}"))?;
+            let outcome = envelope_outcome(&link, &manifest, envelope, &call).await;
+            return serde_json::to_string(&outcome).map_err(|e| e.to_string());
+        }
+        let tool = manifest
+            .tools
+            .get(index as usize)
+            .ok_or_else(|| format!("no tool number {index}"))?;
+        let arguments = listing::arguments(&args)?;
+        let params = serde_json::from_value(json!({"name": tool.name, "arguments": arguments}))
+            .map_err(|e| e.to_string())?;
+        match link
+            .request(ClientRequest::CallToolRequest(Request::new(params)), &call)
+            .await
+        {
+            Ok(ServerResult::CallToolResult(result)) => {
+                let mut value = serde_json::to_value(&result).map_err(|e| e.to_string())?;
+                strip_result_type(&mut value);
+                Ok(value.to_string())
+            }
+            Ok(_) => Err(format!(
+                "upstream {} answered tools/call with something else than a tool result",
+                link.name()
+            )),
+            Err(Failure::Rpc(code, message)) => Ok(crate::plugins::call::error_result(&format!(
+                "upstream {} refused the call ({}): {message}",
+                link.name(),
+                code.0
+            ))
+            .to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    fn future(
+        &self,
+        index: u32,
+        args: &str,
+        call: &Arc<CallState>,
+    ) -> Result<CallFuture, PluginCallError> {
+        let rt = runtime()
+            .map_err(|e| PluginCallError::Plugin(e.to_string()))?
+            .handle()
+            .clone();
+        let task = rt.spawn(Self::forward(
+            Arc::clone(&self.link),
+            Arc::clone(&self.manifest),
+            index,
+            args.to_owned(),
+            Arc::clone(call),
+        ));
+        Ok(Box::pin(async move {
+            task.await
+                .unwrap_or_else(|e| Err(format!("the upstream request failed: {e}")))
+                .map_err(PluginCallError::Plugin)
+        }))
+    }
+}
+
+/// The `resultType` the 2026 revision adds is the host's to write for its own clients.
+fn strip_result_type(value: &mut Value) {
+    if let Value::Object(map) = value {
+        map.remove("resultType");
+    }
+}
+
+/// What an envelope (resource read, prompt, completion) comes to upstream.
+async fn envelope_outcome(
+    link: &Link,
+    manifest: &Manifest,
+    envelope: CallEnvelope,
+    call: &CallState,
+) -> EnvelopeOutcome {
+    let failed = |kind, message: String| EnvelopeOutcome::Error(EnvelopeError { kind, message });
+    let (request, what) = match &envelope {
+        CallEnvelope::ReadResource { uri, .. } => (
+            serde_json::from_value(json!({"uri": uri}))
+                .map(|p| ClientRequest::ReadResourceRequest(Request::new(p))),
+            "resources/read",
+        ),
+        CallEnvelope::GetPrompt { index, arguments } => {
+            let Some(prompt) = manifest.prompts.get(*index as usize) else {
+                return failed(
+                    EnvelopeErrorKind::Failed,
+                    format!("no prompt number {index}"),
+                );
+            };
+            // Prompt arguments are strings.
+            let arguments: serde_json::Map<String, Value> = arguments
+                .iter()
+                .map(|(k, v)| {
+                    let text = match v {
+                        Value::String(s) => s.clone(),
+                        other => other.to_string(),
+                    };
+                    (k.clone(), Value::String(text))
+                })
+                .collect();
+            (
+                serde_json::from_value(json!({"name": prompt.name, "arguments": arguments}))
+                    .map(|p| ClientRequest::GetPromptRequest(Request::new(p))),
+                "prompts/get",
+            )
+        }
+        CallEnvelope::Complete {
+            target,
+            index,
+            argument,
+            value,
+            context,
+        } => {
+            let reference = match target {
+                CompletionTarget::Prompt => manifest
+                    .prompts
+                    .get(*index as usize)
+                    .map(|p| json!({"type": "ref/prompt", "name": p.name})),
+                CompletionTarget::Resource => manifest
+                    .resources
+                    .get(*index as usize)
+                    .map(|r| json!({"type": "ref/resource", "uri": r.uri})),
+            };
+            let Some(reference) = reference else {
+                return failed(
+                    EnvelopeErrorKind::Failed,
+                    format!("no entry number {index}"),
+                );
+            };
+            let mut params = json!({
+                "ref": reference,
+                "argument": {"name": argument, "value": value},
+            });
+            if !context.is_empty() {
+                params["context"] = json!({"arguments": context});
+            }
+            (
+                serde_json::from_value(params)
+                    .map(|p| ClientRequest::CompleteRequest(Request::new(p))),
+                "completion/complete",
+            )
+        }
+    };
+    let request = match request {
+        Ok(r) => r,
+        Err(e) => return failed(EnvelopeErrorKind::Invalid, format!("{what}: {e}")),
+    };
+    match link.request(request, call).await {
+        Ok(result) => {
+            let mut value = serde_json::to_value(&result).unwrap_or_default();
+            strip_result_type(&mut value);
+            if matches!(envelope, CallEnvelope::Complete { .. }) {
+                value = value
+                    .get("completion")
+                    .cloned()
+                    .unwrap_or(json!({"values": []}));
+            }
+            EnvelopeOutcome::Ok(value)
+        }
+        Err(Failure::Rpc(code, message)) => {
+            let kind = match code {
+                ErrorCode::RESOURCE_NOT_FOUND => EnvelopeErrorKind::NotFound,
+                ErrorCode::INVALID_PARAMS if what == "resources/read" => {
+                    EnvelopeErrorKind::NotFound
+                }
+                ErrorCode::INVALID_PARAMS => EnvelopeErrorKind::Invalid,
+                _ => EnvelopeErrorKind::Failed,
+            };
+            failed(kind, message)
+        }
+        Err(e) => failed(EnvelopeErrorKind::Failed, e.to_string()),
+    }
+}
+
+impl PluginBackend for Upstream {
+    fn build(&self) -> &BuildInfo {
+        &self.build
+    }
+
+    fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    fn call_blocking(
+        &self,
+        index: u32,
+        args: &str,
+        call: &Arc<CallState>,
+    ) -> Result<String, PluginCallError> {
+        let future = self.future(index, args, call)?;
+        let rt = runtime()
+            .map_err(|e| PluginCallError::Plugin(e.to_string()))?
+            .handle()
+            .clone();
+        link::block_on(&rt, future).unwrap_or_else(|| {
+            Err(PluginCallError::Plugin(
+                "the upstream runtime stopped".into(),
+            ))
+        })
+    }
+
+    fn call_async(&self, index: u32, args: &str, call: &Arc<CallState>) -> Option<CallFuture> {
+        Some(match self.future(index, args, call) {
+            Ok(future) => future,
+            Err(e) => Box::pin(async move { Err(e) }),
+        })
+    }
+
+    fn quarantined(&self) -> Option<String> {
+        self.link.quarantined()
+    }
+
+    fn shutdown(&self) {
+        if self.owns_link.load(std::sync::atomic::Ordering::Acquire) {
+            self.link.retire();
+        }
+    }
+
+    fn successor(&self) -> Option<Arc<dyn PluginBackend>> {
+        let latest = self.link.latest()?;
+        if latest == *self.manifest {
+            return None;
+        }
+        // The successor takes the connection over: retiring this version must not end it.
+        self.owns_link
+            .store(false, std::sync::atomic::Ordering::Release);
+        Some(Arc::new(Upstream {
+            build: BuildInfo {
+                plugin_version: latest.version.clone(),
+                ..self.build.clone()
+            },
+            manifest: Arc::new(latest),
+            link: Arc::clone(&self.link),
+            owns_link: std::sync::atomic::AtomicBool::new(true),
+        }))
+    }
+}

@@ -1,0 +1,468 @@
+//! Upstream MCP servers served through the host, against real servers: a FastMCP server on the
+//! official Python SDK (`tests/fixtures/upstream/server.py`, over stdio and Streamable HTTP) and
+//! the npm servers `@modelcontextprotocol/server-everything` and `server-filesystem`. Tools,
+//! resources and prompts go through with prefixes; the filesystem server runs sandboxed; a killed
+//! upstream is restarted, a hanging call ends at its deadline, a changed definition is held under
+//! pinning, entries override each other in list order, agents and tool search see upstream tools,
+//! and the official Python client drives the aggregate.
+//!
+//! The servers come from `.ci/install-clients.sh`; where they are missing these tests skip with a
+//! message, unless `MCP_TEST_REQUIRE_CLIENTS` is set.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mcp_host_tests::clients::{python, require_or_skip};
+use mcp_host_tests::serve::{StdioServer, WAIT, request, with_meta};
+use mcp_host_tests::{Layout, workspace_root};
+use serde_json::{Value, json};
+
+/// The Python upstream's script.
+fn script() -> PathBuf {
+    workspace_root().join("tests/fixtures/upstream/server.py")
+}
+
+/// The installed npm server `name`'s entry point, run with the machine's `node`.
+fn npm_server(name: &str) -> Option<PathBuf> {
+    let entry = workspace_root().join(format!(
+        ".ci/.tools/upstreams/node_modules/@modelcontextprotocol/{name}/dist/index.js"
+    ));
+    let node = Command::new("node").arg("--version").output();
+    let ok = entry.is_file() && node.is_ok_and(|o| o.status.success());
+    require_or_skip(
+        &format!("the npm MCP server {name} (and node)"),
+        ok.then_some(entry),
+    )
+}
+
+/// A YAML flow list of strings.
+fn argv(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|s| format!("{s:?}")).collect();
+    format!("[{}]", quoted.join(", "))
+}
+
+/// The `tool_dirs` entry of the Python upstream over stdio.
+fn py_entry(py: &Path, extra: &str) -> String {
+    format!(
+        "  - server: {{command: {}}}\n    name: py\n    prefix: py_\n{extra}",
+        argv(&[&py.to_string_lossy(), &script().to_string_lossy()])
+    )
+}
+
+/// Call `name` with `args` (2026-07-28) and return the result object.
+fn call(server: &mut StdioServer, id: u64, name: &str, args: Value) -> Value {
+    let resp = server.call_modern(id, "tools/call", json!({"name": name, "arguments": args}));
+    assert!(
+        resp.get("error").is_none(),
+        "{name}: {resp}\n{}",
+        server.stderr()
+    );
+    resp["result"].clone()
+}
+
+fn text(result: &Value) -> String {
+    result["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned()
+}
+
+fn tool_names(server: &mut StdioServer, id: u64) -> Vec<String> {
+    let resp = server.call_modern(id, "tools/list", json!({}));
+    resp["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resp}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn stdio_upstreams_serve_tools_resources_and_prompts_under_their_prefixes() {
+    let Some(py) = python() else { return };
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}  - server: {{command: {}}}\n    name: everything\n    prefix: ev_\n",
+        py_entry(&py, ""),
+        argv(&["node", &everything.to_string_lossy(), "stdio"])
+    ));
+    let mut server = StdioServer::start(&cfg);
+    let names = tool_names(&mut server, 1);
+    for t in ["py_echo", "py_add", "ev_get-sum", "ev_echo"] {
+        assert!(names.iter().any(|n| n == t), "{t} not in {names:?}");
+    }
+    assert_eq!(
+        call(&mut server, 2, "py_add", json!({"a": 2, "b": 40}))["structuredContent"]["result"],
+        42
+    );
+    let sum = call(&mut server, 3, "ev_get-sum", json!({"a": 2, "b": 3}));
+    assert!(text(&sum).contains('5'), "{sum}");
+    // Arguments are checked against the upstream's schema before anything is forwarded.
+    let bad = call(&mut server, 4, "py_add", json!({"a": "two", "b": 3}));
+    assert_eq!(bad["isError"], true, "{bad}");
+
+    // Resources (fixed and templated) and prompts pass through.
+    let read = server.call_modern(5, "resources/read", json!({"uri": "greeting://hello"}));
+    assert_eq!(
+        read["result"]["contents"][0]["text"], "Hello from Python",
+        "{read}"
+    );
+    let templated =
+        server.call_modern(6, "resources/read", json!({"uri": "greeting://person/Ada"}));
+    assert_eq!(
+        templated["result"]["contents"][0]["text"], "Hello, Ada",
+        "{templated}"
+    );
+    let prompt = server.call_modern(
+        7,
+        "prompts/get",
+        json!({"name": "py_review", "arguments": {"code": "fn main() {}"}}),
+    );
+    let message = prompt["result"]["messages"][0]["content"]["text"]
+        .as_str()
+        .unwrap_or("");
+    assert!(message.contains("fn main() {}"), "{prompt}");
+    let ev_prompt = server.call_modern(8, "prompts/get", json!({"name": "ev_simple-prompt"}));
+    assert!(ev_prompt["result"]["messages"].is_array(), "{ev_prompt}");
+
+    // Progress from the upstream reaches the client, under the client's own token.
+    server.send(&request(
+        9,
+        "tools/call",
+        with_meta(json!({
+            "name": "py_slow",
+            "arguments": {"seconds": 2},
+            "_meta": {"progressToken": "tok-9"},
+        })),
+    ));
+    let (resp, notes) = server.response_within(&json!(9), WAIT);
+    assert_eq!(text(&resp["result"]), "slept 2 s", "{resp}");
+    let progress: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
+    assert!(!progress.is_empty(), "no progress in {notes:?}");
+    assert_eq!(progress[0]["params"]["progressToken"], "tok-9");
+}
+
+#[test]
+fn an_upstream_killed_mid_call_fails_that_call_and_a_restarted_child_serves_the_next() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!("tool_dirs:\n{}", py_entry(&py, "")));
+    let mut server = StdioServer::start(&cfg);
+    let pid = call(&mut server, 1, "py_pid", json!({}))["structuredContent"]["result"]
+        .as_i64()
+        .unwrap();
+    server.send(&request(
+        2,
+        "tools/call",
+        with_meta(json!({"name": "py_slow", "arguments": {"seconds": 60}})),
+    ));
+    // The call is running once the upstream reports progress.
+    server.send(&request(
+        3,
+        "tools/call",
+        with_meta(json!({"name": "py_echo", "arguments": {"text": "before"}})),
+    ));
+    let _ = server.response_within(&json!(3), WAIT);
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let (resp, _) = server.response_within(&json!(2), WAIT);
+    assert_eq!(resp["result"]["isError"], true, "{resp}");
+    // The next call waits through the restart and is served by a new child.
+    let after = call(&mut server, 4, "py_pid", json!({}));
+    let new_pid = after["structuredContent"]["result"].as_i64().unwrap_or(pid);
+    assert_ne!(new_pid, pid, "{after}\n{}", server.stderr());
+    assert!(
+        server.logged("Restarted upstream py"),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn a_hanging_upstream_call_ends_at_its_deadline_and_the_host_keeps_serving() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}plugins:\n  py:\n    tools:\n      slow: {{timeout_secs: 1}}\n",
+        py_entry(&py, "")
+    ));
+    let mut server = StdioServer::start(&cfg);
+    let started = Instant::now();
+    let hung = call(&mut server, 1, "py_slow", json!({"seconds": 120}));
+    assert_eq!(hung["isError"], true, "{hung}");
+    assert!(text(&hung).contains("timed out"), "{hung}");
+    assert!(started.elapsed() < Duration::from_secs(60));
+    assert_eq!(
+        text(&call(
+            &mut server,
+            2,
+            "py_echo",
+            json!({"text": "still here"})
+        )),
+        "still here"
+    );
+}
+
+#[test]
+fn a_definition_changed_after_start_is_held_under_pinning_enforce() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}",
+        py_entry(&py, "    pinning: enforce\n")
+    ));
+    let pinned = l.run(&cfg, &["pin"]);
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
+    let mut server = StdioServer::start(&cfg);
+    assert!(tool_names(&mut server, 1).contains(&"py_echo".to_owned()));
+    assert_eq!(
+        text(&call(&mut server, 3, "py_mutate", json!({}))),
+        "mutated"
+    );
+    // The host re-reads the upstream's list and rebuilds what it serves; the changed echo is held.
+    let deadline = Instant::now() + WAIT;
+    let mut id = 10;
+    loop {
+        id += 1;
+        let names = tool_names(&mut server, id);
+        if !names.contains(&"py_echo".to_owned()) {
+            assert!(names.contains(&"py_add".to_owned()), "{names:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "py_echo still served:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        server.logged("is held (pinning: enforce)"),
+        "{}",
+        server.stderr()
+    );
+}
+
+#[test]
+fn entries_override_each_other_in_list_order_in_both_directions() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let entry = |extra: &str| {
+        format!(
+            "  - server: {{command: {}}}\n    name: py\n{extra}",
+            argv(&[&py.to_string_lossy(), &script().to_string_lossy()])
+        )
+    };
+    // The directory first: its echo wins.
+    let cfg = l.config(&format!("tool_dirs:\n  - d\n{}", entry("")));
+    let (rows, log) = l.list(&cfg);
+    let echo: Vec<&Value> = rows.iter().filter(|r| r["tool"] == "echo").collect();
+    assert_eq!(echo.len(), 2, "{rows:#?}\n{log}");
+    let from_dir = echo.iter().find(|r| r["plugin"] != "py").unwrap();
+    let from_py = echo.iter().find(|r| r["plugin"] == "py").unwrap();
+    assert_eq!(from_dir["status"], "active", "{rows:#?}");
+    assert_ne!(from_py["status"], "active", "{rows:#?}");
+    // The upstream first: its echo wins.
+    let cfg = l.config(&format!("tool_dirs:\n{}  - d\n", entry("")));
+    let mut server = StdioServer::start(&cfg);
+    let echoed = call(&mut server, 1, "echo", json!({"text": "who"}));
+    assert_eq!(text(&echoed), "who");
+    assert!(
+        echoed
+            .get("structuredContent")
+            .is_none_or(|s| s["result"] == "who"),
+        "{echoed}"
+    );
+    drop(server);
+    let (rows, _) = l.list(&cfg);
+    let winner = rows
+        .iter()
+        .find(|r| r["tool"] == "echo" && r["status"] == "active")
+        .unwrap();
+    assert_eq!(winner["plugin"], "py", "{rows:#?}");
+}
+
+#[test]
+fn agents_see_upstream_tools_through_their_views_and_search_finds_them() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}agents:\n  adder:\n    allow: [\"py_add\"]\n  finder:\n    tools: search\n",
+        py_entry(&py, "")
+    ));
+    let mut adder = StdioServer::start_with(&cfg, &["--agent", "adder"], &[]);
+    assert_eq!(tool_names(&mut adder, 1), ["py_add"]);
+    let hidden = adder.call_modern(
+        2,
+        "tools/call",
+        json!({"name": "py_echo", "arguments": {"text": "x"}}),
+    );
+    assert!(hidden.get("error").is_some(), "{hidden}");
+    drop(adder);
+    let mut finder = StdioServer::start_with(&cfg, &["--agent", "finder"], &[]);
+    let found = call(
+        &mut finder,
+        1,
+        "search_tools",
+        json!({"query": "add two integers", "limit": 3}),
+    );
+    let first = &found["structuredContent"]["tools"][0]["name"];
+    assert_eq!(first, "py_add", "{found}");
+}
+
+#[test]
+fn the_filesystem_server_runs_sandboxed_reading_only_inside_its_grant() {
+    let Some(filesystem) = npm_server("server-filesystem") else {
+        return;
+    };
+    let l = Layout::new();
+    let granted = l.dir("granted");
+    let other = l.dir("other");
+    std::fs::write(granted.join("in.txt"), "inside").unwrap();
+    std::fs::write(other.join("out.txt"), "outside").unwrap();
+    // The server itself would allow both directories; the sandbox grants only one.
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{command: {}}}\n    name: filesystem\n    prefix: fs_\n    isolation: sandbox\nplugins:\n  filesystem:\n    permissions: {{read: [{granted:?}]}}\n",
+        argv(&[
+            "node",
+            &filesystem.to_string_lossy(),
+            &granted.to_string_lossy(),
+            &other.to_string_lossy()
+        ])
+    ));
+    let mut server = StdioServer::start(&cfg);
+    let inside = call(
+        &mut server,
+        1,
+        "fs_read_text_file",
+        json!({"path": granted.join("in.txt")}),
+    );
+    assert_eq!(text(&inside), "inside", "{inside}\n{}", server.stderr());
+    let outside = call(
+        &mut server,
+        2,
+        "fs_read_text_file",
+        json!({"path": other.join("out.txt")}),
+    );
+    assert_eq!(outside["isError"], true, "{outside}");
+    assert!(!text(&outside).contains("outside"), "{outside}");
+}
+
+#[test]
+fn a_sandboxed_upstream_cannot_run_programs_or_connect_out() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let data = l.dir("data");
+    std::fs::write(data.join("secret.txt"), "secret").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}",
+        py_entry(&py, "    isolation: sandbox\n")
+    ));
+    let mut server = StdioServer::start(&cfg);
+    assert_eq!(
+        text(&call(&mut server, 1, "py_echo", json!({"text": "up"}))),
+        "up"
+    );
+    let shell = text(&call(&mut server, 2, "py_run_shell", json!({})));
+    assert!(shell.starts_with("denied"), "{shell}");
+    let connect = text(&call(&mut server, 3, "py_connect", json!({"port": port})));
+    assert!(connect.starts_with("denied"), "{connect}");
+    let read = text(&call(
+        &mut server,
+        4,
+        "py_read",
+        json!({"path": data.join("secret.txt")}),
+    ));
+    assert!(read.starts_with("denied"), "{read}");
+}
+
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// Kills the child on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
+    let Some(py) = python() else { return };
+    let port = free_port();
+    let _upstream = Killed(
+        Command::new(&py)
+            .arg(script())
+            .args(["--http", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP upstream did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{url: \"http://127.0.0.1:{port}/mcp\", headers: {{X-Test: \"on\"}}}}\n    name: remote\n    prefix: http_\n{}",
+        py_entry(&py, "")
+    ));
+    let mut server = StdioServer::start(&cfg);
+    assert_eq!(
+        call(&mut server, 1, "http_add", json!({"a": 1, "b": 2}))["structuredContent"]["result"],
+        3,
+        "{}",
+        server.stderr()
+    );
+    drop(server);
+    // The official Python client against the aggregate (stdio upstream + HTTP upstream).
+    let out = Command::new(&py)
+        .arg(workspace_root().join("tests/clients/upstream_client.py"))
+        .arg(&mcp_host_tests::artifacts().host)
+        .arg("--config")
+        .arg(&cfg)
+        .arg("serve")
+        .arg("--stdio")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).unwrap();
+    assert_eq!(report["py_add"], "5", "{report}");
+    assert_eq!(report["http_echo"], "over http", "{report}");
+    assert_eq!(report["greeting"], "Hello from Python", "{report}");
+}
