@@ -217,6 +217,25 @@ fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result
         "  runs: {}; {signature}",
         text(&report["run"]["isolation"])
     )?;
+    let declared: Vec<String> = ["read", "write", "net", "env"]
+        .iter()
+        .flat_map(|kind| {
+            manifest["permissions"][*kind]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |v| format!("{kind} {}", v.as_str().unwrap_or("?")))
+        })
+        .collect();
+    writeln!(
+        out,
+        "  declares permissions: {}",
+        if declared.is_empty() {
+            "none".to_owned()
+        } else {
+            declared.join(", ")
+        }
+    )?;
     let list = |key: &str| manifest[key].as_array().cloned().unwrap_or_default();
     for service in list("services") {
         let state = if service["enabled"] == Value::Bool(true) {
