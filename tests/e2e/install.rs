@@ -509,8 +509,44 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     );
 }
 
+/// Serve the files of `dir` over plain HTTP on a loopback port (GET only, one request per
+/// connection, 404 for anything else) for the rest of the test binary; the address.
+fn serve_files(dir: &Path) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut byte = [0u8; 1];
+            while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
+                request.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&request);
+            let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let file = dir.join(path.trim_start_matches('/'));
+            let reply = match std::fs::read(&file) {
+                Ok(body) if !path.contains("..") => {
+                    let mut reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    reply.extend(body);
+                    reply
+                }
+                _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .to_vec(),
+            };
+            let _ = stream.write_all(&reply);
+        }
+    });
+    addr
+}
+
 #[test]
-fn add_takes_a_signed_file_and_refuses_an_unsigned_one() {
+fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     let l = Layout::new();
     let out = l.run(
         &l.root.path().join("none.yaml"),
@@ -548,6 +584,30 @@ fn add_takes_a_signed_file_and_refuses_an_unsigned_one() {
         ),
         "sign",
     );
+    // Over HTTP: plain only to a loopback address; the same checks.
+    let refused = l.run(
+        &config,
+        &["add", "http://example.com/libinstallable.so", "--yes"],
+    );
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("http:// is not accepted"),
+        "{}",
+        stderr(&refused)
+    );
+    let url = format!(
+        "http://{}/{}",
+        serve_files(lib.parent().unwrap()),
+        lib.file_name().unwrap().to_string_lossy()
+    );
+    let added = l.run(&config, &["add", &url, "--yes"]);
+    assert_ok(&added, "add url");
+    assert!(
+        stdout(&added).contains(&format!("from {url}")),
+        "{}",
+        stdout(&added)
+    );
+    assert_ok(&l.run(&config, &["remove", "installable"]), "remove");
+
     let added = l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]);
     assert_ok(&added, "add file");
     assert!(

@@ -7,6 +7,7 @@
 //! ([`crate::config::installed`]) and the lock file, where the digests and the definitions' pins
 //! are recorded.
 
+mod download;
 pub mod oci;
 pub mod package;
 
@@ -62,11 +63,17 @@ pub enum Source {
     Registry(String),
     /// A library file (with `FILE.minisig` beside it).
     File(PathBuf),
+    /// A library at an `https://` URL (with `URL.minisig` beside it); plain `http://` only on a
+    /// loopback address.
+    Url(String),
 }
 
 impl Source {
     /// `./x.so`, `/x.so` or an existing file: a file; anything else: a registry reference.
     pub fn parse(text: &str) -> Source {
+        if text.starts_with("https://") || text.starts_with("http://") {
+            return Source::Url(text.to_owned());
+        }
         let path = Path::new(text);
         if text.starts_with("./")
             || text.starts_with("../")
@@ -82,7 +89,7 @@ impl Source {
     /// How receipts and messages name it.
     pub fn describe(&self) -> String {
         match self {
-            Source::Registry(r) => r.clone(),
+            Source::Registry(r) | Source::Url(r) => r.clone(),
             Source::File(p) => std::path::absolute(p)
                 .unwrap_or_else(|_| p.clone())
                 .display()
@@ -155,6 +162,17 @@ pub fn fetch(
             )
         }
         Source::File(path) => (None, read_file_build(path, &platform)?, None),
+        Source::Url(url) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(io("tokio runtime"))?;
+            (
+                None,
+                runtime.block_on(download::build(url, &platform))?,
+                None,
+            )
+        }
     };
     let Some(signature) = &build.signature else {
         return Err(InstallError::Signature(format!(
@@ -595,6 +613,10 @@ mod tests {
         assert_eq!(
             Source::parse("./libx.so"),
             Source::File(PathBuf::from("./libx.so"))
+        );
+        assert_eq!(
+            Source::parse("https://example.com/libx.so"),
+            Source::Url("https://example.com/libx.so".into())
         );
         assert_eq!(
             Source::parse("127.0.0.1:5000/tools/x:1.0"),
