@@ -627,4 +627,9 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
         json!(["/etc/os-release"]),
         "the declared grant: {greet}"
     );
+    assert_eq!(
+        greet["declared"],
+        json!({"read": ["/etc/os-release"], "env": ["INSTALLABLE_GREETING"]}),
+        "list shows what the plugin declares: {greet}"
+    );
 }

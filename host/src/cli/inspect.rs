@@ -106,7 +106,18 @@ pub(crate) fn print_list(
 /// A plugin's isolation as the table shows it, with a summary of a sandbox's grant.
 fn isolation(e: &mcp_host::registry::Entry) -> String {
     let Some(grant) = &e.permissions else {
-        return e.isolation.as_str().to_owned();
+        if e.declared.is_empty() {
+            return e.isolation.as_str().to_owned();
+        }
+        let d = &e.declared;
+        return format!(
+            "{} (declares read {}, write {}, net {}, env {})",
+            e.isolation.as_str(),
+            d.read.len(),
+            d.write.len(),
+            d.net.len(),
+            d.env.len()
+        );
     };
     let connect = match &grant.connect {
         mcp_host::config::Connect::Any => "any".to_owned(),
