@@ -21,7 +21,7 @@ missing=()
 have redis-server || missing+=(redis-server)
 have nginx || missing+=(nginx-light)
 have openssl || missing+=(openssl)
-have valgrind || missing+=(valgrind)   # the serving bench's instruction counts
+have valgrind || missing+=(valgrind)   # the speed guard (.ci/run)
 have docker-registry || missing+=(docker-registry)   # the install tests' OCI registry
 
 if [[ ${#missing[@]} -gt 0 ]]; then
