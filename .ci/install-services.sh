@@ -5,6 +5,8 @@
 #   - openssl       (the CA and certificate the TLS store test generates for `rediss://`;
 #                    Debian's redis-server is built with TLS)
 #   - valgrind      (callgrind: the serving bench's instruction counts and its speed guard)
+#   - docker-registry (the OCI distribution registry the install tests publish plugins to and
+#                    add them from: /usr/bin/docker-registry)
 # The tests run their own instances (own temporary directories and ports); the packages' system
 # services are not needed and are not started here.
 #
@@ -20,6 +22,7 @@ have redis-server || missing+=(redis-server)
 have nginx || missing+=(nginx-light)
 have openssl || missing+=(openssl)
 have valgrind || missing+=(valgrind)   # the speed guard (.ci/run)
+have docker-registry || missing+=(docker-registry)   # the install tests' OCI registry
 
 if [[ ${#missing[@]} -gt 0 ]]; then
     if [[ $(id -u) -ne 0 ]]; then
@@ -45,3 +48,4 @@ nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 echo "   $(redis-server --version | cut -d' ' -f1-3)"
 echo "   $("$nginx_bin" -v 2>&1)"
 echo "   $(openssl version)"
+echo "   docker-registry $(docker-registry --version 2>/dev/null | head -1 || echo '(version unknown)')"

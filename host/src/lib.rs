@@ -13,6 +13,7 @@ pub mod access;
 pub mod config;
 pub mod exec;
 pub mod host;
+pub mod install;
 pub mod plugins;
 pub mod protocol;
 pub mod registry;

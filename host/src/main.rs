@@ -91,6 +91,52 @@ enum Command {
         /// Print JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// List the plugins `mcp-host add` installed instead: source, digest, signer, permissions.
+        #[arg(long)]
+        installed: bool,
+    },
+    /// Publish a plugin as a signed OCI package: one library per platform (`FILE` for this
+    /// platform, `PLATFORM=FILE` for others, e.g. `macos-aarch64=libx.dylib`), then the reference.
+    Publish {
+        /// The secret key signing every build (from `mcp-host keygen`).
+        #[arg(long)]
+        key: PathBuf,
+        /// The secret key's password is in this environment variable.
+        #[arg(long)]
+        password_env: Option<String>,
+        /// The plugin manifest JSON to publish (default: what this platform's build reports,
+        /// which then must be among the files).
+        #[arg(long, value_name = "FILE")]
+        manifest: Option<PathBuf>,
+        /// The builds, then the reference (`registry/repository:tag`).
+        #[arg(required = true, num_args = 2.., value_name = "FILE... REF")]
+        args: Vec<String>,
+    },
+    /// Install a plugin: an OCI reference, a library file (`./libx.so`, with `libx.so.minisig`
+    /// beside it). Verified against `trust.keys`, probed, and shown before it is installed.
+    Add {
+        /// The reference or file.
+        source: String,
+        /// Install without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+    },
+    /// Remove a plugin `mcp-host add` installed.
+    Remove {
+        /// The plugin's name.
+        name: String,
+    },
+    /// Update installed plugins (or one) from where they came, showing the definition and
+    /// permission changes first.
+    Update {
+        /// The plugin's name (default: every installed plugin).
+        name: Option<String>,
+        /// Update without asking.
+        #[arg(long, short = 'y')]
+        yes: bool,
+        /// Accept a new version signed by another trusted key than the installed one.
+        #[arg(long)]
+        allow_new_signer: bool,
     },
     /// Test-load one plugin file and print its manifest, or the exact error.
     Check {
@@ -303,7 +349,15 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             mcp_host::plugins::probe::run_probe_child(&files, confine.as_deref(), out)?;
             Ok(ExitCode::SUCCESS)
         }
-        Command::List { json } => list_command(config_path, json),
+        Command::List {
+            json,
+            installed: false,
+        } => list_command(config_path, json),
+        command @ (Command::List { .. }
+        | Command::Publish { .. }
+        | Command::Add { .. }
+        | Command::Remove { .. }
+        | Command::Update { .. }) => package_command(config_path, command),
         Command::Check {
             file,
             permissions,
@@ -342,6 +396,38 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             args,
             user,
         } => call_command(config_path, &tool, plugin.as_deref(), &args, user),
+    }
+}
+
+/// The commands of installed plugin packages: `list --installed`, `publish`, `add`, `remove`,
+/// `update`.
+fn package_command(
+    config_path: Option<&std::path::Path>,
+    command: Command,
+) -> anyhow::Result<ExitCode> {
+    let config = Config::load(config_path)?;
+    init_logging("warn", config.log_format);
+    let out = &mut protected_stdout();
+    match command {
+        Command::Publish {
+            key,
+            password_env,
+            manifest,
+            args,
+        } => {
+            let password = cli::keygen::Password::from_args(password_env.as_deref(), false)
+                .unwrap_or(cli::keygen::Password::None);
+            cli::install::publish(&config, &args, &key, password, manifest.as_deref(), out)
+        }
+        Command::Add { source, yes } => cli::install::add(&config, &source, yes, out),
+        Command::Remove { name } => cli::install::remove(&config, &name, out),
+        Command::Update {
+            name,
+            yes,
+            allow_new_signer,
+        } => cli::install::update(&config, name.as_deref(), yes, allow_new_signer, out),
+        Command::List { json, .. } => cli::install::list_installed(&config, json, out),
+        _ => unreachable!("package_command is called for package commands only"),
     }
 }
 

@@ -15,6 +15,7 @@ const ORDER: &[&str] = &[
     "exec",
     "store",
     "host",
+    "install",
     "protocol",
     "transport",
 ];

@@ -305,9 +305,9 @@ pub mod __private {
         ResourceDescriptor, TaskSupport, ToolDescriptor,
     };
     pub use crate::runtime::{
-        AutoExport, EnvelopeResult, Invocation, PluginExport, PromptFactory, PromptSpec, Registrar,
-        ResourceFactory, ResourceSpec, Service, SurfaceSpec, ToolFactory, ToolSpec, build_info,
-        call, envelope_error, init, shutdown,
+        AutoExport, EnvelopeResult, Invocation, PermissionKind, PluginExport, PromptFactory,
+        PromptSpec, Registrar, ResourceFactory, ResourceSpec, Service, SurfaceSpec, ToolFactory,
+        ToolSpec, build_info, call, envelope_error, init, shutdown,
     };
     pub use crate::schema::{input_schema_with_headers, object_schema};
     pub use abi_stable;
@@ -543,12 +543,29 @@ pub mod __private {
 /// export_plugin!(load: on_first_call, tools: [hello]);
 /// # fn main() {}
 /// ```
+///
+/// `permissions: { read: [...], write: [...], net: [...], env: [...] }` (after `name` and `load`,
+/// every list optional) declares what the plugin needs when it runs sandboxed: absolute paths it
+/// reads, paths it writes, `"host:port"` endpoints it connects to, environment variables it reads.
+/// The declaration is part of the manifest: `mcp-host check` shows it, `mcp-host add` asks the
+/// operator to accept it, and a plugin installed that way runs under `isolation: sandbox` with
+/// exactly these grants (docs/authors/publishing.md).
+///
+/// ```
+/// # use mcp_plugin_sdk::{tool, export_plugin};
+/// /// Say hello.
+/// #[tool]
+/// pub fn hello() -> &'static str { "hello" }
+///
+/// export_plugin!(permissions: { read: ["/etc/hostname"], net: ["api.example.com:443"], env: ["LANG"] });
+/// # fn main() {}
+/// ```
 #[macro_export]
 macro_rules! export_plugin {
     ($(name: $name:expr,)? load: $load:ident) => {
         $crate::export_plugin!($(name: $name,)? load: $load,);
     };
-    ($(name: $name:expr,)? $(load: $load:ident,)? $(tools: [$($tool:path),* $(,)?])? $(,)? $(services: [$($svc:path),* $(,)?])? $(,)?) => {
+    ($(name: $name:expr,)? $(load: $load:ident,)? $(permissions: { $($kind:ident: [$($grant:expr),* $(,)?]),* $(,)? } $(,)?)? $(tools: [$($tool:path),* $(,)?])? $(,)? $(services: [$($svc:path),* $(,)?])? $(,)?) => {
         const _: () = {
             use $crate::__private::abi_stable as __abi;
 
@@ -559,6 +576,7 @@ macro_rules! export_plugin {
                 $($( registrar.service::<$svc>(); )*)?
                 registrar.auto_exports(::core::module_path!());
                 $( $crate::export_plugin!(@load registrar $load); )?
+                $($( $crate::export_plugin!(@permission registrar $kind [$($grant),*]); )*)?
             }
 
             extern "C" fn __build_info() -> __abi::std_types::RString {
@@ -622,6 +640,21 @@ macro_rules! export_plugin {
     (@name) => { env!("CARGO_PKG_NAME") };
     (@load $registrar:ident on_first_call) => { $registrar.load_on_first_call() };
     (@load $registrar:ident at_start) => { () };
+    (@permission $registrar:ident read $grants:tt) => {
+        $registrar.declare($crate::__private::PermissionKind::Read, &$grants)
+    };
+    (@permission $registrar:ident write $grants:tt) => {
+        $registrar.declare($crate::__private::PermissionKind::Write, &$grants)
+    };
+    (@permission $registrar:ident net $grants:tt) => {
+        $registrar.declare($crate::__private::PermissionKind::Net, &$grants)
+    };
+    (@permission $registrar:ident env $grants:tt) => {
+        $registrar.declare($crate::__private::PermissionKind::Env, &$grants)
+    };
+    (@permission $registrar:ident $other:ident $grants:tt) => {
+        ::core::compile_error!("export_plugin!: `permissions:` declares `read`, `write`, `net` and `env` lists")
+    };
     (@load $registrar:ident $other:ident) => {
         ::core::compile_error!("export_plugin!: `load:` is `at_start` (the default) or `on_first_call`")
     };

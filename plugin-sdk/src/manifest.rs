@@ -34,6 +34,38 @@ pub struct Manifest {
     /// its configuration, and nothing it does at `init` must happen before a call.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub load_on_first_call: bool,
+    /// What the plugin asks to reach when it runs sandboxed (`export_plugin!(permissions: {...})`);
+    /// plugins built before declarations existed, and those that need nothing, declare nothing.
+    #[serde(default, skip_serializing_if = "DeclaredPermissions::is_empty")]
+    pub permissions: DeclaredPermissions,
+}
+
+/// The permissions a plugin declares it needs (`export_plugin!(permissions: { read: [...],
+/// write: [...], net: [...], env: [...] })`). A declaration grants nothing by itself: the host shows
+/// it (`mcp-host check`, `mcp-host add`), and a plugin installed with `mcp-host add` runs sandboxed
+/// with exactly these grants unless the operator configures `plugins.<name>.permissions`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct DeclaredPermissions {
+    /// Absolute paths (files, or directories with everything beneath) it reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read: Vec<String>,
+    /// Absolute paths it reads, writes, creates and removes (its data directory is always granted).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub write: Vec<String>,
+    /// TCP endpoints it connects to: `"host:port"`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub net: Vec<String>,
+    /// Environment variables it reads.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub env: Vec<String>,
+}
+
+impl DeclaredPermissions {
+    /// True when nothing is declared (the field is then left out of the manifest).
+    pub fn is_empty(&self) -> bool {
+        self.read.is_empty() && self.write.is_empty() && self.net.is_empty() && self.env.is_empty()
+    }
 }
 
 impl Manifest {

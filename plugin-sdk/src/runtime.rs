@@ -14,9 +14,9 @@ use crate::completion::{Completion, CompletionRequest};
 use crate::content::ToolResult;
 use crate::host::{CallContext, HostApi, LogLevel, UserInfo};
 use crate::manifest::{
-    CallEnvelope, CompletionTarget, ENVELOPE_INDEX, EnvelopeError, EnvelopeErrorKind,
-    EnvelopeOutcome, Manifest, PromptDescriptor, ResourceDescriptor, ServiceDescriptor,
-    ToolDescriptor,
+    CallEnvelope, CompletionTarget, DeclaredPermissions, ENVELOPE_INDEX, EnvelopeError,
+    EnvelopeErrorKind, EnvelopeOutcome, Manifest, PromptDescriptor, ResourceDescriptor,
+    ServiceDescriptor, ToolDescriptor,
 };
 
 /// One tool as the macros describe it: how to describe it, and how to run it against a service `S`
@@ -380,6 +380,19 @@ fn select<'a>(
     found
 }
 
+/// The kinds of permission `export_plugin!(permissions: {...})` declares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionKind {
+    /// `read: [...]`: paths read.
+    Read,
+    /// `write: [...]`: paths written.
+    Write,
+    /// `net: [...]`: `host:port` endpoints connected to.
+    Net,
+    /// `env: [...]`: environment variables read.
+    Env,
+}
+
 /// Collects a plugin's tools and services during `init`.
 pub struct Registrar {
     host: HostApi,
@@ -393,6 +406,8 @@ pub struct Registrar {
     shutdown_hooks: Vec<ShutdownHook>,
     /// `export_plugin!(load: on_first_call, ...)`: see [`Manifest::load_on_first_call`].
     load_on_first_call: bool,
+    /// `export_plugin!(permissions: {...})`: see [`Manifest::permissions`].
+    permissions: DeclaredPermissions,
     /// The tool and service types registered so far: each is registered once, however often it
     /// is listed or found.
     registered: HashSet<TypeId>,
@@ -403,6 +418,22 @@ impl Registrar {
     /// on_first_call)`; see [`Manifest::load_on_first_call`]).
     pub fn load_on_first_call(&mut self) {
         self.load_on_first_call = true;
+    }
+
+    /// Declare permissions the plugin needs (`export_plugin!(permissions: { kind: [...] })`; see
+    /// [`Manifest::permissions`]). Repeats and duplicates are merged.
+    pub fn declare(&mut self, kind: PermissionKind, values: &[&str]) {
+        let list = match kind {
+            PermissionKind::Read => &mut self.permissions.read,
+            PermissionKind::Write => &mut self.permissions.write,
+            PermissionKind::Net => &mut self.permissions.net,
+            PermissionKind::Env => &mut self.permissions.env,
+        };
+        for value in values {
+            if !list.iter().any(|v| v == value) {
+                list.push((*value).to_owned());
+            }
+        }
     }
 
     /// Register everything `#[tool]` and `#[service]` defined in the crate of `module` (the crate
@@ -575,6 +606,7 @@ pub(crate) fn load(
         prompts: Vec::new(),
         shutdown_hooks: Vec::new(),
         load_on_first_call: false,
+        permissions: DeclaredPermissions::default(),
         registered: HashSet::new(),
     };
     register(&mut registrar);
@@ -587,6 +619,7 @@ pub(crate) fn load(
         resources: registrar.resource_descriptors,
         prompts: registrar.prompt_descriptors,
         load_on_first_call: registrar.load_on_first_call,
+        permissions: registrar.permissions,
     };
     let state = PluginState {
         host,

@@ -25,6 +25,8 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-catalog",
     "fixture-lazy",
     "fixture-hostile",
+    "fixture-installable",
+    "fixture-installable-v2",
     "mcp-time",
     "mcp-text",
     "mcp-series",

@@ -119,7 +119,18 @@ fn write_table(rows: &[[String; 7]], out: &mut dyn std::io::Write) -> std::io::R
 /// A plugin's isolation as the table shows it, with a summary of a sandbox's grant.
 fn isolation(e: &mcp_host::registry::Entry) -> String {
     let Some(grant) = &e.permissions else {
-        return e.isolation.as_str().to_owned();
+        if e.declared.is_empty() {
+            return e.isolation.as_str().to_owned();
+        }
+        let d = &e.declared;
+        return format!(
+            "{} (declares read {}, write {}, net {}, env {})",
+            e.isolation.as_str(),
+            d.read.len(),
+            d.write.len(),
+            d.net.len(),
+            d.env.len()
+        );
     };
     let connect = match &grant.connect {
         mcp_host::config::Connect::Any => "any".to_owned(),
@@ -239,6 +250,25 @@ fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result
         out,
         "  runs: {}; {signature}",
         text(&report["run"]["isolation"])
+    )?;
+    let declared: Vec<String> = ["read", "write", "net", "env"]
+        .iter()
+        .flat_map(|kind| {
+            manifest["permissions"][*kind]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |v| format!("{kind} {}", v.as_str().unwrap_or("?")))
+        })
+        .collect();
+    writeln!(
+        out,
+        "  declares permissions: {}",
+        if declared.is_empty() {
+            "none".to_owned()
+        } else {
+            declared.join(", ")
+        }
     )?;
     let list = |key: &str| manifest[key].as_array().cloned().unwrap_or_default();
     for service in list("services") {

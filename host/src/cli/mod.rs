@@ -2,6 +2,7 @@
 
 pub(crate) mod config;
 pub(crate) mod inspect;
+pub(crate) mod install;
 pub(crate) mod keygen;
 pub(crate) mod new;
 pub(crate) mod pin;

@@ -24,7 +24,9 @@ pub(crate) fn pin(
         dir.pinning = None;
     }
     let host = Host::start(config, crate::host_options())?;
-    let current = host.registry().pins();
+    let mut current = host.registry().pins();
+    // What `mcp-host add` recorded stays.
+    current.installed = pinned.installed.clone();
     host.shutdown();
     let differences = pins::compare(&current, &pinned);
     if diff {

@@ -12,7 +12,7 @@ use mcp_host::plugins::signature::{format_key_id, signature_path};
 use super::keygen::Password;
 
 /// Read the secret key at `key`: unencrypted, or decrypted with `password`.
-fn secret_key(key: &Path, password: Password) -> anyhow::Result<minisign::SecretKey> {
+pub(crate) fn secret_key(key: &Path, password: Password) -> anyhow::Result<minisign::SecretKey> {
     let text = std::fs::read_to_string(key)
         .with_context(|| format!("cannot read the secret key {}", key.display()))?;
     let boxed = minisign::SecretKeyBox::from_string(&text).map_err(|e| anyhow::anyhow!("{e}"))?;

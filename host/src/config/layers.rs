@@ -261,6 +261,7 @@ impl Config {
             apply_value(&mut config, &mut merged, Value::Object(env_layer), &origin)?;
         }
         finish(&mut config, merged)?;
+        super::installed::add_installed_dir(&mut config);
         apply_agent_vars(&mut config, vars);
         if config.pinning_in_use() {
             config.pins = std::sync::Arc::new(super::lock::PinLock::read(&config.lock_path()));

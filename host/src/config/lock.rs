@@ -41,6 +41,9 @@ pub struct PinLock {
     /// Prompts, by name.
     #[serde(default)]
     pub prompts: BTreeMap<String, Pin>,
+    /// The plugins `mcp-host add` installed, by plugin name: where from and by which digest.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub installed: BTreeMap<String, InstalledPin>,
     /// Why the lock file could not be used (missing, unreadable, or entries whose hash does not
     /// match their definition); `None` when it was read whole.
     #[serde(skip)]
@@ -57,6 +60,21 @@ pub struct Pin {
     pub sha256: String,
     /// The definition as the client was told it (the list entry without `_meta`).
     pub definition: Value,
+}
+
+/// How an installed plugin is pinned: its source and the digests it was installed by.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct InstalledPin {
+    /// The reference, path or URL it was added from.
+    pub source: String,
+    /// The OCI manifest digest (registry installs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// `sha256:` digest of its library.
+    pub library_digest: String,
+    /// The key id of its signer.
+    pub signer_key_id: String,
 }
 
 impl Pin {
@@ -136,6 +154,37 @@ impl PinLock {
         std::fs::rename(&tmp, path).inspect_err(|_| {
             let _ = std::fs::remove_file(&tmp);
         })
+    }
+
+    /// The pins of plugin `plugin`'s definitions only.
+    pub fn of_plugin(&self, plugin: &str) -> PinLock {
+        let only = |section: &BTreeMap<String, Pin>| {
+            section
+                .iter()
+                .filter(|(_, pin)| pin.plugin == plugin)
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        };
+        PinLock {
+            version: self.version,
+            tools: only(&self.tools),
+            resources: only(&self.resources),
+            prompts: only(&self.prompts),
+            installed: BTreeMap::new(),
+            problem: None,
+        }
+    }
+
+    /// Replace plugin `plugin`'s pins with `pins` (`None`: remove them).
+    pub fn replace_plugin(&mut self, plugin: &str, pins: Option<&PinLock>) {
+        for section in [&mut self.tools, &mut self.resources, &mut self.prompts] {
+            section.retain(|_, pin| pin.plugin != plugin);
+        }
+        if let Some(pins) = pins {
+            self.tools.extend(pins.tools.clone());
+            self.resources.extend(pins.resources.clone());
+            self.prompts.extend(pins.prompts.clone());
+        }
     }
 
     /// How many definitions are pinned.

@@ -7,6 +7,7 @@
 //! that set them. String values may reference the environment as `${NAME}` or `${NAME:-default}`.
 //! The types live here; how layers are read, checked and merged lives in `layers`.
 
+pub mod installed;
 mod isolation;
 mod layers;
 mod listen;
@@ -1178,8 +1179,12 @@ mod tests {
             ),
         ];
         let c = Config::load_with_env(Some(&base), &env).expect("load");
-        assert_eq!(c.tool_dirs.len(), 1);
+        // The configured directory, then the managed one `mcp-host add` installs into.
+        assert_eq!(c.tool_dirs.len(), 2);
         assert_eq!(c.tool_dirs[0].path, tmp.path().join("c"));
+        assert_eq!(c.tool_dirs[1].path, c.installed_dir());
+        assert_eq!(c.tool_dirs[1].isolation, Some(Isolation::Sandbox));
+        assert_eq!(c.tool_dirs[1].require_signature, Some(true));
         assert_eq!(c.limits.call_timeout_secs, 5.0);
         assert_eq!(c.limits.max_concurrent_calls, 7);
         let time = c.plugin("time");
@@ -1326,7 +1331,7 @@ mod tests {
         assert_eq!(c.tool_dirs[0].path, tmp.path().join("tools"));
         let env = vec![("MCP_TOOL_DIRS".to_owned(), "/x,/y".to_owned())];
         let c = Config::load_with_env(Some(&base), &env).expect("load");
-        assert_eq!(c.tool_dirs.len(), 2);
+        assert_eq!(c.tool_dirs.len(), 3);
         assert_eq!(c.tool_dirs[1].path, PathBuf::from("/y"));
     }
 }

@@ -347,6 +347,9 @@ pub struct Entry {
     /// What its plugin may reach, when sandboxed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub permissions: Option<Grant>,
+    /// What its plugin declares it needs (`export_plugin!(permissions: {...})`).
+    #[serde(skip_serializing_if = "mcp_plugin_sdk::wire::DeclaredPermissions::is_empty")]
+    pub declared: mcp_plugin_sdk::wire::DeclaredPermissions,
 }
 
 pub use crate::plugins::Sources;
@@ -494,6 +497,7 @@ impl Registry {
                         status: Status::LoadError(e.to_string()),
                         isolation: candidate.isolation.unwrap_or_default(),
                         permissions: None,
+                        declared: Default::default(),
                     });
                     continue;
                 }
@@ -786,6 +790,7 @@ impl Registry {
             status: Status::Active,
             isolation: slot.run.isolation,
             permissions: slot.run.permissions.clone(),
+            declared: slot.backend.manifest().permissions.clone(),
         }
     }
 

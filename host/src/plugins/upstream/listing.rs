@@ -29,6 +29,7 @@ pub(crate) async fn read(peer: &Peer<RoleClient>, name: &str) -> Result<Manifest
         resources: Vec::new(),
         prompts: Vec::new(),
         load_on_first_call: false,
+        permissions: Default::default(),
     };
     if caps.is_none_or(|c| c.tools.is_some()) {
         let tools = peer

@@ -90,7 +90,13 @@ impl Grant {
     /// What plugin `plugin`, loaded from `file`, is granted under `config`.
     pub fn of(config: &Config, plugin: &str, file: &Path) -> Grant {
         let settings = config.plugin(plugin);
-        let p = settings.permissions;
+        // A plugin `mcp-host add` installed gets what it declared, unless the operator grants
+        // otherwise.
+        let p = if settings.permissions == crate::config::Permissions::default() {
+            crate::config::installed::declared_grant(config, plugin, file).unwrap_or_default()
+        } else {
+            settings.permissions.clone()
+        };
         let mut implicit_read = vec![file.to_path_buf()];
         implicit_read.extend(SYSTEM_READ.iter().map(PathBuf::from));
         Grant {

@@ -1,0 +1,95 @@
+//! `mcp-host add https://.../libx.so`: a library and its `.minisig` fetched over HTTPS (plain
+//! HTTP only from a loopback address), each read through a size bound.
+
+use futures_util::StreamExt as _;
+
+use super::InstallError;
+use super::package::{self, PlatformBuild};
+
+/// The library at `url` and the signature at `url.minisig` (`None` when that answers 404).
+pub(super) async fn build(url: &str, platform: &str) -> Result<PlatformBuild, InstallError> {
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| InstallError::Reference(format!("{url}: {e}")))?;
+    let host = parsed.host_str().unwrap_or_default();
+    let loopback = super::oci::is_loopback(host);
+    match parsed.scheme() {
+        "https" => {}
+        "http" if loopback => {}
+        other => {
+            return Err(InstallError::Reference(format!(
+                "{url}: {other}:// is not accepted (https://, or http:// to a loopback address)"
+            )));
+        }
+    }
+    let file_name = parsed
+        .path_segments()
+        .and_then(|mut s| s.next_back())
+        .filter(|n| super::oci::installable_file_name(n))
+        .ok_or_else(|| {
+            InstallError::Package(format!(
+                "{url}: the URL does not end in a plugin library's name ({}NAME.{})",
+                std::env::consts::DLL_PREFIX,
+                std::env::consts::DLL_EXTENSION
+            ))
+        })?
+        .to_owned();
+    // reqwest is built without a provider of its own: use ring, the one the host links.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .https_only(!loopback)
+        .connect_timeout(std::time::Duration::from_secs(30))
+        .read_timeout(std::time::Duration::from_secs(120))
+        .build()
+        .map_err(|e| InstallError::Registry(format!("{url}: {e}")))?;
+    let library = get(&client, url, package::MAX_LIBRARY_BYTES)
+        .await?
+        .ok_or_else(|| InstallError::Registry(format!("{url}: 404 Not Found")))?;
+    let signature = get(
+        &client,
+        &format!("{url}.minisig"),
+        package::MAX_SIGNATURE_BYTES,
+    )
+    .await?
+    .map(|bytes| {
+        String::from_utf8(bytes)
+            .map_err(|_| InstallError::Signature(format!("{url}.minisig is not a signature")))
+    })
+    .transpose()?;
+    Ok(PlatformBuild {
+        platform: platform.to_owned(),
+        file_name,
+        library,
+        signature,
+    })
+}
+
+/// The body at `url`, at most `max` bytes; `None` for a 404.
+async fn get(
+    client: &reqwest::Client,
+    url: &str,
+    max: u64,
+) -> Result<Option<Vec<u8>>, InstallError> {
+    let failed = |e: &dyn std::fmt::Display| InstallError::Registry(format!("{url}: {e}"));
+    let response = client.get(url).send().await.map_err(|e| failed(&e))?;
+    if response.status() == reqwest::StatusCode::NOT_FOUND {
+        return Ok(None);
+    }
+    let response = response.error_for_status().map_err(|e| failed(&e))?;
+    if response.content_length().is_some_and(|n| n > max) {
+        return Err(InstallError::Package(format!(
+            "{url} is larger than {max} bytes"
+        )));
+    }
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| failed(&e))?;
+        if (body.len() + chunk.len()) as u64 > max {
+            return Err(InstallError::Package(format!(
+                "{url} is larger than {max} bytes"
+            )));
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(Some(body))
+}

@@ -1,0 +1,373 @@
+//! Registry access for plugin packages through `oci-client`: push a [`Package`], pull one
+//! platform's build of one. HTTPS always, except plain HTTP to a registry on a loopback address;
+//! credentials from `MCP_HOST_REGISTRY_TOKEN` (a bearer token) or docker's `config.json`
+//! (`$DOCKER_CONFIG/config.json`, else `~/.docker/config.json`); every blob is checked against its
+//! digest and read through a size bound.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use base64::Engine as _;
+use oci_client::client::{ClientConfig, ClientProtocol, Config as OciConfig, ImageLayer};
+use oci_client::manifest::{OciDescriptor, OciImageManifest};
+use oci_client::secrets::RegistryAuth;
+use oci_client::{Client, Reference};
+
+use super::InstallError;
+use super::package::{
+    self, ARTIFACT_TYPE, CONFIG_MEDIA_TYPE, LIBRARY_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, Package,
+    PlatformBuild, SIGNATURE_MEDIA_TYPE,
+};
+
+/// The environment variable holding a bearer token for the registry.
+pub const TOKEN_ENV: &str = "MCP_HOST_REGISTRY_TOKEN";
+
+/// A parsed package reference (`registry/repository:tag` or `@sha256:...`; an `oci://` prefix
+/// is accepted).
+pub fn parse_reference(text: &str) -> Result<Reference, InstallError> {
+    let bare = text.strip_prefix("oci://").unwrap_or(text);
+    bare.parse::<Reference>()
+        .map_err(|e| InstallError::Reference(format!("{text}: {e}")))
+}
+
+/// Whether `registry` (`host[:port]`) is on a loopback address, where plain HTTP is allowed.
+pub fn is_loopback(registry: &str) -> bool {
+    let host = match registry.rsplit_once(':') {
+        Some((h, port)) if port.chars().all(|c| c.is_ascii_digit()) => h,
+        _ => registry,
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A client for `reference`'s registry: HTTPS, or HTTP for a loopback registry.
+fn client(reference: &Reference) -> Client {
+    // reqwest is built without a provider of its own: use ring, the one the host links.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let registry = reference.resolve_registry().to_owned();
+    let protocol = if is_loopback(&registry) {
+        ClientProtocol::HttpsExcept(vec![registry])
+    } else {
+        ClientProtocol::Https
+    };
+    Client::new(ClientConfig {
+        protocol,
+        connect_timeout: Some(std::time::Duration::from_secs(30)),
+        read_timeout: Some(std::time::Duration::from_secs(120)),
+        ..ClientConfig::default()
+    })
+}
+
+/// The credentials for `registry`: [`TOKEN_ENV`], else docker's `config.json` entry, else none.
+pub fn credentials(registry: &str) -> RegistryAuth {
+    if let Some(token) = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty()) {
+        return RegistryAuth::Bearer(token);
+    }
+    let file = std::env::var_os("DOCKER_CONFIG")
+        .map(std::path::PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| std::path::PathBuf::from(h).join(".docker")))
+        .map(|d| d.join("config.json"));
+    let Some(text) = file.and_then(|f| {
+        crate::config::lock::read_bounded(&f, 1 << 20)
+            .ok()
+            .flatten()
+    }) else {
+        return RegistryAuth::Anonymous;
+    };
+    docker_auth(&text, registry).unwrap_or(RegistryAuth::Anonymous)
+}
+
+/// The entry for `registry` in a docker `config.json` (`auths.<registry>.auth`, base64 of
+/// `user:password`, or `username` and `password`).
+fn docker_auth(text: &str, registry: &str) -> Option<RegistryAuth> {
+    let config: serde_json::Value = serde_json::from_str(text).ok()?;
+    let auths = config.get("auths")?.as_object()?;
+    let entry = auths
+        .get(registry)
+        .or_else(|| auths.get(&format!("https://{registry}")))
+        .or_else(|| auths.get(&format!("http://{registry}")))?;
+    if let Some(encoded) = entry.get("auth").and_then(|a| a.as_str()) {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()?;
+        let text = String::from_utf8(decoded).ok()?;
+        let (user, password) = text.split_once(':')?;
+        return Some(RegistryAuth::Basic(user.to_owned(), password.to_owned()));
+    }
+    let user = entry.get("username")?.as_str()?;
+    let password = entry.get("password")?.as_str()?;
+    Some(RegistryAuth::Basic(user.to_owned(), password.to_owned()))
+}
+
+fn registry_error(reference: &Reference, e: impl std::fmt::Display) -> InstallError {
+    InstallError::Registry(format!("{reference}: {e}"))
+}
+
+/// Push `package` to `reference`; the pushed manifest's digest.
+pub async fn push(reference: &Reference, package: &Package) -> Result<String, InstallError> {
+    let client = client(reference);
+    let auth = credentials(reference.resolve_registry());
+    let mut layers = vec![ImageLayer::new(
+        package.manifest_json.clone(),
+        MANIFEST_MEDIA_TYPE.to_owned(),
+        Some(package::annotations(None, "manifest.json")),
+    )];
+    for build in &package.builds {
+        layers.push(ImageLayer::new(
+            build.library.clone(),
+            LIBRARY_MEDIA_TYPE.to_owned(),
+            Some(package::annotations(
+                Some(&build.platform),
+                &build.file_name,
+            )),
+        ));
+        if let Some(signature) = &build.signature {
+            layers.push(ImageLayer::new(
+                signature.clone().into_bytes(),
+                SIGNATURE_MEDIA_TYPE.to_owned(),
+                Some(package::annotations(
+                    Some(&build.platform),
+                    &format!("{}.minisig", build.file_name),
+                )),
+            ));
+        }
+    }
+    let config_data =
+        serde_json::to_vec(&package.config).map_err(|e| registry_error(reference, e))?;
+    let config = OciConfig::new(config_data, CONFIG_MEDIA_TYPE.to_owned(), None);
+    let mut manifest = OciImageManifest::build(&layers, &config, None);
+    manifest.artifact_type = Some(ARTIFACT_TYPE.to_owned());
+    client
+        .push(reference, &layers, config, &auth, Some(manifest.clone()))
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    let digest = client
+        .fetch_manifest_digest(reference, &auth)
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    Ok(digest)
+}
+
+/// One platform's build of a package, as pulled.
+#[derive(Debug, Clone)]
+pub struct Pulled {
+    /// The OCI manifest's digest.
+    pub digest: String,
+    /// The plugin manifest JSON.
+    pub manifest_json: Vec<u8>,
+    /// The build for the platform asked for.
+    pub build: PlatformBuild,
+    /// Every platform the package has a library for.
+    pub platforms: Vec<String>,
+}
+
+/// Pull the build for `platform` of the package at `reference`: its manifest JSON, library and
+/// signature, each checked against its digest and bounded in size.
+pub async fn pull(reference: &Reference, platform: &str) -> Result<Pulled, InstallError> {
+    let client = client(reference);
+    let auth = credentials(reference.resolve_registry());
+    let (manifest, digest) = client
+        .pull_image_manifest(reference, &auth)
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE) {
+        return Err(InstallError::Package(format!(
+            "{reference} is not an mcp-host plugin package (artifactType {:?}, expected {ARTIFACT_TYPE})",
+            manifest.artifact_type.as_deref().unwrap_or("none")
+        )));
+    }
+    let platform_of = |d: &OciDescriptor| {
+        d.annotations
+            .as_ref()
+            .and_then(|a| a.get(package::PLATFORM_ANNOTATION))
+            .cloned()
+    };
+    let platforms: Vec<String> = manifest
+        .layers
+        .iter()
+        .filter(|d| d.media_type == LIBRARY_MEDIA_TYPE)
+        .filter_map(platform_of)
+        .collect();
+    let find = |media_type: &str, platform: Option<&str>| -> Option<&OciDescriptor> {
+        manifest
+            .layers
+            .iter()
+            .find(|d| d.media_type == media_type && platform_of(d).as_deref() == platform)
+    };
+    let manifest_layer = find(MANIFEST_MEDIA_TYPE, None).ok_or_else(|| {
+        InstallError::Package(format!("{reference} has no plugin manifest layer"))
+    })?;
+    let library_layer = find(LIBRARY_MEDIA_TYPE, Some(platform)).ok_or_else(|| {
+        InstallError::Package(format!(
+            "{reference} has no build for this platform ({platform}); it has: {}",
+            if platforms.is_empty() {
+                "none".to_owned()
+            } else {
+                platforms.join(", ")
+            }
+        ))
+    })?;
+    let file_name = library_layer
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(package::TITLE_ANNOTATION))
+        .cloned()
+        .filter(|n| installable_file_name(n))
+        .ok_or_else(|| {
+            InstallError::Package(format!(
+                "{reference}: the {platform} library has no usable file name ({})",
+                package::TITLE_ANNOTATION
+            ))
+        })?;
+    let manifest_json = pull_bounded(
+        &client,
+        reference,
+        manifest_layer,
+        package::MAX_MANIFEST_BYTES,
+    )
+    .await?;
+    let library = pull_bounded(
+        &client,
+        reference,
+        library_layer,
+        package::MAX_LIBRARY_BYTES,
+    )
+    .await?;
+    let signature = match find(SIGNATURE_MEDIA_TYPE, Some(platform)) {
+        Some(layer) => {
+            let bytes =
+                pull_bounded(&client, reference, layer, package::MAX_SIGNATURE_BYTES).await?;
+            Some(String::from_utf8(bytes).map_err(|_| {
+                InstallError::Package(format!("{reference}: the {platform} signature is not text"))
+            })?)
+        }
+        None => None,
+    };
+    Ok(Pulled {
+        digest,
+        manifest_json,
+        build: PlatformBuild {
+            platform: platform.to_owned(),
+            file_name,
+            library,
+            signature,
+        },
+        platforms,
+    })
+}
+
+/// A file name a package may carry: one plain name, no path, a shared library's extension
+/// (`so`, `dylib`, `dll`: the platforms' own).
+pub fn valid_file_name(name: &str) -> bool {
+    let path = std::path::Path::new(name);
+    !name.is_empty()
+        && !name.starts_with(['.', '_'])
+        && !name.contains(['/', '\\', '\0'])
+        && path.extension().is_some_and(|e| {
+            ["so", "dylib", "dll"]
+                .iter()
+                .any(|x| e.eq_ignore_ascii_case(x))
+        })
+}
+
+/// A file name this host installs and serves: [`valid_file_name`] with this platform's extension.
+pub fn installable_file_name(name: &str) -> bool {
+    valid_file_name(name) && crate::plugins::discovery::is_plugin_file(std::path::Path::new(name))
+}
+
+/// Pull blob `layer`, refusing one whose declared or actual size is over `max`; oci-client checks
+/// the digest.
+async fn pull_bounded(
+    client: &Client,
+    reference: &Reference,
+    layer: &OciDescriptor,
+    max: u64,
+) -> Result<Vec<u8>, InstallError> {
+    let too_large = |size: String| {
+        InstallError::Package(format!(
+            "{reference}: layer {} ({}) is {size} bytes, over the limit of {max}",
+            layer.digest, layer.media_type
+        ))
+    };
+    if u64::try_from(layer.size).map_or(true, |s| s > max) {
+        return Err(too_large(layer.size.to_string()));
+    }
+    let mut out = Bounded {
+        data: Vec::new(),
+        max: usize::try_from(max).unwrap_or(usize::MAX),
+    };
+    client
+        .pull_blob(reference, layer, &mut out)
+        .await
+        .map_err(|e| {
+            if out.data.len() >= out.max {
+                too_large(format!("more than {}", out.max))
+            } else {
+                registry_error(reference, format!("layer {}: {e}", layer.digest))
+            }
+        })?;
+    Ok(out.data)
+}
+
+/// An in-memory sink that fails once more than `max` bytes arrive.
+struct Bounded {
+    data: Vec<u8>,
+    max: usize,
+}
+
+impl tokio::io::AsyncWrite for Bounded {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        if self.data.len() + buf.len() > self.max {
+            let max = self.max;
+            self.data.resize(max, 0);
+            return Poll::Ready(Err(std::io::Error::other("blob over the size limit")));
+        }
+        self.data.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_registries_and_docker_credentials() {
+        assert!(is_loopback("127.0.0.1:5000"));
+        assert!(is_loopback("localhost:5000"));
+        assert!(is_loopback("[::1]:5000"));
+        assert!(!is_loopback("ghcr.io"));
+        assert!(!is_loopback("10.0.0.1:5000"));
+        let text = r#"{"auths": {"reg.example:5000": {"auth": "YW5hOnNlY3JldA=="}}}"#;
+        match docker_auth(text, "reg.example:5000") {
+            Some(RegistryAuth::Basic(u, p)) => {
+                assert_eq!((u.as_str(), p.as_str()), ("ana", "secret"))
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(docker_auth(text, "other").is_none());
+        assert!(valid_file_name(&format!(
+            "libx.{}",
+            std::env::consts::DLL_EXTENSION
+        )));
+        assert!(!valid_file_name("../libx.so"));
+        assert!(!valid_file_name("notes.txt"));
+        assert!(valid_file_name("libx.dylib"));
+        assert!(!installable_file_name("libx.dylib") || cfg!(target_os = "macos"));
+    }
+}

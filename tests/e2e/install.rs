@@ -1,0 +1,635 @@
+//! Plugins as signed OCI packages against a real registry on loopback (Debian's `docker-registry`,
+//! started per test with its own storage; skipped with a message when it is not installed unless
+//! `MCP_TEST_REQUIRE_CLIENTS` is set): publish → add → call through a running host → update (with
+//! its definition and permission diff, and a changed signer refused) → remove; and every refusal
+//! (tampered layer, untrusted signer, missing signature, ABI mismatch, a manifest that lies about
+//! the library) leaves nothing installed.
+
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use mcp_host::install::{oci, package};
+use mcp_host_tests::clients::require_or_skip;
+use mcp_host_tests::fleet::free_port;
+use mcp_host_tests::serve::{ChildGuard, LEGACY, StdioServer, tool_names};
+use mcp_host_tests::{Layout, artifacts};
+use serde_json::{Value, json};
+
+/// A `docker-registry` serving on a loopback port until dropped.
+struct Registry {
+    _child: ChildGuard,
+    /// `127.0.0.1:PORT`.
+    addr: String,
+    _storage: tempfile::TempDir,
+}
+
+/// Whether `GET /v2/` answers 200 at `addr`.
+fn registry_ready(addr: &str) -> bool {
+    let Ok(mut stream) = TcpStream::connect(addr) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+    let request = format!("GET /v2/ HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+}
+
+/// Start a registry on a free loopback port, or `None` (after saying why) when it is missing.
+fn registry() -> Option<Registry> {
+    let bin = PathBuf::from("/usr/bin/docker-registry");
+    let bin = require_or_skip(
+        "docker-registry (.ci/install-services.sh)",
+        bin.is_file().then_some(bin),
+    )?;
+    for _ in 0..5 {
+        let storage = tempfile::tempdir().unwrap();
+        let addr = format!("127.0.0.1:{}", free_port());
+        let config = storage.path().join("config.yml");
+        std::fs::write(
+            &config,
+            format!(
+                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+                 http:\n  addr: {addr}\n",
+                storage.path().join("data").display()
+            ),
+        )
+        .unwrap();
+        let mut child = ChildGuard::spawn(
+            Command::new(&bin)
+                .arg("serve")
+                .arg(&config)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null()),
+        );
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline && !child.exited() {
+            if registry_ready(&addr) {
+                return Some(Registry {
+                    _child: child,
+                    addr,
+                    _storage: storage,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // The port was taken first (or the registry did not start): another one.
+    }
+    panic!("docker-registry did not start on a loopback port");
+}
+
+/// A layout with a data directory, two trusted keys (`release`, `second`) and one that is not
+/// (`stranger`), and a registry.
+struct Setup {
+    l: Layout,
+    config: PathBuf,
+    registry: Registry,
+}
+
+impl Setup {
+    fn new() -> Option<Setup> {
+        let registry = registry()?;
+        let l = Layout::new();
+        let mut keys = String::new();
+        for name in ["release", "second", "stranger"] {
+            let out = l.run(
+                &l.root.path().join("none.yaml"),
+                &[
+                    "keygen",
+                    "--out",
+                    &l.root.path().join(name).to_string_lossy(),
+                    "--no-password",
+                ],
+            );
+            assert!(out.status.success(), "keygen: {}", stderr(&out));
+            let public =
+                std::fs::read_to_string(l.root.path().join(format!("{name}.pub"))).unwrap();
+            let key = public.lines().last().unwrap().trim().to_owned();
+            if name != "stranger" {
+                keys.push_str(&format!("    {name}: \"{key}\"\n"));
+            }
+        }
+        let config = l.config(&format!(
+            "tool_dirs: []\ndata_dir: {}\ntrust:\n  keys:\n{keys}",
+            l.root.path().join("data").display()
+        ));
+        Some(Setup {
+            l,
+            config,
+            registry,
+        })
+    }
+
+    fn reference(&self, tag: &str) -> String {
+        format!("{}/tools/installable:{tag}", self.registry.addr)
+    }
+
+    fn key(&self, name: &str) -> String {
+        self.l
+            .root
+            .path()
+            .join(format!("{name}.key"))
+            .to_string_lossy()
+            .into_owned()
+    }
+
+    fn run(&self, args: &[&str]) -> Output {
+        self.l.run(&self.config, args)
+    }
+
+    /// Plugin crate `krate`'s library copied as `libinstallable.so` into a directory of its own.
+    fn library(&self, krate: &str) -> PathBuf {
+        let dir = self.l.dir(&format!("build-{krate}"));
+        let file = dir.join(format!(
+            "{}installable{}",
+            std::env::consts::DLL_PREFIX,
+            std::env::consts::DLL_SUFFIX
+        ));
+        std::fs::copy(artifacts().plugin(krate), &file).unwrap();
+        file
+    }
+
+    /// Publish `krate`'s library, plus a stand-in macOS build, under `tag` signed with `key`.
+    fn publish(&self, krate: &str, tag: &str, key: &str, extra: &[&str]) -> Output {
+        let lib = self.library(krate);
+        let mac = lib.with_file_name("libinstallable.dylib");
+        std::fs::write(&mac, b"a macOS build stands here").unwrap();
+        let mac_arg = format!("macos-aarch64={}", mac.display());
+        let key = self.key(key);
+        let reference = self.reference(tag);
+        let mut args = vec!["publish", "--key", &key];
+        args.extend_from_slice(extra);
+        args.extend([lib.to_str().unwrap(), &mac_arg, &reference]);
+        self.run(&args)
+    }
+
+    fn managed(&self) -> PathBuf {
+        self.l.root.path().join("data").join("plugins")
+    }
+
+    /// Assert that nothing is installed: no library, no signature, no staging directory, no
+    /// receipt.
+    fn assert_nothing_installed(&self, after: &str) {
+        let entries: Vec<String> = std::fs::read_dir(self.managed())
+            .map(|d| {
+                d.filter_map(Result::ok)
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n != "installed.json")
+                    .collect()
+            })
+            .unwrap_or_default();
+        assert!(entries.is_empty(), "{after} left {entries:?}");
+        let listed = self.run(&["list", "--installed", "--json"]);
+        assert_eq!(
+            serde_json::from_slice::<Value>(&listed.stdout).unwrap(),
+            json!({}),
+            "{after}"
+        );
+    }
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn assert_ok(out: &Output, what: &str) {
+    assert!(
+        out.status.success(),
+        "{what} failed:\nstdout: {}\nstderr: {}",
+        stdout(out),
+        stderr(out)
+    );
+}
+
+/// Poll `tools/list` until `done` holds for its names (hot reload is asynchronous).
+fn wait_for_tools(server: &mut StdioServer, id: &mut u64, done: impl Fn(&[String]) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        *id += 1;
+        let names = tool_names(&server.call(*id, "tools/list", json!({})));
+        if done(&names) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "tools never became as expected; last {names:?}\nstderr:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn call_tool(server: &mut StdioServer, id: &mut u64, name: &str, args: Value) -> Value {
+    *id += 1;
+    server.call(*id, "tools/call", json!({"name": name, "arguments": args}))
+}
+
+fn text_of(response: &Value) -> String {
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+#[test]
+fn publish_add_call_update_and_remove_against_a_real_registry() {
+    let Some(s) = Setup::new() else { return };
+    let published = s.publish("fixture-installable", "1", "release", &[]);
+    assert_ok(&published, "publish");
+    assert!(
+        stdout(&published).contains("linux") && stdout(&published).contains("macos-aarch64"),
+        "{}",
+        stdout(&published)
+    );
+    let digest_line = stdout(&published)
+        .lines()
+        .find_map(|l| l.strip_prefix("digest: ").map(str::to_owned))
+        .expect("publish prints the digest");
+
+    // A running host with nothing installed yet.
+    let mut server = StdioServer::start(&s.config);
+    server.initialize(LEGACY);
+    let mut id = 0;
+    wait_for_tools(&mut server, &mut id, |names| names.is_empty());
+
+    let added = s.run(&["add", &s.reference("1"), "--yes"]);
+    assert_ok(&added, "add");
+    let shown = stdout(&added);
+    for expected in [
+        "installable 1.0.0",
+        "signed by release",
+        "greet",
+        "read_file",
+        "read /etc/os-release",
+        "env INSTALLABLE_GREETING",
+        &digest_line,
+    ] {
+        assert!(
+            shown.contains(expected),
+            "add did not show {expected:?}:\n{shown}"
+        );
+    }
+    let lib = s.managed().join(format!(
+        "{}installable{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ));
+    assert!(lib.is_file() && Path::new(&format!("{}.minisig", lib.display())).is_file());
+    let lock: Value = serde_json::from_str(
+        &std::fs::read_to_string(s.l.root.path().join("mcp-host.lock")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        lock["installed"]["installable"]["digest"],
+        json!(digest_line)
+    );
+    assert_eq!(lock["tools"]["greet"]["plugin"], "installable");
+    assert!(lock["tools"]["read_file"]["sha256"].is_string(), "{lock}");
+    let listed = stdout(&s.run(&["list", "--installed"]));
+    assert!(
+        listed.contains("installable 1.0.0") && listed.contains("read /etc/os-release"),
+        "{listed}"
+    );
+
+    // The running host picks it up and serves it, sandboxed with what it declared.
+    wait_for_tools(&mut server, &mut id, |names| {
+        names.iter().any(|n| n == "greet")
+    });
+    let greeting = call_tool(&mut server, &mut id, "greet", json!({"name": "Ana"}));
+    assert_eq!(text_of(&greeting), "Hello, Ana!", "{greeting}");
+    let secret = s.l.root.path().join("secret.txt");
+    std::fs::write(&secret, "not for plugins").unwrap();
+    let refused = call_tool(
+        &mut server,
+        &mut id,
+        "read_file",
+        json!({"path": secret.to_string_lossy()}),
+    );
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(
+        text_of(&refused).contains("Permission denied"),
+        "an undeclared read must fail: {refused}"
+    );
+    if Path::new("/etc/os-release").exists() {
+        let allowed = call_tool(
+            &mut server,
+            &mut id,
+            "read_file",
+            json!({"path": "/etc/os-release"}),
+        );
+        assert_ne!(
+            allowed["result"]["isError"], true,
+            "declared read: {allowed}"
+        );
+    }
+
+    // Version 2 under the same tag, signed by another trusted key: refused without consent.
+    assert_ok(
+        &s.publish("fixture-installable-v2", "1", "second", &[]),
+        "publish v2",
+    );
+    let refused = s.run(&["update", "installable", "--yes"]);
+    assert!(!refused.status.success());
+    assert!(
+        stdout(&refused).contains("refused: signed by second"),
+        "{}",
+        stdout(&refused)
+    );
+    assert!(
+        lib.is_file(),
+        "a refused update keeps the installed version"
+    );
+
+    let updated = s.run(&["update", "installable", "--yes", "--allow-new-signer"]);
+    assert_ok(&updated, "update");
+    let diff = stdout(&updated);
+    for expected in [
+        "Update installable 1.0.0 -> 2.0.0",
+        "Greet someone.",
+        "Greet someone warmly.",
+        "shout",
+        "+ net 127.0.0.1:9",
+        "Updated installable to 2.0.0",
+    ] {
+        assert!(
+            diff.contains(expected),
+            "update did not show {expected:?}:\n{diff}"
+        );
+    }
+    wait_for_tools(&mut server, &mut id, |names| {
+        names.iter().any(|n| n == "shout")
+    });
+    let again = call_tool(&mut server, &mut id, "greet", json!({"name": "Ana"}));
+    assert_eq!(text_of(&again), "Hello again, Ana!", "{again}");
+    let up_to_date = s.run(&["update", "--yes", "--allow-new-signer"]);
+    assert_ok(&up_to_date, "update again");
+    assert!(
+        stdout(&up_to_date).contains("up to date"),
+        "{}",
+        stdout(&up_to_date)
+    );
+
+    // Remove: the running host unloads it.
+    assert_ok(&s.run(&["remove", "installable"]), "remove");
+    wait_for_tools(&mut server, &mut id, |names| names.is_empty());
+    s.assert_nothing_installed("remove");
+    let lock: Value = serde_json::from_str(
+        &std::fs::read_to_string(s.l.root.path().join("mcp-host.lock")).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        lock.get("installed").is_none() && lock["tools"] == json!({}),
+        "{lock}"
+    );
+    let again = s.run(&["remove", "installable"]);
+    assert!(!again.status.success() && stderr(&again).contains("is not installed"));
+}
+
+/// `add` of `reference` fails, saying `expected`, and leaves nothing installed.
+fn assert_refused(s: &Setup, reference: &str, expected: &str) {
+    let out = s.run(&["add", reference, "--yes"]);
+    assert!(
+        !out.status.success(),
+        "{reference} was installed:\n{}",
+        stdout(&out)
+    );
+    assert!(
+        stderr(&out).contains(expected),
+        "{reference}: expected {expected:?} in:\n{}",
+        stderr(&out)
+    );
+    s.assert_nothing_installed(reference);
+}
+
+#[test]
+fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
+    let Some(s) = Setup::new() else { return };
+    assert_ok(
+        &s.publish("fixture-installable", "good", "release", &[]),
+        "publish",
+    );
+    let runtime = mcp_host_tests::runtime();
+    let platform = package::host_platform();
+    let good = oci::parse_reference(&s.reference("good")).unwrap();
+    let pulled = runtime.block_on(oci::pull(&good, &platform)).unwrap();
+    assert!(pulled.platforms.contains(&"macos-aarch64".to_owned()));
+    let repack = |tag: &str, build: package::PlatformBuild| {
+        let reference = oci::parse_reference(&s.reference(tag)).unwrap();
+        let pkg = package::Package {
+            config: json!({"plugin": "installable"}),
+            manifest_json: pulled.manifest_json.clone(),
+            builds: vec![build],
+        };
+        runtime.block_on(oci::push(&reference, &pkg)).unwrap();
+    };
+
+    // A library changed after signing (one byte).
+    let mut tampered = pulled.build.clone();
+    let last = tampered.library.len() - 1;
+    tampered.library[last] ^= 0xff;
+    repack("tampered", tampered);
+    assert_refused(&s, &s.reference("tampered"), "does not match the file");
+
+    // No signature layer.
+    let mut unsigned = pulled.build.clone();
+    unsigned.signature = None;
+    repack("unsigned", unsigned);
+    assert_refused(&s, &s.reference("unsigned"), "no signature for");
+
+    // Signed by a key that is not in trust.keys.
+    assert_ok(
+        &s.publish("fixture-installable", "stranger", "stranger", &[]),
+        "publish",
+    );
+    assert_refused(&s, &s.reference("stranger"), "which is not in trust.keys");
+
+    // A library built against another ABI, published with a borrowed manifest.
+    let manifest = s.l.root.path().join("manifest.json");
+    std::fs::write(&manifest, &pulled.manifest_json).unwrap();
+    let abi = s.l.dir("abi").join(format!(
+        "{}installable{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    ));
+    std::fs::copy(artifacts().plugin("fixture-abi-mismatch"), &abi).unwrap();
+    let key = s.key("release");
+    let reference = s.reference("abi");
+    assert_ok(
+        &s.run(&[
+            "publish",
+            "--key",
+            &key,
+            "--manifest",
+            &manifest.to_string_lossy(),
+            &abi.to_string_lossy(),
+            &reference,
+        ]),
+        "publish abi",
+    );
+    assert_refused(&s, &reference, "incompatible");
+
+    // A manifest (signed) whose definitions are not the library's.
+    let mut lying: Value = serde_json::from_slice(&pulled.manifest_json).unwrap();
+    lying["tools"][0]["description"] = json!("Harmless, really.");
+    std::fs::write(&manifest, lying.to_string()).unwrap();
+    let lib = s.library("fixture-installable");
+    let reference = s.reference("lying");
+    assert_ok(
+        &s.run(&[
+            "publish",
+            "--key",
+            &key,
+            "--manifest",
+            &manifest.to_string_lossy(),
+            &lib.to_string_lossy(),
+            &reference,
+        ]),
+        "publish lying",
+    );
+    assert_refused(&s, &reference, "does not match its library (tools differ)");
+
+    // And a registry that is not there.
+    let port = free_port();
+    assert_refused(
+        &s,
+        &format!("127.0.0.1:{port}/tools/installable:1"),
+        "registry:",
+    );
+}
+
+/// Serve the files of `dir` over plain HTTP on a loopback port (GET only, one request per
+/// connection, 404 for anything else) for the rest of the test binary; the address.
+fn serve_files(dir: &Path) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let dir = dir.to_path_buf();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = Vec::new();
+            let mut byte = [0u8; 1];
+            while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
+                request.push(byte[0]);
+            }
+            let text = String::from_utf8_lossy(&request);
+            let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let file = dir.join(path.trim_start_matches('/'));
+            let reply = match std::fs::read(&file) {
+                Ok(body) if !path.contains("..") => {
+                    let mut reply = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    )
+                    .into_bytes();
+                    reply.extend(body);
+                    reply
+                }
+                _ => b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+                    .to_vec(),
+            };
+            let _ = stream.write_all(&reply);
+        }
+    });
+    addr
+}
+
+#[test]
+fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
+    let l = Layout::new();
+    let out = l.run(
+        &l.root.path().join("none.yaml"),
+        &[
+            "keygen",
+            "--out",
+            &l.root.path().join("k").to_string_lossy(),
+            "--no-password",
+        ],
+    );
+    assert_ok(&out, "keygen");
+    let public = std::fs::read_to_string(l.root.path().join("k.pub")).unwrap();
+    let key = public.lines().last().unwrap().trim().to_owned();
+    let config = l.config(&format!(
+        "tool_dirs: []\ndata_dir: {}\ntrust:\n  keys:\n    k: \"{key}\"\n",
+        l.root.path().join("data").display()
+    ));
+    let lib = l.install("build", "fixture-installable", None);
+    let refused = l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]);
+    assert!(!refused.status.success());
+    assert!(
+        stderr(&refused).contains("no signature for"),
+        "{}",
+        stderr(&refused)
+    );
+    assert_ok(
+        &l.run(
+            &config,
+            &[
+                "sign",
+                "--key",
+                &l.root.path().join("k.key").to_string_lossy(),
+                &lib.to_string_lossy(),
+            ],
+        ),
+        "sign",
+    );
+    // Over HTTP: plain only to a loopback address; the same checks.
+    let refused = l.run(
+        &config,
+        &["add", "http://example.com/libinstallable.so", "--yes"],
+    );
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("http:// is not accepted"),
+        "{}",
+        stderr(&refused)
+    );
+    let url = format!(
+        "http://{}/{}",
+        serve_files(lib.parent().unwrap()),
+        lib.file_name().unwrap().to_string_lossy()
+    );
+    let added = l.run(&config, &["add", &url, "--yes"]);
+    assert_ok(&added, "add url");
+    assert!(
+        stdout(&added).contains(&format!("from {url}")),
+        "{}",
+        stdout(&added)
+    );
+    assert_ok(&l.run(&config, &["remove", "installable"]), "remove");
+
+    let added = l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]);
+    assert_ok(&added, "add file");
+    assert!(
+        stdout(&added).contains("read /etc/os-release"),
+        "{}",
+        stdout(&added)
+    );
+    let (rows, _) = l.list(&config);
+    let greet = rows
+        .iter()
+        .find(|r| r["tool"] == "greet")
+        .unwrap_or_else(|| panic!("greet not listed: {rows:?}"));
+    assert_eq!(greet["status"], "active", "{greet}");
+    assert_eq!(greet["isolation"], "sandbox", "{greet}");
+    assert_eq!(
+        greet["permissions"]["read"],
+        json!(["/etc/os-release"]),
+        "the declared grant: {greet}"
+    );
+    assert_eq!(
+        greet["declared"],
+        json!({"read": ["/etc/os-release"], "env": ["INSTALLABLE_GREETING"]}),
+        "list shows what the plugin declares: {greet}"
+    );
+}
