@@ -14,6 +14,7 @@ pub mod config;
 pub mod exec;
 pub mod host;
 pub mod plugins;
+pub mod policy;
 pub mod protocol;
 pub mod registry;
 pub mod store;

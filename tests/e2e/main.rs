@@ -15,6 +15,7 @@ mod http;
 mod isolation;
 mod lazy;
 mod operators;
+mod policy;
 mod reload;
 mod scaffold;
 mod sdk;

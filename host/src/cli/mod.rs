@@ -5,6 +5,7 @@ pub(crate) mod inspect;
 pub(crate) mod keygen;
 pub(crate) mod new;
 pub(crate) mod pin;
+pub(crate) mod policy;
 pub(crate) mod secret;
 pub(crate) mod serve;
 pub(crate) mod sign;
