@@ -115,6 +115,7 @@ fn main() {
         tool: Arc::from("echo"),
         input: None,
         inline: false,
+        user: None,
     });
     let args = r#"{"text":"hello"}"#;
     #[derive(serde::Deserialize)]

@@ -427,3 +427,24 @@ fn policy_test_prints_the_matching_rule_and_outcome_without_calling() {
     );
     assert!(!out.status.success());
 }
+
+#[test]
+fn a_tool_calling_a_tool_is_policed_as_its_caller() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let cfg = l.config(
+        "tool_dirs: [d]\nstdio_user: ana\npolicy:\n  rules:\n    - name: no-secrets\n      \
+         when: \"tool.name == 'echo' && args.text.contains('secret') && caller.user == 'ana'\"\n      \
+         outcome: deny\n      message: \"no secrets through echo\"\n",
+    );
+    let mut s = legacy_session(&cfg, &[], json!({}));
+    let fine = s.call(1, "tools/call", call("shout", json!({"text": "hi"})));
+    assert_eq!(text_of(&fine), "HI", "{fine}");
+    // `shout` itself matches no rule; the `echo` it calls does, as `ana`.
+    let denied = s.call(2, "tools/call", call("shout", json!({"text": "a secret"})));
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert!(
+        text_of(&denied).contains("no secrets through echo"),
+        "{denied}"
+    );
+}

@@ -86,6 +86,7 @@ pub async fn ask(
         tool: Arc::from(tool.name.as_str()),
         input: None,
         inline: false,
+        user: None,
     };
     let answered = match channel.as_ref() {
         // A round never blocks: it answers from the request's responses or records the question.

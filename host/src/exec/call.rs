@@ -415,6 +415,74 @@ impl Executor {
         }
     }
 
+    /// The call policy's decision for a nested call of `tool` (as the outer call's `user`, whose
+    /// agent may be in `caller_json`, through `agent`): go on, holding a budget slot if a `limit`
+    /// rule matched, or the refusal.
+    fn police_nested(
+        &self,
+        tool: &Tool,
+        args: &Value,
+        user: Option<&str>,
+        caller_json: &str,
+        agent: &Option<Arc<Agent>>,
+        observed: &ObservedCall<'_>,
+    ) -> Result<Option<BudgetPermit>, String> {
+        let policy = self.policy.load_full();
+        if policy.is_empty() {
+            return Ok(None);
+        }
+        let caller: Option<UserInfo> = serde_json::from_str(caller_json).ok();
+        let annotations = annotations_of(tool);
+        let facts = CallFacts {
+            user: user.or_else(|| caller.as_ref().map(|c| c.user_id.as_str())),
+            agent: agent
+                .as_deref()
+                .map(|a| a.name.as_str())
+                .or_else(|| caller.as_ref().and_then(|c| c.agent.as_deref())),
+            tool: &tool.name,
+            plugin: tool.slot.backend.name(),
+            annotations: &annotations,
+            args,
+        };
+        match policy.decide(&facts) {
+            Decision::Allow { rule } => {
+                if let Some(rule) = rule {
+                    observed.policy(rule, "allowed");
+                }
+                Ok(None)
+            }
+            Decision::Deny { rule, message } => {
+                observed.policy(rule, "denied");
+                Err(message)
+            }
+            Decision::Limit {
+                rule,
+                budget,
+                limits,
+                key,
+            } => match self
+                .budgets
+                .admit(budget, limits, &key, rule, Instant::now())
+            {
+                Ok(permit) => {
+                    observed.policy(rule, "allowed");
+                    Ok(Some(permit))
+                }
+                Err(e) => {
+                    observed.policy(rule, "limited");
+                    Err(e.to_string())
+                }
+            },
+            Decision::Approve { rule, .. } => {
+                observed.policy(rule, "refused");
+                Err(format!(
+                    "refused: this call needs approval (policy rule `{rule}`) and a tool's call \
+                     of another tool cannot ask for it"
+                ))
+            }
+        }
+    }
+
     /// [`Executor::call`] inside its span, as far as it goes without waiting: the answer and how
     /// the call ended (a refusal, or the inline path), or the boxed rest of a call that waits.
     /// Only a waiting call has a future of its own: futures nest, so every request's future
@@ -559,6 +627,7 @@ impl Executor {
                 .clone()
                 .map(|i| i as Arc<dyn crate::plugins::call::CallInput>),
             inline: target.inline,
+            user: opts.caller.as_ref().map(|c| Arc::from(c.user_id.as_str())),
         });
         let (slot, index) = (target.slot, target.index);
         // A backend whose calls run elsewhere (a worker process) hands back a future.
@@ -761,6 +830,18 @@ impl Executor {
             observed.finish(Outcome::CallerRequired, None);
             return Err(format!("tool {name} requires an authenticated caller"));
         }
+        // The call policy applies to nested calls too, as the outer caller; no human can be
+        // asked from here, so an `approve` rule refuses.
+        let user = parent.and_then(|p| p.user.as_deref());
+        let _budget =
+            match self.police_nested(&tool, &args_value, user, &caller_json, &agent, &observed) {
+                Ok(permit) => permit,
+                Err(message) => {
+                    let result = host_error(&message);
+                    observed.finish(Outcome::Denied, Some(&result));
+                    return Ok(result.into_text());
+                }
+            };
         let call = Arc::new(CallState {
             cancel: parent.map_or_else(CancelFlag::new, |p| p.cancel.clone()),
             deadline: parent
@@ -774,6 +855,7 @@ impl Executor {
             tool: Arc::from(name),
             input: parent.and_then(|p| p.input.clone()),
             inline: parent.is_some_and(|p| p.inline),
+            user: parent.and_then(|p| p.user.clone()),
         });
         let max_result = ResultLimits::of(&self.limits.load());
         let returned = observed

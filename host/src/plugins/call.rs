@@ -84,6 +84,9 @@ pub struct CallState {
     pub input: Option<Arc<dyn CallInput>>,
     /// The call runs inline on the async runtime: it must never block waiting for the client.
     pub inline: bool,
+    /// The verified caller's user id, whether or not the tool takes the caller: the call policy
+    /// of its nested calls judges them as this user. Never shown to the plugin.
+    pub user: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for CallState {

@@ -167,7 +167,7 @@ impl Metrics {
         registry.register(
             "tool_calls",
             "Tool calls by tool, plugin and outcome (ok, tool_error, invalid_arguments, \
-             caller_required, timeout, cancelled, plugin_failure)",
+             caller_required, timeout, cancelled, plugin_failure, throttled, denied)",
             m.calls.clone(),
         );
         registry.register_with_unit(
