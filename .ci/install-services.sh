@@ -19,7 +19,7 @@ missing=()
 have redis-server || missing+=(redis-server)
 have nginx || missing+=(nginx-light)
 have openssl || missing+=(openssl)
-have valgrind || missing+=(valgrind)   # the serving bench's instruction counts
+have valgrind || missing+=(valgrind)   # the speed guard (.ci/run)
 
 if [[ ${#missing[@]} -gt 0 ]]; then
     if [[ $(id -u) -ne 0 ]]; then

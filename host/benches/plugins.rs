@@ -16,7 +16,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use mcp_host::exec::CallState;
-use mcp_host::exec::CancelFlag;
 use mcp_host::{CallOptions, Config, Host, HostOptions};
 use mcp_plugin_sdk::{Content, ToolResult};
 
@@ -105,17 +104,14 @@ fn main() {
     let registry = host.registry();
     let tool = registry.get("echo").unwrap();
     let ctx = Arc::new(CallState {
-        cancel: CancelFlag::new(),
+        request: Arc::default(),
         deadline: None,
         events: None,
         caller_json: Arc::from(""),
-        agent: None,
         depth: 0,
-        quota_key: None,
         tool: Arc::from("echo"),
         input: None,
         inline: false,
-        user: None,
     });
     let args = r#"{"text":"hello"}"#;
     #[derive(serde::Deserialize)]

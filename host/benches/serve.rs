@@ -1134,7 +1134,7 @@ fn bench_instructions(env: &Env, rows: &mut Vec<String>) {
     guard("MCP_BENCH_MAX_HTTP_RATIO", "HTTP", host, bare);
 }
 
-/// The speed guard (`.ci/instruction-guard`): with the variable `var` set to a ratio, fail the run
+/// The speed guard (`.ci/run`): with the variable `var` set to a ratio, fail the run
 /// when the host's instructions per call exceed the bare echo's by more than it. Counts, not
 /// clocks: they do not move with the machine's load.
 fn guard(var: &str, what: &str, host: f64, bare: f64) {
@@ -1152,6 +1152,46 @@ fn guard(var: &str, what: &str, host: f64, bare: f64) {
         std::process::exit(1);
     }
     eprintln!("instruction guard: {what} {ratio:.3}x the bare echo (allowed {max}x)");
+}
+
+/// Whether `file` (a 64-bit little-endian ELF object) has a `.debug_line` section: DWARF line
+/// tables, which the test builds keep and the release profile strips. (The name alone is no sign:
+/// std's backtrace code carries it as a string.)
+fn has_line_tables(file: &Path) -> bool {
+    let elf = std::fs::read(file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    let int = |at: usize, len: usize| -> usize {
+        let mut n = [0u8; 8];
+        n[..len].copy_from_slice(&elf[at..at + len]);
+        u64::from_le_bytes(n) as usize
+    };
+    assert!(
+        elf.starts_with(b"\x7fELF\x02\x01"),
+        "{} is not a 64-bit little-endian ELF file",
+        file.display()
+    );
+    let (table, entry, count, names) = (int(0x28, 8), int(0x3a, 2), int(0x3c, 2), int(0x3e, 2));
+    let section = |i: usize| table + i * entry;
+    let strings = int(section(names) + 0x18, 8);
+    (0..count).any(|i| {
+        let name = strings + int(section(i), 4);
+        elf[name..].starts_with(b".debug_line\0")
+    })
+}
+
+/// Stop when the echo fixture was not built like the host: with debug line tables in one and not
+/// the other, something replaced cargo's output in the target directory (a debug fixture copied
+/// over the release one doubles the stdio instruction count) and every figure would mislead.
+fn same_build(host: &Path, fixture: &Path) {
+    let (h, f) = (has_line_tables(host), has_line_tables(fixture));
+    assert!(
+        h == f,
+        "{} {} line tables but {} {}: it is not the build of this profile (remove it and build \
+         again)",
+        host.display(),
+        if h { "has" } else { "has no" },
+        fixture.display(),
+        if f { "has them" } else { "has none" },
+    );
 }
 
 fn main() {
@@ -1184,6 +1224,10 @@ fn main() {
     for lib in ["libmcp_time.so", "libmcp_text.so", "libmcp_series.so"] {
         std::fs::copy(release.join(lib), packaged_dir.join(lib)).unwrap();
     }
+    same_build(
+        &release.join("mcp-host"),
+        &echo_dir.join("libfixture_basic.so"),
+    );
     let echo_config = dir.path().join("echo.yaml");
     std::fs::write(
         &echo_config,

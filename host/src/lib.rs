@@ -25,4 +25,4 @@ pub mod transport;
 mod stage_order;
 
 pub use config::Config;
-pub use host::{CallError, CallOptions, Host, HostOptions};
+pub use host::{CallError, CallOptions, Host, HostOptions, RequestContext};

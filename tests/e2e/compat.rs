@@ -4,7 +4,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use mcp_host::CallOptions;
+use mcp_host::{CallOptions, RequestContext};
 use mcp_host_tests::{Layout, runtime, text, workspace_root};
 use mcp_plugin_sdk::UserInfo;
 use serde_json::{Value, json};
@@ -33,10 +33,7 @@ fn a_plugin_built_against_sdk_0_1_0_loads_and_its_tools_work() {
         rt.block_on(host.call(
             name,
             Some(args),
-            CallOptions {
-                caller,
-                ..CallOptions::default()
-            },
+            CallOptions::for_request(std::sync::Arc::new(RequestContext::for_caller(caller))),
         ))
         .unwrap()
     };

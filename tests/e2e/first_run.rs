@@ -45,6 +45,34 @@ fn as_new_user(checkout: &Path, home: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// A file copied into the shared release directory for the length of the test, then removed.
+///
+/// The place may hold cargo's own output: an uplifted library is a hard link to the one in
+/// `deps/`, so copying over it would write the debug build into cargo's release artifact too, and
+/// cargo, seeing its output newer than its sources, would keep serving it. That is how the serving
+/// bench's instruction guard (built into the same directory) once measured the debug echo fixture
+/// (45.4k instructions a stdio call instead of 21.4k). The link is removed first, and so is the
+/// copy at the end.
+struct Placed(std::path::PathBuf);
+
+impl Placed {
+    fn copy(from: &Path, to: &Path) -> Placed {
+        match std::fs::remove_file(to) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => panic!("{}: {e}", to.display()),
+        }
+        std::fs::copy(from, to).unwrap();
+        Placed(to.to_path_buf())
+    }
+}
+
+impl Drop for Placed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
 /// `cargo build --release` in `checkout`, as the README says (no target override, no flags).
 fn build_release(checkout: &Path) {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
@@ -72,11 +100,10 @@ fn readme_first_command_serves_the_packaged_plugins_only_and_logs_no_error_or_wa
     }
     // What else a workspace build leaves in target/release: a test fixture (its `echo` tool must not
     // be served) next to the SDK's proc-macro library, which the release build itself puts there.
-    std::fs::copy(
-        artifacts().plugin("fixture-basic"),
-        release.join(library("fixture_basic")),
-    )
-    .unwrap();
+    let _fixture = Placed::copy(
+        &artifacts().plugin("fixture-basic"),
+        &release.join(library("fixture_basic")),
+    );
     assert!(release.join(library("mcp_plugin_sdk_macros")).is_file());
 
     // A user's home: the data directory and the probe cache go below it.

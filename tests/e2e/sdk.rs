@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use mcp_host::CallOptions;
+use mcp_host::{CallOptions, RequestContext};
 use mcp_host_tests::{Layout, runtime, text, workspace_root};
 use mcp_plugin_sdk::UserInfo;
 use serde_json::{Value, json};
@@ -255,10 +255,9 @@ fn the_caller_is_injected_from_the_host_never_from_arguments() {
     let l = Layout::new();
     let host = schema_host(&l);
     let rt = runtime();
-    let as_alice = CallOptions {
-        caller: Some(UserInfo::new("alice")),
-        ..CallOptions::default()
-    };
+    let as_alice = CallOptions::for_request(std::sync::Arc::new(RequestContext::for_caller(Some(
+        UserInfo::new("alice"),
+    ))));
     let r = rt
         .block_on(host.call(
             "greet_caller",

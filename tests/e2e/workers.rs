@@ -15,10 +15,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use mcp_host::access::Identity;
 use mcp_host::access::agents::Agent;
 use mcp_host::config::AgentSettings;
 use mcp_host::exec::{CallEvent, CancelFlag};
-use mcp_host::{CallOptions, Host};
+use mcp_host::{CallOptions, Host, RequestContext};
 use mcp_host_tests::serve::{
     HttpServer, LEGACY, StdioServer, WAIT, header_refs, modern_headers, notification, request,
     with_meta,
@@ -137,10 +138,13 @@ fn an_isolated_plugin_runs_in_its_own_process_with_progress_logs_nested_calls_an
         .block_on(host.call(
             "shout",
             Some(json!({"text": "hi"})),
-            CallOptions {
-                agent: Some(Arc::new(agent)),
-                ..CallOptions::default()
-            },
+            CallOptions::for_request(Arc::new(RequestContext {
+                identity: Identity {
+                    caller: None,
+                    agent: Some(Arc::new(agent)),
+                },
+                ..RequestContext::default()
+            })),
         ))
         .unwrap();
     assert_eq!(hidden["isError"], true, "{hidden}");
@@ -151,10 +155,9 @@ fn an_isolated_plugin_runs_in_its_own_process_with_progress_logs_nested_calls_an
         .block_on(host.call(
             "whoami",
             None,
-            CallOptions {
-                caller: Some(UserInfo::new("ana")),
-                ..CallOptions::default()
-            },
+            CallOptions::for_request(Arc::new(RequestContext::for_caller(Some(UserInfo::new(
+                "ana",
+            ))))),
         ))
         .unwrap();
     assert_eq!(me["structuredContent"]["user_id"], "ana", "{me}");
@@ -173,10 +176,10 @@ fn an_isolated_plugin_runs_in_its_own_process_with_progress_logs_nested_calls_an
             host.call(
                 "wait_for",
                 Some(args),
-                CallOptions {
+                CallOptions::for_request(Arc::new(RequestContext {
                     cancel,
-                    ..CallOptions::default()
-                },
+                    ..RequestContext::default()
+                })),
             )
             .await
         }

@@ -652,8 +652,10 @@ impl PluginBackend for ManifestOnly {
         _index: u32,
         _args: &str,
         _call: &Arc<mcp_host::exec::CallState>,
-    ) -> Result<String, String> {
-        Err("manifest-only plugin".into())
+    ) -> Result<String, mcp_host::plugins::backend::PluginCallError> {
+        Err(mcp_host::plugins::backend::PluginCallError::Plugin(
+            "manifest-only plugin".into(),
+        ))
     }
 
     fn shutdown(&self) {}

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context as _;
 use mcp_host::exec::CallEvent;
-use mcp_host::host::CallOptions;
+use mcp_host::host::{CallOptions, RequestContext};
 use mcp_host::registry::{Kind, Status};
 use mcp_host::{Config, Host};
 use mcp_plugin_sdk::UserInfo;
@@ -327,7 +327,7 @@ pub(crate) fn call(
         Host::start(config, options)?
     };
     let opts = CallOptions {
-        caller: user.map(UserInfo::new),
+        request: std::sync::Arc::new(RequestContext::for_caller(user.map(UserInfo::new))),
         events: Some(std::sync::Arc::new(|event| match event {
             CallEvent::Progress {
                 progress,

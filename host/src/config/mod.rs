@@ -326,6 +326,45 @@ impl HttpSettings {
     }
 }
 
+/// Why a file may not serve the plugin it names: the plugin's settings are bound to other files
+/// (`plugins.<name>.from`) or signers (`plugins.<name>.signed_by`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BindingError {
+    /// The file is not one of (or in one of) the bound files and directories.
+    #[error(
+        "{} calls itself plugin {plugin}, whose settings are bound to {} (plugins.{plugin}.from); \
+         it is not one of them",
+        file.display(),
+        bound.iter().map(|f| f.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    NotFrom {
+        /// The file.
+        file: PathBuf,
+        /// The plugin it names.
+        plugin: String,
+        /// The files and directories its settings are bound to.
+        bound: Vec<PathBuf>,
+    },
+    /// The file is not signed by one of the bound signers.
+    #[error(
+        "{} calls itself plugin {plugin}, whose settings are bound to files signed by {} \
+         (plugins.{plugin}.signed_by); it is {}",
+        file.display(),
+        signers.join(", "),
+        signer.as_ref().map_or("not signed".to_owned(), |s| format!("signed by {s}"))
+    )]
+    NotSignedBy {
+        /// The file.
+        file: PathBuf,
+        /// The plugin it names.
+        plugin: String,
+        /// The `trust.keys` entries its settings are bound to.
+        signers: Vec<String>,
+        /// Who signed the file, if anyone.
+        signer: Option<String>,
+    },
+}
+
 /// A network of addresses, `ADDR/PREFIX` or a single `ADDR`, as a string in the configuration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Cidr(pub ipnet::IpNet);
@@ -930,33 +969,26 @@ impl Config {
         file: &std::path::Path,
         dir: &std::path::Path,
         signer: Option<&str>,
-    ) -> Result<(), String> {
+    ) -> Result<(), BindingError> {
         let Some(settings) = self.plugins.get(name) else {
             return Ok(());
         };
         if !settings.from.is_empty() && !settings.from.iter().any(|f| f == file || f == dir) {
-            let bound: Vec<String> = settings
-                .from
-                .iter()
-                .map(|f| f.display().to_string())
-                .collect();
-            return Err(format!(
-                "{} calls itself plugin {name}, whose settings are bound to {} \
-                 (plugins.{name}.from); it is not one of them",
-                file.display(),
-                bound.join(", ")
-            ));
+            return Err(BindingError::NotFrom {
+                file: file.to_path_buf(),
+                plugin: name.to_owned(),
+                bound: settings.from.clone(),
+            });
         }
         if !settings.signed_by.is_empty()
             && !signer.is_some_and(|s| settings.signed_by.iter().any(|k| k == s))
         {
-            return Err(format!(
-                "{} calls itself plugin {name}, whose settings are bound to files signed by {} \
-                 (plugins.{name}.signed_by); it is {}",
-                file.display(),
-                settings.signed_by.join(", "),
-                signer.map_or("not signed".to_owned(), |s| format!("signed by {s}"))
-            ));
+            return Err(BindingError::NotSignedBy {
+                file: file.to_path_buf(),
+                plugin: name.to_owned(),
+                signers: settings.signed_by.clone(),
+                signer: signer.map(str::to_owned),
+            });
         }
         Ok(())
     }

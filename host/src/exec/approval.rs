@@ -76,17 +76,14 @@ pub async fn ask(
     );
     let asked = json!({ "requests": requests }).to_string();
     let call = CallState {
-        cancel: opts.cancel.clone(),
+        request: Arc::clone(&opts.request),
         deadline: Some(Instant::now() + timeout),
         events: None,
         caller_json: Arc::from(""),
-        agent: opts.agent.clone(),
         depth: 0,
-        quota_key: None,
         tool: Arc::from(tool.name.as_str()),
         input: None,
         inline: false,
-        user: None,
     };
     let answered = match channel.as_ref() {
         // A round never blocks: it answers from the request's responses or records the question.

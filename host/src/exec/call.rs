@@ -26,11 +26,10 @@ use super::detached::Detached;
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, QuotaPermit, Quotas};
 use super::result::ToolResult;
-use super::{CallState, CancelFlag, EventSink, InputChannel};
-use crate::access::agents::Agent;
+use super::{CallState, CancelFlag, EventSink, InputChannel, RequestContext};
 use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
-use crate::plugins::backend::CallFuture;
+use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError};
 use crate::policy::budget::{BudgetError, BudgetPermit, Budgets};
 use crate::policy::{CallFacts, Decision, Policy};
 use crate::registry::{PluginSlot, Registry, Tool};
@@ -103,8 +102,8 @@ enum Interrupted {
     NotStarted,
     /// The caller is over its share.
     Throttled(QuotaError),
-    /// The answer is over `limits.max_result_bytes` / `max_result_values` (why).
-    Refused(String),
+    /// The answer is over `limits.max_result_bytes` / `max_result_values`.
+    Refused(ResultRefused),
 }
 
 /// A tool call's answer, and how the call ended.
@@ -141,7 +140,7 @@ enum Policed {
 /// How [`Executor::start`] left a plugin call.
 enum Started {
     /// It ran here (inline): what the plugin returned.
-    Ran(Result<String, String>),
+    Ran(Result<String, PluginCallError>),
     /// It waits for a thread, permits or its worker process.
     Queued(Queued),
 }
@@ -157,27 +156,34 @@ struct Queued {
     max_result: ResultLimits,
 }
 
-/// Per-call inputs besides the tool name and arguments.
+/// Per-call inputs besides the tool name and arguments: the request the call serves, shared as
+/// the transport built it, and what is particular to this call of it.
 #[derive(Clone, Default)]
 pub struct CallOptions {
-    /// The verified caller, if any.
-    pub caller: Option<UserInfo>,
-    /// The agent whose view of the tools applies (to the call's nested calls too).
-    pub agent: Option<Arc<Agent>>,
-    /// Cancellation shared with the transport (client cancel, closed stream).
-    pub cancel: CancelFlag,
+    /// The request: its caller and agent view (which apply to the call's nested calls too), whom
+    /// `limits.per_caller` counts it against, and its cancellation (client cancel, closed stream).
+    pub request: Arc<RequestContext>,
     /// Where progress and log events go.
     pub events: Option<EventSink>,
     /// How the call's questions to the client are answered.
     pub input: Option<Arc<InputChannel>>,
-    /// Who the call counts against for `limits.per_caller` (`None`: not counted, e.g. the CLI).
-    pub quota_key: Option<Arc<str>>,
+}
+
+impl CallOptions {
+    /// The options of a call made for `request`, without events or a way to ask the client.
+    pub fn for_request(request: Arc<RequestContext>) -> Self {
+        CallOptions {
+            request,
+            events: None,
+            input: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for CallOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallOptions")
-            .field("caller", &self.caller)
+            .field("request", &self.request)
             .finish_non_exhaustive()
     }
 }
@@ -259,9 +265,9 @@ impl Executor {
             }
         };
         let party = CallParty {
-            caller: opts.caller.as_ref(),
+            caller: opts.request.caller(),
             caller_json: "",
-            agent: opts.agent.as_deref().map(|a| a.name.as_str()),
+            agent: opts.request.agent().map(|a| a.name.as_str()),
             depth: 0,
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Value(args));
@@ -274,7 +280,7 @@ impl Executor {
                 return result;
             }
         };
-        let cancel = opts.cancel.clone();
+        let cancel = opts.request.cancel.clone();
         let (result, outcome) = {
             let begun = observed
                 .span()
@@ -344,13 +350,9 @@ impl Executor {
             return Policed::Go(None);
         }
         let annotations = annotations_of(tool);
-        let agent = opts
-            .agent
-            .as_deref()
-            .map(|a| a.name.as_str())
-            .or_else(|| opts.caller.as_ref().and_then(|c| c.agent.as_deref()));
+        let (user, agent) = who(&opts.request);
         let facts = CallFacts {
-            user: opts.caller.as_ref().map(|c| c.user_id.as_str()),
+            user,
             agent,
             tool: &tool.name,
             plugin: tool.slot.backend.name(),
@@ -415,30 +417,24 @@ impl Executor {
         }
     }
 
-    /// The call policy's decision for a nested call of `tool` (as the outer call's `user`, whose
-    /// agent may be in `caller_json`, through `agent`): go on, holding a budget slot if a `limit`
-    /// rule matched, or the refusal.
+    /// The call policy's decision for a nested call of `tool` (for the outer call's `request`):
+    /// go on, holding a budget slot if a `limit` rule matched, or the refusal.
     fn police_nested(
         &self,
         tool: &Tool,
         args: &Value,
-        user: Option<&str>,
-        caller_json: &str,
-        agent: &Option<Arc<Agent>>,
+        request: &RequestContext,
         observed: &ObservedCall<'_>,
     ) -> Result<Option<BudgetPermit>, String> {
         let policy = self.policy.load_full();
         if policy.is_empty() {
             return Ok(None);
         }
-        let caller: Option<UserInfo> = serde_json::from_str(caller_json).ok();
         let annotations = annotations_of(tool);
+        let (user, agent) = who(request);
         let facts = CallFacts {
-            user: user.or_else(|| caller.as_ref().map(|c| c.user_id.as_str())),
-            agent: agent
-                .as_deref()
-                .map(|a| a.name.as_str())
-                .or_else(|| caller.as_ref().and_then(|c| c.agent.as_deref())),
+            user,
+            agent,
             tool: &tool.name,
             plugin: tool.slot.backend.name(),
             annotations: &annotations,
@@ -501,7 +497,7 @@ impl Executor {
         {
             return Begun::Done((Ok(host_error(&message)), Outcome::InvalidArguments));
         }
-        let caller_json = match caller_json(&tool, opts.caller.as_ref()) {
+        let caller_json = match caller_json(&tool, opts.request.caller()) {
             Ok(json) => json,
             Err(refused) => return Begun::Done((Err(refused), Outcome::CallerRequired)),
         };
@@ -518,7 +514,12 @@ impl Executor {
             Err(interrupted) => Begun::Done(conclude(&tool, Err(interrupted))),
             Ok(Started::Queued(queued)) => Begun::Waiting(Box::pin(async move {
                 let waited = self
-                    .wait(&Target::of(&tool), queued, &opts.cancel, Some(observed))
+                    .wait(
+                        &Target::of(&tool),
+                        queued,
+                        &opts.request.cancel,
+                        Some(observed),
+                    )
                     .await;
                 conclude(&tool, waited)
             })),
@@ -526,7 +527,7 @@ impl Executor {
     }
 
     /// Read a resource, render a prompt or complete an argument: `envelope` to the plugin in
-    /// `slot`, within `timeout`, as `opts.caller` when `caller` says it takes one (completions get
+    /// `slot`, within `timeout`, as the request's caller when `caller` says it takes one (completions get
     /// the caller whenever there is one). `what` names it in log lines and errors.
     pub async fn invoke(
         &self,
@@ -539,7 +540,7 @@ impl Executor {
     ) -> Result<EnvelopeOutcome, InvokeError> {
         // The caller as this plugin sees it: its own session id (`access::for_plugin`).
         let seen = |c| crate::access::for_plugin(c, slot.backend.name());
-        let caller_json: Arc<str> = match (opts.caller.as_ref(), caller) {
+        let caller_json: Arc<str> = match (opts.request.caller(), caller) {
             (None, CallerNeed::Required) => return Err(InvokeError::CallerRequired(what.into())),
             (Some(c), CallerNeed::Optional | CallerNeed::Required) => {
                 serde_json::to_string(&seen(c)).unwrap_or_default().into()
@@ -560,7 +561,7 @@ impl Executor {
         // Never inline (`target.inline` is false): always waits, on a boxed future (see `begin`).
         let executed = match self.start(&target, args, caller_json, &opts, None) {
             Ok(Started::Queued(queued)) => {
-                Box::pin(self.wait(&target, queued, &opts.cancel, None)).await
+                Box::pin(self.wait(&target, queued, &opts.request.cancel, None)).await
             }
             Ok(Started::Ran(returned)) => Ok(returned),
             Err(interrupted) => Err(interrupted),
@@ -572,7 +573,7 @@ impl Executor {
             }),
             Ok(Err(e)) => {
                 tracing::error!("{what}: the plugin could not run it: {e}");
-                Err(InvokeError::Failed(what.into(), e))
+                Err(InvokeError::Failed(what.into(), e.to_string()))
             }
             Err(Interrupted::Lost) => Err(InvokeError::Failed(
                 what.into(),
@@ -584,7 +585,9 @@ impl Executor {
             Err(Interrupted::NotStarted) => {
                 Err(InvokeError::Failed(what.into(), NOT_STARTED.into()))
             }
-            Err(Interrupted::Refused(why)) => Err(InvokeError::Failed(what.into(), why)),
+            Err(Interrupted::Refused(why)) => {
+                Err(InvokeError::Failed(what.into(), why.to_string()))
+            }
             Err(Interrupted::Throttled(q)) => Err(InvokeError::Throttled(q)),
         }
     }
@@ -604,7 +607,7 @@ impl Executor {
         // One clock read serves the quota, the deadline and the call's duration.
         let now = observed.map_or_else(Instant::now, ObservedCall::started);
         let limits = self.limits.load_full();
-        let quota = match &opts.quota_key {
+        let quota = match &opts.request.quota_key {
             Some(key) => Some(
                 self.quotas
                     .admit(key, &limits.per_caller, now)
@@ -614,26 +617,23 @@ impl Executor {
         };
         let max_result = ResultLimits::of(&limits);
         let call = Arc::new(CallState {
-            cancel: opts.cancel.clone(),
+            request: Arc::clone(&opts.request),
             deadline: Some(now + target.timeout),
             events: opts.events.clone(),
             caller_json,
-            agent: opts.agent.clone(),
             depth: 0,
-            quota_key: opts.quota_key.clone(),
             tool: Arc::from(target.name),
             input: opts
                 .input
                 .clone()
                 .map(|i| i as Arc<dyn crate::plugins::call::CallInput>),
             inline: target.inline,
-            user: opts.caller.as_ref().map(|c| Arc::from(c.user_id.as_str())),
         });
         let (slot, index) = (target.slot, target.index);
         // A backend whose calls run elsewhere (a worker process) hands back a future.
         let elsewhere = slot.backend.call_async(index, &args, &call);
         if elsewhere.is_none() && target.inline && slot.backend.ready() {
-            if call.cancel.is_cancelled() {
+            if call.cancel().is_cancelled() {
                 return Err(Interrupted::NotStarted);
             }
             let plugin = observed.map_or_else(tracing::Span::none, |o| o.phase("plugin"));
@@ -659,7 +659,7 @@ impl Executor {
         queued: Queued,
         cancel: &CancelFlag,
         observed: Option<&ObservedCall<'_>>,
-    ) -> Result<Result<String, String>, Interrupted> {
+    ) -> Result<Result<String, PluginCallError>, Interrupted> {
         let Queued {
             args,
             call,
@@ -673,7 +673,7 @@ impl Executor {
         let work = async {
             let waiting = Instant::now();
             let slots = self
-                .slots(slot, target.name, &call.cancel)
+                .slots(slot, target.name, call.cancel())
                 .instrument(phase("queue"))
                 .await;
             let Some((local, global)) = slots else {
@@ -690,7 +690,7 @@ impl Executor {
                 // Driven right here (no hand-off on the way to the worker and back); should the
                 // timeout answer first, or this request go away, it finishes on a task of its
                 // own, holding the permits until the worker answered or was killed.
-                if call.cancel.is_cancelled() {
+                if call.cancel().is_cancelled() {
                     return Ok(None);
                 }
                 let running = Detached::new(
@@ -707,7 +707,7 @@ impl Executor {
             let (slot, call) = (Arc::clone(slot), Arc::clone(&call));
             self.pool.submit(move || {
                 // A call whose client went away while it waited for a thread never starts.
-                let result = (!call.cancel.is_cancelled())
+                let result = (!call.cancel().is_cancelled())
                     .then(|| plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call)));
                 // Free the slots before answering: a client that got its answer may call again.
                 drop(permits);
@@ -722,7 +722,7 @@ impl Executor {
             Ok(Ok(None)) => Err(Interrupted::NotStarted),
             Ok(Err(_)) => Err(Interrupted::Lost),
             Err(_) => {
-                call.cancel.cancel();
+                call.cancel().cancel();
                 tracing::warn!(
                     "{}: call timed out after {} s; cancellation requested",
                     target.name,
@@ -777,33 +777,38 @@ impl Executor {
         parent: Option<&Arc<CallState>>,
         name: &str,
         args: &str,
-    ) -> Result<String, String> {
+    ) -> Result<String, NestedCallError> {
         let depth = parent.map_or(0, |p| p.depth + 1);
         if depth > max_depth {
-            return Err(format!(
-                "tool calls nested deeper than {max_depth} (calling {name})"
-            ));
+            return Err(NestedCallError::TooDeep {
+                max_depth,
+                tool: name.into(),
+            });
         }
-        // The outer call's agent view applies: a tool it hides does not exist for nested calls.
-        let agent = parent.and_then(|p| p.agent.clone());
+        // The outer call's request applies: its agent view (a tool it hides does not exist for
+        // nested calls), its quota, its cancellation.
+        let request = parent.map_or_else(Arc::default, |p| Arc::clone(&p.request));
+        let agent = request.agent();
         let tool = registry
             .get(name)
-            .filter(|_| agent.as_ref().is_none_or(|a| a.permits(name)))
+            .filter(|_| agent.is_none_or(|a| a.permits(name)))
             .cloned()
-            .ok_or_else(|| format!("unknown tool: {name}"))?;
+            .ok_or_else(|| NestedCallError::UnknownTool(name.into()))?;
         let args_value: Value = if args.trim().is_empty() {
             json!({})
         } else {
-            serde_json::from_str(args).map_err(|e| format!("arguments are not JSON: {e}"))?
+            serde_json::from_str(args).map_err(|e| NestedCallError::BadArguments(e.to_string()))?
         };
         // A nested call counts against the outer caller's quota (in flight and rate), held
         // until it returns.
-        let quota_key = parent.and_then(|p| p.quota_key.clone());
-        let _quota = match &quota_key {
+        let _quota = match &request.quota_key {
             Some(key) => Some(
                 self.quotas
                     .admit(key, &self.limits.load().per_caller, Instant::now())
-                    .map_err(|e| format!("{e} (calling {name})"))?,
+                    .map_err(|e| NestedCallError::Throttled {
+                        tool: name.into(),
+                        reason: e.to_string(),
+                    })?,
             ),
             None => None,
         };
@@ -812,7 +817,7 @@ impl Executor {
         let party = CallParty {
             caller: None,
             caller_json: &caller_json,
-            agent: agent.as_deref().map(|a| a.name.as_str()),
+            agent: agent.map(|a| a.name.as_str()),
             depth,
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Text(args));
@@ -828,34 +833,29 @@ impl Executor {
         }
         if tool.descriptor().caller == CallerNeed::Required && caller_json.is_empty() {
             observed.finish(Outcome::CallerRequired, None);
-            return Err(format!("tool {name} requires an authenticated caller"));
+            return Err(NestedCallError::CallerRequired(name.into()));
         }
         // The call policy applies to nested calls too, as the outer caller; no human can be
         // asked from here, so an `approve` rule refuses.
-        let user = parent.and_then(|p| p.user.as_deref());
-        let _budget =
-            match self.police_nested(&tool, &args_value, user, &caller_json, &agent, &observed) {
-                Ok(permit) => permit,
-                Err(message) => {
-                    let result = host_error(&message);
-                    observed.finish(Outcome::Denied, Some(&result));
-                    return Ok(result.into_text());
-                }
-            };
+        let _budget = match self.police_nested(&tool, &args_value, &request, &observed) {
+            Ok(permit) => permit,
+            Err(message) => {
+                let result = host_error(&message);
+                observed.finish(Outcome::Denied, Some(&result));
+                return Ok(result.into_text());
+            }
+        };
         let call = Arc::new(CallState {
-            cancel: parent.map_or_else(CancelFlag::new, |p| p.cancel.clone()),
+            request: Arc::clone(&request),
             deadline: parent
                 .and_then(|p| p.deadline)
                 .or_else(|| Some(observed.started() + tool.timeout)),
             events: parent.and_then(|p| p.events.clone()),
             caller_json,
-            agent,
             depth,
-            quota_key,
             tool: Arc::from(name),
             input: parent.and_then(|p| p.input.clone()),
             inline: parent.is_some_and(|p| p.inline),
-            user: parent.and_then(|p| p.user.clone()),
         });
         let max_result = ResultLimits::of(&self.limits.load());
         let returned = observed
@@ -863,7 +863,9 @@ impl Executor {
             .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, &call));
         let (result, outcome) = match max_result.check(name, returned) {
             Ok(returned) => tool_result(name, returned),
-            Err(Interrupted::Refused(why)) => (host_error(&why), Outcome::PluginFailure),
+            Err(Interrupted::Refused(why)) => {
+                (host_error(&why.to_string()), Outcome::PluginFailure)
+            }
             Err(_) => (
                 host_error("the tool call was interrupted"),
                 Outcome::PluginFailure,
@@ -902,6 +904,17 @@ fn annotations_of(tool: &Tool) -> Value {
     })
 }
 
+/// Who a request is, as the call policy sees it: the verified user, and the agent (the view that
+/// applies, else the one the caller's credential names).
+fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
+    let caller = request.caller();
+    let agent = request
+        .agent()
+        .map(|a| a.name.as_str())
+        .or_else(|| caller.and_then(|c| c.agent.as_deref()));
+    (caller.map(|c| c.user_id.as_str()), agent)
+}
+
 /// The caller JSON of a call made without one: shared, not allocated per call.
 fn no_caller() -> Arc<str> {
     static EMPTY: std::sync::LazyLock<Arc<str>> = std::sync::LazyLock::new(|| Arc::from(""));
@@ -909,7 +922,10 @@ fn no_caller() -> Arc<str> {
 }
 
 /// A tool call's answer and how it ended, from what its plugin call came to.
-fn conclude(tool: &Tool, executed: Result<Result<String, String>, Interrupted>) -> Concluded {
+fn conclude(
+    tool: &Tool,
+    executed: Result<Result<String, PluginCallError>, Interrupted>,
+) -> Concluded {
     match executed {
         Ok(returned) => {
             let (result, outcome) = tool_result(&tool.name, returned);
@@ -929,13 +945,42 @@ fn conclude(tool: &Tool, executed: Result<Result<String, String>, Interrupted>) 
             Outcome::Timeout,
         ),
         Err(Interrupted::NotStarted) => (Ok(host_error(NOT_STARTED)), Outcome::Cancelled),
-        Err(Interrupted::Refused(why)) => (Ok(host_error(&why)), Outcome::PluginFailure),
+        Err(Interrupted::Refused(why)) => {
+            (Ok(host_error(&why.to_string())), Outcome::PluginFailure)
+        }
         Err(Interrupted::Throttled(q)) => (Err(CallError::Throttled(q)), Outcome::Throttled),
     }
 }
 
 /// The answer of a call that was cancelled before its plugin function started.
 const NOT_STARTED: &str = "cancelled before it started";
+
+/// Why a plugin's answer was refused before anyone parsed it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ResultRefused {
+    /// Over `limits.max_result_bytes`.
+    #[error(
+        "the tool's result is {bytes} bytes, over the limit of {limit} bytes \
+         (limits.max_result_bytes)"
+    )]
+    TooLarge {
+        /// Its size.
+        bytes: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Over `limits.max_result_values` (counted without parsing: an upper bound).
+    #[error(
+        "the tool's result has up to {values} JSON values, over the limit of {limit} \
+         (limits.max_result_values)"
+    )]
+    TooManyValues {
+        /// Its values, at most.
+        values: usize,
+        /// The limit.
+        limit: usize,
+    },
+}
 
 /// How large a result the host takes from a plugin (`limits.max_result_bytes` and
 /// `limits.max_result_values`).
@@ -957,8 +1002,8 @@ impl ResultLimits {
     fn check(
         &self,
         name: &str,
-        returned: Result<String, String>,
-    ) -> Result<Result<String, String>, Interrupted> {
+        returned: Result<String, PluginCallError>,
+    ) -> Result<Result<String, PluginCallError>, Interrupted> {
         match returned.as_deref().ok().and_then(|json| self.refuse(json)) {
             Some(why) => {
                 tracing::warn!(tool = name, "result refused: {why}");
@@ -969,25 +1014,21 @@ impl ResultLimits {
     }
 
     /// Why the result `json` is refused before it is parsed, if it is.
-    fn refuse(&self, json: &str) -> Option<String> {
+    fn refuse(&self, json: &str) -> Option<ResultRefused> {
         if json.len() > self.bytes {
-            return Some(format!(
-                "the tool's result is {} bytes, over the limit of {} bytes (limits.max_result_bytes)",
-                json.len(),
-                self.bytes
-            ));
+            return Some(ResultRefused::TooLarge {
+                bytes: json.len(),
+                limit: self.bytes,
+            });
         }
         // Every value takes at least one byte of the text: a short one needs no count.
         if json.len() <= self.values {
             return None;
         }
         let values = json_values_bound(json);
-        (values > self.values).then(|| {
-            format!(
-                "the tool's result has up to {values} JSON values, over the limit of {} \
-                 (limits.max_result_values)",
-                self.values
-            )
+        (values > self.values).then_some(ResultRefused::TooManyValues {
+            values,
+            limit: self.values,
         })
     }
 }
@@ -1017,7 +1058,7 @@ fn json_values_bound(text: &str) -> usize {
 
 /// A `CallToolResult` from what the plugin returned for tool `name` (checked, kept as its text),
 /// and how the call ended.
-fn tool_result(name: &str, returned: Result<String, String>) -> (ToolResult, Outcome) {
+fn tool_result(name: &str, returned: Result<String, PluginCallError>) -> (ToolResult, Outcome) {
     match returned {
         Ok(json) => match ToolResult::from_plugin(json) {
             Some(result) if result.is_error() => (result, Outcome::ToolError),
@@ -1084,6 +1125,7 @@ mod tests {
             limits
                 .refuse(&long)
                 .unwrap()
+                .to_string()
                 .contains("limits.max_result_bytes")
         );
         let many = format!(
@@ -1094,6 +1136,7 @@ mod tests {
             limits
                 .refuse(&many)
                 .unwrap()
+                .to_string()
                 .contains("limits.max_result_values")
         );
         // Commas inside strings are not values.

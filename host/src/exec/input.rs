@@ -181,9 +181,19 @@ fn parts(request: &Value) -> Result<(&str, &Value), InputError> {
     Ok((method, request.get("params").unwrap_or(&Value::Null)))
 }
 
+/// A client's answer that is not the result type of the question it answers.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("not a valid answer to {method}: {answer}")]
+pub struct InvalidAnswer {
+    /// The question's method (`elicitation/create`, ...).
+    pub method: String,
+    /// What the client answered.
+    pub answer: Value,
+}
+
 /// Whether `answer` is the result type of `method` (`ElicitResult`, `CreateMessageResult`,
 /// `ListRootsResult`).
-pub fn check_answer(method: &str, answer: &Value) -> Result<(), String> {
+pub fn check_answer(method: &str, answer: &Value) -> Result<(), InvalidAnswer> {
     let ok = match method {
         "elicitation/create" => {
             matches!(
@@ -206,7 +216,10 @@ pub fn check_answer(method: &str, answer: &Value) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!("not a valid answer to {method}: {answer}"))
+        Err(InvalidAnswer {
+            method: method.to_owned(),
+            answer: answer.clone(),
+        })
     }
 }
 
@@ -265,7 +278,7 @@ impl InputChannel {
                             method: method.to_owned(),
                         })?;
                     let answer = wait(link.as_ref(), method, params, call)?;
-                    check_answer(method, &answer).map_err(InputError::Failed)?;
+                    check_answer(method, &answer).map_err(|e| InputError::Failed(e.to_string()))?;
                     responses.insert(key.clone(), answer);
                 }
                 Ok(json!({ "responses": responses }))

@@ -15,7 +15,9 @@ pub(crate) mod pool;
 pub mod quota;
 pub mod result;
 
-pub use crate::plugins::call::{CallEvent, CallState, EventSink, cores, error_result};
+pub use crate::plugins::call::{
+    CallEvent, CallState, EventSink, RequestContext, cores, error_result,
+};
 pub use crate::plugins::cancel::CancelFlag;
 pub use call::{CallError, CallOptions, Executor, Explained, InvokeError};
 pub use input::{ClientLink, InputChannel, Round};

@@ -14,11 +14,11 @@ use serde_json::{Value, json};
 
 use crate::access::{Access, AccessError};
 use crate::config::Config;
-pub use crate::exec::{CallError, CallOptions};
+pub use crate::exec::{CallError, CallOptions, RequestContext};
 use crate::exec::{CallState, Executor, ToolResult};
 use crate::plugins::LoadError;
 pub use crate::plugins::backend::Change;
-use crate::plugins::backend::HostCallbacks;
+use crate::plugins::backend::{DataDirError, HostCallbacks, NestedCallError};
 use crate::plugins::discovery::{self, Candidate};
 pub use crate::plugins::lifecycle::RescanReport;
 use crate::plugins::lifecycle::{Loader, RuntimeDirError};
@@ -129,8 +129,8 @@ impl HostCallbacks for Callbacks {
         parent: Option<&Arc<CallState>>,
         name: &str,
         args: &str,
-    ) -> Result<String, String> {
-        let inner = self.0.upgrade().ok_or("the host is shutting down")?;
+    ) -> Result<String, NestedCallError> {
+        let inner = self.0.upgrade().ok_or(NestedCallError::ShuttingDown)?;
         let max_depth = inner.config.load().limits.max_call_depth;
         let registry = inner.registry.load_full();
         inner
@@ -147,8 +147,8 @@ impl HostCallbacks for Callbacks {
         }
     }
 
-    fn data_dir(&self, plugin: &str) -> Result<PathBuf, String> {
-        let inner = self.0.upgrade().ok_or("the host is shutting down")?;
+    fn data_dir(&self, plugin: &str) -> Result<PathBuf, DataDirError> {
+        let inner = self.0.upgrade().ok_or(DataDirError::ShuttingDown)?;
         plugin_data_dir(&inner.config.load(), plugin)
     }
 
@@ -168,7 +168,7 @@ impl HostCallbacks for Callbacks {
 /// Plugin `plugin`'s data directory (`<data_dir>/<plugin>` unless its settings name one), created
 /// (owner-only on Unix: plugins keep their users' data there). A plugin name that is not a plain
 /// file name gets no directory.
-fn plugin_data_dir(config: &Config, plugin: &str) -> Result<PathBuf, String> {
+fn plugin_data_dir(config: &Config, plugin: &str) -> Result<PathBuf, DataDirError> {
     let plain = !plugin.is_empty()
         && plugin != "."
         && plugin != ".."
@@ -176,18 +176,17 @@ fn plugin_data_dir(config: &Config, plugin: &str) -> Result<PathBuf, String> {
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
     if !plain {
-        return Err(format!(
-            "plugin name {plugin:?} cannot name a data directory"
-        ));
+        return Err(DataDirError::NotAName(plugin.into()));
     }
     let dir = config.plugin_data_dir(plugin);
     let mut builder = std::fs::DirBuilder::new();
     builder.recursive(true);
     #[cfg(unix)]
     std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
-    builder
-        .create(&dir)
-        .map_err(|e| format!("cannot create data directory {}: {e}", dir.display()))?;
+    builder.create(&dir).map_err(|e| DataDirError::Create {
+        dir: dir.clone(),
+        reason: e.to_string(),
+    })?;
     Ok(dir)
 }
 

@@ -10,8 +10,53 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
+use serde::{Deserialize, Serialize};
 
 use crate::plugins::call::CallState;
+pub use crate::plugins::host_request::{
+    DataDirError, HostRequest, HostRequestError, NestedCallError,
+};
+
+/// Why a backend could not run a call at all. A tool's own failure is not one of these: it is an
+/// `Ok` result with `isError`; nor is a call that ran out of time or was cancelled (the executor
+/// decides those), nor a worker that died during the call (its calls are answered with an
+/// `isError` result naming the crash).
+///
+/// The executor shows it to the client as "the plugin could not run the tool: {error}". A new
+/// backend (e.g. one forwarding to an upstream MCP server) maps its own failures onto these
+/// variants, using [`PluginCallError::Plugin`] for whatever the far side reported as text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum PluginCallError {
+    /// The plugin's entry point refused the call, with its own message (an unknown tool index,
+    /// unreadable arguments, a panic caught at the ABI boundary).
+    #[error("{0}")]
+    Plugin(String),
+    /// A worker was asked to run a call before its plugin was loaded.
+    #[error("the plugin is not loaded yet")]
+    NotLoadedYet,
+    /// A plugin deferred to its first call could not be loaded then.
+    #[error("plugin {plugin} could not be loaded: {reason}")]
+    LoadFailed {
+        /// The plugin.
+        plugin: String,
+        /// Why.
+        reason: String,
+    },
+    /// The plugin's worker keeps crashing: its tools are withdrawn.
+    #[error("plugin {plugin} is quarantined: {why}")]
+    Quarantined {
+        /// The plugin.
+        plugin: String,
+        /// Why it was quarantined.
+        why: String,
+    },
+    /// The plugin version was unloaded (a rescan replaced or removed it).
+    #[error("plugin {0} was unloaded")]
+    Unloaded(String),
+    /// The plugin's worker is restarting and was not back before the call's deadline.
+    #[error("plugin {0} is restarting and did not come back in time")]
+    RestartTimedOut(String),
+}
 
 /// A loaded plugin, whatever runs it.
 pub trait PluginBackend: Send + Sync + std::fmt::Debug {
@@ -36,7 +81,7 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
         index: u32,
         args: &str,
         call: &Arc<CallState>,
-    ) -> Result<String, String>;
+    ) -> Result<String, PluginCallError>;
 
     /// The call as a future, for a backend whose calls run elsewhere (another process): the
     /// executor prefers it to [`PluginBackend::call_blocking`] and drives it on its own task until
@@ -63,7 +108,8 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
 }
 
 /// A call running outside the calling thread: the `CallToolResult` JSON, or why it could not run.
-pub type CallFuture = Pin<Box<dyn Future<Output = Result<String, String>> + Send + 'static>>;
+pub type CallFuture =
+    Pin<Box<dyn Future<Output = Result<String, PluginCallError>> + Send + 'static>>;
 
 /// What a plugin can ask of the host while it runs, whatever backend runs it.
 pub trait HostCallbacks: Send + Sync {
@@ -74,13 +120,13 @@ pub trait HostCallbacks: Send + Sync {
         parent: Option<&Arc<CallState>>,
         name: &str,
         args: &str,
-    ) -> Result<String, String>;
+    ) -> Result<String, NestedCallError>;
 
     /// Tell every listening client about a change (a list, or one resource's contents).
     fn announce(&self, change: Change);
 
     /// Plugin `plugin`'s own data directory (`<data_dir>/<plugin>`), created if needed.
-    fn data_dir(&self, plugin: &str) -> Result<std::path::PathBuf, String>;
+    fn data_dir(&self, plugin: &str) -> Result<std::path::PathBuf, DataDirError>;
 
     /// A plugin's health changed in a way that changes what is served (it was quarantined): the
     /// host rebuilds its tool set from the plugins it has and tells clients.
@@ -119,36 +165,41 @@ impl Change {
     };
 }
 
-/// Answer a host-API request plugin `plugin` makes (`notify_*_changed`, `notify_resource_updated`,
-/// `data_dir`), whichever backend runs it: the answer as JSON, or why not.
-pub fn host_request(
+/// Answer `request` from plugin `plugin`, whichever backend runs it: the answer as JSON, or why
+/// not. `call` is the call it is made in (the parent of a nested call; the call a call-context
+/// request is about), `None` outside any call (e.g. a service's constructor) or when the call
+/// already ended.
+pub fn answer(
     host: &dyn HostCallbacks,
     plugin: &str,
-    method: &str,
-    params: &str,
-) -> Result<String, String> {
-    let lists = |tools, resources, prompts| Change::Lists {
-        tools,
-        resources,
-        prompts,
-    };
-    let change = match method {
-        "notify_tools_changed" => lists(true, false, false),
-        "notify_resources_changed" => lists(false, true, false),
-        "notify_prompts_changed" => lists(false, false, true),
-        "notify_resource_updated" => {
-            let params: serde_json::Value = serde_json::from_str(params).unwrap_or_default();
-            match params.get("uri").and_then(serde_json::Value::as_str) {
-                Some(uri) => Change::ResourceUpdated(uri.into()),
-                None => return Err("notify_resource_updated needs a \"uri\"".into()),
-            }
+    call: Option<&Arc<CallState>>,
+    request: HostRequest,
+) -> Result<String, HostRequestError> {
+    let change = match request {
+        HostRequest::CallTool { name, args } => {
+            return Ok(host.call_nested(call, &name, &args)?);
         }
-        "data_dir" => {
-            return host
-                .data_dir(plugin)
-                .map(|dir| serde_json::json!(dir).to_string());
+        HostRequest::DataDir => {
+            return Ok(serde_json::json!(host.data_dir(plugin)?).to_string());
         }
-        other => return Err(format!("unsupported host method: {other}")),
+        HostRequest::ListsChanged {
+            tools,
+            resources,
+            prompts,
+        } => Change::Lists {
+            tools,
+            resources,
+            prompts,
+        },
+        HostRequest::ResourceUpdated { uri } => Change::ResourceUpdated(uri.into()),
+        HostRequest::ClientCapabilities | HostRequest::StartTask | HostRequest::Ask { .. } => {
+            return match call {
+                Some(call) => call.answer(&request),
+                None => Err(HostRequestError::CallEnded {
+                    method: request.method().into(),
+                }),
+            };
+        }
     };
     host.announce(change);
     Ok("null".into())

@@ -1,16 +1,64 @@
-//! A running call as a plugin backend sees it — the call side of the backend seam: what the plugin
-//! can ask about it (cancellation, deadline, the client's capabilities, questions to the client),
-//! where its events go, and what a nested call inherits from it (caller, agent view, depth,
-//! deadline, quota). The execution stage fills it in; backends only read it.
+//! A running call as a plugin backend sees it — the call side of the backend seam: the request it
+//! serves ([`RequestContext`]: who asks, whom the quotas count it against, its cancellation), what
+//! the plugin can ask about it (deadline, the client's capabilities, questions to the client),
+//! where its events go, and what a nested call inherits from it (the request, depth, deadline).
+//!
+//! A [`RequestContext`] is built once, by the transport that received the request, and shared
+//! (`Arc`) by every stage on the way to the plugin: the protocol's `Exchange`, the executor's
+//! `CallOptions` and the [`CallState`] of each call made for it (nested calls included) hold the
+//! same one. The execution stage fills in a [`CallState`]; backends only read it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use mcp_plugin_sdk::{InputError, LogLevel};
+use mcp_plugin_sdk::{InputError, LogLevel, UserInfo};
 use serde_json::{Value, json};
 
 use super::cancel::CancelFlag;
+use super::host_request::{HostRequest, HostRequestError};
+use crate::access::Identity;
 use crate::access::agents::Agent;
+
+/// One client request as every stage sees it, from the transport that received it to the plugin
+/// that serves it (the shape of rmcp's `RequestContext`): who asks, whom the per-caller limits
+/// count it against, and its cancellation. Built once per request by the transport (a task, the
+/// CLI and tests build their own) and shared by reference-counting, never copied field by field;
+/// what belongs to one call (deadline, events, depth) lives in that call's [`CallState`].
+#[derive(Debug, Clone, Default)]
+pub struct RequestContext {
+    /// Who asks: the verified caller, and the agent whose view applies (tools it cannot see do
+    /// not exist for the request, nor for its nested calls).
+    pub identity: Identity,
+    /// Whom `limits.per_caller` counts the request's tool calls against, nested ones included
+    /// (`None`: not counted, e.g. the CLI).
+    pub quota_key: Option<Arc<str>>,
+    /// Set on client cancellation (`notifications/cancelled`, a closed stream, `tasks/cancel`)
+    /// and when a call made for the request times out.
+    pub cancel: CancelFlag,
+}
+
+impl RequestContext {
+    /// A request by `caller` (if any), counted against nobody, with a fresh cancellation flag.
+    pub fn for_caller(caller: Option<UserInfo>) -> Self {
+        RequestContext {
+            identity: Identity {
+                caller,
+                agent: None,
+            },
+            ..RequestContext::default()
+        }
+    }
+
+    /// The verified caller.
+    pub fn caller(&self) -> Option<&UserInfo> {
+        self.identity.caller.as_ref()
+    }
+
+    /// The agent whose view applies.
+    pub fn agent(&self) -> Option<&Agent> {
+        self.identity.agent.as_deref()
+    }
+}
 
 /// Something a running call reports to whoever asked for it.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,29 +112,24 @@ pub fn cores() -> usize {
 
 /// One running call, shared with the plugin for as long as it runs.
 pub struct CallState {
-    /// Set on client cancellation and on timeout.
-    pub cancel: CancelFlag,
+    /// The request it serves (a nested call: its outer call's): caller, agent, quota key, and the
+    /// cancellation flag, set on client cancellation and on timeout.
+    pub request: Arc<RequestContext>,
     /// When the call's time is up.
     pub deadline: Option<Instant>,
     /// Where progress and log events go.
     pub events: Option<EventSink>,
-    /// The caller as JSON (empty when there is none), inherited by nested calls.
+    /// The caller as JSON, as this call's plugin sees it (empty when there is none, or when the
+    /// tool does not take it), inherited by nested calls.
     pub caller_json: Arc<str>,
-    /// The agent whose view applies, inherited by nested calls.
-    pub agent: Option<Arc<Agent>>,
     /// Nesting depth (0 for a client's call).
     pub depth: u32,
-    /// The caller's quota key (`limits.per_caller`), which nested calls count against too.
-    pub quota_key: Option<Arc<str>>,
     /// The tool being called, for log messages.
     pub tool: Arc<str>,
     /// How questions to the client are answered (`None`: this call cannot ask).
     pub input: Option<Arc<dyn CallInput>>,
     /// The call runs inline on the async runtime: it must never block waiting for the client.
     pub inline: bool,
-    /// The verified caller's user id, whether or not the tool takes the caller: the call policy
-    /// of its nested calls judges them as this user. Never shown to the plugin.
-    pub user: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for CallState {
@@ -99,33 +142,40 @@ impl std::fmt::Debug for CallState {
 }
 
 impl CallState {
-    /// Whether the call should stop: cancelled, or past its deadline.
-    pub fn is_cancelled(&self) -> bool {
-        self.cancel.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
+    /// The call's cancellation flag (its request's).
+    pub fn cancel(&self) -> &CancelFlag {
+        &self.request.cancel
     }
 
-    /// Answer a request the plugin makes through this call's context (`client/capabilities`,
-    /// `task/start`, `input/ask`), whichever backend runs it: the answer as JSON, or the error text the SDK
-    /// decodes.
-    pub fn request(&self, method: &str, params: &str) -> Result<String, String> {
-        use mcp_plugin_sdk::wire::encode_input_error;
-        match (method, &self.input) {
-            ("client/capabilities", Some(input)) => Ok(input.capabilities().to_string()),
-            ("client/capabilities", None) => Ok("{}".into()),
-            ("task/start", input) => {
+    /// Whether the call should stop: cancelled, or past its deadline.
+    pub fn is_cancelled(&self) -> bool {
+        self.request.cancel.is_cancelled() || self.deadline.is_some_and(|d| Instant::now() >= d)
+    }
+
+    /// Answer a request the plugin makes about this call (`client/capabilities`, `task/start`,
+    /// `input/ask`), whichever backend runs it: the answer as JSON, or why not. Any other request
+    /// is not about a call: it is refused as an unsupported call-context method.
+    pub fn answer(&self, request: &HostRequest) -> Result<String, HostRequestError> {
+        match (request, &self.input) {
+            (HostRequest::ClientCapabilities, Some(input)) => Ok(input.capabilities().to_string()),
+            (HostRequest::ClientCapabilities, None) => Ok("{}".into()),
+            (HostRequest::StartTask, input) => {
                 if let Some(input) = input {
                     input.start_task();
                 }
                 Ok("null".into())
             }
-            ("input/ask", Some(input)) => input
-                .ask(params, self)
+            (HostRequest::Ask { questions }, Some(input)) => input
+                .ask(questions, self)
                 .map(|answers| answers.to_string())
-                .map_err(|e| encode_input_error(&e)),
-            ("input/ask", None) => Err(encode_input_error(&mcp_plugin_sdk::InputError::Failed(
+                .map_err(HostRequestError::from),
+            (HostRequest::Ask { .. }, None) => Err(InputError::Failed(
                 "this call has no client to ask (e.g. `mcp-host call`)".into(),
-            ))),
-            (other, _) => Err(format!("unsupported call-context method: {other}")),
+            )
+            .into()),
+            (other, _) => Err(HostRequestError::UnsupportedCallMethod(
+                other.method().into(),
+            )),
         }
     }
 }

@@ -17,7 +17,8 @@ use std::time::Instant;
 
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 
-use super::backend::{HostCallbacks, PluginBackend};
+use super::LoadError;
+use super::backend::{HostCallbacks, PluginBackend, PluginCallError};
 use super::in_process::{InProcess, Layout, LoadContext};
 use super::manifests::{ManifestKey, Manifests};
 use super::slot::FileStamp;
@@ -44,13 +45,30 @@ pub(crate) struct DeferredLoad {
     pub telemetry: Arc<Telemetry>,
 }
 
+/// Why a plugin deferred to its first call could not be loaded then.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DeferredLoadError {
+    /// The checked copy is no longer the file the probe checked.
+    #[error("its private copy changed since it was checked at start")]
+    CopyChanged,
+    /// Loading it failed.
+    #[error(transparent)]
+    Load(#[from] LoadError),
+    /// It exports something else than it did when its manifest was remembered.
+    #[error(
+        "what it exports differs from what it exported at an earlier start (it must depend only \
+         on its file and configuration to be loaded at its first call)"
+    )]
+    ManifestChanged,
+}
+
 /// A plugin served from its remembered manifest until its first call loads it.
 pub(crate) struct Deferred {
     build: BuildInfo,
     manifest: Manifest,
     load: DeferredLoad,
     /// The loaded plugin, or why it could not be loaded; set by the first call.
-    loaded: OnceLock<Result<InProcess, String>>,
+    loaded: OnceLock<Result<InProcess, DeferredLoadError>>,
 }
 
 impl std::fmt::Debug for Deferred {
@@ -74,7 +92,7 @@ impl Deferred {
     }
 
     /// The loaded plugin, loading it now if this is the first call (other calls wait for it).
-    fn plugin(&self) -> Result<&InProcess, String> {
+    fn plugin(&self) -> Result<&InProcess, PluginCallError> {
         let mut first = false;
         let loaded = self.loaded.get_or_init(|| {
             first = true;
@@ -90,17 +108,18 @@ impl Deferred {
             store.forget(key);
             self.load.host.plugin_health_changed();
         }
-        loaded
-            .as_ref()
-            .map_err(|e| format!("plugin {} could not be loaded: {e}", self.manifest.plugin))
+        loaded.as_ref().map_err(|e| PluginCallError::LoadFailed {
+            plugin: self.manifest.plugin.clone(),
+            reason: e.to_string(),
+        })
     }
 
     /// Open the checked copy, run `init`, and check it exports what was remembered.
-    fn open(&self) -> Result<InProcess, String> {
+    fn open(&self) -> Result<InProcess, DeferredLoadError> {
         let started = Instant::now();
         let load = &self.load;
         if FileStamp::of(&load.copy) != load.copy_stamp {
-            return Err("its private copy changed since it was checked at start".into());
+            return Err(DeferredLoadError::CopyChanged);
         }
         let config_for = |_: &str| load.config.clone();
         let cx = LoadContext {
@@ -109,16 +128,12 @@ impl Deferred {
         };
         // Deferred only after a probe checked the copy, whose identity was just compared.
         let plugin = InProcess::load_copy(&load.file, &load.copy, Layout::CheckedByProbe, &cx)
-            .map_err(|e| e.to_string())?;
+            .map_err(DeferredLoadError::Load)?;
         let images = load.images.fetch_add(1, Ordering::AcqRel) + 1;
         load.telemetry.metrics().images(images);
         if plugin.manifest() != &self.manifest {
             plugin.shutdown();
-            return Err(
-                "what it exports differs from what it exported at an earlier start (it must \
-                 depend only on its file and configuration to be loaded at its first call)"
-                    .into(),
-            );
+            return Err(DeferredLoadError::ManifestChanged);
         }
         tracing::info!(
             "Loaded plugin {} at its first call ({:.1} ms)",
@@ -147,7 +162,7 @@ impl PluginBackend for Deferred {
         index: u32,
         args: &str,
         call: &Arc<CallState>,
-    ) -> Result<String, String> {
+    ) -> Result<String, PluginCallError> {
         self.plugin()?.call_blocking(index, args, call)
     }
 

@@ -354,7 +354,7 @@ impl Loader {
                     &candidate.dir,
                     signer.map(|s| s.key.as_str()),
                 ) {
-                    *name = Err(LoadError::Binding(why));
+                    *name = Err(LoadError::Binding(why.to_string()));
                 } else {
                     warn_unbound_grants(config, plugin, candidate);
                 }
@@ -560,7 +560,7 @@ impl Loader {
             // signature check result at hand, a binding to signers refuses it.
             config
                 .check_binding(plugin.name(), &candidate.path, &candidate.dir, None)
-                .map_err(LoadError::Binding)?;
+                .map_err(|e| LoadError::Binding(e.to_string()))?;
         }
         let spec = RunSpec::of(config, plugin.name(), &candidate.path, candidate.isolation);
         if spec.isolation.is_isolated() {

@@ -13,6 +13,7 @@ pub mod cancel;
 pub(crate) mod copies;
 pub(crate) mod deferred;
 pub mod discovery;
+pub(crate) mod host_request;
 pub(crate) mod in_process;
 pub(crate) mod lifecycle;
 pub(crate) mod manifests;

@@ -441,11 +441,11 @@ fn confine_self(confine: Option<&str>) -> Result<(), LoadError> {
     let confine: Confinement = serde_json::from_str(json)
         .map_err(|e| LoadError::Probe(format!("unreadable probe confinement: {e}")))?;
     if let Some(limits) = &confine.limits {
-        sandbox::apply_limits(limits).map_err(LoadError::Sandbox)?;
+        sandbox::apply_limits(limits).map_err(|e| LoadError::Sandbox(e.to_string()))?;
     }
     if let Some(sandbox) = &confine.sandbox {
-        sandbox::limit_tasks().map_err(LoadError::Sandbox)?;
-        sandbox::enforce(sandbox).map_err(LoadError::Sandbox)?;
+        sandbox::limit_tasks().map_err(|e| LoadError::Sandbox(e.to_string()))?;
+        sandbox::enforce(sandbox).map_err(|e| LoadError::Sandbox(e.to_string()))?;
     }
     Ok(())
 }

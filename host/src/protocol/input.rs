@@ -40,8 +40,8 @@ impl Subject<'_> {
 
 /// Who asks, as bound into a state (and who may see a task): the verified user and the agent.
 pub(crate) fn principal(req: &Request<'_>) -> String {
-    let user = req.ex.caller.as_ref().map_or("", |c| c.user_id.as_str());
-    let agent = req.ex.agent.as_ref().map_or("", |a| a.name.as_str());
+    let user = req.ex.request.caller().map_or("", |c| c.user_id.as_str());
+    let agent = req.ex.request.agent().map_or("", |a| a.name.as_str());
     format!("{user}\u{0}{agent}")
 }
 

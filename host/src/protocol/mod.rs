@@ -33,12 +33,11 @@ mod tools;
 
 use std::sync::Arc;
 
-use mcp_plugin_sdk::UserInfo;
 use serde_json::{Map, Value, json};
 use tracing::Instrument as _;
 
 use crate::config::Config;
-use crate::exec::{CancelFlag, ToolResult};
+use crate::exec::{CancelFlag, RequestContext, ToolResult};
 use crate::host::Host;
 use crate::store::Store;
 pub use headers::{HttpHeaders, decode_header_value};
@@ -61,18 +60,15 @@ pub struct Exchange {
     pub session: Option<Arc<LegacySession>>,
     /// HTTP headers (`None` on stdio).
     pub headers: Option<Arc<HttpHeaders>>,
-    /// The verified caller.
-    pub caller: Option<UserInfo>,
-    /// Cancellation of this request (client cancel, closed stream).
-    pub cancel: CancelFlag,
+    /// The request as every stage sees it (built once by the transport, shared down to the
+    /// plugin): the verified caller, the agent whose view of the tools applies (tools it cannot
+    /// see do not exist for it), whom `limits.per_caller` counts its tool calls against, and its
+    /// cancellation (client cancel, closed stream).
+    pub request: Arc<RequestContext>,
     /// Where this request's progress and log notifications go.
     pub notifier: Option<Notifier>,
     /// The answer depends on who asks (agent views, authentication): `cacheScope: private`.
     pub cache_private: bool,
-    /// The agent whose view of the tools applies (tools it cannot see do not exist for it).
-    pub agent: Option<Arc<crate::access::agents::Agent>>,
-    /// Whom `limits.per_caller` counts this request's tool calls against.
-    pub quota_key: Option<Arc<str>>,
 }
 
 impl std::fmt::Debug for Exchange {
@@ -337,7 +333,7 @@ impl Protocol {
             Ok(Answer::Page(text)) => {
                 // What the era adds goes after the page's own members, as for a tool's result.
                 let members = (!era.is_legacy()).then(|| {
-                    let private = ex.cache_private || ex.agent.is_some();
+                    let private = ex.cache_private || ex.request.agent().is_some();
                     Arc::from(format!(
                         r#","ttlMs":{},"cacheScope":"{}"{}"#,
                         req.config.cache_ttl_ms,
@@ -353,7 +349,9 @@ impl Protocol {
             Ok(Answer::Result { value, cache }) => {
                 let caching = (cache != Cache::No).then(|| era::Caching {
                     ttl_ms: req.config.cache_ttl_ms,
-                    private: cache == Cache::Private || ex.cache_private || ex.agent.is_some(),
+                    private: cache == Cache::Private
+                        || ex.cache_private
+                        || ex.request.agent().is_some(),
                 });
                 Reply::ok(&id, era::decorate(&era, value, caching, &self.server_info))
             }

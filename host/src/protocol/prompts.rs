@@ -20,14 +20,14 @@ pub(crate) fn find(
         .host
         .registry()
         .prompt(name)
-        .filter(|_| req.ex.agent.as_ref().is_none_or(|a| a.permits(name)))
+        .filter(|_| req.ex.request.agent().is_none_or(|a| a.permits(name)))
         .cloned()
         .ok_or_else(|| RpcError::invalid_params(format!("Unknown prompt: {name}")))
 }
 
 /// `prompts/list`: the prompts in name order; cacheable.
 pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
-    let agent = req.ex.agent.as_deref();
+    let agent = req.ex.request.agent();
     let registry = protocol.host.registry();
     pages::page(req, "prompts", |after| {
         registry

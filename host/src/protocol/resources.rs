@@ -14,7 +14,7 @@ use crate::registry::Resource;
 
 /// Whether the request's agent may see `uri` (a URI or URI template).
 pub(crate) fn visible(req: &Request<'_>, uri: &str) -> bool {
-    req.ex.agent.as_ref().is_none_or(|a| a.permits(uri))
+    req.ex.request.agent().is_none_or(|a| a.permits(uri))
 }
 
 /// `resources/list`: the resources with a fixed URI, in URI order; cacheable.

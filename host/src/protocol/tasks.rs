@@ -29,9 +29,11 @@ use super::input::{self, RoundEnd, Subject};
 use super::jsonrpc::{ErrorKind, RpcError};
 use super::tools;
 use super::{Answer, Protocol, Request};
+use crate::access::Identity;
 use crate::access::agents::Agent;
 use crate::exec::{
-    CallError, CallOptions, CancelFlag, InputChannel, Round, ToolResult, error_result,
+    CallError, CallOptions, CancelFlag, InputChannel, RequestContext, Round, ToolResult,
+    error_result,
 };
 use crate::registry::Tool;
 use crate::store::{Event, Lease, StoreError, StoredTask, TaskRecord, TaskStatus, new_id, now_ms};
@@ -260,7 +262,7 @@ pub(crate) async fn start(
         protocol,
         Arc::clone(tool),
         &task,
-        req.ex.agent.clone(),
+        req.ex.request.identity.agent.clone(),
         round,
     );
     let answer = Answer::Task(summary(&task));
@@ -281,7 +283,7 @@ fn new_task(
     TaskRecord {
         id: new_id(),
         owner: input::principal(req),
-        quota_key: req.ex.quota_key.as_deref().unwrap_or("").to_owned(),
+        quota_key: req.ex.request.quota_key.as_deref().unwrap_or("").to_owned(),
         status: TaskStatus::Working,
         status_message: None,
         created_ms: now,
@@ -290,8 +292,8 @@ fn new_task(
         poll_ms: settings.poll_interval_ms.max(1),
         tool: tool.name.clone(),
         arguments: args.cloned(),
-        caller: req.ex.caller.clone(),
-        agent: req.ex.agent.as_ref().map(|a| a.name.clone()),
+        caller: req.ex.request.identity.caller.clone(),
+        agent: req.ex.request.agent().map(|a| a.name.clone()),
         capabilities: caps.clone(),
         answers,
         input_requests: Map::new(),
@@ -320,7 +322,7 @@ async fn ask_first(
         protocol,
         Arc::clone(tool),
         &task,
-        req.ex.agent.clone(),
+        req.ex.request.identity.agent.clone(),
         round,
     );
     tokio::select! {
@@ -364,7 +366,7 @@ async fn ask_first(
                 .map_err(store_error)?;
             Ok(Answer::Task(summary(&task)))
         }
-        () = req.ex.cancel.cancelled() => {
+        () = req.ex.request.cancel.cancelled() => {
             run.cancel.cancel();
             Err(RpcError::invalid_request("the request was cancelled"))
         }
@@ -401,13 +403,20 @@ fn launch(
 ) -> Run {
     let round = Arc::new(InputChannel::Round(round));
     let cancel = CancelFlag::new();
-    let opts = CallOptions {
-        caller: task.caller.clone(),
-        agent,
+    // The task outlives the request that started it: its own request context, cancelled by
+    // `tasks/cancel` or a stopping server.
+    let request = Arc::new(RequestContext {
+        identity: Identity {
+            caller: task.caller.clone(),
+            agent,
+        },
+        quota_key: Some(Arc::from(task.quota_key.as_str())),
         cancel: cancel.clone(),
+    });
+    let opts = CallOptions {
+        request,
         events: None,
         input: Some(Arc::clone(&round)),
-        quota_key: Some(Arc::from(task.quota_key.as_str())),
     };
     let (tx, done) = oneshot::channel();
     let host = protocol.host.clone();

@@ -132,7 +132,7 @@ pub(crate) fn search(req: &Request<'_>, registry: &Registry, args: Option<&Value
             "unknown argument {unknown:?}: search_tools takes query and limit"
         )));
     }
-    let agent = req.ex.agent.as_deref();
+    let agent = req.ex.request.agent();
     let found = registry.search_index().search(query, limit as usize, |t| {
         agent.is_none_or(|a| a.permits(&t.name))
     });

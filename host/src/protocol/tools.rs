@@ -16,7 +16,7 @@ use crate::host::{CallError, CallOptions};
 
 /// `tools/list`: one page in name order, and the cursor of the next; cacheable.
 pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
-    let agent = req.ex.agent.as_deref();
+    let agent = req.ex.request.agent();
     let registry = protocol.host.registry();
     if let Some(agent) = agent.filter(|a| a.searches()) {
         return tool_search::list(req, agent, &registry);
@@ -39,7 +39,7 @@ pub(crate) async fn call(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         ));
     };
     let args = params.get("arguments").filter(|a| !a.is_null());
-    if req.ex.agent.as_ref().is_some_and(|a| a.searches()) {
+    if req.ex.request.agent().is_some_and(|a| a.searches()) {
         if name == SEARCH_TOOL {
             return Ok(tool_search::search(req, &protocol.host.registry(), args));
         }
@@ -69,7 +69,7 @@ async fn call_named(
         .host
         .registry()
         .get(name)
-        .filter(|_| req.ex.agent.as_ref().is_none_or(|a| a.permits(name)))
+        .filter(|_| req.ex.request.agent().is_none_or(|a| a.permits(name)))
         .cloned()
     else {
         if proxied {
@@ -160,12 +160,9 @@ pub(crate) fn call_options(
         .as_ref()
         .and_then(|n| event_sink(Arc::clone(n), progress_token, req.era.log_level()));
     CallOptions {
-        caller: req.ex.caller.clone(),
-        agent: req.ex.agent.clone(),
-        cancel: req.ex.cancel.clone(),
+        request: Arc::clone(&req.ex.request),
         events,
         input,
-        quota_key: req.ex.quota_key.clone(),
     }
 }
 

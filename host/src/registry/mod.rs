@@ -745,7 +745,9 @@ impl Registry {
             };
             let mut entry = self.entry(slot, kind, &d.uri, d.service.as_ref());
             let compiled = if d.template {
-                UriTemplate::parse(&d.uri).map(Some)
+                UriTemplate::parse(&d.uri)
+                    .map(Some)
+                    .map_err(|e| e.to_string())
             } else if is_valid_uri(&d.uri) {
                 Ok(None)
             } else {

@@ -13,6 +13,22 @@ use std::sync::OnceLock;
 use regex::Regex;
 use serde_json::{Map, Value};
 
+/// Why a URI template is not one this host can match.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TemplateError {
+    /// A `{` without its `}`.
+    #[error("unclosed `{{` in {0:?}")]
+    Unclosed(String),
+    /// An expression whose variable names are empty or not made of the allowed characters.
+    #[error("invalid expression {{{expression}}} in {template:?}")]
+    InvalidExpression {
+        /// The expression, without its braces.
+        expression: String,
+        /// The template.
+        template: String,
+    },
+}
+
 /// A parsed URI template.
 #[derive(Debug, Clone)]
 pub struct UriTemplate {
@@ -46,7 +62,7 @@ impl UriTemplate {
     /// assert_eq!(vars["days"], "7");
     /// assert!(t.matches("series://readings/a/b").is_none());
     /// ```
-    pub fn parse(template: &str) -> Result<UriTemplate, String> {
+    pub fn parse(template: &str) -> Result<UriTemplate, TemplateError> {
         let mut pattern = String::from("^");
         let mut groups = Vec::new();
         let mut variables = Vec::new();
@@ -55,7 +71,7 @@ impl UriTemplate {
             pattern.push_str(&regex::escape(&rest[..start]));
             let len = rest[start..]
                 .find('}')
-                .ok_or_else(|| format!("unclosed `{{` in {template:?}"))?;
+                .ok_or_else(|| TemplateError::Unclosed(template.to_owned()))?;
             let expr = &rest[start + 1..start + len];
             let (op, body) = match expr.chars().next() {
                 Some(c @ ('+' | '#' | '/' | '.' | ';' | '?' | '&')) => (Some(c), &expr[1..]),
@@ -72,7 +88,10 @@ impl UriTemplate {
                         .chars()
                         .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '.' || c == '%')
             }) {
-                return Err(format!("invalid expression {{{expr}}} in {template:?}"));
+                return Err(TemplateError::InvalidExpression {
+                    expression: expr.to_owned(),
+                    template: template.to_owned(),
+                });
             }
             variables.extend(names.iter().cloned());
             let value = |reserved: bool| if reserved { "([^?#]*?)" } else { "([^/?#,&]*)" };
@@ -224,7 +243,13 @@ mod tests {
             vars("x://items{/id}{?sort,limit}", "x://items/7"),
             Some(serde_json::json!({"id": "7"}))
         );
-        assert!(UriTemplate::parse("x://{a").is_err());
-        assert!(UriTemplate::parse("x://{a b}").is_err());
+        assert_eq!(
+            UriTemplate::parse("x://{a").unwrap_err().to_string(),
+            r#"unclosed `{` in "x://{a""#
+        );
+        assert_eq!(
+            UriTemplate::parse("x://{a b}").unwrap_err().to_string(),
+            r#"invalid expression {a b} in "x://{a b}""#
+        );
     }
 }

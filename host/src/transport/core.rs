@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde_json::{Map, Value, json};
 
 use crate::access::Identity;
-use crate::exec::CancelFlag;
+use crate::exec::{CancelFlag, RequestContext};
 use crate::protocol::jsonrpc::{self, Incoming, Received, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
 
@@ -177,15 +177,17 @@ impl Core {
             inflight.track(&id, cancel.clone());
         }
         let later = inflight.filter(|_| !tracked).map(|i| (i, cancel.clone()));
+        // The request's one context, shared from here down to the plugin.
         let ex = Exchange {
             session: origin.session.clone(),
             headers: origin.headers.clone(),
-            caller: origin.identity.caller.clone(),
-            agent: origin.identity.agent.clone(),
-            cancel,
+            request: Arc::new(RequestContext {
+                identity: origin.identity.clone(),
+                quota_key: Some(Arc::clone(&origin.caller_key)),
+                cancel,
+            }),
             notifier,
             cache_private: origin.cache_private,
-            quota_key: Some(Arc::clone(&origin.caller_key)),
         };
         let mut handling =
             std::pin::pin!(self.protocol.handle_request(id.clone(), method, params, ex));

@@ -14,7 +14,7 @@ use abi_stable::std_types::{RResult, RStr, RString};
 use mcp_plugin_sdk::LogLevel;
 use mcp_plugin_sdk::wire::{CallContextFfi, HostApiFfi};
 
-use crate::plugins::backend::{HostCallbacks, host_request};
+use crate::plugins::backend::{self, HostCallbacks, HostRequest};
 use crate::plugins::call::{CallEvent, CallState};
 
 impl CallContextFfi for CallState {
@@ -43,9 +43,11 @@ impl CallContextFfi for CallState {
     }
 
     fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
-        match CallState::request(self, method.as_str(), params.as_str()) {
+        let answered = HostRequest::from_call_context(method.as_str(), params.as_str())
+            .and_then(|request| self.answer(&request));
+        match answered {
             Ok(json) => RResult::ROk(json.into()),
-            Err(e) => RResult::RErr(e.into()),
+            Err(e) => RResult::RErr(e.to_plugin().into()),
         }
     }
 }
@@ -101,6 +103,24 @@ impl HostApiImpl {
     }
 }
 
+impl HostApiImpl {
+    /// Answer a request the plugin made through its host API (in the innermost call running on
+    /// this thread, if any), as the ABI carries it.
+    fn answer(
+        &self,
+        request: Result<HostRequest, backend::HostRequestError>,
+    ) -> RResult<RString, RString> {
+        let parent = CurrentCall::innermost();
+        let answered = request.and_then(|request| {
+            backend::answer(&*self.host, &self.plugin, parent.as_ref(), request)
+        });
+        match answered {
+            Ok(json) => RResult::ROk(json.into()),
+            Err(e) => RResult::RErr(e.to_plugin().into()),
+        }
+    }
+}
+
 impl HostApiFfi for HostApiImpl {
     fn config(&self) -> RString {
         RString::from(self.config.as_str())
@@ -111,20 +131,14 @@ impl HostApiFfi for HostApiImpl {
     }
 
     fn call_tool(&self, name: RStr<'_>, args: RStr<'_>) -> RResult<RString, RString> {
-        let parent = CurrentCall::innermost();
-        match self
-            .host
-            .call_nested(parent.as_ref(), name.as_str(), args.as_str())
-        {
-            Ok(json) => RResult::ROk(json.into()),
-            Err(e) => RResult::RErr(e.into()),
-        }
+        let request = HostRequest::CallTool {
+            name: name.as_str().into(),
+            args: args.as_str().into(),
+        };
+        self.answer(Ok(request))
     }
 
     fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
-        match host_request(&*self.host, &self.plugin, method.as_str(), params.as_str()) {
-            Ok(json) => RResult::ROk(json.into()),
-            Err(e) => RResult::RErr(e.into()),
-        }
+        self.answer(HostRequest::from_host_api(method.as_str(), params.as_str()))
     }
 }

@@ -19,7 +19,7 @@ use mcp_plugin_sdk::wire::{
 mod ffi;
 
 use crate::plugins::LoadError;
-use crate::plugins::backend::{HostCallbacks, PluginBackend};
+use crate::plugins::backend::{HostCallbacks, PluginBackend, PluginCallError};
 use crate::plugins::call::CallState;
 use ffi::{CurrentCall, HostApiImpl};
 
@@ -187,7 +187,7 @@ impl PluginBackend for InProcess {
         index: u32,
         args: &str,
         call: &Arc<CallState>,
-    ) -> Result<String, String> {
+    ) -> Result<String, PluginCallError> {
         // The plugin's nested calls find this call as their parent.
         let _current = CurrentCall::enter(Arc::clone(call));
         let caller = &*call.caller_json;
@@ -195,7 +195,7 @@ impl PluginBackend for InProcess {
             CallContextFfi_TO::from_ptr(RRef::new(&**call), abi_stable::sabi_trait::TD_Opaque);
         match (self.module.call())(index, RStr::from_str(args), RStr::from_str(caller), ctx) {
             RResult::ROk(json) => Ok(json.into_string()),
-            RResult::RErr(e) => Err(e.into_string()),
+            RResult::RErr(e) => Err(PluginCallError::Plugin(e.into_string())),
         }
     }
 

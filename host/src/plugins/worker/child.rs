@@ -26,6 +26,7 @@ use mcp_plugin_sdk::wire::{
 
 use super::sandbox;
 use super::wire::{FrameReader, FrameWriter, FromWorker, Init, Source, ToWorker};
+use crate::plugins::backend::{HostRequest, HostRequestError, PluginCallError};
 use crate::plugins::in_process::{Layout, init_module, open_module};
 
 /// A channel read spins first when a message arrived this recently (traffic is flowing).
@@ -51,7 +52,7 @@ struct Worker {
     /// Cancellation flags of the calls running here.
     running: Mutex<HashMap<u64, Arc<AtomicBool>>>,
     /// Nested calls and host requests waiting for the host's answer.
-    waiting: Mutex<HashMap<u64, mpsc::SyncSender<Result<String, String>>>>,
+    waiting: Mutex<HashMap<u64, mpsc::SyncSender<Result<String, HostRequestError>>>>,
     next_request: AtomicU64,
     /// Threads not running a call (one of them is reading the channel).
     idle: AtomicUsize,
@@ -139,11 +140,11 @@ pub fn run_worker() -> ExitCode {
     };
     // Still single-threaded: what is set now holds for every thread the worker or plugin starts.
     if let Err(e) = sandbox::apply_limits(&init.limits) {
-        return fail(&out, "worker", e);
+        return fail(&out, "worker", e.to_string());
     }
     if let Some(rules) = &init.sandbox {
         if let Err(e) = sandbox::limit_tasks() {
-            return fail(&out, "sandbox", e);
+            return fail(&out, "sandbox", e.to_string());
         }
         match sandbox::enforce(rules) {
             Ok(None) => {}
@@ -154,7 +155,7 @@ pub fn run_worker() -> ExitCode {
                     message: note,
                 });
             }
-            Err(e) => return fail(&out, "sandbox", e),
+            Err(e) => return fail(&out, "sandbox", e.to_string()),
         }
     }
     let worker: &'static Worker = Box::leak(Box::new(Worker {
@@ -303,9 +304,9 @@ impl Worker {
         args: &str,
         caller: &str,
         deadline: Option<Instant>,
-    ) -> Result<String, String> {
+    ) -> Result<String, PluginCallError> {
         let Some(module) = self.module.get() else {
-            return Err("the plugin is not loaded yet".into());
+            return Err(PluginCallError::NotLoadedYet);
         };
         let cancelled = Arc::new(AtomicBool::new(false));
         lock(&self.running).insert(id, Arc::clone(&cancelled));
@@ -322,12 +323,30 @@ impl Worker {
         lock(&self.running).remove(&id);
         match result {
             RResult::ROk(json) => Ok(json.into_string()),
-            RResult::RErr(e) => Err(e.into_string()),
+            RResult::RErr(e) => Err(PluginCallError::Plugin(e.into_string())),
         }
     }
 
-    /// Ask the host something and wait for its answer.
-    fn ask(&'static self, request: impl FnOnce(u64) -> FromWorker) -> Result<String, String> {
+    /// Ask the host `request` (made in call `call`) and wait for its answer, as the ABI carries
+    /// it back to the plugin. A request that does not parse is answered here.
+    fn ask(
+        &'static self,
+        call: Option<u64>,
+        request: Result<HostRequest, HostRequestError>,
+    ) -> RResult<RString, RString> {
+        let answer = request.and_then(|request| self.ask_host(call, request));
+        match answer {
+            Ok(json) => RResult::ROk(json.into()),
+            Err(e) => RResult::RErr(e.to_plugin().into()),
+        }
+    }
+
+    /// Send `request` to the host and wait for its answer.
+    fn ask_host(
+        &'static self,
+        call: Option<u64>,
+        request: HostRequest,
+    ) -> Result<String, HostRequestError> {
         let id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::sync_channel(1);
         lock(&self.waiting).insert(id, tx);
@@ -338,9 +357,8 @@ impl Worker {
                 self.add_thread();
             }
         }
-        self.send(&request(id));
-        rx.recv()
-            .unwrap_or_else(|_| Err("the host did not answer".into()))
+        self.send(&FromWorker::Request { id, call, request });
+        rx.recv().unwrap_or(Err(HostRequestError::NoAnswer))
     }
 }
 
@@ -375,12 +393,8 @@ impl CallContextFfi for WorkerCall {
     }
 
     fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
-        rresult(self.worker.ask(|id| FromWorker::CallRequest {
-            id,
-            call: self.id,
-            method: method.as_str().to_owned(),
-            params: params.as_str().to_owned(),
-        }))
+        let request = HostRequest::from_call_context(method.as_str(), params.as_str());
+        self.worker.ask(Some(self.id), request)
     }
 }
 
@@ -388,13 +402,6 @@ impl CallContextFfi for WorkerCall {
 struct WorkerHost {
     worker: &'static Worker,
     config: String,
-}
-
-fn rresult(result: Result<String, String>) -> RResult<RString, RString> {
-    match result {
-        Ok(json) => RResult::ROk(json.into()),
-        Err(e) => RResult::RErr(e.into()),
-    }
 }
 
 impl HostApiFfi for WorkerHost {
@@ -411,20 +418,15 @@ impl HostApiFfi for WorkerHost {
     }
 
     fn call_tool(&self, name: RStr<'_>, args: RStr<'_>) -> RResult<RString, RString> {
-        let parent = CURRENT.with(Cell::get);
-        rresult(self.worker.ask(|id| FromWorker::CallTool {
-            id,
-            parent,
+        let request = HostRequest::CallTool {
             name: name.as_str().to_owned(),
             args: args.as_str().to_owned(),
-        }))
+        };
+        self.worker.ask(CURRENT.with(Cell::get), Ok(request))
     }
 
     fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
-        rresult(self.worker.ask(|id| FromWorker::Request {
-            id,
-            method: method.as_str().to_owned(),
-            params: params.as_str().to_owned(),
-        }))
+        let request = HostRequest::from_host_api(method.as_str(), params.as_str());
+        self.worker.ask(CURRENT.with(Cell::get), request)
     }
 }

@@ -39,7 +39,7 @@ use self::process::WorkerCommand;
 use self::supervisor::{CrashPolicy, Launch, Supervisor};
 use crate::config::{Config, Isolation, WorkerLimits};
 use crate::plugins::LoadError;
-use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend};
+use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend, PluginCallError};
 use crate::plugins::call::CallState;
 
 /// How a plugin version runs: its isolation and, in a worker, the limits, grant and crash policy
@@ -208,7 +208,7 @@ impl PluginBackend for Isolated {
         index: u32,
         args: &str,
         call: &Arc<CallState>,
-    ) -> Result<String, String> {
+    ) -> Result<String, PluginCallError> {
         self.supervisor.call_blocking(index, args, call)
     }
 
@@ -238,6 +238,7 @@ pub mod fuzzing {
 
     use super::process::{Line, MAX_LINE, OutputLines};
     use super::wire::{self, FrameReader, FromWorker, Source};
+    use crate::plugins::backend::HostRequest;
 
     /// Bytes handed out in pieces of the given sizes (cycled; a zero is a pause for `read_now`).
     struct Pieces {
@@ -352,11 +353,13 @@ pub mod fuzzing {
         let mut shown = Vec::new();
         for (i, (id, a, b)) in parts.iter().enumerate() {
             let message = if i % 2 == 0 {
-                FromWorker::CallTool {
+                FromWorker::Request {
                     id: *id,
-                    parent: id.checked_sub(1),
-                    name: a.clone(),
-                    args: b.clone(),
+                    call: id.checked_sub(1),
+                    request: HostRequest::CallTool {
+                        name: a.clone(),
+                        args: b.clone(),
+                    },
                 }
             } else {
                 FromWorker::Log {

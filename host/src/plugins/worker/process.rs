@@ -21,7 +21,9 @@ use mcp_plugin_sdk::LogLevel;
 use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 
 use super::wire::{FrameReader, FrameWriter, FromWorker, Source, ToWorker};
-use crate::plugins::backend::{HostCallbacks, host_request};
+use crate::plugins::backend::{
+    self, HostCallbacks, HostRequest, HostRequestError, PluginCallError,
+};
 use crate::plugins::call::{CallEvent, CallState, error_result};
 use crate::plugins::{LoadError, describe_exit, signal_name};
 
@@ -107,13 +109,13 @@ pub(crate) type OnExit = Box<dyn FnOnce(&Arc<Process>, String) + Send>;
 /// Who waits for a call's result.
 pub(super) enum Waiter {
     /// An async call (the executor's task).
-    Async(tokio::sync::oneshot::Sender<Result<String, String>>),
+    Async(tokio::sync::oneshot::Sender<Result<String, PluginCallError>>),
     /// A blocking call (a nested call on a host thread).
-    Blocking(mpsc::SyncSender<Result<String, String>>),
+    Blocking(mpsc::SyncSender<Result<String, PluginCallError>>),
 }
 
 impl Waiter {
-    fn complete(self, result: Result<String, String>) {
+    fn complete(self, result: Result<String, PluginCallError>) {
         match self {
             Waiter::Async(tx) => {
                 let _ = tx.send(result);
@@ -559,7 +561,7 @@ impl Process {
             .map(|c| Arc::clone(&c.call))
     }
 
-    fn complete(&self, id: u64, result: Result<String, String>) {
+    fn complete(&self, id: u64, result: Result<String, PluginCallError>) {
         let done = lock(&self.calls).running.remove(&id);
         if let Some(done) = done {
             done.waiter.complete(result);
@@ -771,22 +773,7 @@ impl Process {
                 service,
                 message,
             } => crate::plugins::log_plugin_line(&self.plugin, level, &service, &message),
-            FromWorker::CallTool {
-                id,
-                parent,
-                name,
-                args,
-            } => self.nested(id, parent, name, args),
-            FromWorker::Request { id, method, params } => {
-                let result = host_request(&*self.host, &self.plugin, &method, &params);
-                self.send(&ToWorker::Reply { id, result });
-            }
-            FromWorker::CallRequest {
-                id,
-                call,
-                method,
-                params,
-            } => self.call_request(id, call, method, params),
+            FromWorker::Request { id, call, request } => self.request(id, call, request),
             FromWorker::Ready { build, manifest } => {
                 let loaded = serde_json::from_str::<BuildInfo>(&build)
                     .map_err(|e| LoadError::Build(format!("unreadable build fingerprint: {e}")))
@@ -813,30 +800,29 @@ impl Process {
         }
     }
 
-    /// Answer a request a running call makes through its context (`input/ask` may wait for the
-    /// client: on a nested-call thread, like nested calls).
-    fn call_request(self: &Arc<Self>, id: u64, call: u64, method: String, params: String) {
-        let Some(state) = self.call_of(call) else {
+    /// Answer request `id` the plugin made in call `call`: at once when that cannot take long
+    /// (announcements, the data directory), else on a nested-call thread (a nested call may take
+    /// long and call back into this very worker; a call-context request may wait for the client).
+    /// A call-context request about a call that is no longer running is answered with that error;
+    /// a nested call whose parent ended runs without one.
+    fn request(self: &Arc<Self>, id: u64, call: Option<u64>, request: HostRequest) {
+        let state = call.and_then(|c| self.call_of(c));
+        if request.is_call_context() && state.is_none() {
+            let method = request.method().into();
             self.send(&ToWorker::Reply {
                 id,
-                result: Err(format!("{method}: the call is no longer running")),
+                result: Err(HostRequestError::CallEnded { method }),
             });
             return;
-        };
+        }
+        if !request.may_wait() {
+            let result = backend::answer(&*self.host, &self.plugin, state.as_ref(), request);
+            self.send(&ToWorker::Reply { id, result });
+            return;
+        }
         let process = Arc::clone(self);
         self.on_nested_thread(id, move || {
-            let result = state.request(&method, &params);
-            process.send(&ToWorker::Reply { id, result });
-        });
-    }
-
-    /// A nested tool call from the plugin: run it through the host on a nested-call thread (it
-    /// may take long, and it may call back into this very worker), then send the answer.
-    fn nested(self: &Arc<Self>, id: u64, parent: Option<u64>, name: String, args: String) {
-        let parent = parent.and_then(|p| self.call_of(p));
-        let process = Arc::clone(self);
-        self.on_nested_thread(id, move || {
-            let result = process.host.call_nested(parent.as_ref(), &name, &args);
+            let result = backend::answer(&*process.host, &process.plugin, state.as_ref(), request);
             process.send(&ToWorker::Reply { id, result });
         });
     }
@@ -880,7 +866,7 @@ impl Process {
                         for id in stranded {
                             self.send(&ToWorker::Reply {
                                 id,
-                                result: Err(format!("cannot run the nested call: {e}")),
+                                result: Err(HostRequestError::NoThread(e.to_string())),
                             });
                         }
                         None
@@ -890,18 +876,18 @@ impl Process {
                 pool.queue.push_back((id, Box::new(job)));
                 None
             } else {
-                Some(format!(
-                    "too many nested calls and requests waiting in plugin {} (the limit is {} \
-                     running and {} waiting)",
-                    self.plugin, NESTED_THREADS, NESTED_QUEUE
-                ))
+                Some(HostRequestError::Overloaded {
+                    plugin: self.plugin.to_string(),
+                    running: NESTED_THREADS,
+                    waiting: NESTED_QUEUE,
+                })
             }
         };
-        if let Some(message) = refused {
+        if let Some(refused) = refused {
             self.warn_refused_nested();
             self.send(&ToWorker::Reply {
                 id,
-                result: Err(message),
+                result: Err(refused),
             });
         }
     }

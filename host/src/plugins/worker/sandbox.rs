@@ -17,6 +17,32 @@ use serde::Serialize;
 use super::wire;
 use crate::config::{Config, Connect};
 
+/// Why a worker (or a probe) could not put its restrictions in place: it then refuses to load the
+/// plugin at all.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SandboxError {
+    /// A resource limit could not be set.
+    #[error("cannot set {limit}: {reason}")]
+    Limit {
+        /// The limit, as operators know it (`RLIMIT_AS (limits.memory_mb)`).
+        limit: &'static str,
+        /// The system's error.
+        reason: String,
+    },
+    /// The kernel enforces less than asked, and the plugin does not accept a weaker sandbox.
+    #[error(
+        "sandbox refused: {0}; set allow_weaker_sandbox: true in the plugin's settings to run it \
+         with what this system can enforce"
+    )]
+    Weaker(String),
+    /// The Landlock ruleset could not be built or applied.
+    #[error("Landlock: {0}")]
+    Landlock(String),
+    /// The seccomp filter could not be built or applied.
+    #[error("seccomp: {0}")]
+    Seccomp(String),
+}
+
 /// Everything a sandboxed plugin is granted: what its configuration lists, and what it gets
 /// implicitly (its own file, its data directory, the system's shared libraries and time zones).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -138,16 +164,19 @@ pub(crate) fn probe_sandbox(copies: &[PathBuf], allow_weaker: bool) -> wire::San
 
 /// Apply the worker's resource limits to this process (and always turn core dumps off).
 #[cfg(unix)]
-pub(crate) fn apply_limits(limits: &wire::Limits) -> Result<(), String> {
+pub(crate) fn apply_limits(limits: &wire::Limits) -> Result<(), SandboxError> {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
-    let set = |resource: Resource, name: &str, soft: u64, hard: u64| {
+    let set = |resource: Resource, name: &'static str, soft: u64, hard: u64| {
         // An unprivileged process cannot raise its hard limit: stay within the one it has.
         let ceiling = getrlimit(resource).maximum.unwrap_or(u64::MAX);
         let limit = Rlimit {
             current: Some(soft.min(ceiling)),
             maximum: Some(hard.min(ceiling)),
         };
-        setrlimit(resource, limit).map_err(|e| format!("cannot set {name}: {e}"))
+        setrlimit(resource, limit).map_err(|e| SandboxError::Limit {
+            limit: name,
+            reason: e.to_string(),
+        })
     };
     set(Resource::Core, "RLIMIT_CORE", 0, 0)?;
     if let Some(bytes) = limits.address_space {
@@ -175,7 +204,7 @@ pub(crate) fn apply_limits(limits: &wire::Limits) -> Result<(), String> {
 
 /// Resource limits need `setrlimit`; elsewhere they are not applied.
 #[cfg(not(unix))]
-pub(crate) fn apply_limits(_limits: &wire::Limits) -> Result<(), String> {
+pub(crate) fn apply_limits(_limits: &wire::Limits) -> Result<(), SandboxError> {
     Ok(())
 }
 
@@ -190,7 +219,7 @@ pub(crate) const EXTRA_TASKS: u64 = 1024;
 /// is not bound by the worker's limit) nor be starved by a user who already runs many tasks.
 /// Returns the limit set.
 #[cfg(target_os = "linux")]
-pub(crate) fn limit_tasks() -> Result<u64, String> {
+pub(crate) fn limit_tasks() -> Result<u64, SandboxError> {
     use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
     let limit = user_tasks().saturating_add(EXTRA_TASKS);
     let ceiling = getrlimit(Resource::Nproc).maximum.unwrap_or(u64::MAX);
@@ -202,13 +231,16 @@ pub(crate) fn limit_tasks() -> Result<u64, String> {
             maximum: Some(limit),
         },
     )
-    .map_err(|e| format!("cannot set RLIMIT_NPROC: {e}"))?;
+    .map_err(|e| SandboxError::Limit {
+        limit: "RLIMIT_NPROC",
+        reason: e.to_string(),
+    })?;
     Ok(limit)
 }
 
 /// Elsewhere there is no cheap count of a user's tasks: no limit.
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn limit_tasks() -> Result<u64, String> {
+pub(crate) fn limit_tasks() -> Result<u64, SandboxError> {
     Ok(u64::MAX)
 }
 
@@ -249,7 +281,7 @@ fn user_tasks() -> u64 {
 /// starts (Landlock restricts the calling thread and the threads it starts later). `Ok` carries a
 /// note when the kernel enforces less than asked and `allow_weaker` accepted that.
 #[cfg(target_os = "linux")]
-pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, String> {
+pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, SandboxError> {
     let note = linux::landlock(sandbox)?;
     linux::seccomp(sandbox)?;
     Ok(note)
@@ -258,7 +290,7 @@ pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, String>
 /// Without Landlock and seccomp, a sandbox can only be refused (or, with `allow_weaker`, run as
 /// plain process isolation).
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, String> {
+pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, SandboxError> {
     weaker_or_refuse(
         sandbox.allow_weaker,
         "this OS has no Landlock or seccomp; the plugin runs with process isolation only",
@@ -267,16 +299,16 @@ pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, String>
 
 /// What to do when the kernel enforces less than asked: go on with a note when the plugin's
 /// configuration accepts a weaker sandbox, else refuse to start it.
-pub(crate) fn weaker_or_refuse(allow_weaker: bool, what: &str) -> Result<Option<String>, String> {
+pub(crate) fn weaker_or_refuse(
+    allow_weaker: bool,
+    what: &str,
+) -> Result<Option<String>, SandboxError> {
     if allow_weaker {
         Ok(Some(format!(
             "weaker sandbox (allow_weaker_sandbox: true): {what}"
         )))
     } else {
-        Err(format!(
-            "sandbox refused: {what}; set allow_weaker_sandbox: true in the plugin's settings to \
-             run it with what this system can enforce"
-        ))
+        Err(SandboxError::Weaker(what.to_owned()))
     }
 }
 
@@ -294,7 +326,7 @@ mod linux {
         SeccompRule,
     };
 
-    use super::{weaker_or_refuse, wire};
+    use super::{SandboxError, weaker_or_refuse, wire};
 
     /// The Landlock ABI the sandbox is written for: filesystem rights including truncate and device
     /// ioctls, TCP ports, and signal / abstract-socket scoping.
@@ -309,8 +341,8 @@ mod linux {
         }
     }
 
-    pub(super) fn landlock(sandbox: &wire::Sandbox) -> Result<Option<String>, String> {
-        let fail = |e: landlock::RulesetError| format!("Landlock: {e}");
+    pub(super) fn landlock(sandbox: &wire::Sandbox) -> Result<Option<String>, SandboxError> {
+        let fail = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
         let read = AccessFs::from_read(ABI_WANTED) & !BitFlags::from(AccessFs::Execute);
         let write = AccessFs::from_all(ABI_WANTED) & !BitFlags::from(AccessFs::Execute);
         let exec = AccessFs::from_read(ABI_WANTED);
@@ -409,18 +441,17 @@ mod linux {
         6,  // SOCK_DCCP
     ];
 
-    fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, String> {
-        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value)
-            .map_err(|e| format!("seccomp: {e}"))
+    fn condition(arg: u8, op: SeccompCmpOp, value: u64) -> Result<SeccompCondition, SandboxError> {
+        SeccompCondition::new(arg, SeccompCmpArgLen::Dword, op, value).map_err(fail)
     }
 
     /// The rules under which `socket(2)` is refused: every call without a network grant; with
     /// one, any family but IPv4/IPv6 and any type but stream and datagram.
-    fn socket_rules(network: bool) -> Result<Vec<SeccompRule>, String> {
+    fn socket_rules(network: bool) -> Result<Vec<SeccompRule>, SandboxError> {
         if !network {
             return Ok(Vec::new());
         }
-        let rule = |c: Vec<SeccompCondition>| SeccompRule::new(c).map_err(|e| e.to_string());
+        let rule = |c: Vec<SeccompCondition>| SeccompRule::new(c).map_err(fail);
         let mut rules = vec![rule(vec![
             condition(0, SeccompCmpOp::Ne, libc::AF_INET as u64)?,
             condition(0, SeccompCmpOp::Ne, libc::AF_INET6 as u64)?,
@@ -435,11 +466,11 @@ mod linux {
         Ok(rules)
     }
 
-    fn fail(e: impl std::fmt::Display) -> String {
-        format!("seccomp: {e}")
+    fn fail(e: impl std::fmt::Display) -> SandboxError {
+        SandboxError::Seccomp(e.to_string())
     }
 
-    pub(super) fn seccomp(sandbox: &wire::Sandbox) -> Result<(), String> {
+    pub(super) fn seccomp(sandbox: &wire::Sandbox) -> Result<(), SandboxError> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
             DENIED.iter().map(|s| (*s, Vec::new())).collect();
         if !sandbox.exec {
@@ -526,7 +557,9 @@ mod tests {
 
     #[test]
     fn a_weaker_sandbox_is_refused_unless_the_plugin_accepts_it() {
-        let refused = weaker_or_refuse(false, "no Landlock").expect_err("refused");
+        let refused = weaker_or_refuse(false, "no Landlock")
+            .expect_err("refused")
+            .to_string();
         assert!(
             refused.contains("sandbox refused: no Landlock"),
             "{refused}"

@@ -16,7 +16,7 @@ use tokio::sync::oneshot;
 use super::process::{Process, Waiter, WorkerCommand};
 use super::wire::{Init, SPIN, ToWorker, spinning_pays};
 use crate::plugins::LoadError;
-use crate::plugins::backend::HostCallbacks;
+use crate::plugins::backend::{HostCallbacks, PluginCallError};
 use crate::plugins::call::CallState;
 
 /// How long a call may run past its deadline (its cancellation flag set, the client answered)
@@ -296,26 +296,24 @@ impl Supervisor {
     }
 
     /// The serving process now: `Ok(None)` while one is starting.
-    fn available(&self) -> Result<Option<Arc<Process>>, String> {
+    fn available(&self) -> Result<Option<Arc<Process>>, PluginCallError> {
         match &lock(&self.state).current {
             Current::Running(p) => Ok(Some(Arc::clone(p))),
             Current::Starting | Current::Restarting => Ok(None),
-            Current::Quarantined(why) => {
-                Err(format!("plugin {} is quarantined: {why}", self.plugin))
-            }
-            Current::Retired => Err(format!("plugin {} was unloaded", self.plugin)),
+            Current::Quarantined(why) => Err(PluginCallError::Quarantined {
+                plugin: self.plugin.to_string(),
+                why: why.clone(),
+            }),
+            Current::Retired => Err(PluginCallError::Unloaded(self.plugin.to_string())),
         }
     }
 
-    fn restarting_too_long(&self) -> String {
-        format!(
-            "plugin {} is restarting and did not come back in time",
-            self.plugin
-        )
+    fn restarting_too_long(&self) -> PluginCallError {
+        PluginCallError::RestartTimedOut(self.plugin.to_string())
     }
 
     /// The serving process, waiting (until `until`) through a restart.
-    async fn process_async(&self, until: Option<Instant>) -> Result<Arc<Process>, String> {
+    async fn process_async(&self, until: Option<Instant>) -> Result<Arc<Process>, PluginCallError> {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -335,7 +333,7 @@ impl Supervisor {
     }
 
     /// [`Supervisor::process_async`] for a blocking caller.
-    fn process_blocking(&self, until: Option<Instant>) -> Result<Arc<Process>, String> {
+    fn process_blocking(&self, until: Option<Instant>) -> Result<Arc<Process>, PluginCallError> {
         loop {
             if let Some(process) = self.available()? {
                 return Ok(process);
@@ -386,7 +384,7 @@ impl Supervisor {
         process.kill_because(format!("killed after {tool} ran past its deadline"));
     }
 
-    fn lost(&self) -> Result<String, String> {
+    fn lost(&self) -> Result<String, PluginCallError> {
         Ok(
             crate::plugins::call::error_result(&format!("plugin {} crashed", self.plugin))
                 .to_string(),
@@ -400,7 +398,7 @@ impl Supervisor {
         index: u32,
         args: String,
         call: Arc<CallState>,
-    ) -> Result<String, String> {
+    ) -> Result<String, PluginCallError> {
         let kill_at = call.deadline.map(|d| d + KILL_GRACE);
         loop {
             let process = self.process_async(kill_at).await?;
@@ -437,7 +435,7 @@ impl Supervisor {
             loop {
                 tokio::select! {
                     result = &mut rx => return result.unwrap_or_else(|_| self.lost()),
-                    () = call.cancel.cancelled(), if !cancel_sent => {
+                    () = call.cancel().cancelled(), if !cancel_sent => {
                         cancel_sent = true;
                         process.send(&ToWorker::Cancel { id });
                     }
@@ -456,7 +454,7 @@ impl Supervisor {
         index: u32,
         args: &str,
         call: &Arc<CallState>,
-    ) -> Result<String, String> {
+    ) -> Result<String, PluginCallError> {
         let kill_at = call.deadline.map(|d| d + KILL_GRACE);
         loop {
             let process = self.process_blocking(kill_at)?;
@@ -477,7 +475,7 @@ impl Supervisor {
                     Err(mpsc::RecvTimeoutError::Disconnected) => return self.lost(),
                     Err(mpsc::RecvTimeoutError::Timeout) => {}
                 }
-                if !cancel_sent && call.cancel.is_cancelled() {
+                if !cancel_sent && call.cancel().is_cancelled() {
                     cancel_sent = true;
                     process.send(&ToWorker::Cancel { id });
                 }

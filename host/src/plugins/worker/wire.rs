@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::plugins::backend::{HostRequest, HostRequestError, PluginCallError};
+
 /// Largest message either side accepts (a bigger length prefix is a broken or hostile peer).
 pub(crate) const MAX_FRAME: usize = 256 << 20;
 
@@ -43,13 +45,12 @@ pub(crate) enum ToWorker {
         /// The call.
         id: u64,
     },
-    /// The answer to a worker's [`FromWorker::CallTool`], [`FromWorker::Request`] or
-    /// [`FromWorker::CallRequest`].
+    /// The answer to a worker's [`FromWorker::Request`].
     Reply {
         /// The request.
         id: u64,
-        /// JSON, or an error text.
-        result: Result<String, String>,
+        /// JSON, or why the host could not answer it.
+        result: Result<String, HostRequestError>,
     },
     /// Run the plugin's shutdown hook and exit.
     Shutdown,
@@ -118,7 +119,7 @@ pub(crate) enum FromWorker {
         /// The call.
         id: u64,
         /// The `CallToolResult` as JSON, or why the call could not run.
-        result: Result<String, String>,
+        result: Result<String, PluginCallError>,
     },
     /// A call's progress.
     Progress {
@@ -149,36 +150,17 @@ pub(crate) enum FromWorker {
         /// The text.
         message: String,
     },
-    /// The plugin calls a tool through the host.
-    CallTool {
-        /// This request's id (answered by [`ToWorker::Reply`]).
-        id: u64,
-        /// The call making it (`None` outside calls, e.g. in a constructor).
-        parent: Option<u64>,
-        /// The tool.
-        name: String,
-        /// Arguments as JSON.
-        args: String,
-    },
-    /// The plugin asks the host for something else (`notify_tools_changed`, ...).
+    /// The plugin asks the host for something: a nested tool call, a change announcement, its
+    /// data directory, or (through a call's context) the client's capabilities, the start of a
+    /// task, a question to the client. Answered by [`ToWorker::Reply`] with the same id.
     Request {
-        /// This request's id (answered by [`ToWorker::Reply`]).
+        /// This request's id on this channel.
         id: u64,
-        /// The method.
-        method: String,
-        /// Parameters as JSON.
-        params: String,
-    },
-    /// A running call asks through its context (`client/capabilities`, `input/ask`).
-    CallRequest {
-        /// This request's id (answered by [`ToWorker::Reply`]).
-        id: u64,
-        /// The call asking.
-        call: u64,
-        /// The method.
-        method: String,
-        /// Parameters as JSON.
-        params: String,
+        /// The call it is made in: the parent of a nested call, the call a call-context request
+        /// is about (`None` outside calls, e.g. in a service's constructor).
+        call: Option<u64>,
+        /// What it asks.
+        request: HostRequest,
     },
 }
 
@@ -476,7 +458,7 @@ mod tests {
             },
             ToWorker::Reply {
                 id: 9,
-                result: Err("no".into()),
+                result: Err(HostRequestError::NoAnswer),
             },
         ];
         let mut bytes = Vec::new();
@@ -495,7 +477,10 @@ mod tests {
             }
             assert!(matches!(
                 reader.next::<ToWorker>(false),
-                Ok(ToWorker::Reply { id: 9, result: Err(e) }) if e == "no"
+                Ok(ToWorker::Reply {
+                    id: 9,
+                    result: Err(HostRequestError::NoAnswer)
+                })
             ));
             let end = reader.next::<ToWorker>(false).expect_err("end");
             assert_eq!(end.kind(), io::ErrorKind::UnexpectedEof);
