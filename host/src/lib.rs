@@ -15,6 +15,7 @@ pub mod exec;
 pub mod host;
 pub mod install;
 pub mod plugins;
+pub mod policy;
 pub mod protocol;
 pub mod registry;
 pub mod store;

@@ -64,6 +64,27 @@ enum SecretCommand {
 }
 
 #[derive(Subcommand, Debug)]
+enum PolicyCommand {
+    /// Print which call policy rule matches a call and its outcome, without calling the tool.
+    Test {
+        /// The caller's user id.
+        #[arg(long = "as", value_name = "USER")]
+        user: String,
+        /// The agent the call comes through.
+        #[arg(long)]
+        agent: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+        /// The tool name.
+        tool: String,
+        /// The call's arguments as a JSON object.
+        #[arg(default_value = "{}")]
+        args: String,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 enum Command {
     /// Serve MCP: Streamable HTTP (default 127.0.0.1:18080/mcp) or stdio.
     Serve {
@@ -164,6 +185,11 @@ enum Command {
         /// Call as this user (for tools that take `UserInfo`).
         #[arg(long)]
         user: Option<String>,
+    },
+    /// Call policy: test which rule matches a call.
+    Policy {
+        #[command(subcommand)]
+        command: PolicyCommand,
     },
     /// Print the effective configuration (every layer merged, defaults filled in), secrets
     /// redacted.
@@ -389,6 +415,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(config_path)?;
             init_logging("warn", config.log_format);
             cli::pin::pin(config, diff, &mut protected_stdout())
+        }
+        Command::Policy {
+            command:
+                PolicyCommand::Test {
+                    user,
+                    agent,
+                    json,
+                    tool,
+                    args,
+                },
+        } => {
+            let config = Config::load(config_path)?;
+            init_logging("warn", config.log_format);
+            let probe = cli::policy::Probe {
+                user: &user,
+                agent: agent.as_deref(),
+                tool: &tool,
+                args: &args,
+                json,
+            };
+            cli::policy::test(config, host_options(), &probe, &mut protected_stdout())
         }
         Command::Call {
             tool,

@@ -10,6 +10,7 @@ const ORDER: &[&str] = &[
     "config",
     "telemetry",
     "access",
+    "policy",
     "plugins",
     "registry",
     "exec",

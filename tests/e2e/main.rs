@@ -16,6 +16,7 @@ mod install;
 mod isolation;
 mod lazy;
 mod operators;
+mod policy;
 mod reload;
 mod scaffold;
 mod sdk;

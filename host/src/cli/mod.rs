@@ -6,6 +6,7 @@ pub(crate) mod install;
 pub(crate) mod keygen;
 pub(crate) mod new;
 pub(crate) mod pin;
+pub(crate) mod policy;
 pub(crate) mod secret;
 pub(crate) mod serve;
 pub(crate) mod sign;

@@ -10,8 +10,8 @@ use serde_json::{Map, Value};
 
 use super::{
     AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Isolation,
-    Limits, LogFormat, PinMode, PluginSettings, RequestStateSettings, StoreSetting, TaskSettings,
-    ToolDir, TraceSettings, TrustSettings,
+    Limits, LogFormat, PinMode, PluginSettings, PolicySettings, RequestStateSettings, StoreSetting,
+    TaskSettings, ToolDir, TraceSettings, TrustSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -38,6 +38,7 @@ struct Layer {
     auth: Option<Value>,
     request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
+    policy: Option<Value>,
     log_format: Option<LogFormat>,
     /// `stderr`, or a file path.
     audit_log: Option<PathBuf>,
@@ -559,6 +560,7 @@ fn apply_value(
             "auth",
             "request_state",
             "agents",
+            "policy",
             "traces",
             "trust",
             "tasks",
@@ -592,6 +594,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     }
     if let Some(v) = &layer.tasks {
         section::<TaskSettings>(v, origin, "tasks")?;
+    }
+    if let Some(v) = &layer.policy {
+        section::<PolicySettings>(v, origin, "policy")?;
     }
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
@@ -768,6 +773,9 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     if let Some(v) = present("tasks") {
         config.tasks = section(v, &origin, "tasks")?;
+    }
+    if let Some(v) = present("policy") {
+        config.policy = section(v, &origin, "policy")?;
     }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {

@@ -13,12 +13,14 @@ mod layers;
 mod listen;
 pub mod lock;
 mod overrides;
+mod policy;
 pub mod reference;
 mod suggest;
 
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
 pub use overrides::Overrides;
+pub use policy::{Budget, PolicyRule, PolicySettings, RuleOutcome};
 pub use suggest::did_you_mean;
 
 use std::collections::BTreeMap;
@@ -870,6 +872,8 @@ pub struct Config {
     pub request_state: RequestStateSettings,
     /// Agents: named views of the tools.
     pub agents: BTreeMap<String, AgentSettings>,
+    /// Call policy: rules over the caller, the tool and the arguments; budgets.
+    pub policy: PolicySettings,
     /// How the log is written.
     pub log_format: LogFormat,
     /// Where the audit log goes (`stderr`, or a file); no audit log when unset.
@@ -935,6 +939,7 @@ impl Default for Config {
             auth: AuthSettings::default(),
             request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
+            policy: PolicySettings::default(),
             log_format: LogFormat::Text,
             audit_log: None,
             metrics_listen: None,

@@ -30,6 +30,8 @@ use super::{CallState, CancelFlag, EventSink, InputChannel, RequestContext};
 use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError};
+use crate::policy::budget::{BudgetError, BudgetPermit, Budgets};
+use crate::policy::{CallFacts, Decision, Policy};
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Outcome, Telemetry};
 
@@ -45,6 +47,9 @@ pub enum CallError {
     /// The caller is over its share (`limits.per_caller`).
     #[error(transparent)]
     Throttled(#[from] QuotaError),
+    /// A call policy `limit` rule's budget is exhausted for this caller.
+    #[error(transparent)]
+    Limited(#[from] BudgetError),
 }
 
 /// Why a resource read, a prompt or a completion produced no outcome.
@@ -112,6 +117,26 @@ enum Begun<'a> {
     Waiting(Pin<Box<dyn Future<Output = Concluded> + Send + 'a>>),
 }
 
+/// What the call policy would decide for a call ([`Executor::explain`]).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Explained {
+    /// The rule that matched (none: no rule matched, the call is allowed).
+    pub rule: Option<String>,
+    /// `allow`, `deny`, `limit` or `approve`.
+    pub outcome: &'static str,
+    /// The deny message, the budget, or the fields an approval shows.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<Value>,
+}
+
+/// What the call policy left of a call.
+enum Policed {
+    /// It runs, holding this budget slot (if a `limit` rule matched).
+    Go(Option<BudgetPermit>),
+    /// It ends here with this answer.
+    Stop(Result<ToolResult, CallError>, Outcome),
+}
+
 /// How [`Executor::start`] left a plugin call.
 enum Started {
     /// It ran here (inline): what the plugin returned.
@@ -172,6 +197,10 @@ pub struct Executor {
     quotas: Arc<Quotas>,
     /// The reloadable limits (result size, per-caller quotas).
     limits: ArcSwap<Limits>,
+    /// The reloadable call policy.
+    policy: ArcSwap<Policy>,
+    /// The state of the policy's budgets (kept across reloads).
+    budgets: Budgets,
     telemetry: Arc<Telemetry>,
 }
 
@@ -196,8 +225,20 @@ impl Executor {
             global: Arc::new(Semaphore::new(max_concurrent.max(1))),
             quotas: Arc::default(),
             limits: ArcSwap::from_pointee(limits.clone()),
+            policy: ArcSwap::from_pointee(Policy::default()),
+            budgets: Budgets::default(),
             telemetry,
         }
+    }
+
+    /// Apply a (compiled) call policy to calls from now on.
+    pub fn set_policy(&self, policy: Arc<Policy>) {
+        self.policy.store(policy);
+    }
+
+    /// The call policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.load_full()
     }
 
     /// Apply reloaded limits (result size, per-caller quotas) to calls from now on.
@@ -230,6 +271,15 @@ impl Executor {
             depth: 0,
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Value(args));
+        // The call policy decides before anything else runs; a `limit` holds its budget's slot
+        // until the call ended.
+        let _budget = match self.police(&tool, args, &opts, &observed).await {
+            Policed::Go(permit) => permit,
+            Policed::Stop(result, outcome) => {
+                observed.finish(outcome, result.as_ref().ok());
+                return result;
+            }
+        };
         let cancel = opts.request.cancel.clone();
         let (result, outcome) = {
             let begun = observed
@@ -246,6 +296,187 @@ impl Executor {
         };
         observed.finish(outcome, result.as_ref().ok());
         result
+    }
+
+    /// What the call policy would decide for a call of `tool` with `args` by `user` through
+    /// `agent`, without calling (and without drawing on budgets): `mcp-host policy test`.
+    pub fn explain(
+        &self,
+        tool: &Tool,
+        args: &Value,
+        user: Option<&str>,
+        agent: Option<&str>,
+    ) -> Explained {
+        let policy = self.policy.load_full();
+        let annotations = annotations_of(tool);
+        let facts = CallFacts {
+            user,
+            agent,
+            tool: &tool.name,
+            plugin: tool.slot.backend.name(),
+            annotations: &annotations,
+            args,
+        };
+        let decision = policy.decide(&facts);
+        let detail = match &decision {
+            Decision::Allow { .. } => None,
+            Decision::Deny { message, .. } => Some(json!({ "message": message })),
+            Decision::Limit {
+                budget,
+                limits,
+                key,
+                ..
+            } => Some(json!({ "budget": budget, "limits": limits, "key": key })),
+            Decision::Approve { shown, .. } => Some(json!({ "show": shown })),
+        };
+        Explained {
+            rule: decision.rule().map(str::to_owned),
+            outcome: decision.outcome(),
+            detail,
+        }
+    }
+
+    /// The call policy's decision for a client's call of `tool` with `args`: go on (holding a
+    /// budget's slot when a `limit` rule matched), or stop with this answer.
+    async fn police(
+        &self,
+        tool: &Tool,
+        args: &Value,
+        opts: &CallOptions,
+        observed: &ObservedCall<'_>,
+    ) -> Policed {
+        let policy = self.policy.load_full();
+        if policy.is_empty() {
+            return Policed::Go(None);
+        }
+        let annotations = annotations_of(tool);
+        let (user, agent) = who(&opts.request);
+        let facts = CallFacts {
+            user,
+            agent,
+            tool: &tool.name,
+            plugin: tool.slot.backend.name(),
+            annotations: &annotations,
+            args,
+        };
+        let decision = policy.decide(&facts);
+        match decision {
+            Decision::Allow { rule: None } => Policed::Go(None),
+            Decision::Allow { rule: Some(rule) } => {
+                observed.policy(rule, "allowed");
+                Policed::Go(None)
+            }
+            Decision::Deny { rule, message } => {
+                observed.policy(rule, "denied");
+                tracing::info!(tool = %tool.name, rule, "call denied by policy");
+                Policed::Stop(Ok(host_error(&message)), Outcome::Denied)
+            }
+            Decision::Limit {
+                rule,
+                budget,
+                limits,
+                key,
+            } => match self
+                .budgets
+                .admit(budget, limits, &key, rule, Instant::now())
+            {
+                Ok(permit) => {
+                    observed.policy(rule, "allowed");
+                    Policed::Go(Some(permit))
+                }
+                Err(e) => {
+                    observed.policy(rule, "limited");
+                    tracing::info!(tool = %tool.name, rule, "call limited by policy: {e}");
+                    Policed::Stop(Err(CallError::Limited(e)), Outcome::Throttled)
+                }
+            },
+            Decision::Approve { rule, shown } => {
+                let timeout = policy.approval_timeout();
+                match super::approval::ask(tool, rule, &shown, opts, timeout).await {
+                    super::approval::Answer::Yes => {
+                        observed.policy(rule, "approved");
+                        tracing::info!(tool = %tool.name, rule, "call approved");
+                        Policed::Go(None)
+                    }
+                    super::approval::Answer::Pending => Policed::Stop(
+                        Ok(host_error("waiting for approval of this call")),
+                        Outcome::Denied,
+                    ),
+                    super::approval::Answer::No(why) => {
+                        observed.policy(rule, "refused");
+                        tracing::info!(tool = %tool.name, rule, "call refused: {why}");
+                        Policed::Stop(
+                            Ok(host_error(&format!(
+                                "refused: this call needs approval (policy rule `{rule}`) and {why}"
+                            ))),
+                            Outcome::Denied,
+                        )
+                    }
+                }
+            }
+        }
+    }
+
+    /// The call policy's decision for a nested call of `tool` (for the outer call's `request`):
+    /// go on, holding a budget slot if a `limit` rule matched, or the refusal.
+    fn police_nested(
+        &self,
+        tool: &Tool,
+        args: &Value,
+        request: &RequestContext,
+        observed: &ObservedCall<'_>,
+    ) -> Result<Option<BudgetPermit>, String> {
+        let policy = self.policy.load_full();
+        if policy.is_empty() {
+            return Ok(None);
+        }
+        let annotations = annotations_of(tool);
+        let (user, agent) = who(request);
+        let facts = CallFacts {
+            user,
+            agent,
+            tool: &tool.name,
+            plugin: tool.slot.backend.name(),
+            annotations: &annotations,
+            args,
+        };
+        match policy.decide(&facts) {
+            Decision::Allow { rule } => {
+                if let Some(rule) = rule {
+                    observed.policy(rule, "allowed");
+                }
+                Ok(None)
+            }
+            Decision::Deny { rule, message } => {
+                observed.policy(rule, "denied");
+                Err(message)
+            }
+            Decision::Limit {
+                rule,
+                budget,
+                limits,
+                key,
+            } => match self
+                .budgets
+                .admit(budget, limits, &key, rule, Instant::now())
+            {
+                Ok(permit) => {
+                    observed.policy(rule, "allowed");
+                    Ok(Some(permit))
+                }
+                Err(e) => {
+                    observed.policy(rule, "limited");
+                    Err(e.to_string())
+                }
+            },
+            Decision::Approve { rule, .. } => {
+                observed.policy(rule, "refused");
+                Err(format!(
+                    "refused: this call needs approval (policy rule `{rule}`) and a tool's call \
+                     of another tool cannot ask for it"
+                ))
+            }
+        }
     }
 
     /// [`Executor::call`] inside its span, as far as it goes without waiting: the answer and how
@@ -596,6 +827,16 @@ impl Executor {
             observed.finish(Outcome::CallerRequired, None);
             return Err(NestedCallError::CallerRequired(name.into()));
         }
+        // The call policy applies to nested calls too, as the outer caller; no human can be
+        // asked from here, so an `approve` rule refuses.
+        let _budget = match self.police_nested(&tool, &args_value, &request, &observed) {
+            Ok(permit) => permit,
+            Err(message) => {
+                let result = host_error(&message);
+                observed.finish(Outcome::Denied, Some(&result));
+                return Ok(result.into_text());
+            }
+        };
         let call = Arc::new(CallState {
             request: Arc::clone(&request),
             deadline: parent
@@ -672,6 +913,32 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
         }
         _ => Ok(no_caller()),
     }
+}
+
+/// A tool's annotations as rules see them: every hint present, absent ones at MCP's defaults
+/// (`readOnlyHint` false, `destructiveHint` true unless read-only, `idempotentHint` false,
+/// `openWorldHint` true), so `tool.annotations.destructiveHint` never fails to evaluate.
+fn annotations_of(tool: &Tool) -> Value {
+    let a = &tool.descriptor().annotations;
+    let read_only = a.read_only_hint.unwrap_or(false);
+    json!({
+        "title": a.title.clone().unwrap_or_default(),
+        "readOnlyHint": read_only,
+        "destructiveHint": a.destructive_hint.unwrap_or(!read_only),
+        "idempotentHint": a.idempotent_hint.unwrap_or(false),
+        "openWorldHint": a.open_world_hint.unwrap_or(true),
+    })
+}
+
+/// Who a request is, as the call policy sees it: the verified user, and the agent (the view that
+/// applies, else the one the caller's credential names).
+fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
+    let caller = request.caller();
+    let agent = request
+        .agent()
+        .map(|a| a.name.as_str())
+        .or_else(|| caller.and_then(|c| c.agent.as_deref()));
+    (caller.map(|c| c.user_id.as_str()), agent)
 }
 
 /// The caller JSON of a call made without one: shared, not allocated per call.

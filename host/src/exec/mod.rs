@@ -6,6 +6,7 @@
 //! that finishes on its own task when its owner stops waiting). A running call's state, events
 //! and cancellation are the backend seam's ([`crate::plugins::call`]), re-exported here.
 
+pub mod approval;
 pub mod call;
 pub(crate) mod detached;
 pub mod input;
@@ -18,6 +19,6 @@ pub use crate::plugins::call::{
     CallEvent, CallState, EventSink, RequestContext, cores, error_result,
 };
 pub use crate::plugins::cancel::CancelFlag;
-pub use call::{CallError, CallOptions, Executor, InvokeError};
+pub use call::{CallError, CallOptions, Executor, Explained, InvokeError};
 pub use input::{ClientLink, InputChannel, Round};
 pub use result::ToolResult;

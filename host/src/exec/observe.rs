@@ -59,6 +59,7 @@ impl Telemetry {
             queue_wait: OnceLock::new(),
             depth: party.depth,
             audited,
+            policy: OnceLock::new(),
             done: false,
         }
     }
@@ -107,6 +108,8 @@ pub(crate) struct ObservedCall<'a> {
     queue_wait: OnceLock<Duration>,
     depth: u32,
     audited: Option<Audited>,
+    /// The call policy rule that decided the call and what it decided.
+    policy: OnceLock<(String, &'static str)>,
     done: bool,
 }
 
@@ -135,6 +138,17 @@ impl ObservedCall<'_> {
 
     fn series(&self) -> &metrics::ToolSeries {
         series_of(&self.telemetry.metrics, &self.tool)
+    }
+
+    /// Call policy rule `rule` decided the call (`allowed`, `denied`, `limited`, `approved`,
+    /// `refused`): counted per rule, and named in the audit record.
+    pub(crate) fn policy(&self, rule: &str, decision: &'static str) {
+        let metrics = &self.telemetry.metrics;
+        metrics.policy_decision(rule, "matched");
+        if decision != "allowed" {
+            metrics.policy_decision(rule, decision);
+        }
+        let _ = self.policy.set((rule.to_owned(), decision));
     }
 
     /// The call ended with `outcome` and `result` (an error to the client has none).
@@ -176,6 +190,8 @@ impl ObservedCall<'_> {
             argument_bytes: audited.argument_bytes,
             result_bytes: result.map(ToolResult::json_len),
             depth: self.depth,
+            policy_rule: self.policy.get().map(|(r, _)| r.as_str()),
+            policy: self.policy.get().map(|(_, d)| *d),
             trace_id: trace::trace_id(&self.span),
         }
     }

@@ -22,6 +22,7 @@ use crate::plugins::backend::{DataDirError, HostCallbacks, NestedCallError};
 use crate::plugins::discovery::{self, Candidate};
 pub use crate::plugins::lifecycle::RescanReport;
 use crate::plugins::lifecycle::{Loader, RuntimeDirError};
+use crate::policy::{Policy, PolicyError};
 use crate::registry::{BuildMemory, Registry, Tool};
 use crate::telemetry::Telemetry;
 
@@ -34,6 +35,9 @@ pub enum HostError {
     /// The runtime directory for private plugin copies could not be created.
     #[error(transparent)]
     RuntimeDir(#[from] RuntimeDirError),
+    /// A call policy rule or budget is unusable.
+    #[error("invalid call policy: {0}")]
+    Policy(#[from] PolicyError),
 }
 
 /// Changes clients may listen for, from [`Host::changes`].
@@ -209,6 +213,8 @@ impl Host {
     /// per worker).
     pub fn start(mut config: Config, options: HostOptions) -> Result<Host, HostError> {
         options.overrides.apply(&mut config);
+        // A rule that does not compile stops start-up before any plugin loads.
+        let policy = Policy::compile(&config.policy)?;
         let telemetry = options.telemetry.unwrap_or_default();
         let loader = Loader::new(
             &config,
@@ -230,6 +236,7 @@ impl Host {
             overrides: options.overrides,
             memory: BuildMemory::default(),
         });
+        inner.exec.set_policy(Arc::new(policy));
         let host = Host { inner };
         let started = Instant::now();
         let config = host.config();
@@ -392,6 +399,16 @@ impl Host {
     /// Swap in a new configuration and its access policy; whether anything changed. A configuration
     /// whose access policy cannot be built is not applied.
     fn apply_config(&self, config: Config) -> bool {
+        // A policy that does not compile keeps the rules in force (and the whole old configuration).
+        let policy = match Policy::compile(&config.policy) {
+            Ok(policy) => policy,
+            Err(e) => {
+                tracing::error!(
+                    "Not applying the changed configuration: {e}; the call policy in force stays"
+                );
+                return false;
+            }
+        };
         match Access::from_config(&config) {
             Ok(access) => {
                 let old = self.inner.config.load_full();
@@ -406,6 +423,10 @@ impl Host {
                 }
                 let changed = *old != config;
                 self.inner.exec.set_limits(&config.limits);
+                if old.policy != config.policy {
+                    tracing::info!("Call policy reloaded: {} rules", config.policy.rules.len());
+                }
+                self.inner.exec.set_policy(Arc::new(policy));
                 self.inner.access.store(Arc::new(access));
                 self.inner.config.store(Arc::new(config));
                 changed
@@ -415,6 +436,25 @@ impl Host {
                 false
             }
         }
+    }
+
+    /// What the call policy would decide for a call of tool `name` with `args` by `user` through
+    /// `agent`, without calling it.
+    pub fn explain_policy(
+        &self,
+        name: &str,
+        args: &Value,
+        user: Option<&str>,
+        agent: Option<&str>,
+    ) -> Result<crate::exec::Explained, CallError> {
+        let tool = self
+            .inner
+            .registry
+            .load()
+            .get(name)
+            .cloned()
+            .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
+        Ok(self.inner.exec.explain(&tool, args, user, agent))
     }
 
     /// Call tool `name` with `args` (an object, or `None` for no arguments).

@@ -130,6 +130,15 @@ pub(crate) fn refused(e: CallError) -> RpcError {
             format!("Authentication required: tool {n} needs a verified caller"),
         ),
         CallError::Throttled(q) => throttled(&q),
+        CallError::Limited(b) => {
+            RpcError::too_many_requests(format!("Too many requests: {b}"), b.retry_after_secs)
+                .with_data(json!({
+                    "retryAfter": b.retry_after_secs,
+                    "retryAfterSecs": b.retry_after_secs,
+                    "budget": b.budget,
+                    "rule": b.rule,
+                }))
+        }
     }
 }
 

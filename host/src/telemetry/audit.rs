@@ -30,7 +30,7 @@ pub struct Record<'a> {
     /// The plugin file it was loaded from.
     pub plugin_file: &'a Path,
     /// How the call ended (`ok`, `tool_error`, `invalid_arguments`, `caller_required`, `timeout`,
-    /// `cancelled`, `plugin_failure`).
+    /// `cancelled`, `plugin_failure`, `throttled`, `denied`).
     pub outcome: &'static str,
     /// From the request to the result, in milliseconds.
     pub duration_ms: f64,
@@ -44,6 +44,13 @@ pub struct Record<'a> {
     pub result_bytes: Option<usize>,
     /// 0 for a client's call; a tool calling a tool is one deeper than its caller.
     pub depth: u32,
+    /// The call policy rule that decided the call, when one matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy_rule: Option<&'a str>,
+    /// What it decided (`allowed`, `denied`, `limited`, `approved`, `refused`); `approved` and
+    /// `refused` were answered by the caller's client.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub policy: Option<&'static str>,
     /// The call's trace, when tracing is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,

@@ -55,6 +55,12 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RuleLabels {
+    rule: String,
+    decision: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransportLabels {
     transport: &'static str,
 }
@@ -76,6 +82,7 @@ pub struct Metrics {
     queue_wait: HistogramFamily<PluginLabels>,
     in_flight: Family<PluginLabels, Gauge>,
     load_errors: Family<ReasonLabels, Counter>,
+    policy: Family<RuleLabels, Counter>,
     reloads: Counter,
     images: Gauge,
     auth_failures: Family<ReasonLabels, Counter>,
@@ -140,6 +147,7 @@ impl Metrics {
             queue_wait: Family::new_with_constructor(queue_histogram),
             in_flight: Family::default(),
             load_errors: Family::default(),
+            policy: Family::default(),
             reloads: Counter::default(),
             images: Gauge::default(),
             auth_failures: Family::default(),
@@ -159,7 +167,7 @@ impl Metrics {
         registry.register(
             "tool_calls",
             "Tool calls by tool, plugin and outcome (ok, tool_error, invalid_arguments, \
-             caller_required, timeout, cancelled, plugin_failure)",
+             caller_required, timeout, cancelled, plugin_failure, throttled, denied)",
             m.calls.clone(),
         );
         registry.register_with_unit(
@@ -184,6 +192,12 @@ impl Metrics {
             "Plugin files that failed to load, by reason (library, abi, build, init, manifest, \
              probe, copy, worker, sandbox, signature)",
             m.load_errors.clone(),
+        );
+        registry.register(
+            "policy_rule_decisions",
+            "Tool calls a call policy rule matched, by rule and decision (matched, denied, \
+             limited, approved, refused)",
+            m.policy.clone(),
         );
         registry.register(
             "plugin_reloads",
@@ -235,6 +249,17 @@ impl Metrics {
     pub fn load_error(&self, reason: &'static str) {
         self.load_errors
             .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// A call policy rule `rule` matched a call (`matched`) or decided it (`denied`, `limited`,
+    /// `approved`, `refused`).
+    pub fn policy_decision(&self, rule: &str, decision: &'static str) {
+        self.policy
+            .get_or_create(&RuleLabels {
+                rule: rule.to_owned(),
+                decision,
+            })
             .inc();
     }
 

@@ -36,11 +36,14 @@ pub enum Outcome {
     PluginFailure,
     /// The caller was over its share (`limits.per_caller`); the plugin did not run.
     Throttled,
+    /// A call policy rule refused it (`deny`, or an `approve` the client did not give); the
+    /// plugin did not run.
+    Denied,
 }
 
 impl Outcome {
     /// Every outcome, in the order of its discriminant.
-    pub const ALL: [Outcome; 8] = [
+    pub const ALL: [Outcome; 9] = [
         Outcome::Ok,
         Outcome::ToolError,
         Outcome::InvalidArguments,
@@ -49,6 +52,7 @@ impl Outcome {
         Outcome::Cancelled,
         Outcome::PluginFailure,
         Outcome::Throttled,
+        Outcome::Denied,
     ];
 
     /// The label value.
@@ -62,6 +66,7 @@ impl Outcome {
             Outcome::Cancelled => "cancelled",
             Outcome::PluginFailure => "plugin_failure",
             Outcome::Throttled => "throttled",
+            Outcome::Denied => "denied",
         }
     }
 }

@@ -1,0 +1,75 @@
+//! `mcp-host policy test`: which call policy rule matches a call, and what it decides, without
+//! calling the tool (budgets are not drawn on, no human is asked).
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use mcp_host::{Config, Host, HostOptions};
+use serde_json::Value;
+
+/// The call `policy test` asks about.
+#[derive(Debug)]
+pub(crate) struct Probe<'a> {
+    /// The caller's user id.
+    pub user: &'a str,
+    /// The agent the call comes through.
+    pub agent: Option<&'a str>,
+    /// The tool.
+    pub tool: &'a str,
+    /// Its arguments, as JSON text.
+    pub args: &'a str,
+    /// Print JSON instead of text.
+    pub json: bool,
+}
+
+/// Load the configured plugins, then print the decision for the call `probe` describes.
+pub(crate) fn test(
+    config: Config,
+    options: HostOptions,
+    probe: &Probe<'_>,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<ExitCode> {
+    let Probe {
+        user,
+        agent,
+        tool,
+        args,
+        json,
+    } = *probe;
+    let args: Value = serde_json::from_str(args).context("ARGS is not valid JSON")?;
+    if !args.is_object() {
+        anyhow::bail!("ARGS must be a JSON object, e.g. '{{\"text\": \"hi\"}}'");
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let host = {
+        let _runtime = runtime.enter();
+        Host::start(config, options)?
+    };
+    let explained = host.explain_policy(tool, &args, Some(user), agent);
+    host.shutdown();
+    let explained = explained?;
+    if json {
+        writeln!(out, "{}", serde_json::to_string_pretty(&explained)?)?;
+    } else {
+        writeln!(
+            out,
+            "rule: {}",
+            explained
+                .rule
+                .as_deref()
+                .unwrap_or("(none: no rule matched)")
+        )?;
+        writeln!(out, "outcome: {}", explained.outcome)?;
+        if let Some(Value::Object(detail)) = &explained.detail {
+            for (key, value) in detail {
+                match value {
+                    Value::String(s) => writeln!(out, "{key}: {s}")?,
+                    other => writeln!(out, "{key}: {other}")?,
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,82 @@
+//! The `policy` section: call policy rules over the caller, the tool and the call's arguments
+//! (CEL conditions, first match wins), and the named budgets their `limit` outcome draws on.
+//! Compiled and checked by the `policy` stage; only the shapes live here.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Call policy: rules evaluated on every tool call before its plugin runs.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PolicySettings {
+    /// Rules in order: the first whose `when` holds decides the call; no match allows it.
+    pub rules: Vec<PolicyRule>,
+    /// Named budgets (`limit` rules name one): calls per window and calls at once, per caller.
+    pub budgets: BTreeMap<String, Budget>,
+    /// Seconds an `approve` rule waits for the human's answer over a 2025 session (default 120).
+    pub approval_timeout_secs: Option<f64>,
+}
+
+/// One rule: a name, a CEL condition and what happens to a call it matches.
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyRule {
+    /// Names the rule in errors, the audit log, metrics and `mcp-host policy test`.
+    pub name: String,
+    /// A CEL expression over `caller` (`user`, `agent`), `tool` (`name`, `plugin`,
+    /// `annotations`) and `args` (the call's arguments); must yield a bool. Default: `true`.
+    #[serde(default = "always")]
+    pub when: String,
+    /// What a matching call gets: `allow`, `deny`, `limit` or `approve`.
+    pub outcome: RuleOutcome,
+    /// `deny`: the message the caller gets (in the tool error result).
+    #[serde(default)]
+    pub message: Option<String>,
+    /// `limit`: the budget (a key of `policy.budgets`) the call draws on.
+    #[serde(default)]
+    pub budget: Option<String>,
+    /// `limit`: a budget of its own per tool, besides per caller.
+    #[serde(default)]
+    pub per_tool: bool,
+    /// `approve`: the argument fields shown to the human with the question.
+    #[serde(default)]
+    pub show: Vec<String>,
+}
+
+fn always() -> String {
+    "true".into()
+}
+
+/// What a matching rule does with the call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RuleOutcome {
+    /// The call runs (later rules are not looked at).
+    Allow,
+    /// The call is refused with the rule's `message` as a tool error.
+    Deny,
+    /// The call runs if its `budget` has room; else it is refused with `retryAfter`.
+    Limit,
+    /// The caller's client asks its human yes or no first (elicitation / input-required round).
+    Approve,
+}
+
+/// A rate and concurrency budget, kept per caller (and per tool when the rule says so).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Budget {
+    /// Calls allowed per window (a token bucket of this size, refilled over `per_secs`).
+    #[serde(default)]
+    pub calls: Option<u32>,
+    /// The window, in seconds (default 60).
+    #[serde(default = "minute")]
+    pub per_secs: f64,
+    /// Calls allowed at once.
+    #[serde(default)]
+    pub concurrent: Option<u32>,
+}
+
+fn minute() -> f64 {
+    60.0
+}

@@ -1,0 +1,155 @@
+//! The `approve` outcome of the call policy: before the plugin runs, the caller's client asks its
+//! human a yes/no question naming the tool and the argument fields the rule shows — a 2026
+//! input-required round, or a 2025 `elicitation/create` request the call waits on. Only an
+//! accepted form with `approve: true` is a yes; a no, a decline, a cancel, a client without
+//! elicitation, or no answer in time is a refusal.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use mcp_plugin_sdk::InputError;
+use mcp_plugin_sdk::wire::declares;
+use serde_json::{Map, Value, json};
+
+use super::{CallOptions, CallState, InputChannel};
+use crate::registry::Tool;
+
+/// The `inputResponses` key of the approval question.
+pub const APPROVAL_KEY: &str = "mcp-host.policy.approval";
+
+/// What the human answered.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Answer {
+    /// Yes: the call runs.
+    Yes,
+    /// Asked in a 2026 round: the request is answered input-required, the call does not run yet.
+    Pending,
+    /// A refusal, and why (completes "this call needs approval and …").
+    No(String),
+}
+
+/// The elicitation that asks about a call of `tool` by `rule`, showing `shown`.
+pub fn question(tool: &str, rule: &str, shown: &Map<String, Value>) -> Value {
+    let mut message = format!("Allow the call of tool `{tool}`?");
+    if !shown.is_empty() {
+        let fields: Vec<String> = shown.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+        message.push_str(&format!(" ({})", fields.join(", ")));
+    }
+    message.push_str(&format!(" [policy rule `{rule}`]"));
+    json!({
+        "mode": "form",
+        "message": message,
+        "requestedSchema": {
+            "type": "object",
+            "properties": {
+                "approve": {
+                    "type": "boolean",
+                    "title": "Approve",
+                    "description": "Run this call"
+                }
+            },
+            "required": ["approve"]
+        }
+    })
+}
+
+/// Ask the caller's client to approve a call of `tool` (rule `rule`, showing `shown`), waiting at
+/// most `timeout` for a 2025 client's answer.
+pub async fn ask(
+    tool: &Tool,
+    rule: &str,
+    shown: &Map<String, Value>,
+    opts: &CallOptions,
+    timeout: Duration,
+) -> Answer {
+    let Some(channel) = opts.input.clone() else {
+        return Answer::No("this connection cannot ask the client".into());
+    };
+    let params = question(&tool.name, rule, shown);
+    if !declares(channel.capabilities(), "elicitation/create", &params) {
+        return Answer::No("the client does not support elicitation (form mode)".into());
+    }
+    let mut requests = Map::new();
+    requests.insert(
+        APPROVAL_KEY.into(),
+        json!({ "method": "elicitation/create", "params": params }),
+    );
+    let asked = json!({ "requests": requests }).to_string();
+    let call = CallState {
+        request: Arc::clone(&opts.request),
+        deadline: Some(Instant::now() + timeout),
+        events: None,
+        caller_json: Arc::from(""),
+        depth: 0,
+        tool: Arc::from(tool.name.as_str()),
+        input: None,
+        inline: false,
+    };
+    let answered = match channel.as_ref() {
+        // A round never blocks: it answers from the request's responses or records the question.
+        InputChannel::Round(_) => channel.ask(&asked, &call),
+        // A session blocks until the client answers: off the async threads.
+        InputChannel::Session { .. } => {
+            let waiting = tokio::task::spawn_blocking(move || channel.ask(&asked, &call));
+            match waiting.await {
+                Ok(answered) => answered,
+                Err(e) => Err(InputError::Failed(format!("the approval was lost: {e}"))),
+            }
+        }
+    };
+    match answered {
+        Ok(responses) => judge(&responses["responses"][APPROVAL_KEY]),
+        Err(InputError::Asked) => Answer::Pending,
+        Err(InputError::Unsupported { .. }) => {
+            Answer::No("the client does not support elicitation".into())
+        }
+        Err(InputError::Failed(why)) if why.contains("ran out of time") => {
+            Answer::No("no answer came in time".into())
+        }
+        Err(e) => Answer::No(format!("the approval failed: {e}")),
+    }
+}
+
+/// A yes only for an accepted form whose `approve` is true.
+fn judge(answer: &Value) -> Answer {
+    match answer.get("action").and_then(Value::as_str) {
+        Some("accept") if answer["content"]["approve"] == json!(true) => Answer::Yes,
+        Some("accept") => Answer::No("the answer was no".into()),
+        Some("decline") => Answer::No("the user declined".into()),
+        Some("cancel") => Answer::No("the user cancelled".into()),
+        _ => Answer::No("the answer was not understood".into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_an_accepted_yes_approves() {
+        assert_eq!(
+            judge(&json!({"action": "accept", "content": {"approve": true}})),
+            Answer::Yes
+        );
+        for no in [
+            json!({"action": "accept", "content": {"approve": false}}),
+            json!({"action": "accept", "content": {}}),
+            json!({"action": "decline"}),
+            json!({"action": "cancel"}),
+            json!(null),
+        ] {
+            assert!(matches!(judge(&no), Answer::No(_)), "{no}");
+        }
+    }
+
+    #[test]
+    fn the_question_names_the_tool_the_rule_and_the_shown_fields() {
+        let mut shown = Map::new();
+        shown.insert("indicator".into(), json!("temp"));
+        let q = question("delete_reading", "destructive", &shown);
+        let message = q["message"].as_str().expect("message");
+        assert!(message.contains("delete_reading"), "{message}");
+        assert!(message.contains("indicator: \"temp\""), "{message}");
+        assert!(message.contains("destructive"), "{message}");
+    }
+}

@@ -1,0 +1,450 @@
+//! Call policy end to end: the real `mcp-host` binary serving the packaged `mcp-text` plugin under
+//! rules that read the caller, the tool and the arguments — deny with the operator's message,
+//! per-agent allow, a budget exhausted then refilled (JSON-RPC error with `retryAfter`, 429 over
+//! HTTP), approval accepted, declined and impossible (2025 sessions) and as a 2026 input-required
+//! round, a bad rule refused at start and at reload, the audit log and metrics, and
+//! `mcp-host policy test`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use mcp_host_tests::Layout;
+use mcp_host_tests::serve::{HttpServer, LEGACY, StdioServer, notification, request, with_meta};
+use serde_json::{Value, json};
+
+/// The key of the approval question in `inputRequests` / `inputResponses`.
+const APPROVAL_KEY: &str = "mcp-host.policy.approval";
+
+/// The rules most tests use: long `regex_replace` texts denied, `json_format` approved by a
+/// human, `regex_match` allowed for the `billing` agent only, `json_query` on a budget.
+const RULES: &str = r#"
+policy:
+  rules:
+    - name: short-texts-only
+      when: "tool.name == 'regex_replace' && size(args.text) > 64"
+      outcome: deny
+      message: "regex_replace takes texts of at most 64 characters here"
+    - name: billing-may-match
+      when: "tool.name == 'regex_match' && caller.agent == 'billing'"
+      outcome: allow
+    - name: nobody-else-matches
+      when: "tool.name == 'regex_match'"
+      outcome: deny
+      message: "regex_match is for the billing agent"
+    - name: formatting-needs-a-yes
+      when: "tool.name == 'json_format'"
+      outcome: approve
+      show: [indent]
+    - name: queries-on-a-budget
+      when: "tool.name == 'json_query'"
+      outcome: limit
+      budget: queries
+  budgets:
+    queries: {calls: 2, per_secs: 4}
+agents:
+  billing:
+    allow: ["*"]
+"#;
+
+/// `mcp-text` in `d`, the caller `ana` on stdio, an audit log, and `extra` config lines.
+fn layout(extra: &str) -> (Layout, PathBuf) {
+    let l = Layout::new();
+    l.install("d", "mcp-text", None);
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nstdio_user: ana\naudit_log: audit.jsonl\n{extra}"
+    ));
+    (l, cfg)
+}
+
+fn call(name: &str, arguments: Value) -> Value {
+    json!({"name": name, "arguments": arguments})
+}
+
+fn text_of(response: &Value) -> String {
+    response["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("no text in {response}"))
+        .to_owned()
+}
+
+/// A legacy stdio session whose client declared `capabilities`.
+fn legacy_session(cfg: &Path, args: &[&str], capabilities: Value) -> StdioServer {
+    let mut s = StdioServer::start_with(cfg, args, &[]);
+    let init = s.call(
+        "init",
+        "initialize",
+        json!({
+            "protocolVersion": LEGACY,
+            "capabilities": capabilities,
+            "clientInfo": { "name": "e2e", "version": "0" },
+        }),
+    );
+    assert_eq!(init["result"]["protocolVersion"], LEGACY, "{init}");
+    s.send(&notification("notifications/initialized", Value::Null));
+    s
+}
+
+/// The audit records written so far.
+fn audit(cfg: &Path) -> Vec<Value> {
+    let path = cfg.parent().unwrap().join("audit.jsonl");
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Wait (generously) until an audit record satisfies `want`.
+fn audited(cfg: &Path, want: impl Fn(&Value) -> bool) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(r) = audit(cfg).into_iter().find(|r| want(r)) {
+            return r;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no such audit record: {:?}",
+            audit(cfg)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_argument_based_rule_denies_a_packaged_tools_call_with_the_operators_message() {
+    let (_l, cfg) = layout(RULES);
+    let mut s = legacy_session(&cfg, &[], json!({}));
+    let long = "x".repeat(65);
+    let denied = s.call(
+        1,
+        "tools/call",
+        call(
+            "regex_replace",
+            json!({"pattern": "x", "text": long, "replacement": "y"}),
+        ),
+    );
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert_eq!(
+        text_of(&denied),
+        "regex_replace takes texts of at most 64 characters here"
+    );
+    // The same tool with a short text runs: the rule read the argument, not just the name.
+    let ran = s.call(
+        2,
+        "tools/call",
+        call(
+            "regex_replace",
+            json!({"pattern": "x", "text": "xax", "replacement": "y"}),
+        ),
+    );
+    assert_ne!(ran["result"]["isError"], true, "{ran}");
+    assert!(text_of(&ran).contains("yay"), "{ran}");
+    let record = audited(&cfg, |r| r["outcome"] == "denied");
+    assert_eq!(record["policy_rule"], "short-texts-only", "{record}");
+    assert_eq!(record["policy"], "denied");
+    assert_eq!(record["caller"], "ana");
+}
+
+#[test]
+fn a_rule_allows_one_agent_what_a_later_rule_denies_everyone_else() {
+    let (_l, cfg) = layout(RULES);
+    let args = json!({"pattern": "a+", "text": "caaat"});
+    let mut plain = legacy_session(&cfg, &[], json!({}));
+    let denied = plain.call(1, "tools/call", call("regex_match", args.clone()));
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert_eq!(text_of(&denied), "regex_match is for the billing agent");
+    let mut billing = legacy_session(&cfg, &["--agent", "billing"], json!({}));
+    let allowed = billing.call(1, "tools/call", call("regex_match", args));
+    assert_ne!(allowed["result"]["isError"], true, "{allowed}");
+    assert!(text_of(&allowed).contains("aaa"), "{allowed}");
+}
+
+#[test]
+fn a_budget_runs_out_with_retry_after_then_refills_and_http_answers_429() {
+    let (_l, cfg) = layout(RULES);
+    let mut s = legacy_session(&cfg, &[], json!({}));
+    let query = || call("json_query", json!({"json": "{\"a\": 1}", "path": "$.a"}));
+    for id in 1..=2 {
+        let ok = s.call(id, "tools/call", query());
+        assert_ne!(ok["result"]["isError"], true, "{ok}");
+        assert!(ok.get("error").is_none(), "{ok}");
+    }
+    let refused = s.call(3, "tools/call", query());
+    let error = &refused["error"];
+    assert!(error.is_object(), "{refused}");
+    let retry = error["data"]["retryAfter"].as_u64().expect("retryAfter");
+    assert!((1..=4).contains(&retry), "{refused}");
+    assert_eq!(error["data"]["budget"], "queries");
+    assert_eq!(error["data"]["rule"], "queries-on-a-budget");
+    // After the advertised wait a call is admitted again (retried until a generous deadline, so
+    // a slow machine only makes it slower).
+    std::thread::sleep(Duration::from_secs(retry));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut id = 10;
+    loop {
+        let again = s.call(id, "tools/call", query());
+        if again.get("error").is_none() {
+            assert_ne!(again["result"]["isError"], true, "{again}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the budget never refilled: {again}"
+        );
+        std::thread::sleep(Duration::from_secs(1));
+        id += 1;
+    }
+
+    // Over HTTP the refusal is a 429 with Retry-After (anonymous callers share one bucket here).
+    let http = HttpServer::start(&cfg);
+    let mut statuses = Vec::new();
+    for i in 0..3 {
+        let resp = http.modern(i, "tools/call", query());
+        statuses.push(resp.status);
+        if resp.status == 429 {
+            let body = resp.json();
+            assert!(
+                body["error"]["data"]["retryAfter"].as_u64().is_some(),
+                "{body}"
+            );
+            assert!(resp.header("retry-after").is_some(), "{:?}", resp.headers);
+        }
+    }
+    assert_eq!(statuses, [200, 200, 429]);
+    let metrics = mcp_host_tests::serve::HttpConn::connect(http.addr)
+        .request("GET", "/metrics", &[], b"")
+        .text();
+    assert!(
+        metrics.contains(
+            "mcp_policy_rule_decisions_total{rule=\"queries-on-a-budget\",decision=\"limited\"} 1"
+        ),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn a_legacy_client_approves_or_declines_and_one_without_elicitation_is_refused() {
+    let (_l, cfg) = layout(RULES);
+    let format = || {
+        call(
+            "json_format",
+            json!({"json": "{\"b\":1,\"a\":2}", "indent": 4}),
+        )
+    };
+
+    let mut s = legacy_session(&cfg, &[], json!({"elicitation": {}}));
+    s.send(&request(1, "tools/call", format()));
+    let asked = s
+        .recv(Duration::from_secs(30))
+        .expect("the approval question");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(message.contains("json_format"), "{message}");
+    assert!(message.contains("indent: 4"), "{message}");
+    s.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"approve": true}}}));
+    let done = s.response(1);
+    assert_ne!(done["result"]["isError"], true, "{done}");
+    assert!(text_of(&done).contains("\"a\""), "{done}");
+
+    s.send(&request(2, "tools/call", format()));
+    let asked = s
+        .recv(Duration::from_secs(30))
+        .expect("the second question");
+    s.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "decline"}}));
+    let refused = s.response(2);
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    let why = text_of(&refused);
+    assert!(
+        why.contains("formatting-needs-a-yes") && why.contains("declined"),
+        "{why}"
+    );
+
+    let mut bare = legacy_session(&cfg, &[], json!({}));
+    let refused = bare.call(1, "tools/call", format());
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    assert!(
+        text_of(&refused).contains("does not support elicitation"),
+        "{refused}"
+    );
+
+    let approved = audited(&cfg, |r| r["policy"] == "approved");
+    assert_eq!(approved["policy_rule"], "formatting-needs-a-yes");
+    assert_eq!(approved["outcome"], "ok");
+    audited(&cfg, |r| r["policy"] == "refused");
+}
+
+/// `params` as a 2026 request from a client with `caps`.
+fn with_caps(params: Value, caps: Value) -> Value {
+    let mut p = with_meta(params);
+    p["_meta"]["io.modelcontextprotocol/clientCapabilities"] = caps;
+    p
+}
+
+#[test]
+fn a_2026_client_gets_an_input_required_round_and_its_yes_runs_the_call() {
+    let (_l, cfg) = layout(RULES);
+    let mut s = StdioServer::start(&cfg);
+    let caps = json!({"elicitation": {}});
+    let format = || call("json_format", json!({"json": "[1,2]", "indent": 2}));
+    let first = s.call(1, "tools/call", with_caps(format(), caps.clone()));
+    let round = &first["result"];
+    assert_eq!(round["resultType"], "input_required", "{first}");
+    assert_eq!(
+        round["inputRequests"][APPROVAL_KEY]["method"], "elicitation/create",
+        "{first}"
+    );
+    let state = round["requestState"].as_str().unwrap().to_owned();
+
+    let mut no = format();
+    no["inputResponses"] =
+        json!({APPROVAL_KEY: {"action": "accept", "content": {"approve": false}}});
+    no["requestState"] = json!(state.clone());
+    let refused = s.call(2, "tools/call", with_caps(no, caps.clone()));
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+
+    let mut yes = format();
+    yes["inputResponses"] =
+        json!({APPROVAL_KEY: {"action": "accept", "content": {"approve": true}}});
+    yes["requestState"] = json!(state);
+    let done = s.call(3, "tools/call", with_caps(yes, caps));
+    assert_eq!(done["result"]["resultType"], "complete", "{done}");
+    assert_ne!(done["result"]["isError"], true, "{done}");
+}
+
+#[test]
+fn a_rule_that_does_not_compile_stops_start_up_naming_it_and_its_position() {
+    let (l, cfg) = layout(
+        "policy:\n  rules:\n    - name: broken-rule\n      when: \"args.text ==\"\n      outcome: allow\n",
+    );
+    let out = l.run(&cfg, &["serve", "--stdio"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("broken-rule"), "{stderr}");
+    assert!(stderr.contains("1:"), "the position: {stderr}");
+}
+
+#[test]
+fn a_reload_with_a_bad_rule_keeps_the_rules_in_force_and_a_good_one_replaces_them() {
+    let deny_all = |message: &str| {
+        format!(
+            "tool_dirs: [d]\nstdio_user: ana\npolicy:\n  rules:\n    - name: no-replace\n      \
+             when: \"tool.name == 'regex_replace'\"\n      outcome: deny\n      message: \"{message}\"\n"
+        )
+    };
+    let l = Layout::new();
+    l.install("d", "mcp-text", None);
+    let cfg = l.config(&deny_all("first rules"));
+    let mut s = legacy_session(&cfg, &[], json!({}));
+    let replace = || {
+        call(
+            "regex_replace",
+            json!({"pattern": "a", "text": "a", "replacement": "b"}),
+        )
+    };
+    assert_eq!(text_of(&s.call(1, "tools/call", replace())), "first rules");
+
+    l.config(
+        "tool_dirs: [d]\nstdio_user: ana\npolicy:\n  rules:\n    - name: typo\n      \
+         when: \"tool.name = \"\n      outcome: deny\n",
+    );
+    assert!(
+        s.logged("Not applying the changed configuration"),
+        "{}",
+        s.stderr()
+    );
+    assert!(s.stderr().contains("typo"), "{}", s.stderr());
+    assert_eq!(text_of(&s.call(2, "tools/call", replace())), "first rules");
+
+    l.config(&deny_all("second rules"));
+    assert!(s.logged("Call policy reloaded"), "{}", s.stderr());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut id = 3;
+    loop {
+        let text = text_of(&s.call(id, "tools/call", replace()));
+        if text == "second rules" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new rule never applied: {text}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        id += 1;
+    }
+}
+
+#[test]
+fn policy_test_prints_the_matching_rule_and_outcome_without_calling() {
+    let (l, cfg) = layout(RULES);
+    let long = format!(
+        "{{\"pattern\": \"x\", \"text\": \"{}\", \"replacement\": \"\"}}",
+        "x".repeat(70)
+    );
+    let out = l.run(
+        &cfg,
+        &["policy", "test", "--as", "ana", "regex_replace", &long],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("rule: short-texts-only"), "{text}");
+    assert!(text.contains("outcome: deny"), "{text}");
+    assert!(text.contains("at most 64 characters"), "{text}");
+
+    let out = l.run(
+        &cfg,
+        &[
+            "policy",
+            "test",
+            "--as",
+            "ana",
+            "--agent",
+            "billing",
+            "--json",
+            "regex_match",
+            r#"{"pattern": "a", "text": "a"}"#,
+        ],
+    );
+    let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(json["rule"], "billing-may-match", "{json}");
+    assert_eq!(json["outcome"], "allow");
+
+    let out = l.run(&cfg, &["policy", "test", "--as", "ana", "json_query", "{}"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("outcome: limit") && text.contains("queries"),
+        "{text}"
+    );
+
+    let out = l.run(
+        &cfg,
+        &["policy", "test", "--as", "ana", "no_such_tool", "{}"],
+    );
+    assert!(!out.status.success());
+}
+
+#[test]
+fn a_tool_calling_a_tool_is_policed_as_its_caller() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let cfg = l.config(
+        "tool_dirs: [d]\nstdio_user: ana\npolicy:\n  rules:\n    - name: no-secrets\n      \
+         when: \"tool.name == 'echo' && args.text.contains('secret') && caller.user == 'ana'\"\n      \
+         outcome: deny\n      message: \"no secrets through echo\"\n",
+    );
+    let mut s = legacy_session(&cfg, &[], json!({}));
+    let fine = s.call(1, "tools/call", call("shout", json!({"text": "hi"})));
+    assert_eq!(text_of(&fine), "HI", "{fine}");
+    // `shout` itself matches no rule; the `echo` it calls does, as `ana`.
+    let denied = s.call(2, "tools/call", call("shout", json!({"text": "a secret"})));
+    assert_eq!(denied["result"]["isError"], true, "{denied}");
+    assert!(
+        text_of(&denied).contains("no secrets through echo"),
+        "{denied}"
+    );
+}
