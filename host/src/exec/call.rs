@@ -349,18 +349,7 @@ impl Executor {
         if policy.is_empty() {
             return Policed::Go(None);
         }
-        let annotations = annotations_of(tool);
-        let (user, agent) = who(&opts.request);
-        let facts = CallFacts {
-            user,
-            agent,
-            tool: &tool.name,
-            plugin: tool.slot.backend.name(),
-            annotations: &annotations,
-            args,
-        };
-        let decision = policy.decide(&facts);
-        match decision {
+        match decide(&policy, tool, args, &opts.request) {
             Decision::Allow { rule: None } => Policed::Go(None),
             Decision::Allow { rule: Some(rule) } => {
                 observed.policy(rule, "allowed");
@@ -376,16 +365,9 @@ impl Executor {
                 budget,
                 limits,
                 key,
-            } => match self
-                .budgets
-                .admit(budget, limits, &key, rule, Instant::now())
-            {
-                Ok(permit) => {
-                    observed.policy(rule, "allowed");
-                    Policed::Go(Some(permit))
-                }
+            } => match self.admit(observed, rule, budget, limits, &key) {
+                Ok(permit) => Policed::Go(Some(permit)),
                 Err(e) => {
-                    observed.policy(rule, "limited");
                     tracing::info!(tool = %tool.name, rule, "call limited by policy: {e}");
                     Policed::Stop(Err(CallError::Limited(e)), Outcome::Throttled)
                 }
@@ -417,6 +399,29 @@ impl Executor {
         }
     }
 
+    /// A slot of budget `budget` for `key` under `rule`, counted as allowed or limited.
+    fn admit(
+        &self,
+        observed: &ObservedCall<'_>,
+        rule: &str,
+        budget: &str,
+        limits: &crate::config::Budget,
+        key: &str,
+    ) -> Result<BudgetPermit, BudgetError> {
+        let admitted = self
+            .budgets
+            .admit(budget, limits, key, rule, Instant::now());
+        observed.policy(
+            rule,
+            if admitted.is_ok() {
+                "allowed"
+            } else {
+                "limited"
+            },
+        );
+        admitted
+    }
+
     /// The call policy's decision for a nested call of `tool` (for the outer call's `request`):
     /// go on, holding a budget slot if a `limit` rule matched, or the refusal.
     fn police_nested(
@@ -430,17 +435,7 @@ impl Executor {
         if policy.is_empty() {
             return Ok(None);
         }
-        let annotations = annotations_of(tool);
-        let (user, agent) = who(request);
-        let facts = CallFacts {
-            user,
-            agent,
-            tool: &tool.name,
-            plugin: tool.slot.backend.name(),
-            annotations: &annotations,
-            args,
-        };
-        match policy.decide(&facts) {
+        match decide(&policy, tool, args, request) {
             Decision::Allow { rule } => {
                 if let Some(rule) = rule {
                     observed.policy(rule, "allowed");
@@ -456,18 +451,9 @@ impl Executor {
                 budget,
                 limits,
                 key,
-            } => match self
-                .budgets
-                .admit(budget, limits, &key, rule, Instant::now())
-            {
-                Ok(permit) => {
-                    observed.policy(rule, "allowed");
-                    Ok(Some(permit))
-                }
-                Err(e) => {
-                    observed.policy(rule, "limited");
-                    Err(e.to_string())
-                }
+            } => match self.admit(observed, rule, budget, limits, &key) {
+                Ok(permit) => Ok(Some(permit)),
+                Err(e) => Err(e.to_string()),
             },
             Decision::Approve { rule, .. } => {
                 observed.policy(rule, "refused");
@@ -932,6 +918,25 @@ fn annotations_of(tool: &Tool) -> Value {
 
 /// Who a request is, as the call policy sees it: the verified user, and the agent (the view that
 /// applies, else the one the caller's credential names).
+/// The policy's decision for a call of `tool` with `args` by `request`'s caller.
+fn decide<'p>(
+    policy: &'p Policy,
+    tool: &Tool,
+    args: &Value,
+    request: &RequestContext,
+) -> Decision<'p> {
+    let annotations = annotations_of(tool);
+    let (user, agent) = who(request);
+    policy.decide(&CallFacts {
+        user,
+        agent,
+        tool: &tool.name,
+        plugin: tool.slot.backend.name(),
+        annotations: &annotations,
+        args,
+    })
+}
+
 fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
     let caller = request.caller();
     let agent = request

@@ -32,7 +32,6 @@ use crate::plugins::{LoadError, lock};
 /// How long an upstream may take to start and answer its handshake and lists.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// The longest pause before a restart.
-const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// Lines of an upstream child's stderr logged per burst window before they are dropped.
 const STDERR_LINES_PER_SEC: u32 = 50;
 
@@ -143,17 +142,6 @@ impl std::fmt::Debug for Link {
         f.debug_struct("Link")
             .field("name", &self.name)
             .finish_non_exhaustive()
-    }
-}
-
-/// The pause before restarting after the `n`th crash in the window: none for the first, then
-/// doubling from 50 ms up to [`MAX_BACKOFF`] (as plugin workers).
-fn backoff(n: u32) -> Duration {
-    match n {
-        0 | 1 => Duration::ZERO,
-        n => Duration::from_millis(50)
-            .saturating_mul(1 << (n - 2).min(16))
-            .min(MAX_BACKOFF),
     }
 }
 
@@ -595,7 +583,7 @@ impl Link {
             Err(reason)
         } else {
             state.current = Current::Restarting;
-            Ok(backoff(n))
+            Ok(crate::plugins::worker::restart_backoff(n))
         }
     }
 

@@ -21,6 +21,8 @@ mod process;
 pub mod quarantine;
 pub mod sandbox;
 mod supervisor;
+
+pub(crate) use supervisor::backoff as restart_backoff;
 pub(crate) mod wire;
 
 use std::path::{Path, PathBuf};

@@ -90,8 +90,8 @@ impl std::fmt::Debug for Supervisor {
 }
 
 /// The pause before restarting after the `n`th crash in the window: none for the first, then
-/// doubling from 50 ms up to [`MAX_BACKOFF`].
-fn backoff(n: u32) -> Duration {
+/// doubling from 50 ms up to [`MAX_BACKOFF`] (workers and upstream servers alike).
+pub(crate) fn backoff(n: u32) -> Duration {
     match n {
         0 | 1 => Duration::ZERO,
         n => Duration::from_millis(50)
