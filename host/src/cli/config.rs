@@ -23,7 +23,7 @@ pub(crate) fn print(
     let mut value = serde_json::to_value(config)?;
     redact(&mut value);
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&value)?)?;
+        super::write_json(out, &value)?;
         return Ok(ExitCode::SUCCESS);
     }
     let source = config.source.as_ref().map_or_else(

@@ -21,7 +21,7 @@ pub(crate) fn print_list(
 ) -> anyhow::Result<()> {
     let entries = entries_now(host);
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&entries)?)?;
+        super::write_json(out, &entries)?;
         return Ok(());
     }
     let rows: Vec<[String; 7]> = entries.iter().map(list_row).collect();
@@ -200,10 +200,8 @@ pub(crate) fn check(
         });
     }
     match format {
-        CheckFormat::Json => writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?,
-        CheckFormat::Summary if permissions => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&report)?)?
-        }
+        CheckFormat::Json => super::write_json(out, &report)?,
+        CheckFormat::Summary if permissions => super::write_json(out, &report)?,
         CheckFormat::Summary => write_summary(&report, out)?,
     }
     if refused.is_empty() {
@@ -228,7 +226,29 @@ pub(crate) fn check(
 /// `check`'s report for a person: who built the plugin for what, how it runs, and one line per
 /// tool, resource and prompt (the JSON report has the schemas).
 fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    let text = |v: &Value| v.as_str().unwrap_or("?").to_owned();
+    write_build(report, out)?;
+    write_declared(&report["manifest"], out)?;
+    write_services(&report["manifest"], out)?;
+    write_items(&report["manifest"], out)?;
+    writeln!(
+        out,
+        "(the full report, schemas included: mcp-host check --json FILE)"
+    )?;
+    Ok(())
+}
+
+/// A JSON string's text, or `?`.
+fn text(v: &Value) -> String {
+    v.as_str().unwrap_or("?").to_owned()
+}
+
+/// A manifest's list under `key` (empty when absent).
+fn list(manifest: &Value, key: &str) -> Vec<Value> {
+    manifest[key].as_array().cloned().unwrap_or_default()
+}
+
+/// The summary's first lines: the file, the plugin and its build, how it runs and who signed it.
+fn write_build(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     let build = &report["build"];
     let manifest = &report["manifest"];
     writeln!(
@@ -251,6 +271,11 @@ fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result
         "  runs: {}; {signature}",
         text(&report["run"]["isolation"])
     )?;
+    Ok(())
+}
+
+/// The permissions the manifest declares, on one line.
+fn write_declared(manifest: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     let declared: Vec<String> = ["read", "write", "net", "env"]
         .iter()
         .flat_map(|kind| {
@@ -270,8 +295,12 @@ fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result
             declared.join(", ")
         }
     )?;
-    let list = |key: &str| manifest[key].as_array().cloned().unwrap_or_default();
-    for service in list("services") {
+    Ok(())
+}
+
+/// A line per service: enabled, or disabled and why.
+fn write_services(manifest: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    for service in list(manifest, "services") {
         let state = if service["enabled"] == Value::Bool(true) {
             "enabled".to_owned()
         } else {
@@ -285,16 +314,24 @@ fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result
         };
         writeln!(out, "  service {} ({state})", text(&service["name"]))?;
     }
-    let first_line = |v: &Value| {
-        let line = v.as_str().unwrap_or("").lines().next().unwrap_or("").trim();
-        let mut short: String = line.chars().take(72).collect();
-        if short.len() < line.len() {
-            short.push('…');
-        }
-        short
-    };
+    Ok(())
+}
+
+/// A description's first line, cut to 72 characters.
+fn first_line(v: &Value) -> String {
+    let line = v.as_str().unwrap_or("").lines().next().unwrap_or("").trim();
+    let mut short: String = line.chars().take(72).collect();
+    if short.len() < line.len() {
+        short.push('…');
+    }
+    short
+}
+
+/// The tools, resources and prompts, a line each: the name in a column, then the description's
+/// first line.
+fn write_items(manifest: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
     for (key, name_key) in [("tools", "name"), ("resources", "uri"), ("prompts", "name")] {
-        let items = list(key);
+        let items = list(manifest, key);
         if items.is_empty() {
             continue;
         }
@@ -319,10 +356,6 @@ fn write_summary(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result
             )?;
         }
     }
-    writeln!(
-        out,
-        "(the full report, schemas included: mcp-host check --json FILE)"
-    )?;
     Ok(())
 }
 
@@ -372,13 +405,7 @@ pub(crate) fn call(
     {
         anyhow::bail!("--user {u:?}: a user id is taken exactly as given; remove the whitespace");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let host = {
-        let _runtime = runtime.enter();
-        Host::start(config, options)?
-    };
+    let (runtime, host) = super::start_host(config, options)?;
     let opts = CallOptions {
         request: std::sync::Arc::new(RequestContext::for_caller(user.map(UserInfo::new))),
         events: Some(std::sync::Arc::new(|event| match event {
@@ -401,7 +428,7 @@ pub(crate) fn call(
     host.shutdown();
     match result {
         Ok(result) => {
-            writeln!(out, "{}", serde_json::to_string_pretty(&result)?)?;
+            super::write_json(out, &result)?;
             let failed = result.get("isError").and_then(Value::as_bool) == Some(true);
             Ok(if failed {
                 ExitCode::FAILURE

@@ -318,7 +318,7 @@ pub(crate) fn list_installed(
 ) -> anyhow::Result<ExitCode> {
     let receipts = install::installed(config)?;
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&receipts.plugins)?)?;
+        super::write_json(out, &receipts.plugins)?;
         return Ok(ExitCode::SUCCESS);
     }
     if receipts.plugins.is_empty() {

@@ -4,7 +4,7 @@
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use mcp_host::{Config, Host, HostOptions};
+use mcp_host::{Config, HostOptions};
 use serde_json::Value;
 
 /// The call `policy test` asks about.
@@ -40,18 +40,12 @@ pub(crate) fn test(
     if !args.is_object() {
         anyhow::bail!("ARGS must be a JSON object, e.g. '{{\"text\": \"hi\"}}'");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?;
-    let host = {
-        let _runtime = runtime.enter();
-        Host::start(config, options)?
-    };
+    let (_runtime, host) = super::start_host(config, options)?;
     let explained = host.explain_policy(tool, &args, Some(user), agent);
     host.shutdown();
     let explained = explained?;
     if json {
-        writeln!(out, "{}", serde_json::to_string_pretty(&explained)?)?;
+        super::write_json(out, &explained)?;
     } else {
         writeln!(
             out,

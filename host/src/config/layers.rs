@@ -104,38 +104,86 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
 
 /// A `tool_dirs` entry written as a map: a directory (`path`), or an upstream server (`server`
 /// with its `name`), checked for the keys that do not go together.
-fn tool_dir_entry(d: DetailedToolDir, i: usize, origin: &Origin) -> Result<ToolDir, ConfigError> {
+fn tool_dir_entry(
+    mut d: DetailedToolDir,
+    i: usize,
+    origin: &Origin,
+) -> Result<ToolDir, ConfigError> {
     let invalid = |key: &str, message: String| ConfigError::Invalid {
         origin: origin.name.clone(),
         key: format!("tool_dirs.{i}{key}"),
         message,
     };
-    let Some(mut server) = d.server else {
-        let path = d.path.ok_or_else(|| {
-            invalid(
-                "",
-                "an entry needs `path` (a tool directory) or `server` (an upstream MCP server)"
-                    .into(),
-            )
-        })?;
-        if let Some(name) = d.name {
-            return Err(invalid(
-                ".name",
-                format!("`name` ({name}) names an upstream server: it needs `server`"),
-            ));
-        }
-        return Ok(ToolDir {
-            path: absolute(&origin.base_dir, &path),
-            prefix: d.prefix,
-            files: d.files,
-            isolation: d.isolation,
-            require_signature: d.require_signature,
-            pinning: d.pinning,
-            optional: d.optional,
-            server: None,
-            name: None,
-        });
-    };
+    match d.server.take() {
+        None => directory_entry(d, origin, &invalid),
+        Some(server) => upstream_entry(d, server, origin, &invalid),
+    }
+}
+
+/// A `ConfigError::Invalid` at a key below the `tool_dirs` entry being read.
+type Invalid<'a> = &'a dyn Fn(&str, String) -> ConfigError;
+
+/// A `tool_dirs` map without `server`: a tool directory, which needs `path`.
+fn directory_entry(
+    d: DetailedToolDir,
+    origin: &Origin,
+    invalid: Invalid<'_>,
+) -> Result<ToolDir, ConfigError> {
+    let path = d.path.ok_or_else(|| {
+        invalid(
+            "",
+            "an entry needs `path` (a tool directory) or `server` (an upstream MCP server)".into(),
+        )
+    })?;
+    if let Some(name) = d.name {
+        return Err(invalid(
+            ".name",
+            format!("`name` ({name}) names an upstream server: it needs `server`"),
+        ));
+    }
+    Ok(ToolDir {
+        path: absolute(&origin.base_dir, &path),
+        prefix: d.prefix,
+        files: d.files,
+        isolation: d.isolation,
+        require_signature: d.require_signature,
+        pinning: d.pinning,
+        optional: d.optional,
+        server: None,
+        name: None,
+    })
+}
+
+/// A `tool_dirs` map with `server`: an upstream MCP server, with its `name`.
+fn upstream_entry(
+    d: DetailedToolDir,
+    mut server: super::UpstreamServer,
+    origin: &Origin,
+    invalid: Invalid<'_>,
+) -> Result<ToolDir, ConfigError> {
+    upstream_keys(&d, &server, invalid)?;
+    let name = upstream_name(d.name, &server, invalid)?;
+    upstream_isolation(d.isolation, &server, invalid)?;
+    server.cwd = server.cwd.map(|c| absolute(&origin.base_dir, &c));
+    Ok(ToolDir {
+        path: PathBuf::from(format!("{}{name}", super::UPSTREAM_PATH_PREFIX)),
+        prefix: d.prefix,
+        files: Vec::new(),
+        isolation: d.isolation,
+        require_signature: None,
+        pinning: d.pinning,
+        optional: false,
+        server: Some(server),
+        name: Some(name),
+    })
+}
+
+/// An upstream entry has no directory's keys, and its server is a command or a URL.
+fn upstream_keys(
+    d: &DetailedToolDir,
+    server: &super::UpstreamServer,
+    invalid: Invalid<'_>,
+) -> Result<(), ConfigError> {
     if d.path.is_some() {
         return Err(invalid(
             ".path",
@@ -151,21 +199,25 @@ fn tool_dir_entry(d: DetailedToolDir, i: usize, origin: &Origin) -> Result<ToolD
         ));
     }
     match (server.command.is_empty(), &server.url) {
-        (false, None) | (true, Some(_)) => {}
-        (true, None) => {
-            return Err(invalid(
-                ".server",
-                "needs `command` (a stdio server, as argv) or `url` (Streamable HTTP)".into(),
-            ));
-        }
-        (false, Some(_)) => {
-            return Err(invalid(
-                ".server",
-                "has both `command` and `url`: an upstream is one or the other".into(),
-            ));
-        }
+        (false, None) | (true, Some(_)) => Ok(()),
+        (true, None) => Err(invalid(
+            ".server",
+            "needs `command` (a stdio server, as argv) or `url` (Streamable HTTP)".into(),
+        )),
+        (false, Some(_)) => Err(invalid(
+            ".server",
+            "has both `command` and `url`: an upstream is one or the other".into(),
+        )),
     }
-    let name = d.name.filter(|n| !n.is_empty()).ok_or_else(|| {
+}
+
+/// An upstream's `name`: present, and letters, digits, `-`, `_` and `.` not starting with `.`.
+fn upstream_name(
+    name: Option<String>,
+    server: &super::UpstreamServer,
+    invalid: Invalid<'_>,
+) -> Result<String, ConfigError> {
+    let name = name.filter(|n| !n.is_empty()).ok_or_else(|| {
         invalid(
             ".name",
             format!(
@@ -184,30 +236,28 @@ fn tool_dir_entry(d: DetailedToolDir, i: usize, origin: &Origin) -> Result<ToolD
             format!("{name:?}: use letters, digits, `-`, `_` and `.`"),
         ));
     }
-    if d.isolation == Some(Isolation::InProcess) {
+    Ok(name)
+}
+
+/// An upstream runs outside the host, and only a child process (stdio) can be sandboxed.
+fn upstream_isolation(
+    isolation: Option<Isolation>,
+    server: &super::UpstreamServer,
+    invalid: Invalid<'_>,
+) -> Result<(), ConfigError> {
+    if isolation == Some(Isolation::InProcess) {
         return Err(invalid(
             ".isolation",
             "an upstream server always runs outside the host: `process` or `sandbox`".into(),
         ));
     }
-    if server.url.is_some() && d.isolation == Some(Isolation::Sandbox) {
+    if server.url.is_some() && isolation == Some(Isolation::Sandbox) {
         return Err(invalid(
             ".isolation",
             "`sandbox` confines a child process; an HTTP upstream runs elsewhere".into(),
         ));
     }
-    server.cwd = server.cwd.map(|c| absolute(&origin.base_dir, &c));
-    Ok(ToolDir {
-        path: PathBuf::from(format!("{}{name}", super::UPSTREAM_PATH_PREFIX)),
-        prefix: d.prefix,
-        files: Vec::new(),
-        isolation: d.isolation,
-        require_signature: None,
-        pinning: d.pinning,
-        optional: false,
-        server: Some(server),
-        name: Some(name),
-    })
+    Ok(())
 }
 
 /// Where a layer came from, for messages and relative paths.
