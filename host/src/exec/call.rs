@@ -779,17 +779,7 @@ impl Executor {
         let args_value = nested_args(args)?;
         // A nested call counts against the outer caller's quota (in flight and rate), held
         // until it returns.
-        let _quota = match &request.quota_key {
-            Some(key) => Some(
-                self.quotas
-                    .admit(key, &self.limits.load().per_caller, Instant::now())
-                    .map_err(|e| NestedCallError::Throttled {
-                        tool: name.into(),
-                        reason: e.to_string(),
-                    })?,
-            ),
-            None => None,
-        };
+        let _quota = self.nested_quota(&request, name)?;
         let caller_json: Arc<str> =
             parent.map_or_else(|| Arc::from(""), |p| Arc::clone(&p.caller_json));
         let party = CallParty {
@@ -801,28 +791,18 @@ impl Executor {
         let observed = self.telemetry.observe(&tool, party, Arguments::Text(args));
         let span = observed.span().clone();
         let _in_call = span.enter();
-        if let Err(message) = observed
-            .phase("validate")
-            .in_scope(|| validate(&tool, &args_value))
-        {
-            let result = host_error(&message);
-            observed.finish(Outcome::InvalidArguments, Some(&result));
-            return Ok(result.into_text());
-        }
-        if tool.descriptor().caller == CallerNeed::Required && caller_json.is_empty() {
-            observed.finish(Outcome::CallerRequired, None);
-            return Err(NestedCallError::CallerRequired(name.into()));
-        }
-        // The call policy applies to nested calls too, as the outer caller; no human can be
-        // asked from here, so an `approve` rule refuses.
-        let _budget = match self.police_nested(&tool, &args_value, &request, &observed) {
-            Ok(permit) => permit,
-            Err(message) => {
-                let result = host_error(&message);
-                observed.finish(Outcome::Denied, Some(&result));
-                return Ok(result.into_text());
-            }
-        };
+        let _budget =
+            match self.admit_nested(&tool, name, &args_value, &request, &caller_json, &observed) {
+                Ok(permit) => permit,
+                Err(NestedRefusal::Answered(outcome, result)) => {
+                    observed.finish(outcome, Some(&result));
+                    return Ok(result.into_text());
+                }
+                Err(NestedRefusal::Failed(outcome, error)) => {
+                    observed.finish(outcome, None);
+                    return Err(error);
+                }
+            };
         let call = Arc::new(CallState {
             request: Arc::clone(&request),
             deadline: parent
@@ -836,6 +816,53 @@ impl Executor {
             inline: parent.is_some_and(|p| p.inline),
         });
         Ok(self.run_nested(&tool, name, args, &call, observed))
+    }
+
+    /// The outer caller's quota admitting nested call `name` (none without a quota key).
+    fn nested_quota(
+        &self,
+        request: &RequestContext,
+        name: &str,
+    ) -> Result<Option<QuotaPermit>, NestedCallError> {
+        let Some(key) = &request.quota_key else {
+            return Ok(None);
+        };
+        self.quotas
+            .admit(key, &self.limits.load().per_caller, Instant::now())
+            .map(Some)
+            .map_err(|e| NestedCallError::Throttled {
+                tool: name.into(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// The checks a nested call of `tool` (asked for as `name`) passes before its plugin runs:
+    /// valid arguments, a caller when the tool needs one, and the call policy as the outer
+    /// caller (no human can be asked from here, so an `approve` rule refuses). The permit of the
+    /// budget it draws on; else why not.
+    fn admit_nested(
+        &self,
+        tool: &Tool,
+        name: &str,
+        args: &Value,
+        request: &RequestContext,
+        caller_json: &str,
+        observed: &ObservedCall<'_>,
+    ) -> Result<Option<BudgetPermit>, NestedRefusal> {
+        if let Err(message) = observed.phase("validate").in_scope(|| validate(tool, args)) {
+            return Err(NestedRefusal::Answered(
+                Outcome::InvalidArguments,
+                host_error(&message),
+            ));
+        }
+        if tool.descriptor().caller == CallerNeed::Required && caller_json.is_empty() {
+            return Err(NestedRefusal::Failed(
+                Outcome::CallerRequired,
+                NestedCallError::CallerRequired(name.into()),
+            ));
+        }
+        self.police_nested(tool, args, request, observed)
+            .map_err(|message| NestedRefusal::Answered(Outcome::Denied, host_error(&message)))
     }
 
     /// The plugin's part of a nested call: run it on this thread, check what it returned against
@@ -1106,6 +1133,14 @@ fn tool_result(name: &str, returned: Result<String, PluginCallError>) -> (ToolRe
             (result, Outcome::PluginFailure)
         }
     }
+}
+
+/// Why a nested call does not reach its plugin, with the outcome to record.
+enum NestedRefusal {
+    /// The call returns this tool error (invalid arguments, refused by the call policy).
+    Answered(Outcome, ToolResult),
+    /// The plugin that asked gets this error.
+    Failed(Outcome, NestedCallError),
 }
 
 /// [`error_result`] as the answer of a call.

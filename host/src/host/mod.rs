@@ -573,77 +573,12 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         .iter()
         .position(|d| d.is_upstream() && d.path == file)
     {
-        let mut config = config.clone();
-        let dir = config.tool_dirs.swap_remove(entry);
-        config.tool_dirs = vec![dir];
-        let host =
-            Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
-        let registry = host.registry();
-        let (_, result) = registry
-            .sources
-            .first()
-            .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
-        let slot = result.clone()?;
-        let report = json!({
-            "file": file,
-            "signature": null,
-            "build": slot.backend.build(),
-            "manifest": slot.backend.manifest(),
-            "run": slot.run,
-            "refused": [],
-        });
-        host.shutdown();
-        return Ok(report);
+        return check_upstream(config, entry, file, options);
     }
-    let mut config = config.clone();
-    let dir = std::path::absolute(file)
-        .unwrap_or_else(|_| file.to_path_buf())
-        .parent()
-        .map(PathBuf::from)
-        .unwrap_or_default();
-    // A file in a tool directory gets that directory's prefix, isolation and signature rule; any
-    // other file runs sandboxed.
-    let listed = config
-        .tool_dirs
-        .iter()
-        .find(|d| d.path == dir || std::fs::canonicalize(&d.path).ok() == dir.canonicalize().ok())
-        .cloned();
-    config.trust.require_signature = config.requires_signature(usize::MAX, &dir);
-    config.tool_dirs.clear();
+    let (config, candidate) = check_candidate(config, file);
     let host = Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
-    let candidate = Candidate {
-        dir_index: 0,
-        dir,
-        prefix: listed
-            .as_ref()
-            .map(|d| d.prefix.clone())
-            .unwrap_or_default(),
-        // A file outside every tool directory is nobody's trusted plugin: it is opened as an
-        // untrusted one would be, in a sandboxed probe and worker, never in this process.
-        isolation: match &listed {
-            Some(d) => d.isolation,
-            None => Some(crate::config::Isolation::Sandbox),
-        },
-        path: file.to_path_buf(),
-        upstream: None,
-    };
     let loaded = host.load(vec![candidate]);
-    // The names the registry would refuse: invalid ones, and one defined twice in the file.
-    let refused: Vec<Value> =
-        Registry::build_logged(loaded.clone(), &host.config(), &host.inner.memory, false)
-            .entries
-            .iter()
-            .filter_map(|e| {
-                let why = match &e.status {
-                    crate::registry::Status::InvalidName(why) => format!("invalid name: {why}"),
-                    crate::registry::Status::OverriddenBy(_) => {
-                        "defined twice in this plugin".into()
-                    }
-                    _ => return None,
-                };
-                Some(json!({"name": e.tool, "kind": e.kind, "why": why}))
-            })
-            .collect();
+    let refused = refused_names(&host, &loaded);
     let (_, result) = loaded
         .into_iter()
         .next()
@@ -663,4 +598,87 @@ pub fn check_file(config: &Config, file: &Path, options: &HostOptions) -> Result
         "run": run,
         "refused": refused,
     }))
+}
+
+/// [`check_file`] for upstream server entry `entry` (`file` is its `upstream:<name>`): a host
+/// serving that entry alone, started, described and stopped.
+fn check_upstream(
+    config: &Config,
+    entry: usize,
+    file: &Path,
+    options: &HostOptions,
+) -> Result<Value, LoadError> {
+    let mut config = config.clone();
+    let dir = config.tool_dirs.swap_remove(entry);
+    config.tool_dirs = vec![dir];
+    let host = Host::start(config, options.clone()).map_err(|e| LoadError::Copy(e.to_string()))?;
+    let registry = host.registry();
+    let (_, result) = registry
+        .sources
+        .first()
+        .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
+    let slot = result.clone()?;
+    let report = json!({
+        "file": file,
+        "signature": null,
+        "build": slot.backend.build(),
+        "manifest": slot.backend.manifest(),
+        "run": slot.run,
+        "refused": [],
+    });
+    host.shutdown();
+    Ok(report)
+}
+
+/// The configuration (no tool directories, the file's signature rule) and the candidate that
+/// [`check_file`] loads `file` as: a file in a tool directory gets that directory's prefix,
+/// isolation and signature rule; any other file runs sandboxed.
+fn check_candidate(config: &Config, file: &Path) -> (Config, Candidate) {
+    let mut config = config.clone();
+    let dir = std::path::absolute(file)
+        .unwrap_or_else(|_| file.to_path_buf())
+        .parent()
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let listed = config
+        .tool_dirs
+        .iter()
+        .find(|d| d.path == dir || std::fs::canonicalize(&d.path).ok() == dir.canonicalize().ok())
+        .cloned();
+    config.trust.require_signature = config.requires_signature(usize::MAX, &dir);
+    config.tool_dirs.clear();
+    let candidate = Candidate {
+        dir_index: 0,
+        dir,
+        prefix: listed
+            .as_ref()
+            .map(|d| d.prefix.clone())
+            .unwrap_or_default(),
+        // A file outside every tool directory is nobody's trusted plugin: it is opened as an
+        // untrusted one would be, in a sandboxed probe and worker, never in this process.
+        isolation: match &listed {
+            Some(d) => d.isolation,
+            None => Some(crate::config::Isolation::Sandbox),
+        },
+        path: file.to_path_buf(),
+        upstream: None,
+    };
+    (config, candidate)
+}
+
+/// The names the registry would refuse to serve from `loaded`: invalid ones, and one defined
+/// twice in the file.
+fn refused_names(host: &Host, loaded: &crate::registry::Sources) -> Vec<Value> {
+    Registry::build_logged(loaded.clone(), &host.config(), &host.inner.memory, false)
+        .entries
+        .iter()
+        .filter_map(|e| {
+            let why = match &e.status {
+                crate::registry::Status::InvalidName(why) => format!("invalid name: {why}"),
+                crate::registry::Status::OverriddenBy(_) => "defined twice in this plugin".into(),
+                _ => return None,
+            };
+            Some(json!({"name": e.tool, "kind": e.kind, "why": why}))
+        })
+        .collect()
 }
