@@ -127,109 +127,23 @@ pub fn fetch(
     source: &Source,
     options: &HostOptions,
 ) -> Result<Staged, InstallError> {
-    let keys = Keyring::from_config(&config.trust);
-    if keys.is_empty() {
-        return Err(InstallError::Signature(
-            "trust.keys is empty: installed plugins must be signed by a trusted key (add the \
-             publisher's public key under trust.keys)"
-                .into(),
-        ));
-    }
-    let dir = config.installed_dir();
-    std::fs::create_dir_all(&dir).map_err(io(dir.display()))?;
-    remove_stale_staging(&dir);
-    let staging = tempfile::Builder::new()
-        .prefix(".staging-")
-        .tempdir_in(&dir)
-        .map_err(io(dir.display()))?;
-    let platform = package::host_platform();
-    let (package_manifest, build, digest) = match source {
-        Source::Registry(text) => {
-            let reference = oci::parse_reference(text)?;
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(io("tokio runtime"))?;
-            let pulled = runtime.block_on(oci::pull(&reference, &platform))?;
-            let manifest: Value = serde_json::from_slice(&pulled.manifest_json).map_err(|e| {
-                InstallError::Package(format!("{text}: the plugin manifest is not JSON: {e}"))
-            })?;
-            let manifest_digest = package::sha256_digest(&pulled.manifest_json);
-            (
-                Some((manifest, manifest_digest)),
-                pulled.build,
-                Some(pulled.digest),
-            )
-        }
-        Source::File(path) => (None, read_file_build(path, &platform)?, None),
-        Source::Url(url) => {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(io("tokio runtime"))?;
-            (
-                None,
-                runtime.block_on(download::build(url, &platform))?,
-                None,
-            )
-        }
-    };
-    let Some(signature) = &build.signature else {
-        return Err(InstallError::Signature(format!(
-            "{}: no signature for {} ({}): plugins are installed only when signed by a key of \
-             trust.keys",
-            source.describe(),
-            build.platform,
-            build.file_name
-        )));
-    };
-    let library = staging.path().join(&build.file_name);
-    std::fs::write(&library, &build.library).map_err(io(library.display()))?;
-    std::fs::write(signature_path(&library), signature).map_err(io(library.display()))?;
-    let signer = keys
-        .check(&library, &library, true)
-        .map_err(|e| InstallError::Signature(format!("{}: {e}", source.describe())))?
-        .ok_or_else(|| InstallError::Signature("unsigned".into()))?;
+    let keys = trusted_keys(config)?;
+    let staging = staging_dir(config)?;
+    let Fetched {
+        package_manifest,
+        build,
+        digest,
+    } = fetch_build(source, &package::host_platform())?;
+    let (library, signer) = stage_signed(&staging, &build, &keys, source)?;
     let library_digest = package::sha256_digest(&build.library);
-    // The signature names the manifest it was made with: that manifest, byte for byte.
-    let manifest_digest = match &package_manifest {
-        Some((_, digest)) => {
-            let signed = package::comment_field(&signer.comment, "manifest");
-            if signed != Some(digest.as_str()) {
-                return Err(InstallError::Signature(format!(
-                    "{}: the signature covers manifest {}, but the package's manifest is {digest}",
-                    source.describe(),
-                    signed.unwrap_or("(none named)")
-                )));
-            }
-            digest.clone()
-        }
-        None => String::new(),
-    };
-    let plugin_hint = package_manifest
-        .as_ref()
-        .and_then(|(m, _)| m["plugin"].as_str().map(str::to_owned));
-    let declared_hint = package_manifest
-        .as_ref()
-        .map(|(m, _)| declared_of(m))
-        .transpose()?
-        .unwrap_or_default();
-    // Load it as `check` does (probe, then a sandboxed worker), with the grants it declares.
-    let mut check_config = config.clone();
-    check_config.trust.require_signature = true;
-    if let Some(name) = &plugin_hint {
-        grant_declared(&mut check_config, name, &declared_hint);
-    }
-    let report = check_file(&check_config, &library, options)
-        .map_err(|e| InstallError::Refused(format!("{}: {e}", build.file_name)))?;
-    let manifest = report["manifest"].clone();
-    let plugin = manifest["plugin"]
-        .as_str()
-        .ok_or_else(|| InstallError::Refused("the library reports no plugin name".into()))?
-        .to_owned();
-    if let Some((claimed, _)) = &package_manifest {
-        compare_definitions(claimed, &manifest)?;
-    }
+    let manifest_digest = signed_manifest(package_manifest.as_ref(), &signer, source)?;
+    let (manifest, plugin) = check_staged(
+        config,
+        &library,
+        package_manifest.as_ref().map(|(m, _)| m),
+        &build.file_name,
+        options,
+    )?;
     if let Some(signed) = package::comment_field(&signer.comment, "plugin")
         && signed != plugin
     {
@@ -237,11 +151,9 @@ pub fn fetch(
             "the signature was made for plugin {signed}, but the library is plugin {plugin}"
         )));
     }
-    let manifest_digest = if manifest_digest.is_empty() {
+    let manifest_digest = manifest_digest.unwrap_or_else(|| {
         package::sha256_digest(crate::config::lock::canonical_json(&manifest).as_bytes())
-    } else {
-        manifest_digest
-    };
+    });
     let declared = declared_of(&manifest)?;
     let (_, permission_problems) = installed::to_permissions(&declared);
     let pins = staged_pins(config, staging.path(), &plugin, &declared, options)?;
@@ -268,6 +180,155 @@ pub fn fetch(
         manifest,
         permission_problems,
     })
+}
+
+/// The keys an installed plugin must be signed by: `trust.keys`, which may not be empty.
+fn trusted_keys(config: &Config) -> Result<Keyring, InstallError> {
+    let keys = Keyring::from_config(&config.trust);
+    if keys.is_empty() {
+        return Err(InstallError::Signature(
+            "trust.keys is empty: installed plugins must be signed by a trusted key (add the \
+             publisher's public key under trust.keys)"
+                .into(),
+        ));
+    }
+    Ok(keys)
+}
+
+/// A fresh staging directory in the managed tool directory (stale ones from interrupted
+/// installs removed first).
+fn staging_dir(config: &Config) -> Result<tempfile::TempDir, InstallError> {
+    let dir = config.installed_dir();
+    std::fs::create_dir_all(&dir).map_err(io(dir.display()))?;
+    remove_stale_staging(&dir);
+    tempfile::Builder::new()
+        .prefix(".staging-")
+        .tempdir_in(&dir)
+        .map_err(io(dir.display()))
+}
+
+/// What a source gave: the package's manifest with its digest (registries only), the build for
+/// this platform, and the package's digest (registries only).
+struct Fetched {
+    package_manifest: Option<(Value, String)>,
+    build: package::PlatformBuild,
+    digest: Option<String>,
+}
+
+/// The build of the plugin at `source` for `platform`.
+fn fetch_build(source: &Source, platform: &str) -> Result<Fetched, InstallError> {
+    let runtime = || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(io("tokio runtime"))
+    };
+    match source {
+        Source::Registry(text) => {
+            let reference = oci::parse_reference(text)?;
+            let pulled = runtime()?.block_on(oci::pull(&reference, platform))?;
+            let manifest: Value = serde_json::from_slice(&pulled.manifest_json).map_err(|e| {
+                InstallError::Package(format!("{text}: the plugin manifest is not JSON: {e}"))
+            })?;
+            let manifest_digest = package::sha256_digest(&pulled.manifest_json);
+            Ok(Fetched {
+                package_manifest: Some((manifest, manifest_digest)),
+                build: pulled.build,
+                digest: Some(pulled.digest),
+            })
+        }
+        Source::File(path) => Ok(Fetched {
+            package_manifest: None,
+            build: read_file_build(path, platform)?,
+            digest: None,
+        }),
+        Source::Url(url) => Ok(Fetched {
+            package_manifest: None,
+            build: runtime()?.block_on(download::build(url, platform))?,
+            digest: None,
+        }),
+    }
+}
+
+/// Write `build` and its signature into `staging` and check the signature against `keys`: the
+/// library's path and who signed it.
+fn stage_signed(
+    staging: &tempfile::TempDir,
+    build: &package::PlatformBuild,
+    keys: &Keyring,
+    source: &Source,
+) -> Result<(PathBuf, crate::plugins::signature::Signer), InstallError> {
+    let Some(signature) = &build.signature else {
+        return Err(InstallError::Signature(format!(
+            "{}: no signature for {} ({}): plugins are installed only when signed by a key of \
+             trust.keys",
+            source.describe(),
+            build.platform,
+            build.file_name
+        )));
+    };
+    let library = staging.path().join(&build.file_name);
+    std::fs::write(&library, &build.library).map_err(io(library.display()))?;
+    std::fs::write(signature_path(&library), signature).map_err(io(library.display()))?;
+    let signer = keys
+        .check(&library, &library, true)
+        .map_err(|e| InstallError::Signature(format!("{}: {e}", source.describe())))?
+        .ok_or_else(|| InstallError::Signature("unsigned".into()))?;
+    Ok((library, signer))
+}
+
+/// The package manifest's digest, when there is one: the signature names the manifest it was
+/// made with, and it must be that manifest, byte for byte.
+fn signed_manifest(
+    package_manifest: Option<&(Value, String)>,
+    signer: &crate::plugins::signature::Signer,
+    source: &Source,
+) -> Result<Option<String>, InstallError> {
+    let Some((_, digest)) = package_manifest else {
+        return Ok(None);
+    };
+    let signed = package::comment_field(&signer.comment, "manifest");
+    if signed != Some(digest.as_str()) {
+        return Err(InstallError::Signature(format!(
+            "{}: the signature covers manifest {}, but the package's manifest is {digest}",
+            source.describe(),
+            signed.unwrap_or("(none named)")
+        )));
+    }
+    Ok(Some(digest.clone()))
+}
+
+/// Load the staged `library` as `check` does (probe, then a sandboxed worker), with the grants
+/// the package's manifest declares, and compare what it defines with that manifest: the manifest
+/// the library reports, and its plugin name.
+fn check_staged(
+    config: &Config,
+    library: &Path,
+    package_manifest: Option<&Value>,
+    file_name: &str,
+    options: &HostOptions,
+) -> Result<(Value, String), InstallError> {
+    let plugin_hint = package_manifest.and_then(|m| m["plugin"].as_str().map(str::to_owned));
+    let declared_hint = package_manifest
+        .map(declared_of)
+        .transpose()?
+        .unwrap_or_default();
+    let mut check_config = config.clone();
+    check_config.trust.require_signature = true;
+    if let Some(name) = &plugin_hint {
+        grant_declared(&mut check_config, name, &declared_hint);
+    }
+    let report = check_file(&check_config, library, options)
+        .map_err(|e| InstallError::Refused(format!("{file_name}: {e}")))?;
+    let manifest = report["manifest"].clone();
+    let plugin = manifest["plugin"]
+        .as_str()
+        .ok_or_else(|| InstallError::Refused("the library reports no plugin name".into()))?
+        .to_owned();
+    if let Some(claimed) = package_manifest {
+        compare_definitions(claimed, &manifest)?;
+    }
+    Ok((manifest, plugin))
 }
 
 /// A library file and the signature beside it, as a package build.
