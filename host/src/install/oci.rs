@@ -168,60 +168,17 @@ pub struct Pulled {
 /// signature, each checked against its digest and bounded in size.
 pub async fn pull(reference: &Reference, platform: &str) -> Result<Pulled, InstallError> {
     let client = client(reference);
-    let auth = credentials(reference.resolve_registry());
-    let (manifest, digest) = client
-        .pull_image_manifest(reference, &auth)
-        .await
-        .map_err(|e| registry_error(reference, e))?;
-    if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE) {
-        return Err(InstallError::Package(format!(
-            "{reference} is not an mcp-host plugin package (artifactType {:?}, expected {ARTIFACT_TYPE})",
-            manifest.artifact_type.as_deref().unwrap_or("none")
-        )));
-    }
-    let platform_of = |d: &OciDescriptor| {
-        d.annotations
-            .as_ref()
-            .and_then(|a| a.get(package::PLATFORM_ANNOTATION))
-            .cloned()
-    };
+    let (manifest, digest) = package_manifest(&client, reference).await?;
     let platforms: Vec<String> = manifest
         .layers
         .iter()
         .filter(|d| d.media_type == LIBRARY_MEDIA_TYPE)
-        .filter_map(platform_of)
+        .filter_map(layer_platform)
         .collect();
-    let find = |media_type: &str, platform: Option<&str>| -> Option<&OciDescriptor> {
-        manifest
-            .layers
-            .iter()
-            .find(|d| d.media_type == media_type && platform_of(d).as_deref() == platform)
-    };
-    let manifest_layer = find(MANIFEST_MEDIA_TYPE, None).ok_or_else(|| {
+    let manifest_layer = find_layer(&manifest, MANIFEST_MEDIA_TYPE, None).ok_or_else(|| {
         InstallError::Package(format!("{reference} has no plugin manifest layer"))
     })?;
-    let library_layer = find(LIBRARY_MEDIA_TYPE, Some(platform)).ok_or_else(|| {
-        InstallError::Package(format!(
-            "{reference} has no build for this platform ({platform}); it has: {}",
-            if platforms.is_empty() {
-                "none".to_owned()
-            } else {
-                platforms.join(", ")
-            }
-        ))
-    })?;
-    let file_name = library_layer
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(package::TITLE_ANNOTATION))
-        .cloned()
-        .filter(|n| installable_file_name(n))
-        .ok_or_else(|| {
-            InstallError::Package(format!(
-                "{reference}: the {platform} library has no usable file name ({})",
-                package::TITLE_ANNOTATION
-            ))
-        })?;
+    let (library_layer, file_name) = library_layer(&manifest, reference, platform, &platforms)?;
     let manifest_json = pull_bounded(
         &client,
         reference,
@@ -236,16 +193,7 @@ pub async fn pull(reference: &Reference, platform: &str) -> Result<Pulled, Insta
         package::MAX_LIBRARY_BYTES,
     )
     .await?;
-    let signature = match find(SIGNATURE_MEDIA_TYPE, Some(platform)) {
-        Some(layer) => {
-            let bytes =
-                pull_bounded(&client, reference, layer, package::MAX_SIGNATURE_BYTES).await?;
-            Some(String::from_utf8(bytes).map_err(|_| {
-                InstallError::Package(format!("{reference}: the {platform} signature is not text"))
-            })?)
-        }
-        None => None,
-    };
+    let signature = pull_signature(&client, reference, &manifest, platform).await?;
     Ok(Pulled {
         digest,
         manifest_json,
@@ -256,6 +204,94 @@ pub async fn pull(reference: &Reference, platform: &str) -> Result<Pulled, Insta
             signature,
         },
         platforms,
+    })
+}
+
+/// The OCI manifest at `reference` and its digest, refused unless it is a plugin package.
+async fn package_manifest(
+    client: &Client,
+    reference: &Reference,
+) -> Result<(OciImageManifest, String), InstallError> {
+    let auth = credentials(reference.resolve_registry());
+    let (manifest, digest) = client
+        .pull_image_manifest(reference, &auth)
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE) {
+        return Err(InstallError::Package(format!(
+            "{reference} is not an mcp-host plugin package (artifactType {:?}, expected {ARTIFACT_TYPE})",
+            manifest.artifact_type.as_deref().unwrap_or("none")
+        )));
+    }
+    Ok((manifest, digest))
+}
+
+/// The platform a layer is annotated with (none for the plugin manifest's layer).
+fn layer_platform(d: &OciDescriptor) -> Option<String> {
+    d.annotations
+        .as_ref()
+        .and_then(|a| a.get(package::PLATFORM_ANNOTATION))
+        .cloned()
+}
+
+/// The first layer of `media_type` for `platform` (`None`: a layer of no platform).
+fn find_layer<'a>(
+    manifest: &'a OciImageManifest,
+    media_type: &str,
+    platform: Option<&str>,
+) -> Option<&'a OciDescriptor> {
+    manifest
+        .layers
+        .iter()
+        .find(|d| d.media_type == media_type && layer_platform(d).as_deref() == platform)
+}
+
+/// The library layer for `platform` and the file name it carries (one this host installs); the
+/// error names the `platforms` the package has.
+fn library_layer<'a>(
+    manifest: &'a OciImageManifest,
+    reference: &Reference,
+    platform: &str,
+    platforms: &[String],
+) -> Result<(&'a OciDescriptor, String), InstallError> {
+    let layer = find_layer(manifest, LIBRARY_MEDIA_TYPE, Some(platform)).ok_or_else(|| {
+        InstallError::Package(format!(
+            "{reference} has no build for this platform ({platform}); it has: {}",
+            if platforms.is_empty() {
+                "none".to_owned()
+            } else {
+                platforms.join(", ")
+            }
+        ))
+    })?;
+    let file_name = layer
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(package::TITLE_ANNOTATION))
+        .cloned()
+        .filter(|n| installable_file_name(n))
+        .ok_or_else(|| {
+            InstallError::Package(format!(
+                "{reference}: the {platform} library has no usable file name ({})",
+                package::TITLE_ANNOTATION
+            ))
+        })?;
+    Ok((layer, file_name))
+}
+
+/// The signature of the `platform` library, when the package has one.
+async fn pull_signature(
+    client: &Client,
+    reference: &Reference,
+    manifest: &OciImageManifest,
+    platform: &str,
+) -> Result<Option<String>, InstallError> {
+    let Some(layer) = find_layer(manifest, SIGNATURE_MEDIA_TYPE, Some(platform)) else {
+        return Ok(None);
+    };
+    let bytes = pull_bounded(client, reference, layer, package::MAX_SIGNATURE_BYTES).await?;
+    String::from_utf8(bytes).map(Some).map_err(|_| {
+        InstallError::Package(format!("{reference}: the {platform} signature is not text"))
     })
 }
 
