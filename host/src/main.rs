@@ -360,20 +360,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             cli::new::NewArgs { name, path, sdk },
             &mut std::io::stdout(),
         ),
-        Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
-        Command::UpstreamExec { confine, command } => {
-            // Returns only when the command could not be run.
-            let why = mcp_host::plugins::upstream::confine::run_upstream_exec(
-                confine.as_deref(),
-                &command,
-            );
-            eprintln!("mcp-host upstream-exec: {why}");
-            Ok(ExitCode::from(126))
-        }
-        Command::Probe { confine, files } => {
-            let out = &mut protected_stdout();
-            mcp_host::plugins::probe::run_probe_child(&files, confine.as_deref(), out)?;
-            Ok(ExitCode::SUCCESS)
+        command @ (Command::Worker | Command::UpstreamExec { .. } | Command::Probe { .. }) => {
+            child_command(command)
         }
         Command::List {
             json,
@@ -389,19 +377,58 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             permissions,
             json,
         } => check_command(config_path, &file, permissions, json),
+        command @ (Command::Keygen { .. } | Command::Sign { .. }) => key_command(command),
+        Command::Pin { diff } => {
+            let config = Config::load(config_path)?;
+            init_logging("warn", config.log_format);
+            cli::pin::pin(config, diff, &mut protected_stdout())
+        }
+        Command::Policy { command } => policy_command(config_path, command),
+        Command::Call {
+            tool,
+            plugin,
+            args,
+            user,
+        } => call_command(config_path, &tool, plugin.as_deref(), &args, user),
+    }
+}
+
+/// The commands the host runs itself as, in a child process: `worker`, `upstream-exec`, `probe`.
+fn child_command(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
+        Command::Worker => Ok(mcp_host::plugins::worker::run_worker()),
+        Command::UpstreamExec { confine, command } => {
+            // Returns only when the command could not be run.
+            let why = mcp_host::plugins::upstream::confine::run_upstream_exec(
+                confine.as_deref(),
+                &command,
+            );
+            eprintln!("mcp-host upstream-exec: {why}");
+            Ok(ExitCode::from(126))
+        }
+        Command::Probe { confine, files } => {
+            let out = &mut protected_stdout();
+            mcp_host::plugins::probe::run_probe_child(&files, confine.as_deref(), out)?;
+            Ok(ExitCode::SUCCESS)
+        }
+        _ => unreachable!("child_command is called for child process commands only"),
+    }
+}
+
+/// The commands of signing keys: `keygen` (a key pair, its secret key protected by a password
+/// unless `--no-password`) and `sign`.
+fn key_command(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Keygen {
             out,
             name,
             password_env,
             no_password,
             force,
-        } => keygen_command(
-            &out,
-            name.as_deref(),
-            password_env.as_deref(),
-            no_password,
-            force,
-        ),
+        } => {
+            let password = cli::keygen::Password::from_args(password_env.as_deref(), no_password)?;
+            cli::keygen::keygen(&out, name.as_deref(), password, force)
+        }
         Command::Sign {
             key,
             password_env,
@@ -411,39 +438,32 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 .unwrap_or(cli::keygen::Password::None);
             cli::sign::sign(&key, password, &files)
         }
-        Command::Pin { diff } => {
-            let config = Config::load(config_path)?;
-            init_logging("warn", config.log_format);
-            cli::pin::pin(config, diff, &mut protected_stdout())
-        }
-        Command::Policy {
-            command:
-                PolicyCommand::Test {
-                    user,
-                    agent,
-                    json,
-                    tool,
-                    args,
-                },
-        } => {
-            let config = Config::load(config_path)?;
-            init_logging("warn", config.log_format);
-            let probe = cli::policy::Probe {
-                user: &user,
-                agent: agent.as_deref(),
-                tool: &tool,
-                args: &args,
-                json,
-            };
-            cli::policy::test(config, host_options(), &probe, &mut protected_stdout())
-        }
-        Command::Call {
-            tool,
-            plugin,
-            args,
-            user,
-        } => call_command(config_path, &tool, plugin.as_deref(), &args, user),
+        _ => unreachable!("key_command is called for key commands only"),
     }
+}
+
+/// `mcp-host policy test`: which rule matches a call, and what it decides.
+fn policy_command(
+    config_path: Option<&std::path::Path>,
+    command: PolicyCommand,
+) -> anyhow::Result<ExitCode> {
+    let PolicyCommand::Test {
+        user,
+        agent,
+        json,
+        tool,
+        args,
+    } = command;
+    let config = Config::load(config_path)?;
+    init_logging("warn", config.log_format);
+    let probe = cli::policy::Probe {
+        user: &user,
+        agent: agent.as_deref(),
+        tool: &tool,
+        args: &args,
+        json,
+    };
+    cli::policy::test(config, host_options(), &probe, &mut protected_stdout())
 }
 
 /// The commands of installed plugin packages: `list --installed`, `publish`, `add`, `remove`,
@@ -493,19 +513,6 @@ fn serve_command(
         watch,
     };
     cli::serve::serve(config_path, args)
-}
-
-/// `mcp-host keygen OUT`: a signing key pair, its secret key protected by a password unless
-/// `--no-password`.
-fn keygen_command(
-    out: &std::path::Path,
-    name: Option<&str>,
-    password_env: Option<&str>,
-    no_password: bool,
-    force: bool,
-) -> anyhow::Result<ExitCode> {
-    let password = cli::keygen::Password::from_args(password_env, no_password)?;
-    cli::keygen::keygen(out, name, password, force)
 }
 
 /// `mcp-host config`: the configuration reference (`--reference`), or the configuration in force.
