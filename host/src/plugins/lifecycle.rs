@@ -870,66 +870,19 @@ impl Loader {
         let kept: Vec<Option<Arc<PluginSlot>>> = candidates
             .iter()
             .zip(&stamps)
-            .map(|(c, stamp)| {
-                if let Some(entry) = &c.upstream {
-                    return self.keep_upstream(old_slots, c, entry, retry, config);
-                }
-                old_slots
-                    .get(c.path.as_path())
-                    .filter(|slot| {
-                        slot.stamp.is_some()
-                            && slot.stamp == *stamp
-                            && slot.candidate.prefix == c.prefix
-                            && !(retry && slot.backend.quarantined().is_some())
-                            && slot.run
-                                == RunSpec::of(config, slot.backend.name(), &c.path, c.isolation)
-                            && slot.trust_stamp == signature::trust_stamp(c, config)
-                            && config
-                                .plugins
-                                .get(slot.backend.name())
-                                .map_or(slot.settings == Default::default(), |s| {
-                                    *s == slot.settings
-                                })
-                    })
-                    .map(|slot| Arc::clone(slot))
+            .map(|(c, stamp)| match &c.upstream {
+                Some(entry) => self.keep_upstream(old_slots, c, entry, retry, config),
+                None => keep_file(old_slots, c, stamp.as_ref(), retry, config),
             })
             .collect();
-        // Files that failed before and have not changed since keep their error without a retry.
-        let known_failures: HashMap<PathBuf, LoadError> = {
-            let failed = lock(&self.failed);
-            candidates
-                .iter()
-                .zip(&stamps)
-                .zip(&kept)
-                .filter(|(_, kept)| kept.is_none())
-                .filter_map(|((c, now), _)| {
-                    let (stamp, trust, error) = failed.get(&c.path)?;
-                    (stamp.is_some() && stamp == now && *trust == signature::trust_stamp(c, config))
-                        .then(|| (c.path.clone(), error.clone()))
-                })
-                .collect()
-        };
+        let known_failures = self.known_failures(candidates, &stamps, &kept, config);
         let mut fresh: Vec<Candidate> = candidates
             .iter()
             .zip(&kept)
             .filter(|(c, kept)| kept.is_none() && !known_failures.contains_key(&c.path))
             .map(|(c, _)| c.clone())
             .collect();
-        let budget = config.limits.max_reloads.saturating_sub(self.images());
-        let mut refused = HashSet::new();
-        if fresh.len() > budget {
-            tracing::error!(
-                "max_reloads ({}) reached: {} plugin images are mapped and never unloaded; \
-                 restart mcp-host to load new plugin versions",
-                config.limits.max_reloads,
-                self.images()
-            );
-            refused = fresh
-                .split_off(budget)
-                .into_iter()
-                .map(|c| c.path)
-                .collect();
-        }
+        let refused = self.over_budget(&mut fresh, config);
         Plan {
             kept,
             known_failures,
@@ -937,6 +890,75 @@ impl Loader {
             refused,
         }
     }
+
+    /// Files that failed before and have not changed since (nor has their trust): they keep their
+    /// error without a retry. `kept` are the candidates' kept slots.
+    fn known_failures(
+        &self,
+        candidates: &[Candidate],
+        stamps: &[Option<FileStamp>],
+        kept: &[Option<Arc<PluginSlot>>],
+        config: &Config,
+    ) -> HashMap<PathBuf, LoadError> {
+        let failed = lock(&self.failed);
+        candidates
+            .iter()
+            .zip(stamps)
+            .zip(kept)
+            .filter(|(_, kept)| kept.is_none())
+            .filter_map(|((c, now), _)| {
+                let (stamp, trust, error) = failed.get(&c.path)?;
+                (stamp.is_some() && stamp == now && *trust == signature::trust_stamp(c, config))
+                    .then(|| (c.path.clone(), error.clone()))
+            })
+            .collect()
+    }
+
+    /// The files of `fresh` beyond the `max_reloads` budget, taken out of it (logged): they are
+    /// refused until a restart.
+    fn over_budget(&self, fresh: &mut Vec<Candidate>, config: &Config) -> HashSet<PathBuf> {
+        let budget = config.limits.max_reloads.saturating_sub(self.images());
+        if fresh.len() <= budget {
+            return HashSet::new();
+        }
+        tracing::error!(
+            "max_reloads ({}) reached: {} plugin images are mapped and never unloaded; \
+             restart mcp-host to load new plugin versions",
+            config.limits.max_reloads,
+            self.images()
+        );
+        fresh
+            .split_off(budget)
+            .into_iter()
+            .map(|c| c.path)
+            .collect()
+    }
+}
+
+/// A plugin file's slot kept by a rescan: the same file (by its stamp), prefix, way to run, trust
+/// and settings, not quarantined when SIGHUP asked to retry.
+fn keep_file(
+    old_slots: &HashMap<&Path, &Arc<PluginSlot>>,
+    c: &Candidate,
+    stamp: Option<&FileStamp>,
+    retry: bool,
+    config: &Config,
+) -> Option<Arc<PluginSlot>> {
+    old_slots
+        .get(c.path.as_path())
+        .filter(|slot| {
+            slot.stamp.is_some()
+                && slot.stamp.as_ref() == stamp
+                && slot.candidate.prefix == c.prefix
+                && !(retry && slot.backend.quarantined().is_some())
+                && slot.run == RunSpec::of(config, slot.backend.name(), &c.path, c.isolation)
+                && slot.trust_stamp == signature::trust_stamp(c, config)
+                && config
+                    .plugins
+                    .get(slot.backend.name())
+                    .map_or(slot.settings == Default::default(), |s| *s == slot.settings)
+        })
+        .map(|slot| Arc::clone(slot))
 }
 
 impl Loader {
