@@ -19,8 +19,8 @@ use rmcp::model::{
     ProgressNotificationParam, ProtocolVersion, ServerResult,
 };
 use rmcp::service::{
-    ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer, PeerRequestOptions,
-    RoleClient, ServiceError,
+    ClientInitializeError, ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer,
+    PeerRequestOptions, RoleClient, RunningService, ServiceError,
 };
 use serde_json::Value;
 
@@ -31,6 +31,9 @@ use crate::plugins::{LoadError, lock};
 
 /// How long an upstream may take to start and answer its handshake and lists.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// A client session's running service.
+type Running = RunningService<RoleClient, Handler>;
+
 /// The longest pause before a restart.
 /// Lines of an upstream child's stderr logged per burst window before they are dropped.
 const STDERR_LINES_PER_SEC: u32 = 50;
@@ -299,22 +302,33 @@ impl Link {
 
     /// Open a session and read the lists.
     async fn connect(self: &Arc<Self>) -> Result<(Arc<Session>, Manifest), LoadError> {
-        let refused = |e: rmcp::service::ClientInitializeError| {
-            if let Some(challenge) = e.auth_challenge() {
-                return LoadError::Worker(format!(
-                    "upstream {} requires authorization (OAuth): it answered 401 with \
-                     WWW-Authenticate: {challenge}; mcp-host does not obtain tokens for \
-                     upstreams: give one in server.headers (e.g. Authorization: \"Bearer \
-                     ${{TOKEN}}\")",
-                    self.name
-                ));
+        let (running, pid, id) = self.handshake().await?;
+        let session = Arc::new(Session {
+            id,
+            peer: running.peer().clone(),
+            stop: Mutex::new(Some(running.cancellation_token())),
+            pid,
+        });
+        self.watch_session(running, id);
+        self.listen_for_changes(&session).await;
+        match super::listing::read(&session.peer, &self.name).await {
+            Ok(manifest) => Ok((session, manifest)),
+            Err(e) => {
+                session.end();
+                Err(LoadError::Manifest(format!(
+                    "could not read the upstream's lists: {e}"
+                )))
             }
-            LoadError::Worker(format!("the MCP handshake failed: {e}"))
-        };
-        // `server/discover` first (2026-07-28), without rmcp's fixed 10 s probe timeout (a child
-        // on a busy machine may take longer to start); a server that answers it with an error
-        // is legacy: the handshake is made again with `initialize`, and remembered for restarts.
-        let (running, pid, id) = loop {
+        }
+    }
+
+    /// The MCP handshake, on a new connection (a new child, for stdio): the running service,
+    /// the child's pid and the session id. `server/discover` first (2026-07-28), without rmcp's
+    /// fixed 10 s probe timeout (a child on a busy machine may take longer to start); a server
+    /// that answers it with an error is legacy: the handshake is made again with `initialize`,
+    /// and remembered for restarts.
+    async fn handshake(self: &Arc<Self>) -> Result<(Running, Option<u32>, u64), LoadError> {
+        loop {
             // A session id per attempt: the exit of an abandoned attempt's child is not this
             // session's.
             let id = self.sessions.fetch_add(1, Ordering::AcqRel) + 1;
@@ -326,27 +340,9 @@ impl Link {
                     preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                 }
             };
-            let handler = Handler {
-                link: Arc::downgrade(self),
-            };
-            let (served, pid) = match &self.transport {
-                Transport::Stdio { argv, env, cwd } => {
-                    let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                    let served = handler
-                        .serve_with_lifecycle((stdout, stdin), lifecycle)
-                        .await;
-                    (served, Some(pid))
-                }
-                Transport::Http { url, headers } => {
-                    let transport = http_transport(url, headers)?;
-                    (
-                        handler.serve_with_lifecycle(transport, lifecycle).await,
-                        None,
-                    )
-                }
-            };
+            let (served, pid) = self.serve(id, lifecycle).await?;
             match served {
-                Ok(running) => break (running, pid, id),
+                Ok(running) => return Ok((running, pid, id)),
                 Err(e) => {
                     if let Some(pid) = pid {
                         kill_group(pid);
@@ -354,19 +350,60 @@ impl Link {
                     let is_legacy =
                         matches!(e, rmcp::service::ClientInitializeError::JsonRpcError(_));
                     if legacy || !is_legacy {
-                        return Err(refused(e));
+                        return Err(self.handshake_refused(e));
                     }
                     self.legacy.store(true, Ordering::Release);
                 }
             }
+        }
+    }
+
+    /// One handshake attempt as session `id` over this upstream's transport: its result, and
+    /// the child's pid (stdio).
+    async fn serve(
+        self: &Arc<Self>,
+        id: u64,
+        lifecycle: ClientLifecycleMode,
+    ) -> Result<(Result<Running, ClientInitializeError>, Option<u32>), LoadError> {
+        let handler = Handler {
+            link: Arc::downgrade(self),
         };
-        let session = Arc::new(Session {
-            id,
-            peer: running.peer().clone(),
-            stop: Mutex::new(Some(running.cancellation_token())),
-            pid,
-        });
-        // The service ends when the connection closes (a child that died closes its stdout).
+        Ok(match &self.transport {
+            Transport::Stdio { argv, env, cwd } => {
+                let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
+                let served = handler
+                    .serve_with_lifecycle((stdout, stdin), lifecycle)
+                    .await;
+                (served, Some(pid))
+            }
+            Transport::Http { url, headers } => {
+                let transport = http_transport(url, headers)?;
+                (
+                    handler.serve_with_lifecycle(transport, lifecycle).await,
+                    None,
+                )
+            }
+        })
+    }
+
+    /// Why the upstream refused the handshake, with what to do about a server that asks for
+    /// OAuth.
+    fn handshake_refused(&self, e: ClientInitializeError) -> LoadError {
+        if let Some(challenge) = e.auth_challenge() {
+            return LoadError::Worker(format!(
+                "upstream {} requires authorization (OAuth): it answered 401 with \
+                 WWW-Authenticate: {challenge}; mcp-host does not obtain tokens for \
+                 upstreams: give one in server.headers (e.g. Authorization: \"Bearer \
+                 ${{TOKEN}}\")",
+                self.name
+            ));
+        }
+        LoadError::Worker(format!("the MCP handshake failed: {e}"))
+    }
+
+    /// Report session `id`'s end when its service ends: the connection closed (a child that
+    /// died closes its stdout).
+    fn watch_session(self: &Arc<Self>, running: Running, id: u64) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
             let how = match running.waiting().await {
@@ -377,16 +414,6 @@ impl Link {
                 link.exited(id, &how);
             }
         });
-        self.listen_for_changes(&session).await;
-        match super::listing::read(&session.peer, &self.name).await {
-            Ok(manifest) => Ok((session, manifest)),
-            Err(e) => {
-                session.end();
-                Err(LoadError::Manifest(format!(
-                    "could not read the upstream's lists: {e}"
-                )))
-            }
-        }
     }
 
     /// On a 2026-07-28 session, list changes arrive only on a `subscriptions/listen` stream:
