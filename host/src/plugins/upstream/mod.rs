@@ -142,22 +142,7 @@ fn stdio_transport(
         .cwd
         .clone()
         .unwrap_or_else(|| config.base_dir.clone());
-    let mut keep = worker_env(spec, config, &entry.name);
-    if spec.isolation == Isolation::Sandbox {
-        keep.extend(SANDBOX_ENV.iter().map(|s| (*s).to_owned()));
-    }
-    let filter = WorkerCommand {
-        exe: PathBuf::new(),
-        env: keep,
-        max_frame: 0,
-    };
-    let mut env = filter.environment(std::env::vars_os());
-    env.extend(
-        server
-            .env
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-    );
+    let env = upstream_env(entry, spec, config);
     let program = server
         .command
         .first()
@@ -191,30 +176,66 @@ fn stdio_transport(
         limits: spec.limits.as_ref().map(wire_limits),
         sandbox,
     };
-    let mut argv: Vec<OsString> = Vec::new();
+    let mut argv = confined_argv(exe, spec.isolation, &confinement, binary)?;
+    argv.extend(server.command.iter().skip(1).map(OsString::from));
+    Ok(Transport::Stdio { argv, env, cwd })
+}
+
+/// A stdio upstream's environment: the host's, filtered to what a worker of the same isolation
+/// keeps, then `server.env`.
+fn upstream_env(
+    entry: &UpstreamEntry,
+    spec: &RunSpec,
+    config: &Config,
+) -> Vec<(OsString, OsString)> {
+    let mut keep = worker_env(spec, config, &entry.name);
+    if spec.isolation == Isolation::Sandbox {
+        keep.extend(SANDBOX_ENV.iter().map(|s| (*s).to_owned()));
+    }
+    let filter = WorkerCommand {
+        exe: PathBuf::new(),
+        env: keep,
+        max_frame: 0,
+    };
+    let mut env = filter.environment(std::env::vars_os());
+    env.extend(
+        entry
+            .server
+            .env
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
+    );
+    env
+}
+
+/// The start of the child's command line: `mcp-host upstream-exec --confine <json> -- <binary>`
+/// when the host's executable is known, else `binary` itself (refused under `sandbox`, which
+/// needs the helper).
+fn confined_argv(
+    exe: Option<&Path>,
+    isolation: Isolation,
+    confinement: &confine::ExecConfinement,
+    binary: PathBuf,
+) -> Result<Vec<OsString>, LoadError> {
     match exe {
         Some(exe) => {
-            let json = serde_json::to_string(&confinement).unwrap_or_default();
-            argv.extend([
+            let json = serde_json::to_string(confinement).unwrap_or_default();
+            Ok(vec![
                 exe.as_os_str().to_owned(),
                 "upstream-exec".into(),
                 "--confine".into(),
                 json.into(),
                 "--".into(),
                 binary.into_os_string(),
-            ]);
+            ])
         }
-        None if spec.isolation == Isolation::Sandbox => {
-            return Err(LoadError::Sandbox(
-                "sandbox refused: confining an upstream needs the mcp-host executable \
-                 (HostOptions::probe_exe)"
-                    .into(),
-            ));
-        }
-        None => argv.push(binary.into_os_string()),
+        None if isolation == Isolation::Sandbox => Err(LoadError::Sandbox(
+            "sandbox refused: confining an upstream needs the mcp-host executable \
+             (HostOptions::probe_exe)"
+                .into(),
+        )),
+        None => Ok(vec![binary.into_os_string()]),
     }
-    argv.extend(server.command.iter().skip(1).map(OsString::from));
-    Ok(Transport::Stdio { argv, env, cwd })
 }
 
 impl Upstream {
@@ -302,76 +323,10 @@ async fn envelope_outcome(
     call: &CallState,
 ) -> EnvelopeOutcome {
     let failed = |kind, message: String| EnvelopeOutcome::Error(EnvelopeError { kind, message });
-    let (request, what) = match &envelope {
-        CallEnvelope::ReadResource { uri, .. } => (
-            serde_json::from_value(json!({"uri": uri}))
-                .map(|p| ClientRequest::ReadResourceRequest(Request::new(p))),
-            "resources/read",
-        ),
-        CallEnvelope::GetPrompt { index, arguments } => {
-            let Some(prompt) = manifest.prompts.get(*index as usize) else {
-                return failed(
-                    EnvelopeErrorKind::Failed,
-                    format!("no prompt number {index}"),
-                );
-            };
-            // Prompt arguments are strings.
-            let arguments: serde_json::Map<String, Value> = arguments
-                .iter()
-                .map(|(k, v)| {
-                    let text = match v {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    (k.clone(), Value::String(text))
-                })
-                .collect();
-            (
-                serde_json::from_value(json!({"name": prompt.name, "arguments": arguments}))
-                    .map(|p| ClientRequest::GetPromptRequest(Request::new(p))),
-                "prompts/get",
-            )
-        }
-        CallEnvelope::Complete {
-            target,
-            index,
-            argument,
-            value,
-            context,
-        } => {
-            let reference = match target {
-                CompletionTarget::Prompt => manifest
-                    .prompts
-                    .get(*index as usize)
-                    .map(|p| json!({"type": "ref/prompt", "name": p.name})),
-                CompletionTarget::Resource => manifest
-                    .resources
-                    .get(*index as usize)
-                    .map(|r| json!({"type": "ref/resource", "uri": r.uri})),
-            };
-            let Some(reference) = reference else {
-                return failed(
-                    EnvelopeErrorKind::Failed,
-                    format!("no entry number {index}"),
-                );
-            };
-            let mut params = json!({
-                "ref": reference,
-                "argument": {"name": argument, "value": value},
-            });
-            if !context.is_empty() {
-                params["context"] = json!({"arguments": context});
-            }
-            (
-                serde_json::from_value(params)
-                    .map(|p| ClientRequest::CompleteRequest(Request::new(p))),
-                "completion/complete",
-            )
-        }
-    };
-    let request = match request {
-        Ok(r) => r,
-        Err(e) => return failed(EnvelopeErrorKind::Invalid, format!("{what}: {e}")),
+    let what = envelope_method(&envelope);
+    let request = match envelope_request(manifest, &envelope) {
+        Ok(request) => request,
+        Err(error) => return EnvelopeOutcome::Error(error),
     };
     match link.request(request, call).await {
         Ok(result) => {
@@ -398,6 +353,111 @@ async fn envelope_outcome(
         }
         Err(e) => failed(EnvelopeErrorKind::Failed, e.to_string()),
     }
+}
+
+/// The MCP method an envelope is forwarded as.
+fn envelope_method(envelope: &CallEnvelope) -> &'static str {
+    match envelope {
+        CallEnvelope::ReadResource { .. } => "resources/read",
+        CallEnvelope::GetPrompt { .. } => "prompts/get",
+        CallEnvelope::Complete { .. } => "completion/complete",
+    }
+}
+
+/// The upstream request an envelope makes; the error when it names an entry the upstream did
+/// not list, or its parameters do not make a valid request.
+fn envelope_request(
+    manifest: &Manifest,
+    envelope: &CallEnvelope,
+) -> Result<ClientRequest, EnvelopeError> {
+    let invalid = |e: serde_json::Error| EnvelopeError {
+        kind: EnvelopeErrorKind::Invalid,
+        message: format!("{}: {e}", envelope_method(envelope)),
+    };
+    match envelope {
+        CallEnvelope::ReadResource { uri, .. } => serde_json::from_value(json!({"uri": uri}))
+            .map(|p| ClientRequest::ReadResourceRequest(Request::new(p)))
+            .map_err(invalid),
+        CallEnvelope::GetPrompt { index, arguments } => {
+            serde_json::from_value(prompt_params(manifest, *index, arguments)?)
+                .map(|p| ClientRequest::GetPromptRequest(Request::new(p)))
+                .map_err(invalid)
+        }
+        CallEnvelope::Complete {
+            target,
+            index,
+            argument,
+            value,
+            context,
+        } => {
+            let params = complete_params(manifest, *target, *index, argument, value, context)?;
+            serde_json::from_value(params)
+                .map(|p| ClientRequest::CompleteRequest(Request::new(p)))
+                .map_err(invalid)
+        }
+    }
+}
+
+/// The envelope's entry number `index` is not in the upstream's lists.
+fn no_entry(what: &str, index: u32) -> EnvelopeError {
+    EnvelopeError {
+        kind: EnvelopeErrorKind::Failed,
+        message: format!("no {what} number {index}"),
+    }
+}
+
+/// `prompts/get`'s parameters for prompt number `index`: prompt arguments are strings.
+fn prompt_params(
+    manifest: &Manifest,
+    index: u32,
+    arguments: &serde_json::Map<String, Value>,
+) -> Result<Value, EnvelopeError> {
+    let prompt = manifest
+        .prompts
+        .get(index as usize)
+        .ok_or_else(|| no_entry("prompt", index))?;
+    let arguments: serde_json::Map<String, Value> = arguments
+        .iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            (k.clone(), Value::String(text))
+        })
+        .collect();
+    Ok(json!({"name": prompt.name, "arguments": arguments}))
+}
+
+/// `completion/complete`'s parameters: the prompt or resource (`target` number `index`) it
+/// completes for, the argument and its value, and the context's arguments when there are any.
+fn complete_params(
+    manifest: &Manifest,
+    target: CompletionTarget,
+    index: u32,
+    argument: &str,
+    value: &str,
+    context: &serde_json::Map<String, Value>,
+) -> Result<Value, EnvelopeError> {
+    let reference = match target {
+        CompletionTarget::Prompt => manifest
+            .prompts
+            .get(index as usize)
+            .map(|p| json!({"type": "ref/prompt", "name": p.name})),
+        CompletionTarget::Resource => manifest
+            .resources
+            .get(index as usize)
+            .map(|r| json!({"type": "ref/resource", "uri": r.uri})),
+    };
+    let reference = reference.ok_or_else(|| no_entry("entry", index))?;
+    let mut params = json!({
+        "ref": reference,
+        "argument": {"name": argument, "value": value},
+    });
+    if !context.is_empty() {
+        params["context"] = json!({"arguments": context});
+    }
+    Ok(params)
 }
 
 impl PluginBackend for Upstream {
