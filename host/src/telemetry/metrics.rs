@@ -9,12 +9,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::info::Info;
-use prometheus_client::registry::Registry;
+use prometheus_client::registry::{Metric, Registry, Unit};
 
 use super::Outcome;
 
@@ -73,6 +75,24 @@ struct BuildLabels {
 }
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+/// A metric of any kind, for [`Metrics::registrations`]' table: encoded as the metric it holds.
+#[derive(Debug)]
+struct AnyMetric(Box<dyn Metric>);
+
+impl EncodeMetric for AnyMetric {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.0.encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        self.0.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
 
 /// The host's metrics, registered once.
 pub struct Metrics {
@@ -138,10 +158,9 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    /// Every metric, registered (prefix `mcp`).
+    /// Every metric, registered (prefix `mcp`) in [`Metrics::registrations`]' order.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("mcp");
-        let m = Metrics {
+        let mut m = Metrics {
             calls: Family::default(),
             latency: Family::new_with_constructor(latency_histogram),
             queue_wait: Family::new_with_constructor(queue_histogram),
@@ -152,75 +171,98 @@ impl Metrics {
             images: Gauge::default(),
             auth_failures: Family::default(),
             sessions: Family::default(),
-            registry: Registry::default(),
+            registry: Registry::with_prefix("mcp"),
         };
+        for (name, help, unit, metric) in m.registrations() {
+            match unit {
+                Some(unit) => m.registry.register_with_unit(name, help, unit, metric),
+                None => m.registry.register(name, help, metric),
+            }
+        }
+        m
+    }
+
+    /// What the registry lists: each metric's name, help text and unit, and the metric (a handle
+    /// on this one's series).
+    fn registrations(&self) -> [(&'static str, &'static str, Option<Unit>, AnyMetric); 11] {
         let host = mcp_plugin_sdk::wire::BuildInfo::host();
-        registry.register(
-            "host_build",
-            "The running mcp-host: its version, plugin SDK and target",
-            Info::new(BuildLabels {
-                version: env!("CARGO_PKG_VERSION"),
-                sdk: host.sdk_version,
-                target: host.target,
-            }),
-        );
-        registry.register(
-            "tool_calls",
-            "Tool calls by tool, plugin and outcome (ok, tool_error, invalid_arguments, \
-             caller_required, timeout, cancelled, plugin_failure, throttled, denied)",
-            m.calls.clone(),
-        );
-        registry.register_with_unit(
-            "tool_call_duration",
-            "Tool call latency, from the request to the result (queue wait included)",
-            prometheus_client::registry::Unit::Seconds,
-            m.latency.clone(),
-        );
-        registry.register_with_unit(
-            "tool_call_queue_wait",
-            "Time tool calls waited for a free slot (global and per-plugin concurrency limits)",
-            prometheus_client::registry::Unit::Seconds,
-            m.queue_wait.clone(),
-        );
-        registry.register(
-            "tool_calls_in_flight",
-            "Tool calls running or queued now, by plugin",
-            m.in_flight.clone(),
-        );
-        registry.register(
-            "plugin_load_errors",
-            "Plugin files that failed to load, by reason (library, abi, build, init, manifest, \
-             probe, copy, worker, sandbox, signature)",
-            m.load_errors.clone(),
-        );
-        registry.register(
-            "policy_rule_decisions",
-            "Tool calls a call policy rule matched, by rule and decision (matched, denied, \
-             limited, approved, refused)",
-            m.policy.clone(),
-        );
-        registry.register(
-            "plugin_reloads",
-            "Plugin versions loaded by rescans (file changes, configuration changes, SIGHUP)",
-            m.reloads.clone(),
-        );
-        registry.register(
-            "plugin_images_retained",
-            "Plugin images mapped in the process (libraries are never unloaded)",
-            m.images.clone(),
-        );
-        registry.register(
-            "auth_failures",
-            "Refused requests by reason (missing, invalid, rejected, expired, wrong_audience, \
-             no_keys, wrong_agent, unknown_agent, metrics_token)",
-            m.auth_failures.clone(),
-        );
-        registry.register(
-            "sessions",
-            "Open legacy (2025) sessions, by transport",
-            m.sessions.clone(),
-        );
-        Metrics { registry, ..m }
+        let build = Info::new(BuildLabels {
+            version: env!("CARGO_PKG_VERSION"),
+            sdk: host.sdk_version,
+            target: host.target,
+        });
+        [
+            (
+                "host_build",
+                "The running mcp-host: its version, plugin SDK and target",
+                None,
+                AnyMetric(Box::new(build)),
+            ),
+            (
+                "tool_calls",
+                "Tool calls by tool, plugin and outcome (ok, tool_error, invalid_arguments, \
+                 caller_required, timeout, cancelled, plugin_failure, throttled, denied)",
+                None,
+                AnyMetric(Box::new(self.calls.clone())),
+            ),
+            (
+                "tool_call_duration",
+                "Tool call latency, from the request to the result (queue wait included)",
+                Some(Unit::Seconds),
+                AnyMetric(Box::new(self.latency.clone())),
+            ),
+            (
+                "tool_call_queue_wait",
+                "Time tool calls waited for a free slot (global and per-plugin concurrency limits)",
+                Some(Unit::Seconds),
+                AnyMetric(Box::new(self.queue_wait.clone())),
+            ),
+            (
+                "tool_calls_in_flight",
+                "Tool calls running or queued now, by plugin",
+                None,
+                AnyMetric(Box::new(self.in_flight.clone())),
+            ),
+            (
+                "plugin_load_errors",
+                "Plugin files that failed to load, by reason (library, abi, build, init, \
+                 manifest, probe, copy, worker, sandbox, signature)",
+                None,
+                AnyMetric(Box::new(self.load_errors.clone())),
+            ),
+            (
+                "policy_rule_decisions",
+                "Tool calls a call policy rule matched, by rule and decision (matched, denied, \
+                 limited, approved, refused)",
+                None,
+                AnyMetric(Box::new(self.policy.clone())),
+            ),
+            (
+                "plugin_reloads",
+                "Plugin versions loaded by rescans (file changes, configuration changes, SIGHUP)",
+                None,
+                AnyMetric(Box::new(self.reloads.clone())),
+            ),
+            (
+                "plugin_images_retained",
+                "Plugin images mapped in the process (libraries are never unloaded)",
+                None,
+                AnyMetric(Box::new(self.images.clone())),
+            ),
+            (
+                "auth_failures",
+                "Refused requests by reason (missing, invalid, rejected, expired, \
+                 wrong_audience, no_keys, wrong_agent, unknown_agent, metrics_token)",
+                None,
+                AnyMetric(Box::new(self.auth_failures.clone())),
+            ),
+            (
+                "sessions",
+                "Open legacy (2025) sessions, by transport",
+                None,
+                AnyMetric(Box::new(self.sessions.clone())),
+            ),
+        ]
     }
 
     /// The series of tool `tool` of plugin `plugin`.
