@@ -38,34 +38,9 @@ pub(crate) fn publish(
     };
     let reference = oci::parse_reference(reference_text)?;
     let files: Vec<(String, PathBuf)> = files.iter().map(|f| platform_file(f)).collect();
-    let here = package::host_platform();
     let (manifest, build) = match manifest_file {
-        Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .with_context(|| format!("cannot read --manifest {}", path.display()))?;
-            let manifest: Value = serde_json::from_str(&text)
-                .with_context(|| format!("--manifest {} is not JSON", path.display()))?;
-            let build = serde_json::to_value(mcp_plugin_sdk::wire::BuildInfo::host())?;
-            (manifest, build)
-        }
-        None => {
-            let native: Vec<&PathBuf> = files
-                .iter()
-                .filter(|(p, _)| *p == here)
-                .map(|(_, f)| f)
-                .collect();
-            let [file] = native.as_slice() else {
-                anyhow::bail!(
-                    "publish reads the plugin's manifest from its build for this platform ({here}): \
-                     give exactly one (found {}), or pass --manifest FILE (`mcp-host check --json`'s \
-                     \"manifest\")",
-                    native.len()
-                );
-            };
-            let report = mcp_host::host::check_file(config, file, &crate::host_options())
-                .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-            (report["manifest"].clone(), report["build"].clone())
-        }
+        Some(path) => manifest_from_file(path)?,
+        None => manifest_from_build(config, &files)?,
     };
     let plugin = manifest["plugin"]
         .as_str()
@@ -74,37 +49,7 @@ pub(crate) fn publish(
     let manifest_json = canonical_json(&manifest).into_bytes();
     let manifest_digest = package::sha256_digest(&manifest_json);
     let sk = super::sign::secret_key(key, password)?;
-    let mut builds = Vec::new();
-    for (platform, file) in &files {
-        let file_name = file
-            .file_name()
-            .and_then(|n| n.to_str())
-            .filter(|n| oci::valid_file_name(n))
-            .with_context(|| format!("{}: not a plugin library file name", file.display()))?
-            .to_owned();
-        if builds
-            .iter()
-            .any(|b: &package::PlatformBuild| b.platform == *platform)
-        {
-            anyhow::bail!("two builds for {platform}");
-        }
-        let library =
-            std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
-        let signature = package::sign(
-            &sk,
-            &library,
-            &file_name,
-            &plugin,
-            platform,
-            &manifest_digest,
-        )?;
-        builds.push(package::PlatformBuild {
-            platform: platform.clone(),
-            file_name,
-            library,
-            signature: Some(signature),
-        });
-    }
+    let builds = signed_builds(&files, &sk, &plugin, &manifest_digest)?;
     let platforms: Vec<String> = builds.iter().map(|b| b.platform.clone()).collect();
     let pkg = package::Package {
         config: package::config_blob(&manifest, &build, &platforms),
@@ -122,6 +67,73 @@ pub(crate) fn publish(
         platforms.join(", ")
     )?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--manifest FILE`: the plugin manifest as given, and this host's build information.
+fn manifest_from_file(path: &Path) -> anyhow::Result<(Value, Value)> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read --manifest {}", path.display()))?;
+    let manifest: Value = serde_json::from_str(&text)
+        .with_context(|| format!("--manifest {} is not JSON", path.display()))?;
+    let build = serde_json::to_value(mcp_plugin_sdk::wire::BuildInfo::host())?;
+    Ok((manifest, build))
+}
+
+/// The plugin manifest and build information of the one build among `files` for this host's
+/// platform, as `check` reads them.
+fn manifest_from_build(
+    config: &Config,
+    files: &[(String, PathBuf)],
+) -> anyhow::Result<(Value, Value)> {
+    let here = package::host_platform();
+    let native: Vec<&PathBuf> = files
+        .iter()
+        .filter(|(p, _)| *p == here)
+        .map(|(_, f)| f)
+        .collect();
+    let [file] = native.as_slice() else {
+        anyhow::bail!(
+            "publish reads the plugin's manifest from its build for this platform ({here}): \
+             give exactly one (found {}), or pass --manifest FILE (`mcp-host check --json`'s \
+             \"manifest\")",
+            native.len()
+        );
+    };
+    let report = mcp_host::host::check_file(config, file, &crate::host_options())
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    Ok((report["manifest"].clone(), report["build"].clone()))
+}
+
+/// Each of `files` (one per platform) read and signed for `plugin` with the manifest of digest
+/// `manifest_digest`.
+fn signed_builds(
+    files: &[(String, PathBuf)],
+    sk: &minisign::SecretKey,
+    plugin: &str,
+    manifest_digest: &str,
+) -> anyhow::Result<Vec<package::PlatformBuild>> {
+    let mut builds: Vec<package::PlatformBuild> = Vec::new();
+    for (platform, file) in files {
+        let file_name = file
+            .file_name()
+            .and_then(|n| n.to_str())
+            .filter(|n| oci::valid_file_name(n))
+            .with_context(|| format!("{}: not a plugin library file name", file.display()))?
+            .to_owned();
+        if builds.iter().any(|b| b.platform == *platform) {
+            anyhow::bail!("two builds for {platform}");
+        }
+        let library =
+            std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+        let signature = package::sign(sk, &library, &file_name, plugin, platform, manifest_digest)?;
+        builds.push(package::PlatformBuild {
+            platform: platform.clone(),
+            file_name,
+            library,
+            signature: Some(signature),
+        });
+    }
+    Ok(builds)
 }
 
 /// Print what a staged plugin brings: its tools, resources, prompts and permissions.
