@@ -76,6 +76,16 @@ struct BuildLabels {
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
+/// `host_build`'s one series: this mcp-host's version, plugin SDK and target.
+fn build_info() -> Info<BuildLabels> {
+    let host = mcp_plugin_sdk::wire::BuildInfo::host();
+    Info::new(BuildLabels {
+        version: env!("CARGO_PKG_VERSION"),
+        sdk: host.sdk_version,
+        target: host.target,
+    })
+}
+
 /// A metric of any kind, for [`Metrics::registrations`]' table: encoded as the metric it holds.
 #[derive(Debug)]
 struct AnyMetric(Box<dyn Metric>);
@@ -185,18 +195,12 @@ impl Metrics {
     /// What the registry lists: each metric's name, help text and unit, and the metric (a handle
     /// on this one's series).
     fn registrations(&self) -> [(&'static str, &'static str, Option<Unit>, AnyMetric); 11] {
-        let host = mcp_plugin_sdk::wire::BuildInfo::host();
-        let build = Info::new(BuildLabels {
-            version: env!("CARGO_PKG_VERSION"),
-            sdk: host.sdk_version,
-            target: host.target,
-        });
         [
             (
                 "host_build",
                 "The running mcp-host: its version, plugin SDK and target",
                 None,
-                AnyMetric(Box::new(build)),
+                AnyMetric(Box::new(build_info())),
             ),
             (
                 "tool_calls",
