@@ -434,7 +434,7 @@ impl Registry {
             sources: loaded.clone(),
             ..Registry::default()
         };
-        let mut winners = Winners::default();
+        let mut winners = Winners::new(memory);
         checked::with_checks(&memory.checks, config.probe_cache.as_deref(), |checks| {
             registry.add_all(loaded, config, &mut winners, checks, memory, log_tools);
         });
@@ -447,7 +447,7 @@ impl Registry {
         &mut self,
         loaded: Sources,
         config: &Config,
-        winners: &mut Winners,
+        winners: &mut Winners<'_>,
         checks: &mut checked::SchemaChecks,
         memory: &BuildMemory,
         log_tools: bool,
@@ -670,7 +670,7 @@ impl Registry {
         &mut self,
         slot: Arc<PluginSlot>,
         config: &Config,
-        winners: &mut Winners,
+        winners: &mut Winners<'_>,
         checks: &mut checked::SchemaChecks,
         log_tools: bool,
     ) {
@@ -695,7 +695,7 @@ impl Registry {
                         schema.text(),
                         manifest,
                         &slot.candidate.path,
-                        &winners.tools,
+                        winners,
                         checks,
                     )
                     .map(|()| schema)
@@ -732,7 +732,7 @@ impl Registry {
         name: String,
         tool: &ToolDescriptor,
         served: ServedTool,
-        winners: &mut Winners,
+        winners: &mut Winners<'_>,
         log_tools: bool,
     ) {
         let listing = Listing::of(&tool.listed_with_schema(&name, served.schema.raw()));
@@ -799,7 +799,7 @@ impl Registry {
         slot: &Arc<PluginSlot>,
         settings: &PluginSettings,
         global: f64,
-        winners: &mut Winners,
+        winners: &mut Winners<'_>,
         log: bool,
     ) {
         let manifest = slot.backend.manifest();
@@ -819,14 +819,13 @@ impl Registry {
             } else {
                 Err("not an absolute URI (scheme:...)".to_owned())
             };
-            let won = &mut winners.resources;
             match admit_named(
                 kind,
                 &d.uri,
                 d.service.as_ref(),
                 manifest,
                 &slot.candidate.path,
-                won,
+                winners,
             )
             .and_then(|()| {
                 compiled.map_err(|why| {
@@ -842,7 +841,9 @@ impl Registry {
                     if log {
                         tracing::info!("Loaded {}: {}", kind.label().to_lowercase(), d.uri);
                     }
-                    won.insert(d.uri.clone(), slot.candidate.path.clone());
+                    winners
+                        .resources
+                        .insert(d.uri.clone(), slot.candidate.path.clone());
                     let resource = Arc::new(Resource {
                         uri: d.uri.clone(),
                         listing: Listing::of(&resource_listing(d)),
@@ -870,7 +871,7 @@ impl Registry {
         slot: &Arc<PluginSlot>,
         settings: &PluginSettings,
         global: f64,
-        winners: &mut Winners,
+        winners: &mut Winners<'_>,
         log: bool,
     ) {
         let manifest = slot.backend.manifest();
@@ -885,7 +886,7 @@ impl Registry {
                     d.service.as_ref(),
                     manifest,
                     file,
-                    &winners.prompts,
+                    winners,
                 )
             } else {
                 tracing::error!(
@@ -1074,26 +1075,56 @@ fn log_disabled_services(manifest: &Manifest, file: &std::path::Path) {
     }
 }
 
-/// Which file won each name so far, per namespace.
-#[derive(Default)]
-struct Winners {
+/// Which file won each name so far, per namespace, in one build; and what the host's builds
+/// already logged.
+struct Winners<'m> {
     tools: HashMap<String, PathBuf>,
     /// Resource URIs and URI templates.
     resources: HashMap<String, PathBuf>,
     prompts: HashMap<String, PathBuf>,
+    memory: &'m BuildMemory,
+}
+
+impl<'m> Winners<'m> {
+    /// No names won yet, in a build of the host that owns `memory`.
+    fn new(memory: &'m BuildMemory) -> Self {
+        Winners {
+            tools: HashMap::new(),
+            resources: HashMap::new(),
+            prompts: HashMap::new(),
+            memory,
+        }
+    }
+
+    /// `Ok` when no earlier directory or file serves `name` of `kind`; else the status that
+    /// keeps `file`'s out (logged).
+    fn first(&self, kind: Kind, name: &str, file: &std::path::Path) -> Result<(), Status> {
+        let won = match kind {
+            Kind::Tool => &self.tools,
+            Kind::Resource | Kind::ResourceTemplate => &self.resources,
+            Kind::Prompt => &self.prompts,
+        };
+        match won.get(name) {
+            Some(winner) => {
+                log_override(self.memory, kind.label(), name, file, winner);
+                Err(Status::OverriddenBy(winner.clone()))
+            }
+            None => Ok(()),
+        }
+    }
 }
 
 /// Log that `name` from `file` is overridden by the one from `winner`: a warning the first time
-/// this process sees it, then (every rescan rebuilds the tool set) a debug line.
-fn log_override(label: &str, name: &str, file: &std::path::Path, winner: &std::path::Path) {
-    static SEEN: std::sync::LazyLock<std::sync::Mutex<std::collections::HashSet<String>>> =
-        std::sync::LazyLock::new(Default::default);
+/// the host's builds (`memory`) see it, then (every rescan rebuilds the tool set) a debug line.
+fn log_override(
+    memory: &BuildMemory,
+    label: &str,
+    name: &str,
+    file: &std::path::Path,
+    winner: &std::path::Path,
+) {
     let key = format!("{label}\0{name}\0{}\0{}", file.display(), winner.display());
-    let first = SEEN
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .insert(key);
-    if first {
+    if memory.first_report(&key) {
         tracing::warn!(
             "{label} {name} from {} overridden by {} (said once; `mcp-host list` shows it)",
             file.display(),
@@ -1116,14 +1147,10 @@ fn admit_named(
     service: Option<&String>,
     manifest: &Manifest,
     file: &std::path::Path,
-    winners: &HashMap<String, PathBuf>,
+    winners: &Winners<'_>,
 ) -> Result<(), Status> {
     service_enabled(service, manifest)?;
-    if let Some(winner) = winners.get(name) {
-        log_override(kind.label(), name, file, winner);
-        return Err(Status::OverriddenBy(winner.clone()));
-    }
-    Ok(())
+    winners.first(kind, name, file)
 }
 
 /// `Err` with the reason when `service` (of `manifest`) is disabled.
@@ -1150,7 +1177,7 @@ fn admit(
     schema_text: &str,
     manifest: &Manifest,
     file: &std::path::Path,
-    winners: &HashMap<String, PathBuf>,
+    winners: &Winners<'_>,
     checks: &mut checked::SchemaChecks,
 ) -> Result<(), Status> {
     service_enabled(tool.service.as_ref(), manifest)?;
@@ -1164,10 +1191,7 @@ fn admit(
             "must match ^[a-zA-Z0-9_-]{1,64}$".into(),
         ));
     }
-    if let Some(winner) = winners.get(name) {
-        log_override("Tool", name, file, winner);
-        return Err(Status::OverriddenBy(winner.clone()));
-    }
+    winners.first(Kind::Tool, name, file)?;
     checks
         .check(&tool.input_schema, schema_text)
         .map_err(|why| {

@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
@@ -175,6 +175,8 @@ pub(crate) struct Process {
     tail: Arc<Mutex<VecDeque<String>>>,
     nested: Mutex<NestedPool>,
     nested_ready: Condvar,
+    /// Whether refusing nested calls (too many at once) was logged for this worker.
+    refusal_logged: AtomicBool,
 }
 
 impl std::fmt::Debug for Process {
@@ -468,6 +470,7 @@ impl Process {
             kill_reason: Mutex::new(None),
             nested: Mutex::default(),
             nested_ready: Condvar::new(),
+            refusal_logged: AtomicBool::new(false),
         });
         #[cfg(unix)]
         let read_async = runtime.map(|rt| (rt, channel.readiness));
@@ -894,10 +897,7 @@ impl Process {
 
     /// Log (once per worker) that its nested calls are being refused.
     fn warn_refused_nested(&self) {
-        static WARNED: std::sync::Mutex<Option<u32>> = std::sync::Mutex::new(None);
-        let mut last = lock(&WARNED);
-        if *last != Some(self.pid) {
-            *last = Some(self.pid);
+        if !self.refusal_logged.swap(true, Ordering::AcqRel) {
             tracing::warn!(
                 plugin = &*self.plugin,
                 "worker {}: too many nested calls at once ({NESTED_THREADS} running, \
