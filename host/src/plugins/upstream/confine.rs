@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::{Config, Connect};
+use crate::config::Config;
 use crate::plugins::worker::{sandbox, wire};
 
 /// Files of `/etc` a runtime reads (TLS roots, name resolution, users, locale aliases).
@@ -130,31 +130,15 @@ pub(crate) fn upstream_sandbox(
             .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf())),
     );
     if grant.exec {
-        exec_paths.extend(
-            ["/bin", "/usr/bin", "/usr/local/bin", "/sbin", "/usr/sbin"]
-                .iter()
-                .map(PathBuf::from),
-        );
-        exec_paths.extend(sandbox::SYSTEM_READ.iter().map(PathBuf::from));
-        exec_paths.extend(grant.read.iter().cloned());
+        exec_paths.extend(sandbox::program_paths(&grant.read));
     }
-    let connect_ports = match &grant.connect {
-        Connect::Any => None,
-        Connect::Only(list) => {
-            let mut ports: Vec<u16> = list.iter().map(|e| e.port).collect();
-            ports.sort_unstable();
-            ports.dedup();
-            Some(ports)
-        }
-    };
     let mut write = grant.write.clone();
-    write.push(config.plugin_data_dir(name));
-    write.push(PathBuf::from("/dev/null"));
+    write.extend(sandbox::implicit_write(config, name));
     wire::Sandbox {
         read,
         write,
         exec_paths,
-        connect_ports,
+        connect_ports: sandbox::connect_ports(&grant.connect),
         // `exec` of the command itself must pass seccomp; Landlock limits what can be run.
         exec: true,
         allow_weaker: settings.allow_weaker_sandbox,

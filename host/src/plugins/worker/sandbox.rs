@@ -106,7 +106,7 @@ impl Grant {
             env: p.env,
             exec: p.exec,
             implicit_read,
-            implicit_write: vec![config.plugin_data_dir(plugin), PathBuf::from("/dev/null")],
+            implicit_write: implicit_write(config, plugin),
             allow_weaker_sandbox: settings.allow_weaker_sandbox,
         }
     }
@@ -121,20 +121,10 @@ impl Grant {
         let mut read: Vec<PathBuf> = self.read.clone();
         read.extend(self.implicit_read.iter().cloned());
         read.push(copy.to_path_buf());
-        let mut exec_paths = Vec::new();
-        if self.exec {
-            exec_paths.extend(SYSTEM_EXEC.iter().map(PathBuf::from));
-            exec_paths.extend(SYSTEM_READ.iter().map(PathBuf::from));
-            exec_paths.extend(self.read.iter().cloned());
-        }
-        let connect_ports = match &self.connect {
-            Connect::Any => None,
-            Connect::Only(list) => {
-                let mut ports: Vec<u16> = list.iter().map(|e| e.port).collect();
-                ports.sort_unstable();
-                ports.dedup();
-                Some(ports)
-            }
+        let exec_paths = if self.exec {
+            program_paths(&self.read)
+        } else {
+            Vec::new()
         };
         wire::Sandbox {
             read,
@@ -145,10 +135,41 @@ impl Grant {
                 .cloned()
                 .collect(),
             exec_paths,
-            connect_ports,
+            connect_ports: connect_ports(&self.connect),
             exec: self.exec,
             allow_weaker: self.allow_weaker_sandbox,
             unix_sockets: false,
+        }
+    }
+}
+
+/// What a sandboxed plugin or upstream `name` may write without asking: its data directory and
+/// `/dev/null`.
+pub(crate) fn implicit_write(config: &Config, name: &str) -> Vec<PathBuf> {
+    vec![config.plugin_data_dir(name), PathBuf::from("/dev/null")]
+}
+
+/// What a sandbox granted `exec` may run: the system's program and library directories, and the
+/// paths it is granted to read (`granted_read`).
+pub(crate) fn program_paths(granted_read: &[PathBuf]) -> Vec<PathBuf> {
+    SYSTEM_EXEC
+        .iter()
+        .chain(SYSTEM_READ)
+        .map(PathBuf::from)
+        .chain(granted_read.iter().cloned())
+        .collect()
+}
+
+/// The TCP ports a connect grant opens, sorted and each once (Landlock filters TCP by port);
+/// `None` for any.
+pub(crate) fn connect_ports(connect: &Connect) -> Option<Vec<u16>> {
+    match connect {
+        Connect::Any => None,
+        Connect::Only(list) => {
+            let mut ports: Vec<u16> = list.iter().map(|e| e.port).collect();
+            ports.sort_unstable();
+            ports.dedup();
+            Some(ports)
         }
     }
 }
