@@ -94,33 +94,54 @@ struct Setup {
     registry: Registry,
 }
 
+/// `mcp-host keygen` of key pair `name` (no password) in the layout's root: its public key.
+fn keygen(l: &Layout, name: &str) -> String {
+    let out = l.run(
+        &l.root.path().join("none.yaml"),
+        &[
+            "keygen",
+            "--out",
+            &l.root.path().join(name).to_string_lossy(),
+            "--no-password",
+        ],
+    );
+    assert_ok(&out, "keygen");
+    let public = std::fs::read_to_string(l.root.path().join(format!("{name}.pub"))).unwrap();
+    public.lines().last().unwrap().trim().to_owned()
+}
+
+/// A configuration with no tool directory, a data directory, and `keys` (name, public key)
+/// trusted.
+fn trusting(l: &Layout, keys: &[(&str, String)]) -> PathBuf {
+    let keys: String = keys
+        .iter()
+        .map(|(name, key)| format!("    {name}: \"{key}\"\n"))
+        .collect();
+    l.config(&format!(
+        "tool_dirs: []\ndata_dir: {}\ntrust:\n  keys:\n{keys}",
+        l.root.path().join("data").display()
+    ))
+}
+
+/// The file name of the installable plugin's library on this platform.
+fn library_name() -> String {
+    format!(
+        "{}installable{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    )
+}
+
 impl Setup {
     fn new() -> Option<Setup> {
         let registry = registry()?;
         let l = Layout::new();
-        let mut keys = String::new();
-        for name in ["release", "second", "stranger"] {
-            let out = l.run(
-                &l.root.path().join("none.yaml"),
-                &[
-                    "keygen",
-                    "--out",
-                    &l.root.path().join(name).to_string_lossy(),
-                    "--no-password",
-                ],
-            );
-            assert!(out.status.success(), "keygen: {}", stderr(&out));
-            let public =
-                std::fs::read_to_string(l.root.path().join(format!("{name}.pub"))).unwrap();
-            let key = public.lines().last().unwrap().trim().to_owned();
-            if name != "stranger" {
-                keys.push_str(&format!("    {name}: \"{key}\"\n"));
-            }
-        }
-        let config = l.config(&format!(
-            "tool_dirs: []\ndata_dir: {}\ntrust:\n  keys:\n{keys}",
-            l.root.path().join("data").display()
-        ));
+        let trusted = [
+            ("release", keygen(&l, "release")),
+            ("second", keygen(&l, "second")),
+        ];
+        keygen(&l, "stranger");
+        let config = trusting(&l, &trusted);
         Some(Setup {
             l,
             config,
@@ -147,12 +168,7 @@ impl Setup {
 
     /// Plugin crate `krate`'s library copied as `libinstallable.so` into a directory of its own.
     fn library(&self, krate: &str) -> PathBuf {
-        let dir = self.l.dir(&format!("build-{krate}"));
-        let file = dir.join(format!(
-            "{}installable{}",
-            std::env::consts::DLL_PREFIX,
-            std::env::consts::DLL_SUFFIX
-        ));
+        let file = self.l.dir(&format!("build-{krate}")).join(library_name());
         std::fs::copy(artifacts().plugin(krate), &file).unwrap();
         file
     }
@@ -169,6 +185,29 @@ impl Setup {
         args.extend_from_slice(extra);
         args.extend([lib.to_str().unwrap(), &mac_arg, &reference]);
         self.run(&args)
+    }
+
+    /// Publish `lib` under `tag` with plugin manifest `manifest` (`--manifest`), signed with the
+    /// `release` key: what `publish` did, and the reference.
+    fn publish_with_manifest(&self, manifest: &Path, lib: &Path, tag: &str) -> (Output, String) {
+        let key = self.key("release");
+        let reference = self.reference(tag);
+        let out = self.run(&[
+            "publish",
+            "--key",
+            &key,
+            "--manifest",
+            &manifest.to_string_lossy(),
+            &lib.to_string_lossy(),
+            &reference,
+        ]);
+        (out, reference)
+    }
+
+    /// The lock file.
+    fn lock(&self) -> Value {
+        let text = std::fs::read_to_string(self.l.root.path().join("mcp-host.lock")).unwrap();
+        serde_json::from_str(&text).unwrap()
     }
 
     fn managed(&self) -> PathBuf {
@@ -281,16 +320,9 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
             "add did not show {expected:?}:\n{shown}"
         );
     }
-    let lib = s.managed().join(format!(
-        "{}installable{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    ));
+    let lib = s.managed().join(library_name());
     assert!(lib.is_file() && Path::new(&format!("{}.minisig", lib.display())).is_file());
-    let lock: Value = serde_json::from_str(
-        &std::fs::read_to_string(s.l.root.path().join("mcp-host.lock")).unwrap(),
-    )
-    .unwrap();
+    let lock = s.lock();
     assert_eq!(
         lock["installed"]["installable"]["digest"],
         json!(digest_line)
@@ -385,10 +417,7 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
     assert_ok(&s.run(&["remove", "installable"]), "remove");
     wait_for_tools(&mut server, &mut id, |names| names.is_empty());
     s.assert_nothing_installed("remove");
-    let lock: Value = serde_json::from_str(
-        &std::fs::read_to_string(s.l.root.path().join("mcp-host.lock")).unwrap(),
-    )
-    .unwrap();
+    let lock = s.lock();
     assert!(
         lock.get("installed").is_none() && lock["tools"] == json!({}),
         "{lock}"
@@ -458,26 +487,10 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     // A library built against another ABI, published with a borrowed manifest.
     let manifest = s.l.root.path().join("manifest.json");
     std::fs::write(&manifest, &pulled.manifest_json).unwrap();
-    let abi = s.l.dir("abi").join(format!(
-        "{}installable{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    ));
+    let abi = s.l.dir("abi").join(library_name());
     std::fs::copy(artifacts().plugin("fixture-abi-mismatch"), &abi).unwrap();
-    let key = s.key("release");
-    let reference = s.reference("abi");
-    assert_ok(
-        &s.run(&[
-            "publish",
-            "--key",
-            &key,
-            "--manifest",
-            &manifest.to_string_lossy(),
-            &abi.to_string_lossy(),
-            &reference,
-        ]),
-        "publish abi",
-    );
+    let (published, reference) = s.publish_with_manifest(&manifest, &abi, "abi");
+    assert_ok(&published, "publish abi");
     assert_refused(&s, &reference, "incompatible");
 
     // A manifest (signed) whose definitions are not the library's.
@@ -485,19 +498,8 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     lying["tools"][0]["description"] = json!("Harmless, really.");
     std::fs::write(&manifest, lying.to_string()).unwrap();
     let lib = s.library("fixture-installable");
-    let reference = s.reference("lying");
-    assert_ok(
-        &s.run(&[
-            "publish",
-            "--key",
-            &key,
-            "--manifest",
-            &manifest.to_string_lossy(),
-            &lib.to_string_lossy(),
-            &reference,
-        ]),
-        "publish lying",
-    );
+    let (published, reference) = s.publish_with_manifest(&manifest, &lib, "lying");
+    assert_ok(&published, "publish lying");
     assert_refused(&s, &reference, "does not match its library (tools differ)");
 
     // And a registry that is not there.
@@ -548,22 +550,7 @@ fn serve_files(dir: &Path) -> String {
 #[test]
 fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     let l = Layout::new();
-    let out = l.run(
-        &l.root.path().join("none.yaml"),
-        &[
-            "keygen",
-            "--out",
-            &l.root.path().join("k").to_string_lossy(),
-            "--no-password",
-        ],
-    );
-    assert_ok(&out, "keygen");
-    let public = std::fs::read_to_string(l.root.path().join("k.pub")).unwrap();
-    let key = public.lines().last().unwrap().trim().to_owned();
-    let config = l.config(&format!(
-        "tool_dirs: []\ndata_dir: {}\ntrust:\n  keys:\n    k: \"{key}\"\n",
-        l.root.path().join("data").display()
-    ));
+    let config = trusting(&l, &[("k", keygen(&l, "k"))]);
     let lib = l.install("build", "fixture-installable", None);
     let refused = l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]);
     assert!(!refused.status.success());
