@@ -16,6 +16,7 @@ mod overrides;
 mod policy;
 pub mod reference;
 mod suggest;
+pub mod tls;
 
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};

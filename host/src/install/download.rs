@@ -33,8 +33,7 @@ pub(super) async fn build(url: &str, platform: &str) -> Result<PlatformBuild, In
             ))
         })?
         .to_owned();
-    // reqwest is built without a provider of its own: use ring, the one the host links.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::config::tls::use_ring_provider();
     let client = reqwest::Client::builder()
         .https_only(!loopback)
         .connect_timeout(std::time::Duration::from_secs(30))

@@ -45,8 +45,7 @@ pub fn is_loopback(registry: &str) -> bool {
 
 /// A client for `reference`'s registry: HTTPS, or HTTP for a loopback registry.
 fn client(reference: &Reference) -> Client {
-    // reqwest is built without a provider of its own: use ring, the one the host links.
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::config::tls::use_ring_provider();
     let registry = reference.resolve_registry().to_owned();
     let protocol = if is_loopback(&registry) {
         ClientProtocol::HttpsExcept(vec![registry])

@@ -95,9 +95,7 @@ impl Redis {
         replica: &str,
         keys: Arc<ArcSwap<RecordKeys>>,
     ) -> Result<(Redis, Bus), StoreError> {
-        // rustls needs a process-wide crypto provider; another part of the process may have
-        // installed one already, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
+        crate::config::tls::use_ring_provider();
         let client = Client::open(url)
             .map_err(|e| StoreError::Unavailable(format!("store {}: {e}", describe(url))))?;
         let config = ConnectionManagerConfig::new()

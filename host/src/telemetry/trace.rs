@@ -75,6 +75,8 @@ pub fn provider(settings: &TraceSettings) -> Result<Option<SdkTracerProvider>, T
         endpoint: url.clone(),
         message,
     };
+    // The exporter's reqwest client panics at build time without a process provider.
+    crate::config::tls::use_ring_provider();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(opentelemetry_otlp::Protocol::HttpBinary)

@@ -868,7 +868,7 @@ fn http_transport(
     headers: &[(String, String)],
 ) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, LoadError> {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    let _ = rustls::crypto::ring::default_provider().install_default();
+    crate::config::tls::use_ring_provider();
     let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
     let mut custom = HashMap::new();
     let mut auth = None;
