@@ -75,19 +75,9 @@ impl Drop for Placed {
 
 /// `cargo build --release` in `checkout`, as the README says (no target override, no flags).
 fn build_release(checkout: &Path) {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut build = Command::new(cargo);
+    // A user's shell has no target override nor any variable cargo sets for a test.
+    let mut build = mcp_host_tests::cargo();
     build.current_dir(checkout).args(["build", "--release"]);
-    // A user's shell has none of the variables cargo sets for a test (`CARGO_MANIFEST_DIR`,
-    // `CARGO_PKG_*`, …) nor a target override. They would also make this build differ from one
-    // run from a shell in the same target directory: ring's build script reruns when
-    // `CARGO_MANIFEST_DIR` changes, and everything above it with it (CI's speed guard builds there).
-    for (name, _) in std::env::vars_os() {
-        let name = name.to_string_lossy();
-        if name.starts_with("CARGO_") && name != "CARGO_HOME" {
-            build.env_remove(name.as_ref());
-        }
-    }
     let status = build.status().unwrap();
     assert!(status.success(), "cargo build --release failed");
 }

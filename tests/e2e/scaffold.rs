@@ -16,8 +16,7 @@ use mcp_host_tests::{Layout, artifacts, row, shared_target, target_dir, text};
 use serde_json::{Value, json};
 
 fn cargo(dir: &Path, args: &[&str], target: &Path) -> Output {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let out = Command::new(cargo)
+    let out = mcp_host_tests::cargo()
         .current_dir(dir)
         .args(args)
         .env("CARGO_TARGET_DIR", target)

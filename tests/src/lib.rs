@@ -70,8 +70,7 @@ pub fn artifacts() -> &'static Artifacts {
     BUILT.get_or_init(|| {
         let root = workspace_root();
         let target = target_dir();
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut cmd = Command::new(cargo);
+        let mut cmd = cargo();
         cmd.current_dir(&root)
             .args(["build", "--quiet", "-p", "mcp-host"])
             .env("CARGO_TARGET_DIR", &target);
@@ -86,6 +85,22 @@ pub fn artifacts() -> &'static Artifacts {
             dir,
         }
     })
+}
+
+/// A `cargo` command as a user's shell runs it: without the variables cargo sets for a test or a
+/// bench (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, `CARGO_TARGET_DIR`, …; `CARGO_HOME` is kept). With
+/// them, a build differs from the one `cargo test` made in the same target directory: ring's build
+/// script reruns when `CARGO_MANIFEST_DIR` or `CARGO_PKG_*` change, and everything above it (rustls,
+/// reqwest, the host) is compiled again, then again by the next build from a shell.
+pub fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_") && name != "CARGO_HOME" {
+            cmd.env_remove(name.as_ref());
+        }
+    }
+    cmd
 }
 
 /// The workspace's target directory (`CARGO_TARGET_DIR` when set).

@@ -23,6 +23,16 @@ pub fn build_release(packages: &[&str]) -> PathBuf {
     // `MCP_BENCH_PROFILE=dist` measures the deployment build (fat LTO).
     let profile = std::env::var("MCP_BENCH_PROFILE").unwrap_or_else(|_| "release".into());
     let mut cmd = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+    // Without the variables `cargo bench` sets (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, …): with them,
+    // ring's build script reruns and everything above it, the host included, is compiled again,
+    // where the same build from a shell (the first_run test's, which CI's speed guard reuses) is
+    // already there.
+    for (name, _) in std::env::vars_os() {
+        let name = name.to_string_lossy();
+        if name.starts_with("CARGO_") && name != "CARGO_HOME" {
+            cmd.env_remove(name.as_ref());
+        }
+    }
     cmd.current_dir(&root)
         .env("CARGO_TARGET_DIR", &target)
         .args(["build", "--profile", &profile, "--quiet"]);
