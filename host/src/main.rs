@@ -73,6 +73,9 @@ enum PolicyCommand {
         /// The agent the call comes through.
         #[arg(long)]
         agent: Option<String>,
+        /// The caller's JWT claims as a JSON object (what rules read as `caller.claims`).
+        #[arg(long, value_name = "JSON")]
+        claims: Option<String>,
         /// Print JSON.
         #[arg(long)]
         json: bool,
@@ -450,6 +453,7 @@ fn policy_command(
     let PolicyCommand::Test {
         user,
         agent,
+        claims,
         json,
         tool,
         args,
@@ -459,6 +463,7 @@ fn policy_command(
     let probe = cli::policy::Probe {
         user: &user,
         agent: agent.as_deref(),
+        claims: claims.as_deref(),
         tool: &tool,
         args: &args,
         json,

@@ -1683,3 +1683,70 @@ fn listen_given_on_the_command_line_holds_across_the_watchers_catch_up_and_a_sig
         "a false restart warning:\n{log}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Call policy reads the verified claims
+
+#[test]
+fn call_policy_rules_read_the_verified_jwts_claims_and_nothing_else_supplies_them() {
+    let (carol, carol_entry) = secret_for("carol", None, None);
+    let policy = "policy:\n\
+                  \x20 rules:\n\
+                  \x20   - name: echo-for-admins\n\
+                  \x20     when: \"tool.name == 'echo' && !(has(caller.claims.roles) && 'admin' in caller.claims.roles)\"\n\
+                  \x20     outcome: deny\n\
+                  \x20     message: \"echo is for admins\"\n";
+    let (_l, s) = start(&Setup {
+        secrets: &carol_entry,
+        extra: policy,
+        ..Setup::default()
+    });
+    let with_roles = |sub: &str, roles: Value| {
+        let mut c = claims(sub);
+        c["roles"] = roles;
+        c
+    };
+
+    // A JWT whose `roles` claim names admin: the rule does not match, the call runs.
+    let admin = hs256(&with_roles("alice", json!(["admin", "ops"])));
+    let ran = call(&s, Some(&admin), "echo", json!({ "text": "hi" }));
+    assert!(ok_result(&ran).to_string().contains("hi"), "{}", ran.text());
+    // The same claim through another key and algorithm: the claims come from any verified JWT.
+    let rs_admin = rs256(&with_roles("dora", json!(["admin"])));
+    ok_result(&call(&s, Some(&rs_admin), "echo", json!({ "text": "hi" })));
+
+    // Other roles, no roles claim, a personal secret (no claims at all): refused by the rule.
+    let viewer = hs256(&with_roles("bob", json!(["viewer"])));
+    let plain = hs256(&claims("erin"));
+    for (who, token) in [
+        ("viewer", &viewer),
+        ("no roles", &plain),
+        ("secret", &carol),
+    ] {
+        let denied = call(&s, Some(token), "echo", json!({ "text": "hi" }));
+        assert!(
+            tool_error(&denied).contains("echo is for admins"),
+            "{who}: {}",
+            denied.text()
+        );
+    }
+
+    // Claims cannot be supplied any other way: arguments named like them do not make a caller
+    // an admin (the call is refused, by the rule or by echo's schema, and never runs).
+    let forged = call(
+        &s,
+        Some(&viewer),
+        "echo",
+        json!({ "text": "hi", "claims": { "roles": ["admin"] }, "caller": { "claims": { "roles": ["admin"] } } }),
+    );
+    let body = forged.message();
+    assert!(
+        body.get("error").is_some() || body["result"]["isError"] == true,
+        "a forged claims argument ran the call: {body}"
+    );
+    // A token whose signature does not check out never gets as far as the rules.
+    let mut tampered = admin.clone();
+    tampered.push('x');
+    let refused = call(&s, Some(&tampered), "echo", json!({ "text": "hi" }));
+    assert_eq!(refused.status, 401, "{}", refused.text());
+}

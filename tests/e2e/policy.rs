@@ -429,6 +429,60 @@ fn policy_test_prints_the_matching_rule_and_outcome_without_calling() {
 }
 
 #[test]
+fn policy_test_tries_a_rule_with_the_claims_given() {
+    let (l, cfg) = layout(
+        "policy:\n  rules:\n    - name: reviewers-match\n      \
+         when: \"tool.name == 'regex_match' && has(caller.claims.groups) && 'reviewer' in caller.claims.groups\"\n      \
+         outcome: allow\n    - name: nobody-else-matches\n      \
+         when: \"tool.name == 'regex_match'\"\n      outcome: deny\n      message: \"reviewers only\"\n",
+    );
+    let args = r#"{"pattern": "a", "text": "a"}"#;
+    let decide = |claims: Option<&str>| {
+        let mut argv = vec!["policy", "test", "--as", "ana", "--json"];
+        if let Some(c) = claims {
+            argv.extend(["--claims", c]);
+        }
+        argv.extend(["regex_match", args]);
+        let out = l.run(&cfg, &argv);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (json["rule"].clone(), json["outcome"].clone())
+    };
+    assert_eq!(
+        decide(Some(r#"{"groups": ["reviewer", "ops"]}"#)),
+        (json!("reviewers-match"), json!("allow"))
+    );
+    assert_eq!(
+        decide(Some(r#"{"groups": ["ops"]}"#)),
+        (json!("nobody-else-matches"), json!("deny"))
+    );
+    assert_eq!(decide(None), (json!("nobody-else-matches"), json!("deny")));
+    let out = l.run(
+        &cfg,
+        &[
+            "policy",
+            "test",
+            "--as",
+            "ana",
+            "--claims",
+            "[1]",
+            "regex_match",
+            args,
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--claims must be a JSON object"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
 fn a_tool_calling_a_tool_is_policed_as_its_caller() {
     let l = Layout::new();
     l.install("d", "fixture-basic", None);

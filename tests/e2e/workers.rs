@@ -140,8 +140,8 @@ fn an_isolated_plugin_runs_in_its_own_process_with_progress_logs_nested_calls_an
             Some(json!({"text": "hi"})),
             CallOptions::for_request(Arc::new(RequestContext {
                 identity: Identity {
-                    caller: None,
                     agent: Some(Arc::new(agent)),
+                    ..Identity::default()
                 },
                 ..RequestContext::default()
             })),

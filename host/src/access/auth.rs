@@ -4,6 +4,7 @@
 //! Nothing in this module logs or returns a token: errors name what was wrong, not what was sent.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header, jwk::JwkSet};
@@ -31,7 +32,13 @@ pub struct Verified {
     pub user_id: String,
     /// The agent the credential is bound to, if any.
     pub agent: Option<String>,
+    /// A JWT's claims, as verified (none for a personal secret): what call policy rules read as
+    /// `caller.claims`. Never handed to plugins.
+    pub claims: Option<Arc<Claims>>,
 }
+
+/// A verified JWT's claims.
+pub type Claims = serde_json::Map<String, Value>;
 
 /// Why a bearer token was refused (never includes the token).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -279,6 +286,7 @@ impl Authenticator {
         Ok(Verified {
             user_id: s.user.clone(),
             agent: s.agent.clone(),
+            claims: None,
         })
     }
 
@@ -375,7 +383,12 @@ impl Authenticator {
                 )));
             }
         };
-        Ok(Verified { user_id, agent })
+        let claims = claims.as_object().cloned().map(Arc::new);
+        Ok(Verified {
+            user_id,
+            agent,
+            claims,
+        })
     }
 }
 
@@ -476,14 +489,15 @@ mod tests {
     fn hs256_tokens_are_checked_for_expiry_and_audience() {
         let a = auth(&hash_secret("mcp_x"), None);
         let exp = now() + 600;
-        let ok = jwt(
-            json!({"sub": "alice", "aud": "http://127.0.0.1/mcp", "exp": exp, "agent": "research"}),
-        );
+        let claims =
+            json!({"sub": "alice", "aud": "http://127.0.0.1/mcp", "exp": exp, "agent": "research"});
+        let ok = jwt(claims.clone());
         assert_eq!(
             a.verify(&ok, None).unwrap(),
             Verified {
                 user_id: "alice".into(),
-                agent: Some("research".into())
+                agent: Some("research".into()),
+                claims: claims.as_object().cloned().map(Arc::new),
             }
         );
         let expired =

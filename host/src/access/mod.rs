@@ -29,6 +29,8 @@ pub struct Identity {
     pub caller: Option<mcp_plugin_sdk::UserInfo>,
     /// The agent whose view applies.
     pub agent: Option<Arc<Agent>>,
+    /// The caller's JWT claims, when a JWT identified it (call policy's `caller.claims`).
+    pub claims: Option<Arc<auth::Claims>>,
 }
 
 impl Identity {
@@ -248,13 +250,18 @@ impl Access {
             })?),
             (None, None) => None,
         };
+        let claims = verified.as_ref().and_then(|v| v.claims.clone());
         let caller = verified.map(|v| {
             let mut caller = mcp_plugin_sdk::UserInfo::new(v.user_id);
             caller.session_id = session_id.map(str::to_owned);
             caller.agent = agent.as_ref().map(|a| a.name.clone());
             caller
         });
-        Ok(Identity { caller, agent })
+        Ok(Identity {
+            caller,
+            agent,
+            claims,
+        })
     }
 
     /// The resource URI of an endpoint: `auth.resource` for the MCP endpoint, and

@@ -14,6 +14,8 @@ pub(crate) struct Probe<'a> {
     pub user: &'a str,
     /// The agent the call comes through.
     pub agent: Option<&'a str>,
+    /// The caller's JWT claims, as JSON text (an object).
+    pub claims: Option<&'a str>,
     /// The tool.
     pub tool: &'a str,
     /// Its arguments, as JSON text.
@@ -32,6 +34,7 @@ pub(crate) fn test(
     let Probe {
         user,
         agent,
+        claims,
         tool,
         args,
         json,
@@ -40,8 +43,15 @@ pub(crate) fn test(
     if !args.is_object() {
         anyhow::bail!("ARGS must be a JSON object, e.g. '{{\"text\": \"hi\"}}'");
     }
+    let claims = match claims {
+        Some(text) => match serde_json::from_str(text).context("--claims is not valid JSON")? {
+            Value::Object(claims) => Some(claims),
+            _ => anyhow::bail!("--claims must be a JSON object, e.g. '{{\"roles\": [\"admin\"]}}'"),
+        },
+        None => None,
+    };
     let (_runtime, host) = super::start_host(config, options)?;
-    let explained = host.explain_policy(tool, &args, Some(user), agent);
+    let explained = host.explain_policy(tool, &args, Some(user), agent, claims.as_ref());
     host.shutdown();
     let explained = explained?;
     if json {

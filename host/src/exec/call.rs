@@ -27,6 +27,7 @@ use super::pool::WorkerPool;
 use super::quota::{QuotaError, QuotaPermit, Quotas};
 use super::result::ToolResult;
 use super::{CallState, CancelFlag, EventSink, InputChannel, RequestContext};
+use crate::access::auth::Claims;
 use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError};
@@ -306,12 +307,14 @@ impl Executor {
         args: &Value,
         user: Option<&str>,
         agent: Option<&str>,
+        claims: Option<&Claims>,
     ) -> Explained {
         let policy = self.policy.load_full();
         let annotations = annotations_of(tool);
         let facts = CallFacts {
             user,
             agent,
+            claims,
             tool: &tool.name,
             plugin: tool.slot.backend.name(),
             annotations: &annotations,
@@ -957,6 +960,7 @@ fn decide<'p>(
     policy.decide(&CallFacts {
         user,
         agent,
+        claims: request.identity.claims.as_deref(),
         tool: &tool.name,
         plugin: tool.slot.backend.name(),
         annotations: &annotations,

@@ -438,14 +438,15 @@ impl Host {
         }
     }
 
-    /// What the call policy would decide for a call of tool `name` with `args` by `user` through
-    /// `agent`, without calling it.
+    /// What the call policy would decide for a call of tool `name` with `args` by `user` (with
+    /// JWT `claims`) through `agent`, without calling it.
     pub fn explain_policy(
         &self,
         name: &str,
         args: &Value,
         user: Option<&str>,
         agent: Option<&str>,
+        claims: Option<&crate::access::auth::Claims>,
     ) -> Result<crate::exec::Explained, CallError> {
         let tool = self
             .inner
@@ -454,7 +455,7 @@ impl Host {
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
-        Ok(self.inner.exec.explain(&tool, args, user, agent))
+        Ok(self.inner.exec.explain(&tool, args, user, agent, claims))
     }
 
     /// Call tool `name` with `args` (an object, or `None` for no arguments).

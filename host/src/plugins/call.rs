@@ -43,7 +43,7 @@ impl RequestContext {
         RequestContext {
             identity: Identity {
                 caller,
-                agent: None,
+                ..Identity::default()
             },
             ..RequestContext::default()
         }

@@ -7,6 +7,7 @@
 
 pub mod budget;
 
+use crate::access::auth::Claims;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,6 +56,8 @@ pub struct CallFacts<'a> {
     pub user: Option<&'a str>,
     /// The agent whose view applies.
     pub agent: Option<&'a str>,
+    /// The caller's JWT claims (none: not a JWT, e.g. a personal secret or stdio).
+    pub claims: Option<&'a Claims>,
     /// The tool as clients name it.
     pub tool: &'a str,
     /// The plugin serving it.
@@ -266,6 +269,7 @@ impl Policy {
             to_cel(&json!({
                 "user": facts.user.unwrap_or(""),
                 "agent": facts.agent.unwrap_or(""),
+                "claims": facts.claims.unwrap_or(&Claims::new()),
             })),
         );
         context.add_variable_from_value(
@@ -390,6 +394,7 @@ mod tests {
         CallFacts {
             user,
             agent: None,
+            claims: None,
             tool,
             plugin: "p",
             annotations: &NONE,

@@ -406,9 +406,11 @@ fn launch(
     // The task outlives the request that started it: its own request context, cancelled by
     // `tasks/cancel` or a stopping server.
     let request = Arc::new(RequestContext {
+        // No JWT claims: the policy decided the call when the task was created.
         identity: Identity {
             caller: task.caller.clone(),
             agent,
+            claims: None,
         },
         quota_key: Some(Arc::from(task.quota_key.as_str())),
         cancel: cancel.clone(),

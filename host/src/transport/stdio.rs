@@ -322,6 +322,7 @@ fn identity(options: &StdioOptions, protocol: &Protocol) -> Identity {
     Identity {
         caller: options.caller.clone(),
         agent: (options.agent.as_deref()).and_then(|a| protocol.host().access().agent(a)),
+        claims: None,
     }
 }
 
