@@ -225,6 +225,58 @@ fn a_budget_runs_out_with_retry_after_then_refills_and_http_answers_429() {
 }
 
 #[test]
+fn a_bytes_budget_counts_argument_bytes_and_refuses_one_call_larger_than_all_of_it() {
+    let (_l, cfg) = layout(
+        "policy:\n  rules:\n    - name: matching-by-volume\n      \
+         when: \"tool.name == 'regex_match'\"\n      outcome: limit\n      budget: volume\n  \
+         budgets:\n    volume: {bytes: 400, per_secs: 3600}\n",
+    );
+    let mut s = legacy_session(&cfg, &[], json!({}));
+    // {"pattern":"a","text":"<150 x>"}: 175 bytes of compact JSON.
+    let text = "x".repeat(150);
+    let args = json!({"pattern": "a", "text": text});
+    for id in 1..=2 {
+        let ok = s.call(id, "tools/call", call("regex_match", args.clone()));
+        assert!(ok.get("error").is_none(), "{ok}");
+        assert_ne!(ok["result"]["isError"], true, "{ok}");
+    }
+    // 350 of 400 bytes used: a third call of the same size must wait for the window to refill.
+    let refused = s.call(3, "tools/call", call("regex_match", args.clone()));
+    let error = &refused["error"];
+    assert!(
+        error["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("400 bytes of arguments per 3600 s")),
+        "{refused}"
+    );
+    assert!(error["data"]["retryAfter"].as_u64().is_some(), "{refused}");
+    assert_eq!(error["data"]["budget"], "volume");
+    // A small call still fits what is left.
+    let small = s.call(
+        4,
+        "tools/call",
+        call("regex_match", json!({"pattern": "a", "text": "a"})),
+    );
+    assert!(small.get("error").is_none(), "{small}");
+    // One call larger than the whole budget is refused outright, saying so.
+    let huge = json!({"pattern": "a", "text": "y".repeat(500)});
+    let refused = s.call(5, "tools/call", call("regex_match", huge));
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("over the 400 bytes of arguments")),
+        "{refused}"
+    );
+    // Other tools draw nothing from it.
+    let other = s.call(
+        6,
+        "tools/call",
+        call("json_query", json!({"json": "{\"a\": 1}", "path": "$.a"})),
+    );
+    assert!(other.get("error").is_none(), "{other}");
+}
+
+#[test]
 fn a_legacy_client_approves_or_declines_and_one_without_elicitation_is_refused() {
     let (_l, cfg) = layout(RULES);
     let format = || {

@@ -75,6 +75,10 @@ pub struct Budget {
     /// Calls allowed at once.
     #[serde(default)]
     pub concurrent: Option<u32>,
+    /// Bytes of arguments (their JSON) allowed per window: a second token bucket, of bytes,
+    /// refilled over `per_secs`. A call whose arguments alone exceed it is refused.
+    #[serde(default)]
+    pub bytes: Option<u64>,
 }
 
 fn minute() -> f64 {

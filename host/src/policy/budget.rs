@@ -1,6 +1,7 @@
 //! Named budgets of the `limit` outcome: per key (a caller, or a caller and a tool), a token
-//! bucket of `calls` refilled over `per_secs`, and at most `concurrent` calls at once. Local to
-//! this process; buckets of idle keys go away once full again.
+//! bucket of `calls` and one of argument `bytes`, both refilled over `per_secs`, and at most
+//! `concurrent` calls at once. Local to this process; buckets of idle keys go away once full
+//! again.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -26,6 +27,8 @@ pub struct BudgetError {
 #[derive(Debug)]
 struct Bucket {
     tokens: f64,
+    /// Argument bytes left in the window (`bytes` budgets).
+    bytes: f64,
     refilled: Instant,
     in_flight: Arc<AtomicU32>,
 }
@@ -49,15 +52,17 @@ impl Drop for BudgetPermit {
 }
 
 impl Budgets {
-    /// Take one call from budget `name` (`limits`) for `key` at `now`, for `rule`.
+    /// Take one call with `arg_bytes` of arguments from budget `name` (`limits`) for `key` at
+    /// `now`, for `rule`.
     pub fn admit(
         &self,
         name: &str,
         limits: &Budget,
         key: &str,
         rule: &str,
-        now: Instant,
+        call: (u64, Instant),
     ) -> Result<BudgetPermit, BudgetError> {
+        let (arg_bytes, now) = call;
         let mut buckets = self.buckets.lock().unwrap_or_else(|p| p.into_inner());
         // Forget idle keys whose bucket is full again (bounded memory with many callers).
         if buckets.len() > 4096 {
@@ -66,11 +71,13 @@ impl Budgets {
                     || now.duration_since(b.refilled).as_secs_f64() < 3600.0
             });
         }
-        let capacity = f64::from(limits.calls.unwrap_or(0));
+        let calls_capacity = f64::from(limits.calls.unwrap_or(0));
+        let bytes_capacity = limits.bytes.unwrap_or(0) as f64;
         let bucket = buckets
             .entry((name.to_owned(), key.to_owned()))
             .or_insert_with(|| Bucket {
-                tokens: capacity,
+                tokens: calls_capacity,
+                bytes: bytes_capacity,
                 refilled: now,
                 in_flight: Arc::default(),
             });
@@ -85,18 +92,41 @@ impl Budgets {
         {
             return Err(refuse(format!("{max} calls at once"), 1));
         }
-        if let Some(calls) = limits.calls {
-            let rate = capacity / limits.per_secs;
-            let elapsed = now.saturating_duration_since(bucket.refilled).as_secs_f64();
-            bucket.tokens = (bucket.tokens + elapsed * rate).min(capacity);
-            bucket.refilled = now;
-            if bucket.tokens < 1.0 {
-                let wait = ((1.0 - bucket.tokens) / rate).ceil();
+        let elapsed = now.saturating_duration_since(bucket.refilled).as_secs_f64();
+        bucket.refilled = now;
+        let per_secs = limits.per_secs;
+        bucket.tokens = (bucket.tokens + elapsed * calls_capacity / per_secs).min(calls_capacity);
+        bucket.bytes = (bucket.bytes + elapsed * bytes_capacity / per_secs).min(bytes_capacity);
+        if let Some(calls) = limits.calls
+            && bucket.tokens < 1.0
+        {
+            let wait = ((1.0 - bucket.tokens) * per_secs / calls_capacity).ceil();
+            return Err(refuse(
+                format!("{calls} calls per {per_secs} s"),
+                wait as u64,
+            ));
+        }
+        if let Some(bytes) = limits.bytes {
+            if arg_bytes > bytes {
                 return Err(refuse(
-                    format!("{calls} calls per {} s", limits.per_secs),
+                    format!(
+                        "these arguments are {arg_bytes} bytes, over the {bytes} bytes of \
+                         arguments it allows per {per_secs} s"
+                    ),
+                    per_secs.ceil() as u64,
+                ));
+            }
+            let needed = arg_bytes as f64;
+            if bucket.bytes < needed {
+                let wait = ((needed - bucket.bytes) * per_secs / bytes_capacity).ceil();
+                return Err(refuse(
+                    format!("{bytes} bytes of arguments per {per_secs} s"),
                     wait as u64,
                 ));
             }
+            bucket.bytes -= needed;
+        }
+        if limits.calls.is_some() {
             bucket.tokens -= 1.0;
         }
         bucket.in_flight.fetch_add(1, Ordering::AcqRel);
@@ -119,22 +149,27 @@ mod tests {
             calls: Some(2),
             per_secs: 10.0,
             concurrent: None,
+            bytes: None,
         };
         let t0 = Instant::now();
-        let a = budgets.admit("b", &limits, "k", "r", t0).expect("first");
-        let b = budgets.admit("b", &limits, "k", "r", t0).expect("second");
+        let a = budgets
+            .admit("b", &limits, "k", "r", (0, t0))
+            .expect("first");
+        let b = budgets
+            .admit("b", &limits, "k", "r", (0, t0))
+            .expect("second");
         drop((a, b));
         let err = budgets
-            .admit("b", &limits, "k", "r", t0)
+            .admit("b", &limits, "k", "r", (0, t0))
             .expect_err("third");
         assert_eq!(err.retry_after_secs, 5);
         // Another key has its own bucket.
         budgets
-            .admit("b", &limits, "other", "r", t0)
+            .admit("b", &limits, "other", "r", (0, t0))
             .expect("other key");
         // After 5 s one token is back.
         budgets
-            .admit("b", &limits, "k", "r", t0 + Duration::from_secs(5))
+            .admit("b", &limits, "k", "r", (0, t0 + Duration::from_secs(5)))
             .expect("refilled");
     }
 
@@ -145,13 +180,51 @@ mod tests {
             calls: None,
             per_secs: 60.0,
             concurrent: Some(1),
+            bytes: None,
         };
         let now = Instant::now();
-        let held = budgets.admit("c", &limits, "k", "r", now).expect("first");
-        assert!(budgets.admit("c", &limits, "k", "r", now).is_err());
+        let held = budgets
+            .admit("c", &limits, "k", "r", (0, now))
+            .expect("first");
+        assert!(budgets.admit("c", &limits, "k", "r", (0, now)).is_err());
         drop(held);
         budgets
-            .admit("c", &limits, "k", "r", now)
+            .admit("c", &limits, "k", "r", (0, now))
             .expect("after release");
+    }
+
+    #[test]
+    fn argument_bytes_drain_their_own_bucket_and_an_oversized_call_is_refused_outright() {
+        let budgets = Budgets::default();
+        let limits = Budget {
+            calls: None,
+            per_secs: 10.0,
+            concurrent: None,
+            bytes: Some(1000),
+        };
+        let t0 = Instant::now();
+        let too_big = budgets
+            .admit("b", &limits, "k", "r", (1001, t0))
+            .expect_err("over the whole budget");
+        assert!(too_big.why.contains("1001 bytes"), "{too_big}");
+        drop(
+            budgets
+                .admit("b", &limits, "k", "r", (600, t0))
+                .expect("600"),
+        );
+        let err = budgets
+            .admit("b", &limits, "k", "r", (600, t0))
+            .expect_err("only 400 left");
+        // 200 bytes more are needed: 2 s at 100 bytes a second.
+        assert_eq!(err.retry_after_secs, 2);
+        // Small calls still fit, and the bucket refills with time.
+        drop(
+            budgets
+                .admit("b", &limits, "k", "r", (400, t0))
+                .expect("400"),
+        );
+        budgets
+            .admit("b", &limits, "k", "r", (600, t0 + Duration::from_secs(6)))
+            .expect("refilled");
     }
 }

@@ -170,11 +170,13 @@ impl Policy {
                 name: name.clone(),
                 message: message.into(),
             };
-            if b.calls.is_none() && b.concurrent.is_none() {
-                return Err(bad("set `calls` (with `per_secs`), `concurrent`, or both"));
+            if b.calls.is_none() && b.concurrent.is_none() && b.bytes.is_none() {
+                return Err(bad(
+                    "set `calls` or `bytes` (with `per_secs`), `concurrent`, or several",
+                ));
             }
-            if b.calls == Some(0) || b.concurrent == Some(0) {
-                return Err(bad("`calls` and `concurrent` must be at least 1"));
+            if b.calls == Some(0) || b.concurrent == Some(0) || b.bytes == Some(0) {
+                return Err(bad("`calls`, `concurrent` and `bytes` must be at least 1"));
             }
             if !(b.per_secs.is_finite() && b.per_secs > 0.0) {
                 return Err(bad("`per_secs` must be a positive number of seconds"));
