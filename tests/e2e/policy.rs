@@ -327,6 +327,38 @@ fn a_legacy_client_approves_or_declines_and_one_without_elicitation_is_refused()
     audited(&cfg, |r| r["policy"] == "refused");
 }
 
+#[test]
+fn an_approval_nobody_answers_is_refused_at_its_timeout_and_a_late_answer_changes_nothing() {
+    let (_l, cfg) = layout(
+        "policy:\n  rules:\n    - name: formatting-needs-a-yes\n      \
+         when: \"tool.name == 'json_format'\"\n      outcome: approve\n  \
+         approval_timeout_secs: 1\n",
+    );
+    let mut s = legacy_session(&cfg, &[], json!({"elicitation": {}}));
+    let format = call("json_format", json!({"json": "{\"a\":1}"}));
+    s.send(&request(1, "tools/call", format.clone()));
+    let asked = s
+        .recv(Duration::from_secs(30))
+        .expect("the approval question");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    // Nobody answers: the call ends refused once the second has passed (waited for as an event,
+    // with a generous deadline, never timed).
+    let (refused, _) = s.response_within(&json!(1), Duration::from_secs(60));
+    assert_eq!(refused["result"]["isError"], true, "{refused}");
+    let why = text_of(&refused);
+    assert!(
+        why.contains("formatting-needs-a-yes") && why.contains("no answer came in time"),
+        "{why}"
+    );
+    // The answer that comes too late approves nothing, and the session goes on serving.
+    s.send(&json!({"jsonrpc": "2.0", "id": asked["id"], "result": {"action": "accept", "content": {"approve": true}}}));
+    let listed = s.call(2, "tools/list", json!({}));
+    assert!(listed["result"]["tools"].is_array(), "{listed}");
+    let refused = audited(&cfg, |r| r["policy"] == "refused");
+    assert_eq!(refused["policy_rule"], "formatting-needs-a-yes");
+    assert_ne!(refused["outcome"], "ok", "{refused}");
+}
+
 /// `params` as a 2026 request from a client with `caps`.
 fn with_caps(params: Value, caps: Value) -> Value {
     let mut p = with_meta(params);
