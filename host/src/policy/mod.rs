@@ -11,8 +11,9 @@ use crate::access::auth::Claims;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cel::common::ast::{Expr, IdedExpr, LiteralValue, operators};
 use cel::{Context, Env, Program, Value as CelValue};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::config::{Budget, PolicyRule, PolicySettings, RuleOutcome};
 
@@ -74,6 +75,18 @@ pub struct Rule {
     /// As written.
     pub spec: PolicyRule,
     program: Program,
+    /// The only tools the rule can match, when its condition says so (see [`tools_named`]); a
+    /// call of another tool skips it without evaluating anything.
+    tools: Option<Vec<String>>,
+}
+
+impl Rule {
+    /// Whether a call of `tool` needs this rule evaluated.
+    fn may_match(&self, tool: &str) -> bool {
+        self.tools
+            .as_ref()
+            .is_none_or(|names| names.iter().any(|n| n == tool))
+    }
 }
 
 /// What the policy decided for one call.
@@ -216,9 +229,11 @@ impl Policy {
                 index,
                 message: e.to_string(),
             })?;
+            let tools = tools_named(program.expression());
             rules.push(Rule {
                 spec: spec.clone(),
                 program,
+                tools,
             });
         }
         if let Some(t) = settings.approval_timeout_secs
@@ -262,30 +277,15 @@ impl Policy {
     /// (not a bool, a missing field read without `has()`, a type error) refuses the call: a
     /// policy fails closed.
     pub fn decide(&self, facts: &CallFacts<'_>) -> Decision<'_> {
-        if self.rules.is_empty() {
-            return Decision::Allow { rule: None };
-        }
-        let mut context = Context::with_env(Arc::clone(&self.env));
-        context.add_variable_from_value(
-            "caller",
-            to_cel(&json!({
-                "user": facts.user.unwrap_or(""),
-                "agent": facts.agent.unwrap_or(""),
-                "claims": facts.claims.unwrap_or(&Claims::new()),
-            })),
-        );
-        context.add_variable_from_value(
-            "tool",
-            to_cel(&json!({
-                "name": facts.tool,
-                "plugin": facts.plugin,
-                "annotations": facts.annotations,
-            })),
-        );
-        context.add_variable_from_value("args", to_cel(facts.args));
+        // Built once, and only for a call some rule may match.
+        let mut context = None;
         for rule in &self.rules {
+            if !rule.may_match(facts.tool) {
+                continue;
+            }
             let name = rule.spec.name.as_str();
-            match rule.program.execute(&context) {
+            let context = context.get_or_insert_with(|| self.context(facts));
+            match rule.program.execute(context) {
                 Ok(CelValue::Bool(false)) => continue,
                 Ok(CelValue::Bool(true)) => return self.outcome(rule, facts),
                 Ok(other) => {
@@ -311,6 +311,31 @@ impl Policy {
             }
         }
         Decision::Allow { rule: None }
+    }
+
+    /// What rules see of a call: `caller`, `tool` and `args`.
+    fn context(&self, facts: &CallFacts<'_>) -> Context<'_, '_> {
+        let mut context = Context::with_env(Arc::clone(&self.env));
+        let claims = facts.claims.map_or_else(
+            || CelValue::from(std::collections::HashMap::<String, CelValue>::new()),
+            object_to_cel,
+        );
+        let caller: std::collections::HashMap<String, CelValue> = [
+            ("user".to_owned(), text_to_cel(facts.user.unwrap_or(""))),
+            ("agent".to_owned(), text_to_cel(facts.agent.unwrap_or(""))),
+            ("claims".to_owned(), claims),
+        ]
+        .into();
+        context.add_variable_from_value("caller", CelValue::from(caller));
+        let tool: std::collections::HashMap<String, CelValue> = [
+            ("name".to_owned(), text_to_cel(facts.tool)),
+            ("plugin".to_owned(), text_to_cel(facts.plugin)),
+            ("annotations".to_owned(), to_cel(facts.annotations)),
+        ]
+        .into();
+        context.add_variable_from_value("tool", CelValue::from(tool));
+        context.add_variable_from_value("args", to_cel(facts.args));
+        context
     }
 
     fn outcome<'p>(&'p self, rule: &'p Rule, facts: &CallFacts<'_>) -> Decision<'p> {
@@ -364,6 +389,66 @@ impl Policy {
 }
 
 /// A JSON value as CEL sees it (numbers: integers when they are, else doubles).
+/// The tools a condition can hold for, when it says: `tool.name == 'x'` (either way round) and
+/// `tool.name in ['x', 'y']` name theirs; `a && b` holds only for tools both allow (either side
+/// false makes it false, even when the other cannot be evaluated); `a || b` for the tools either
+/// names, when both name some. `None`: any tool. A condition is false — never an error — for a
+/// tool outside its set, so skipping it decides exactly as evaluating it would.
+fn tools_named(expr: &IdedExpr) -> Option<Vec<String>> {
+    let Expr::Call(call) = &expr.expr else {
+        return None;
+    };
+    if call.target.is_some() {
+        return None;
+    }
+    match (call.func_name.as_str(), call.args.as_slice()) {
+        (operators::LOGICAL_AND, [a, b]) => match (tools_named(a), tools_named(b)) {
+            (Some(x), Some(y)) => Some(x.into_iter().filter(|n| y.contains(n)).collect()),
+            (x, y) => x.or(y),
+        },
+        (operators::LOGICAL_OR, [a, b]) => {
+            let mut names = tools_named(a)?;
+            names.extend(tools_named(b)?);
+            Some(names)
+        }
+        (operators::EQUALS, [a, b]) => match (is_tool_name(a), is_tool_name(b)) {
+            (true, false) => string_literal(b).map(|n| vec![n]),
+            (false, true) => string_literal(a).map(|n| vec![n]),
+            _ => None,
+        },
+        (operators::IN, [a, b]) if is_tool_name(a) => match &b.expr {
+            Expr::List(list) => list.elements.iter().map(string_literal).collect(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// Whether `expr` is `tool.name`.
+fn is_tool_name(expr: &IdedExpr) -> bool {
+    matches!(&expr.expr, Expr::Select(select)
+        if !select.test
+            && select.field == "name"
+            && matches!(&select.operand.expr, Expr::Ident(id) if id == "tool"))
+}
+
+fn string_literal(expr: &IdedExpr) -> Option<String> {
+    match &expr.expr {
+        Expr::Literal(LiteralValue::String(s)) => Some(s.inner().to_owned()),
+        _ => None,
+    }
+}
+
+fn text_to_cel(text: &str) -> CelValue {
+    CelValue::String(Arc::new(text.to_owned()))
+}
+
+fn object_to_cel(map: &Map<String, Value>) -> CelValue {
+    let entries: std::collections::HashMap<String, CelValue> =
+        map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
+    CelValue::from(entries)
+}
+
 fn to_cel(value: &Value) -> CelValue {
     match value {
         Value::Null => CelValue::Null,
@@ -375,17 +460,82 @@ fn to_cel(value: &Value) -> CelValue {
         },
         Value::String(s) => CelValue::String(Arc::new(s.clone())),
         Value::Array(items) => CelValue::List(Arc::new(items.iter().map(to_cel).collect())),
-        Value::Object(map) => {
-            let entries: std::collections::HashMap<String, CelValue> =
-                map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
-            CelValue::from(entries)
-        }
+        Value::Object(map) => object_to_cel(map),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_tools_a_condition_names_are_read_from_its_expression() {
+        let named = |when: &str| {
+            let program = Env::stdlib().compile(when).expect("compiles");
+            tools_named(program.expression()).map(|mut v| {
+                v.sort();
+                v
+            })
+        };
+        let some = |names: &[&str]| Some(names.iter().map(|n| (*n).to_owned()).collect());
+        assert_eq!(
+            named("tool.name == 'x' && size(args.text) > 1"),
+            some(&["x"])
+        );
+        assert_eq!(
+            named("size(args.text) > 1 && 'x' == tool.name"),
+            some(&["x"])
+        );
+        assert_eq!(named("a.b && tool.name == 'x' && c"), some(&["x"]));
+        assert_eq!(
+            named("tool.name in ['a', 'b'] && args.n > 2"),
+            some(&["a", "b"])
+        );
+        assert_eq!(
+            named("tool.name == 'a' || tool.name == 'b'"),
+            some(&["a", "b"])
+        );
+        assert_eq!(named("tool.name == 'a' && tool.name == 'b'"), some(&[]));
+        for any in [
+            "tool.name == 'a' || args.x",
+            "!(tool.name == 'a')",
+            "tool.name != 'a'",
+            "tool.annotations.destructiveHint",
+            "tool.name.startsWith('x')",
+            "tool.name in args.names",
+            "has(tool.name) && true",
+            "true",
+        ] {
+            assert_eq!(named(any), None, "{any}");
+        }
+    }
+
+    #[test]
+    fn a_skipped_rule_decides_as_its_evaluation_would() {
+        // Evaluated for `echo`, the left side cannot be (no `text`) and the right is false: false.
+        // Skipped by its tool name, the decision is the same: no rule matched.
+        let policy = Policy::compile(&settings(json!({"rules": [
+            {"name": "r", "when": "size(args.text) > 64 && tool.name == 'other'", "outcome": "deny"},
+            {"name": "any", "when": "tool.name != 'other' && has(args.id)", "outcome": "deny"},
+        ]})))
+        .expect("compiles");
+        let args = json!({});
+        assert_eq!(
+            policy.decide(&facts(None, "echo", &args)),
+            Decision::Allow { rule: None }
+        );
+        let args = json!({"text": "x".repeat(70)});
+        assert!(matches!(
+            policy.decide(&facts(None, "other", &args)),
+            Decision::Deny { rule: "r", .. }
+        ));
+        let args = json!({"id": 1});
+        assert!(matches!(
+            policy.decide(&facts(None, "echo", &args)),
+            Decision::Deny { rule: "any", .. }
+        ));
+    }
 
     fn settings(yaml_rules: Value) -> PolicySettings {
         serde_json::from_value(yaml_rules).expect("settings")

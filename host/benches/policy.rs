@@ -1,0 +1,113 @@
+//! Benchmark: what the call policy adds to a tool call — one `Policy::decide` (building the CEL
+//! context from the caller, the tool and the arguments, then trying the rules in order) with 0, 10
+//! and 100 rules. The rules read the tool's name, the caller and the arguments as operators write
+//! them; none matches the call measured, so every rule is evaluated (the worst case for a call that
+//! is allowed), and a second row has the last rule match.
+//!
+//! Run: `cargo bench -p mcp-host --bench policy`. Prints a Markdown table (median of 7 batches per
+//! row); docs/performance.md quotes it. Target (issue 39): under 2 µs for 10 rules.
+
+#![allow(clippy::unwrap_used)]
+
+/// The host's allocator (mimalloc), so allocation costs what it costs in `mcp-host`.
+#[path = "../src/allocator.rs"]
+mod allocator;
+
+#[global_allocator]
+static ALLOCATOR: allocator::MiMalloc = allocator::MiMalloc;
+
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use mcp_host::config::PolicySettings;
+use mcp_host::policy::{CallFacts, Policy};
+use serde_json::{Value, json};
+
+/// `count` rules in the shapes operators write. `about_other_tools`: each names another tool
+/// (`tool.name == …` first), so a call of `echo` skips them all; otherwise none names a tool and
+/// every one is evaluated for the call (argument sizes, the agent, claims, argument values), none
+/// matching. `last_matches`: the last rule matches the call instead.
+fn rules(count: usize, about_other_tools: bool, last_matches: bool) -> PolicySettings {
+    let mut rules = Vec::with_capacity(count);
+    for i in 0..count {
+        let when = match (about_other_tools, i % 4) {
+            (true, 0) => format!("tool.name == 'tool_{i}' && size(args.text) > 64"),
+            (true, 1) => format!("tool.name == 'tool_{i}' && caller.agent != 'billing'"),
+            (true, 2) => format!("tool.name in ['tool_{i}', 'other_{i}'] && has(args.id)"),
+            (true, _) => format!("tool.name == 'tool_{i}' && args.id != caller.user"),
+            (false, 0) => format!("size(args.text) > {}", 100_000 + i),
+            (false, 1) => format!("caller.agent == 'agent_{i}'"),
+            (false, 2) => {
+                format!("has(caller.claims.roles) && 'role_{i}' in caller.claims.roles")
+            }
+            (false, _) => format!("has(args.id) && args.id == {}", 1_000 + i),
+        };
+        rules.push(
+            json!({"name": format!("rule-{i}"), "when": when, "outcome": "deny", "message": "no"}),
+        );
+    }
+    if last_matches && let Some(last) = rules.last_mut() {
+        last["when"] = json!("tool.name == 'echo' && size(args.text) < 64");
+    }
+    serde_json::from_value(json!({ "rules": rules })).unwrap()
+}
+
+/// Nanoseconds per decision: the median of 7 batches of `iterations`.
+fn per_decision(policy: &Policy, facts: &CallFacts<'_>, iterations: u32) -> f64 {
+    let mut batches: Vec<Duration> = (0..7)
+        .map(|_| {
+            let start = Instant::now();
+            for _ in 0..iterations {
+                black_box(policy.decide(black_box(facts)));
+            }
+            start.elapsed()
+        })
+        .collect();
+    batches.sort();
+    batches[3].as_nanos() as f64 / f64::from(iterations)
+}
+
+fn main() {
+    let args = json!({"text": "hello, policy", "id": 7});
+    let annotations = json!({"readOnlyHint": true, "destructiveHint": false});
+    let claims: serde_json::Map<String, Value> =
+        serde_json::from_value(json!({"sub": "ana", "roles": ["viewer"], "aud": "x"})).unwrap();
+    let facts = CallFacts {
+        user: Some("ana"),
+        agent: Some("research"),
+        claims: Some(&claims),
+        tool: "echo",
+        plugin: "fixture-basic",
+        annotations: &annotations,
+        args: &args,
+    };
+    println!("| rules | what they test | decision | per call |");
+    println!("|---|---|---|---|");
+    let rows = [
+        (0, true, false),
+        (10, true, false),
+        (100, true, false),
+        (10, false, false),
+        (10, false, true),
+        (100, false, false),
+    ];
+    for (count, about_other_tools, last_matches) in rows {
+        let policy = Policy::compile(&rules(count, about_other_tools, last_matches)).unwrap();
+        let decision = format!("{:?}", policy.decide(&facts));
+        let outcome = if decision.starts_with("Allow") {
+            "allow (no rule matched)"
+        } else {
+            "deny (the last rule)"
+        };
+        let what = if count == 0 {
+            "-"
+        } else if about_other_tools {
+            "other tools (skipped by name)"
+        } else {
+            "this call (every rule evaluated)"
+        };
+        let iterations = if count >= 100 { 2_000 } else { 20_000 };
+        let ns = per_decision(&policy, &facts, iterations);
+        println!("| {count} | {what} | {outcome} | {:.2} µs |", ns / 1000.0);
+    }
+}
