@@ -413,7 +413,9 @@ impl Executor {
         (key, args): (&str, &Value),
     ) -> Result<BudgetPermit, BudgetError> {
         // Measured only for a budget that counts bytes: the length of the arguments' compact JSON.
-        let arg_bytes = limits.bytes.map_or(0, |_| json_len(args));
+        let arg_bytes = limits
+            .bytes
+            .map_or(0, |_| crate::telemetry::json_len(args) as u64);
         let admitted = self
             .budgets
             .admit(budget, limits, key, rule, (arg_bytes, Instant::now()));
@@ -978,24 +980,6 @@ fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
         .map(|a| a.name.as_str())
         .or_else(|| caller.and_then(|c| c.agent.as_deref()));
     (caller.map(|c| c.user_id.as_str()), agent)
-}
-
-/// The length of `value`'s compact JSON, without building it.
-fn json_len(value: &Value) -> u64 {
-    struct Count(u64);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len() as u64;
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Writing a `Value` to a sink that never fails cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// The caller JSON of a call made without one: shared, not allocated per call.
