@@ -221,7 +221,7 @@ impl Setup {
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n != "installed.json")
+                    .filter(|n| n != "installed.json" && n != mcp_host::install::LOCK_FILE)
                     .collect()
             })
             .unwrap_or_default();
@@ -452,7 +452,10 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     let runtime = mcp_host_tests::runtime();
     let platform = package::host_platform();
     let good = oci::parse_reference(&s.reference("good")).unwrap();
-    let pulled = runtime.block_on(oci::pull(&good, &platform)).unwrap();
+    let limits = package::Limits::of(&Default::default());
+    let pulled = runtime
+        .block_on(oci::pull(&good, &platform, &limits))
+        .unwrap();
     assert!(pulled.platforms.contains(&"macos-aarch64".to_owned()));
     let repack = |tag: &str, build: package::PlatformBuild| {
         let reference = oci::parse_reference(&s.reference(tag)).unwrap();
@@ -501,6 +504,19 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     let (published, reference) = s.publish_with_manifest(&manifest, &lib, "lying");
     assert_ok(&published, "publish lying");
     assert_refused(&s, &reference, "does not match its library (tools differ)");
+
+    // A package with builds for other platforms only.
+    std::fs::write(&manifest, &pulled.manifest_json).unwrap();
+    let mac = s.l.dir("mac").join("libinstallable.dylib");
+    std::fs::write(&mac, b"a macOS build stands here").unwrap();
+    let other = PathBuf::from(format!("macos-aarch64={}", mac.display()));
+    let (published, reference) = s.publish_with_manifest(&manifest, &other, "elsewhere");
+    assert_ok(&published, "publish elsewhere");
+    assert_refused(
+        &s,
+        &reference,
+        &format!("has no build for this platform ({platform}); it has: macos-aarch64"),
+    );
 
     // And a registry that is not there.
     let port = free_port();
@@ -619,4 +635,260 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
         json!({"read": ["/etc/os-release"], "env": ["INSTALLABLE_GREETING"]}),
         "list shows what the plugin declares: {greet}"
     );
+}
+
+/// Poll `greet` until it answers `expected` (the running host serves the version that says it).
+fn wait_for_greeting(server: &mut StdioServer, id: &mut u64, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = call_tool(server, id, "greet", json!({"name": "Ana"}));
+        if text_of(&answer) == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "greet never answered {expected:?}; last {answer}\nstderr:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Poll `read_file` of `path` until it is allowed (`true`) or denied by the sandbox (`false`).
+fn wait_for_read(server: &mut StdioServer, id: &mut u64, path: &str, allowed: bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = call_tool(server, id, "read_file", json!({"path": path}));
+        let denied =
+            answer["result"]["isError"] == true && text_of(&answer).contains("Permission denied");
+        let ok = answer["result"].is_object() && answer["result"]["isError"] != true;
+        if (allowed && ok) || (!allowed && denied) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reading {path} never became {}; last {answer}\nstderr:\n{}",
+            if allowed { "allowed" } else { "denied" },
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The installed plugins' receipts (`list --installed --json`).
+fn receipts(s: &Setup) -> Value {
+    let out = s.run(&["list", "--installed", "--json"]);
+    assert_ok(&out, "list --installed");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn an_update_revokes_dropped_permissions_and_asks_before_granting_new_ones() {
+    let Some(s) = Setup::new() else { return };
+    let declared = "/etc/os-release";
+    if !Path::new(declared).is_file() {
+        eprintln!("skipped: the fixtures declare a read of {declared}, which this system lacks");
+        return;
+    }
+    assert_ok(
+        &s.publish("fixture-installable", "1", "release", &[]),
+        "publish v1",
+    );
+    let mut server = StdioServer::start(&s.config);
+    server.initialize(LEGACY);
+    let mut id = 0;
+    assert_ok(&s.run(&["add", &s.reference("1"), "--yes"]), "add");
+    wait_for_greeting(&mut server, &mut id, "Hello, Ana!");
+    wait_for_read(&mut server, &mut id, declared, true);
+
+    // Version 3 no longer declares the read: the update says so, and the running host's sandbox
+    // stops granting it.
+    assert_ok(
+        &s.publish("fixture-installable-v3", "1", "release", &[]),
+        "publish v3",
+    );
+    let narrower = s.run(&["update", "installable", "--yes"]);
+    assert_ok(&narrower, "update to v3");
+    assert!(
+        stdout(&narrower).contains(&format!("- read {declared}")),
+        "{}",
+        stdout(&narrower)
+    );
+    wait_for_greeting(&mut server, &mut id, "Hi, Ana.");
+    let denied = call_tool(&mut server, &mut id, "read_file", json!({"path": declared}));
+    assert!(
+        denied["result"]["isError"] == true && text_of(&denied).contains("Permission denied"),
+        "a revoked read must fail as soon as version 3 serves: {denied}"
+    );
+    assert_eq!(
+        receipts(&s)["installable"]["permissions"],
+        json!({"env": ["INSTALLABLE_GREETING"]})
+    );
+
+    // Version 2 asks for more: shown, and not granted when nobody can be asked.
+    assert_ok(
+        &s.publish("fixture-installable-v2", "1", "release", &[]),
+        "publish v2",
+    );
+    let declined = s.run(&["update", "installable"]);
+    assert!(!declined.status.success(), "{}", stdout(&declined));
+    for expected in [
+        &format!("+ read {declared}"),
+        "+ net 127.0.0.1:9",
+        "Update installable and grant it the added permissions?",
+        "standard input is not a terminal (pass --yes",
+        "Not updated.",
+    ] {
+        assert!(
+            stdout(&declined).contains(expected),
+            "{expected:?} not in:\n{}",
+            stdout(&declined)
+        );
+    }
+    assert_eq!(receipts(&s)["installable"]["version"], "3.0.0");
+    wait_for_read(&mut server, &mut id, declared, false);
+
+    let wider = s.run(&["update", "installable", "--yes"]);
+    assert_ok(&wider, "update to v2");
+    wait_for_greeting(&mut server, &mut id, "Hello again, Ana!");
+    wait_for_read(&mut server, &mut id, declared, true);
+    assert_eq!(
+        receipts(&s)["installable"]["permissions"]["net"],
+        json!(["127.0.0.1:9"])
+    );
+}
+
+impl Setup {
+    /// `mcp-host ARGS` started, not waited for.
+    fn spawn(&self, args: &[&str]) -> std::process::Child {
+        Command::new(&artifacts().host)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env_remove("MCP_TOOL_DIRS")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Run `mcp-host ARGS` for each of `runs` at once: their outputs, in order.
+    fn run_at_once(&self, runs: &[Vec<&str>]) -> Vec<Output> {
+        let children: Vec<_> = runs.iter().map(|args| self.spawn(args)).collect();
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect()
+    }
+}
+
+#[test]
+fn concurrent_adds_and_removes_lose_nothing() {
+    let Some(s) = Setup::new() else { return };
+    // The packaged plugins, published as they are built.
+    let key = s.key("release");
+    let mut references = Vec::new();
+    for krate in ["mcp-time", "mcp-text"] {
+        let reference = format!("{}/tools/{krate}:1", s.registry.addr);
+        let lib = artifacts().plugin(krate);
+        let out = s.run(&["publish", "--key", &key, &lib.to_string_lossy(), &reference]);
+        assert_ok(&out, krate);
+        references.push(reference);
+    }
+
+    // Two processes add one plugin each at once: both recorded, in the receipts and the lock.
+    let adds: Vec<Vec<&str>> = references
+        .iter()
+        .map(|r| vec!["add", r.as_str(), "--yes"])
+        .collect();
+    for out in s.run_at_once(&adds) {
+        assert_ok(&out, "a concurrent add");
+    }
+    let installed = receipts(&s);
+    let names: Vec<String> = installed.as_object().unwrap().keys().cloned().collect();
+    assert_eq!(names.len(), 2, "{installed}");
+    let lock = s.lock();
+    for name in &names {
+        assert!(lock["installed"][name].is_object(), "{name}: {lock}");
+        let file = installed[name]["file"].as_str().unwrap();
+        assert!(s.managed().join(file).is_file(), "{file}");
+        let tools = lock["tools"].as_object().unwrap();
+        assert!(
+            tools.values().any(|pin| pin["plugin"] == name.as_str()),
+            "{name}'s tools are not pinned: {lock}"
+        );
+    }
+
+    // Two processes remove them at once: nothing left.
+    let removes: Vec<Vec<&str>> = names.iter().map(|n| vec!["remove", n.as_str()]).collect();
+    for out in s.run_at_once(&removes) {
+        assert_ok(&out, "a concurrent remove");
+    }
+    s.assert_nothing_installed("concurrent removes");
+    let lock = s.lock();
+    assert!(
+        lock.get("installed").is_none() && lock["tools"] == json!({}),
+        "{lock}"
+    );
+
+    // The same plugin added by two processes at once: one installs it, the other is refused.
+    let twice = vec![adds[0].clone(), adds[0].clone()];
+    let outs = s.run_at_once(&twice);
+    let succeeded = outs.iter().filter(|o| o.status.success()).count();
+    assert_eq!(
+        succeeded,
+        1,
+        "{:?}",
+        outs.iter().map(stderr).collect::<Vec<_>>()
+    );
+    let refused = outs.iter().find(|o| !o.status.success()).unwrap();
+    assert!(
+        stderr(refused).contains("is already installed"),
+        "{}",
+        stderr(refused)
+    );
+    assert_eq!(receipts(&s).as_object().unwrap().len(), 1);
+    let left: Vec<String> = std::fs::read_dir(s.managed())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".staging-"))
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+#[test]
+fn oversized_package_parts_are_refused_naming_the_limit() {
+    let Some(s) = Setup::new() else { return };
+    assert_ok(
+        &s.publish("fixture-installable", "1", "release", &[]),
+        "publish",
+    );
+    let base = std::fs::read_to_string(&s.config).unwrap();
+    for (key, max, part) in [
+        ("max_manifest_bytes", 256, "the OCI manifest"),
+        ("max_library_bytes", 4096, package::LIBRARY_MEDIA_TYPE),
+        ("max_signature_bytes", 64, package::SIGNATURE_MEDIA_TYPE),
+    ] {
+        let config = s.l.root.path().join(format!("{key}.yaml"));
+        std::fs::write(
+            &config,
+            format!("{base}limits:\n  packages:\n    {key}: {max}\n"),
+        )
+        .unwrap();
+        let out = s.l.run(&config, &["add", &s.reference("1"), "--yes"]);
+        assert!(!out.status.success(), "{key}: installed:\n{}", stdout(&out));
+        for expected in [
+            part,
+            &format!("over the limit of {max} bytes (limits.packages.{key})"),
+        ] {
+            assert!(
+                stderr(&out).contains(expected),
+                "{key}: {expected:?} not in:\n{}",
+                stderr(&out)
+            );
+        }
+        s.assert_nothing_installed(key);
+    }
 }
