@@ -311,7 +311,7 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
         "signed by release",
         "greet",
         "read_file",
-        "read /etc/os-release",
+        "read /etc/hostname",
         "env INSTALLABLE_GREETING",
         &digest_line,
     ] {
@@ -331,7 +331,7 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
     assert!(lock["tools"]["read_file"]["sha256"].is_string(), "{lock}");
     let listed = stdout(&s.run(&["list", "--installed"]));
     assert!(
-        listed.contains("installable 1.0.0") && listed.contains("read /etc/os-release"),
+        listed.contains("installable 1.0.0") && listed.contains("read /etc/hostname"),
         "{listed}"
     );
 
@@ -354,12 +354,12 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
         text_of(&refused).contains("Permission denied"),
         "an undeclared read must fail: {refused}"
     );
-    if Path::new("/etc/os-release").exists() {
+    if Path::new("/etc/hostname").exists() {
         let allowed = call_tool(
             &mut server,
             &mut id,
             "read_file",
-            json!({"path": "/etc/os-release"}),
+            json!({"path": "/etc/hostname"}),
         );
         assert_ne!(
             allowed["result"]["isError"], true,
@@ -614,7 +614,7 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     let added = l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]);
     assert_ok(&added, "add file");
     assert!(
-        stdout(&added).contains("read /etc/os-release"),
+        stdout(&added).contains("read /etc/hostname"),
         "{}",
         stdout(&added)
     );
@@ -627,12 +627,12 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     assert_eq!(greet["isolation"], "sandbox", "{greet}");
     assert_eq!(
         greet["permissions"]["read"],
-        json!(["/etc/os-release"]),
+        json!(["/etc/hostname"]),
         "the declared grant: {greet}"
     );
     assert_eq!(
         greet["declared"],
-        json!({"read": ["/etc/os-release"], "env": ["INSTALLABLE_GREETING"]}),
+        json!({"read": ["/etc/hostname"], "env": ["INSTALLABLE_GREETING"]}),
         "list shows what the plugin declares: {greet}"
     );
 }
@@ -685,7 +685,7 @@ fn receipts(s: &Setup) -> Value {
 #[test]
 fn an_update_revokes_dropped_permissions_and_asks_before_granting_new_ones() {
     let Some(s) = Setup::new() else { return };
-    let declared = "/etc/os-release";
+    let declared = "/etc/hostname";
     if !Path::new(declared).is_file() {
         eprintln!("skipped: the fixtures declare a read of {declared}, which this system lacks");
         return;
