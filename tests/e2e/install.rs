@@ -28,7 +28,7 @@ struct Registry {
     _storage: tempfile::TempDir,
 }
 
-/// Whether `GET /v2/` answers 200 at `addr`.
+/// Whether `GET /v2/` answers at `addr` (200, or 401 from a registry that requires credentials).
 fn registry_ready(addr: &str) -> bool {
     let Ok(mut stream) = TcpStream::connect(addr) else {
         return false;
@@ -39,11 +39,24 @@ fn registry_ready(addr: &str) -> bool {
         return false;
     }
     let mut head = [0u8; 12];
-    stream.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+    stream.read_exact(&mut head).is_ok() && (head.ends_with(b"200") || head.ends_with(b"401"))
 }
+
+/// The user and password of a registry started with credentials required.
+const REGISTRY_USER: (&str, &str) = ("ana", "secret");
+
+/// `REGISTRY_USER`'s htpasswd line (bcrypt of cost 4, as `htpasswd -B -C 4` writes it: a cheap
+/// check per request).
+const HTPASSWD: &str = "ana:$2b$04$B2vZ3sRb2Wr13HqndpKGS.j4RSUQ9flYt.YY8IU15BGhMywIfnHJK\n";
 
 /// Start a registry on a free loopback port, or `None` (after saying why) when it is missing.
 fn registry() -> Option<Registry> {
+    registry_with(false)
+}
+
+/// Start a registry on a free loopback port — one that requires `REGISTRY_USER`'s credentials
+/// when `credentials` — or `None` (after saying why) when it is missing.
+fn registry_with(credentials: bool) -> Option<Registry> {
     let bin = PathBuf::from("/usr/bin/docker-registry");
     let bin = require_or_skip(
         "docker-registry (.ci/install-services.sh)",
@@ -53,15 +66,20 @@ fn registry() -> Option<Registry> {
         let storage = tempfile::tempdir().unwrap();
         let addr = format!("127.0.0.1:{}", free_port());
         let config = storage.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: {addr}\n",
-                storage.path().join("data").display()
-            ),
-        )
-        .unwrap();
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+             http:\n  addr: {addr}\n",
+            storage.path().join("data").display()
+        );
+        if credentials {
+            let htpasswd = storage.path().join("htpasswd");
+            std::fs::write(&htpasswd, HTPASSWD).unwrap();
+            yaml.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: mcp-host-tests\n    path: {}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, yaml).unwrap();
         let mut child = ChildGuard::spawn(
             Command::new(&bin)
                 .arg("serve")
@@ -134,7 +152,11 @@ fn library_name() -> String {
 
 impl Setup {
     fn new() -> Option<Setup> {
-        let registry = registry()?;
+        Some(Setup::with(registry()?))
+    }
+
+    /// The layout and keys, with `registry`.
+    fn with(registry: Registry) -> Setup {
         let l = Layout::new();
         let trusted = [
             ("release", keygen(&l, "release")),
@@ -142,11 +164,11 @@ impl Setup {
         ];
         keygen(&l, "stranger");
         let config = trusting(&l, &trusted);
-        Some(Setup {
+        Setup {
             l,
             config,
             registry,
-        })
+        }
     }
 
     fn reference(&self, tag: &str) -> String {
@@ -761,11 +783,19 @@ fn an_update_revokes_dropped_permissions_and_asks_before_granting_new_ones() {
 impl Setup {
     /// `mcp-host ARGS` started, not waited for.
     fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.spawn_in(&self.l.dir("no-docker-config"), args)
+    }
+
+    /// `mcp-host ARGS` started with docker's configuration directory `docker_config` (and no
+    /// registry token), not waited for.
+    fn spawn_in(&self, docker_config: &Path, args: &[&str]) -> std::process::Child {
         Command::new(&artifacts().host)
             .arg("--config")
             .arg(&self.config)
             .args(args)
             .env_remove("MCP_TOOL_DIRS")
+            .env_remove(oci::TOKEN_ENV)
+            .env("DOCKER_CONFIG", docker_config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -891,4 +921,52 @@ fn oversized_package_parts_are_refused_naming_the_limit() {
         }
         s.assert_nothing_installed(key);
     }
+}
+
+#[test]
+fn a_registry_that_requires_credentials_gets_them_from_dockers_config() {
+    let Some(registry) = registry_with(true) else {
+        return;
+    };
+    let s = Setup::with(registry);
+    let (user, password) = REGISTRY_USER;
+    let docker = s.l.dir("docker");
+    let auth = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("{user}:{password}"),
+    );
+    std::fs::write(
+        docker.join("config.json"),
+        json!({"auths": {s.registry.addr.clone(): {"auth": auth}}}).to_string(),
+    )
+    .unwrap();
+    let with = |args: &[&str]| s.spawn_in(&docker, args).wait_with_output().unwrap();
+    let without = |args: &[&str]| s.spawn(args).wait_with_output().unwrap();
+
+    let lib = s.library("fixture-installable");
+    let key = s.key("release");
+    let reference = s.reference("1");
+    let publish = ["publish", "--key", &key, lib.to_str().unwrap(), &reference];
+    let refused = without(&publish);
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("registry:"),
+        "published without credentials:\n{}",
+        stderr(&refused)
+    );
+    assert_ok(&with(&publish), "publish with credentials");
+
+    let refused = without(&["add", &reference, "--yes"]);
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("registry:"),
+        "added without credentials:\n{}",
+        stderr(&refused)
+    );
+    s.assert_nothing_installed("add without credentials");
+    let added = with(&["add", &reference, "--yes"]);
+    assert_ok(&added, "add with credentials");
+    assert!(
+        stdout(&added).contains("Installed installable 1.0.0"),
+        "{}",
+        stdout(&added)
+    );
 }
