@@ -25,7 +25,7 @@ struct Registry {
     _child: ChildGuard,
     /// `127.0.0.1:PORT`.
     addr: String,
-    _storage: tempfile::TempDir,
+    storage: tempfile::TempDir,
 }
 
 /// Whether `GET /v2/` answers at `addr` (200, or 401 from a registry that requires credentials).
@@ -48,6 +48,18 @@ const REGISTRY_USER: (&str, &str) = ("ana", "secret");
 /// `REGISTRY_USER`'s htpasswd line (bcrypt of cost 4, as `htpasswd -B -C 4` writes it: a cheap
 /// check per request).
 const HTPASSWD: &str = "ana:$2b$04$B2vZ3sRb2Wr13HqndpKGS.j4RSUQ9flYt.YY8IU15BGhMywIfnHJK\n";
+
+impl Registry {
+    /// Where the registry keeps blob `hex` (its SHA-256) on disk.
+    fn blob(&self, hex: &str) -> PathBuf {
+        self.storage
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
 
 /// Start a registry on a free loopback port, or `None` (after saying why) when it is missing.
 fn registry() -> Option<Registry> {
@@ -94,7 +106,7 @@ fn registry_with(credentials: bool) -> Option<Registry> {
                 return Some(Registry {
                     _child: child,
                     addr,
-                    _storage: storage,
+                    storage,
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -539,6 +551,27 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
         &reference,
         &format!("has no build for this platform ({platform}); it has: macos-aarch64"),
     );
+
+    // Blobs the registry serves changed on its disk (same length): the digests catch them.
+    let corrupt = |digest: &str, from: &[u8], to: &[u8]| {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        let data = s.registry.blob(hex);
+        let mut bytes = std::fs::read(&data).unwrap();
+        let at = bytes
+            .windows(from.len())
+            .position(|w| w == from)
+            .unwrap_or_else(|| panic!("{from:?} not in blob {digest}"));
+        bytes[at..at + to.len()].copy_from_slice(to);
+        std::fs::write(&data, bytes).unwrap();
+    };
+    corrupt(
+        &package::sha256_digest(&pulled.build.library),
+        b"Hello, ",
+        b"Hellx, ",
+    );
+    assert_refused(&s, &s.reference("good"), "digest");
+    corrupt(&pulled.digest, b"mcp-host.plugin.v1", b"mcp-host.plugin.v2");
+    assert_refused(&s, &s.reference("good"), "the manifest's digest is sha256:");
 
     // And a registry that is not there.
     let port = free_port();
