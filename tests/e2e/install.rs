@@ -883,12 +883,35 @@ fn concurrent_adds_and_removes_lose_nothing() {
         );
     }
 
-    // Two processes remove them at once: nothing left.
+    // A client calls their tools through a running host.
+    let mut server = StdioServer::start(&s.config);
+    server.initialize(LEGACY);
+    let mut id = 0;
+    wait_for_tools(&mut server, &mut id, |names| {
+        ["current_time", "hash_text"]
+            .iter()
+            .all(|t| names.iter().any(|n| n == t))
+    });
+    let hashed = call_tool(&mut server, &mut id, "hash_text", json!({"text": "hello"}));
+    assert!(
+        hashed
+            .to_string()
+            .contains("2cf24dba5fb0a30e26e83b2ac5b9e29e"),
+        "{hashed}"
+    );
+    let now = call_tool(&mut server, &mut id, "current_time", json!({"zone": "UTC"}));
+    assert!(
+        now["result"].is_object() && now["result"]["isError"] != true,
+        "{now}"
+    );
+
+    // Two processes remove them at once: nothing left, and the host unloads them.
     let removes: Vec<Vec<&str>> = names.iter().map(|n| vec!["remove", n.as_str()]).collect();
     for out in s.run_at_once(&removes) {
         assert_ok(&out, "a concurrent remove");
     }
     s.assert_nothing_installed("concurrent removes");
+    wait_for_tools(&mut server, &mut id, |names| names.is_empty());
     let lock = s.lock();
     assert!(
         lock.get("installed").is_none() && lock["tools"] == json!({}),
@@ -1002,4 +1025,106 @@ fn a_registry_that_requires_credentials_gets_them_from_dockers_config() {
         "{}",
         stdout(&added)
     );
+}
+
+/// Serve `body` at any path over plain HTTP on a loopback port, sending its length and only its
+/// first half, then holding the connection until the client goes; the address, and a receiver
+/// that hears once the half is sent.
+fn serve_half(body: Vec<u8>) -> (String, std::sync::mpsc::Receiver<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        let mut request = Vec::new();
+        let mut byte = [0u8; 1];
+        while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
+            request.push(byte[0]);
+        }
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(&body[..body.len() / 2]);
+        let _ = stream.flush();
+        let _ = tx.send(());
+        // Until the client is gone (killed): a read returns 0 or fails.
+        let _ = stream.read(&mut [0u8; 1]);
+    });
+    (addr, rx)
+}
+
+#[test]
+fn an_interrupted_download_leaves_nothing_installed() {
+    let l = Layout::new();
+    let config = trusting(&l, &[("k", keygen(&l, "k"))]);
+    let lib = l.install("build", "fixture-installable", None);
+    assert_ok(
+        &l.run(
+            &config,
+            &[
+                "sign",
+                "--key",
+                &l.root.path().join("k.key").to_string_lossy(),
+                &lib.to_string_lossy(),
+            ],
+        ),
+        "sign",
+    );
+    let (addr, half_sent) = serve_half(std::fs::read(&lib).unwrap());
+    let url = format!(
+        "http://{addr}/{}",
+        lib.file_name().unwrap().to_string_lossy()
+    );
+    let mut child = Command::new(&artifacts().host)
+        .arg("--config")
+        .arg(&config)
+        .args(["add", &url, "--yes"])
+        .env_remove("MCP_TOOL_DIRS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    half_sent
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the download never started");
+    let managed = l.root.path().join("data").join("plugins");
+    let entries = || -> Vec<String> {
+        std::fs::read_dir(&managed)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != mcp_host::install::LOCK_FILE)
+            .collect()
+    };
+    child.kill().unwrap();
+    let _ = child.wait();
+
+    // Killed halfway through the library: at most its staging directory, nothing installed.
+    let left = entries();
+    assert!(
+        left.iter().all(|n| n.starts_with(".staging-")),
+        "an interrupted add left {left:?}"
+    );
+    let listed = l.run(&config, &["list", "--installed", "--json"]);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&listed.stdout).unwrap(),
+        json!({})
+    );
+
+    // The next add clears what the interrupted one left, and installs.
+    assert_ok(
+        &l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]),
+        "add after an interrupted one",
+    );
+    let left = entries();
+    assert!(
+        !left.iter().any(|n| n.starts_with(".staging-")),
+        "staging left behind: {left:?}"
+    );
+    assert!(left.iter().any(|n| n == "installed.json"), "{left:?}");
 }
