@@ -918,9 +918,9 @@ fn concurrent_adds_and_removes_lose_nothing() {
         "{lock}"
     );
 
-    // The same plugin added by two processes at once: one installs it, the other is refused.
-    let twice = vec![adds[0].clone(), adds[0].clone()];
-    let outs = s.run_at_once(&twice);
+    // The same plugin added by two processes that both passed their checks before either
+    // commits: one installs it, the other is refused when its transaction finds it installed.
+    let outs = s.add_at_once_held(&[&references[0], &references[0]]);
     let succeeded = outs.iter().filter(|o| o.status.success()).count();
     assert_eq!(
         succeeded,
@@ -934,7 +934,17 @@ fn concurrent_adds_and_removes_lose_nothing() {
         "{}",
         stderr(refused)
     );
-    assert_eq!(receipts(&s).as_object().unwrap().len(), 1);
+    let installed = receipts(&s);
+    let only: Vec<&String> = installed.as_object().unwrap().keys().collect();
+    assert_eq!(only.len(), 1, "{installed}");
+    assert_ok(&s.run(&["remove", only[0].as_str()]), "remove");
+
+    // And two plugins, likewise: both recorded.
+    for out in s.add_at_once_held(&[&references[0], &references[1]]) {
+        assert_ok(&out, "a held concurrent add");
+    }
+    assert_eq!(receipts(&s).as_object().unwrap().len(), 2);
+    assert_eq!(s.lock()["installed"].as_object().unwrap().len(), 2);
     let left: Vec<String> = std::fs::read_dir(s.managed())
         .unwrap()
         .filter_map(Result::ok)
@@ -942,6 +952,76 @@ fn concurrent_adds_and_removes_lose_nothing() {
         .filter(|n| n.starts_with(".staging-"))
         .collect();
     assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+impl Setup {
+    /// `add --yes` of each of `references` at once, each process let into its commit only once
+    /// all have fetched and checked their plugin and shown it: the test holds the managed
+    /// directory's lock from when their staging directories exist until every one has printed
+    /// what it installs (one that finishes before the lock is taken simply commits first).
+    fn add_at_once_held(&self, references: &[&str]) -> Vec<Output> {
+        let mut running: Vec<_> = references
+            .iter()
+            .map(|r| {
+                let mut child = self.spawn(&["add", r, "--yes"]);
+                let stdout = child.stdout.take().unwrap();
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    use std::io::BufRead as _;
+                    for line in std::io::BufReader::new(stdout).lines() {
+                        let Ok(line) = line else { break };
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                });
+                (child, rx, String::new())
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.staging_dirs() < references.len() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let lock = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(self.managed().join(mcp_host::install::LOCK_FILE))
+            .unwrap();
+        lock.lock().unwrap();
+        for (_, lines, seen) in &mut running {
+            // Until it has shown its permissions (then it commits), or ended.
+            while !seen.contains("runs sandboxed") {
+                match lines.recv_timeout(Duration::from_secs(120)) {
+                    Ok(line) => {
+                        seen.push_str(&line);
+                        seen.push('\n');
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        drop(lock);
+        running
+            .into_iter()
+            .map(|(child, lines, mut seen)| {
+                let mut out = child.wait_with_output().unwrap();
+                seen.extend(lines.iter().map(|l| l + "\n"));
+                out.stdout = seen.into_bytes();
+                out
+            })
+            .collect()
+    }
+
+    /// How many staging directories the managed directory has.
+    fn staging_dirs(&self) -> usize {
+        std::fs::read_dir(self.managed()).map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".staging-"))
+                .count()
+        })
+    }
 }
 
 #[test]
