@@ -462,17 +462,25 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
 
 /// `add` of `reference` fails, saying `expected`, and leaves nothing installed.
 fn assert_refused(s: &Setup, reference: &str, expected: &str) {
-    let out = s.run(&["add", reference, "--yes"]);
+    assert_refused_under(s, &s.config, reference, &[expected]);
+}
+
+/// `add` of `reference` under configuration `config` fails, saying each of `expected`, and
+/// leaves nothing installed.
+fn assert_refused_under(s: &Setup, config: &Path, reference: &str, expected: &[&str]) {
+    let out = s.l.run(config, &["add", reference, "--yes"]);
     assert!(
         !out.status.success(),
         "{reference} was installed:\n{}",
         stdout(&out)
     );
-    assert!(
-        stderr(&out).contains(expected),
-        "{reference}: expected {expected:?} in:\n{}",
-        stderr(&out)
-    );
+    for expected in expected {
+        assert!(
+            stderr(&out).contains(expected),
+            "{reference}: expected {expected:?} in:\n{}",
+            stderr(&out)
+        );
+    }
     s.assert_nothing_installed(reference);
 }
 
@@ -582,6 +590,17 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     );
 }
 
+/// Read an HTTP request's head from `stream`: the path it asks for.
+fn request_path(stream: &mut TcpStream) -> String {
+    let mut request = Vec::new();
+    let mut byte = [0u8; 1];
+    while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
+        request.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&request);
+    text.split_whitespace().nth(1).unwrap_or("/").to_owned()
+}
+
 /// Serve the files of `dir` over plain HTTP on a loopback port (GET only, one request per
 /// connection, 404 for anything else) for the rest of the test binary; the address.
 fn serve_files(dir: &Path) -> String {
@@ -591,13 +610,7 @@ fn serve_files(dir: &Path) -> String {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut request = Vec::new();
-            let mut byte = [0u8; 1];
-            while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
-                request.push(byte[0]);
-            }
-            let text = String::from_utf8_lossy(&request);
-            let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let path = request_path(&mut stream);
             let file = dir.join(path.trim_start_matches('/'));
             let reply = match std::fs::read(&file) {
                 Ok(body) if !path.contains("..") => {
@@ -618,6 +631,21 @@ fn serve_files(dir: &Path) -> String {
     addr
 }
 
+/// `mcp-host sign` of `lib` with key pair `k` of the layout's root.
+fn sign_with_k(l: &Layout, config: &Path, lib: &Path) {
+    let key = l.root.path().join("k.key");
+    let out = l.run(
+        config,
+        &[
+            "sign",
+            "--key",
+            &key.to_string_lossy(),
+            &lib.to_string_lossy(),
+        ],
+    );
+    assert_ok(&out, "sign");
+}
+
 #[test]
 fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     let l = Layout::new();
@@ -630,18 +658,7 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
         "{}",
         stderr(&refused)
     );
-    assert_ok(
-        &l.run(
-            &config,
-            &[
-                "sign",
-                "--key",
-                &l.root.path().join("k.key").to_string_lossy(),
-                &lib.to_string_lossy(),
-            ],
-        ),
-        "sign",
-    );
+    sign_with_k(&l, &config, &lib);
     // Over HTTP: plain only to a loopback address; the same checks.
     let refused = l.run(
         &config,
@@ -1043,19 +1060,8 @@ fn oversized_package_parts_are_refused_naming_the_limit() {
             format!("{base}limits:\n  packages:\n    {key}: {max}\n"),
         )
         .unwrap();
-        let out = s.l.run(&config, &["add", &s.reference("1"), "--yes"]);
-        assert!(!out.status.success(), "{key}: installed:\n{}", stdout(&out));
-        for expected in [
-            part,
-            &format!("over the limit of {max} bytes (limits.packages.{key})"),
-        ] {
-            assert!(
-                stderr(&out).contains(expected),
-                "{key}: {expected:?} not in:\n{}",
-                stderr(&out)
-            );
-        }
-        s.assert_nothing_installed(key);
+        let limit = format!("over the limit of {max} bytes (limits.packages.{key})");
+        assert_refused_under(&s, &config, &s.reference("1"), &[part, &limit]);
     }
 }
 
@@ -1118,11 +1124,7 @@ fn serve_half(body: Vec<u8>) -> (String, std::sync::mpsc::Receiver<()>) {
         let Ok((mut stream, _)) = listener.accept() else {
             return;
         };
-        let mut request = Vec::new();
-        let mut byte = [0u8; 1];
-        while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
-            request.push(byte[0]);
-        }
+        request_path(&mut stream);
         let head = format!(
             "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
             body.len()
@@ -1142,18 +1144,7 @@ fn an_interrupted_download_leaves_nothing_installed() {
     let l = Layout::new();
     let config = trusting(&l, &[("k", keygen(&l, "k"))]);
     let lib = l.install("build", "fixture-installable", None);
-    assert_ok(
-        &l.run(
-            &config,
-            &[
-                "sign",
-                "--key",
-                &l.root.path().join("k.key").to_string_lossy(),
-                &lib.to_string_lossy(),
-            ],
-        ),
-        "sign",
-    );
+    sign_with_k(&l, &config, &lib);
     let (addr, half_sent) = serve_half(std::fs::read(&lib).unwrap());
     let url = format!(
         "http://{addr}/{}",
