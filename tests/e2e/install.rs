@@ -962,6 +962,9 @@ fn concurrent_adds_and_removes_lose_nothing() {
     }
     assert_eq!(receipts(&s).as_object().unwrap().len(), 2);
     assert_eq!(s.lock()["installed"].as_object().unwrap().len(), 2);
+    // `pin` rewrites the lock file and keeps what the installs recorded there.
+    assert_ok(&s.run(&["pin"]), "pin");
+    assert_eq!(s.lock()["installed"].as_object().unwrap().len(), 2);
     let left: Vec<String> = std::fs::read_dir(s.managed())
         .unwrap()
         .filter_map(Result::ok)

@@ -24,13 +24,14 @@ const HELD_FILE: &str = ".held";
 
 /// The exclusive lock on the managed directory, released when dropped.
 #[derive(Debug)]
-pub(super) struct DirLock {
+pub struct DirLock {
     _file: File,
 }
 
 /// Lock managed directory `dir` (created if missing), waiting for another process's transaction
-/// to end.
-pub(super) fn lock_dir(dir: &Path) -> Result<DirLock, InstallError> {
+/// to end. Whoever else rewrites the lock file (`mcp-host pin`) holds it too, so that the entries
+/// an install records there are not lost.
+pub fn lock_dir(dir: &Path) -> Result<DirLock, InstallError> {
     std::fs::create_dir_all(dir).map_err(io(dir.display()))?;
     let path = dir.join(LOCK_FILE);
     let file = File::options()

@@ -12,7 +12,7 @@ mod managed;
 pub mod oci;
 pub mod package;
 
-pub use managed::{Expect, LOCK_FILE, commit, remove};
+pub use managed::{DirLock, Expect, LOCK_FILE, commit, lock_dir, remove};
 
 use std::path::{Path, PathBuf};
 
