@@ -25,10 +25,10 @@ struct Registry {
     _child: ChildGuard,
     /// `127.0.0.1:PORT`.
     addr: String,
-    _storage: tempfile::TempDir,
+    storage: tempfile::TempDir,
 }
 
-/// Whether `GET /v2/` answers 200 at `addr`.
+/// Whether `GET /v2/` answers at `addr` (200, or 401 from a registry that requires credentials).
 fn registry_ready(addr: &str) -> bool {
     let Ok(mut stream) = TcpStream::connect(addr) else {
         return false;
@@ -39,11 +39,36 @@ fn registry_ready(addr: &str) -> bool {
         return false;
     }
     let mut head = [0u8; 12];
-    stream.read_exact(&mut head).is_ok() && head.ends_with(b"200")
+    stream.read_exact(&mut head).is_ok() && (head.ends_with(b"200") || head.ends_with(b"401"))
+}
+
+/// The user and password of a registry started with credentials required.
+const REGISTRY_USER: (&str, &str) = ("ana", "secret");
+
+/// `REGISTRY_USER`'s htpasswd line (bcrypt of cost 4, as `htpasswd -B -C 4` writes it: a cheap
+/// check per request).
+const HTPASSWD: &str = "ana:$2b$04$B2vZ3sRb2Wr13HqndpKGS.j4RSUQ9flYt.YY8IU15BGhMywIfnHJK\n";
+
+impl Registry {
+    /// Where the registry keeps blob `hex` (its SHA-256) on disk.
+    fn blob(&self, hex: &str) -> PathBuf {
+        self.storage
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
 }
 
 /// Start a registry on a free loopback port, or `None` (after saying why) when it is missing.
 fn registry() -> Option<Registry> {
+    registry_with(false)
+}
+
+/// Start a registry on a free loopback port — one that requires `REGISTRY_USER`'s credentials
+/// when `credentials` — or `None` (after saying why) when it is missing.
+fn registry_with(credentials: bool) -> Option<Registry> {
     let bin = PathBuf::from("/usr/bin/docker-registry");
     let bin = require_or_skip(
         "docker-registry (.ci/install-services.sh)",
@@ -53,15 +78,20 @@ fn registry() -> Option<Registry> {
         let storage = tempfile::tempdir().unwrap();
         let addr = format!("127.0.0.1:{}", free_port());
         let config = storage.path().join("config.yml");
-        std::fs::write(
-            &config,
-            format!(
-                "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-                 http:\n  addr: {addr}\n",
-                storage.path().join("data").display()
-            ),
-        )
-        .unwrap();
+        let mut yaml = format!(
+            "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+             http:\n  addr: {addr}\n",
+            storage.path().join("data").display()
+        );
+        if credentials {
+            let htpasswd = storage.path().join("htpasswd");
+            std::fs::write(&htpasswd, HTPASSWD).unwrap();
+            yaml.push_str(&format!(
+                "auth:\n  htpasswd:\n    realm: mcp-host-tests\n    path: {}\n",
+                htpasswd.display()
+            ));
+        }
+        std::fs::write(&config, yaml).unwrap();
         let mut child = ChildGuard::spawn(
             Command::new(&bin)
                 .arg("serve")
@@ -76,7 +106,7 @@ fn registry() -> Option<Registry> {
                 return Some(Registry {
                     _child: child,
                     addr,
-                    _storage: storage,
+                    storage,
                 });
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -134,7 +164,11 @@ fn library_name() -> String {
 
 impl Setup {
     fn new() -> Option<Setup> {
-        let registry = registry()?;
+        Some(Setup::with(registry()?))
+    }
+
+    /// The layout and keys, with `registry`.
+    fn with(registry: Registry) -> Setup {
         let l = Layout::new();
         let trusted = [
             ("release", keygen(&l, "release")),
@@ -142,11 +176,11 @@ impl Setup {
         ];
         keygen(&l, "stranger");
         let config = trusting(&l, &trusted);
-        Some(Setup {
+        Setup {
             l,
             config,
             registry,
-        })
+        }
     }
 
     fn reference(&self, tag: &str) -> String {
@@ -221,7 +255,7 @@ impl Setup {
             .map(|d| {
                 d.filter_map(Result::ok)
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n != "installed.json")
+                    .filter(|n| n != "installed.json" && n != mcp_host::install::LOCK_FILE)
                     .collect()
             })
             .unwrap_or_default();
@@ -311,7 +345,7 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
         "signed by release",
         "greet",
         "read_file",
-        "read /etc/os-release",
+        "read /etc/hostname",
         "env INSTALLABLE_GREETING",
         &digest_line,
     ] {
@@ -331,7 +365,7 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
     assert!(lock["tools"]["read_file"]["sha256"].is_string(), "{lock}");
     let listed = stdout(&s.run(&["list", "--installed"]));
     assert!(
-        listed.contains("installable 1.0.0") && listed.contains("read /etc/os-release"),
+        listed.contains("installable 1.0.0") && listed.contains("read /etc/hostname"),
         "{listed}"
     );
 
@@ -354,12 +388,12 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
         text_of(&refused).contains("Permission denied"),
         "an undeclared read must fail: {refused}"
     );
-    if Path::new("/etc/os-release").exists() {
+    if Path::new("/etc/hostname").exists() {
         let allowed = call_tool(
             &mut server,
             &mut id,
             "read_file",
-            json!({"path": "/etc/os-release"}),
+            json!({"path": "/etc/hostname"}),
         );
         assert_ne!(
             allowed["result"]["isError"], true,
@@ -428,17 +462,25 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
 
 /// `add` of `reference` fails, saying `expected`, and leaves nothing installed.
 fn assert_refused(s: &Setup, reference: &str, expected: &str) {
-    let out = s.run(&["add", reference, "--yes"]);
+    assert_refused_under(s, &s.config, reference, &[expected]);
+}
+
+/// `add` of `reference` under configuration `config` fails, saying each of `expected`, and
+/// leaves nothing installed.
+fn assert_refused_under(s: &Setup, config: &Path, reference: &str, expected: &[&str]) {
+    let out = s.l.run(config, &["add", reference, "--yes"]);
     assert!(
         !out.status.success(),
         "{reference} was installed:\n{}",
         stdout(&out)
     );
-    assert!(
-        stderr(&out).contains(expected),
-        "{reference}: expected {expected:?} in:\n{}",
-        stderr(&out)
-    );
+    for expected in expected {
+        assert!(
+            stderr(&out).contains(expected),
+            "{reference}: expected {expected:?} in:\n{}",
+            stderr(&out)
+        );
+    }
     s.assert_nothing_installed(reference);
 }
 
@@ -452,7 +494,10 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     let runtime = mcp_host_tests::runtime();
     let platform = package::host_platform();
     let good = oci::parse_reference(&s.reference("good")).unwrap();
-    let pulled = runtime.block_on(oci::pull(&good, &platform)).unwrap();
+    let limits = package::Limits::of(&Default::default());
+    let pulled = runtime
+        .block_on(oci::pull(&good, &platform, &limits))
+        .unwrap();
     assert!(pulled.platforms.contains(&"macos-aarch64".to_owned()));
     let repack = |tag: &str, build: package::PlatformBuild| {
         let reference = oci::parse_reference(&s.reference(tag)).unwrap();
@@ -502,6 +547,40 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
     assert_ok(&published, "publish lying");
     assert_refused(&s, &reference, "does not match its library (tools differ)");
 
+    // A package with builds for other platforms only.
+    std::fs::write(&manifest, &pulled.manifest_json).unwrap();
+    let mac = s.l.dir("mac").join("libinstallable.dylib");
+    std::fs::write(&mac, b"a macOS build stands here").unwrap();
+    let other = PathBuf::from(format!("macos-aarch64={}", mac.display()));
+    let (published, reference) = s.publish_with_manifest(&manifest, &other, "elsewhere");
+    assert_ok(&published, "publish elsewhere");
+    assert_refused(
+        &s,
+        &reference,
+        &format!("has no build for this platform ({platform}); it has: macos-aarch64"),
+    );
+
+    // Blobs the registry serves changed on its disk (same length): the digests catch them.
+    let corrupt = |digest: &str, from: &[u8], to: &[u8]| {
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        let data = s.registry.blob(hex);
+        let mut bytes = std::fs::read(&data).unwrap();
+        let at = bytes
+            .windows(from.len())
+            .position(|w| w == from)
+            .unwrap_or_else(|| panic!("{from:?} not in blob {digest}"));
+        bytes[at..at + to.len()].copy_from_slice(to);
+        std::fs::write(&data, bytes).unwrap();
+    };
+    corrupt(
+        &package::sha256_digest(&pulled.build.library),
+        b"Hello, ",
+        b"Hellx, ",
+    );
+    assert_refused(&s, &s.reference("good"), "digest");
+    corrupt(&pulled.digest, b"mcp-host.plugin.v1", b"mcp-host.plugin.v2");
+    assert_refused(&s, &s.reference("good"), "the manifest's digest is sha256:");
+
     // And a registry that is not there.
     let port = free_port();
     assert_refused(
@@ -509,6 +588,17 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
         &format!("127.0.0.1:{port}/tools/installable:1"),
         "registry:",
     );
+}
+
+/// Read an HTTP request's head from `stream`: the path it asks for.
+fn request_path(stream: &mut TcpStream) -> String {
+    let mut request = Vec::new();
+    let mut byte = [0u8; 1];
+    while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
+        request.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&request);
+    text.split_whitespace().nth(1).unwrap_or("/").to_owned()
 }
 
 /// Serve the files of `dir` over plain HTTP on a loopback port (GET only, one request per
@@ -520,13 +610,7 @@ fn serve_files(dir: &Path) -> String {
     std::thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut stream) = stream else { continue };
-            let mut request = Vec::new();
-            let mut byte = [0u8; 1];
-            while !request.ends_with(b"\r\n\r\n") && stream.read_exact(&mut byte).is_ok() {
-                request.push(byte[0]);
-            }
-            let text = String::from_utf8_lossy(&request);
-            let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let path = request_path(&mut stream);
             let file = dir.join(path.trim_start_matches('/'));
             let reply = match std::fs::read(&file) {
                 Ok(body) if !path.contains("..") => {
@@ -547,6 +631,21 @@ fn serve_files(dir: &Path) -> String {
     addr
 }
 
+/// `mcp-host sign` of `lib` with key pair `k` of the layout's root.
+fn sign_with_k(l: &Layout, config: &Path, lib: &Path) {
+    let key = l.root.path().join("k.key");
+    let out = l.run(
+        config,
+        &[
+            "sign",
+            "--key",
+            &key.to_string_lossy(),
+            &lib.to_string_lossy(),
+        ],
+    );
+    assert_ok(&out, "sign");
+}
+
 #[test]
 fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     let l = Layout::new();
@@ -559,18 +658,7 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
         "{}",
         stderr(&refused)
     );
-    assert_ok(
-        &l.run(
-            &config,
-            &[
-                "sign",
-                "--key",
-                &l.root.path().join("k.key").to_string_lossy(),
-                &lib.to_string_lossy(),
-            ],
-        ),
-        "sign",
-    );
+    sign_with_k(&l, &config, &lib);
     // Over HTTP: plain only to a loopback address; the same checks.
     let refused = l.run(
         &config,
@@ -598,7 +686,7 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     let added = l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]);
     assert_ok(&added, "add file");
     assert!(
-        stdout(&added).contains("read /etc/os-release"),
+        stdout(&added).contains("read /etc/hostname"),
         "{}",
         stdout(&added)
     );
@@ -611,12 +699,506 @@ fn add_takes_a_signed_file_or_url_and_refuses_an_unsigned_one() {
     assert_eq!(greet["isolation"], "sandbox", "{greet}");
     assert_eq!(
         greet["permissions"]["read"],
-        json!(["/etc/os-release"]),
+        json!(["/etc/hostname"]),
         "the declared grant: {greet}"
     );
     assert_eq!(
         greet["declared"],
-        json!({"read": ["/etc/os-release"], "env": ["INSTALLABLE_GREETING"]}),
+        json!({"read": ["/etc/hostname"], "env": ["INSTALLABLE_GREETING"]}),
         "list shows what the plugin declares: {greet}"
     );
+}
+
+/// Poll `greet` until it answers `expected` (the running host serves the version that says it).
+fn wait_for_greeting(server: &mut StdioServer, id: &mut u64, expected: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = call_tool(server, id, "greet", json!({"name": "Ana"}));
+        if text_of(&answer) == expected {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "greet never answered {expected:?}; last {answer}\nstderr:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Poll `read_file` of `path` until it is allowed (`true`) or denied by the sandbox (`false`).
+fn wait_for_read(server: &mut StdioServer, id: &mut u64, path: &str, allowed: bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let answer = call_tool(server, id, "read_file", json!({"path": path}));
+        let denied =
+            answer["result"]["isError"] == true && text_of(&answer).contains("Permission denied");
+        let ok = answer["result"].is_object() && answer["result"]["isError"] != true;
+        if (allowed && ok) || (!allowed && denied) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "reading {path} never became {}; last {answer}\nstderr:\n{}",
+            if allowed { "allowed" } else { "denied" },
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The installed plugins' receipts (`list --installed --json`).
+fn receipts(s: &Setup) -> Value {
+    let out = s.run(&["list", "--installed", "--json"]);
+    assert_ok(&out, "list --installed");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn an_update_revokes_dropped_permissions_and_asks_before_granting_new_ones() {
+    let Some(s) = Setup::new() else { return };
+    let declared = "/etc/hostname";
+    if !Path::new(declared).is_file() {
+        eprintln!("skipped: the fixtures declare a read of {declared}, which this system lacks");
+        return;
+    }
+    assert_ok(
+        &s.publish("fixture-installable", "1", "release", &[]),
+        "publish v1",
+    );
+    let mut server = StdioServer::start(&s.config);
+    server.initialize(LEGACY);
+    let mut id = 0;
+    assert_ok(&s.run(&["add", &s.reference("1"), "--yes"]), "add");
+    wait_for_greeting(&mut server, &mut id, "Hello, Ana!");
+    wait_for_read(&mut server, &mut id, declared, true);
+
+    // Version 3 no longer declares the read: the update says so, and the running host's sandbox
+    // stops granting it.
+    assert_ok(
+        &s.publish("fixture-installable-v3", "1", "release", &[]),
+        "publish v3",
+    );
+    let narrower = s.run(&["update", "installable", "--yes"]);
+    assert_ok(&narrower, "update to v3");
+    assert!(
+        stdout(&narrower).contains(&format!("- read {declared}")),
+        "{}",
+        stdout(&narrower)
+    );
+    wait_for_greeting(&mut server, &mut id, "Hi, Ana.");
+    let denied = call_tool(&mut server, &mut id, "read_file", json!({"path": declared}));
+    assert!(
+        denied["result"]["isError"] == true && text_of(&denied).contains("Permission denied"),
+        "a revoked read must fail as soon as version 3 serves: {denied}"
+    );
+    assert_eq!(
+        receipts(&s)["installable"]["permissions"],
+        json!({"env": ["INSTALLABLE_GREETING"]})
+    );
+
+    // Version 2 asks for more: shown, and not granted when nobody can be asked.
+    assert_ok(
+        &s.publish("fixture-installable-v2", "1", "release", &[]),
+        "publish v2",
+    );
+    let declined = s.run(&["update", "installable"]);
+    assert!(!declined.status.success(), "{}", stdout(&declined));
+    for expected in [
+        &format!("+ read {declared}"),
+        "+ net 127.0.0.1:9",
+        "Update installable and grant it the added permissions?",
+        "standard input is not a terminal (pass --yes",
+        "Not updated.",
+    ] {
+        assert!(
+            stdout(&declined).contains(expected),
+            "{expected:?} not in:\n{}",
+            stdout(&declined)
+        );
+    }
+    assert_eq!(receipts(&s)["installable"]["version"], "3.0.0");
+    wait_for_read(&mut server, &mut id, declared, false);
+
+    let wider = s.run(&["update", "installable", "--yes"]);
+    assert_ok(&wider, "update to v2");
+    wait_for_greeting(&mut server, &mut id, "Hello again, Ana!");
+    wait_for_read(&mut server, &mut id, declared, true);
+    assert_eq!(
+        receipts(&s)["installable"]["permissions"]["net"],
+        json!(["127.0.0.1:9"])
+    );
+}
+
+impl Setup {
+    /// `mcp-host ARGS` started, not waited for.
+    fn spawn(&self, args: &[&str]) -> std::process::Child {
+        self.spawn_in(&self.l.dir("no-docker-config"), args)
+    }
+
+    /// `mcp-host ARGS` started with docker's configuration directory `docker_config` (and no
+    /// registry token), not waited for.
+    fn spawn_in(&self, docker_config: &Path, args: &[&str]) -> std::process::Child {
+        Command::new(&artifacts().host)
+            .arg("--config")
+            .arg(&self.config)
+            .args(args)
+            .env_remove("MCP_TOOL_DIRS")
+            .env_remove(oci::TOKEN_ENV)
+            .env("DOCKER_CONFIG", docker_config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Run `mcp-host ARGS` for each of `runs` at once: their outputs, in order.
+    fn run_at_once(&self, runs: &[Vec<&str>]) -> Vec<Output> {
+        let children: Vec<_> = runs.iter().map(|args| self.spawn(args)).collect();
+        children
+            .into_iter()
+            .map(|c| c.wait_with_output().unwrap())
+            .collect()
+    }
+}
+
+#[test]
+fn concurrent_adds_and_removes_lose_nothing() {
+    let Some(s) = Setup::new() else { return };
+    // The packaged plugins, published as they are built.
+    let key = s.key("release");
+    let mut references = Vec::new();
+    for krate in ["mcp-time", "mcp-text"] {
+        let reference = format!("{}/tools/{krate}:1", s.registry.addr);
+        let lib = artifacts().plugin(krate);
+        let out = s.run(&["publish", "--key", &key, &lib.to_string_lossy(), &reference]);
+        assert_ok(&out, krate);
+        references.push(reference);
+    }
+
+    // Two processes add one plugin each at once: both recorded, in the receipts and the lock.
+    let adds: Vec<Vec<&str>> = references
+        .iter()
+        .map(|r| vec!["add", r.as_str(), "--yes"])
+        .collect();
+    for out in s.run_at_once(&adds) {
+        assert_ok(&out, "a concurrent add");
+    }
+    let installed = receipts(&s);
+    let names: Vec<String> = installed.as_object().unwrap().keys().cloned().collect();
+    assert_eq!(names.len(), 2, "{installed}");
+    let lock = s.lock();
+    for name in &names {
+        assert!(lock["installed"][name].is_object(), "{name}: {lock}");
+        let file = installed[name]["file"].as_str().unwrap();
+        assert!(s.managed().join(file).is_file(), "{file}");
+        let tools = lock["tools"].as_object().unwrap();
+        assert!(
+            tools.values().any(|pin| pin["plugin"] == name.as_str()),
+            "{name}'s tools are not pinned: {lock}"
+        );
+    }
+
+    // A client calls their tools through a running host.
+    let mut server = StdioServer::start(&s.config);
+    server.initialize(LEGACY);
+    let mut id = 0;
+    wait_for_tools(&mut server, &mut id, |names| {
+        ["current_time", "hash_text"]
+            .iter()
+            .all(|t| names.iter().any(|n| n == t))
+    });
+    let hashed = call_tool(&mut server, &mut id, "hash_text", json!({"text": "hello"}));
+    assert!(
+        hashed
+            .to_string()
+            .contains("2cf24dba5fb0a30e26e83b2ac5b9e29e"),
+        "{hashed}"
+    );
+    let now = call_tool(&mut server, &mut id, "current_time", json!({"zone": "UTC"}));
+    assert!(
+        now["result"].is_object() && now["result"]["isError"] != true,
+        "{now}"
+    );
+
+    // Two processes remove them at once: nothing left, and the host unloads them.
+    let removes: Vec<Vec<&str>> = names.iter().map(|n| vec!["remove", n.as_str()]).collect();
+    for out in s.run_at_once(&removes) {
+        assert_ok(&out, "a concurrent remove");
+    }
+    s.assert_nothing_installed("concurrent removes");
+    wait_for_tools(&mut server, &mut id, |names| names.is_empty());
+    let lock = s.lock();
+    assert!(
+        lock.get("installed").is_none() && lock["tools"] == json!({}),
+        "{lock}"
+    );
+
+    // The same plugin added by two processes that both passed their checks before either
+    // commits: one installs it, the other is refused when its transaction finds it installed.
+    let outs = s.add_at_once_held(&[&references[0], &references[0]]);
+    let succeeded = outs.iter().filter(|o| o.status.success()).count();
+    assert_eq!(
+        succeeded,
+        1,
+        "{:?}",
+        outs.iter().map(stderr).collect::<Vec<_>>()
+    );
+    let refused = outs.iter().find(|o| !o.status.success()).unwrap();
+    assert!(
+        stderr(refused).contains("is already installed"),
+        "{}",
+        stderr(refused)
+    );
+    let installed = receipts(&s);
+    let only: Vec<&String> = installed.as_object().unwrap().keys().collect();
+    assert_eq!(only.len(), 1, "{installed}");
+    assert_ok(&s.run(&["remove", only[0].as_str()]), "remove");
+
+    // And two plugins, likewise: both recorded.
+    for out in s.add_at_once_held(&[&references[0], &references[1]]) {
+        assert_ok(&out, "a held concurrent add");
+    }
+    assert_eq!(receipts(&s).as_object().unwrap().len(), 2);
+    assert_eq!(s.lock()["installed"].as_object().unwrap().len(), 2);
+    // `pin` rewrites the lock file and keeps what the installs recorded there.
+    assert_ok(&s.run(&["pin"]), "pin");
+    assert_eq!(s.lock()["installed"].as_object().unwrap().len(), 2);
+    let left: Vec<String> = std::fs::read_dir(s.managed())
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".staging-"))
+        .collect();
+    assert!(left.is_empty(), "staging left behind: {left:?}");
+}
+
+impl Setup {
+    /// `add --yes` of each of `references` at once, each process let into its commit only once
+    /// all have fetched and checked their plugin and shown it: the test holds the managed
+    /// directory's lock from when their staging directories exist until every one has printed
+    /// what it installs (one that finishes before the lock is taken simply commits first).
+    fn add_at_once_held(&self, references: &[&str]) -> Vec<Output> {
+        let mut running: Vec<_> = references
+            .iter()
+            .map(|r| {
+                let mut child = self.spawn(&["add", r, "--yes"]);
+                let stdout = child.stdout.take().unwrap();
+                let (tx, rx) = std::sync::mpsc::channel();
+                std::thread::spawn(move || {
+                    use std::io::BufRead as _;
+                    for line in std::io::BufReader::new(stdout).lines() {
+                        let Ok(line) = line else { break };
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                });
+                (child, rx, String::new())
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.staging_dirs() < references.len() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let lock = std::fs::File::options()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(self.managed().join(mcp_host::install::LOCK_FILE))
+            .unwrap();
+        lock.lock().unwrap();
+        for (_, lines, seen) in &mut running {
+            // Until it has shown its permissions (then it commits), or ended.
+            while !seen.contains("runs sandboxed") {
+                match lines.recv_timeout(Duration::from_secs(120)) {
+                    Ok(line) => {
+                        seen.push_str(&line);
+                        seen.push('\n');
+                    }
+                    Err(_) => break,
+                }
+            }
+        }
+        drop(lock);
+        running
+            .into_iter()
+            .map(|(child, lines, mut seen)| {
+                let mut out = child.wait_with_output().unwrap();
+                seen.extend(lines.iter().map(|l| l + "\n"));
+                out.stdout = seen.into_bytes();
+                out
+            })
+            .collect()
+    }
+
+    /// How many staging directories the managed directory has.
+    fn staging_dirs(&self) -> usize {
+        std::fs::read_dir(self.managed()).map_or(0, |d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with(".staging-"))
+                .count()
+        })
+    }
+}
+
+#[test]
+fn oversized_package_parts_are_refused_naming_the_limit() {
+    let Some(s) = Setup::new() else { return };
+    assert_ok(
+        &s.publish("fixture-installable", "1", "release", &[]),
+        "publish",
+    );
+    let base = std::fs::read_to_string(&s.config).unwrap();
+    for (key, max, part) in [
+        ("max_manifest_bytes", 256, "the OCI manifest"),
+        ("max_library_bytes", 4096, package::LIBRARY_MEDIA_TYPE),
+        ("max_signature_bytes", 64, package::SIGNATURE_MEDIA_TYPE),
+    ] {
+        let config = s.l.root.path().join(format!("{key}.yaml"));
+        std::fs::write(
+            &config,
+            format!("{base}limits:\n  packages:\n    {key}: {max}\n"),
+        )
+        .unwrap();
+        let limit = format!("over the limit of {max} bytes (limits.packages.{key})");
+        assert_refused_under(&s, &config, &s.reference("1"), &[part, &limit]);
+    }
+}
+
+#[test]
+fn a_registry_that_requires_credentials_gets_them_from_dockers_config() {
+    let Some(registry) = registry_with(true) else {
+        return;
+    };
+    let s = Setup::with(registry);
+    let (user, password) = REGISTRY_USER;
+    let docker = s.l.dir("docker");
+    let auth = base64::Engine::encode(
+        &base64::engine::general_purpose::STANDARD,
+        format!("{user}:{password}"),
+    );
+    std::fs::write(
+        docker.join("config.json"),
+        json!({"auths": {s.registry.addr.clone(): {"auth": auth}}}).to_string(),
+    )
+    .unwrap();
+    let with = |args: &[&str]| s.spawn_in(&docker, args).wait_with_output().unwrap();
+    let without = |args: &[&str]| s.spawn(args).wait_with_output().unwrap();
+
+    let lib = s.library("fixture-installable");
+    let key = s.key("release");
+    let reference = s.reference("1");
+    let publish = ["publish", "--key", &key, lib.to_str().unwrap(), &reference];
+    let refused = without(&publish);
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("registry:"),
+        "published without credentials:\n{}",
+        stderr(&refused)
+    );
+    assert_ok(&with(&publish), "publish with credentials");
+
+    let refused = without(&["add", &reference, "--yes"]);
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("registry:"),
+        "added without credentials:\n{}",
+        stderr(&refused)
+    );
+    s.assert_nothing_installed("add without credentials");
+    let added = with(&["add", &reference, "--yes"]);
+    assert_ok(&added, "add with credentials");
+    assert!(
+        stdout(&added).contains("Installed installable 1.0.0"),
+        "{}",
+        stdout(&added)
+    );
+}
+
+/// Serve `body` at any path over plain HTTP on a loopback port, sending its length and only its
+/// first half, then holding the connection until the client goes; the address, and a receiver
+/// that hears once the half is sent.
+fn serve_half(body: Vec<u8>) -> (String, std::sync::mpsc::Receiver<()>) {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let Ok((mut stream, _)) = listener.accept() else {
+            return;
+        };
+        request_path(&mut stream);
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            body.len()
+        );
+        let _ = stream.write_all(head.as_bytes());
+        let _ = stream.write_all(&body[..body.len() / 2]);
+        let _ = stream.flush();
+        let _ = tx.send(());
+        // Until the client is gone (killed): a read returns 0 or fails.
+        let _ = stream.read(&mut [0u8; 1]);
+    });
+    (addr, rx)
+}
+
+#[test]
+fn an_interrupted_download_leaves_nothing_installed() {
+    let l = Layout::new();
+    let config = trusting(&l, &[("k", keygen(&l, "k"))]);
+    let lib = l.install("build", "fixture-installable", None);
+    sign_with_k(&l, &config, &lib);
+    let (addr, half_sent) = serve_half(std::fs::read(&lib).unwrap());
+    let url = format!(
+        "http://{addr}/{}",
+        lib.file_name().unwrap().to_string_lossy()
+    );
+    let mut child = Command::new(&artifacts().host)
+        .arg("--config")
+        .arg(&config)
+        .args(["add", &url, "--yes"])
+        .env_remove("MCP_TOOL_DIRS")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    half_sent
+        .recv_timeout(Duration::from_secs(120))
+        .expect("the download never started");
+    let managed = l.root.path().join("data").join("plugins");
+    let entries = || -> Vec<String> {
+        std::fs::read_dir(&managed)
+            .unwrap()
+            .filter_map(Result::ok)
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != mcp_host::install::LOCK_FILE)
+            .collect()
+    };
+    child.kill().unwrap();
+    let _ = child.wait();
+
+    // Killed halfway through the library: at most its staging directory, nothing installed.
+    let left = entries();
+    assert!(
+        left.iter().all(|n| n.starts_with(".staging-")),
+        "an interrupted add left {left:?}"
+    );
+    let listed = l.run(&config, &["list", "--installed", "--json"]);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&listed.stdout).unwrap(),
+        json!({})
+    );
+
+    // The next add clears what the interrupted one left, and installs.
+    assert_ok(
+        &l.run(&config, &["add", &lib.to_string_lossy(), "--yes"]),
+        "add after an interrupted one",
+    );
+    let left = entries();
+    assert!(
+        !left.iter().any(|n| n.starts_with(".staging-")),
+        "staging left behind: {left:?}"
+    );
+    assert!(left.iter().any(|n| n == "installed.json"), "{left:?}");
 }

@@ -27,6 +27,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-hostile",
     "fixture-installable",
     "fixture-installable-v2",
+    "fixture-installable-v3",
     "mcp-time",
     "mcp-text",
     "mcp-series",

@@ -183,10 +183,20 @@ fn describe(staged: &Staged, out: &mut dyn std::io::Write) -> anyhow::Result<()>
     Ok(())
 }
 
-/// Ask `question` on the terminal; `yes` answers it.
+/// Ask `question` on the terminal; `yes` answers it. Without a terminal to ask on (a script, a
+/// pipe), the answer is no, and says so.
 fn confirm(question: &str, yes: bool, out: &mut dyn std::io::Write) -> anyhow::Result<bool> {
+    use std::io::IsTerminal as _;
     if yes {
         return Ok(true);
+    }
+    if !std::io::stdin().is_terminal() {
+        writeln!(
+            out,
+            "{question} Not asked: standard input is not a terminal (pass --yes to accept what \
+             is shown above)."
+        )?;
+        return Ok(false);
     }
     write!(out, "{question} [y/N] ")?;
     out.flush()?;
@@ -219,7 +229,7 @@ pub(crate) fn add(
         return Ok(ExitCode::FAILURE);
     }
     let plugin = staged.plugin.clone();
-    let receipt = install::commit(config, staged)?;
+    let receipt = install::commit(config, staged, &install::Expect::Nothing)?;
     writeln!(
         out,
         "Installed {plugin} {} into {} (a running mcp-host picks it up)",
@@ -257,69 +267,96 @@ pub(crate) fn update(
     let mut failed = false;
     for name in names {
         let source = Source::parse(&receipts.plugins[&name].source);
-        let staged = install::fetch(config, &source, &crate::host_options())
-            .with_context(|| format!("update {name}"))?;
-        if staged.plugin != name {
-            anyhow::bail!(
-                "update {name}: {} now serves plugin {}, not {name}",
-                source.describe(),
-                staged.plugin
-            );
-        }
-        let plan = install::plan_update(config, &staged)?;
-        if plan.up_to_date {
-            writeln!(out, "{name} {} is up to date", plan.current.version)?;
-            continue;
-        }
-        writeln!(
-            out,
-            "Update {name} {} -> {}",
-            plan.current.version, staged.receipt.version
-        )?;
-        if let Some((from, to)) = &plan.new_signer
-            && !allow_new_signer
-        {
-            writeln!(
-                out,
-                "  refused: signed by {to}, not by {from} as installed (pass --allow-new-signer \
-                 if the publisher changed keys)"
-            )?;
-            failed = true;
-            continue;
-        }
-        if plan.definitions.is_empty() {
-            writeln!(out, "  definitions: unchanged")?;
-        } else {
-            writeln!(out, "  definitions (against the lock file's pins):")?;
-            for line in plan
-                .definitions
-                .iter()
-                .flat_map(mcp_host::registry::pins::Difference::report)
-            {
-                writeln!(out, "    {line}")?;
-            }
-        }
-        if plan.permissions.is_empty() {
-            writeln!(out, "  permissions: unchanged")?;
-        } else {
-            writeln!(out, "  permissions:")?;
-            for line in &plan.permissions {
-                writeln!(out, "    {line}")?;
-            }
-        }
-        if !confirm(&format!("Update {name}?"), yes, out)? {
-            writeln!(out, "Not updated.")?;
-            failed = true;
-            continue;
-        }
-        let receipt = install::commit(config, staged)?;
-        writeln!(out, "Updated {name} to {}", receipt.version)?;
+        failed |= !update_one(config, &name, &source, yes, allow_new_signer, out)?;
     }
     Ok(if failed {
         ExitCode::FAILURE
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Update installed plugin `name` from `source`: whether it is up to date or updated (not refused
+/// or declined).
+fn update_one(
+    config: &Config,
+    name: &str,
+    source: &Source,
+    yes: bool,
+    allow_new_signer: bool,
+    out: &mut dyn std::io::Write,
+) -> anyhow::Result<bool> {
+    let staged = install::fetch(config, source, &crate::host_options())
+        .with_context(|| format!("update {name}"))?;
+    if staged.plugin != name {
+        anyhow::bail!(
+            "update {name}: {} now serves plugin {}, not {name}",
+            source.describe(),
+            staged.plugin
+        );
+    }
+    let plan = install::plan_update(config, &staged)?;
+    if plan.up_to_date {
+        writeln!(out, "{name} {} is up to date", plan.current.version)?;
+        return Ok(true);
+    }
+    writeln!(
+        out,
+        "Update {name} {} -> {}",
+        plan.current.version, staged.receipt.version
+    )?;
+    if let Some((from, to)) = &plan.new_signer
+        && !allow_new_signer
+    {
+        writeln!(
+            out,
+            "  refused: signed by {to}, not by {from} as installed (pass --allow-new-signer \
+             if the publisher changed keys)"
+        )?;
+        return Ok(false);
+    }
+    show_plan(&plan, out)?;
+    let question = if plan.permissions.iter().any(|p| p.starts_with('+')) {
+        format!("Update {name} and grant it the added permissions?")
+    } else {
+        format!("Update {name}?")
+    };
+    if !confirm(&question, yes, out)? {
+        writeln!(out, "Not updated.")?;
+        return Ok(false);
+    }
+    let expect = install::Expect::Version(plan.current.library_digest.clone());
+    let receipt = install::commit(config, staged, &expect)?;
+    writeln!(out, "Updated {name} to {}", receipt.version)?;
+    Ok(true)
+}
+
+/// Print an update's definition diff (against the pins) and permission diff.
+fn show_plan(plan: &install::UpdatePlan, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
+    if plan.definitions.is_empty() {
+        writeln!(out, "  definitions: unchanged")?;
+    } else {
+        writeln!(out, "  definitions (against the lock file's pins):")?;
+        for line in plan
+            .definitions
+            .iter()
+            .flat_map(mcp_host::registry::pins::Difference::report)
+        {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    if plan.permissions.is_empty() {
+        writeln!(out, "  permissions: unchanged")?;
+    } else {
+        writeln!(
+            out,
+            "  permissions (+ granted from now on, - revoked from now on):"
+        )?;
+        for line in &plan.permissions {
+            writeln!(out, "    {line}")?;
+        }
+    }
+    Ok(())
 }
 
 /// `mcp-host list --installed`.

@@ -17,6 +17,7 @@ pub(crate) fn pin(
     out: &mut dyn std::io::Write,
 ) -> anyhow::Result<ExitCode> {
     let lock_path = config.lock_path();
+    let managed = config.installed_dir();
     let pinned = PinLock::read(&lock_path);
     // What would be served without pinning: every definition, held or not.
     config.trust.pinning = PinMode::Off;
@@ -47,6 +48,13 @@ pub(crate) fn pin(
         }
         return Ok(ExitCode::FAILURE);
     }
+    // An `add`, `update` or `remove` running meanwhile records there too: write under the
+    // managed directory's lock (when there is one), with what the installs recorded by then.
+    let _held = managed
+        .is_dir()
+        .then(|| mcp_host::install::lock_dir(&managed))
+        .transpose()?;
+    current.installed = PinLock::read(&lock_path).installed;
     current
         .write(&lock_path)
         .with_context(|| format!("cannot write the lock file {}", lock_path.display()))?;

@@ -64,6 +64,30 @@ pub struct Receipt {
     pub installed_at: u64,
 }
 
+/// The largest parts of a plugin package `mcp-host add` and `update` accept (a larger one is
+/// refused before it is read whole, naming the limit).
+#[derive(Debug, Clone, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct PackageLimits {
+    /// Largest OCI manifest, and largest plugin manifest JSON (the package's manifest layer), in
+    /// bytes.
+    pub max_manifest_bytes: u64,
+    /// Largest library (one platform's build), in bytes.
+    pub max_library_bytes: u64,
+    /// Largest signature file, in bytes.
+    pub max_signature_bytes: u64,
+}
+
+impl Default for PackageLimits {
+    fn default() -> Self {
+        PackageLimits {
+            max_manifest_bytes: 4 * 1024 * 1024,
+            max_library_bytes: 512 * 1024 * 1024,
+            max_signature_bytes: 64 * 1024,
+        }
+    }
+}
+
 impl Receipts {
     /// The receipts in managed directory `dir` (none when it has no receipts file).
     pub fn read(dir: &Path) -> std::io::Result<Receipts> {

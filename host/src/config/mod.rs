@@ -283,6 +283,8 @@ pub struct Limits {
     pub max_crashes: u32,
     /// The window `max_crashes` counts in, in seconds.
     pub crash_window_secs: f64,
+    /// Sizes `mcp-host add` and `update` accept from a registry, a URL or a file.
+    pub packages: installed::PackageLimits,
 }
 
 impl Limits {
@@ -345,6 +347,7 @@ impl Default for Limits {
             open_files: None,
             max_crashes: 5,
             crash_window_secs: 60.0,
+            packages: installed::PackageLimits::default(),
         }
     }
 }

@@ -1,5 +1,6 @@
-//! Hot reload: watch the tool directories (plugin files and their signatures), the configuration
-//! file and the lock file (notify, no recursion) and rescan the host once a change is complete.
+//! Hot reload: watch the tool directories (plugin files and their signatures, and the installed
+//! plugins' receipts), the configuration file and the lock file (notify, no recursion) and rescan
+//! the host once a change is complete.
 //!
 //! A copy in progress or a cargo build produces several events (`Modify(Data)` bursts, `Remove` then
 //! `Create`, a rename). A change known to be complete — a rename into place, a removal, a file closed
@@ -100,9 +101,18 @@ fn relevant(event: &notify::Event, config: &Config) -> bool {
         let is_tool_dir = config.tool_dirs.iter().any(|d| d.path == *p);
         is_tool_dir
             || (in_tool_dir && (is_plugin_file(p) || is_signature_file(p)))
+            || is_receipts_file(p, config)
             || is_config_file(p, config)
             || (config.pinning_in_use() && *p == config.lock_path())
     })
+}
+
+/// The managed directory's receipts: installed plugins' declared grants, which `update` narrows
+/// and widens around replacing a library.
+fn is_receipts_file(path: &Path, config: &Config) -> bool {
+    path.file_name()
+        .is_some_and(|n| n == crate::config::installed::RECEIPTS_FILE)
+        && path.parent() == Some(config.installed_dir().as_path())
 }
 
 fn is_config_file(path: &Path, config: &Config) -> bool {

@@ -4,10 +4,15 @@
 use futures_util::StreamExt as _;
 
 use super::InstallError;
-use super::package::{self, PlatformBuild};
+use super::package::{Limit, Limits, PlatformBuild};
 
-/// The library at `url` and the signature at `url.minisig` (`None` when that answers 404).
-pub(super) async fn build(url: &str, platform: &str) -> Result<PlatformBuild, InstallError> {
+/// The library at `url` and the signature at `url.minisig` (`None` when that answers 404), each
+/// within its limit.
+pub(super) async fn build(
+    url: &str,
+    platform: &str,
+    limits: &Limits,
+) -> Result<PlatformBuild, InstallError> {
     let parsed =
         reqwest::Url::parse(url).map_err(|e| InstallError::Reference(format!("{url}: {e}")))?;
     let host = parsed.host_str().unwrap_or_default();
@@ -40,20 +45,16 @@ pub(super) async fn build(url: &str, platform: &str) -> Result<PlatformBuild, In
         .read_timeout(std::time::Duration::from_secs(120))
         .build()
         .map_err(|e| InstallError::Registry(format!("{url}: {e}")))?;
-    let library = get(&client, url, package::MAX_LIBRARY_BYTES)
+    let library = get(&client, url, limits.library)
         .await?
         .ok_or_else(|| InstallError::Registry(format!("{url}: 404 Not Found")))?;
-    let signature = get(
-        &client,
-        &format!("{url}.minisig"),
-        package::MAX_SIGNATURE_BYTES,
-    )
-    .await?
-    .map(|bytes| {
-        String::from_utf8(bytes)
-            .map_err(|_| InstallError::Signature(format!("{url}.minisig is not a signature")))
-    })
-    .transpose()?;
+    let signature = get(&client, &format!("{url}.minisig"), limits.signature)
+        .await?
+        .map(|bytes| {
+            String::from_utf8(bytes)
+                .map_err(|_| InstallError::Signature(format!("{url}.minisig is not a signature")))
+        })
+        .transpose()?;
     Ok(PlatformBuild {
         platform: platform.to_owned(),
         file_name,
@@ -62,11 +63,11 @@ pub(super) async fn build(url: &str, platform: &str) -> Result<PlatformBuild, In
     })
 }
 
-/// The body at `url`, at most `max` bytes; `None` for a 404.
+/// The body at `url`, within `limit`; `None` for a 404.
 async fn get(
     client: &reqwest::Client,
     url: &str,
-    max: u64,
+    limit: Limit,
 ) -> Result<Option<Vec<u8>>, InstallError> {
     let failed = |e: &dyn std::fmt::Display| InstallError::Registry(format!("{url}: {e}"));
     let response = client.get(url).send().await.map_err(|e| failed(&e))?;
@@ -74,21 +75,27 @@ async fn get(
         return Ok(None);
     }
     let response = response.error_for_status().map_err(|e| failed(&e))?;
-    if response.content_length().is_some_and(|n| n > max) {
-        return Err(InstallError::Package(format!(
-            "{url} is larger than {max} bytes"
-        )));
+    bounded_body(response, limit, url).await.map(Some)
+}
+
+/// The body of `response` (from `what`), refused once it is over `limit` — by its announced
+/// length before reading, or as it arrives.
+pub(super) async fn bounded_body(
+    response: reqwest::Response,
+    limit: Limit,
+    what: &str,
+) -> Result<Vec<u8>, InstallError> {
+    if let Some(n) = response.content_length().filter(|n| *n > limit.max) {
+        return Err(limit.refuse(what, n));
     }
     let mut body = Vec::new();
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| failed(&e))?;
-        if (body.len() + chunk.len()) as u64 > max {
-            return Err(InstallError::Package(format!(
-                "{url} is larger than {max} bytes"
-            )));
+        let chunk = chunk.map_err(|e| InstallError::Registry(format!("{what}: {e}")))?;
+        if (body.len() + chunk.len()) as u64 > limit.max {
+            return Err(limit.refuse(what, format!("more than {}", limit.max)));
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(Some(body))
+    Ok(body)
 }

@@ -8,8 +8,11 @@
 //! are recorded.
 
 mod download;
+mod managed;
 pub mod oci;
 pub mod package;
+
+pub use managed::{DirLock, Expect, LOCK_FILE, commit, lock_dir, remove};
 
 use std::path::{Path, PathBuf};
 
@@ -17,7 +20,7 @@ use mcp_plugin_sdk::wire::DeclaredPermissions;
 use serde_json::Value;
 
 use crate::config::installed::{self, Receipt, Receipts};
-use crate::config::lock::{InstalledPin, PinLock};
+use crate::config::lock::PinLock;
 use crate::config::{Config, Isolation, PinMode, ToolDir};
 use crate::host::{Host, HostOptions, check_file};
 use crate::plugins::signature::{Keyring, signature_path};
@@ -50,6 +53,13 @@ pub enum InstallError {
     /// `remove`/`update` of a plugin that `add` did not install.
     #[error("{0} is not installed (`mcp-host list --installed` shows what is)")]
     NotInstalled(String),
+    /// What is installed is not what the change expected (another `add`, `update` or `remove`
+    /// came first).
+    #[error("refused: {0}")]
+    Conflict(String),
+    /// A part of the package is larger than its limit (`limits.packages`).
+    #[error("refused: {0}")]
+    TooLarge(String),
 }
 
 fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> InstallError {
@@ -102,6 +112,8 @@ impl Source {
 #[derive(Debug)]
 pub struct Staged {
     staging: tempfile::TempDir,
+    /// Held locked while the install runs (see `managed`).
+    _held: std::fs::File,
     /// The plugin's name.
     pub plugin: String,
     /// The receipt it will get.
@@ -128,12 +140,16 @@ pub fn fetch(
     options: &HostOptions,
 ) -> Result<Staged, InstallError> {
     let keys = trusted_keys(config)?;
-    let staging = staging_dir(config)?;
+    let (staging, held) = managed::staging_dir(config)?;
     let Fetched {
         package_manifest,
         build,
         digest,
-    } = fetch_build(source, &package::host_platform())?;
+    } = fetch_build(
+        source,
+        &package::host_platform(),
+        &package::Limits::of(&config.limits.packages),
+    )?;
     let (library, signer) = stage_signed(&staging, &build, &keys, source)?;
     let library_digest = package::sha256_digest(&build.library);
     let manifest_digest = signed_manifest(package_manifest.as_ref(), &signer, source)?;
@@ -144,13 +160,7 @@ pub fn fetch(
         &build.file_name,
         options,
     )?;
-    if let Some(signed) = package::comment_field(&signer.comment, "plugin")
-        && signed != plugin
-    {
-        return Err(InstallError::Signature(format!(
-            "the signature was made for plugin {signed}, but the library is plugin {plugin}"
-        )));
-    }
+    check_signed_for(&signer, &plugin, &build.platform)?;
     let manifest_digest = manifest_digest.unwrap_or_else(|| {
         package::sha256_digest(crate::config::lock::canonical_json(&manifest).as_bytes())
     });
@@ -174,6 +184,7 @@ pub fn fetch(
     };
     Ok(Staged {
         staging,
+        _held: held,
         plugin,
         receipt,
         pins,
@@ -195,18 +206,6 @@ fn trusted_keys(config: &Config) -> Result<Keyring, InstallError> {
     Ok(keys)
 }
 
-/// A fresh staging directory in the managed tool directory (stale ones from interrupted
-/// installs removed first).
-fn staging_dir(config: &Config) -> Result<tempfile::TempDir, InstallError> {
-    let dir = config.installed_dir();
-    std::fs::create_dir_all(&dir).map_err(io(dir.display()))?;
-    remove_stale_staging(&dir);
-    tempfile::Builder::new()
-        .prefix(".staging-")
-        .tempdir_in(&dir)
-        .map_err(io(dir.display()))
-}
-
 /// What a source gave: the package's manifest with its digest (registries only), the build for
 /// this platform, and the package's digest (registries only).
 struct Fetched {
@@ -215,8 +214,12 @@ struct Fetched {
     digest: Option<String>,
 }
 
-/// The build of the plugin at `source` for `platform`.
-fn fetch_build(source: &Source, platform: &str) -> Result<Fetched, InstallError> {
+/// The build of the plugin at `source` for `platform`, each part within `limits`.
+fn fetch_build(
+    source: &Source,
+    platform: &str,
+    limits: &package::Limits,
+) -> Result<Fetched, InstallError> {
     let runtime = || {
         tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -226,7 +229,7 @@ fn fetch_build(source: &Source, platform: &str) -> Result<Fetched, InstallError>
     match source {
         Source::Registry(text) => {
             let reference = oci::parse_reference(text)?;
-            let pulled = runtime()?.block_on(oci::pull(&reference, platform))?;
+            let pulled = runtime()?.block_on(oci::pull(&reference, platform, limits))?;
             let manifest: Value = serde_json::from_slice(&pulled.manifest_json).map_err(|e| {
                 InstallError::Package(format!("{text}: the plugin manifest is not JSON: {e}"))
             })?;
@@ -239,12 +242,12 @@ fn fetch_build(source: &Source, platform: &str) -> Result<Fetched, InstallError>
         }
         Source::File(path) => Ok(Fetched {
             package_manifest: None,
-            build: read_file_build(path, platform)?,
+            build: read_file_build(path, platform, limits)?,
             digest: None,
         }),
         Source::Url(url) => Ok(Fetched {
             package_manifest: None,
-            build: runtime()?.block_on(download::build(url, platform))?,
+            build: runtime()?.block_on(download::build(url, platform, limits))?,
             digest: None,
         }),
     }
@@ -275,6 +278,25 @@ fn stage_signed(
         .map_err(|e| InstallError::Signature(format!("{}: {e}", source.describe())))?
         .ok_or_else(|| InstallError::Signature("unsigned".into()))?;
     Ok((library, signer))
+}
+
+/// Refuse a signature whose trusted comment names another plugin or another platform than the
+/// build it came with (a library moved under another name or platform in a package).
+fn check_signed_for(
+    signer: &crate::plugins::signature::Signer,
+    plugin: &str,
+    platform: &str,
+) -> Result<(), InstallError> {
+    for (key, actual) in [("plugin", plugin), ("platform", platform)] {
+        if let Some(signed) = package::comment_field(&signer.comment, key)
+            && signed != actual
+        {
+            return Err(InstallError::Signature(format!(
+                "the signature was made for {key} {signed}, but this is {key} {actual}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The package manifest's digest, when there is one: the signature names the manifest it was
@@ -332,7 +354,11 @@ fn check_staged(
 }
 
 /// A library file and the signature beside it, as a package build.
-fn read_file_build(path: &Path, platform: &str) -> Result<package::PlatformBuild, InstallError> {
+fn read_file_build(
+    path: &Path,
+    platform: &str,
+    limits: &package::Limits,
+) -> Result<package::PlatformBuild, InstallError> {
     let file_name = path
         .file_name()
         .and_then(|n| n.to_str())
@@ -346,9 +372,9 @@ fn read_file_build(path: &Path, platform: &str) -> Result<package::PlatformBuild
             ))
         })?
         .to_owned();
-    let library = read_limited(path, package::MAX_LIBRARY_BYTES)?;
+    let library = read_limited(path, limits.library)?;
     let sig_path = signature_path(path);
-    let signature = match read_limited(&sig_path, package::MAX_SIGNATURE_BYTES) {
+    let signature = match read_limited(&sig_path, limits.signature) {
         Ok(bytes) => Some(String::from_utf8(bytes).map_err(|_| {
             InstallError::Signature(format!("{} is not a signature", sig_path.display()))
         })?),
@@ -363,17 +389,14 @@ fn read_file_build(path: &Path, platform: &str) -> Result<package::PlatformBuild
     })
 }
 
-fn read_limited(path: &Path, max: u64) -> Result<Vec<u8>, InstallError> {
+fn read_limited(path: &Path, limit: package::Limit) -> Result<Vec<u8>, InstallError> {
     use std::io::Read as _;
     let mut bytes = Vec::new();
     std::fs::File::open(path)
-        .and_then(|f| f.take(max + 1).read_to_end(&mut bytes))
+        .and_then(|f| f.take(limit.max.saturating_add(1)).read_to_end(&mut bytes))
         .map_err(io(path.display()))?;
-    if bytes.len() as u64 > max {
-        return Err(InstallError::Package(format!(
-            "{} is larger than {max} bytes",
-            path.display()
-        )));
+    if bytes.len() as u64 > limit.max {
+        return Err(limit.refuse(path.display(), format!("more than {}", limit.max)));
     }
     Ok(bytes)
 }
@@ -468,113 +491,6 @@ fn staged_pins(
     let pins = host.registry().pins().of_plugin(plugin);
     host.shutdown();
     Ok(pins)
-}
-
-/// Remove `.staging-*` directories an interrupted install left.
-fn remove_stale_staging(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if name.to_string_lossy().starts_with(".staging-")
-            && let Err(e) = std::fs::remove_dir_all(entry.path())
-        {
-            tracing::debug!("cannot remove {}: {e}", entry.path().display());
-        }
-    }
-}
-
-/// Put a staged plugin in place (signature, then library, each by rename), replacing an installed
-/// version of it, and record it in the receipts and the lock file.
-pub fn commit(config: &Config, staged: Staged) -> Result<Receipt, InstallError> {
-    let dir = config.installed_dir();
-    let mut receipts = Receipts::read(&dir).map_err(io("receipts"))?;
-    let old = receipts.plugins.get(&staged.plugin).cloned();
-    let library = staged.library();
-    let dest = dir.join(&staged.receipt.file);
-    std::fs::rename(signature_path(&library), signature_path(&dest)).map_err(io(dest.display()))?;
-    std::fs::rename(&library, &dest).map_err(io(dest.display()))?;
-    if let Some(old) = &old
-        && old.file != staged.receipt.file
-    {
-        remove_files(&dir, &old.file);
-    }
-    receipts
-        .plugins
-        .insert(staged.plugin.clone(), staged.receipt.clone());
-    receipts.write(&dir).map_err(io("receipts"))?;
-    record_in_lock(
-        config,
-        &staged.plugin,
-        Some((&staged.receipt, &staged.pins)),
-    )?;
-    Ok(staged.receipt)
-}
-
-fn remove_files(dir: &Path, file: &str) {
-    let path = dir.join(file);
-    for p in [path.clone(), signature_path(&path)] {
-        if let Err(e) = std::fs::remove_file(&p)
-            && e.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!("cannot remove {}: {e}", p.display());
-        }
-    }
-}
-
-/// Record (or with `None` forget) plugin `plugin`'s install in the lock file: its digests, and its
-/// definitions' pins. A lock file that exists but cannot be used is left alone.
-fn record_in_lock(
-    config: &Config,
-    plugin: &str,
-    install: Option<(&Receipt, &PinLock)>,
-) -> Result<(), InstallError> {
-    let path = config.lock_path();
-    let mut lock = PinLock::read(&path);
-    if lock.problem.is_some() && path.exists() {
-        tracing::warn!(
-            "Not recording {plugin} in the lock file: {}",
-            lock.problem.as_deref().unwrap_or("unusable")
-        );
-        return Ok(());
-    }
-    lock.problem = None;
-    lock.version = crate::config::lock::LOCK_VERSION;
-    match install {
-        Some((receipt, pins)) => {
-            lock.replace_plugin(plugin, Some(pins));
-            lock.installed.insert(
-                plugin.to_owned(),
-                InstalledPin {
-                    source: receipt.source.clone(),
-                    digest: receipt.digest.clone(),
-                    library_digest: receipt.library_digest.clone(),
-                    signer_key_id: receipt.signer_key_id.clone(),
-                },
-            );
-        }
-        None => {
-            lock.replace_plugin(plugin, None);
-            lock.installed.remove(plugin);
-        }
-    }
-    lock.write(&path).map_err(io(path.display()))
-}
-
-/// Remove installed plugin `name`: its files, receipt and lock entries. A running host unloads it
-/// at its next rescan (the directory is watched).
-pub fn remove(config: &Config, name: &str) -> Result<Receipt, InstallError> {
-    let dir = config.installed_dir();
-    let mut receipts = Receipts::read(&dir).map_err(io("receipts"))?;
-    let receipt = receipts
-        .plugins
-        .remove(name)
-        .ok_or_else(|| InstallError::NotInstalled(name.to_owned()))?;
-    remove_files(&dir, &receipt.file);
-    receipts.write(&dir).map_err(io("receipts"))?;
-    record_in_lock(config, name, None)?;
-    Ok(receipt)
 }
 
 /// Every installed plugin's receipt.

@@ -11,12 +11,12 @@ use base64::Engine as _;
 use oci_client::client::{ClientConfig, ClientProtocol, Config as OciConfig, ImageLayer};
 use oci_client::manifest::{OciDescriptor, OciImageManifest};
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
+use oci_client::{Client, Reference, RegistryOperation};
 
 use super::InstallError;
 use super::package::{
-    self, ARTIFACT_TYPE, CONFIG_MEDIA_TYPE, LIBRARY_MEDIA_TYPE, MANIFEST_MEDIA_TYPE, Package,
-    PlatformBuild, SIGNATURE_MEDIA_TYPE,
+    self, ARTIFACT_TYPE, CONFIG_MEDIA_TYPE, LIBRARY_MEDIA_TYPE, Limit, Limits, MANIFEST_MEDIA_TYPE,
+    Package, PlatformBuild, SIGNATURE_MEDIA_TYPE,
 };
 
 /// The environment variable holding a bearer token for the registry.
@@ -164,10 +164,14 @@ pub struct Pulled {
 }
 
 /// Pull the build for `platform` of the package at `reference`: its manifest JSON, library and
-/// signature, each checked against its digest and bounded in size.
-pub async fn pull(reference: &Reference, platform: &str) -> Result<Pulled, InstallError> {
+/// signature, each checked against its digest and read within its limit.
+pub async fn pull(
+    reference: &Reference,
+    platform: &str,
+    limits: &Limits,
+) -> Result<Pulled, InstallError> {
     let client = client(reference);
-    let (manifest, digest) = package_manifest(&client, reference).await?;
+    let (manifest, digest) = package_manifest(&client, reference, limits.manifest).await?;
     let platforms: Vec<String> = manifest
         .layers
         .iter()
@@ -178,21 +182,10 @@ pub async fn pull(reference: &Reference, platform: &str) -> Result<Pulled, Insta
         InstallError::Package(format!("{reference} has no plugin manifest layer"))
     })?;
     let (library_layer, file_name) = library_layer(&manifest, reference, platform, &platforms)?;
-    let manifest_json = pull_bounded(
-        &client,
-        reference,
-        manifest_layer,
-        package::MAX_MANIFEST_BYTES,
-    )
-    .await?;
-    let library = pull_bounded(
-        &client,
-        reference,
-        library_layer,
-        package::MAX_LIBRARY_BYTES,
-    )
-    .await?;
-    let signature = pull_signature(&client, reference, &manifest, platform).await?;
+    let manifest_json = pull_bounded(&client, reference, manifest_layer, limits.manifest).await?;
+    let library = pull_bounded(&client, reference, library_layer, limits.library).await?;
+    let signature =
+        pull_signature(&client, reference, &manifest, platform, limits.signature).await?;
     Ok(Pulled {
         digest,
         manifest_json,
@@ -206,16 +199,47 @@ pub async fn pull(reference: &Reference, platform: &str) -> Result<Pulled, Insta
     })
 }
 
-/// The OCI manifest at `reference` and its digest, refused unless it is a plugin package.
+/// The media types of OCI and Docker image indexes: one manifest per platform, which a plugin
+/// package is not.
+const INDEX_MEDIA_TYPES: &[&str] = &[
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+];
+
+/// The OCI manifest at `reference` and its digest, read within `limit` and checked against the
+/// digest the reference or the registry names; refused unless it is a plugin package.
 async fn package_manifest(
     client: &Client,
     reference: &Reference,
+    limit: Limit,
 ) -> Result<(OciImageManifest, String), InstallError> {
-    let auth = credentials(reference.resolve_registry());
-    let (manifest, digest) = client
-        .pull_image_manifest(reference, &auth)
-        .await
-        .map_err(|e| registry_error(reference, e))?;
+    let body = manifest_bytes(client, reference, limit).await?;
+    let digest = package::sha256_digest(&body.bytes);
+    for expected in [reference.digest(), body.header_digest.as_deref()]
+        .into_iter()
+        .flatten()
+        .filter(|d| d.starts_with("sha256:"))
+    {
+        if expected != digest {
+            return Err(registry_error(
+                reference,
+                format!("the manifest's digest is {digest}, not {expected}"),
+            ));
+        }
+    }
+    let value: serde_json::Value = serde_json::from_slice(&body.bytes)
+        .map_err(|e| registry_error(reference, format!("the manifest is not JSON: {e}")))?;
+    if let Some(media_type) = value["mediaType"]
+        .as_str()
+        .filter(|m| INDEX_MEDIA_TYPES.contains(m))
+    {
+        return Err(InstallError::Package(format!(
+            "{reference} is an image index ({media_type}), not an mcp-host plugin package (one \
+             manifest whose layers carry each platform's build)"
+        )));
+    }
+    let manifest: OciImageManifest = serde_json::from_value(value)
+        .map_err(|e| registry_error(reference, format!("not an OCI image manifest: {e}")))?;
     if manifest.artifact_type.as_deref() != Some(ARTIFACT_TYPE) {
         return Err(InstallError::Package(format!(
             "{reference} is not an mcp-host plugin package (artifactType {:?}, expected {ARTIFACT_TYPE})",
@@ -223,6 +247,72 @@ async fn package_manifest(
         )));
     }
     Ok((manifest, digest))
+}
+
+/// A manifest as the registry sent it, and the digest it named (`Docker-Content-Digest`).
+struct ManifestBody {
+    bytes: Vec<u8>,
+    header_digest: Option<String>,
+}
+
+/// GET the manifest at `reference` (authenticated as `client` does it), within `limit`:
+/// oci-client reads manifests whole, so this request is made here.
+async fn manifest_bytes(
+    client: &Client,
+    reference: &Reference,
+    limit: Limit,
+) -> Result<ManifestBody, InstallError> {
+    let registry = reference.resolve_registry();
+    let auth = credentials(registry);
+    let token = client
+        .auth(reference, &auth, RegistryOperation::Pull)
+        .await
+        .map_err(|e| registry_error(reference, e))?;
+    let loopback = is_loopback(registry);
+    let url = format!(
+        "{}://{registry}/v2/{}/manifests/{}",
+        if loopback { "http" } else { "https" },
+        reference.repository(),
+        reference
+            .digest()
+            .or_else(|| reference.tag())
+            .unwrap_or("latest")
+    );
+    let http = reqwest::Client::builder()
+        .https_only(!loopback)
+        .connect_timeout(std::time::Duration::from_secs(30))
+        .read_timeout(std::time::Duration::from_secs(120))
+        .build()
+        .map_err(|e| registry_error(reference, e))?;
+    let mut request = http.get(&url).header(
+        reqwest::header::ACCEPT,
+        format!(
+            "{},{}",
+            oci_client::manifest::OCI_IMAGE_MEDIA_TYPE,
+            INDEX_MEDIA_TYPES.join(",")
+        ),
+    );
+    request = match (token, &auth) {
+        (Some(token), _) => request.bearer_auth(token),
+        (None, RegistryAuth::Basic(user, password)) => request.basic_auth(user, Some(password)),
+        (None, _) => request,
+    };
+    let response = request
+        .send()
+        .await
+        .and_then(reqwest::Response::error_for_status)
+        .map_err(|e| registry_error(reference, e))?;
+    let header_digest = response
+        .headers()
+        .get("docker-content-digest")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let what = format!("{reference}: the OCI manifest");
+    let bytes = super::download::bounded_body(response, limit, &what).await?;
+    Ok(ManifestBody {
+        bytes,
+        header_digest,
+    })
 }
 
 /// The platform a layer is annotated with (none for the plugin manifest's layer).
@@ -284,11 +374,12 @@ async fn pull_signature(
     reference: &Reference,
     manifest: &OciImageManifest,
     platform: &str,
+    limit: Limit,
 ) -> Result<Option<String>, InstallError> {
     let Some(layer) = find_layer(manifest, SIGNATURE_MEDIA_TYPE, Some(platform)) else {
         return Ok(None);
     };
-    let bytes = pull_bounded(client, reference, layer, package::MAX_SIGNATURE_BYTES).await?;
+    let bytes = pull_bounded(client, reference, layer, limit).await?;
     String::from_utf8(bytes).map(Some).map_err(|_| {
         InstallError::Package(format!("{reference}: the {platform} signature is not text"))
     })
@@ -313,33 +404,28 @@ pub fn installable_file_name(name: &str) -> bool {
     valid_file_name(name) && crate::plugins::discovery::is_plugin_file(std::path::Path::new(name))
 }
 
-/// Pull blob `layer`, refusing one whose declared or actual size is over `max`; oci-client checks
-/// the digest.
+/// Pull blob `layer`, refusing one whose declared or actual size is over `limit`; oci-client
+/// checks the digest.
 async fn pull_bounded(
     client: &Client,
     reference: &Reference,
     layer: &OciDescriptor,
-    max: u64,
+    limit: Limit,
 ) -> Result<Vec<u8>, InstallError> {
-    let too_large = |size: String| {
-        InstallError::Package(format!(
-            "{reference}: layer {} ({}) is {size} bytes, over the limit of {max}",
-            layer.digest, layer.media_type
-        ))
-    };
-    if u64::try_from(layer.size).map_or(true, |s| s > max) {
-        return Err(too_large(layer.size.to_string()));
+    let what = format!("{reference}: layer {} ({})", layer.digest, layer.media_type);
+    if u64::try_from(layer.size).map_or(true, |s| s > limit.max) {
+        return Err(limit.refuse(&what, layer.size));
     }
     let mut out = Bounded {
         data: Vec::new(),
-        max: usize::try_from(max).unwrap_or(usize::MAX),
+        max: limit.max_len(),
     };
     client
         .pull_blob(reference, layer, &mut out)
         .await
         .map_err(|e| {
             if out.data.len() >= out.max {
-                too_large(format!("more than {}", out.max))
+                limit.refuse(&what, format!("more than {}", limit.max))
             } else {
                 registry_error(reference, format!("layer {}: {e}", layer.digest))
             }

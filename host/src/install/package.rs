@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use sha2::{Digest as _, Sha256};
 
 use super::InstallError;
+use crate::config::installed::PackageLimits;
 
 /// The artifact type of a plugin package's OCI manifest.
 pub const ARTIFACT_TYPE: &str = "application/vnd.mcp-host.plugin.v1";
@@ -27,12 +28,64 @@ pub const PLATFORM_ANNOTATION: &str = "dev.mcp-host.platform";
 /// The standard annotation naming a layer's file.
 pub const TITLE_ANNOTATION: &str = "org.opencontainers.image.title";
 
-/// The largest plugin manifest JSON accepted.
-pub const MAX_MANIFEST_BYTES: u64 = 8 * 1024 * 1024;
-/// The largest library accepted.
-pub const MAX_LIBRARY_BYTES: u64 = 512 * 1024 * 1024;
-/// The largest signature accepted.
-pub const MAX_SIGNATURE_BYTES: u64 = 64 * 1024;
+/// One size limit of `limits.packages`: its value and its key there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limit {
+    /// The largest size accepted, in bytes.
+    pub max: u64,
+    /// Its key under `limits.packages`.
+    pub key: &'static str,
+}
+
+impl Limit {
+    /// The refusal of `what`, `size` bytes (a number, or `more than N`).
+    pub fn refuse(
+        &self,
+        what: impl std::fmt::Display,
+        size: impl std::fmt::Display,
+    ) -> InstallError {
+        InstallError::TooLarge(format!(
+            "{what} is {size} bytes, over the limit of {} bytes (limits.packages.{})",
+            self.max, self.key
+        ))
+    }
+
+    /// The limit as a length in memory.
+    pub fn max_len(&self) -> usize {
+        usize::try_from(self.max).unwrap_or(usize::MAX)
+    }
+}
+
+/// The size limits a pull applies, from the configuration's `limits.packages`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// The OCI manifest and the plugin manifest JSON, each.
+    pub manifest: Limit,
+    /// A library.
+    pub library: Limit,
+    /// A signature.
+    pub signature: Limit,
+}
+
+impl Limits {
+    /// The limits `config` sets.
+    pub fn of(config: &PackageLimits) -> Limits {
+        Limits {
+            manifest: Limit {
+                max: config.max_manifest_bytes,
+                key: "max_manifest_bytes",
+            },
+            library: Limit {
+                max: config.max_library_bytes,
+                key: "max_library_bytes",
+            },
+            signature: Limit {
+                max: config.max_signature_bytes,
+                key: "max_signature_bytes",
+            },
+        }
+    }
+}
 
 /// This host's platform as packages name it: `linux-x86_64`, `macos-aarch64`, `windows-x86_64`.
 pub fn host_platform() -> String {
