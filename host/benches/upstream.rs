@@ -1,0 +1,237 @@
+//! Benchmark: what mcp-host adds in front of an upstream MCP server over stdio — the official
+//! Python SDK server of the tests (`tests/fixtures/upstream/server.py`, run by the Python of
+//! `.ci/.tools/venv`, which `.ci/install-clients.sh` installs) called directly, against the same
+//! server as a `tool_dirs` upstream of `mcp-host serve --stdio`, in one run.
+//!
+//! Measures, for a 2025-11-25 session's `tools/call` of `echo` (`py_echo` through the host):
+//! latency one call at a time (p50, p99 of 400 after 50 warm-up calls) and the added p50;
+//! calls per second with 16 in flight on the one pipe; the host's resident memory with the
+//! upstream connected and idle, against a host serving nothing.
+//!
+//! Run: `cargo bench -p mcp-host --bench upstream`. Prints a Markdown table; docs/performance.md
+//! quotes it. Without the Python venv it says so and measures nothing.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::process::{Lines, status_bytes};
+use serde_json::{Value, json};
+
+const WARM_UP: usize = 50;
+const MEASURED: usize = 400;
+const IN_FLIGHT: usize = 16;
+const THROUGHPUT_CALLS: usize = 1_600;
+
+/// A stdio MCP server in a 2025-11-25 session.
+struct Session {
+    child: Child,
+    stdin: ChildStdin,
+    lines: Lines,
+    next_id: u64,
+}
+
+impl Session {
+    fn start(mut cmd: Command) -> Session {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let lines = Lines::new(child.stdout.take().unwrap());
+        let mut s = Session {
+            child,
+            stdin,
+            lines,
+            next_id: 1,
+        };
+        let init = json!({"protocolVersion": "2025-11-25", "capabilities": {},
+            "clientInfo": {"name": "upstream-bench", "version": "1"}});
+        s.request("initialize", init);
+        s.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        s
+    }
+
+    fn send(&mut self, message: &Value) {
+        let mut line = serde_json::to_vec(message).unwrap();
+        line.push(b'\n');
+        self.stdin.write_all(&line).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Send a request and return its id.
+    fn post(&mut self, method: &str, params: Value) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// The next response (notifications skipped).
+    fn response(&mut self) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let line = self.lines.next_line(deadline).unwrap();
+            let message: Value = serde_json::from_slice(line).unwrap();
+            if message.get("id").is_some() && message.get("method").is_none() {
+                return message;
+            }
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.post(method, params);
+        let response = self.response();
+        assert!(response.get("error").is_none(), "{response}");
+        response
+    }
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn echo(tool: &str) -> Value {
+    json!({"name": tool, "arguments": {"text": "hello, upstream"}})
+}
+
+/// p50 and p99 of one-at-a-time calls of `tool`.
+fn latency(s: &mut Session, tool: &str) -> (Duration, Duration) {
+    for _ in 0..WARM_UP {
+        s.request("tools/call", echo(tool));
+    }
+    let mut times: Vec<Duration> = (0..MEASURED)
+        .map(|_| {
+            let start = Instant::now();
+            let r = s.request("tools/call", echo(tool));
+            assert_ne!(r["result"]["isError"], true, "{r}");
+            start.elapsed()
+        })
+        .collect();
+    times.sort();
+    (times[MEASURED / 2], times[MEASURED * 99 / 100])
+}
+
+/// Calls per second with `IN_FLIGHT` requests outstanding on the pipe.
+fn throughput(s: &mut Session, tool: &str) -> f64 {
+    let start = Instant::now();
+    let mut sent = 0;
+    for _ in 0..IN_FLIGHT {
+        s.post("tools/call", echo(tool));
+        sent += 1;
+    }
+    for _ in 0..THROUGHPUT_CALLS {
+        s.response();
+        if sent < THROUGHPUT_CALLS {
+            s.post("tools/call", echo(tool));
+            sent += 1;
+        }
+    }
+    THROUGHPUT_CALLS as f64 / start.elapsed().as_secs_f64()
+}
+
+/// A host serving the Python server as upstream `py` (or nothing), started from `config`.
+fn host(exe: &Path, dir: &Path, python: Option<(&Path, &Path)>) -> Session {
+    let entries = match python {
+        Some((py, script)) => format!(
+            "tool_dirs:\n  - server: {{command: [{:?}, {:?}]}}\n    name: py\n    prefix: py_\n",
+            py, script
+        ),
+        None => "tool_dirs: []\n".to_owned(),
+    };
+    let config = dir.join(if python.is_some() {
+        "up.yaml"
+    } else {
+        "none.yaml"
+    });
+    std::fs::write(&config, format!("{entries}stdio_user: bench\n")).unwrap();
+    let mut cmd = Command::new(exe);
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["serve", "--stdio"])
+        .env("RUST_LOG", "error");
+    Session::start(cmd)
+}
+
+fn micros(d: Duration) -> String {
+    format!("{:.1} µs", d.as_secs_f64() * 1e6)
+}
+
+fn main() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
+    let python = std::env::var_os("MCP_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join(".ci/.tools/venv/bin/python"));
+    if !python.is_file() {
+        println!(
+            "upstream bench: no Python with the MCP SDK at {} (run .ci/install-clients.sh); nothing measured",
+            python.display()
+        );
+        return;
+    }
+    let script = root.join("tests/fixtures/upstream/server.py");
+    let exe = common::build_release(&["mcp-host"]).join("mcp-host");
+    let dir = tempfile::tempdir().unwrap();
+
+    let mut direct = Session::start({
+        let mut cmd = Command::new(&python);
+        cmd.arg(&script);
+        cmd
+    });
+    let mut through = host(&exe, dir.path(), Some((&python, &script)));
+    // The host connects its upstreams as it starts: wait for `py_echo` to be listed.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let listed = through.request("tools/list", json!({}));
+        let tools = listed["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if tools.iter().any(|t| t["name"] == "py_echo") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "py_echo never listed: {listed}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    let (direct_p50, direct_p99) = latency(&mut direct, "echo");
+    let (host_p50, host_p99) = latency(&mut through, "py_echo");
+    let direct_rate = throughput(&mut direct, "echo");
+    let host_rate = throughput(&mut through, "py_echo");
+    let idle_with = status_bytes(through.child.id(), "VmRSS");
+    let bare = host(&exe, dir.path(), None);
+    let idle_without = status_bytes(bare.child.id(), "VmRSS");
+
+    println!(
+        "| measurement (Python SDK server over stdio, `tools/call` echo, 2025-11-25) | direct | through mcp-host | |"
+    );
+    println!("|---|---|---|---|");
+    println!(
+        "| latency, one call at a time (p50 / p99 of {MEASURED}) | {} / {} | {} / {} | added p50: {} |",
+        micros(direct_p50),
+        micros(direct_p99),
+        micros(host_p50),
+        micros(host_p99),
+        micros(host_p50.saturating_sub(direct_p50)),
+    );
+    println!(
+        "| calls per second, {IN_FLIGHT} in flight | {direct_rate:.0} | {host_rate:.0} | {:.2}× |",
+        host_rate / direct_rate
+    );
+    println!(
+        "| host resident memory, idle | | {:.1} MB with the upstream, {:.1} MB without | {:.2} MB for the upstream |",
+        idle_with as f64 / 1e6,
+        idle_without as f64 / 1e6,
+        (idle_with as f64 - idle_without as f64) / 1e6
+    );
+}
