@@ -444,6 +444,23 @@ fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
         "{}",
         server.stderr()
     );
+    // Its log messages come on the call's own response stream: they reach that call's client.
+    server.send(&request(
+        2,
+        "tools/call",
+        with_meta(json!({
+            "name": "http_chatty",
+            "arguments": {},
+            "_meta": {"io.modelcontextprotocol/logLevel": "debug"},
+        })),
+    ));
+    let (resp, notes) = server.response_within(&json!(2), WAIT);
+    assert_eq!(text(&resp["result"]), "logged", "{resp}");
+    let logs = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .count();
+    assert_eq!(logs, 2, "{notes:?}\n{}", server.stderr());
     drop(server);
     // The official Python client against the aggregate (stdio upstream + HTTP upstream).
     let out = Command::new(&py)
@@ -465,4 +482,79 @@ fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
     assert_eq!(report["py_add"], "5", "{report}");
     assert_eq!(report["http_echo"], "over http", "{report}");
     assert_eq!(report["greeting"], "Hello from Python", "{report}");
+}
+
+#[test]
+fn an_upstreams_log_messages_reach_the_calling_client_at_its_level_with_the_trace_context() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!("tool_dirs:\n{}", py_entry(&py, "")));
+    // 2026-07-28: the request's own level (info) lets the info message through, not the debug one.
+    let mut server = StdioServer::start(&cfg);
+    server.send(&request(
+        1,
+        "tools/call",
+        with_meta(json!({
+            "name": "py_chatty",
+            "arguments": {},
+            "_meta": {"io.modelcontextprotocol/logLevel": "info"},
+        })),
+    ));
+    let (resp, notes) = server.response_within(&json!(1), WAIT);
+    assert_eq!(text(&resp["result"]), "logged", "{resp}");
+    let logs: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .collect();
+    assert_eq!(logs.len(), 1, "{notes:?}\n{}", server.stderr());
+    assert_eq!(logs[0]["params"]["data"], "upstream says hello");
+    assert_eq!(logs[0]["params"]["level"], "info");
+    assert_eq!(logs[0]["params"]["logger"], "chatty-logger");
+
+    // The caller's W3C trace context reaches the upstream in the `_meta` of its tools/call.
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let traced = call(&mut server, 2, "py_trace", json!({}));
+    assert_eq!(
+        text(&traced),
+        r#"{"traceparent": null, "tracestate": null}"#
+    );
+    let resp = server.call_modern(
+        3,
+        "tools/call",
+        json!({"name": "py_trace", "arguments": {},
+               "_meta": {"traceparent": parent, "tracestate": "vendor=on"}}),
+    );
+    let seen: Value = serde_json::from_str(&text(&resp["result"])).unwrap();
+    assert_eq!(
+        seen,
+        json!({"traceparent": parent, "tracestate": "vendor=on"}),
+        "{resp}"
+    );
+    drop(server);
+
+    // A 2025 session: `logging/setLevel debug` lets both through, as notifications of the call.
+    let mut server = StdioServer::start(&cfg);
+    server.initialize("2025-11-25");
+    let set = server.call(2, "logging/setLevel", json!({"level": "debug"}));
+    assert!(set.get("error").is_none(), "{set}");
+    server.send(&request(
+        3,
+        "tools/call",
+        json!({"name": "py_chatty", "arguments": {}}),
+    ));
+    let (resp, notes) = server.response_within(&json!(3), WAIT);
+    assert_eq!(text(&resp["result"]), "logged", "{resp}");
+    let data: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .map(|n| &n["params"]["data"])
+        .collect();
+    assert_eq!(
+        data,
+        [
+            &json!("upstream says hello"),
+            &json!("upstream debug detail")
+        ],
+        "{notes:?}"
+    );
 }

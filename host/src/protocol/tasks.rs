@@ -412,6 +412,7 @@ fn launch(
         },
         quota_key: Some(Arc::from(task.quota_key.as_str())),
         cancel: cancel.clone(),
+        trace: None,
     });
     let opts = CallOptions {
         request,

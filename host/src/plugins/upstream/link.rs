@@ -25,7 +25,7 @@ use rmcp::service::{
 use serde_json::Value;
 
 use crate::plugins::backend::HostCallbacks;
-use crate::plugins::call::{CallEvent, CallState, EventSink};
+use crate::plugins::call::{CallEvent, CallState, EventSink, TraceContext};
 use crate::plugins::worker::{Line, OutputLines};
 use crate::plugins::{LoadError, lock};
 
@@ -134,6 +134,8 @@ pub(crate) struct Link {
     latest: Mutex<Option<Manifest>>,
     /// Where each running request's progress goes, by progress token.
     progress: Mutex<HashMap<String, EventSink>>,
+    /// The calls in flight, for what the upstream sends toward their clients.
+    calls: super::relay::Calls,
     sessions: AtomicU64,
     /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
     legacy: std::sync::atomic::AtomicBool,
@@ -178,18 +180,11 @@ impl rmcp::ClientHandler for Handler {
     async fn on_logging_message(
         &self,
         params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
-        let upstream = self.link.upgrade().map(|l| Arc::clone(&l.name));
-        let text = match &params.data {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        tracing::info!(
-            upstream = upstream.as_deref(),
-            logger = params.logger,
-            "{text}"
-        );
+        if let Some(link) = self.link.upgrade() {
+            super::relay::log(&link.name, &link.calls, &params, &context.extensions);
+        }
     }
 
     async fn on_resource_updated(
@@ -257,6 +252,7 @@ impl Link {
             changed: tokio::sync::Notify::new(),
             latest: Mutex::new(None),
             progress: Mutex::default(),
+            calls: super::relay::Calls::default(),
             sessions: AtomicU64::new(0),
             legacy: std::sync::atomic::AtomicBool::new(false),
             runtime,
@@ -744,18 +740,24 @@ impl Link {
     pub(crate) async fn request(
         &self,
         request: ClientRequest,
-        call: &CallState,
+        call: &Arc<CallState>,
+        trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
         let session = self.session(call.deadline).await?;
         let unavailable = |e: ServiceError| match e {
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
             other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
         };
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = request_meta(&session, call, trace);
+        // In flight from before it is sent: what the upstream sends about it may come at once.
+        let mut entered = self.calls.enter(call);
         let mut handle = session
             .peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .send_request_with_option(request, options)
             .await
             .map_err(unavailable)?;
+        entered.bind(&handle.id);
         let token = serde_json::to_string(&handle.progress_token).unwrap_or_default();
         let _progress = call.events.clone().map(|sink| {
             lock(&self.progress).insert(token.clone(), sink);
@@ -769,7 +771,12 @@ impl Link {
         };
         let stopped = tokio::select! {
             answer = &mut handle.rx => match answer {
-                Ok(result) => return result.map_err(unavailable),
+                Ok(result) => {
+                    if call.events.is_some() {
+                        settle().await;
+                    }
+                    return result.map_err(unavailable);
+                }
                 Err(_) => {
                     return Err(Failure::Unavailable(format!(
                         "upstream {} went away during the request",
@@ -800,6 +807,44 @@ impl Link {
             session.end();
         }
         self.changed.notify_waiters();
+    }
+}
+
+/// The `_meta` of a request for `call`: the W3C trace context it continues (`traceparent`,
+/// `tracestate`), and on a 2026-07-28 session the log level (`debug`: the client's own level
+/// filters what reaches it) when the call's events go somewhere.
+fn request_meta(
+    session: &Session,
+    call: &CallState,
+    trace: Option<&TraceContext>,
+) -> Option<rmcp::model::RequestMetaObject> {
+    let mut meta = serde_json::Map::new();
+    if let Some(trace) = trace {
+        meta.insert("traceparent".into(), Value::String(trace.parent.clone()));
+        if let Some(state) = &trace.state {
+            meta.insert("tracestate".into(), Value::String(state.clone()));
+        }
+    }
+    let modern = session
+        .peer
+        .peer_info()
+        .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
+    if modern && call.events.is_some() {
+        meta.insert(
+            "io.modelcontextprotocol/logLevel".into(),
+            Value::String("debug".into()),
+        );
+    }
+    (!meta.is_empty()).then(|| meta.into())
+}
+
+/// Let the upstream's notifications that came before a response reach the call first: rmcp hands
+/// each notification to a task of its own before it delivers the response that followed it, so
+/// a few turns of the scheduler see those tasks (each done in one poll) run before the call
+/// answers and stops routing its log messages and progress.
+async fn settle() {
+    for _ in 0..3 {
+        tokio::task::yield_now().await;
     }
 }
 

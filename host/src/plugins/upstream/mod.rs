@@ -10,6 +10,7 @@
 pub mod confine;
 mod link;
 mod listing;
+mod relay;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -27,7 +28,7 @@ use self::link::{Failure, Link, Transport};
 use crate::config::{Config, Isolation};
 use crate::plugins::LoadError;
 use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend, PluginCallError};
-use crate::plugins::call::CallState;
+use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::discovery::UpstreamEntry;
 use crate::plugins::worker::{RunSpec, WorkerCommand, wire_limits, worker_env};
 
@@ -246,11 +247,13 @@ impl Upstream {
         index: u32,
         args: String,
         call: Arc<CallState>,
+        trace: Option<TraceContext>,
     ) -> Result<String, String> {
+        let trace = trace.as_ref();
         if index == ENVELOPE_INDEX {
             let envelope: CallEnvelope =
                 serde_json::from_str(&args).map_err(|e| format!("unreadable request: {e}"))?;
-            let outcome = envelope_outcome(&link, &manifest, envelope, &call).await;
+            let outcome = envelope_outcome(&link, &manifest, envelope, &call, trace).await;
             return serde_json::to_string(&outcome).map_err(|e| e.to_string());
         }
         let tool = manifest
@@ -261,7 +264,11 @@ impl Upstream {
         let params = serde_json::from_value(json!({"name": tool.name, "arguments": arguments}))
             .map_err(|e| e.to_string())?;
         match link
-            .request(ClientRequest::CallToolRequest(Request::new(params)), &call)
+            .request(
+                ClientRequest::CallToolRequest(Request::new(params)),
+                &call,
+                trace,
+            )
             .await
         {
             Ok(ServerResult::CallToolResult(result)) => {
@@ -299,6 +306,7 @@ impl Upstream {
             index,
             args.to_owned(),
             Arc::clone(call),
+            trace_context(call),
         ));
         Ok(Box::pin(async move {
             task.await
@@ -306,6 +314,15 @@ impl Upstream {
                 .map_err(PluginCallError::Plugin)
         }))
     }
+}
+
+/// The trace context an upstream request continues: the host's span for the call when spans
+/// are exported (the upstream's spans then sit under the host's), else the caller's own
+/// `traceparent`, passed on as it came.
+fn trace_context(call: &CallState) -> Option<TraceContext> {
+    crate::telemetry::trace::propagation(&tracing::Span::current())
+        .map(|(parent, state)| TraceContext { parent, state })
+        .or_else(|| call.request.trace.clone())
 }
 
 /// The `resultType` the 2026 revision adds is the host's to write for its own clients.
@@ -320,7 +337,8 @@ async fn envelope_outcome(
     link: &Link,
     manifest: &Manifest,
     envelope: CallEnvelope,
-    call: &CallState,
+    call: &Arc<CallState>,
+    trace: Option<&TraceContext>,
 ) -> EnvelopeOutcome {
     let failed = |kind, message: String| EnvelopeOutcome::Error(EnvelopeError { kind, message });
     let what = envelope_method(&envelope);
@@ -328,7 +346,7 @@ async fn envelope_outcome(
         Ok(request) => request,
         Err(error) => return EnvelopeOutcome::Error(error),
     };
-    match link.request(request, call).await {
+    match link.request(request, call, trace).await {
         Ok(result) => {
             let mut value = serde_json::to_value(&result).unwrap_or_default();
             strip_result_type(&mut value);
