@@ -558,3 +558,171 @@ fn an_upstreams_log_messages_reach_the_calling_client_at_its_level_with_the_trac
         "{notes:?}"
     );
 }
+
+/// The official Python client, in `mode`, against the host serving server-everything (`ev_`):
+/// its report.
+fn input_client(mode: &str, py: &Path, cfg: &Path) -> Value {
+    let out = Command::new(py)
+        .arg(workspace_root().join("tests/clients/upstream_input_client.py"))
+        .arg(mode)
+        .args(mcp_host_tests::clients::stdio_command(cfg))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{mode}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn upstreams_elicitation_and_sampling_reach_the_python_client_in_both_eras() {
+    let Some(py) = python() else { return };
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{command: {}}}\n    name: everything\n    prefix: ev_\n{}",
+        argv(&["node", &everything.to_string_lossy(), "stdio"]),
+        py_entry(&py, "")
+    ));
+    for (mode, version) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let report = input_client(mode, &py, &cfg);
+        assert_eq!(report["protocol_version"], version, "{report}");
+        let elicited = &report["elicitation"];
+        assert_eq!(elicited["is_error"], false, "{mode}: {report}");
+        let elicited = elicited["text"].as_str().unwrap();
+        assert!(
+            elicited.contains("Name: Ada Lovelace") && elicited.contains("ada@example.com"),
+            "{mode}: {report}"
+        );
+        let sampled = &report["sampling"];
+        assert_eq!(sampled["is_error"], false, "{mode}: {report}");
+        assert!(
+            sampled["text"].as_str().unwrap().contains(
+                "sampled answer to: Resource trigger-sampling-request context: capital of France?"
+            ),
+            "{mode}: {report}"
+        );
+        // The Python upstream speaks 2026-07-28: its question is an input_required result.
+        assert_eq!(report["greet"]["is_error"], false, "{mode}: {report}");
+        assert_eq!(report["greet"]["text"], "Hello, Ada", "{mode}: {report}");
+    }
+}
+
+#[test]
+fn a_client_without_the_capability_gets_an_error_not_a_hang() {
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{command: {}}}\n    name: everything\n    prefix: ev_\n",
+        argv(&["node", &everything.to_string_lossy(), "stdio"])
+    ));
+    let mut server = StdioServer::start(&cfg);
+    // The upstream registers its elicitation tool once it knows the host can answer it.
+    let deadline = Instant::now() + WAIT;
+    let mut id = 100;
+    while !tool_names(&mut server, id).contains(&"ev_trigger-elicitation-request".to_owned()) {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+        id += 1;
+    }
+    // A 2026 client that declared no elicitation: the call fails at once, naming the capability.
+    let resp = server.call_modern(
+        1,
+        "tools/call",
+        json!({"name": "ev_trigger-elicitation-request", "arguments": {}}),
+    );
+    let error = resp
+        .get("error")
+        .cloned()
+        .unwrap_or_else(|| resp["result"].clone());
+    assert!(error.to_string().contains("elicitation"), "{resp}");
+}
+
+#[test]
+fn a_question_from_a_stdio_upstream_with_several_calls_in_flight_is_refused_not_guessed() {
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{command: {}}}\n    name: everything\n    prefix: ev_\n",
+        argv(&["node", &everything.to_string_lossy(), "stdio"])
+    ));
+    let mut server = StdioServer::start(&cfg);
+    let init = server.call(
+        "init",
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "e2e", "version": "0"},
+        }),
+    );
+    assert!(init.get("error").is_none(), "{init}");
+    server.send(&mcp_host_tests::serve::notification(
+        "notifications/initialized",
+        Value::Null,
+    ));
+    let deadline = Instant::now() + WAIT;
+    let mut id = 100;
+    while !tool_names_legacy(&mut server, id).contains(&"ev_trigger-elicitation-request".to_owned())
+    {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+        id += 1;
+    }
+    // A long call in flight (its progress says it runs), then one whose upstream asks a question.
+    server.send(&request(
+        1,
+        "tools/call",
+        json!({"name": "ev_trigger-long-running-operation", "arguments": {"duration": 10, "steps": 10},
+               "_meta": {"progressToken": "long"}}),
+    ));
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|m: &Value| m["method"] == "notifications/progress")
+    {
+        let message = server.recv(WAIT).expect("no progress from the long call");
+        seen.push(message);
+    }
+    server.send(&request(
+        2,
+        "tools/call",
+        json!({"name": "ev_trigger-elicitation-request", "arguments": {}}),
+    ));
+    let (resp, notes) = server.response_within(&json!(2), WAIT);
+    let answer = resp.to_string();
+    assert!(
+        answer.contains("in flight") && answer.contains("does not say which one"),
+        "{resp}"
+    );
+    // The client was never asked.
+    assert!(
+        !notes
+            .iter()
+            .chain(&seen)
+            .any(|m| m["method"] == "elicitation/create"),
+        "{notes:?}"
+    );
+    let (long, _) = server.response_within(&json!(1), WAIT);
+    assert!(long.get("error").is_none(), "{long}");
+}
+
+/// `tools/list` on a 2025 session: the names.
+fn tool_names_legacy(server: &mut StdioServer, id: u64) -> Vec<String> {
+    let resp = server.call(id, "tools/list", json!({}));
+    resp["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resp}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}

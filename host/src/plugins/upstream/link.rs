@@ -187,6 +187,34 @@ impl rmcp::ClientHandler for Handler {
         }
     }
 
+    async fn create_elicitation(
+        &self,
+        request: rmcp::model::ElicitRequestParams,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.ask(
+            "elicitation/create",
+            serde_json::to_value(&request),
+            &context,
+        )
+        .await
+    }
+
+    // Sampling is deprecated in 2026-07-28, but the servers of 2025 still ask for it.
+    #[allow(deprecated)]
+    async fn create_message(
+        &self,
+        request: rmcp::model::CreateMessageRequestParams,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.ask(
+            "sampling/createMessage",
+            serde_json::to_value(&request),
+            &context,
+        )
+        .await
+    }
+
     async fn on_resource_updated(
         &self,
         params: rmcp::model::ResourceUpdatedNotificationParam,
@@ -214,13 +242,38 @@ impl rmcp::ClientHandler for Handler {
 
     fn get_info(&self) -> InitializeRequestParams {
         InitializeRequestParams::new(
-            ClientCapabilities::default(),
+            client_capabilities(),
             Implementation::new("mcp-host", env!("CARGO_PKG_VERSION")),
         )
     }
 }
 
+/// What the host declares to an upstream: it passes elicitation (form and URL) and sampling
+/// requests to the calling client (which must have declared them itself, or the upstream gets
+/// an error).
+fn client_capabilities() -> ClientCapabilities {
+    serde_json::from_value(serde_json::json!({
+        "elicitation": {"form": {}, "url": {}},
+        "sampling": {},
+    }))
+    .unwrap_or_default()
+}
+
 impl Handler {
+    /// Pass the upstream's request `method` to the client of the call it belongs to.
+    async fn ask<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        method: &str,
+        params: Result<Value, serde_json::Error>,
+        context: &rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<T, rmcp::ErrorData> {
+        let Some(link) = self.link.upgrade() else {
+            return Err(rmcp::ErrorData::internal_error("mcp-host: stopping", None));
+        };
+        let params = params.map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
+        super::relay::ask(&link.name, &link.calls, method, params, &context.extensions).await
+    }
+
     /// Read the lists again (off the handler: a request from inside it would wait on itself).
     fn relist(&self) {
         if let Some(link) = self.link.upgrade() {

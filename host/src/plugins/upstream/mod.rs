@@ -21,7 +21,7 @@ use mcp_plugin_sdk::wire::{
     BuildInfo, CallEnvelope, CompletionTarget, ENVELOPE_INDEX, EnvelopeError, EnvelopeErrorKind,
     EnvelopeOutcome, Manifest,
 };
-use rmcp::model::{ClientRequest, ErrorCode, Request, ServerResult};
+use rmcp::model::{CallToolRequestParams, ClientRequest, ErrorCode, Request, ServerResult};
 use serde_json::{Value, json};
 
 use self::link::{Failure, Link, Transport};
@@ -261,33 +261,7 @@ impl Upstream {
             .get(index as usize)
             .ok_or_else(|| format!("no tool number {index}"))?;
         let arguments = listing::arguments(&args)?;
-        let params = serde_json::from_value(json!({"name": tool.name, "arguments": arguments}))
-            .map_err(|e| e.to_string())?;
-        match link
-            .request(
-                ClientRequest::CallToolRequest(Request::new(params)),
-                &call,
-                trace,
-            )
-            .await
-        {
-            Ok(ServerResult::CallToolResult(result)) => {
-                let mut value = serde_json::to_value(&result).map_err(|e| e.to_string())?;
-                strip_result_type(&mut value);
-                Ok(value.to_string())
-            }
-            Ok(_) => Err(format!(
-                "upstream {} answered tools/call with something else than a tool result",
-                link.name()
-            )),
-            Err(Failure::Rpc(code, message)) => Ok(crate::plugins::call::error_result(&format!(
-                "upstream {} refused the call ({}): {message}",
-                link.name(),
-                code.0
-            ))
-            .to_string()),
-            Err(e) => Err(e.to_string()),
-        }
+        call_tool(&link, &tool.name, arguments, &call, trace).await
     }
 
     fn future(
@@ -314,6 +288,66 @@ impl Upstream {
                 .map_err(PluginCallError::Plugin)
         }))
     }
+}
+
+/// How many `input_required` rounds a 2026-07-28 upstream may ask for in one call.
+const MAX_UPSTREAM_ROUNDS: usize = 8;
+
+/// Call tool `name` upstream with `arguments`: its result as JSON text. The questions of a
+/// 2026-07-28 upstream's `input_required` result are put to the calling client like a plugin's
+/// (a 2025 request, or this call's own round) and the call made again with the answers and the
+/// upstream's `requestState`.
+async fn call_tool(
+    link: &Link,
+    name: &str,
+    arguments: serde_json::Map<String, Value>,
+    call: &Arc<CallState>,
+    trace: Option<&TraceContext>,
+) -> Result<String, String> {
+    let failed = |message: String| Ok(crate::plugins::call::error_result(&message).to_string());
+    let mut params: CallToolRequestParams =
+        serde_json::from_value(json!({"name": name, "arguments": arguments}))
+            .map_err(|e| e.to_string())?;
+    for _ in 0..MAX_UPSTREAM_ROUNDS {
+        let request = ClientRequest::CallToolRequest(Request::new(params.clone()));
+        match link.request(request, call, trace).await {
+            Ok(ServerResult::CallToolResult(result)) => {
+                let mut value = serde_json::to_value(&result).map_err(|e| e.to_string())?;
+                strip_result_type(&mut value);
+                return Ok(value.to_string());
+            }
+            Ok(ServerResult::InputRequiredResult(asked)) => {
+                let requests = match serde_json::to_value(asked.input_requests.unwrap_or_default())
+                {
+                    Ok(Value::Object(requests)) => requests,
+                    _ => serde_json::Map::new(),
+                };
+                match relay::put(call, requests).await {
+                    Ok(answers) => params.input_responses = Some(answers.into_iter().collect()),
+                    Err(e) => return failed(format!("upstream {} asked: {e}", link.name())),
+                }
+                params.request_state = asked.request_state;
+            }
+            Ok(_) => {
+                return Err(format!(
+                    "upstream {} answered tools/call with something else than a tool result",
+                    link.name()
+                ));
+            }
+            Err(Failure::Rpc(code, message)) => {
+                let name = link.name();
+                return failed(format!(
+                    "upstream {name} refused the call ({}): {message}",
+                    code.0
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    failed(format!(
+        "upstream {} asked for input more than {MAX_UPSTREAM_ROUNDS} times in one call",
+        link.name()
+    ))
 }
 
 /// The trace context an upstream request continues: the host's span for the call when spans

@@ -1,19 +1,29 @@
 //! What an upstream sends toward the client during a call — log messages
-//! (`notifications/message`) — and which call it belongs to.
+//! (`notifications/message`) and requests for input (`elicitation/create`,
+//! `sampling/createMessage`) — and which call it belongs to.
 //!
 //! Over Streamable HTTP an upstream sends them on the response stream of the request they are
 //! about, and rmcp says which ([`InboundStreamOrigin`]). Over stdio nothing ties them to a
 //! request: they belong to the one call in flight, and when several are, a log message goes to
-//! the host's log only.
+//! the host's log only and a request for input is refused (a JSON-RPC error to the upstream).
+//!
+//! A question goes to the client the way a plugin's does
+//! ([`CallInput::ask`](crate::plugins::call::CallInput::ask)): a 2025 request on the call's
+//! stream, answered while the upstream waits, or — in a 2026 round — recorded for the
+//! `input_required` result; the upstream then gets an error, and the next round's call is made
+//! again, its question answered at once from the round's answers (keyed by the question's
+//! digest, so the same question finds its answer).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use mcp_plugin_sdk::LogLevel;
+use mcp_plugin_sdk::{InputError, LogLevel};
+use rmcp::ErrorData as McpError;
 #[allow(deprecated)]
 use rmcp::model::{Extensions, LoggingLevel, LoggingMessageNotificationParam, RequestId};
 use rmcp::service::InboundStreamOrigin;
-use serde_json::Value;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
 
 use crate::plugins::call::{CallEvent, CallState};
 use crate::plugins::lock;
@@ -32,8 +42,8 @@ enum Routed {
     Call(Arc<CallState>),
     /// No call is in flight.
     None,
-    /// Several are, and the message does not say which.
-    Ambiguous,
+    /// Several are, and the message does not say which (`n`).
+    Ambiguous(usize),
 }
 
 /// A call's entry in [`Calls`], removed when its request ends.
@@ -87,7 +97,7 @@ impl Calls {
         match (all.next(), calls.len()) {
             (None, _) => Routed::None,
             (Some(call), 1) => Routed::Call(Arc::clone(call)),
-            (Some(_), _) => Routed::Ambiguous,
+            (Some(_), n) => Routed::Ambiguous(n),
         }
     }
 }
@@ -134,5 +144,97 @@ fn level(level: LoggingLevel) -> LogLevel {
         LoggingLevel::Critical => LogLevel::Critical,
         LoggingLevel::Alert => LogLevel::Alert,
         LoggingLevel::Emergency => LogLevel::Emergency,
+    }
+}
+
+/// Ask the client of the call an upstream's request `method` (with `params`) belongs to, and
+/// turn its answer into the result the upstream expects (an error when the client was not
+/// asked, or did not answer).
+pub(super) async fn ask<T: DeserializeOwned + Send + 'static>(
+    upstream: &str,
+    calls: &Calls,
+    method: &str,
+    params: Value,
+    extensions: &Extensions,
+) -> Result<T, McpError> {
+    let call = match calls.route(extensions) {
+        Routed::Call(call) => call,
+        Routed::None => {
+            return Err(McpError::invalid_request(
+                format!("mcp-host: {method} is answered only during a tool call"),
+                None,
+            ));
+        }
+        Routed::Ambiguous(n) => {
+            return Err(McpError::invalid_request(
+                format!(
+                    "mcp-host: {n} calls to upstream {upstream} are in flight and this \
+                     {method} does not say which one it belongs to (over stdio nothing can): \
+                     it cannot be passed to a client"
+                ),
+                None,
+            ));
+        }
+    };
+    // The question's key: the same question in a later round finds this round's answer.
+    let digest = crate::config::lock::digest(&json!([method, params]));
+    let key = format!("upstream-{}", &digest[..16.min(digest.len())]);
+    let mut requests = serde_json::Map::new();
+    requests.insert(key.clone(), json!({"method": method, "params": params}));
+    let mut answers = put(&call, requests)
+        .await
+        .map_err(|e| refused(method, &e))?;
+    let answer = answers.remove(&key).unwrap_or_default();
+    serde_json::from_value(answer).map_err(|e| {
+        McpError::internal_error(
+            format!("mcp-host: the client's answer to {method} is not its result: {e}"),
+            None,
+        )
+    })
+}
+
+/// Put `requests` (key -> `{method, params}`) to the client of `call` the way a plugin's
+/// questions go, on a blocking thread (a 2025 question waits there for the client's answer):
+/// the answers by key.
+pub(super) async fn put(
+    call: &Arc<CallState>,
+    requests: serde_json::Map<String, Value>,
+) -> Result<serde_json::Map<String, Value>, InputError> {
+    let Some(input) = call.input.clone() else {
+        return Err(InputError::Failed(
+            "the caller of this call cannot be asked".into(),
+        ));
+    };
+    let questions = json!({ "requests": requests }).to_string();
+    let asking = Arc::clone(call);
+    let answered = tokio::task::spawn_blocking(move || input.ask(&questions, &asking))
+        .await
+        .map_err(|e| InputError::Failed(e.to_string()))??;
+    match answered {
+        Value::Object(mut answered) => match answered.remove("responses") {
+            Some(Value::Object(responses)) => Ok(responses),
+            _ => Err(InputError::Failed("no answers".into())),
+        },
+        _ => Err(InputError::Failed("no answers".into())),
+    }
+}
+
+/// The upstream's error for a question the client did not answer.
+fn refused(method: &str, error: &InputError) -> McpError {
+    match error {
+        InputError::Asked => McpError::internal_error(
+            format!(
+                "mcp-host: {method} was passed to the client in an input_required round; the \
+                 call will be made again with the answer"
+            ),
+            None,
+        ),
+        InputError::Unsupported { .. } => McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("mcp-host: the calling client does not support {method}"),
+            None,
+        ),
+        InputError::Failed(why) => McpError::internal_error(format!("mcp-host: {why}"), None),
+        other => McpError::internal_error(format!("mcp-host: {other}"), None),
     }
 }
