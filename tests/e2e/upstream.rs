@@ -645,15 +645,11 @@ fn a_client_without_the_capability_gets_an_error_not_a_hang() {
     assert!(error.to_string().contains("elicitation"), "{resp}");
 }
 
-#[test]
-fn a_question_from_a_stdio_upstream_with_several_calls_in_flight_is_refused_not_guessed() {
-    let Some(everything) = npm_server("server-everything") else {
-        return;
-    };
-    let l = Layout::new();
+/// A 2025 session (declaring elicitation) with the host serving `entry` as `ev_`, once the
+/// upstream's elicitation tool is served.
+fn session_asking_everything(l: &Layout, entry: &str) -> StdioServer {
     let cfg = l.config(&format!(
-        "tool_dirs:\n  - server: {{command: {}}}\n    name: everything\n    prefix: ev_\n",
-        argv(&["node", &everything.to_string_lossy(), "stdio"])
+        "tool_dirs:\n  - server: {entry}\n    name: everything\n    prefix: ev_\n"
     ));
     let mut server = StdioServer::start(&cfg);
     let init = server.call(
@@ -678,7 +674,12 @@ fn a_question_from_a_stdio_upstream_with_several_calls_in_flight_is_refused_not_
         std::thread::sleep(Duration::from_millis(200));
         id += 1;
     }
-    // A long call in flight (its progress says it runs), then one whose upstream asks a question.
+    server
+}
+
+/// Start server-everything's long-running operation as request 1 and wait for its progress
+/// (so it is in flight), then ask for its elicitation tool as request 2; the messages seen.
+fn long_call_then_elicitation(server: &mut StdioServer) -> Vec<Value> {
     server.send(&request(
         1,
         "tools/call",
@@ -690,14 +691,25 @@ fn a_question_from_a_stdio_upstream_with_several_calls_in_flight_is_refused_not_
         .iter()
         .any(|m: &Value| m["method"] == "notifications/progress")
     {
-        let message = server.recv(WAIT).expect("no progress from the long call");
-        seen.push(message);
+        seen.push(server.recv(WAIT).expect("no progress from the long call"));
     }
     server.send(&request(
         2,
         "tools/call",
         json!({"name": "ev_trigger-elicitation-request", "arguments": {}}),
     ));
+    seen
+}
+
+#[test]
+fn a_question_from_a_stdio_upstream_with_several_calls_in_flight_is_refused_not_guessed() {
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let command = argv(&["node", &everything.to_string_lossy(), "stdio"]);
+    let mut server = session_asking_everything(&l, &format!("{{command: {command}}}"));
+    let seen = long_call_then_elicitation(&mut server);
     let (resp, notes) = server.response_within(&json!(2), WAIT);
     let answer = resp.to_string();
     assert!(
@@ -713,6 +725,50 @@ fn a_question_from_a_stdio_upstream_with_several_calls_in_flight_is_refused_not_
         "{notes:?}"
     );
     let (long, _) = server.response_within(&json!(1), WAIT);
+    assert!(long.get("error").is_none(), "{long}");
+}
+
+#[test]
+fn over_http_an_upstreams_question_reaches_its_own_call_among_several() {
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let port = free_port();
+    let _upstream = Killed(
+        Command::new("node")
+            .arg(&everything)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP upstream did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let l = Layout::new();
+    let url = format!("{{url: \"http://127.0.0.1:{port}/mcp\"}}");
+    let mut server = session_asking_everything(&l, &url);
+    long_call_then_elicitation(&mut server);
+    // The question comes on request 2's own stream: the host asks this client, and answers it.
+    let (mut answered, mut long) = (None, None);
+    while answered.is_none() || long.is_none() {
+        let message = server.recv(WAIT).expect("neither a question nor an answer");
+        if message["method"] == "elicitation/create" {
+            server.send(&json!({"jsonrpc": "2.0", "id": message["id"],
+                "result": {"action": "accept", "content": {"name": "Ada Lovelace"}}}));
+        } else if message.get("method").is_none() && message["id"] == 2 {
+            answered = Some(message);
+        } else if message.get("method").is_none() && message["id"] == 1 {
+            long = Some(message);
+        }
+    }
+    let answered = answered.unwrap().to_string();
+    assert!(answered.contains("Name: Ada Lovelace"), "{answered}");
+    let long = long.unwrap();
     assert!(long.get("error").is_none(), "{long}");
 }
 
