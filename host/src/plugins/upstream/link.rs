@@ -2,9 +2,9 @@
 //! session (rmcp's client over a child's pipes or over Streamable HTTP), a restart with backoff
 //! when the child dies or the connection closes, quarantine after a crash loop (its tools are
 //! withdrawn and clients told), requests with the call's deadline and cancellation forwarded as
-//! `notifications/cancelled`, progress passed back to the caller, the child's stderr to the log,
-//! and the upstream's `list_changed` re-reading its lists so the host can serve (or, under
-//! pinning, hold) what changed.
+//! `notifications/cancelled`, progress, log messages and requests for input passed to the
+//! caller (`relay`), the child's stderr to the log, and the upstream's `list_changed` re-reading
+//! its lists so the host can serve (or, under pinning, hold) what changed.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mcp_plugin_sdk::wire::Manifest;
 use rmcp::model::{
     ClientCapabilities, ClientRequest, ErrorCode, Implementation, InitializeRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ServerResult,
+    ProtocolVersion, ServerResult,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer,
@@ -25,7 +25,7 @@ use rmcp::service::{
 use serde_json::Value;
 
 use crate::plugins::backend::HostCallbacks;
-use crate::plugins::call::{CallEvent, CallState, EventSink, TraceContext};
+use crate::plugins::call::{CallState, EventSink, TraceContext};
 use crate::plugins::worker::{Line, OutputLines};
 use crate::plugins::{LoadError, lock};
 
@@ -132,10 +132,8 @@ pub(crate) struct Link {
     /// The lists read after the upstream said they changed (or after a restart), when they differ
     /// from what was read before.
     latest: Mutex<Option<Manifest>>,
-    /// Where each running request's progress goes, by progress token.
-    progress: Mutex<HashMap<String, EventSink>>,
-    /// The calls in flight, for what the upstream sends toward their clients.
-    calls: super::relay::Calls,
+    /// Where what the upstream sends during a call goes: the calls in flight, their progress.
+    routes: Arc<super::relay::Routes>,
     sessions: AtomicU64,
     /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
     legacy: std::sync::atomic::AtomicBool,
@@ -150,43 +148,13 @@ impl std::fmt::Debug for Link {
     }
 }
 
-/// Receives what the upstream sends unasked: progress, log messages, list changes.
+/// Receives what the upstream sends unasked — list changes, resource updates, requests for
+/// input (log messages and progress are routed as they arrive: `relay::Routes`).
 struct Handler {
     link: Weak<Link>,
 }
 
 impl rmcp::ClientHandler for Handler {
-    async fn on_progress(
-        &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let Some(link) = self.link.upgrade() else {
-            return;
-        };
-        let key = serde_json::to_string(&params.progress_token).unwrap_or_default();
-        let sink = lock(&link.progress).get(&key).cloned();
-        if let Some(sink) = sink {
-            sink(CallEvent::Progress {
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
-        }
-    }
-
-    // Logging is deprecated in 2026-07-28, but the servers of 2025 still send it.
-    #[allow(deprecated)]
-    async fn on_logging_message(
-        &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        context: NotificationContext<RoleClient>,
-    ) {
-        if let Some(link) = self.link.upgrade() {
-            super::relay::log(&link.name, &link.calls, &params, &context.extensions);
-        }
-    }
-
     async fn create_elicitation(
         &self,
         request: rmcp::model::ElicitRequestParams,
@@ -271,7 +239,14 @@ impl Handler {
             return Err(rmcp::ErrorData::internal_error("mcp-host: stopping", None));
         };
         let params = params.map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
-        super::relay::ask(&link.name, &link.calls, method, params, &context.extensions).await
+        super::relay::ask(
+            &link.name,
+            &link.routes.calls,
+            method,
+            params,
+            &context.extensions,
+        )
+        .await
     }
 
     /// Read the lists again (off the handler: a request from inside it would wait on itself).
@@ -304,8 +279,7 @@ impl Link {
             }),
             changed: tokio::sync::Notify::new(),
             latest: Mutex::new(None),
-            progress: Mutex::default(),
-            calls: super::relay::Calls::default(),
+            routes: Arc::new(super::relay::Routes::new(Arc::from(name))),
             sessions: AtomicU64::new(0),
             legacy: std::sync::atomic::AtomicBool::new(false),
             runtime,
@@ -420,19 +394,28 @@ impl Link {
         Ok(match &self.transport {
             Transport::Stdio { argv, env, cwd } => {
                 let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                let served = handler
-                    .serve_with_lifecycle((stdout, stdin), lifecycle)
-                    .await;
+                let transport = self.routing(
+                    rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin),
+                );
+                let served = handler.serve_with_lifecycle(transport, lifecycle).await;
                 (served, Some(pid))
             }
             Transport::Http { url, headers } => {
-                let transport = http_transport(url, headers)?;
+                let transport = self.routing(http_transport(url, headers)?);
                 (
                     handler.serve_with_lifecycle(transport, lifecycle).await,
                     None,
                 )
             }
         })
+    }
+
+    /// `transport`, routing log messages and progress as they arrive (see `relay::Routes`).
+    fn routing<T>(&self, transport: T) -> super::relay::Routing<T> {
+        super::relay::Routing {
+            inner: transport,
+            routes: Arc::clone(&self.routes),
+        }
     }
 
     /// Why the upstream refused the handshake, with what to do about a server that asks for
@@ -804,7 +787,7 @@ impl Link {
         let mut options = PeerRequestOptions::no_options();
         options.meta = request_meta(&session, call, trace);
         // In flight from before it is sent: what the upstream sends about it may come at once.
-        let mut entered = self.calls.enter(call);
+        let mut entered = self.routes.calls.enter(call);
         let mut handle = session
             .peer
             .send_request_with_option(request, options)
@@ -813,8 +796,8 @@ impl Link {
         entered.bind(&handle.id);
         let token = serde_json::to_string(&handle.progress_token).unwrap_or_default();
         let _progress = call.events.clone().map(|sink| {
-            lock(&self.progress).insert(token.clone(), sink);
-            ProgressRoute(&self.progress, token.clone())
+            lock(&self.routes.progress).insert(token.clone(), sink);
+            ProgressRoute(&self.routes.progress, token.clone())
         });
         let deadline = async {
             match call.deadline {
@@ -824,12 +807,7 @@ impl Link {
         };
         let stopped = tokio::select! {
             answer = &mut handle.rx => match answer {
-                Ok(result) => {
-                    if call.events.is_some() {
-                        settle().await;
-                    }
-                    return result.map_err(unavailable);
-                }
+                Ok(result) => return result.map_err(unavailable),
                 Err(_) => {
                     return Err(Failure::Unavailable(format!(
                         "upstream {} went away during the request",
@@ -889,16 +867,6 @@ fn request_meta(
         );
     }
     (!meta.is_empty()).then(|| meta.into())
-}
-
-/// Let the upstream's notifications that came before a response reach the call first: rmcp hands
-/// each notification to a task of its own before it delivers the response that followed it, so
-/// a few turns of the scheduler see those tasks (each done in one poll) run before the call
-/// answers and stops routing its log messages and progress.
-async fn settle() {
-    for _ in 0..3 {
-        tokio::task::yield_now().await;
-    }
 }
 
 /// Run `future` on `runtime` and wait for it on this thread (never one of `runtime`'s own);

@@ -1,11 +1,13 @@
 //! What an upstream sends toward the client during a call — log messages
-//! (`notifications/message`) and requests for input (`elicitation/create`,
+//! (`notifications/message`), progress, and requests for input (`elicitation/create`,
 //! `sampling/createMessage`) — and which call it belongs to.
 //!
-//! Over Streamable HTTP an upstream sends them on the response stream of the request they are
-//! about, and rmcp says which ([`InboundStreamOrigin`]). Over stdio nothing ties them to a
-//! request: they belong to the one call in flight, and when several are, a log message goes to
-//! the host's log only and a request for input is refused (a JSON-RPC error to the upstream).
+//! Progress names its request (its token). A request for input over Streamable HTTP comes on
+//! the response stream of the request it is about, and rmcp says which
+//! ([`InboundStreamOrigin`]); a log message does not say (rmcp marks requests only), nor does
+//! anything over stdio: those belong to the one call in flight, and when several are, a log
+//! message goes to the host's log only and a request for input is refused (a JSON-RPC error to
+//! the upstream).
 //!
 //! A question goes to the client the way a plugin's does
 //! ([`CallInput::ask`](crate::plugins::call::CallInput::ask)): a 2025 request on the call's
@@ -21,11 +23,13 @@ use mcp_plugin_sdk::{InputError, LogLevel};
 use rmcp::ErrorData as McpError;
 #[allow(deprecated)]
 use rmcp::model::{Extensions, LoggingLevel, LoggingMessageNotificationParam, RequestId};
-use rmcp::service::InboundStreamOrigin;
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::plugins::call::{CallEvent, CallState};
+use crate::plugins::call::{CallEvent, CallState, EventSink};
 use crate::plugins::lock;
 
 /// The calls in flight on one upstream, by the id of their request to it.
@@ -34,6 +38,86 @@ pub(super) struct Calls {
     by_request: Mutex<HashMap<String, Arc<CallState>>>,
     /// Numbers the calls whose request is not sent yet.
     pending: std::sync::atomic::AtomicU64,
+}
+
+/// Where what an upstream sends during its calls goes: the calls in flight and the progress
+/// routes of their requests. It is routed as the transport receives it ([`Routing`]), in the
+/// upstream's order and before the response that followed it — rmcp would hand each
+/// notification to a task of its own, in no set order, and the response straight to the
+/// request, which could then answer its client first.
+pub(super) struct Routes {
+    /// The upstream's name, for the host's log.
+    name: Arc<str>,
+    /// The calls in flight.
+    pub(super) calls: Calls,
+    /// Where each running request's progress goes, by progress token.
+    pub(super) progress: Mutex<HashMap<String, EventSink>>,
+}
+
+impl Routes {
+    /// The routes of upstream `name`.
+    pub(super) fn new(name: Arc<str>) -> Routes {
+        Routes {
+            name,
+            calls: Calls::default(),
+            progress: Mutex::default(),
+        }
+    }
+
+    /// A notification as it arrives: a log message or progress goes to its call.
+    #[allow(deprecated)]
+    fn arrived(&self, notification: &ServerNotification) {
+        match notification {
+            ServerNotification::LoggingMessageNotification(n) => {
+                log(&self.name, &self.calls, &n.params, &n.extensions);
+            }
+            ServerNotification::ProgressNotification(n) => {
+                let params = &n.params;
+                let key = serde_json::to_string(&params.progress_token).unwrap_or_default();
+                let sink = lock(&self.progress).get(&key).cloned();
+                if let Some(sink) = sink {
+                    sink(CallEvent::Progress {
+                        progress: params.progress,
+                        total: params.total,
+                        message: params.message.clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An upstream's transport that routes the log messages and progress it receives as it receives
+/// them (see [`Routes`]).
+pub(super) struct Routing<T> {
+    /// The transport.
+    pub(super) inner: T,
+    /// Where they go.
+    pub(super) routes: Arc<Routes>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Routing<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if let Some(JsonRpcMessage::Notification(n)) = &message {
+            self.routes.arrived(&n.notification);
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
 }
 
 /// The call an upstream's message belongs to.
@@ -106,7 +190,7 @@ impl Calls {
 /// message, which the client's `logging/setLevel` or request level filters), and to the host's
 /// log when it belongs to none.
 #[allow(deprecated)]
-pub(super) fn log(
+fn log(
     upstream: &str,
     calls: &Calls,
     params: &LoggingMessageNotificationParam,
