@@ -12,6 +12,7 @@ mod first_run;
 mod fleet;
 mod hostile;
 mod http;
+mod import;
 mod install;
 mod isolation;
 mod lazy;

@@ -1217,3 +1217,61 @@ fn an_overridden_tool_is_warned_once_not_at_every_rescan() {
         .count();
     assert_eq!(warned, 1, "{log}");
 }
+
+#[test]
+fn an_upstream_call_carries_the_hosts_own_span_as_its_traceparent_when_spans_are_exported() {
+    let Some(python) = python_with(
+        "opentelemetry.proto",
+        "the Python opentelemetry-proto package",
+    ) else {
+        return;
+    };
+    let Some(py) = mcp_host_tests::clients::python() else {
+        return;
+    };
+    let receiver = Receiver::start(&python);
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "traces:\n  otlp_endpoint: http://127.0.0.1:{}\n  service_name: mcp-host-e2e\n\
+         tool_dirs:\n  - server: {{command: [{:?}, {:?}]}}\n    name: py\n    prefix: py_\n",
+        receiver.port,
+        py.to_string_lossy(),
+        workspace_root()
+            .join("tests/fixtures/upstream/server.py")
+            .to_string_lossy()
+    ));
+    let mut server = mcp_host_tests::serve::StdioServer::start_with(
+        &cfg,
+        &[],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    let trace = "0af7651916cd43dd8448eb211c80319c";
+    let client_span = "b7ad6b7169203331";
+    let resp = server.call_modern(
+        1,
+        "tools/call",
+        json!({"name": "py_trace", "arguments": {},
+               "_meta": {"traceparent": format!("00-{trace}-{client_span}-01")}}),
+    );
+    let seen: Value = serde_json::from_str(
+        resp["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{resp}")),
+    )
+    .unwrap();
+    let parent = seen["traceparent"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{seen}"));
+    let parts: Vec<&str> = parent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{parent}");
+    assert_eq!(parts[1], trace, "the client's trace goes on: {parent}");
+    assert_ne!(
+        parts[2], client_span,
+        "under the host's span, not the client's: {parent}"
+    );
+    // That span is one the host exported, in the client's trace.
+    let spans = receiver.collect(|s| s.iter().any(|s| s["span_id"] == parts[2]));
+    let host_span = spans.iter().find(|s| s["span_id"] == parts[2]).unwrap();
+    assert_eq!(host_span["trace_id"], trace, "{host_span}");
+    assert_eq!(host_span["name"], "execute_tool py_trace", "{host_span}");
+}

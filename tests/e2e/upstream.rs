@@ -444,6 +444,23 @@ fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
         "{}",
         server.stderr()
     );
+    // Its log messages come on the call's own response stream: they reach that call's client.
+    server.send(&request(
+        2,
+        "tools/call",
+        with_meta(json!({
+            "name": "http_chatty",
+            "arguments": {},
+            "_meta": {"io.modelcontextprotocol/logLevel": "debug"},
+        })),
+    ));
+    let (resp, notes) = server.response_within(&json!(2), WAIT);
+    assert_eq!(text(&resp["result"]), "logged", "{resp}");
+    let logs = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .count();
+    assert_eq!(logs, 2, "{notes:?}\n{}", server.stderr());
     drop(server);
     // The official Python client against the aggregate (stdio upstream + HTTP upstream).
     let out = Command::new(&py)
@@ -465,4 +482,303 @@ fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
     assert_eq!(report["py_add"], "5", "{report}");
     assert_eq!(report["http_echo"], "over http", "{report}");
     assert_eq!(report["greeting"], "Hello from Python", "{report}");
+}
+
+#[test]
+fn an_upstreams_log_messages_reach_the_calling_client_at_its_level_with_the_trace_context() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!("tool_dirs:\n{}", py_entry(&py, "")));
+    // 2026-07-28: the request's own level (info) lets the info message through, not the debug one.
+    let mut server = StdioServer::start(&cfg);
+    server.send(&request(
+        1,
+        "tools/call",
+        with_meta(json!({
+            "name": "py_chatty",
+            "arguments": {},
+            "_meta": {"io.modelcontextprotocol/logLevel": "info"},
+        })),
+    ));
+    let (resp, notes) = server.response_within(&json!(1), WAIT);
+    assert_eq!(text(&resp["result"]), "logged", "{resp}");
+    let logs: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .collect();
+    assert_eq!(logs.len(), 1, "{notes:?}\n{}", server.stderr());
+    assert_eq!(logs[0]["params"]["data"], "upstream says hello");
+    assert_eq!(logs[0]["params"]["level"], "info");
+    assert_eq!(logs[0]["params"]["logger"], "chatty-logger");
+
+    // The caller's W3C trace context reaches the upstream in the `_meta` of its tools/call.
+    let parent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let traced = call(&mut server, 2, "py_trace", json!({}));
+    assert_eq!(
+        text(&traced),
+        r#"{"traceparent": null, "tracestate": null}"#
+    );
+    let resp = server.call_modern(
+        3,
+        "tools/call",
+        json!({"name": "py_trace", "arguments": {},
+               "_meta": {"traceparent": parent, "tracestate": "vendor=on"}}),
+    );
+    let seen: Value = serde_json::from_str(&text(&resp["result"])).unwrap();
+    assert_eq!(
+        seen,
+        json!({"traceparent": parent, "tracestate": "vendor=on"}),
+        "{resp}"
+    );
+    drop(server);
+
+    // A 2025 session: `logging/setLevel debug` lets both through, as notifications of the call.
+    let mut server = StdioServer::start(&cfg);
+    server.initialize("2025-11-25");
+    let set = server.call(2, "logging/setLevel", json!({"level": "debug"}));
+    assert!(set.get("error").is_none(), "{set}");
+    server.send(&request(
+        3,
+        "tools/call",
+        json!({"name": "py_chatty", "arguments": {}}),
+    ));
+    let (resp, notes) = server.response_within(&json!(3), WAIT);
+    assert_eq!(text(&resp["result"]), "logged", "{resp}");
+    let data: Vec<&Value> = notes
+        .iter()
+        .filter(|n| n["method"] == "notifications/message")
+        .map(|n| &n["params"]["data"])
+        .collect();
+    assert_eq!(
+        data,
+        [
+            &json!("upstream says hello"),
+            &json!("upstream debug detail")
+        ],
+        "{notes:?}"
+    );
+}
+
+/// The official Python client, in `mode`, against the host serving server-everything (`ev_`):
+/// its report.
+fn input_client(mode: &str, py: &Path, cfg: &Path) -> Value {
+    let out = Command::new(py)
+        .arg(workspace_root().join("tests/clients/upstream_input_client.py"))
+        .arg(mode)
+        .args(mcp_host_tests::clients::stdio_command(cfg))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{mode}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn upstreams_elicitation_and_sampling_reach_the_python_client_in_both_eras() {
+    let Some(py) = python() else { return };
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{command: {}}}\n    name: everything\n    prefix: ev_\n{}",
+        argv(&["node", &everything.to_string_lossy(), "stdio"]),
+        py_entry(&py, "")
+    ));
+    for (mode, version) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let report = input_client(mode, &py, &cfg);
+        assert_eq!(report["protocol_version"], version, "{report}");
+        let elicited = &report["elicitation"];
+        assert_eq!(elicited["is_error"], false, "{mode}: {report}");
+        let elicited = elicited["text"].as_str().unwrap();
+        assert!(
+            elicited.contains("Name: Ada Lovelace") && elicited.contains("ada@example.com"),
+            "{mode}: {report}"
+        );
+        let sampled = &report["sampling"];
+        assert_eq!(sampled["is_error"], false, "{mode}: {report}");
+        assert!(
+            sampled["text"].as_str().unwrap().contains(
+                "sampled answer to: Resource trigger-sampling-request context: capital of France?"
+            ),
+            "{mode}: {report}"
+        );
+        // The Python upstream speaks 2026-07-28: its question is an input_required result.
+        assert_eq!(report["greet"]["is_error"], false, "{mode}: {report}");
+        assert_eq!(report["greet"]["text"], "Hello, Ada", "{mode}: {report}");
+    }
+}
+
+#[test]
+fn a_client_without_the_capability_gets_an_error_not_a_hang() {
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{command: {}}}\n    name: everything\n    prefix: ev_\n",
+        argv(&["node", &everything.to_string_lossy(), "stdio"])
+    ));
+    let mut server = StdioServer::start(&cfg);
+    // The upstream registers its elicitation tool once it knows the host can answer it.
+    let deadline = Instant::now() + WAIT;
+    let mut id = 100;
+    while !tool_names(&mut server, id).contains(&"ev_trigger-elicitation-request".to_owned()) {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+        id += 1;
+    }
+    // A 2026 client that declared no elicitation: the call fails at once, naming the capability.
+    let resp = server.call_modern(
+        1,
+        "tools/call",
+        json!({"name": "ev_trigger-elicitation-request", "arguments": {}}),
+    );
+    let error = resp
+        .get("error")
+        .cloned()
+        .unwrap_or_else(|| resp["result"].clone());
+    assert!(error.to_string().contains("elicitation"), "{resp}");
+}
+
+/// A 2025 session (declaring elicitation) with the host serving `entry` as `ev_`, once the
+/// upstream's elicitation tool is served.
+fn session_asking_everything(l: &Layout, entry: &str) -> StdioServer {
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {entry}\n    name: everything\n    prefix: ev_\n"
+    ));
+    let mut server = StdioServer::start(&cfg);
+    let init = server.call(
+        "init",
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "e2e", "version": "0"},
+        }),
+    );
+    assert!(init.get("error").is_none(), "{init}");
+    server.send(&mcp_host_tests::serve::notification(
+        "notifications/initialized",
+        Value::Null,
+    ));
+    let deadline = Instant::now() + WAIT;
+    let mut id = 100;
+    while !tool_names_legacy(&mut server, id).contains(&"ev_trigger-elicitation-request".to_owned())
+    {
+        assert!(Instant::now() < deadline, "{}", server.stderr());
+        std::thread::sleep(Duration::from_millis(200));
+        id += 1;
+    }
+    server
+}
+
+/// Start server-everything's long-running operation as request 1 and wait for its progress
+/// (so it is in flight), then ask for its elicitation tool as request 2; the messages seen.
+fn long_call_then_elicitation(server: &mut StdioServer) -> Vec<Value> {
+    server.send(&request(
+        1,
+        "tools/call",
+        json!({"name": "ev_trigger-long-running-operation", "arguments": {"duration": 10, "steps": 10},
+               "_meta": {"progressToken": "long"}}),
+    ));
+    let mut seen = Vec::new();
+    while !seen
+        .iter()
+        .any(|m: &Value| m["method"] == "notifications/progress")
+    {
+        seen.push(server.recv(WAIT).expect("no progress from the long call"));
+    }
+    server.send(&request(
+        2,
+        "tools/call",
+        json!({"name": "ev_trigger-elicitation-request", "arguments": {}}),
+    ));
+    seen
+}
+
+#[test]
+fn a_question_from_a_stdio_upstream_with_several_calls_in_flight_is_refused_not_guessed() {
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let l = Layout::new();
+    let command = argv(&["node", &everything.to_string_lossy(), "stdio"]);
+    let mut server = session_asking_everything(&l, &format!("{{command: {command}}}"));
+    let seen = long_call_then_elicitation(&mut server);
+    let (resp, notes) = server.response_within(&json!(2), WAIT);
+    let answer = resp.to_string();
+    assert!(
+        answer.contains("in flight") && answer.contains("does not say which one"),
+        "{resp}"
+    );
+    // The client was never asked.
+    assert!(
+        !notes
+            .iter()
+            .chain(&seen)
+            .any(|m| m["method"] == "elicitation/create"),
+        "{notes:?}"
+    );
+    let (long, _) = server.response_within(&json!(1), WAIT);
+    assert!(long.get("error").is_none(), "{long}");
+}
+
+#[test]
+fn over_http_an_upstreams_question_reaches_its_own_call_among_several() {
+    let Some(everything) = npm_server("server-everything") else {
+        return;
+    };
+    let port = free_port();
+    let _upstream = Killed(
+        Command::new("node")
+            .arg(&everything)
+            .arg("streamableHttp")
+            .env("PORT", port.to_string())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + WAIT;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(Instant::now() < deadline, "the HTTP upstream did not start");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let l = Layout::new();
+    let url = format!("{{url: \"http://127.0.0.1:{port}/mcp\"}}");
+    let mut server = session_asking_everything(&l, &url);
+    long_call_then_elicitation(&mut server);
+    // The question comes on request 2's own stream: the host asks this client, and answers it.
+    let (mut answered, mut long) = (None, None);
+    while answered.is_none() || long.is_none() {
+        let message = server.recv(WAIT).expect("neither a question nor an answer");
+        if message["method"] == "elicitation/create" {
+            server.send(&json!({"jsonrpc": "2.0", "id": message["id"],
+                "result": {"action": "accept", "content": {"name": "Ada Lovelace"}}}));
+        } else if message.get("method").is_none() && message["id"] == 2 {
+            answered = Some(message);
+        } else if message.get("method").is_none() && message["id"] == 1 {
+            long = Some(message);
+        }
+    }
+    let answered = answered.unwrap().to_string();
+    assert!(answered.contains("Name: Ada Lovelace"), "{answered}");
+    let long = long.unwrap();
+    assert!(long.get("error").is_none(), "{long}");
+}
+
+/// `tools/list` on a 2025 session: the names.
+fn tool_names_legacy(server: &mut StdioServer, id: u64) -> Vec<String> {
+    let resp = server.call(id, "tools/list", json!({}));
+    resp["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{resp}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
 }

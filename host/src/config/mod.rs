@@ -7,6 +7,7 @@
 //! that set them. String values may reference the environment as `${NAME}` or `${NAME:-default}`.
 //! The types live here; how layers are read, checked and merged lives in `layers`.
 
+pub mod import;
 pub mod installed;
 mod isolation;
 mod layers;

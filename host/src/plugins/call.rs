@@ -35,6 +35,40 @@ pub struct RequestContext {
     /// Set on client cancellation (`notifications/cancelled`, a closed stream, `tasks/cancel`)
     /// and when a call made for the request times out.
     pub cancel: CancelFlag,
+    /// The caller's W3C trace context (the HTTP headers', else the request's `_meta`), passed on
+    /// to an upstream server's requests when the host exports no spans of its own.
+    pub trace: Option<TraceContext>,
+}
+
+/// A W3C trace context: `traceparent` and `tracestate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `traceparent`.
+    pub parent: String,
+    /// `tracestate`, when there is one.
+    pub state: Option<String>,
+}
+
+impl TraceContext {
+    /// The trace context of a request: its `traceparent` and `tracestate` HTTP headers
+    /// (`header`), else those of its params' `_meta`.
+    pub fn of_request(
+        header: Option<&(String, Option<String>)>,
+        params: &serde_json::Map<String, Value>,
+    ) -> Option<TraceContext> {
+        if let Some((parent, state)) = header {
+            return Some(TraceContext {
+                parent: parent.clone(),
+                state: state.clone(),
+            });
+        }
+        let meta = params.get("_meta")?;
+        let field = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
+        Some(TraceContext {
+            parent: field("traceparent")?,
+            state: field("tracestate"),
+        })
+    }
 }
 
 impl RequestContext {

@@ -414,6 +414,7 @@ fn launch(
         },
         quota_key: Some(Arc::from(task.quota_key.as_str())),
         cancel: cancel.clone(),
+        trace: None,
     });
     let opts = CallOptions {
         request,

@@ -189,6 +189,25 @@ pub(crate) fn record_outcome(span: &tracing::Span, outcome: Outcome) {
     }
 }
 
+/// The W3C trace context (`traceparent`, `tracestate`) that continues `span`'s trace, when it is
+/// exported: what a request the host makes on its behalf carries.
+pub(crate) fn propagation(span: &tracing::Span) -> Option<(String, Option<String>)> {
+    if !exporting() || span.is_disabled() {
+        return None;
+    }
+    let cx = span.context();
+    if !cx.span().span_context().is_valid() {
+        return None;
+    }
+    let mut carrier: HashMap<String, String> = HashMap::new();
+    TraceContextPropagator::new().inject_context(&cx, &mut carrier);
+    let parent = carrier.remove("traceparent")?;
+    Some((
+        parent,
+        carrier.remove("tracestate").filter(|s| !s.is_empty()),
+    ))
+}
+
 /// The trace id of `span`, when it is exported.
 pub(crate) fn trace_id(span: &tracing::Span) -> Option<String> {
     if span.is_disabled() {

@@ -13,6 +13,7 @@ use serde_json::{Map, Value, json};
 
 use crate::access::Identity;
 use crate::exec::{CancelFlag, RequestContext};
+use crate::plugins::call::TraceContext;
 use crate::protocol::jsonrpc::{self, Incoming, Received, RpcError};
 use crate::protocol::session::{Inflight, LegacySession, Outbound};
 
@@ -246,6 +247,13 @@ impl Core {
                 identity: origin.identity.clone(),
                 quota_key: Some(Arc::clone(&origin.caller_key)),
                 cancel,
+                trace: TraceContext::of_request(
+                    origin
+                        .headers
+                        .as_ref()
+                        .and_then(|h| h.trace_context.as_ref()),
+                    &params,
+                ),
             }),
             notifier,
             cache_private: origin.cache_private,

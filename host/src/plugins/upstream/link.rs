@@ -2,9 +2,9 @@
 //! session (rmcp's client over a child's pipes or over Streamable HTTP), a restart with backoff
 //! when the child dies or the connection closes, quarantine after a crash loop (its tools are
 //! withdrawn and clients told), requests with the call's deadline and cancellation forwarded as
-//! `notifications/cancelled`, progress passed back to the caller, the child's stderr to the log,
-//! and the upstream's `list_changed` re-reading its lists so the host can serve (or, under
-//! pinning, hold) what changed.
+//! `notifications/cancelled`, progress, log messages and requests for input passed to the
+//! caller (`relay`), the child's stderr to the log, and the upstream's `list_changed` re-reading
+//! its lists so the host can serve (or, under pinning, hold) what changed.
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use mcp_plugin_sdk::wire::Manifest;
 use rmcp::model::{
     ClientCapabilities, ClientRequest, ErrorCode, Implementation, InitializeRequestParams,
-    ProgressNotificationParam, ProtocolVersion, ServerResult,
+    ProtocolVersion, ServerResult,
 };
 use rmcp::service::{
     ClientInitializeError, ClientLifecycleMode, ClientServiceExt as _, NotificationContext, Peer,
@@ -25,7 +25,7 @@ use rmcp::service::{
 use serde_json::Value;
 
 use crate::plugins::backend::HostCallbacks;
-use crate::plugins::call::{CallEvent, CallState, EventSink};
+use crate::plugins::call::{CallState, EventSink, TraceContext};
 use crate::plugins::worker::{Line, OutputLines};
 use crate::plugins::{LoadError, lock};
 
@@ -132,8 +132,8 @@ pub(crate) struct Link {
     /// The lists read after the upstream said they changed (or after a restart), when they differ
     /// from what was read before.
     latest: Mutex<Option<Manifest>>,
-    /// Where each running request's progress goes, by progress token.
-    progress: Mutex<HashMap<String, EventSink>>,
+    /// Where what the upstream sends during a call goes: the calls in flight, their progress.
+    routes: Arc<super::relay::Routes>,
     sessions: AtomicU64,
     /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
     legacy: std::sync::atomic::AtomicBool,
@@ -148,48 +148,39 @@ impl std::fmt::Debug for Link {
     }
 }
 
-/// Receives what the upstream sends unasked: progress, log messages, list changes.
+/// Receives what the upstream sends unasked — list changes, resource updates, requests for
+/// input (log messages and progress are routed as they arrive: `relay::Routes`).
 struct Handler {
     link: Weak<Link>,
 }
 
 impl rmcp::ClientHandler for Handler {
-    async fn on_progress(
+    async fn create_elicitation(
         &self,
-        params: ProgressNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let Some(link) = self.link.upgrade() else {
-            return;
-        };
-        let key = serde_json::to_string(&params.progress_token).unwrap_or_default();
-        let sink = lock(&link.progress).get(&key).cloned();
-        if let Some(sink) = sink {
-            sink(CallEvent::Progress {
-                progress: params.progress,
-                total: params.total,
-                message: params.message,
-            });
-        }
+        request: rmcp::model::ElicitRequestParams,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
+        self.ask(
+            "elicitation/create",
+            serde_json::to_value(&request),
+            &context,
+        )
+        .await
     }
 
-    // Logging is deprecated in 2026-07-28, but the servers of 2025 still send it.
+    // Sampling is deprecated in 2026-07-28, but the servers of 2025 still ask for it.
     #[allow(deprecated)]
-    async fn on_logging_message(
+    async fn create_message(
         &self,
-        params: rmcp::model::LoggingMessageNotificationParam,
-        _context: NotificationContext<RoleClient>,
-    ) {
-        let upstream = self.link.upgrade().map(|l| Arc::clone(&l.name));
-        let text = match &params.data {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        };
-        tracing::info!(
-            upstream = upstream.as_deref(),
-            logger = params.logger,
-            "{text}"
-        );
+        request: rmcp::model::CreateMessageRequestParams,
+        context: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
+        self.ask(
+            "sampling/createMessage",
+            serde_json::to_value(&request),
+            &context,
+        )
+        .await
     }
 
     async fn on_resource_updated(
@@ -219,13 +210,45 @@ impl rmcp::ClientHandler for Handler {
 
     fn get_info(&self) -> InitializeRequestParams {
         InitializeRequestParams::new(
-            ClientCapabilities::default(),
+            client_capabilities(),
             Implementation::new("mcp-host", env!("CARGO_PKG_VERSION")),
         )
     }
 }
 
+/// What the host declares to an upstream: it passes elicitation (form and URL) and sampling
+/// requests to the calling client (which must have declared them itself, or the upstream gets
+/// an error).
+fn client_capabilities() -> ClientCapabilities {
+    serde_json::from_value(serde_json::json!({
+        "elicitation": {"form": {}, "url": {}},
+        "sampling": {},
+    }))
+    .unwrap_or_default()
+}
+
 impl Handler {
+    /// Pass the upstream's request `method` to the client of the call it belongs to.
+    async fn ask<T: serde::de::DeserializeOwned + Send + 'static>(
+        &self,
+        method: &str,
+        params: Result<Value, serde_json::Error>,
+        context: &rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<T, rmcp::ErrorData> {
+        let Some(link) = self.link.upgrade() else {
+            return Err(rmcp::ErrorData::internal_error("mcp-host: stopping", None));
+        };
+        let params = params.map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
+        super::relay::ask(
+            &link.name,
+            &link.routes.calls,
+            method,
+            params,
+            &context.extensions,
+        )
+        .await
+    }
+
     /// Read the lists again (off the handler: a request from inside it would wait on itself).
     fn relist(&self) {
         if let Some(link) = self.link.upgrade() {
@@ -256,7 +279,7 @@ impl Link {
             }),
             changed: tokio::sync::Notify::new(),
             latest: Mutex::new(None),
-            progress: Mutex::default(),
+            routes: Arc::new(super::relay::Routes::new(Arc::from(name))),
             sessions: AtomicU64::new(0),
             legacy: std::sync::atomic::AtomicBool::new(false),
             runtime,
@@ -371,19 +394,28 @@ impl Link {
         Ok(match &self.transport {
             Transport::Stdio { argv, env, cwd } => {
                 let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                let served = handler
-                    .serve_with_lifecycle((stdout, stdin), lifecycle)
-                    .await;
+                let transport = self.routing(
+                    rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin),
+                );
+                let served = handler.serve_with_lifecycle(transport, lifecycle).await;
                 (served, Some(pid))
             }
             Transport::Http { url, headers } => {
-                let transport = http_transport(url, headers)?;
+                let transport = self.routing(http_transport(url, headers)?);
                 (
                     handler.serve_with_lifecycle(transport, lifecycle).await,
                     None,
                 )
             }
         })
+    }
+
+    /// `transport`, routing log messages and progress as they arrive (see `relay::Routes`).
+    fn routing<T>(&self, transport: T) -> super::relay::Routing<T> {
+        super::relay::Routing {
+            inner: transport,
+            routes: Arc::clone(&self.routes),
+        }
     }
 
     /// Why the upstream refused the handshake, with what to do about a server that asks for
@@ -744,22 +776,28 @@ impl Link {
     pub(crate) async fn request(
         &self,
         request: ClientRequest,
-        call: &CallState,
+        call: &Arc<CallState>,
+        trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
         let session = self.session(call.deadline).await?;
         let unavailable = |e: ServiceError| match e {
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
             other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
         };
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = request_meta(&session, call, trace);
+        // In flight from before it is sent: what the upstream sends about it may come at once.
+        let mut entered = self.routes.calls.enter(call);
         let mut handle = session
             .peer
-            .send_request_with_option(request, PeerRequestOptions::no_options())
+            .send_request_with_option(request, options)
             .await
             .map_err(unavailable)?;
+        entered.bind(&handle.id);
         let token = serde_json::to_string(&handle.progress_token).unwrap_or_default();
         let _progress = call.events.clone().map(|sink| {
-            lock(&self.progress).insert(token.clone(), sink);
-            ProgressRoute(&self.progress, token.clone())
+            lock(&self.routes.progress).insert(token.clone(), sink);
+            ProgressRoute(&self.routes.progress, token.clone())
         });
         let deadline = async {
             match call.deadline {
@@ -801,6 +839,34 @@ impl Link {
         }
         self.changed.notify_waiters();
     }
+}
+
+/// The `_meta` of a request for `call`: the W3C trace context it continues (`traceparent`,
+/// `tracestate`), and on a 2026-07-28 session the log level (`debug`: the client's own level
+/// filters what reaches it) when the call's events go somewhere.
+fn request_meta(
+    session: &Session,
+    call: &CallState,
+    trace: Option<&TraceContext>,
+) -> Option<rmcp::model::RequestMetaObject> {
+    let mut meta = serde_json::Map::new();
+    if let Some(trace) = trace {
+        meta.insert("traceparent".into(), Value::String(trace.parent.clone()));
+        if let Some(state) = &trace.state {
+            meta.insert("tracestate".into(), Value::String(state.clone()));
+        }
+    }
+    let modern = session
+        .peer
+        .peer_info()
+        .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
+    if modern && call.events.is_some() {
+        meta.insert(
+            "io.modelcontextprotocol/logLevel".into(),
+            Value::String("debug".into()),
+        );
+    }
+    (!meta.is_empty()).then(|| meta.into())
 }
 
 /// Run `future` on `runtime` and wait for it on this thread (never one of `runtime`'s own);

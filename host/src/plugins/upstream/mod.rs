@@ -10,6 +10,7 @@
 pub mod confine;
 mod link;
 mod listing;
+mod relay;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -20,14 +21,14 @@ use mcp_plugin_sdk::wire::{
     BuildInfo, CallEnvelope, CompletionTarget, ENVELOPE_INDEX, EnvelopeError, EnvelopeErrorKind,
     EnvelopeOutcome, Manifest,
 };
-use rmcp::model::{ClientRequest, ErrorCode, Request, ServerResult};
+use rmcp::model::{CallToolRequestParams, ClientRequest, ErrorCode, Request, ServerResult};
 use serde_json::{Value, json};
 
 use self::link::{Failure, Link, Transport};
 use crate::config::{Config, Isolation};
 use crate::plugins::LoadError;
 use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend, PluginCallError};
-use crate::plugins::call::CallState;
+use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::discovery::UpstreamEntry;
 use crate::plugins::worker::{RunSpec, WorkerCommand, wire_limits, worker_env};
 
@@ -246,11 +247,13 @@ impl Upstream {
         index: u32,
         args: String,
         call: Arc<CallState>,
+        trace: Option<TraceContext>,
     ) -> Result<String, String> {
+        let trace = trace.as_ref();
         if index == ENVELOPE_INDEX {
             let envelope: CallEnvelope =
                 serde_json::from_str(&args).map_err(|e| format!("unreadable request: {e}"))?;
-            let outcome = envelope_outcome(&link, &manifest, envelope, &call).await;
+            let outcome = envelope_outcome(&link, &manifest, envelope, &call, trace).await;
             return serde_json::to_string(&outcome).map_err(|e| e.to_string());
         }
         let tool = manifest
@@ -258,29 +261,7 @@ impl Upstream {
             .get(index as usize)
             .ok_or_else(|| format!("no tool number {index}"))?;
         let arguments = listing::arguments(&args)?;
-        let params = serde_json::from_value(json!({"name": tool.name, "arguments": arguments}))
-            .map_err(|e| e.to_string())?;
-        match link
-            .request(ClientRequest::CallToolRequest(Request::new(params)), &call)
-            .await
-        {
-            Ok(ServerResult::CallToolResult(result)) => {
-                let mut value = serde_json::to_value(&result).map_err(|e| e.to_string())?;
-                strip_result_type(&mut value);
-                Ok(value.to_string())
-            }
-            Ok(_) => Err(format!(
-                "upstream {} answered tools/call with something else than a tool result",
-                link.name()
-            )),
-            Err(Failure::Rpc(code, message)) => Ok(crate::plugins::call::error_result(&format!(
-                "upstream {} refused the call ({}): {message}",
-                link.name(),
-                code.0
-            ))
-            .to_string()),
-            Err(e) => Err(e.to_string()),
-        }
+        call_tool(&link, &tool.name, arguments, &call, trace).await
     }
 
     fn future(
@@ -299,6 +280,7 @@ impl Upstream {
             index,
             args.to_owned(),
             Arc::clone(call),
+            trace_context(call),
         ));
         Ok(Box::pin(async move {
             task.await
@@ -306,6 +288,75 @@ impl Upstream {
                 .map_err(PluginCallError::Plugin)
         }))
     }
+}
+
+/// How many `input_required` rounds a 2026-07-28 upstream may ask for in one call.
+const MAX_UPSTREAM_ROUNDS: usize = 8;
+
+/// Call tool `name` upstream with `arguments`: its result as JSON text. The questions of a
+/// 2026-07-28 upstream's `input_required` result are put to the calling client like a plugin's
+/// (a 2025 request, or this call's own round) and the call made again with the answers and the
+/// upstream's `requestState`.
+async fn call_tool(
+    link: &Link,
+    name: &str,
+    arguments: serde_json::Map<String, Value>,
+    call: &Arc<CallState>,
+    trace: Option<&TraceContext>,
+) -> Result<String, String> {
+    let failed = |message: String| Ok(crate::plugins::call::error_result(&message).to_string());
+    let mut params: CallToolRequestParams =
+        serde_json::from_value(json!({"name": name, "arguments": arguments}))
+            .map_err(|e| e.to_string())?;
+    for _ in 0..MAX_UPSTREAM_ROUNDS {
+        let request = ClientRequest::CallToolRequest(Request::new(params.clone()));
+        match link.request(request, call, trace).await {
+            Ok(ServerResult::CallToolResult(result)) => {
+                let mut value = serde_json::to_value(&result).map_err(|e| e.to_string())?;
+                strip_result_type(&mut value);
+                return Ok(value.to_string());
+            }
+            Ok(ServerResult::InputRequiredResult(asked)) => {
+                let requests = match serde_json::to_value(asked.input_requests.unwrap_or_default())
+                {
+                    Ok(Value::Object(requests)) => requests,
+                    _ => serde_json::Map::new(),
+                };
+                match relay::put(call, requests).await {
+                    Ok(answers) => params.input_responses = Some(answers.into_iter().collect()),
+                    Err(e) => return failed(format!("upstream {} asked: {e}", link.name())),
+                }
+                params.request_state = asked.request_state;
+            }
+            Ok(_) => {
+                return Err(format!(
+                    "upstream {} answered tools/call with something else than a tool result",
+                    link.name()
+                ));
+            }
+            Err(Failure::Rpc(code, message)) => {
+                let name = link.name();
+                return failed(format!(
+                    "upstream {name} refused the call ({}): {message}",
+                    code.0
+                ));
+            }
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    failed(format!(
+        "upstream {} asked for input more than {MAX_UPSTREAM_ROUNDS} times in one call",
+        link.name()
+    ))
+}
+
+/// The trace context an upstream request continues: the host's span for the call when spans
+/// are exported (the upstream's spans then sit under the host's), else the caller's own
+/// `traceparent`, passed on as it came.
+fn trace_context(call: &CallState) -> Option<TraceContext> {
+    crate::telemetry::trace::propagation(&tracing::Span::current())
+        .map(|(parent, state)| TraceContext { parent, state })
+        .or_else(|| call.request.trace.clone())
 }
 
 /// The `resultType` the 2026 revision adds is the host's to write for its own clients.
@@ -320,7 +371,8 @@ async fn envelope_outcome(
     link: &Link,
     manifest: &Manifest,
     envelope: CallEnvelope,
-    call: &CallState,
+    call: &Arc<CallState>,
+    trace: Option<&TraceContext>,
 ) -> EnvelopeOutcome {
     let failed = |kind, message: String| EnvelopeOutcome::Error(EnvelopeError { kind, message });
     let what = envelope_method(&envelope);
@@ -328,7 +380,7 @@ async fn envelope_outcome(
         Ok(request) => request,
         Err(error) => return EnvelopeOutcome::Error(error),
     };
-    match link.request(request, call).await {
+    match link.request(request, call, trace).await {
         Ok(result) => {
             let mut value = serde_json::to_value(&result).unwrap_or_default();
             strip_result_type(&mut value);

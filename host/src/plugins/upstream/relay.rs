@@ -1,0 +1,324 @@
+//! What an upstream sends toward the client during a call — log messages
+//! (`notifications/message`), progress, and requests for input (`elicitation/create`,
+//! `sampling/createMessage`) — and which call it belongs to.
+//!
+//! Progress names its request (its token). A request for input over Streamable HTTP comes on
+//! the response stream of the request it is about, and rmcp says which
+//! ([`InboundStreamOrigin`]); a log message does not say (rmcp marks requests only), nor does
+//! anything over stdio: those belong to the one call in flight, and when several are, a log
+//! message goes to the host's log only and a request for input is refused (a JSON-RPC error to
+//! the upstream).
+//!
+//! A question goes to the client the way a plugin's does
+//! ([`CallInput::ask`](crate::plugins::call::CallInput::ask)): a 2025 request on the call's
+//! stream, answered while the upstream waits, or — in a 2026 round — recorded for the
+//! `input_required` result; the upstream then gets an error, and the next round's call is made
+//! again, its question answered at once from the round's answers (keyed by the question's
+//! digest, so the same question finds its answer).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use mcp_plugin_sdk::{InputError, LogLevel};
+use rmcp::ErrorData as McpError;
+#[allow(deprecated)]
+use rmcp::model::{Extensions, LoggingLevel, LoggingMessageNotificationParam, RequestId};
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::plugins::call::{CallEvent, CallState, EventSink};
+use crate::plugins::lock;
+
+/// The calls in flight on one upstream, by the id of their request to it.
+#[derive(Default)]
+pub(super) struct Calls {
+    by_request: Mutex<HashMap<String, Arc<CallState>>>,
+    /// Numbers the calls whose request is not sent yet.
+    pending: std::sync::atomic::AtomicU64,
+}
+
+/// Where what an upstream sends during its calls goes: the calls in flight and the progress
+/// routes of their requests. It is routed as the transport receives it ([`Routing`]), in the
+/// upstream's order and before the response that followed it — rmcp would hand each
+/// notification to a task of its own, in no set order, and the response straight to the
+/// request, which could then answer its client first.
+pub(super) struct Routes {
+    /// The upstream's name, for the host's log.
+    name: Arc<str>,
+    /// The calls in flight.
+    pub(super) calls: Calls,
+    /// Where each running request's progress goes, by progress token.
+    pub(super) progress: Mutex<HashMap<String, EventSink>>,
+}
+
+impl Routes {
+    /// The routes of upstream `name`.
+    pub(super) fn new(name: Arc<str>) -> Routes {
+        Routes {
+            name,
+            calls: Calls::default(),
+            progress: Mutex::default(),
+        }
+    }
+
+    /// A notification as it arrives: a log message or progress goes to its call.
+    #[allow(deprecated)]
+    fn arrived(&self, notification: &ServerNotification) {
+        match notification {
+            ServerNotification::LoggingMessageNotification(n) => {
+                log(&self.name, &self.calls, &n.params, &n.extensions);
+            }
+            ServerNotification::ProgressNotification(n) => {
+                let params = &n.params;
+                let key = serde_json::to_string(&params.progress_token).unwrap_or_default();
+                let sink = lock(&self.progress).get(&key).cloned();
+                if let Some(sink) = sink {
+                    sink(CallEvent::Progress {
+                        progress: params.progress,
+                        total: params.total,
+                        message: params.message.clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// An upstream's transport that routes the log messages and progress it receives as it receives
+/// them (see [`Routes`]).
+pub(super) struct Routing<T> {
+    /// The transport.
+    pub(super) inner: T,
+    /// Where they go.
+    pub(super) routes: Arc<Routes>,
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Routing<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await;
+        if let Some(JsonRpcMessage::Notification(n)) = &message {
+            self.routes.arrived(&n.notification);
+        }
+        message
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// The call an upstream's message belongs to.
+enum Routed {
+    /// This one.
+    Call(Arc<CallState>),
+    /// No call is in flight.
+    None,
+    /// Several are, and the message does not say which (`n`).
+    Ambiguous(usize),
+}
+
+/// A call's entry in [`Calls`], removed when its request ends.
+pub(super) struct Entered<'a> {
+    calls: &'a Calls,
+    key: String,
+}
+
+impl Entered<'_> {
+    /// The call's request went out as `id`.
+    pub(super) fn bind(&mut self, id: &RequestId) {
+        let key = key(id);
+        let mut calls = lock(&self.calls.by_request);
+        if let Some(call) = calls.remove(&self.key) {
+            calls.insert(key.clone(), call);
+        }
+        self.key = key;
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        lock(&self.calls.by_request).remove(&self.key);
+    }
+}
+
+fn key(id: &RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
+}
+
+impl Calls {
+    /// `call` is in flight (its request about to be sent) until the guard is dropped.
+    pub(super) fn enter(&self, call: &Arc<CallState>) -> Entered<'_> {
+        let n = self
+            .pending
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let key = format!("pending-{n}");
+        lock(&self.by_request).insert(key.clone(), Arc::clone(call));
+        Entered { calls: self, key }
+    }
+
+    /// The call a message that arrived with `extensions` belongs to.
+    fn route(&self, extensions: &Extensions) -> Routed {
+        let calls = lock(&self.by_request);
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) = extensions.get() {
+            return calls
+                .get(&key(id))
+                .map_or(Routed::None, |c| Routed::Call(Arc::clone(c)));
+        }
+        let mut all = calls.values();
+        match (all.next(), calls.len()) {
+            (None, _) => Routed::None,
+            (Some(call), 1) => Routed::Call(Arc::clone(call)),
+            (Some(_), n) => Routed::Ambiguous(n),
+        }
+    }
+}
+
+/// An upstream's log message: to the client of the call it belongs to (as the call's own log
+/// message, which the client's `logging/setLevel` or request level filters), and to the host's
+/// log when it belongs to none.
+#[allow(deprecated)]
+fn log(
+    upstream: &str,
+    calls: &Calls,
+    params: &LoggingMessageNotificationParam,
+    extensions: &Extensions,
+) {
+    let text = match &params.data {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    if let Routed::Call(call) = calls.route(extensions)
+        && let Some(sink) = &call.events
+    {
+        sink(CallEvent::Log {
+            level: level(params.level),
+            message: text,
+            logger: params
+                .logger
+                .clone()
+                .unwrap_or_else(|| call.tool.to_string()),
+        });
+        return;
+    }
+    tracing::info!(upstream, logger = params.logger, "{text}");
+}
+
+// Logging is deprecated in 2026-07-28, but the servers of 2025 still send it.
+#[allow(deprecated)]
+fn level(level: LoggingLevel) -> LogLevel {
+    match level {
+        LoggingLevel::Debug => LogLevel::Debug,
+        LoggingLevel::Info => LogLevel::Info,
+        LoggingLevel::Notice => LogLevel::Notice,
+        LoggingLevel::Warning => LogLevel::Warning,
+        LoggingLevel::Error => LogLevel::Error,
+        LoggingLevel::Critical => LogLevel::Critical,
+        LoggingLevel::Alert => LogLevel::Alert,
+        LoggingLevel::Emergency => LogLevel::Emergency,
+    }
+}
+
+/// Ask the client of the call an upstream's request `method` (with `params`) belongs to, and
+/// turn its answer into the result the upstream expects (an error when the client was not
+/// asked, or did not answer).
+pub(super) async fn ask<T: DeserializeOwned + Send + 'static>(
+    upstream: &str,
+    calls: &Calls,
+    method: &str,
+    params: Value,
+    extensions: &Extensions,
+) -> Result<T, McpError> {
+    let call = match calls.route(extensions) {
+        Routed::Call(call) => call,
+        Routed::None => {
+            return Err(McpError::invalid_request(
+                format!("mcp-host: {method} is answered only during a tool call"),
+                None,
+            ));
+        }
+        Routed::Ambiguous(n) => {
+            return Err(McpError::invalid_request(
+                format!(
+                    "mcp-host: {n} calls to upstream {upstream} are in flight and this \
+                     {method} does not say which one it belongs to (over stdio nothing can): \
+                     it cannot be passed to a client"
+                ),
+                None,
+            ));
+        }
+    };
+    // The question's key: the same question in a later round finds this round's answer.
+    let digest = crate::config::lock::digest(&json!([method, params]));
+    let key = format!("upstream-{}", &digest[..16.min(digest.len())]);
+    let mut requests = serde_json::Map::new();
+    requests.insert(key.clone(), json!({"method": method, "params": params}));
+    let mut answers = put(&call, requests)
+        .await
+        .map_err(|e| refused(method, &e))?;
+    let answer = answers.remove(&key).unwrap_or_default();
+    serde_json::from_value(answer).map_err(|e| {
+        McpError::internal_error(
+            format!("mcp-host: the client's answer to {method} is not its result: {e}"),
+            None,
+        )
+    })
+}
+
+/// Put `requests` (key -> `{method, params}`) to the client of `call` the way a plugin's
+/// questions go, on a blocking thread (a 2025 question waits there for the client's answer):
+/// the answers by key.
+pub(super) async fn put(
+    call: &Arc<CallState>,
+    requests: serde_json::Map<String, Value>,
+) -> Result<serde_json::Map<String, Value>, InputError> {
+    let Some(input) = call.input.clone() else {
+        return Err(InputError::Failed(
+            "the caller of this call cannot be asked".into(),
+        ));
+    };
+    let questions = json!({ "requests": requests }).to_string();
+    let asking = Arc::clone(call);
+    let answered = tokio::task::spawn_blocking(move || input.ask(&questions, &asking))
+        .await
+        .map_err(|e| InputError::Failed(e.to_string()))??;
+    match answered {
+        Value::Object(mut answered) => match answered.remove("responses") {
+            Some(Value::Object(responses)) => Ok(responses),
+            _ => Err(InputError::Failed("no answers".into())),
+        },
+        _ => Err(InputError::Failed("no answers".into())),
+    }
+}
+
+/// The upstream's error for a question the client did not answer.
+fn refused(method: &str, error: &InputError) -> McpError {
+    match error {
+        InputError::Asked => McpError::internal_error(
+            format!(
+                "mcp-host: {method} was passed to the client in an input_required round; the \
+                 call will be made again with the answer"
+            ),
+            None,
+        ),
+        InputError::Unsupported { .. } => McpError::new(
+            rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+            format!("mcp-host: the calling client does not support {method}"),
+            None,
+        ),
+        InputError::Failed(why) => McpError::internal_error(format!("mcp-host: {why}"), None),
+        other => McpError::internal_error(format!("mcp-host: {other}"), None),
+    }
+}
