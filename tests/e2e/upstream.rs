@@ -414,15 +414,11 @@ impl Drop for Killed {
     }
 }
 
-#[test]
-fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
-    let Some(py) = python() else { return };
-    let port = free_port();
-    let _upstream = Killed(
-        Command::new(&py)
-            .arg(script())
-            .args(["--http", &port.to_string()])
-            .stdout(std::process::Stdio::null())
+/// Start an HTTP upstream server (`cmd`, its output discarded) and wait until it accepts
+/// connections on `port`; killed when dropped.
+fn http_upstream(mut cmd: Command, port: u16) -> Killed {
+    let upstream = Killed(
+        cmd.stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap(),
@@ -432,6 +428,16 @@ fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
         assert!(Instant::now() < deadline, "the HTTP upstream did not start");
         std::thread::sleep(Duration::from_millis(100));
     }
+    upstream
+}
+
+#[test]
+fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
+    let Some(py) = python() else { return };
+    let port = free_port();
+    let mut cmd = Command::new(&py);
+    cmd.arg(script()).args(["--http", &port.to_string()]);
+    let _upstream = http_upstream(cmd, port);
     let l = Layout::new();
     let cfg = l.config(&format!(
         "tool_dirs:\n  - server: {{url: \"http://127.0.0.1:{port}/mcp\", headers: {{X-Test: \"on\"}}}}\n    name: remote\n    prefix: http_\n{}",
@@ -734,21 +740,11 @@ fn over_http_an_upstreams_question_reaches_its_own_call_among_several() {
         return;
     };
     let port = free_port();
-    let _upstream = Killed(
-        Command::new("node")
-            .arg(&everything)
-            .arg("streamableHttp")
-            .env("PORT", port.to_string())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let deadline = Instant::now() + WAIT;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "the HTTP upstream did not start");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let mut cmd = Command::new("node");
+    cmd.arg(&everything)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string());
+    let _upstream = http_upstream(cmd, port);
     let l = Layout::new();
     let url = format!("{{url: \"http://127.0.0.1:{port}/mcp\"}}");
     let mut server = session_asking_everything(&l, &url);
