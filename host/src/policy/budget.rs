@@ -26,11 +26,28 @@ pub struct BudgetError {
 
 #[derive(Debug)]
 struct Bucket {
-    tokens: f64,
+    /// Calls left in the window (`calls` budgets).
+    calls: Level,
     /// Argument bytes left in the window (`bytes` budgets).
-    bytes: f64,
+    bytes: Level,
     refilled: Instant,
     in_flight: Arc<AtomicU32>,
+}
+
+/// A token bucket's level, refilled to its capacity over the budget's window.
+#[derive(Debug)]
+struct Level(f64);
+
+impl Level {
+    /// Refill for `share` of a window (elapsed seconds / `per_secs`), up to `capacity`.
+    fn refill(&mut self, share: f64, capacity: f64) {
+        self.0 = (self.0 + share * capacity).min(capacity);
+    }
+
+    /// Seconds until `amount` is there, when it is not now.
+    fn wait_for(&self, amount: f64, capacity: f64, per_secs: f64) -> Option<u64> {
+        (self.0 < amount).then(|| ((amount - self.0) * per_secs / capacity).ceil() as u64)
+    }
 }
 
 /// The state of every budget's buckets.
@@ -76,8 +93,8 @@ impl Budgets {
         let bucket = buckets
             .entry((name.to_owned(), key.to_owned()))
             .or_insert_with(|| Bucket {
-                tokens: calls_capacity,
-                bytes: bytes_capacity,
+                calls: Level(calls_capacity),
+                bytes: Level(bytes_capacity),
                 refilled: now,
                 in_flight: Arc::default(),
             });
@@ -92,19 +109,15 @@ impl Budgets {
         {
             return Err(refuse(format!("{max} calls at once"), 1));
         }
-        let elapsed = now.saturating_duration_since(bucket.refilled).as_secs_f64();
-        bucket.refilled = now;
         let per_secs = limits.per_secs;
-        bucket.tokens = (bucket.tokens + elapsed * calls_capacity / per_secs).min(calls_capacity);
-        bucket.bytes = (bucket.bytes + elapsed * bytes_capacity / per_secs).min(bytes_capacity);
+        let share = now.saturating_duration_since(bucket.refilled).as_secs_f64() / per_secs;
+        bucket.refilled = now;
+        bucket.calls.refill(share, calls_capacity);
+        bucket.bytes.refill(share, bytes_capacity);
         if let Some(calls) = limits.calls
-            && bucket.tokens < 1.0
+            && let Some(wait) = bucket.calls.wait_for(1.0, calls_capacity, per_secs)
         {
-            let wait = ((1.0 - bucket.tokens) * per_secs / calls_capacity).ceil();
-            return Err(refuse(
-                format!("{calls} calls per {per_secs} s"),
-                wait as u64,
-            ));
+            return Err(refuse(format!("{calls} calls per {per_secs} s"), wait));
         }
         if let Some(bytes) = limits.bytes {
             if arg_bytes > bytes {
@@ -117,17 +130,16 @@ impl Budgets {
                 ));
             }
             let needed = arg_bytes as f64;
-            if bucket.bytes < needed {
-                let wait = ((needed - bucket.bytes) * per_secs / bytes_capacity).ceil();
+            if let Some(wait) = bucket.bytes.wait_for(needed, bytes_capacity, per_secs) {
                 return Err(refuse(
                     format!("{bytes} bytes of arguments per {per_secs} s"),
-                    wait as u64,
+                    wait,
                 ));
             }
-            bucket.bytes -= needed;
+            bucket.bytes.0 -= needed;
         }
         if limits.calls.is_some() {
-            bucket.tokens -= 1.0;
+            bucket.calls.0 -= 1.0;
         }
         bucket.in_flight.fetch_add(1, Ordering::AcqRel);
         Ok(BudgetPermit {
