@@ -26,8 +26,6 @@ pub(crate) fn pin(
     }
     let host = Host::start(config, crate::host_options())?;
     let mut current = host.registry().pins();
-    // What `mcp-host add` recorded stays.
-    current.installed = pinned.installed.clone();
     host.shutdown();
     let differences = pins::compare(&current, &pinned);
     if diff {

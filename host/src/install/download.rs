@@ -38,13 +38,8 @@ pub(super) async fn build(
             ))
         })?
         .to_owned();
-    crate::config::tls::use_ring_provider();
-    let client = reqwest::Client::builder()
-        .https_only(!loopback)
-        .connect_timeout(std::time::Duration::from_secs(30))
-        .read_timeout(std::time::Duration::from_secs(120))
-        .build()
-        .map_err(|e| InstallError::Registry(format!("{url}: {e}")))?;
+    let client =
+        http_client(loopback).map_err(|e| InstallError::Registry(format!("{url}: {e}")))?;
     let library = get(&client, url, limits.library)
         .await?
         .ok_or_else(|| InstallError::Registry(format!("{url}: 404 Not Found")))?;
@@ -93,9 +88,20 @@ pub(super) async fn bounded_body(
     while let Some(chunk) = stream.next().await {
         let chunk = chunk.map_err(|e| InstallError::Registry(format!("{what}: {e}")))?;
         if (body.len() + chunk.len()) as u64 > limit.max {
-            return Err(limit.refuse(what, format!("more than {}", limit.max)));
+            return Err(limit.refuse_over(what));
         }
         body.extend_from_slice(&chunk);
     }
     Ok(body)
+}
+
+/// The HTTP client of downloads and registry requests: HTTPS only unless the server is on
+/// loopback, TLS by the process's ring provider, bounded connect and read waits.
+pub(super) fn http_client(loopback: bool) -> reqwest::Result<reqwest::Client> {
+    crate::config::tls::use_ring_provider();
+    reqwest::Client::builder()
+        .https_only(!loopback)
+        .connect_timeout(std::time::Duration::from_secs(30))
+        .read_timeout(std::time::Duration::from_secs(120))
+        .build()
 }

@@ -111,9 +111,10 @@ impl Source {
 /// A plugin fetched, verified and loaded in its staging directory, ready to be put in place.
 #[derive(Debug)]
 pub struct Staged {
-    staging: tempfile::TempDir,
-    /// Held locked while the install runs (see `managed`).
+    /// Held locked while the install runs (see `managed`); declared first, so it is closed
+    /// before the staging directory it lies in is removed.
     _held: std::fs::File,
+    staging: tempfile::TempDir,
     /// The plugin's name.
     pub plugin: String,
     /// The receipt it will get.
@@ -396,7 +397,7 @@ fn read_limited(path: &Path, limit: package::Limit) -> Result<Vec<u8>, InstallEr
         .and_then(|f| f.take(limit.max.saturating_add(1)).read_to_end(&mut bytes))
         .map_err(io(path.display()))?;
     if bytes.len() as u64 > limit.max {
-        return Err(limit.refuse(path.display(), format!("more than {}", limit.max)));
+        return Err(limit.refuse_over(path.display()));
     }
     Ok(bytes)
 }

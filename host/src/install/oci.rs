@@ -278,12 +278,7 @@ async fn manifest_bytes(
             .or_else(|| reference.tag())
             .unwrap_or("latest")
     );
-    let http = reqwest::Client::builder()
-        .https_only(!loopback)
-        .connect_timeout(std::time::Duration::from_secs(30))
-        .read_timeout(std::time::Duration::from_secs(120))
-        .build()
-        .map_err(|e| registry_error(reference, e))?;
+    let http = super::download::http_client(loopback).map_err(|e| registry_error(reference, e))?;
     let mut request = http.get(&url).header(
         reqwest::header::ACCEPT,
         format!(
@@ -425,7 +420,7 @@ async fn pull_bounded(
         .await
         .map_err(|e| {
             if out.data.len() >= out.max {
-                limit.refuse(&what, format!("more than {}", limit.max))
+                limit.refuse_over(&what)
             } else {
                 registry_error(reference, format!("layer {}: {e}", layer.digest))
             }

@@ -38,6 +38,11 @@ pub struct Limit {
 }
 
 impl Limit {
+    /// The refusal of `what`, found larger than the limit before it was read whole.
+    pub fn refuse_over(&self, what: impl std::fmt::Display) -> InstallError {
+        self.refuse(what, format!("more than {}", self.max))
+    }
+
     /// The refusal of `what`, `size` bytes (a number, or `more than N`).
     pub fn refuse(
         &self,
