@@ -8,6 +8,7 @@
 //! `CallOptions` and the [`CallState`] of each call made for it (nested calls included) hold the
 //! same one. The execution stage fills in a [`CallState`]; backends only read it.
 
+pub use crate::telemetry::trace::TraceContext;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -38,37 +39,6 @@ pub struct RequestContext {
     /// The caller's W3C trace context (the HTTP headers', else the request's `_meta`), passed on
     /// to an upstream server's requests when the host exports no spans of its own.
     pub trace: Option<TraceContext>,
-}
-
-/// A W3C trace context: `traceparent` and `tracestate`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TraceContext {
-    /// `traceparent`.
-    pub parent: String,
-    /// `tracestate`, when there is one.
-    pub state: Option<String>,
-}
-
-impl TraceContext {
-    /// The trace context of a request: its `traceparent` and `tracestate` HTTP headers
-    /// (`header`), else those of its params' `_meta`.
-    pub fn of_request(
-        header: Option<&(String, Option<String>)>,
-        params: &serde_json::Map<String, Value>,
-    ) -> Option<TraceContext> {
-        if let Some((parent, state)) = header {
-            return Some(TraceContext {
-                parent: parent.clone(),
-                state: state.clone(),
-            });
-        }
-        let meta = params.get("_meta")?;
-        let field = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
-        Some(TraceContext {
-            parent: field("traceparent")?,
-            state: field("tracestate"),
-        })
-    }
 }
 
 impl RequestContext {

@@ -307,13 +307,8 @@ impl Protocol {
             era: &era,
             config: self.host.config(),
         };
-        let trace_context = ex.headers.as_ref().and_then(|h| h.trace_context.as_ref());
-        let span = crate::telemetry::trace::request_span(
-            method,
-            &id,
-            &params,
-            trace_context.map(|(parent, state)| (parent.as_str(), state.as_deref())),
-        );
+        let span =
+            crate::telemetry::trace::request_span(method, &id, &params, ex.request.trace.as_ref());
         match self.dispatch(method, &req).instrument(span).await {
             Ok(Answer::Tool(result)) => match result.into_plain() {
                 // The plugin's text goes out as it is, with what the era adds.

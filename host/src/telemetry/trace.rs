@@ -120,13 +120,44 @@ where
         }))
 }
 
+/// A W3C trace context: `traceparent` and `tracestate`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// `traceparent`.
+    pub parent: String,
+    /// `tracestate`, when there is one.
+    pub state: Option<String>,
+}
+
+impl TraceContext {
+    /// The trace context of a request: its `traceparent` and `tracestate` HTTP headers
+    /// (`header`), else those of its params' `_meta`.
+    pub fn of_request(
+        header: Option<&(String, Option<String>)>,
+        params: &Map<String, Value>,
+    ) -> Option<TraceContext> {
+        if let Some((parent, state)) = header {
+            return Some(TraceContext {
+                parent: parent.clone(),
+                state: state.clone(),
+            });
+        }
+        let meta = params.get("_meta")?;
+        let field = |key: &str| meta.get(key).and_then(Value::as_str).map(str::to_owned);
+        Some(TraceContext {
+            parent: field("traceparent")?,
+            state: field("tracestate"),
+        })
+    }
+}
+
 /// The span of one request: `method` (with the tool's name for `tools/call`), a child of the
 /// client's trace when it sent a `traceparent` (the HTTP header's, else `_meta.traceparent`).
 pub fn request_span(
     method: &str,
     id: &Value,
     params: &Map<String, Value>,
-    header: Option<(&str, Option<&str>)>,
+    trace: Option<&TraceContext>,
 ) -> tracing::Span {
     if !exporting() {
         return tracing::Span::none();
@@ -149,17 +180,11 @@ pub fn request_span(
     if span.is_disabled() {
         return span;
     }
-    let meta = params.get("_meta");
-    let from_meta = |key: &str| meta.and_then(|m| m.get(key)).and_then(Value::as_str);
-    let (parent, state) = match header {
-        Some((parent, state)) => (Some(parent), state),
-        None => (from_meta("traceparent"), from_meta("tracestate")),
-    };
-    if let Some(parent) = parent {
+    if let Some(trace) = trace {
         let mut carrier = HashMap::new();
-        carrier.insert("traceparent".to_owned(), parent.to_owned());
-        if let Some(state) = state {
-            carrier.insert("tracestate".to_owned(), state.to_owned());
+        carrier.insert("traceparent".to_owned(), trace.parent.clone());
+        if let Some(state) = &trace.state {
+            carrier.insert("tracestate".to_owned(), state.clone());
         }
         let cx = TraceContextPropagator::new().extract(&carrier);
         if cx.span().span_context().is_valid() {
@@ -191,7 +216,7 @@ pub(crate) fn record_outcome(span: &tracing::Span, outcome: Outcome) {
 
 /// The W3C trace context (`traceparent`, `tracestate`) that continues `span`'s trace, when it is
 /// exported: what a request the host makes on its behalf carries.
-pub(crate) fn propagation(span: &tracing::Span) -> Option<(String, Option<String>)> {
+pub(crate) fn propagation(span: &tracing::Span) -> Option<TraceContext> {
     if !exporting() || span.is_disabled() {
         return None;
     }
@@ -201,11 +226,10 @@ pub(crate) fn propagation(span: &tracing::Span) -> Option<(String, Option<String
     }
     let mut carrier: HashMap<String, String> = HashMap::new();
     TraceContextPropagator::new().inject_context(&cx, &mut carrier);
-    let parent = carrier.remove("traceparent")?;
-    Some((
-        parent,
-        carrier.remove("tracestate").filter(|s| !s.is_empty()),
-    ))
+    Some(TraceContext {
+        parent: carrier.remove("traceparent")?,
+        state: carrier.remove("tracestate").filter(|s| !s.is_empty()),
+    })
 }
 
 /// The trace id of `span`, when it is exported.

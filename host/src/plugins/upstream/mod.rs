@@ -355,7 +355,6 @@ async fn call_tool(
 /// `traceparent`, passed on as it came.
 fn trace_context(call: &CallState) -> Option<TraceContext> {
     crate::telemetry::trace::propagation(&tracing::Span::current())
-        .map(|(parent, state)| TraceContext { parent, state })
         .or_else(|| call.request.trace.clone())
 }
 
