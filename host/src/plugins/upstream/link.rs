@@ -160,12 +160,7 @@ impl rmcp::ClientHandler for Handler {
         request: rmcp::model::ElicitRequestParams,
         context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, rmcp::ErrorData> {
-        self.ask(
-            "elicitation/create",
-            serde_json::to_value(&request),
-            &context,
-        )
-        .await
+        self.ask("elicitation/create", &request, &context).await
     }
 
     // Sampling is deprecated in 2026-07-28, but the servers of 2025 still ask for it.
@@ -175,12 +170,7 @@ impl rmcp::ClientHandler for Handler {
         request: rmcp::model::CreateMessageRequestParams,
         context: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, rmcp::ErrorData> {
-        self.ask(
-            "sampling/createMessage",
-            serde_json::to_value(&request),
-            &context,
-        )
-        .await
+        self.ask("sampling/createMessage", &request, &context).await
     }
 
     async fn on_resource_updated(
@@ -232,13 +222,14 @@ impl Handler {
     async fn ask<T: serde::de::DeserializeOwned + Send + 'static>(
         &self,
         method: &str,
-        params: Result<Value, serde_json::Error>,
+        params: &impl serde::Serialize,
         context: &rmcp::service::RequestContext<RoleClient>,
     ) -> Result<T, rmcp::ErrorData> {
         let Some(link) = self.link.upgrade() else {
             return Err(rmcp::ErrorData::internal_error("mcp-host: stopping", None));
         };
-        let params = params.map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
+        let params = serde_json::to_value(params)
+            .map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
         super::relay::ask(
             &link.name,
             &link.routes.calls,
