@@ -88,27 +88,6 @@ enum PolicyCommand {
 }
 
 #[derive(Subcommand, Debug)]
-enum ImportSource {
-    /// A Claude Desktop or Cursor configuration: its `mcpServers` map.
-    ClaudeDesktop {
-        /// The file (default: Claude Desktop's configuration on this platform).
-        file: Option<PathBuf>,
-        /// Append the entries to this configuration file, keeping what it holds.
-        #[arg(long, value_name = "CONFIG")]
-        write: Option<PathBuf>,
-    },
-    /// An MCP registry `server.json`: its first npm, PyPI or OCI package as a command, else its
-    /// first Streamable HTTP remote.
-    ServerJson {
-        /// The file.
-        file: PathBuf,
-        /// Append the entry to this configuration file, keeping what it holds.
-        #[arg(long, value_name = "CONFIG")]
-        write: Option<PathBuf>,
-    },
-}
-
-#[derive(Subcommand, Debug)]
 enum Command {
     /// Serve MCP: Streamable HTTP (default 127.0.0.1:18080/mcp) or stdio.
     Serve {
@@ -276,7 +255,7 @@ enum Command {
     /// references) and print them, or append them to a configuration file.
     Import {
         #[command(subcommand)]
-        source: ImportSource,
+        source: cli::import::Source,
     },
     /// Record every served tool, resource and prompt definition in the lock file.
     Pin {
@@ -416,15 +395,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Policy { command } => policy_command(config_path, command),
         Command::Import { source } => {
             init_logging("warn", LogFormat::default());
-            let (source, write) = match source {
-                ImportSource::ClaudeDesktop { file, write } => {
-                    (cli::import::Source::ClaudeDesktop(file), write)
-                }
-                ImportSource::ServerJson { file, write } => {
-                    (cli::import::Source::ServerJson(file), write)
-                }
-            };
-            cli::import::import(source, write.as_deref(), &mut std::io::stdout())
+            cli::import::import(source, &mut std::io::stdout())
         }
         Command::Call {
             tool,

@@ -3,38 +3,48 @@
 //! printed as YAML with what was skipped and the variables to set; `--write CONFIG` appends them
 //! to a configuration file.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
 use mcp_host::config::import;
 
-/// What to import.
+/// What to import (the subcommands of `mcp-host import`).
+#[derive(clap::Subcommand, Debug)]
 pub(crate) enum Source {
-    /// A Claude Desktop or Cursor configuration (default: Claude Desktop's on this platform).
-    ClaudeDesktop(Option<PathBuf>),
-    /// An MCP registry `server.json`.
-    ServerJson(PathBuf),
+    /// A Claude Desktop or Cursor configuration: its `mcpServers` map.
+    ClaudeDesktop {
+        /// The file (default: Claude Desktop's configuration on this platform).
+        file: Option<PathBuf>,
+        /// Append the entries to this configuration file, keeping what it holds.
+        #[arg(long, value_name = "CONFIG")]
+        write: Option<PathBuf>,
+    },
+    /// An MCP registry `server.json`: its first npm, PyPI or OCI package as a command, else its
+    /// first Streamable HTTP remote.
+    ServerJson {
+        /// The file.
+        file: PathBuf,
+        /// Append the entry to this configuration file, keeping what it holds.
+        #[arg(long, value_name = "CONFIG")]
+        write: Option<PathBuf>,
+    },
 }
 
-/// Import `source`, print the entries, and with `write` append them to that configuration file.
-/// Exit 1 when nothing could be imported.
-pub(crate) fn import(
-    source: Source,
-    write: Option<&Path>,
-    out: &mut dyn std::io::Write,
-) -> anyhow::Result<ExitCode> {
-    let (path, made) = match source {
-        Source::ClaudeDesktop(file) => {
+/// Import `source`, print the entries, and with its `--write` append them to that configuration
+/// file. Exit 1 when nothing could be imported.
+pub(crate) fn import(source: Source, out: &mut dyn std::io::Write) -> anyhow::Result<ExitCode> {
+    let (path, made, write) = match source {
+        Source::ClaudeDesktop { file, write } => {
             let path = file
                 .or_else(import::claude_desktop_default_path)
                 .context("no Claude Desktop configuration path on this platform: give FILE")?;
             let made = import::claude_desktop(&path);
-            (path, made)
+            (path, made, write)
         }
-        Source::ServerJson(path) => {
-            let made = import::server_json(&path);
-            (path, made)
+        Source::ServerJson { file, write } => {
+            let made = import::server_json(&file);
+            (file, made, write)
         }
     };
     let made = made?;
@@ -47,7 +57,7 @@ pub(crate) fn import(
         );
         return Ok(ExitCode::from(1));
     }
-    if let Some(config) = write {
+    if let Some(config) = write.as_deref() {
         let appended = import::append_to_config(config, &made)?;
         if !appended.written.is_empty() {
             writeln!(
