@@ -8,7 +8,8 @@
 #   - a Python venv with the Python SDK `mcp` 2.x, and for the operator tests the OpenTelemetry
 #     protobuf definitions (`opentelemetry-proto`: the OTLP/HTTP receiver in tests/otlp decodes the
 #     host's exported spans with them) and `prometheus-client` (its OpenMetrics parser reads
-#     `/metrics`);
+#     `/metrics`), and `selenium` (the console tests drive headless Chromium through Debian's
+#     chromium-driver, which .ci/install-services.sh installs);
 #   - the MCP Inspector (its CLI mode drives the server in the interop tests);
 #   - the upstream servers `@modelcontextprotocol/server-everything` and `server-filesystem`.
 # Only package registries are used (npm, PyPI). Idempotent: what is already there at the right version
@@ -30,6 +31,7 @@ TS_SDK_MAJOR=1
 PY_MCP_VERSION=2.3.0
 PY_OTEL_PROTO_VERSION=1.45.2
 PY_PROMETHEUS_CLIENT_VERSION=0.26.0
+PY_SELENIUM_VERSION=4.51.0
 INSPECTOR_VERSION=2.12.0
 UPSTREAM_EVERYTHING_VERSION=2026.8.31
 UPSTREAM_FILESYSTEM_VERSION=2026.8.31
@@ -143,6 +145,12 @@ else
         "opentelemetry-proto==$PY_OTEL_PROTO_VERSION" "prometheus-client==$PY_PROMETHEUS_CLIENT_VERSION"
 fi
 "$VENV/bin/python" -c 'from opentelemetry.proto.collector.trace.v1 import trace_service_pb2; from prometheus_client.openmetrics import parser'
+if [[ "$(py_version selenium)" == "$PY_SELENIUM_VERSION" ]]; then
+    echo "   selenium $PY_SELENIUM_VERSION already there"
+else
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check "selenium==$PY_SELENIUM_VERSION"
+fi
+"$VENV/bin/python" -c 'from selenium.webdriver.chrome.service import Service'
 
 echo "== versions"
 echo "node:                 $node_version ($NODE)"
@@ -152,3 +160,4 @@ echo "TypeScript SDK:       $(installed_version "$TOOLS/tssdk" @modelcontextprot
 echo "Python SDK mcp:       $(py_version mcp) ($VENV/bin/python)"
 echo "MCP Inspector:        $(installed_version "$TOOLS/inspector" @modelcontextprotocol/inspector) ($BIN/mcp-inspector)"
 echo "opentelemetry-proto:  $(py_version opentelemetry-proto), prometheus-client: $(py_version prometheus-client) ($VENV/bin/python)"
+echo "selenium:             $(py_version selenium) ($VENV/bin/python; drives Debian's chromium-driver)"

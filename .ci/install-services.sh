@@ -5,6 +5,8 @@
 #   - openssl       (the CA and certificate the TLS store test generates for `rediss://`;
 #                    Debian's redis-server is built with TLS)
 #   - valgrind      (callgrind: the serving bench's instruction counts and its speed guard)
+#   - chromium, chromium-driver (the headless browser and its WebDriver server the console
+#                    tests drive: /usr/bin/chromium, /usr/bin/chromedriver)
 #   - docker-registry (the OCI distribution registry the install tests publish plugins to and
 #                    add them from: /usr/bin/docker-registry)
 # The tests run their own instances (own temporary directories and ports); the packages' system
@@ -23,6 +25,8 @@ have nginx || missing+=(nginx-light)
 have openssl || missing+=(openssl)
 have valgrind || missing+=(valgrind)   # the speed guard (.ci/run)
 have docker-registry || missing+=(docker-registry)   # the install tests' OCI registry
+have chromium || missing+=(chromium)                 # the console tests' browser
+have chromedriver || missing+=(chromium-driver)      # ... and its WebDriver server
 
 if [[ ${#missing[@]} -gt 0 ]]; then
     if [[ $(id -u) -ne 0 ]]; then
@@ -48,4 +52,5 @@ nginx_bin="$(command -v nginx || echo /usr/sbin/nginx)"
 echo "   $(redis-server --version | cut -d' ' -f1-3)"
 echo "   $("$nginx_bin" -v 2>&1)"
 echo "   $(openssl version)"
+echo "   $(chromium --version 2>/dev/null | head -1), $(chromedriver --version 2>/dev/null | cut -d' ' -f1-2)"
 echo "   docker-registry $(docker-registry --version 2>/dev/null | head -1 || echo '(version unknown)')"

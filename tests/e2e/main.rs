@@ -6,6 +6,7 @@ mod auth;
 mod clients;
 mod compat;
 mod conformance;
+mod console;
 mod discovery;
 mod docs;
 mod first_run;

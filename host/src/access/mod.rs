@@ -113,9 +113,10 @@ fn path_segment(name: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Why a request is refused before it reaches the protocol.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Denied {
     /// No or bad credentials: HTTP 401 with a challenge.
+    #[error("unauthorized: {description}")]
     Unauthorized {
         /// The bearer error code (`invalid_token`), absent when no token was sent.
         error: Option<&'static str>,
@@ -126,8 +127,10 @@ pub enum Denied {
         reason: &'static str,
     },
     /// Valid credentials that may not use this endpoint: HTTP 403.
+    #[error("forbidden: {0}")]
     Forbidden(String),
     /// The endpoint names an agent that does not exist: HTTP 404.
+    #[error("no such agent: {0}")]
     UnknownAgent(String),
 }
 
@@ -182,6 +185,16 @@ impl Access {
     /// Whether answers may depend on who asks (then 2026 lists are `cacheScope: private`).
     pub fn caller_dependent(&self) -> bool {
         self.auth.is_some() || !self.agents.is_empty()
+    }
+
+    /// Whether callers can authenticate at all (secrets or JWT keys are configured).
+    pub fn authenticates(&self) -> bool {
+        self.auth.is_some()
+    }
+
+    /// Whether every HTTP request needs valid credentials (`auth.require_auth`).
+    pub fn requires_auth(&self) -> bool {
+        self.require_auth
     }
 
     /// The agent called `name`.

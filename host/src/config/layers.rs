@@ -9,9 +9,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value};
 
 use super::{
-    AgentSettings, AuthSettings, Config, ConfigError, DEFAULT_CONFIG, HttpSettings, Isolation,
-    Limits, LogFormat, PinMode, PluginSettings, PolicySettings, RequestStateSettings, StoreSetting,
-    TaskSettings, ToolDir, TraceSettings, TrustSettings,
+    AgentSettings, AuthSettings, Config, ConfigError, ConsoleSettings, DEFAULT_CONFIG,
+    HttpSettings, Isolation, Limits, LogFormat, PinMode, PluginSettings, PolicySettings,
+    RequestStateSettings, StoreSetting, TaskSettings, ToolDir, TraceSettings, TrustSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -39,6 +39,7 @@ struct Layer {
     request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
     policy: Option<Value>,
+    console: Option<Value>,
     log_format: Option<LogFormat>,
     /// `stderr`, or a file path.
     audit_log: Option<PathBuf>,
@@ -611,6 +612,7 @@ fn apply_value(
             "request_state",
             "agents",
             "policy",
+            "console",
             "traces",
             "trust",
             "tasks",
@@ -647,6 +649,9 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     }
     if let Some(v) = &layer.policy {
         section::<PolicySettings>(v, origin, "policy")?;
+    }
+    if let Some(v) = &layer.console {
+        check_console(&section::<ConsoleSettings>(v, origin, "console")?, origin)?;
     }
     for (name, v) in layer.agents.iter().flatten() {
         section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
@@ -827,6 +832,10 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     if let Some(v) = present("policy") {
         config.policy = section(v, &origin, "policy")?;
     }
+    if let Some(v) = present("console") {
+        config.console = section(v, &origin, "console")?;
+        check_console(&config.console, &origin)?;
+    }
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
             let settings = section(v, &origin, &format!("agents.{name}"))?;
@@ -852,6 +861,33 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
         }
     }
     Ok(())
+}
+
+/// `console.path` is a path of its own: absolute, and neither a prefix of nor under another
+/// endpoint.
+fn check_console(console: &ConsoleSettings, origin: &Origin) -> Result<(), ConfigError> {
+    let path = console.path.as_str();
+    let reserved = ["/metrics", "/healthz", "/livez", "/.well-known"];
+    let problem = if !path.starts_with('/') || path.len() < 2 || path.ends_with('/') {
+        Some("must start with `/`, name something, and not end with `/` (e.g. `/ui`)")
+    } else if path.contains(['?', '#', ' ']) {
+        Some("must be a plain path")
+    } else if reserved
+        .iter()
+        .any(|r| r.starts_with(path) || path.starts_with(r))
+    {
+        Some("must not overlap /metrics, /healthz, /livez or /.well-known")
+    } else {
+        None
+    };
+    match problem {
+        Some(message) => Err(ConfigError::Invalid {
+            origin: origin.name.clone(),
+            key: "console.path".into(),
+            message: format!("{path}: {message}"),
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Every key of `trust.keys` must be a minisign public key (checked here, so a typo stops start-up

@@ -7,6 +7,7 @@
 //! that set them. String values may reference the environment as `${NAME}` or `${NAME:-default}`.
 //! The types live here; how layers are read, checked and merged lives in `layers`.
 
+mod console;
 pub mod import;
 pub mod installed;
 mod isolation;
@@ -19,6 +20,7 @@ pub mod reference;
 mod suggest;
 pub mod tls;
 
+pub use console::ConsoleSettings;
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
 pub use overrides::Overrides;
@@ -879,6 +881,8 @@ pub struct Config {
     pub agents: BTreeMap<String, AgentSettings>,
     /// Call policy: rules over the caller, the tool and the arguments; budgets.
     pub policy: PolicySettings,
+    /// The operator console and tool playground in the browser.
+    pub console: ConsoleSettings,
     /// How the log is written.
     pub log_format: LogFormat,
     /// Where the audit log goes (`stderr`, or a file); no audit log when unset.
@@ -945,6 +949,7 @@ impl Default for Config {
             request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
             policy: PolicySettings::default(),
+            console: ConsoleSettings::default(),
             log_format: LogFormat::Text,
             audit_log: None,
             metrics_listen: None,

@@ -37,7 +37,7 @@ impl Telemetry {
         args: Arguments<'_>,
     ) -> ObservedCall<'_> {
         series_of(&self.metrics, tool).started();
-        let audited = self.audit.as_ref().map(|_| {
+        let audited = (self.audit.is_some() || self.feed.watched()).then(|| {
             let inherited = (party.caller.is_none() && !party.caller_json.is_empty())
                 .then(|| serde_json::from_str::<UserInfo>(party.caller_json).ok())
                 .flatten();
@@ -161,9 +161,15 @@ impl ObservedCall<'_> {
         let took = self.started.elapsed();
         self.series().finished(outcome, took);
         trace::record_outcome(&self.span, outcome);
-        if let (Some(log), Some(audited)) = (&self.telemetry.audit, &self.audited) {
+        let feed = &self.telemetry.feed;
+        feed.count(outcome == Outcome::Ok, took);
+        if let Some(audited) = &self.audited {
             let queue = self.queue_wait.get().copied();
-            log.write(&self.audit_record(audited, outcome, took, queue, result));
+            let record = self.audit_record(audited, outcome, took, queue, result);
+            if let Some(log) = &self.telemetry.audit {
+                log.write(&record);
+            }
+            feed.publish(&record);
         }
     }
 

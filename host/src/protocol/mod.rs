@@ -40,6 +40,7 @@ use crate::config::Config;
 use crate::exec::{CancelFlag, RequestContext, ToolResult};
 use crate::host::Host;
 use crate::store::Store;
+pub(crate) use era::{META_CAPS, META_VERSION};
 pub use headers::{HttpHeaders, decode_header_value};
 use jsonrpc::{RpcError, response};
 pub use message::Message;

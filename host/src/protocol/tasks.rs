@@ -708,25 +708,48 @@ pub(crate) async fn cancel(protocol: &Protocol, req: &Request<'_>) -> Result<Ans
     let id = task_id(req)?;
     lookup(protocol, req, id).await?;
     let owner = input::principal(req);
-    let cancelled = protocol
-        .change(id, |task| {
-            if task.status.is_terminal() || task.owner != owner {
-                return None;
-            }
-            task.status = TaskStatus::Cancelled;
-            task.status_message = Some("cancelled by the client".into());
-            task.input_requests.clear();
-            Some(None)
-        })
+    protocol
+        .cancel_task(id, Some(&owner), "cancelled by the client")
         .await
         .map_err(store_error)?;
-    if cancelled.is_some_and(|t| t.status == TaskStatus::Cancelled && t.owner == owner) {
-        protocol
-            .store
-            .bus()
-            .publish(Event::CancelTask { id: id.to_owned() });
-    }
     Ok(Answer::plain(json!({})))
+}
+
+impl Protocol {
+    /// Up to `limit` tasks of every caller, newest first (the operator console's list).
+    pub async fn all_tasks(&self, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        self.tasks_store().tasks(limit).await
+    }
+
+    /// Cancel task `id` if it is still running or waiting — only if `owner` owns it, when given
+    /// (an operator's cancel gives none) — and tell its call to stop wherever it runs. Whether
+    /// this cancelled it.
+    pub async fn cancel_task(
+        &self,
+        id: &str,
+        owner: Option<&str>,
+        why: &str,
+    ) -> Result<bool, StoreError> {
+        let owned = |task: &TaskRecord| owner.is_none_or(|o| task.owner == o);
+        let cancelled = self
+            .change(id, |task| {
+                if task.status.is_terminal() || !owned(task) {
+                    return None;
+                }
+                task.status = TaskStatus::Cancelled;
+                task.status_message = Some(why.to_owned());
+                task.input_requests.clear();
+                Some(None)
+            })
+            .await?;
+        let done = cancelled.is_some_and(|t| t.status == TaskStatus::Cancelled && owned(&t));
+        if done {
+            self.store
+                .bus()
+                .publish(Event::CancelTask { id: id.to_owned() });
+        }
+        Ok(done)
+    }
 }
 
 /// The task ids a listen request may follow: those that exist and belong to its caller.

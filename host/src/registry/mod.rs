@@ -398,6 +398,20 @@ pub struct Registry {
     pub(crate) sources: Sources,
     /// The tools' search index, built when first searched.
     search: std::sync::OnceLock<search::ToolIndex>,
+    /// Definitions not as pinned in the lock file: held (pinning `enforce`) or served anyway
+    /// (`warn`).
+    pub drifts: Vec<Drift>,
+}
+
+/// A definition that differs from its pin, and what pinning did about it.
+#[derive(Debug, Clone)]
+pub struct Drift {
+    /// How it differs.
+    pub difference: pins::Difference,
+    /// Held (not served) rather than served with a warning.
+    pub held: bool,
+    /// The plugin file serving it.
+    pub file: PathBuf,
 }
 
 /// The values of `map` whose keys come after `key` (all of them for `None`).
@@ -558,6 +572,11 @@ impl Registry {
                 slot.candidate.path.display()
             );
             let summary = difference.summary();
+            self.drifts.push(Drift {
+                difference,
+                held: mode != PinMode::Warn,
+                file: slot.candidate.path.clone(),
+            });
             if mode == PinMode::Warn {
                 let line = format!("{what} is served although {summary} (pinning: warn)");
                 if memory.first_report(&line) {

@@ -789,6 +789,23 @@ impl Store {
         }
     }
 
+    /// Up to `limit` tasks of every caller (the operator console's view), newest expiry first
+    /// with SQLite, in no particular order with Redis.
+    pub async fn tasks(&self, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
+        let ids = match &self.inner.backend {
+            Backend::Sqlite(db) => db.task_ids(limit).await,
+            Backend::Redis(r) => r.task_ids(limit).await,
+        };
+        let mut tasks = Vec::new();
+        for id in self.observe(ids)? {
+            if let Some(stored) = self.task(&id).await? {
+                tasks.push(stored.task);
+            }
+        }
+        tasks.sort_by_key(|t| std::cmp::Reverse(t.created_ms));
+        Ok(tasks)
+    }
+
     /// Replace the task, sealed, if it is still at `version` (else `false`: someone changed it
     /// first), with `lease` (`None` drops the lease). A write that grows the record past the byte
     /// bounds of `settings` is refused ([`StoreError::Full`]), unless it fails or cancels the task.

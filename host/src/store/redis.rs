@@ -201,6 +201,32 @@ impl Redis {
         }
     }
 
+    /// The ids of up to `limit` tasks (SCAN: in no particular order).
+    pub(super) async fn task_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        let mut conn = self.conn.clone();
+        let pattern = format!("{PREFIX}task:*");
+        let mut cursor = 0u64;
+        let mut ids = Vec::new();
+        loop {
+            let mut cmd = ::redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(200);
+            let (next, keys): (u64, Vec<String>) = timed(cmd.query_async(&mut conn)).await?;
+            let found = keys
+                .iter()
+                .filter_map(|k| k.strip_prefix(&pattern[..pattern.len() - 1]));
+            ids.extend(found.map(str::to_owned));
+            if next == 0 || ids.len() >= limit {
+                ids.truncate(limit);
+                return Ok(ids);
+            }
+            cursor = next;
+        }
+    }
+
     pub(super) async fn task(&self, id: &str) -> Result<Option<RawTask>, StoreError> {
         let mut conn = self.conn.clone();
         let mut cmd = ::redis::cmd("HMGET");

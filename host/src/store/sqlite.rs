@@ -260,6 +260,21 @@ impl Sqlite {
         }
     }
 
+    /// The ids of up to `limit` unexpired tasks, those expiring last first.
+    pub(super) async fn task_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
+        self.with(move |conn| {
+            let mut stmt = conn.prepare(
+                "SELECT id FROM tasks WHERE expires_ms > ?1 ORDER BY expires_ms DESC LIMIT ?2",
+            )?;
+            let ids = stmt.query_map(
+                params![now_ms() as i64, i64::try_from(limit).unwrap_or(i64::MAX)],
+                |r| r.get::<_, String>(0),
+            )?;
+            ids.collect()
+        })
+        .await
+    }
+
     pub(super) async fn task(&self, id: &str) -> Result<Option<RawTask>, StoreError> {
         let id = id.to_owned();
         let row = self

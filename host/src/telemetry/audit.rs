@@ -1,4 +1,4 @@
-//! The audit log: one JSON line per tool call — when, who (the verified caller and agent), what
+//! The audit log: one JSON line per tool call (and per console [`Action`]) — when, who (the verified caller and agent), what
 //! (tool, plugin file and version), how it ended, how long it took and how big the arguments and
 //! the result were. Never an argument's or a result's value, never a token.
 //!
@@ -56,6 +56,33 @@ pub struct Record<'a> {
     pub trace_id: Option<String>,
 }
 
+/// One action an operator took in the console (accepting a pinned definition, retrying a
+/// quarantined plugin, cancelling a task, logging in).
+#[derive(Debug, Serialize)]
+pub struct Action<'a> {
+    /// When (RFC 3339, UTC, microseconds).
+    pub time: String,
+    /// The verified user who took it (none: the anonymous loopback operator).
+    pub caller: Option<&'a str>,
+    /// What (`console.login`, `console.accept_pin`, `console.retry_quarantined`,
+    /// `console.cancel_task`).
+    pub action: &'static str,
+    /// What it acted on (a definition, a plugin file, a task id).
+    pub target: &'a str,
+    /// How it ended (`ok`, `refused`, `failed`).
+    pub outcome: &'static str,
+    /// Why, when it did not succeed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub detail: Option<&'a str>,
+}
+
+impl Action<'_> {
+    /// The time for a record made now.
+    pub fn now() -> String {
+        format!("{:.6}", jiff::Timestamp::now())
+    }
+}
+
 /// Where audit records go.
 #[derive(Debug)]
 pub enum AuditLog {
@@ -89,7 +116,7 @@ impl AuditLog {
     }
 
     /// Write one record as a line. A failed write is logged, never fatal to the call.
-    pub fn write(&self, record: &Record<'_>) {
+    pub fn write(&self, record: &impl Serialize) {
         let mut line = match serde_json::to_vec(record) {
             Ok(line) => line,
             Err(e) => {

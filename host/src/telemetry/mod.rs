@@ -1,5 +1,5 @@
 //! Telemetry: what operators see of a running host. [`metrics`] (Prometheus text on `/metrics`),
-//! [`audit`] (one structured record per tool call), [`trace`] (OpenTelemetry spans over OTLP, off
+//! [`audit`] (one structured record per tool call or console action), [`feed`] (the console's totals and live stream), [`trace`] (OpenTelemetry spans over OTLP, off
 //! unless configured) and [`logging`] (the log subscriber: text or JSON lines on stderr, with the
 //! span exporter when tracing is on).
 //!
@@ -7,6 +7,7 @@
 //! the metrics and the audit log); this stage knows nothing of tools or calls beyond names.
 
 pub mod audit;
+pub mod feed;
 pub mod logging;
 pub mod metrics;
 pub mod trace;
@@ -76,6 +77,7 @@ impl Outcome {
 pub struct Telemetry {
     pub(crate) metrics: Metrics,
     pub(crate) audit: Option<AuditLog>,
+    pub(crate) feed: std::sync::Arc<feed::Feed>,
 }
 
 impl Telemetry {
@@ -84,12 +86,27 @@ impl Telemetry {
         Telemetry {
             metrics: Metrics::new(),
             audit,
+            feed: std::sync::Arc::default(),
         }
     }
 
     /// The metrics.
     pub fn metrics(&self) -> &Metrics {
         &self.metrics
+    }
+
+    /// The call feed (the console's charts and live stream).
+    pub fn feed(&self) -> &std::sync::Arc<feed::Feed> {
+        &self.feed
+    }
+
+    /// Record an action taken outside the protocol (the console's): in the audit log when there
+    /// is one, and on the live stream.
+    pub fn audit_action(&self, action: &audit::Action<'_>) {
+        if let Some(log) = &self.audit {
+            log.write(action);
+        }
+        self.feed.publish(action);
     }
 }
 

@@ -23,14 +23,14 @@ pub(crate) mod names {
     pub(crate) const REPLICA: HeaderName = HeaderName::from_static("mcp-replica");
 }
 
-fn host_part(authority: &str) -> &str {
+pub(super) fn host_part(authority: &str) -> &str {
     if let Some(rest) = authority.strip_prefix('[') {
         return rest.split(']').next().unwrap_or("");
     }
     authority.split(':').next().unwrap_or("")
 }
 
-fn is_local(host: &str) -> bool {
+pub(super) fn is_local(host: &str) -> bool {
     matches!(host, "localhost" | "127.0.0.1" | "::1") || host.ends_with(".localhost")
 }
 

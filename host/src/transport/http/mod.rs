@@ -18,6 +18,7 @@
 //! (out of file descriptors) backs off instead of spinning.
 
 mod body;
+mod console;
 mod guard;
 mod headers;
 mod idle;
@@ -89,6 +90,8 @@ struct State {
     addresses: Arc<limits::Holdings>,
     /// Long-lived streams held per caller (`http.max_streams_per_caller`).
     streams: Arc<limits::Holdings>,
+    /// The operator console, when served (`console.*`, read at start).
+    console: Option<console::Console>,
 }
 
 impl State {
@@ -129,7 +132,15 @@ pub async fn serve(
     let sessions_gauge = protocol.host().telemetry().metrics().sessions("http");
     let replica = HeaderValue::from_str(protocol.store().replica())
         .unwrap_or_else(|_| HeaderValue::from_static("unnamed"));
+    let console = console::Console::start(
+        &protocol.host().config(),
+        Arc::clone(protocol.host().telemetry().feed()),
+    );
+    if let Some(console) = &console {
+        tracing::info!("the operator console is served at {}/", console.base());
+    }
     let state = Arc::new(State {
+        console,
         sessions: Sessions::new(&options.settings, protocol.store()).with_gauge(sessions_gauge),
         replica,
         core: Core::new(protocol, stop.clone()),
@@ -525,6 +536,9 @@ async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) ->
     }
     if path == "/metrics" && state.options.metrics {
         return metrics::respond(state.core.protocol().host(), &req);
+    }
+    if let Some(console) = state.console.as_ref().filter(|c| c.owns(&path)) {
+        return console::route(&state, console, req, &peer).await;
     }
     let access = state.core.protocol().host().access();
     if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource") {

@@ -1,0 +1,334 @@
+//! The operator console (`/ui`) in a real browser: headless Chromium driven over WebDriver
+//! (`tests/clients/console_browser.py`, Selenium and Debian's chromium-driver) against a real
+//! `mcp-host serve` with the packaged plugins, a directory overriding a fixture's tool, a crash
+//! plugin quarantined by real crashes, a pinned plugin whose definition drifted, a running task
+//! and two agents. Screenshots go to `target/e2e/console/` (kept as CI artifacts). The HTTP-level
+//! guarantees (login required, 401 for the JSON endpoints, CSRF and Origin checks, read-only
+//! callers) are checked with raw requests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use mcp_host_tests::clients::require_or_skip;
+use mcp_host_tests::serve::{
+    HttpResponse, HttpServer, header_refs, modern_headers, request, with_meta, with_tasks,
+};
+use mcp_host_tests::{Layout, patch_bytes, target_dir, workspace_root};
+use serde_json::{Value, json};
+
+const ADMIN: &str = "mcp_console-admin-secret-7d2a";
+const READER: &str = "mcp_console-reader-secret-91be";
+
+/// Python with Selenium, and the browser and its driver.
+fn browser_tools() -> Option<PathBuf> {
+    let python = std::env::var_os("MCP_TEST_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".ci/.tools/venv/bin/python"));
+    let selenium = Command::new(&python)
+        .args(["-c", "import selenium"])
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    let browser =
+        Path::new("/usr/bin/chromium").exists() && Path::new("/usr/bin/chromedriver").exists();
+    require_or_skip(
+        "Selenium (.ci/install-clients.sh) with chromium and chromium-driver (.ci/install-services.sh)",
+        (selenium && browser).then_some(python),
+    )
+}
+
+/// The layout: fixture-override before fixture-basic (its `echo` wins), the packaged time and text
+/// plugins, the catalog pinned under `enforce` and then rug-pulled, the crash fixture in worker
+/// processes, the conformance fixture (tasks, questions); two users and two agents.
+fn layout() -> (Layout, PathBuf) {
+    let l = Layout::new();
+    l.install("local", "fixture-override", None);
+    l.install("d", "fixture-basic", None);
+    l.install("packaged", "mcp-time", None);
+    l.install("packaged", "mcp-text", None);
+    let catalog = l.install("catalog", "fixture-catalog", Some("libcat.so"));
+    l.install("iso", "fixture-crash", None);
+    l.install("jobs", "fixture-conformance", None);
+    let hash = mcp_host::access::auth::hash_secret;
+    let cfg = l.config(&format!(
+        "tool_dirs: [local, d, packaged, {{path: catalog, pinning: enforce}}, \
+         {{path: iso, isolation: process}}, jobs]\n\
+         plugins:\n  fixture-catalog:\n    config: {{count: 2}}\n\
+         limits: {{max_crashes: 3, crash_window_secs: 600, call_timeout_secs: 900}}\n\
+         auth:\n  require_auth: true\n  secrets:\n    - {{sha256: {}, user: alice}}\n    - {{sha256: {}, user: bob}}\n\
+         agents:\n  ops: {{allow: [convert_time, current_time, echo]}}\n  finder: {{tools: search}}\n\
+         console: {{admins: [alice]}}\naudit_log: {}\n",
+        hash(ADMIN),
+        hash(READER),
+        l.root.path().join("audit.jsonl").display(),
+    ));
+    let pinned = l.run(&cfg, &["pin"]);
+    assert!(
+        pinned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pinned.stderr)
+    );
+    // The catalog changes a description after it was pinned: held under `enforce`.
+    patch_bytes(&catalog, b"CATALOG-EDITION-0001", b"CATALOG-EDITION-0002");
+    (l, cfg)
+}
+
+/// A 2026 `tools/call` with `secret`.
+fn call(s: &HttpServer, tool: &str, arguments: Value, tasks: bool) -> Value {
+    let params = json!({ "name": tool, "arguments": arguments });
+    let params = if tasks { with_tasks(params) } else { params };
+    s.modern_at("/mcp", Some(ADMIN), "tools/call", params)
+        .message()
+}
+
+/// A console request with `headers` (and the login cookie when given).
+fn ui(
+    s: &HttpServer,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> HttpResponse {
+    s.connect().request(method, path, headers, body.as_bytes())
+}
+
+/// Log in as `secret` over HTTP: the cookie header value and the CSRF token.
+fn login(s: &HttpServer, secret: &str) -> (String, String) {
+    let origin = format!("http://{}", s.addr);
+    let resp = ui(
+        s,
+        "POST",
+        "/ui/api/login",
+        &[("Origin", &origin), ("Content-Type", "application/json")],
+        &json!({ "token": secret }).to_string(),
+    );
+    assert_eq!(resp.status, 200, "{}", String::from_utf8_lossy(&resp.body));
+    let set = resp
+        .header("set-cookie")
+        .expect("a login cookie")
+        .to_owned();
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/ui"] {
+        assert!(set.contains(attribute), "{set}");
+    }
+    let cookie = set.split(';').next().expect("a cookie value").to_owned();
+    let session = ui(s, "GET", "/ui/api/session", &[("Cookie", &cookie)], "").json();
+    let csrf = session["csrf"].as_str().expect("a CSRF token").to_owned();
+    (cookie, csrf)
+}
+
+#[test]
+fn without_a_login_pages_redirect_and_the_json_answers_401_and_cross_site_or_tokenless_posts_are_refused()
+ {
+    let (_l, cfg) = layout();
+    let s = HttpServer::start(&cfg);
+    let page = ui(&s, "GET", "/ui/", &[], "");
+    assert_eq!(
+        (page.status, page.header("location")),
+        (303, Some("/ui/login"))
+    );
+    for view in [
+        "session", "overview", "sources", "agents", "trust", "tasks", "calls",
+    ] {
+        let resp = ui(&s, "GET", &format!("/ui/api/{view}"), &[], "");
+        assert_eq!(resp.status, 401, "{view}");
+    }
+    let login_page = ui(&s, "GET", "/ui/login", &[], "");
+    let csp = login_page.header("content-security-policy").unwrap();
+    assert!(
+        csp.contains("script-src 'self'") && csp.contains("default-src 'none'"),
+        "{csp}"
+    );
+    // Wrong credentials are refused, and so is a login posted from another site.
+    let origin = format!("http://{}", s.addr);
+    let json_ct = ("Content-Type", "application/json");
+    let bad = ui(
+        &s,
+        "POST",
+        "/ui/api/login",
+        &[("Origin", &origin), json_ct],
+        r#"{"token":"mcp_wrong"}"#,
+    );
+    assert_eq!(bad.status, 401);
+    let body = json!({ "token": ADMIN }).to_string();
+    let cross = ui(
+        &s,
+        "POST",
+        "/ui/api/login",
+        &[("Origin", "http://evil.example"), json_ct],
+        &body,
+    );
+    assert_eq!(cross.status, 403);
+
+    let (cookie, csrf) = login(&s, ADMIN);
+    let rpc = json!({ "method": "tools/call", "params": { "name": "echo", "arguments": { "text": "x" } } })
+        .to_string();
+    let with = |origin: &str, token: &str| {
+        ui(
+            &s,
+            "POST",
+            "/ui/api/rpc",
+            &[
+                ("Cookie", &cookie),
+                ("Origin", origin),
+                ("X-Console-Csrf", token),
+                json_ct,
+            ],
+            &rpc,
+        )
+    };
+    assert_eq!(
+        with("http://evil.example", &csrf).status,
+        403,
+        "cross-site POST"
+    );
+    assert_eq!(with(&origin, "").status, 403, "POST without the CSRF token");
+    let ok = with(&origin, &csrf);
+    assert_eq!(ok.status, 200);
+    assert_eq!(
+        ok.json()["response"]["result"]["content"][0]["text"],
+        "override: x"
+    );
+
+    // bob may look and call, not act.
+    let (bob, bob_csrf) = login(&s, READER);
+    let session = ui(&s, "GET", "/ui/api/session", &[("Cookie", &bob)], "").json();
+    assert_eq!(
+        (session["user"].as_str(), session["admin"].as_bool()),
+        (Some("bob"), Some(false))
+    );
+    let headers = [
+        ("Cookie", bob.as_str()),
+        ("Origin", origin.as_str()),
+        ("X-Console-Csrf", bob_csrf.as_str()),
+        json_ct,
+    ];
+    let refused = ui(&s, "POST", "/ui/api/quarantine/retry", &headers, "{}");
+    assert_eq!(refused.status, 403);
+    let as_alice = json!({ "method": "tools/list", "as": "alice" }).to_string();
+    assert_eq!(
+        ui(&s, "POST", "/ui/api/rpc", &headers, &as_alice).status,
+        403
+    );
+    // Logging out ends the login.
+    let out = ui(
+        &s,
+        "POST",
+        "/ui/api/logout",
+        &[("Cookie", &cookie), ("Origin", &origin)],
+        "",
+    );
+    assert_eq!(out.status, 200);
+    assert_eq!(
+        ui(&s, "GET", "/ui/api/session", &[("Cookie", &cookie)], "").status,
+        401
+    );
+}
+
+#[test]
+fn every_page_and_action_works_in_headless_chromium() {
+    let Some(python) = browser_tools() else {
+        return;
+    };
+    let (l, cfg) = layout();
+    let s = HttpServer::start(&cfg);
+    // Quarantine the crash plugin with three real crashes.
+    for _ in 0..3 {
+        let m = call(&s, "segfault", json!({}), false);
+        assert!(m["result"]["isError"].as_bool().unwrap_or(false), "{m}");
+    }
+    wait_until("the crash plugin is quarantined", || {
+        call(&s, "pid", json!({}), false)["error"]["code"] == -32602
+    });
+    // A task that runs until cancelled.
+    let task = call(
+        &s,
+        "slow_compute",
+        json!({ "seconds": 600, "label": "long" }),
+        true,
+    );
+    let task = task["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{task}"))
+        .to_owned();
+
+    let shots = target_dir().join("e2e/console");
+    let _ = std::fs::remove_dir_all(&shots);
+    let setup = json!({
+        "base": format!("http://{}/ui", s.addr),
+        "mcp": format!("http://{}/mcp", s.addr),
+        "admin": ADMIN,
+        "reader": READER,
+        "task": task,
+        "shots": shots,
+    });
+    let out = Command::new(python)
+        .arg(workspace_root().join("tests/clients/console_browser.py"))
+        .arg(setup.to_string())
+        .output()
+        .unwrap();
+    let log = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && out.stdout.starts_with(b"ok"),
+        "the browser run failed (screenshots in {}):\n{log}\nhost log:\n{}",
+        shots.display(),
+        s.stderr()
+    );
+    // Accepting the drift wrote the new definition to the lock file, and the reload serves it.
+    let lock = std::fs::read_to_string(l.root.path().join("mcp-host.lock")).unwrap();
+    assert!(lock.contains("CATALOG-EDITION-0002") && !lock.contains("CATALOG-EDITION-0001"));
+    let listed = s
+        .modern_at("/mcp", Some(ADMIN), "tools/list", json!({}))
+        .message();
+    assert!(listed.to_string().contains("catalog_edition"), "{listed}");
+    // The task is cancelled, and every action is in the audit log, with who took it.
+    let mut headers = modern_headers("tasks/get", Some(&task));
+    headers.push(("Authorization", format!("Bearer {ADMIN}")));
+    let params = with_meta(with_tasks(json!({ "taskId": task })));
+    let got = s
+        .post(&header_refs(&headers), &request(1, "tasks/get", params))
+        .message();
+    assert_eq!(got["result"]["status"], "cancelled", "{got}");
+    let audit = std::fs::read_to_string(l.root.path().join("audit.jsonl")).unwrap();
+    let actions: Vec<Value> = audit
+        .lines()
+        .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+        .filter(|r| r.get("action").is_some())
+        .collect();
+    for (action, target) in [
+        ("console.login", "-"),
+        ("console.cancel_task", task.as_str()),
+        ("console.accept_pin", "catalog_edition"),
+    ] {
+        assert!(
+            actions.iter().any(|r| r["action"] == action
+                && r["target"] == target
+                && r["outcome"] == "ok"
+                && r["caller"] == "alice"),
+            "no {action} of {target} in {audit}"
+        );
+    }
+    for shot in [
+        "login",
+        "overview",
+        "sources",
+        "agents-ops",
+        "playground-call",
+        "trust",
+        "live-calls",
+    ] {
+        assert!(
+            shots.join(format!("{shot}.png")).is_file(),
+            "no screenshot {shot}"
+        );
+    }
+}
+
+/// Poll `check` every 100 ms until it holds, for up to a minute.
+fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !check() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
