@@ -332,3 +332,44 @@ fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(100));
     }
 }
+
+#[test]
+fn on_an_address_of_its_own_the_console_is_only_there_and_mcp_only_on_the_main_listener() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let port = mcp_host_tests::fleet::free_port();
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nconsole: {{listen: \"127.0.0.1:{port}\"}}\n"
+    ));
+    let s = HttpServer::start(&cfg);
+    assert_eq!(
+        ui(&s, "GET", "/ui/", &[], "").status,
+        404,
+        "the main listener has no console"
+    );
+    let own: std::net::SocketAddr = ([127, 0, 0, 1], port).into();
+    wait_until("the console's own listener logs its address", || {
+        s.stderr().contains(&format!(
+            "the operator console is served at http://{own}/ui/"
+        ))
+    });
+    let mut conn = mcp_host_tests::serve::HttpConn::connect(own);
+    // No authentication configured: a loopback visitor gets an anonymous, read-only login.
+    let page = conn.request("GET", "/ui/", &[], b"");
+    assert_eq!(page.status, 200);
+    let cookie = page
+        .header("set-cookie")
+        .expect("a login cookie")
+        .split(';')
+        .next()
+        .expect("a value")
+        .to_owned();
+    let session = conn
+        .request("GET", "/ui/api/session", &[("Cookie", &cookie)], b"")
+        .json();
+    assert_eq!(
+        (session["user"].clone(), session["admin"].clone()),
+        (Value::Null, json!(false))
+    );
+    assert_eq!(conn.request("POST", "/mcp", &[], b"{}").status, 404);
+}

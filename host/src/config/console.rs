@@ -6,10 +6,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsoleSettings {
-    /// Serve the console: `true`, `false`, or unset for "only when `listen` is a loopback address".
+    /// Serve the console: `true`, `false`, or unset for "only when it listens on a loopback
+    /// address" (`listen`, or `console.listen`).
     pub enabled: Option<bool>,
-    /// Where it is served on the main listener (a path of its own, not under `http.path`).
+    /// Where it is served (a path of its own, not under `http.path`).
     pub path: String,
+    /// Serve it on this address of its own instead of the main listener (e.g. `127.0.0.1:18081`);
+    /// then it is on by default when this address is a loopback one.
+    pub listen: Option<std::net::SocketAddr>,
     /// Users (verified user ids) who may act, not only look: accept a pinned definition that
     /// changed, give a quarantined plugin another chance, cancel anyone's task, and call tools as
     /// another configured user in the playground.
@@ -27,6 +31,7 @@ impl Default for ConsoleSettings {
         ConsoleSettings {
             enabled: None,
             path: "/ui".to_owned(),
+            listen: None,
             admins: Vec::new(),
             anonymous_admin: false,
             session_minutes: 8 * 60,
@@ -35,8 +40,10 @@ impl Default for ConsoleSettings {
 }
 
 impl ConsoleSettings {
-    /// Whether the console is served when the host listens on `listen`.
+    /// Whether the console is served when the host listens on `listen` (the console's own
+    /// address, when it has one, decides instead).
     pub fn serves(&self, listen: &std::net::SocketAddr) -> bool {
-        self.enabled.unwrap_or_else(|| listen.ip().is_loopback())
+        let address = self.listen.unwrap_or(*listen);
+        self.enabled.unwrap_or_else(|| address.ip().is_loopback())
     }
 }

@@ -136,7 +136,7 @@ pub async fn serve(
         &protocol.host().config(),
         Arc::clone(protocol.host().telemetry().feed()),
     );
-    if let Some(console) = &console {
+    if let Some(console) = console.as_ref().filter(|c| c.on_main_listener()) {
         tracing::info!("the operator console is served at {}/", console.base());
     }
     let state = Arc::new(State {
@@ -149,6 +149,7 @@ pub async fn serve(
         addresses: Arc::default(),
         streams: Arc::default(),
     });
+    let own_console = console::Console::serve_own(&state).await?;
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let background = Background::spawn(&state);
     accept_until(&state, &listener, &graceful, shutdown).await;
@@ -166,6 +167,9 @@ pub async fn serve(
         );
     }
     background.abort();
+    if let Some(task) = own_console {
+        task.abort();
+    }
     Ok(())
 }
 
@@ -537,7 +541,11 @@ async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) ->
     if path == "/metrics" && state.options.metrics {
         return metrics::respond(state.core.protocol().host(), &req);
     }
-    if let Some(console) = state.console.as_ref().filter(|c| c.owns(&path)) {
+    if let Some(console) = state
+        .console
+        .as_ref()
+        .filter(|c| c.on_main_listener() && c.owns(&path))
+    {
         return console::route(&state, console, req, &peer).await;
     }
     let access = state.core.protocol().host().access();

@@ -15,6 +15,7 @@ mod actions;
 mod api;
 mod assets;
 mod history;
+mod listener;
 mod login;
 mod playground;
 
@@ -41,6 +42,8 @@ const MAX_BODY: usize = 1 << 20;
 pub(super) struct Console {
     /// Where it is served (read at start).
     base: String,
+    /// Its own address (`console.listen`), when not on the main listener.
+    own: Option<std::net::SocketAddr>,
     logins: login::Logins,
     history: history::History,
     started: Instant,
@@ -57,6 +60,7 @@ impl Console {
         }
         Some(Console {
             base: config.console.path.clone(),
+            own: config.console.listen,
             logins: login::Logins::default(),
             history: history::History::start(feed),
             started: Instant::now(),
@@ -66,6 +70,35 @@ impl Console {
     /// Where it is served.
     pub(super) fn base(&self) -> &str {
         &self.base
+    }
+
+    /// Whether the main listener serves it (not an address of its own).
+    pub(super) fn on_main_listener(&self) -> bool {
+        self.own.is_none()
+    }
+
+    /// Serve it on its own address, when it has one: bound now (an address that cannot be bound
+    /// stops start-up), served until the returned task is aborted.
+    pub(super) async fn serve_own(
+        state: &Arc<State>,
+    ) -> std::io::Result<Option<tokio::task::JoinHandle<()>>> {
+        let Some(addr) = state.console.as_ref().and_then(|c| c.own) else {
+            return Ok(None);
+        };
+        let listener = tokio::net::TcpListener::bind(addr).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen on {addr} (console.listen): {e}"),
+            )
+        })?;
+        tracing::info!(
+            "the operator console is served at http://{addr}{}/",
+            state.console.as_ref().map_or("", |c| c.base())
+        );
+        Ok(Some(tokio::spawn(listener::serve(
+            Arc::clone(state),
+            listener,
+        ))))
     }
 
     /// Whether `path` is the console's.
@@ -363,7 +396,7 @@ impl Refusal {
     }
 }
 
-fn redirect(to: &str) -> Response<Body> {
+pub(super) fn redirect(to: &str) -> Response<Body> {
     let mut resp = empty(StatusCode::SEE_OTHER);
     if let Ok(v) = HeaderValue::from_str(to) {
         resp.headers_mut().insert(hyper::header::LOCATION, v);
