@@ -82,7 +82,7 @@ fn overview(state: &State, console: &Console) -> Value {
         "resources": registry.resources().count() + registry.templates().count(),
         "prompts": registry.prompts().count(),
         "plugins": registry.plugins.len(),
-        "quarantined": count(&|s| matches!(s, Status::Quarantined(_))),
+        "quarantined": quarantined(&registry).len(),
         "held": count(&|s| matches!(s, Status::Held(_))),
         "loadErrors": count(&|s| matches!(s, Status::LoadError(_))),
         "totals": totals(host.telemetry().feed()),
@@ -108,7 +108,7 @@ fn sources(state: &State) -> Value {
         .enumerate()
         .map(|(i, dir)| {
             let mut settings = serde_json::to_value(dir).unwrap_or_default();
-            redact_headers(&mut settings);
+            redact_secrets(&mut settings);
             let entries: Vec<Value> = registry
                 .entries
                 .iter()
@@ -128,8 +128,14 @@ fn sources(state: &State) -> Value {
     json!({ "dirs": dirs })
 }
 
-/// An upstream's headers may hold credentials: only their names are shown.
-fn redact_headers(settings: &mut Value) {
+/// An upstream's headers, environment and URL may hold credentials: only the names of headers and
+/// variables are shown, and the URL without its password or secret-looking parameters.
+fn redact_secrets(settings: &mut Value) {
+    if let Some(url) = settings.pointer_mut("/server/url")
+        && let Some(text) = url.as_str()
+    {
+        *url = Value::String(crate::store::redact_url(text));
+    }
     if let Some(headers) = settings
         .pointer_mut("/server/headers")
         .and_then(Value::as_object_mut)

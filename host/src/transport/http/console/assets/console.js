@@ -112,6 +112,12 @@ function chart(title, points, series, unit) {
       .filter(([v]) => v !== null && v !== undefined)
       .map(([v, i]) => `${pad + (i / n) * (w - pad - 5)},${h - pad - (v / max) * (h - pad - 5)}`);
     if (coords.length) svg.append(svgEl("polyline", { points: coords.join(" "), class: `line ${s.key}` }));
+    if (coords.length < 40) {
+      for (const c of coords) {
+        const [x, y] = c.split(",");
+        svg.append(svgEl("circle", { cx: x, cy: y, r: 2.5, class: `dot ${s.key}` }));
+      }
+    }
   }
   const legend = el("div", { class: "legend" }, series.map((s) => el("span", { class: `key ${s.key}` }, s.label)));
   return el("div", { class: "card chart-card", "data-chart": title }, el("h3", {}, title), svg, legend);
@@ -120,7 +126,7 @@ function chart(title, points, series, unit) {
 async function overview() {
   const o = await api("overview");
   const last = o.history[o.history.length - 1] || {};
-  const stat = (label, value, cls) => el("div", { class: `stat ${cls || ""}` }, el("div", { class: "value" }, value), el("div", { class: "label" }, label));
+  const stat = (label, value, cls) => el("div", { class: `stat ${cls || ""} ${String(value).length > 14 ? "long" : ""}`, "data-stat": label }, el("div", { class: "value" }, value), el("div", { class: "label" }, label));
   show(
     el("h2", {}, "Overview"),
     el("div", { class: "stats", id: "stats" },
@@ -130,8 +136,8 @@ async function overview() {
       stat("uptime", age(o.uptimeSecs * 1000)),
       stat("tools", o.tools), stat("resources", o.resources), stat("prompts", o.prompts),
       stat("plugins", o.plugins),
-      stat("quarantined", o.quarantined, o.quarantined ? "bad" : ""),
-      stat("held by pins", o.held, o.held ? "bad" : ""),
+      stat("plugins quarantined", o.quarantined, o.quarantined ? "bad" : ""),
+      stat("definitions held by pins", o.held, o.held ? "bad" : ""),
       stat("calls", o.totals.calls),
       stat("calls/s", (last.rate || 0).toFixed(1)),
     ),
@@ -140,7 +146,7 @@ async function overview() {
       chart("Error rate", o.history, [{ key: "errors", label: "failed share" }], "%"),
       chart("Latency (ms)", o.history, [{ key: "p50", label: "p50" }, { key: "p99", label: "p99" }], "ms"),
     ),
-    el("p", { class: "muted" }, `One point every ${o.stepSecs} s over the last ${Math.round(o.history.length * o.stepSecs / 60)} min; host ${o.version}.`),
+    el("p", { class: "muted" }, `One point every ${o.stepSecs} s over the last ${age(o.history.length * o.stepSecs * 1000)}; latency is the upper bound of its histogram bucket; host ${o.version}.`),
   );
   refresh = setTimeout(route, o.stepSecs * 1000);
 }
