@@ -171,6 +171,20 @@ def playground_call(s):
     s.shot("playground-call")
 
 
+def playground_nested_object(s):
+    """A schema with a nested object behind a `$ref` and an enum: every field a form field."""
+    pick(s, "tools", "json_schema_2020_12_tool")
+    s.css("#f-arguments_name").send_keys("Ada")
+    s.css("#f-arguments_address_city").send_keys("London")
+    s.css("#f-arguments_address_street").send_keys("12 St James's Square")
+    Select(s.css("#f-arguments_contactMethod")).select_by_visible_text('"email"')
+    s.css("#f-arguments_email").send_keys("ada@example.org")
+    s.d.find_element(By.ID, "send").click()
+    result = s.text_in("#result", "London")
+    assert "12 St James's Square" in result.text and "ada@example.org" in result.text, result.text
+    s.shot("playground-nested")
+
+
 def playground_schema_error(s):
     pick(s, "tools", "json_format")
     s.css("#f-arguments_json").send_keys('{"a": 1}')
@@ -278,6 +292,7 @@ def main():
         s.step("sources", lambda: sources(s))
         s.step("agents", lambda: agents(s))
         s.step("playground-call", lambda: playground_call(s))
+        s.step("playground-nested-object", lambda: playground_nested_object(s))
         s.step("playground-schema-error", lambda: playground_schema_error(s))
         s.step("playground-input", lambda: playground_input(s))
         s.step("playground-as-user", lambda: playground_as_user(s))

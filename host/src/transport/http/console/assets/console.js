@@ -337,9 +337,36 @@ function typeOf(schema) {
   return t || "json";
 }
 
-// A field for `schema`: { node, get } where get() is the value, or undefined when left empty.
-function field(schema, name, required, path) {
+// `schema` with local references (`#/$defs/...`) resolved against `root`, an `allOf` of one
+// schema merged in, and an optional value's `anyOf`/`oneOf` [X, null] read as X.
+function resolve(schema, root, depth) {
   schema = schema || {};
+  for (let i = 0; i < 8 && typeof schema.$ref === "string" && schema.$ref.startsWith("#/"); i++) {
+    const target = schema.$ref.slice(2).split("/").reduce((node, key) =>
+      node && node[key.replace(/~1/g, "/").replace(/~0/g, "~")], root);
+    const { $ref, ...rest } = schema;
+    schema = { ...(target || {}), ...rest };
+  }
+  const branches = schema.anyOf || schema.oneOf;
+  if (Array.isArray(branches) && !schema.type && !schema.properties) {
+    const real = branches.filter((b) => !(b && b.type === "null"));
+    if (real.length === 1) {
+      const { anyOf, oneOf, ...rest } = schema;
+      schema = { ...resolve(real[0], root, depth + 1), ...rest };
+    }
+  }
+  if (Array.isArray(schema.allOf) && schema.allOf.length === 1 && depth < 8) {
+    const { allOf, ...rest } = schema;
+    schema = { ...resolve(allOf[0], root, depth + 1), ...rest };
+  }
+  return schema;
+}
+
+// A field for `schema`: { node, get } where get() is the value, or undefined when left empty.
+// `root` is the whole schema its references point into.
+function field(schema, name, required, path, root) {
+  root = root || schema;
+  schema = resolve(schema, root, 0);
   const id = `f-${path.replace(/[^a-zA-Z0-9_-]/g, "_")}`;
   const label = el("label", { for: id }, name, required ? el("span", { class: "required", title: "required" }, " *") : null);
   const help = schema.description ? el("div", { class: "detail" }, schema.description) : null;
@@ -348,7 +375,7 @@ function field(schema, name, required, path) {
   const dflt = schema.default;
   if (t === "object") {
     const fields = Object.entries(schema.properties || {}).map(([k, s]) =>
-      [k, field(s, k, (schema.required || []).includes(k), `${path}.${k}`)]);
+      [k, field(s, k, (schema.required || []).includes(k), `${path}.${k}`, root)]);
     const node = el("fieldset", { class: "object", "data-field": path }, el("legend", {}, name, required ? " *" : ""), help, fields.map(([, f]) => f.node));
     return { node, get: () => {
       const out = {};
@@ -360,7 +387,7 @@ function field(schema, name, required, path) {
     const items = [];
     const list = el("div", { class: "items" });
     const add = (value) => {
-      const f = field(schema.items || {}, `${name}[${items.length}]`, true, `${path}.${items.length}`);
+      const f = field(schema.items || {}, `${name}[${items.length}]`, true, `${path}.${items.length}`, root);
       if (value !== undefined) setValue(f, value);
       const entry = { f, node: null };
       entry.node = el("div", { class: "item" }, f.node, el("button", { type: "button", class: "remove", onclick: () => {
