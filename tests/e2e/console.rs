@@ -373,3 +373,75 @@ fn on_an_address_of_its_own_the_console_is_only_there_and_mcp_only_on_the_main_l
     );
     assert_eq!(conn.request("POST", "/mcp", &[], b"{}").status, 404);
 }
+
+#[test]
+fn with_redis_the_tasks_view_lists_every_replicas_tasks_and_cancels_them_there() {
+    let Some(bin) = mcp_host_tests::fleet::redis_server() else {
+        return;
+    };
+    let redis = mcp_host_tests::fleet::Redis::start(&bin);
+    let l = Layout::new();
+    l.install("jobs", "fixture-conformance", None);
+    let store = format!(
+        "store: {}\nrequest_state: {{keys: [\"console-test-key-0123456789abcdef\"]}}\n",
+        redis.url()
+    );
+    let cfg = l.config(&format!(
+        "tool_dirs: [jobs]\n{store}limits: {{call_timeout_secs: 900}}\nconsole: {{anonymous_admin: true}}\n"
+    ));
+    let (a, b) = (HttpServer::start(&cfg), HttpServer::start(&cfg));
+    let params = with_tasks(
+        json!({ "name": "slow_compute", "arguments": { "seconds": 600, "label": "r" } }),
+    );
+    let task = a.modern(1, "tools/call", params).message();
+    let task = task["result"]["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{task}"))
+        .to_owned();
+    // Replica b's console lists the task replica a runs, and cancels it there.
+    let mut conn = b.connect();
+    let page = conn.request("GET", "/ui/", &[], b"");
+    let cookie = page
+        .header("set-cookie")
+        .expect("a login cookie")
+        .split(';')
+        .next()
+        .expect("a value")
+        .to_owned();
+    let session = conn
+        .request("GET", "/ui/api/session", &[("Cookie", &cookie)], b"")
+        .json();
+    assert_eq!(session["admin"], true, "{session}");
+    let listed = conn
+        .request("GET", "/ui/api/tasks", &[("Cookie", &cookie)], b"")
+        .json();
+    let row = listed["tasks"]
+        .as_array()
+        .and_then(|t| t.iter().find(|r| r["id"] == task.as_str()));
+    assert_eq!(
+        row.map(|r| r["status"].clone()),
+        Some(json!("working")),
+        "{listed}"
+    );
+    let origin = format!("http://{}", b.addr);
+    let csrf = session["csrf"].as_str().expect("a CSRF token");
+    let headers = [
+        ("Cookie", cookie.as_str()),
+        ("Origin", origin.as_str()),
+        ("X-Console-Csrf", csrf),
+    ];
+    let body = json!({ "id": task }).to_string();
+    let cancelled = conn.request("POST", "/ui/api/tasks/cancel", &headers, body.as_bytes());
+    assert_eq!(
+        cancelled.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&cancelled.body)
+    );
+    wait_until("replica a reports the task cancelled", || {
+        let got = a
+            .modern(2, "tasks/get", with_tasks(json!({ "taskId": task })))
+            .message();
+        got["result"]["status"] == "cancelled"
+    });
+}
