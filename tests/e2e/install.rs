@@ -560,6 +560,43 @@ fn tampered_unsigned_untrusted_incompatible_and_lying_packages_are_refused() {
         &format!("has no build for this platform ({platform}); it has: macos-aarch64"),
     );
 
+    // An image index (one manifest per platform, as multi-arch container images are) naming the
+    // good package: not a plugin package, and said so.
+    let registry_conn =
+        || mcp_host_tests::serve::HttpConn::connect(s.registry.addr.parse().unwrap());
+    let manifest_size = registry_conn()
+        .request(
+            "GET",
+            &format!("/v2/tools/installable/manifests/{}", pulled.digest),
+            &[("Accept", "application/vnd.oci.image.manifest.v1+json")],
+            b"",
+        )
+        .body
+        .len();
+    let index = json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{
+            "mediaType": "application/vnd.oci.image.manifest.v1+json",
+            "digest": pulled.digest,
+            "size": manifest_size,
+            "platform": {"os": "linux", "architecture": "amd64"},
+        }],
+    })
+    .to_string();
+    let put = registry_conn().request(
+        "PUT",
+        "/v2/tools/installable/manifests/multi",
+        &[("Content-Type", "application/vnd.oci.image.index.v1+json")],
+        index.as_bytes(),
+    );
+    assert_eq!(put.status, 201, "{}", String::from_utf8_lossy(&put.body));
+    assert_refused(
+        &s,
+        &s.reference("multi"),
+        "is an image index (application/vnd.oci.image.index.v1+json), not an mcp-host plugin package",
+    );
+
     // Blobs the registry serves changed on its disk (same length): the digests catch them.
     let corrupt = |digest: &str, from: &[u8], to: &[u8]| {
         let hex = digest.strip_prefix("sha256:").unwrap();
