@@ -133,6 +133,10 @@ def sources(s):
     assert "crashed" in quarantined.text, quarantined.text
     held = s.css('tr[data-name="catalog_edition"][data-status="held"]')
     assert "CATALOG-EDITION-0002" in held.text, held.text
+    upstream = s.css('section.source.upstream')
+    assert "upstream server" in upstream.text and "py_echo" in upstream.text, upstream.text
+    page = s.d.find_element(By.TAG_NAME, "body").text + s.d.page_source
+    assert SETUP["secret"] not in page, "the upstream's environment value is shown"
     s.shot("sources")
 
 

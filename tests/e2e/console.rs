@@ -19,6 +19,8 @@ use serde_json::{Value, json};
 
 const ADMIN: &str = "mcp_console-admin-secret-7d2a";
 const READER: &str = "mcp_console-reader-secret-91be";
+/// A value in the upstream's environment the console must never show.
+const UPSTREAM_SECRET: &str = "upstream-env-secret-5c0f";
 
 /// Python with Selenium, and the browser and its driver.
 fn browser_tools() -> Option<PathBuf> {
@@ -51,9 +53,14 @@ fn layout() -> (Layout, PathBuf) {
     l.install("iso", "fixture-crash", None);
     l.install("jobs", "fixture-conformance", None);
     let hash = mcp_host::access::auth::hash_secret;
+    // The tests' Python SDK server as an upstream, with a secret in its environment.
+    let python = workspace_root().join(".ci/.tools/venv/bin/python");
+    let script = workspace_root().join("tests/fixtures/upstream/server.py");
     let cfg = l.config(&format!(
         "tool_dirs: [local, d, packaged, {{path: catalog, pinning: enforce}}, \
-         {{path: iso, isolation: process}}, jobs]\n\
+         {{path: iso, isolation: process}}, jobs, \
+         {{server: {{command: [{python:?}, {script:?}], env: {{UPSTREAM_TOKEN: {UPSTREAM_SECRET}}}}}, \
+         name: py, prefix: py_}}]\n\
          plugins:\n  fixture-catalog:\n    config: {{count: 2}}\n\
          limits: {{max_crashes: 3, crash_window_secs: 600, call_timeout_secs: 900}}\n\
          auth:\n  require_auth: true\n  secrets:\n    - {{sha256: {}, user: alice}}\n    - {{sha256: {}, user: bob}}\n\
@@ -261,6 +268,7 @@ fn every_page_and_action_works_in_headless_chromium() {
         "reader": READER,
         "task": task,
         "shots": shots,
+        "secret": UPSTREAM_SECRET,
     });
     let out = Command::new(python)
         .arg(workspace_root().join("tests/clients/console_browser.py"))

@@ -180,8 +180,9 @@ async function sources() {
   show(
     el("h2", {}, "Sources, in precedence order"),
     el("div", { class: "card" }, el("h3", {}, "Override map"), map),
-    s.dirs.map((d) => el("section", { class: "card source", "data-dir": d.index },
-      el("h3", {}, `#${d.index} `, el("code", {}, d.path), d.upstream ? badge("upstream server") : null, " ", badge(`pinning ${d.pinning}`, "muted")),
+    s.dirs.map((d) => el("section", { class: `card source${d.upstream ? " upstream" : ""}`, "data-dir": d.index },
+      el("h3", {}, `#${d.index} `, el("code", {}, d.path), " ", d.upstream ? badge("upstream server", "muted") : null, " ", badge(`pinning ${d.pinning}`, "muted")),
+      d.upstream ? el("pre", { class: "settings" }, pretty(d.settings.server)) : null,
       d.entries.length
         ? table(["name", "kind", "status", "plugin", "service", "signer", "isolation"], d.entries.map((e) =>
             el("tr", { "data-name": e.tool, "data-status": e.status },
