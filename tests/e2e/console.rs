@@ -197,6 +197,19 @@ fn without_a_login_pages_redirect_and_the_json_answers_401_and_cross_site_or_tok
         "override: x"
     );
 
+    // Accepting a definition other than the one reviewed is refused.
+    let stale =
+        json!({ "section": "tool", "name": "catalog_edition", "sha256": "sha256:00" }).to_string();
+    let admin_headers = [
+        ("Cookie", cookie.as_str()),
+        ("Origin", origin.as_str()),
+        ("X-Console-Csrf", csrf.as_str()),
+        json_ct,
+    ];
+    let refused = ui(&s, "POST", "/ui/api/pins/accept", &admin_headers, &stale);
+    assert_eq!(refused.status, 409);
+    assert!(String::from_utf8_lossy(&refused.body).contains("changed again since you reviewed it"));
+
     // bob may look and call, not act.
     let (bob, bob_csrf) = login(&s, READER);
     let session = ui(&s, "GET", "/ui/api/session", &[("Cookie", &bob)], "").json();
@@ -212,6 +225,8 @@ fn without_a_login_pages_redirect_and_the_json_answers_401_and_cross_site_or_tok
     ];
     let refused = ui(&s, "POST", "/ui/api/quarantine/retry", &headers, "{}");
     assert_eq!(refused.status, 403);
+    let tasks = ui(&s, "GET", "/ui/api/tasks", &[("Cookie", &bob)], "").json();
+    assert_eq!(tasks["all"], false, "bob sees his own tasks only: {tasks}");
     let as_alice = json!({ "method": "tools/list", "as": "alice" }).to_string();
     assert_eq!(
         ui(&s, "POST", "/ui/api/rpc", &headers, &as_alice).status,
@@ -307,6 +322,7 @@ fn every_page_and_action_works_in_headless_chromium() {
         ("console.login", "-"),
         ("console.cancel_task", task.as_str()),
         ("console.accept_pin", "catalog_edition"),
+        ("console.call_as", "as bob"),
     ] {
         assert!(
             actions.iter().any(|r| r["action"] == action
@@ -362,6 +378,12 @@ fn on_an_address_of_its_own_the_console_is_only_there_and_mcp_only_on_the_main_l
         ))
     });
     let mut conn = mcp_host_tests::serve::HttpConn::connect(own);
+    // A visitor a proxy forwarded is not on this machine: no anonymous login, whatever the socket.
+    let forwarded = conn.request("GET", "/ui/", &[("X-Forwarded-For", "203.0.113.9")], b"");
+    assert_eq!(
+        (forwarded.status, forwarded.header("location")),
+        (303, Some("/ui/login"))
+    );
     // No authentication configured: a loopback visitor gets an anonymous, read-only login.
     let page = conn.request("GET", "/ui/", &[], b"");
     assert_eq!(page.status, 200);
@@ -380,6 +402,14 @@ fn on_an_address_of_its_own_the_console_is_only_there_and_mcp_only_on_the_main_l
         (Value::Null, json!(false))
     );
     assert_eq!(conn.request("POST", "/mcp", &[], b"{}").status, 404);
+    // A console path over the MCP endpoint's is refused at load.
+    let clash = l.config("tool_dirs: [d]\nconsole: {path: /mcp}\n");
+    let out = l.run(&clash, &["config"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("overlaps the MCP endpoint's path /mcp"),
+        "{err}"
+    );
 }
 
 #[test]

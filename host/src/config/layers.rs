@@ -836,6 +836,7 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
         config.console = section(v, &origin, "console")?;
         check_console(&config.console, &origin)?;
     }
+    check_console_beside_mcp(config, &origin)?;
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
             let settings = section(v, &origin, &format!("agents.{name}"))?;
@@ -888,6 +889,20 @@ fn check_console(console: &ConsoleSettings, origin: &Origin) -> Result<(), Confi
         }),
         None => Ok(()),
     }
+}
+
+/// The console's path and the MCP endpoint's do not overlap (the console would shadow it).
+fn check_console_beside_mcp(config: &Config, origin: &Origin) -> Result<(), ConfigError> {
+    let (console, mcp) = (config.console.path.as_str(), config.http.path.as_str());
+    let under = |a: &str, b: &str| a == b || a.strip_prefix(b).is_some_and(|r| r.starts_with('/'));
+    if under(console, mcp) || under(mcp, console) {
+        return Err(ConfigError::Invalid {
+            origin: origin.name.clone(),
+            key: "console.path".into(),
+            message: format!("{console} overlaps the MCP endpoint's path {mcp} (http.path)"),
+        });
+    }
+    Ok(())
 }
 
 /// Every key of `trust.keys` must be a minisign public key (checked here, so a typo stops start-up

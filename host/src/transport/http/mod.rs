@@ -504,7 +504,7 @@ async fn handle(
     } else {
         let http = &state.core.protocol().host().config().http;
         let caller = peer.caller(req.headers(), http);
-        route(state, req, caller).await
+        route(state, req, caller, peer.ip).await
     };
     resp.headers_mut().insert(guard::names::REPLICA, replica);
     resp
@@ -533,7 +533,12 @@ fn health(state: &State, path: &str) -> Option<Response<Body>> {
     }
 }
 
-async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) -> Response<Body> {
+async fn route(
+    state: Arc<State>,
+    req: Request<IncomingBody>,
+    peer: Arc<str>,
+    ip: std::net::IpAddr,
+) -> Response<Body> {
     let path = req.uri().path().to_owned();
     if let Some(resp) = health(&state, &path) {
         return resp;
@@ -546,7 +551,7 @@ async fn route(state: Arc<State>, req: Request<IncomingBody>, peer: Arc<str>) ->
         .as_ref()
         .filter(|c| c.on_main_listener() && c.owns(&path))
     {
-        return console::route(&state, console, req, &peer).await;
+        return console::route(&state, console, req, console::Visitor { key: &peer, ip }).await;
     }
     let access = state.core.protocol().host().access();
     if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource") {

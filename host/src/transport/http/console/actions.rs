@@ -30,7 +30,7 @@ pub(super) async fn act(
     };
     let target = match path {
         "/api/pins/accept" => body["name"].as_str(),
-        "/api/quarantine/retry" => body["file"].as_str(),
+        "/api/quarantine/retry" => Some("every quarantined plugin"),
         _ => body["id"].as_str(),
     }
     .unwrap_or("")
@@ -59,8 +59,16 @@ pub(super) async fn act(
 
 /// Record the definition now served for `{section, name}` in the lock file, then reload.
 async fn accept_pin(host: &Host, body: &Value) -> Result<Value, String> {
-    let (Some(section), Some(name)) = (body["section"].as_str(), body["name"].as_str()) else {
-        return Err("send {\"section\": \"tool\"|\"resource\"|\"prompt\", \"name\": ...}".into());
+    let (Some(section), Some(name), Some(seen)) = (
+        body["section"].as_str(),
+        body["name"].as_str(),
+        body["sha256"].as_str(),
+    ) else {
+        return Err(
+            "send {\"section\": \"tool\"|\"resource\"|\"prompt\", \"name\": ..., \"sha256\": \
+             the digest of the definition you reviewed}"
+                .into(),
+        );
     };
     let registry = host.registry();
     let drift = registry
@@ -72,6 +80,13 @@ async fn accept_pin(host: &Host, body: &Value) -> Result<Value, String> {
         Some(pin) => (drift.difference.section, pin.clone()),
         None => return Err(format!("{name} is no longer served: nothing to accept")),
     };
+    // Only the definition the admin reviewed: it may have changed again since the page showed it.
+    if pin.sha256 != seen {
+        return Err(format!(
+            "{name} changed again since you reviewed it (now {}): reload the page and review it",
+            pin.sha256
+        ));
+    }
     let host = host.clone();
     let name = name.to_owned();
     tokio::task::spawn_blocking(move || {

@@ -19,6 +19,7 @@ pub(super) async fn get(
     console: &Console,
     op: &Operator,
     what: &str,
+    headers: &hyper::HeaderMap,
     peer: &Arc<str>,
 ) -> Response<Body> {
     match what {
@@ -27,8 +28,8 @@ pub(super) async fn get(
         "sources" => json_response(200, &sources(state)),
         "agents" => json_response(200, &agents(state)),
         "trust" => json_response(200, &trust(state)),
-        "tasks" => tasks(state).await,
-        "calls" => calls(state, peer),
+        "tasks" => tasks(state, op).await,
+        "calls" => calls(state, op, headers, peer),
         _ => refuse(404, "no such view"),
     }
 }
@@ -107,8 +108,6 @@ fn sources(state: &State) -> Value {
         .iter()
         .enumerate()
         .map(|(i, dir)| {
-            let mut settings = serde_json::to_value(dir).unwrap_or_default();
-            redact_secrets(&mut settings);
             let entries: Vec<Value> = registry
                 .entries
                 .iter()
@@ -120,7 +119,9 @@ fn sources(state: &State) -> Value {
                 "path": dir.path,
                 "upstream": dir.is_upstream(),
                 "pinning": config.pinning(i, &dir.path),
-                "settings": settings,
+                "isolation": dir.isolation,
+                "prefix": dir.prefix,
+                "server": dir.server.as_ref().map(upstream_view),
                 "entries": entries,
             })
         })
@@ -128,30 +129,18 @@ fn sources(state: &State) -> Value {
     json!({ "dirs": dirs })
 }
 
-/// An upstream's headers, environment and URL may hold credentials: only the names of headers and
-/// variables are shown, and the URL without its password or secret-looking parameters.
-fn redact_secrets(settings: &mut Value) {
-    if let Some(url) = settings.pointer_mut("/server/url")
-        && let Some(text) = url.as_str()
-    {
-        *url = Value::String(crate::store::redact_url(text));
-    }
-    if let Some(headers) = settings
-        .pointer_mut("/server/headers")
-        .and_then(Value::as_object_mut)
-    {
-        for v in headers.values_mut() {
-            *v = Value::String("(set)".into());
-        }
-    }
-    if let Some(env) = settings
-        .pointer_mut("/server/env")
-        .and_then(Value::as_object_mut)
-    {
-        for v in env.values_mut() {
-            *v = Value::String("(set)".into());
-        }
-    }
+/// What the console shows of an upstream server's settings: they may hold credentials (in the
+/// command's arguments after `${VAR}` expansion, the headers, the environment, the URL), so only
+/// the program, how many arguments it takes, the names of the headers and variables, and the URL
+/// without its password or secret-looking parameters.
+fn upstream_view(server: &crate::config::UpstreamServer) -> Value {
+    json!({
+        "program": server.command.first(),
+        "arguments": server.command.len().saturating_sub(1),
+        "url": server.url.as_deref().map(crate::store::redact_url),
+        "headers": server.headers.keys().collect::<Vec<_>>(),
+        "env": server.env.keys().collect::<Vec<_>>(),
+    })
 }
 
 /// The agents and their settings (what each sees is asked through the playground's `tools/list`,
@@ -201,6 +190,8 @@ fn drifts(registry: &Registry) -> Vec<Value> {
                     _ => "changed",
                 },
                 "plugin": diff.new.as_ref().or(diff.old.as_ref()).map(|p| p.plugin.clone()),
+                // What an accept must name: the definition the admin saw.
+                "sha256": diff.new.as_ref().map(|p| p.sha256.clone()),
                 "fields": fields,
                 "definition": diff.new.as_ref().map(|p| p.definition.clone()),
             })
@@ -224,20 +215,33 @@ fn quarantined(registry: &Registry) -> Vec<Value> {
         .collect()
 }
 
-/// Every caller's tasks: status, owner, tool, age (never their arguments or results).
-async fn tasks(state: &State) -> Response<Body> {
+/// Whose calls and tasks `op` may see: everyone's for an admin, and where nobody authenticates
+/// (every caller is the same anonymous one); else only the operator's own.
+fn sees_all(state: &State, op: &Operator) -> bool {
+    op.admin || !state.core.protocol().host().access().authenticates()
+}
+
+/// The tasks `op` may see (every caller's, or their own): status, owner, tool, age; never their
+/// arguments or results.
+async fn tasks(state: &State, op: &Operator) -> Response<Body> {
+    let all = sees_all(state, op);
+    // A task's owner is `user\0agent` (protocol::input::principal).
+    let own = op.user().map(|u| format!("{u}\u{0}"));
+    let visible = |owner: &str| all || own.as_deref().is_some_and(|o| owner.starts_with(o));
     match state.core.protocol().all_tasks(200).await {
         Ok(tasks) => {
             let rows: Vec<Value> = tasks
                 .iter()
+                .filter(|t| visible(&t.owner))
                 .map(|t| {
+                    let (user, agent) = t.owner.split_once('\u{0}').unwrap_or((&t.owner, ""));
                     json!({
                         "id": t.id,
                         "status": t.status.as_str(),
                         "statusMessage": t.status_message,
-                        "owner": t.owner,
+                        "owner": if user.is_empty() { "anonymous" } else { user },
                         "tool": t.tool,
-                        "agent": t.agent,
+                        "agent": (!agent.is_empty()).then_some(agent),
                         "createdMs": t.created_ms,
                         "updatedMs": t.updated_ms,
                         "terminal": t.status.is_terminal(),
@@ -246,44 +250,52 @@ async fn tasks(state: &State) -> Response<Body> {
                 .collect();
             json_response(
                 200,
-                &json!({ "tasks": rows, "now": crate::store::now_ms() }),
+                &json!({ "tasks": rows, "now": crate::store::now_ms(), "all": all }),
             )
         }
         Err(e) => refuse(503, &format!("the store cannot list tasks: {e}")),
     }
 }
 
-/// The live stream: each call's audit record (and each console action) as it happens, as SSE.
-fn calls(state: &Arc<State>, peer: &Arc<str>) -> Response<Body> {
+/// The live stream: each call's audit record (and each console action) as it happens, as SSE —
+/// every caller's, or the operator's own ([`sees_all`]). It ends when the login does.
+fn calls(
+    state: &Arc<State>,
+    op: &Operator,
+    headers: &hyper::HeaderMap,
+    peer: &Arc<str>,
+) -> Response<Body> {
     let slot = match state.stream_slot(peer) {
         Ok(slot) => slot,
         Err(max) => {
-            return refuse(
-                429,
-                &format!("already {max} streams open (http.max_streams_per_caller)"),
-            );
+            let why = format!("already {max} streams open (http.max_streams_per_caller)");
+            return refuse(429, &why);
         }
     };
+    let only = (!sees_all(state, op)).then(|| op.user().unwrap_or("").to_owned());
     let mut watch = state.core.protocol().host().telemetry().feed().watch();
     let (out, body) = sse_channel();
     let out = out.holding(Some(slot));
     out.comment(": watching");
-    let shutdown = state.shutdown.clone();
-    let keepalive = state.options.keepalive;
+    let (state, headers) = (Arc::clone(state), headers.clone());
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(keepalive);
+        let mut tick = tokio::time::interval(state.options.keepalive);
         tick.tick().await;
         loop {
             tokio::select! {
                 record = watch.next() => match record {
                     Some(line) => {
                         let value: Value = serde_json::from_str(&line).unwrap_or_default();
-                        if !out.send(&value) { return }
+                        let shown = only.as_deref().is_none_or(|u| value["caller"] == u);
+                        if shown && !out.send(&value) { return }
                     }
                     None => return,
                 },
-                _ = tick.tick() => if !out.keepalive() { return },
-                () = shutdown.cancelled() => return,
+                _ = tick.tick() => {
+                    let logged_in = state.console.as_ref().is_some_and(|c| c.logins.get(&headers).is_some());
+                    if !logged_in || !out.keepalive() { return }
+                }
+                () = state.shutdown.cancelled() => return,
             }
         }
     });

@@ -32,7 +32,8 @@ pub(in super::super) async fn serve(state: Arc<State>, listener: TcpListener) {
                 continue;
             }
         };
-        let peer = crate::access::peer_key(addr.ip().to_canonical());
+        let ip = addr.ip().to_canonical();
+        let peer = crate::access::peer_key(ip);
         let http = &state.core.protocol().host().config().http;
         let header_timeout = Duration::from_secs(http.header_read_timeout_secs.max(1));
         let watch = idle::Watch::new();
@@ -44,7 +45,8 @@ pub(in super::super) async fn serve(state: Arc<State>, listener: TcpListener) {
                 async move {
                     let resp = match state.console.as_ref() {
                         Some(console) if console.owns(req.uri().path()) => {
-                            super::route(&state, console, req, &peer).await
+                            let visitor = super::Visitor { key: &peer, ip };
+                            super::route(&state, console, req, visitor).await
                         }
                         Some(console) if req.uri().path() == "/" => {
                             super::redirect(&format!("{}/", console.base()))

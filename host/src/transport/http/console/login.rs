@@ -72,10 +72,12 @@ impl Logins {
         let now = Instant::now();
         let mut logins = self.0.lock().unwrap_or_else(|p| p.into_inner());
         logins.retain(|_, l| l.expires > now);
+        // Full: an anonymous login makes room first (anybody on loopback can open those), then
+        // the one expiring soonest.
         if logins.len() >= MAX_LOGINS
             && let Some(oldest) = logins
                 .iter()
-                .min_by_key(|(_, l)| l.expires)
+                .min_by_key(|(_, l)| (l.token.is_some(), l.expires))
                 .map(|(k, _)| *k)
         {
             logins.remove(&oldest);
@@ -128,10 +130,51 @@ fn cookie(headers: &HeaderMap) -> Option<&str> {
         .filter(|v| v.len() == 64 && v.bytes().all(|b| b.is_ascii_hexdigit()))
 }
 
-/// The `Set-Cookie` value opening a login at `path` for `lifetime` (or ending it: `None`).
-pub(super) fn set_cookie(path: &str, login: Option<(&str, Duration)>) -> String {
+/// The `Set-Cookie` value opening a login at `path` for `lifetime` (or ending it: `None`);
+/// `secure` when the page was served over HTTPS.
+pub(super) fn set_cookie(path: &str, login: Option<(&str, Duration)>, secure: bool) -> String {
     let (value, max_age) = login.map_or(("", 0), |(id, life)| (id, life.as_secs()));
-    format!("{COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict")
+    let secure = if secure { "; Secure" } else { "" };
+    format!("{COOKIE}={value}; Path={path}; Max-Age={max_age}; HttpOnly; SameSite=Strict{secure}")
+}
+
+/// Failed logins allowed per remote address in [`FAILURE_WINDOW`].
+const MAX_FAILURES: u32 = 10;
+/// The window failed logins are counted in.
+const FAILURE_WINDOW: Duration = Duration::from_secs(60);
+/// Addresses remembered at most (beyond, the table starts over).
+const MAX_FAILING: usize = 4096;
+
+/// Failed logins per remote address: past [`MAX_FAILURES`] in a minute, logins from there are
+/// refused (429) until the minute is over.
+#[derive(Debug, Default)]
+pub(super) struct Failures(Mutex<HashMap<String, (u32, Instant)>>);
+
+impl Failures {
+    /// Whether `peer` may try to log in now.
+    pub(super) fn allows(&self, peer: &str) -> bool {
+        let failures = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        failures
+            .get(peer)
+            .is_none_or(|(n, since)| *n < MAX_FAILURES || since.elapsed() >= FAILURE_WINDOW)
+    }
+
+    /// `peer` failed a login.
+    pub(super) fn failed(&self, peer: &str) {
+        let mut failures = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if failures.len() >= MAX_FAILING {
+            failures.retain(|_, (_, since)| since.elapsed() < FAILURE_WINDOW);
+            if failures.len() >= MAX_FAILING {
+                failures.clear();
+            }
+        }
+        let now = Instant::now();
+        let entry = failures.entry(peer.to_owned()).or_insert((0, now));
+        if entry.1.elapsed() >= FAILURE_WINDOW {
+            *entry = (0, now);
+        }
+        entry.0 += 1;
+    }
 }
 
 #[cfg(test)]
@@ -163,5 +206,23 @@ mod tests {
         assert!(logins.get(&headers).is_none());
         let gone = logins.open(None, Duration::ZERO).unwrap();
         assert!(logins.get(&with_cookie(&gone.id)).is_none());
+    }
+
+    #[test]
+    fn an_address_that_keeps_failing_is_refused_and_others_are_not() {
+        let failures = Failures::default();
+        for _ in 0..MAX_FAILURES {
+            assert!(failures.allows("a"));
+            failures.failed("a");
+        }
+        assert!(!failures.allows("a"));
+        assert!(failures.allows("b"));
+    }
+
+    #[test]
+    fn the_cookie_is_secure_only_over_https() {
+        let life = Some(("id", Duration::from_secs(60)));
+        assert!(set_cookie("/ui", life, true).ends_with("SameSite=Strict; Secure"));
+        assert!(!set_cookie("/ui", life, false).contains("Secure"));
     }
 }

@@ -45,6 +45,10 @@ pub(super) struct Console {
     /// Its own address (`console.listen`), when not on the main listener.
     own: Option<std::net::SocketAddr>,
     logins: login::Logins,
+    /// Failed logins per remote address (a brake on guessing).
+    failures: login::Failures,
+    /// One action at a time (each writes the lock file or rescans).
+    acting: tokio::sync::Mutex<()>,
     history: history::History,
     started: Instant,
 }
@@ -62,6 +66,8 @@ impl Console {
             base: config.console.path.clone(),
             own: config.console.listen,
             logins: login::Logins::default(),
+            failures: login::Failures::default(),
+            acting: tokio::sync::Mutex::new(()),
             history: history::History::start(feed),
             started: Instant::now(),
         })
@@ -108,6 +114,24 @@ impl Console {
     }
 }
 
+/// Where a console request comes from.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Visitor<'a> {
+    /// Its caller key (the remote address's), for the stream and call limits.
+    pub key: &'a Arc<str>,
+    /// The remote address of the connection.
+    pub ip: std::net::IpAddr,
+}
+
+impl Visitor<'_> {
+    /// Whether the visitor is on this machine: a loopback connection that no proxy forwarded
+    /// (a proxy on loopback says whom it forwards in `X-Forwarded-For`). Only such a visitor gets
+    /// an anonymous login.
+    fn is_local(&self, headers: &HeaderMap) -> bool {
+        self.ip.is_loopback() && !headers.contains_key("x-forwarded-for")
+    }
+}
+
 /// Who is logged in, as of this request.
 pub(super) struct Operator {
     /// The login (its CSRF token).
@@ -130,7 +154,7 @@ pub(super) async fn route(
     state: &Arc<State>,
     console: &Console,
     req: Request<IncomingBody>,
-    peer: &Arc<str>,
+    visitor: Visitor<'_>,
 ) -> Response<Body> {
     let rest = req.uri().path()[console.base.len()..].to_owned();
     let method = req.method().clone();
@@ -140,19 +164,25 @@ pub(super) async fn route(
     }
     let mut resp = match (&method, rest.as_str()) {
         (&Method::GET, "") => redirect(&format!("{}/", console.base)),
-        (&Method::GET, "/" | "/login") => page(state, console, req.headers(), &rest),
+        (&Method::GET, "/" | "/login") => page(state, console, req.headers(), &rest, visitor),
         (&Method::GET, asset) if asset.starts_with("/assets/") => assets::serve(&asset[8..]),
-        (&Method::POST, "/api/login") => login_post(state, console, req).await,
+        (&Method::POST, "/api/login") => login_post(state, console, req, visitor).await,
         (&Method::POST, "/api/logout") => match same_origin(req.headers(), &config) {
             Ok(()) => logout(console, req.headers()),
             Err(refused) => refused.response(),
         },
-        (_, api) if api.starts_with("/api/") => match operator(state, console, req.headers()) {
-            Ok(op) if method == Method::GET => api::get(state, console, &op, &api[5..], peer).await,
-            Ok(op) if method == Method::POST => post(state, console, op, req, peer).await,
-            Ok(_) => empty(StatusCode::METHOD_NOT_ALLOWED),
-            Err(refused) => refused.response(),
-        },
+        (_, api) if api.starts_with("/api/") => {
+            match operator(state, console, req.headers(), visitor) {
+                Ok(op) if method == Method::GET => {
+                    api::get(state, console, &op, &api[5..], req.headers(), visitor.key).await
+                }
+                Ok(op) if method == Method::POST => {
+                    post(state, console, op, req, visitor.key).await
+                }
+                Ok(_) => empty(StatusCode::METHOD_NOT_ALLOWED),
+                Err(refused) => refused.response(),
+            }
+        }
         _ => json_response(404, &json!({ "error": "not found" })),
     };
     secure(resp.headers_mut());
@@ -178,18 +208,27 @@ async fn post(
         );
     }
     let path = req.uri().path()[console.base.len()..].to_owned();
-    let body = match read_json(req).await {
+    let body = match read_json(req, &config).await {
         Ok(body) => body,
         Err(refused) => return refused.response(),
     };
     match path.as_str() {
         "/api/rpc" => playground::rpc(state, &op, &body, peer).await,
-        action => actions::act(state, &op, action, &body).await,
+        action => {
+            let _one_at_a_time = console.acting.lock().await;
+            actions::act(state, &op, action, &body).await
+        }
     }
 }
 
 /// The index page (after a login, where one is needed) or the login page.
-fn page(state: &State, console: &Console, headers: &HeaderMap, rest: &str) -> Response<Body> {
+fn page(
+    state: &State,
+    console: &Console,
+    headers: &HeaderMap,
+    rest: &str,
+    visitor: Visitor<'_>,
+) -> Response<Body> {
     let access = state.core.protocol().host().access();
     let logged_in = console.logins.get(headers).is_some();
     if rest == "/login" {
@@ -198,15 +237,20 @@ fn page(state: &State, console: &Console, headers: &HeaderMap, rest: &str) -> Re
     if logged_in {
         return assets::page(assets::Page::Console);
     }
-    if access.requires_auth() {
+    if access.requires_auth() || !visitor.is_local(headers) {
         return redirect(&format!("{}/login", console.base));
     }
-    // No authentication required: the visitor gets an anonymous login.
+    // No authentication required, and the visitor is on this machine: an anonymous login.
     let lifetime = lifetime(&state.core.protocol().host().config());
     match console.logins.open(None, lifetime) {
         Ok(opened) => {
             let mut resp = assets::page(assets::Page::Console);
-            set_cookie(&mut resp, &console.base, Some((&opened.id, lifetime)));
+            set_cookie(
+                &mut resp,
+                &console.base,
+                Some((&opened.id, lifetime)),
+                headers,
+            );
             resp
         }
         Err(e) => refuse(500, &format!("no randomness for a login: {e}")),
@@ -222,13 +266,18 @@ async fn login_post(
     state: &Arc<State>,
     console: &Console,
     req: Request<IncomingBody>,
+    visitor: Visitor<'_>,
 ) -> Response<Body> {
     let host = state.core.protocol().host();
     let config = host.config();
     if let Err(refused) = same_origin(req.headers(), &config) {
         return refused.response();
     }
-    let body = match read_json(req).await {
+    if !console.failures.allows(visitor.key) {
+        return refuse(429, "too many failed logins from here: wait a minute");
+    }
+    let headers = req.headers().clone();
+    let body = match read_json(req, &config).await {
         Ok(body) => body,
         Err(refused) => return refused.response(),
     };
@@ -247,13 +296,9 @@ async fn login_post(
         Ok(identity) if identity.caller.is_some() => identity,
         Ok(_) | Err(_) => {
             host.telemetry().metrics().auth_failure("console_login");
-            audit(
-                host,
-                None,
-                "console.login",
-                "-",
-                Err("the credentials were refused"),
-            );
+            console.failures.failed(visitor.key);
+            let refused = Err("the credentials were refused");
+            audit(host, None, "console.login", visitor.key, refused);
             return refuse(401, "these credentials were refused");
         }
     };
@@ -263,7 +308,12 @@ async fn login_post(
         Ok(opened) => {
             audit(host, user.as_deref(), "console.login", "-", Ok(()));
             let mut resp = json_response(200, &json!({ "user": user }));
-            set_cookie(&mut resp, &console.base, Some((&opened.id, lifetime)));
+            set_cookie(
+                &mut resp,
+                &console.base,
+                Some((&opened.id, lifetime)),
+                &headers,
+            );
             resp
         }
         Err(e) => refuse(500, &format!("no randomness for a login: {e}")),
@@ -273,13 +323,18 @@ async fn login_post(
 fn logout(console: &Console, headers: &HeaderMap) -> Response<Body> {
     console.logins.close(headers);
     let mut resp = json_response(200, &json!({}));
-    set_cookie(&mut resp, &console.base, None);
+    set_cookie(&mut resp, &console.base, None, headers);
     resp
 }
 
 /// The operator of a request: its login, verified again now. 401 without one (or when its
 /// credentials no longer verify: expired, removed from the configuration).
-fn operator(state: &State, console: &Console, headers: &HeaderMap) -> Result<Operator, Refusal> {
+fn operator(
+    state: &State,
+    console: &Console,
+    headers: &HeaderMap,
+    visitor: Visitor<'_>,
+) -> Result<Operator, Refusal> {
     let host = state.core.protocol().host();
     let access = host.access();
     let Some(login) = console.logins.get(headers) else {
@@ -287,7 +342,9 @@ fn operator(state: &State, console: &Console, headers: &HeaderMap) -> Result<Ope
     };
     let identity = match &login.token {
         Some(token) => access.resolve(None, Some(token), None),
-        None if access.requires_auth() => return Err(Refusal::new(401, "log in first")),
+        None if access.requires_auth() || !visitor.is_local(headers) => {
+            return Err(Refusal::new(401, "log in first"));
+        }
         None => Ok(Identity::default()),
     };
     let identity = identity.map_err(|_| {
@@ -353,9 +410,14 @@ fn same_origin(headers: &HeaderMap, config: &Config) -> Result<(), Refusal> {
 }
 
 /// A POST's JSON body (at most [`MAX_BODY`] bytes).
-async fn read_json(req: Request<IncomingBody>) -> Result<Value, Refusal> {
+async fn read_json(req: Request<IncomingBody>, config: &Config) -> Result<Value, Refusal> {
     let limited = http_body_util::Limited::new(req.into_body(), MAX_BODY);
-    let bytes: Bytes = match limited.collect().await {
+    let deadline = Duration::from_secs(config.http.body_read_timeout_secs.max(1));
+    let collected = match tokio::time::timeout(deadline, limited.collect()).await {
+        Ok(collected) => collected,
+        Err(_) => return Err(Refusal::new(408, "the request body did not arrive in time")),
+    };
+    let bytes: Bytes = match collected {
         Ok(collected) => collected.to_bytes(),
         Err(_) => {
             return Err(Refusal::new(
@@ -404,8 +466,17 @@ pub(super) fn redirect(to: &str) -> Response<Body> {
     resp
 }
 
-fn set_cookie(resp: &mut Response<Body>, base: &str, login: Option<(&str, Duration)>) {
-    if let Ok(v) = HeaderValue::from_str(&login::set_cookie(base, login)) {
+/// Set the login cookie (`Secure` when the request came over HTTPS through a proxy that says so).
+fn set_cookie(
+    resp: &mut Response<Body>,
+    base: &str,
+    login: Option<(&str, Duration)>,
+    request: &HeaderMap,
+) {
+    let https = request
+        .get("x-forwarded-proto")
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"https"));
+    if let Ok(v) = HeaderValue::from_str(&login::set_cookie(base, login, https)) {
         resp.headers_mut().insert(hyper::header::SET_COOKIE, v);
     }
 }

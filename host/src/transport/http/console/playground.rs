@@ -81,7 +81,7 @@ pub(super) async fn rpc(
 }
 
 /// Who the request runs as: the operator (through `agent`, as its endpoint would), or for an
-/// admin, user `as` (through `agent`).
+/// admin, user `as` (see [`impersonate`]).
 fn identity(
     state: &State,
     op: &Operator,
@@ -98,36 +98,70 @@ fn identity(
                 .map_err(|d| Refusal::new(403, format!("{d}")))
         }
         Some(_) if !op.admin => Err(Refusal::new(403, "only admins may call as another user")),
-        Some(user) if !configured_user(state, user) => Err(Refusal::new(
-            403,
-            format!("{user} is not a user the configuration names (auth.secrets)"),
-        )),
-        Some(user) => {
-            let agent = match agent {
-                Some(name) => Some(
-                    access
-                        .agent(name)
-                        .ok_or_else(|| Refusal::new(404, format!("no agent {name}")))?,
-                ),
-                None => None,
-            };
-            tracing::info!(
-                "console: {} calls as user {user}",
-                op.user().unwrap_or("the anonymous operator")
-            );
-            let mut caller = UserInfo::new(user);
-            caller.agent = agent.as_ref().map(|a| a.name.clone());
-            Ok(Identity {
-                caller: Some(caller),
-                agent,
-                claims: None,
-            })
-        }
+        Some(user) => impersonate(state, op, user, agent),
     }
 }
 
-/// Whether `user` is one of the configuration's personal secrets' users.
-fn configured_user(state: &State, user: &str) -> bool {
-    let config = state.core.protocol().host().config();
-    config.auth.secrets.iter().any(|s| s.user == user)
+/// An admin calling as `user`: only a user with a personal secret in the configuration that has
+/// not expired, and only through an agent one of those secrets may use (a secret bound to an
+/// agent only through that one). Claims-based rules see no claims (a secret has none). Recorded
+/// in the audit log as a `console.call_as` action beside the call itself.
+fn impersonate(
+    state: &State,
+    op: &Operator,
+    user: &str,
+    agent: Option<&str>,
+) -> Result<Identity, Refusal> {
+    let host = state.core.protocol().host();
+    let config = host.config();
+    let now = jiff::Timestamp::now().as_second();
+    let live: Vec<&crate::config::SecretEntry> = config
+        .auth
+        .secrets
+        .iter()
+        .filter(|s| s.user == user)
+        .filter(|s| {
+            let expiry = s.expires.as_deref().map(crate::access::auth::parse_time);
+            expiry.is_none_or(|e| e.is_some_and(|e| i64::try_from(e).is_ok_and(|e| e > now)))
+        })
+        .collect();
+    if live.is_empty() {
+        return Err(Refusal::new(
+            403,
+            format!("{user} has no personal secret in the configuration that is still valid"),
+        ));
+    }
+    let bound: Vec<&str> = live.iter().filter_map(|s| s.agent.as_deref()).collect();
+    let unbound = bound.len() < live.len();
+    let agent = match agent {
+        Some(a) if unbound || bound.contains(&a) => Some(a),
+        None if unbound => None,
+        None if bound.len() == 1 => Some(bound[0]),
+        _ => {
+            return Err(Refusal::new(
+                403,
+                format!(
+                    "{user}'s secrets are bound to agent(s) {}",
+                    bound.join(", ")
+                ),
+            ));
+        }
+    };
+    let agent = match agent {
+        Some(name) => Some(
+            host.access()
+                .agent(name)
+                .ok_or_else(|| Refusal::new(404, format!("no agent {name}")))?,
+        ),
+        None => None,
+    };
+    let target = format!("as {user}");
+    super::audit(host, op.user(), "console.call_as", &target, Ok(()));
+    let mut caller = UserInfo::new(user);
+    caller.agent = agent.as_ref().map(|a| a.name.clone());
+    Ok(Identity {
+        caller: Some(caller),
+        agent,
+        claims: None,
+    })
 }

@@ -182,7 +182,7 @@ async function sources() {
     el("div", { class: "card" }, el("h3", {}, "Override map"), map),
     s.dirs.map((d) => el("section", { class: `card source${d.upstream ? " upstream" : ""}`, "data-dir": d.index },
       el("h3", {}, `#${d.index} `, el("code", {}, d.path), " ", d.upstream ? badge("upstream server", "muted") : null, " ", badge(`pinning ${d.pinning}`, "muted")),
-      d.upstream ? el("pre", { class: "settings" }, pretty(d.settings.server)) : null,
+      d.server ? el("pre", { class: "settings" }, pretty(d.server)) : null,
       d.entries.length
         ? table(["name", "kind", "status", "plugin", "service", "signer", "isolation"], d.entries.map((e) =>
             el("tr", { "data-name": e.tool, "data-status": e.status },
@@ -273,11 +273,11 @@ async function trust() {
         d.fields.length ? table(["field", "pinned", "now"], d.fields.map((f) =>
           el("tr", {}, el("td", {}, el("code", {}, f.path)), el("td", { class: "old" }, shown(f.old)), el("td", { class: "new" }, shown(f.new)))), { class: "diff" })
           : el("pre", {}, pretty(d.definition)),
-        action("Accept this definition", "pins/accept", { section: d.section, name: d.name })))
+        action("Accept this definition", "pins/accept", { section: d.section, name: d.name, sha256: d.sha256 })))
         : el("p", { class: "muted" }, "Everything served is as pinned.")),
     el("div", { class: "card", id: "quarantined" }, el("h3", {}, "Quarantined plugins"),
       t.quarantined.length ? table(["plugin", "file", "reason", ""], t.quarantined.map((q) => el("tr", { "data-file": q.file },
-        el("td", {}, q.plugin || "-"), el("td", {}, q.file), el("td", {}, q.reason), el("td", {}, action("Retry", "quarantine/retry", { file: q.file })))))
+        el("td", {}, q.plugin || "-"), el("td", {}, q.file), el("td", {}, q.reason), el("td", {}, action("Retry all", "quarantine/retry", {})))))
         : el("p", { class: "muted" }, "No plugin is quarantined.")),
   );
 }
@@ -293,7 +293,7 @@ async function tasks() {
         try { await post("tasks/cancel", { id: task.id }); route(); } catch (e) { ev.target.after(failure(e)); }
       } }, "Cancel")
     : null;
-  show(el("h2", {}, "Tasks"),
+  show(el("h2", {}, "Tasks"), t.all ? null : el("p", { class: "muted" }, "Your own tasks (admins see everyone's)."),
     t.tasks.length ? table(["task", "tool", "status", "owner", "agent", "age", ""], t.tasks.map((x) => el("tr", { "data-task": x.id },
       el("td", {}, el("code", {}, x.id.slice(0, 8))), el("td", {}, x.tool), el("td", {}, badge(x.status), x.statusMessage ? el("div", { class: "detail" }, x.statusMessage) : null),
       el("td", {}, x.owner), el("td", {}, x.agent || "-"), el("td", {}, age(t.now - x.createdMs)), el("td", {}, cancel(x)))), { id: "tasks" })
@@ -342,6 +342,7 @@ function typeOf(schema) {
 // schema merged in, and an optional value's `anyOf`/`oneOf` [X, null] read as X.
 function resolve(schema, root, depth) {
   schema = schema || {};
+  if (depth > 8) return schema;
   for (let i = 0; i < 8 && typeof schema.$ref === "string" && schema.$ref.startsWith("#/"); i++) {
     const target = schema.$ref.slice(2).split("/").reduce((node, key) =>
       node && node[key.replace(/~1/g, "/").replace(/~0/g, "~")], root);
@@ -365,9 +366,12 @@ function resolve(schema, root, depth) {
 
 // A field for `schema`: { node, get } where get() is the value, or undefined when left empty.
 // `root` is the whole schema its references point into.
-function field(schema, name, required, path, root) {
+function field(schema, name, required, path, root, depth) {
   root = root || schema;
+  depth = depth || 0;
   schema = resolve(schema, root, 0);
+  // A recursive schema (a tree) is drawn a few levels deep, then as JSON text.
+  if (depth > 6) schema = { description: schema.description };
   const id = `f-${path.replace(/[^a-zA-Z0-9_-]/g, "_")}`;
   const label = el("label", { for: id }, name, required ? el("span", { class: "required", title: "required" }, " *") : null);
   const help = schema.description ? el("div", { class: "detail" }, schema.description) : null;
@@ -376,7 +380,7 @@ function field(schema, name, required, path, root) {
   const dflt = schema.default;
   if (t === "object") {
     const fields = Object.entries(schema.properties || {}).map(([k, s]) =>
-      [k, field(s, k, (schema.required || []).includes(k), `${path}.${k}`, root)]);
+      [k, field(s, k, (schema.required || []).includes(k), `${path}.${k}`, root, depth + 1)]);
     const node = el("fieldset", { class: "object", "data-field": path }, el("legend", {}, name, required ? " *" : ""), help, fields.map(([, f]) => f.node));
     return { node, get: () => {
       const out = {};
@@ -388,7 +392,7 @@ function field(schema, name, required, path, root) {
     const items = [];
     const list = el("div", { class: "items" });
     const add = (value) => {
-      const f = field(schema.items || {}, `${name}[${items.length}]`, true, `${path}.${items.length}`, root);
+      const f = field(schema.items || {}, `${name}[${items.length}]`, true, `${path}.${items.length}`, root, depth + 1);
       if (value !== undefined) setValue(f, value);
       const entry = { f, node: null };
       entry.node = el("div", { class: "item" }, f.node, el("button", { type: "button", class: "remove", onclick: () => {
