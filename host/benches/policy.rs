@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use mcp_host::config::PolicySettings;
-use mcp_host::policy::{CallFacts, Policy};
+use mcp_host::policy::{CallFacts, Policy, Subject};
 use serde_json::{Value, json};
 
 /// `count` rules in the shapes operators write. `about_other_tools`: each names another tool
@@ -76,9 +76,11 @@ fn main() {
         user: Some("ana"),
         agent: Some("research"),
         claims: Some(&claims),
-        tool: "echo",
+        subject: Subject::Tool {
+            name: "echo",
+            annotations: &annotations,
+        },
         plugin: "fixture-basic",
-        annotations: &annotations,
         args: &args,
     };
     println!("| rules | what they test | decision | per call |");

@@ -586,3 +586,177 @@ fn a_tool_calling_a_tool_is_policed_as_its_caller() {
         "{denied}"
     );
 }
+
+/// Rules on resource reads and prompts — of a plugin (`fixture-conformance`) and of an upstream
+/// server (the Python SDK server, prefix `py_`) — beside a rule without `on`, which still polices
+/// tool calls only.
+const READS_AND_PROMPTS: &str = r#"
+policy:
+  rules:
+    - name: no-static-text
+      on: [resources]
+      when: "resource.uri == 'test://static-text'"
+      outcome: deny
+      message: "static text is off limits"
+    - name: asked-reads
+      on: [resources]
+      when: "resource.uri.startsWith('test://template/ask')"
+      outcome: approve
+      show: [id]
+    - name: template-reads-on-a-budget
+      on: [resources]
+      when: "resource.uri.startsWith('test://template/')"
+      outcome: limit
+      budget: reads
+    - name: no-deny-argument
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments' && args.arg1 == 'deny'"
+      outcome: deny
+      message: "not this argument"
+    - name: asked-prompts
+      on: [prompts]
+      when: "has(args.arg1) && args.arg1 == 'ask'"
+      outcome: approve
+      show: [arg2]
+    - name: prompts-on-a-budget
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments'"
+      outcome: limit
+      budget: prompts
+    - name: not-through-the-upstream
+      on: [resources, prompts]
+      when: "kind == 'resource' && resource.plugin == 'py' && resource.uri.endsWith('/Eve') || kind == 'prompt' && prompt.plugin == 'py' && args.code.contains('rm -rf')"
+      outcome: deny
+      message: "not through the upstream"
+    - name: tools-as-before
+      when: "tool.name == 'test_simple_text'"
+      outcome: deny
+      message: "tools are policed as before"
+  budgets:
+    reads: {calls: 2, per_secs: 3600}
+    prompts: {calls: 2, per_secs: 3600}
+"#;
+
+/// The Python client's report of `tests/clients/policy_client.py` in `mode` over stdio.
+fn policy_client(mode: &str, py: &Path, cfg: &Path) -> Value {
+    let out = std::process::Command::new(py)
+        .arg(mcp_host_tests::workspace_root().join("tests/clients/policy_client.py"))
+        .arg(mode)
+        .args(mcp_host_tests::clients::stdio_command(cfg))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{mode}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+/// Step `i` was refused with JSON-RPC `code`, its message containing `says` (and `rule` in
+/// `data.rule` when given).
+fn refused_step(report: &Value, i: usize, code: i64, says: &str, rule: &str) {
+    let s = &report["steps"][i];
+    assert_eq!(s["ok"], false, "step {i}: {report}");
+    assert_eq!(s["code"], code, "step {i}: {report}");
+    let message = s["message"].as_str().unwrap_or("");
+    assert!(message.contains(says), "step {i}: {message}");
+    assert_eq!(s["data"]["rule"], rule, "step {i}: {report}");
+}
+
+#[test]
+fn rules_deny_limit_and_approve_resource_reads_and_prompts_for_the_python_client_in_both_eras() {
+    let Some(py) = mcp_host_tests::clients::python() else {
+        return;
+    };
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let upstream = mcp_host_tests::workspace_root().join("tests/fixtures/upstream/server.py");
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - d\n  - server: {{command: [{:?}, {:?}]}}\n    name: py\n    prefix: py_\n\
+         stdio_user: ana\n{READS_AND_PROMPTS}",
+        py.to_string_lossy(),
+        upstream.to_string_lossy()
+    ));
+    for (mode, version) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let r = policy_client(mode, &py, &cfg);
+        assert_eq!(r["protocol_version"], version, "{r}");
+        let ok = |i: usize, has: &str| {
+            let s = &r["steps"][i];
+            assert_eq!(s["ok"], true, "{mode} step {i}: {r}");
+            assert!(
+                s["text"].as_str().unwrap_or("").contains(has),
+                "{mode} step {i}: {r}"
+            );
+        };
+        // A read: denied; two on the budget, the third refused with retryAfter; approved, refused.
+        refused_step(&r, 0, -32602, "static text is off limits", "no-static-text");
+        ok(1, "");
+        ok(2, "");
+        let limited = &r["steps"][3];
+        assert_eq!(limited["code"], -32010, "{mode}: {r}");
+        assert!(limited["data"]["retryAfter"].as_u64().is_some(), "{r}");
+        assert_eq!(limited["data"]["rule"], "template-reads-on-a-budget");
+        ok(4, "ask-yes");
+        refused_step(
+            &r,
+            5,
+            -32602,
+            "needs approval (policy rule `asked-reads`)",
+            "asked-reads",
+        );
+        // A prompt: the same three outcomes.
+        refused_step(&r, 6, -32602, "not this argument", "no-deny-argument");
+        ok(7, "arg1='ask'");
+        refused_step(
+            &r,
+            8,
+            -32602,
+            "needs approval (policy rule `asked-prompts`)",
+            "asked-prompts",
+        );
+        ok(9, "arg1='a'");
+        ok(10, "arg1='a'");
+        assert_eq!(r["steps"][11]["code"], -32010, "{mode}: {r}");
+        assert_eq!(r["steps"][11]["data"]["rule"], "prompts-on-a-budget");
+        // An upstream server's read and prompt, before it is asked.
+        ok(12, "Hello, Ada");
+        refused_step(
+            &r,
+            13,
+            -32602,
+            "not through the upstream",
+            "not-through-the-upstream",
+        );
+        ok(14, "fn main() {}");
+        refused_step(
+            &r,
+            15,
+            -32602,
+            "not through the upstream",
+            "not-through-the-upstream",
+        );
+        // A rule without `on` polices tool calls, as it always did.
+        assert_eq!(r["steps"][16]["ok"], false, "{r}");
+        assert_eq!(r["steps"][16]["text"], "tools are policed as before");
+        // The human was asked four times, shown the fields the rules chose.
+        let questions: Vec<&str> = r["questions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(questions.len(), 4, "{mode}: {questions:?}");
+        assert!(
+            questions[0].contains("test://template/ask-yes/data")
+                && questions[0].contains("id: \"ask-yes\""),
+            "{questions:?}"
+        );
+        assert!(
+            questions[2].contains("test_prompt_with_arguments")
+                && questions[2].contains("arg2: \"yes\""),
+            "{questions:?}"
+        );
+    }
+}

@@ -1,5 +1,7 @@
-//! Call policy: the operator's rules over who calls (`caller`), what (`tool`) and with which
-//! arguments (`args`), written in CEL and evaluated on every tool call before its plugin runs.
+//! Call policy: the operator's rules over who calls (`caller`), what (`tool`, `resource` or
+//! `prompt`) and with which arguments (`args`), written in CEL and evaluated on every tool call —
+//! and, for the rules whose `on` says so, every resource read and prompt — before its plugin or
+//! upstream server runs.
 //! The first rule whose `when` holds decides — allow, deny (with the operator's message), limit
 //! (a named budget, [`budget`]) or approve (a human's yes first) — and no match allows the call.
 //! A stage of its own between `access` and `plugins`: it knows nothing of plugins or registries,
@@ -15,7 +17,7 @@ use cel::common::ast::{Expr, IdedExpr, LiteralValue, operators};
 use cel::{Context, Env, Program, Value as CelValue};
 use serde_json::{Map, Value};
 
-use crate::config::{Budget, PolicyRule, PolicySettings, RuleOutcome};
+use crate::config::{Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 
 /// Why a policy cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -50,7 +52,65 @@ pub enum PolicyError {
     },
 }
 
-/// What the policy sees of one call.
+/// What a request asks for.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    /// A tool call (`tools/call`).
+    Tool {
+        /// The tool as clients name it.
+        name: &'a str,
+        /// Its annotations (`readOnlyHint`, `destructiveHint`, …) as JSON.
+        annotations: &'a Value,
+    },
+    /// A resource read (`resources/read`).
+    Resource {
+        /// The URI read.
+        uri: &'a str,
+    },
+    /// A prompt (`prompts/get`).
+    Prompt {
+        /// The prompt's name.
+        name: &'a str,
+    },
+}
+
+impl Subject<'_> {
+    /// The kind of request, as rules' `on` names it.
+    pub fn policed(&self) -> Policed {
+        match self {
+            Subject::Tool { .. } => Policed::Tools,
+            Subject::Resource { .. } => Policed::Resources,
+            Subject::Prompt { .. } => Policed::Prompts,
+        }
+    }
+
+    /// `kind` as rules see it: `tool`, `resource` or `prompt`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Subject::Tool { .. } => "tool",
+            Subject::Resource { .. } => "resource",
+            Subject::Prompt { .. } => "prompt",
+        }
+    }
+
+    /// The tool's name (empty for a read or a prompt).
+    fn tool_name(&self) -> &str {
+        match self {
+            Subject::Tool { name, .. } => name,
+            _ => "",
+        }
+    }
+
+    /// The tool's name, the resource's URI or the prompt's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Subject::Tool { name, .. } | Subject::Prompt { name } => name,
+            Subject::Resource { uri } => uri,
+        }
+    }
+}
+
+/// What the policy sees of one call, read or prompt.
 #[derive(Debug, Clone, Copy)]
 pub struct CallFacts<'a> {
     /// The verified caller's user id (none: unauthenticated, e.g. stdio without a user).
@@ -59,13 +119,11 @@ pub struct CallFacts<'a> {
     pub agent: Option<&'a str>,
     /// The caller's JWT claims (none: not a JWT, e.g. a personal secret or stdio).
     pub claims: Option<&'a Claims>,
-    /// The tool as clients name it.
-    pub tool: &'a str,
-    /// The plugin serving it.
+    /// The tool, resource or prompt asked for.
+    pub subject: Subject<'a>,
+    /// The plugin (or upstream server) serving it.
     pub plugin: &'a str,
-    /// The tool's annotations (`readOnlyHint`, `destructiveHint`, …) as JSON.
-    pub annotations: &'a Value,
-    /// The call's arguments.
+    /// A tool's or a prompt's arguments; a templated resource's variables (else `{}`).
     pub args: &'a Value,
 }
 
@@ -76,16 +134,21 @@ pub struct Rule {
     pub spec: PolicyRule,
     program: Program,
     /// The only tools the rule can match, when its condition says so (see [`tools_named`]); a
-    /// call of another tool skips it without evaluating anything.
+    /// call of another tool (and a read or a prompt, whose `tool.name` is empty) skips it
+    /// without evaluating anything.
     tools: Option<Vec<String>>,
 }
 
 impl Rule {
-    /// Whether a call of `tool` needs this rule evaluated.
-    fn may_match(&self, tool: &str) -> bool {
-        self.tools
-            .as_ref()
-            .is_none_or(|names| names.iter().any(|n| n == tool))
+    /// Whether a request for `subject` needs this rule evaluated: the rule polices its kind,
+    /// and names its tool if it names any.
+    fn may_match(&self, subject: &Subject<'_>) -> bool {
+        let tool = subject.tool_name();
+        self.spec.on.contains(&subject.policed())
+            && self
+                .tools
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == tool))
     }
 }
 
@@ -208,6 +271,11 @@ impl Policy {
             if settings.rules[..index].iter().any(|r| r.name == spec.name) {
                 return Err(invalid("another rule has the same name".into()));
             }
+            if spec.on.is_empty() {
+                return Err(invalid(
+                    "`on` names what the rule polices: tools, resources, prompts".into(),
+                ));
+            }
             match spec.outcome {
                 RuleOutcome::Limit => match &spec.budget {
                     None => return Err(invalid("a `limit` rule names its `budget`".into())),
@@ -280,7 +348,7 @@ impl Policy {
         // Built once, and only for a call some rule may match.
         let mut context = None;
         for rule in &self.rules {
-            if !rule.may_match(facts.tool) {
+            if !rule.may_match(&facts.subject) {
                 continue;
             }
             let name = rule.spec.name.as_str();
@@ -313,7 +381,8 @@ impl Policy {
         Decision::Allow { rule: None }
     }
 
-    /// What rules see of a call: `caller`, `tool` and `args`.
+    /// What rules see of a request: `caller`, `kind`, `tool`, `resource`, `prompt` and `args` (the
+    /// two of `tool`, `resource` and `prompt` the request is not about have empty fields).
     fn context(&self, facts: &CallFacts<'_>) -> Context<'_, '_> {
         let mut context = Context::with_env(Arc::clone(&self.env));
         let claims = facts.claims.map_or_else(
@@ -327,13 +396,11 @@ impl Policy {
         ]
         .into();
         context.add_variable_from_value("caller", CelValue::from(caller));
-        let tool: std::collections::HashMap<String, CelValue> = [
-            ("name".to_owned(), text_to_cel(facts.tool)),
-            ("plugin".to_owned(), text_to_cel(facts.plugin)),
-            ("annotations".to_owned(), to_cel(facts.annotations)),
-        ]
-        .into();
-        context.add_variable_from_value("tool", CelValue::from(tool));
+        context.add_variable_from_value("kind", text_to_cel(facts.subject.kind()));
+        let (tool, resource, prompt) = subject_to_cel(&facts.subject, facts.plugin);
+        context.add_variable_from_value("tool", tool);
+        context.add_variable_from_value("resource", resource);
+        context.add_variable_from_value("prompt", prompt);
         context.add_variable_from_value("args", to_cel(facts.args));
         context
     }
@@ -365,7 +432,7 @@ impl Policy {
                     (None, None) => "anonymous".to_owned(),
                 };
                 let key = if spec.per_tool {
-                    format!("{who}|tool:{}", facts.tool)
+                    format!("{who}|{}:{}", facts.subject.kind(), facts.subject.name())
                 } else {
                     who
                 };
@@ -388,7 +455,44 @@ impl Policy {
     }
 }
 
-/// A JSON value as CEL sees it (numbers: integers when they are, else doubles).
+/// `tool`, `resource` and `prompt` as rules see them for a request about `subject` served by
+/// `plugin`: the one it is about filled in, the others with empty fields.
+fn subject_to_cel(subject: &Subject<'_>, plugin: &str) -> (CelValue, CelValue, CelValue) {
+    let map = |entries: Vec<(&str, CelValue)>| {
+        let map: std::collections::HashMap<String, CelValue> = entries
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect();
+        CelValue::from(map)
+    };
+    let empty = || text_to_cel("");
+    let (mut tool, mut resource, mut prompt) = (
+        vec![
+            ("name", empty()),
+            ("plugin", empty()),
+            ("annotations", map(Vec::new())),
+        ],
+        vec![("uri", empty()), ("plugin", empty())],
+        vec![("name", empty()), ("plugin", empty())],
+    );
+    match subject {
+        Subject::Tool { name, annotations } => {
+            tool = vec![
+                ("name", text_to_cel(name)),
+                ("plugin", text_to_cel(plugin)),
+                ("annotations", to_cel(annotations)),
+            ];
+        }
+        Subject::Resource { uri } => {
+            resource = vec![("uri", text_to_cel(uri)), ("plugin", text_to_cel(plugin))];
+        }
+        Subject::Prompt { name } => {
+            prompt = vec![("name", text_to_cel(name)), ("plugin", text_to_cel(plugin))];
+        }
+    }
+    (map(tool), map(resource), map(prompt))
+}
+
 /// The tools a condition can hold for, when it says: `tool.name == 'x'` (either way round) and
 /// `tool.name in ['x', 'y']` name theirs; `a && b` holds only for tools both allow (either side
 /// false makes it false, even when the other cannot be evaluated); `a || b` for the tools either
@@ -449,6 +553,7 @@ fn object_to_cel(map: &Map<String, Value>) -> CelValue {
     CelValue::from(entries)
 }
 
+/// A JSON value as CEL sees it (numbers: integers when they are, else doubles).
 fn to_cel(value: &Value) -> CelValue {
     match value {
         Value::Null => CelValue::Null,
@@ -547,9 +652,11 @@ mod tests {
             user,
             agent: None,
             claims: None,
-            tool,
+            subject: Subject::Tool {
+                name: tool,
+                annotations: &NONE,
+            },
             plugin: "p",
-            annotations: &NONE,
             args,
         }
     }
@@ -588,6 +695,49 @@ mod tests {
             policy.decide(&facts(Some("bob"), "other", &short)),
             Decision::Allow { rule: None }
         );
+    }
+
+    #[test]
+    fn rules_police_tools_unless_on_names_reads_or_prompts() {
+        let policy = Policy::compile(&settings(json!({"rules": [
+            {"name": "any-tool", "when": "true", "outcome": "deny"},
+            {"name": "reads", "on": ["resources"], "outcome": "deny",
+             "when": "resource.uri.startsWith('x://') && tool.name == ''"},
+            {"name": "prompts", "on": ["prompts", "resources"], "outcome": "deny",
+             "when": "kind == 'prompt' && prompt.name == 'p' && args.a == 'b'"},
+        ]})))
+        .expect("compiles");
+        let args = json!({"a": "b"});
+        let ask = |subject| {
+            policy
+                .decide(&CallFacts {
+                    subject,
+                    ..facts(None, "t", &args)
+                })
+                .rule()
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            ask(Subject::Resource { uri: "x://1" }).as_deref(),
+            Some("reads")
+        );
+        assert_eq!(ask(Subject::Resource { uri: "y://1" }), None);
+        assert_eq!(
+            ask(Subject::Prompt { name: "p" }).as_deref(),
+            Some("prompts")
+        );
+        assert_eq!(ask(Subject::Prompt { name: "q" }), None);
+        let none = Value::Null;
+        let tool = Subject::Tool {
+            name: "t",
+            annotations: &none,
+        };
+        assert_eq!(ask(tool).as_deref(), Some("any-tool"));
+        let err = Policy::compile(&settings(json!({"rules": [
+            {"name": "nothing", "on": [], "outcome": "deny"},
+        ]})))
+        .expect_err("polices nothing");
+        assert!(err.to_string().contains("`on`"), "{err}");
     }
 
     #[test]
