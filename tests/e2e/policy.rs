@@ -760,3 +760,136 @@ fn rules_deny_limit_and_approve_resource_reads_and_prompts_for_the_python_client
         );
     }
 }
+
+/// Two replicas on one Redis, with budgets on `fixture-basic`'s tools: calls per window
+/// (`echo`, `tick`) and calls at once (`wait_for`).
+fn shared_budget_replicas(l: &Layout, redis: &mcp_host_tests::fleet::Redis) -> [HttpServer; 2] {
+    l.install("d", "fixture-basic", None);
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nstore: {}\nrequest_state: {{keys: [\"{}\"]}}\n\
+         policy:\n  rules:\n    - name: echoes-on-a-budget\n      when: \"tool.name == 'echo'\"\n      \
+         outcome: limit\n      budget: echoes\n    - name: ticks-on-a-budget\n      \
+         when: \"tool.name == 'tick'\"\n      outcome: limit\n      budget: ticks\n    \
+         - name: one-wait-at-a-time\n      when: \"tool.name == 'wait_for'\"\n      outcome: limit\n      \
+         budget: one-at-a-time\n  budgets:\n    echoes: {{calls: 3, per_secs: 3600}}\n    \
+         ticks: {{calls: 100, per_secs: 60}}\n    one-at-a-time: {{concurrent: 1}}\n",
+        redis.url(),
+        mcp_host_tests::fleet::SHARED_KEY
+    ));
+    ["r1", "r2"].map(|r| HttpServer::start_with_env(&cfg, &[("MCP_HOST_REPLICA", r)]))
+}
+
+/// A 2026 `tools/call` of `name` with `args` on `s`: the HTTP status and the body.
+fn call_on(s: &HttpServer, id: u64, name: &str, args: Value) -> (u16, Value) {
+    let resp = s.modern(id, "tools/call", call(name, args));
+    (resp.status, resp.json())
+}
+
+/// Wait (generously) until `s`'s readiness is `status` (Redis lost or back).
+fn ready_becomes(s: &HttpServer, status: u16) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resp = s.connect().request("GET", "/healthz", &[], b"");
+        if resp.status == status {
+            return;
+        }
+        assert!(Instant::now() < deadline, "readiness stays {resp:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_budget_is_shared_by_two_replicas_on_one_redis_and_refuses_while_redis_is_gone() {
+    let Some(redis_bin) = mcp_host_tests::fleet::redis_server() else {
+        return;
+    };
+    let l = Layout::new();
+    let mut redis = mcp_host_tests::fleet::Redis::start(&redis_bin);
+    let [r1, r2] = shared_budget_replicas(&l, &redis);
+    let echo = || json!({"text": "hi"});
+    // Three calls in the window, spent across both replicas; the fourth is refused on either.
+    for (id, s) in [(1, &r1), (2, &r2), (3, &r1)] {
+        let (status, body) = call_on(s, id, "echo", echo());
+        assert_eq!(status, 200, "{body}");
+        assert_ne!(body["result"]["isError"], true, "{body}");
+    }
+    for (id, s) in [(4, &r2), (5, &r1)] {
+        let (status, body) = call_on(s, id, "echo", echo());
+        assert_eq!(status, 429, "{body}");
+        let retry = body["error"]["data"]["retryAfter"].as_u64().unwrap();
+        // 3 calls per hour: the next one is about 20 minutes away.
+        assert!((1000..=1200).contains(&retry), "{body}");
+        assert_eq!(body["error"]["data"]["budget"], "echoes");
+    }
+    // A tool's call of `echo` (`shout` calls it) draws on the same shared budget, waited for on
+    // the plugin's thread.
+    let (status, body) = call_on(&r2, 55, "shout", echo());
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    assert!(
+        text_of(&body).contains("budget `echoes` is exhausted"),
+        "{body}"
+    );
+
+    // One call at once across the fleet: while r1 runs one, r2's is refused; then it runs.
+    let (gate, running) = (l.root.path().join("gate"), l.root.path().join("running"));
+    let mut held = r1.connect();
+    let h = mcp_host_tests::serve::modern_headers("tools/call", Some("wait_for"));
+    let mut headers = mcp_host_tests::serve::header_refs(&h);
+    headers.push(("Content-Type", "application/json"));
+    let body = request(
+        6,
+        "tools/call",
+        with_meta(call("wait_for", json!({"path": gate, "started": running}))),
+    );
+    held.send("POST", "/mcp", &headers, body.to_string().as_bytes());
+    mcp_host_tests::wait_for_file(&running);
+    let (status, body) = call_on(&r2, 7, "wait_for", json!({"path": gate}));
+    assert_eq!(status, 429, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("1 calls at once")),
+        "{body}"
+    );
+    mcp_host_tests::open_gate(&gate, "opened");
+    assert_eq!(held.read_response().status, 200);
+    // Its slot is given back once the call ended (retried: the release is not the answer).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = call_on(&r2, 8, "wait_for", json!({"path": gate}));
+        if status == 200 {
+            assert_eq!(text_of(&body), "opened", "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slot never came back: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Redis gone: a budgeted call is refused (fails closed, 503 with retryAfter); a call no
+    // budget covers still runs; once Redis is back, budgets count again.
+    redis.kill();
+    ready_becomes(&r2, 503);
+    let (status, body) = call_on(&r2, 9, "tick", json!({"millis": 1}));
+    assert_eq!(status, 503, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("budget `ticks` cannot be counted")),
+        "{body}"
+    );
+    assert!(
+        body["error"]["data"]["retryAfter"].as_u64().is_some(),
+        "{body}"
+    );
+    let (status, body) = call_on(&r2, 10, "sleep", json!({"millis": 1}));
+    assert_eq!(status, 200, "{body}");
+    redis.restart();
+    ready_becomes(&r2, 200);
+    let (status, body) = call_on(&r2, 11, "tick", json!({"millis": 1}));
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(body["result"]["isError"], true, "{body}");
+}

@@ -253,6 +253,18 @@ impl Executor {
         self.policy.store(policy);
     }
 
+    /// Count the policy's budgets with `counter`, shared by the replicas, from now on (call on
+    /// the runtime: a nested call's draw waits on it).
+    pub fn share_budgets(&self, counter: Arc<dyn crate::policy::budget::SharedBudgets>) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => self.budgets.share(counter, runtime),
+            Err(_) => tracing::error!(
+                "the policy's budgets cannot be shared outside a runtime: each process counts \
+                 its own"
+            ),
+        }
+    }
+
     /// The call policy in force.
     pub fn policy(&self) -> Arc<Policy> {
         self.policy.load_full()

@@ -164,10 +164,14 @@ impl Executor {
                 budget,
                 limits,
                 key,
-            } => match self.admit(record, rule, budget, limits, (&key, args)) {
-                Ok(permit) => Verdict::Go(Some(permit)),
-                Err(e) => Verdict::Limited(e),
-            },
+            } => {
+                let draw = draw_of(limits, args);
+                let admitted = self.budgets.admit(budget, limits, &key, rule, draw).await;
+                match recorded(record, rule, admitted) {
+                    Ok(permit) => Verdict::Go(Some(permit)),
+                    Err(e) => Verdict::Limited(e),
+                }
+            }
             Decision::Approve { rule, shown } => {
                 let timeout = policy.approval_timeout();
                 match super::approval::ask(subject, rule, &shown, opts, timeout).await {
@@ -189,34 +193,6 @@ impl Executor {
                 }
             }
         }
-    }
-
-    /// A slot of budget `budget` for a call (its bucket's `key`, its arguments) under `rule`,
-    /// recorded as allowed or limited.
-    fn admit(
-        &self,
-        record: Record<'_>,
-        rule: &str,
-        budget: &str,
-        limits: &Budget,
-        (key, args): (&str, &Value),
-    ) -> Result<BudgetPermit, BudgetError> {
-        // Measured only for a budget that counts bytes: the length of the arguments' compact JSON.
-        let arg_bytes = limits
-            .bytes
-            .map_or(0, |_| crate::telemetry::json_len(args) as u64);
-        let admitted = self
-            .budgets
-            .admit(budget, limits, key, rule, (arg_bytes, Instant::now()));
-        record(
-            rule,
-            if admitted.is_ok() {
-                "allowed"
-            } else {
-                "limited"
-            },
-        );
-        admitted
     }
 
     /// The call policy's decision for a nested call of `tool` (for the outer call's `request`):
@@ -254,10 +230,16 @@ impl Executor {
                 budget,
                 limits,
                 key,
-            } => self
-                .admit(&record, rule, budget, limits, (&key, args))
-                .map(Some)
-                .map_err(|e| e.to_string()),
+            } => {
+                // A shared budget's draw is waited for on this (blocking) thread.
+                let draw = draw_of(limits, args);
+                let admitted = self
+                    .budgets
+                    .admit_blocking(budget, limits, &key, rule, draw);
+                recorded(&record, rule, admitted)
+                    .map(Some)
+                    .map_err(|e| e.to_string())
+            }
             Decision::Approve { rule, .. } => {
                 record(rule, "refused");
                 Err(format!(
@@ -267,6 +249,32 @@ impl Executor {
             }
         }
     }
+}
+
+/// The bytes a call takes from `limits`: the length of its arguments' compact JSON, measured
+/// only for a budget that counts bytes; with the time of the draw.
+fn draw_of(limits: &Budget, args: &Value) -> (u64, Instant) {
+    let bytes = limits
+        .bytes
+        .map_or(0, |_| crate::telemetry::json_len(args) as u64);
+    (bytes, Instant::now())
+}
+
+/// `admitted`, recorded through `record` as `rule` allowing or limiting the call.
+fn recorded(
+    record: Record<'_>,
+    rule: &str,
+    admitted: Result<BudgetPermit, BudgetError>,
+) -> Result<BudgetPermit, BudgetError> {
+    record(
+        rule,
+        if admitted.is_ok() {
+            "allowed"
+        } else {
+            "limited"
+        },
+    );
+    admitted
 }
 
 /// How a refusal names what needed approval.

@@ -509,6 +509,12 @@ impl Host {
             .await
     }
 
+    /// Count the call policy's budgets with `counter`, shared by the replicas (the store's), from
+    /// now on; on the runtime.
+    pub fn share_budgets(&self, counter: Arc<dyn crate::policy::budget::SharedBudgets>) {
+        self.inner.exec.share_budgets(counter);
+    }
+
     /// The call policy's decision for a resource read or a prompt before it runs (see
     /// [`crate::exec::Executor::police_request`]): the budget slot to hold while it runs.
     pub async fn police_request(
