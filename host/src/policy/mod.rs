@@ -357,7 +357,8 @@ impl Policy {
                 Ok(CelValue::Bool(false)) => continue,
                 Ok(CelValue::Bool(true)) => return self.outcome(rule, facts),
                 Ok(other) => {
-                    tracing::warn!(rule = name, "policy rule yielded {other:?}, not a bool");
+                    let other = shortened(&format!("{other:?}"));
+                    tracing::warn!(rule = name, "policy rule yielded {other}, not a bool");
                     return Decision::Deny {
                         rule: name,
                         message: format!(
@@ -367,12 +368,14 @@ impl Policy {
                     };
                 }
                 Err(e) => {
-                    tracing::warn!(rule = name, "policy rule could not be evaluated: {e}");
+                    // The error may quote the values (a whole argument): a few words of it.
+                    let why = shortened(&e.to_string());
+                    tracing::warn!(rule = name, "policy rule could not be evaluated: {why}");
                     return Decision::Deny {
                         rule: name,
                         message: format!(
                             "refused: policy rule `{name}` could not be evaluated for this \
-                             call: {e}"
+                             call: {why}"
                         ),
                     };
                 }
@@ -542,6 +545,17 @@ fn string_literal(expr: &IdedExpr) -> Option<String> {
         _ => None,
     }
 }
+
+/// At most [`WHY_CHARS`] characters of `text`, marked when cut.
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(WHY_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
+}
+
+/// How much of an evaluation error a refusal quotes.
+const WHY_CHARS: usize = 160;
 
 fn text_to_cel(text: &str) -> CelValue {
     CelValue::String(Arc::new(text.to_owned()))
