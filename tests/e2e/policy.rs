@@ -639,19 +639,8 @@ policy:
 
 /// The Python client's report of `tests/clients/policy_client.py` in `mode` over stdio.
 fn policy_client(mode: &str, py: &Path, cfg: &Path) -> Value {
-    let out = std::process::Command::new(py)
-        .arg(mcp_host_tests::workspace_root().join("tests/clients/policy_client.py"))
-        .arg(mode)
-        .args(mcp_host_tests::clients::stdio_command(cfg))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{mode}: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap()
+    let target = mcp_host_tests::clients::stdio_command(cfg);
+    mcp_host_tests::clients::python_report(py, "policy_client.py", mode, &target)
 }
 
 /// Step `i` was refused with JSON-RPC `code`, its message containing `says` (and `rule` in
@@ -785,6 +774,13 @@ fn call_on(s: &HttpServer, id: u64, name: &str, args: Value) -> (u16, Value) {
     (resp.status, resp.json())
 }
 
+/// `body` is a JSON-RPC error whose message contains `text`.
+#[track_caller]
+fn error_says(body: &Value, text: &str) {
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains(text), "{body}");
+}
+
 /// Wait (generously) until `s`'s readiness is `status` (Redis lost or back).
 fn ready_becomes(s: &HttpServer, status: u16) {
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -846,12 +842,7 @@ fn a_budget_is_shared_by_two_replicas_on_one_redis_and_refuses_while_redis_is_go
     mcp_host_tests::wait_for_file(&running);
     let (status, body) = call_on(&r2, 7, "wait_for", json!({"path": gate}));
     assert_eq!(status, 429, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("1 calls at once")),
-        "{body}"
-    );
+    error_says(&body, "1 calls at once");
     mcp_host_tests::open_gate(&gate, "opened");
     assert_eq!(held.read_response().status, 200);
     // Its slot is given back once the call ended (retried: the release is not the answer).
@@ -875,12 +866,7 @@ fn a_budget_is_shared_by_two_replicas_on_one_redis_and_refuses_while_redis_is_go
     ready_becomes(&r2, 503);
     let (status, body) = call_on(&r2, 9, "tick", json!({"millis": 1}));
     assert_eq!(status, 503, "{body}");
-    assert!(
-        body["error"]["message"]
-            .as_str()
-            .is_some_and(|m| m.contains("budget `ticks` cannot be counted")),
-        "{body}"
-    );
+    error_says(&body, "budget `ticks` cannot be counted");
     assert!(
         body["error"]["data"]["retryAfter"].as_u64().is_some(),
         "{body}"

@@ -13,7 +13,7 @@ use super::call::{CallError, CallOptions, Executor, InvokeError, annotations_of,
 use super::observe::ObservedCall;
 use super::result::ToolResult;
 use crate::config::Budget;
-use crate::policy::budget::{BudgetError, BudgetPermit};
+use crate::policy::budget::{BudgetError, BudgetPermit, Draw};
 use crate::policy::{CallFacts, Decision, Policy, Subject};
 use crate::registry::Tool;
 use crate::telemetry::Outcome;
@@ -149,28 +149,15 @@ impl Executor {
         record: Record<'_>,
     ) -> Verdict {
         match decision {
-            Decision::Allow { rule } => {
-                if let Some(rule) = rule {
-                    record(rule, "allowed");
-                }
-                Verdict::Go(None)
-            }
-            Decision::Deny { rule, message } => {
-                record(rule, "denied");
-                Verdict::Denied(rule.to_owned(), message)
-            }
             Decision::Limit {
                 rule,
                 budget,
                 limits,
                 key,
             } => {
-                let draw = draw_of(limits, args);
-                let admitted = self.budgets.admit(budget, limits, &key, rule, draw).await;
-                match recorded(record, rule, admitted) {
-                    Ok(permit) => Verdict::Go(Some(permit)),
-                    Err(e) => Verdict::Limited(e),
-                }
+                let draw = draw_of(budget, limits, &key, args);
+                let admitted = self.budgets.admit(draw, rule, Instant::now()).await;
+                limited(record, rule, admitted)
             }
             Decision::Approve { rule, shown } => {
                 let timeout = policy.approval_timeout();
@@ -192,6 +179,7 @@ impl Executor {
                     }
                 }
             }
+            plain => plain_verdict(plain, record),
         }
     }
 
@@ -214,17 +202,7 @@ impl Executor {
             annotations: &annotations,
         };
         let record = |rule: &str, decision| observed.policy(rule, decision);
-        match decide(&policy, subject, tool.slot.backend.name(), args, request) {
-            Decision::Allow { rule } => {
-                if let Some(rule) = rule {
-                    record(rule, "allowed");
-                }
-                Ok(None)
-            }
-            Decision::Deny { rule, message } => {
-                record(rule, "denied");
-                Err(message)
-            }
+        let verdict = match decide(&policy, subject, tool.slot.backend.name(), args, request) {
             Decision::Limit {
                 rule,
                 budget,
@@ -232,49 +210,77 @@ impl Executor {
                 key,
             } => {
                 // A shared budget's draw is waited for on this (blocking) thread.
-                let draw = draw_of(limits, args);
-                let admitted = self
-                    .budgets
-                    .admit_blocking(budget, limits, &key, rule, draw);
-                recorded(&record, rule, admitted)
-                    .map(Some)
-                    .map_err(|e| e.to_string())
+                let draw = draw_of(budget, limits, &key, args);
+                let admitted = self.budgets.admit_blocking(draw, rule, Instant::now());
+                limited(&record, rule, admitted)
             }
             Decision::Approve { rule, .. } => {
                 record(rule, "refused");
-                Err(format!(
+                let message = format!(
                     "refused: this call needs approval (policy rule `{rule}`) and a tool's call \
                      of another tool cannot ask for it"
-                ))
+                );
+                Verdict::NotApproved(rule.to_owned(), message)
             }
+            plain => plain_verdict(plain, &record),
+        };
+        match verdict {
+            Verdict::Go(permit) => Ok(permit),
+            Verdict::Denied(_, message) | Verdict::NotApproved(_, message) => Err(message),
+            Verdict::Limited(e) => Err(e.to_string()),
+            Verdict::Pending => Err("refused: waiting for approval".into()),
         }
     }
 }
 
-/// The bytes a call takes from `limits`: the length of its arguments' compact JSON, measured
-/// only for a budget that counts bytes; with the time of the draw.
-fn draw_of(limits: &Budget, args: &Value) -> (u64, Instant) {
-    let bytes = limits
-        .bytes
-        .map_or(0, |_| crate::telemetry::json_len(args) as u64);
-    (bytes, Instant::now())
+/// The verdict of an allow or a deny (recorded through `record`). A limit or an approve is
+/// decided by the caller; handed one, this refuses it.
+fn plain_verdict(decision: Decision<'_>, record: Record<'_>) -> Verdict {
+    match decision {
+        Decision::Allow { rule } => {
+            if let Some(rule) = rule {
+                record(rule, "allowed");
+            }
+            Verdict::Go(None)
+        }
+        Decision::Deny { rule, message } => {
+            record(rule, "denied");
+            Verdict::Denied(rule.to_owned(), message)
+        }
+        Decision::Limit { rule, .. } | Decision::Approve { rule, .. } => Verdict::Denied(
+            rule.to_owned(),
+            format!("refused: policy rule `{rule}` was not applied"),
+        ),
+    }
 }
 
-/// `admitted`, recorded through `record` as `rule` allowing or limiting the call.
-fn recorded(
-    record: Record<'_>,
-    rule: &str,
-    admitted: Result<BudgetPermit, BudgetError>,
-) -> Result<BudgetPermit, BudgetError> {
-    record(
-        rule,
-        if admitted.is_ok() {
-            "allowed"
-        } else {
-            "limited"
-        },
-    );
-    admitted
+/// The verdict of a budget's answer (`admitted`) for `rule`, recorded as allowing or limiting
+/// the call.
+fn limited(record: Record<'_>, rule: &str, admitted: Result<BudgetPermit, BudgetError>) -> Verdict {
+    match admitted {
+        Ok(permit) => {
+            record(rule, "allowed");
+            Verdict::Go(Some(permit))
+        }
+        Err(e) => {
+            record(rule, "limited");
+            Verdict::Limited(e)
+        }
+    }
+}
+
+/// A call's draw on `budget` (`limits`) for `key`: the bytes it takes are the length of its
+/// arguments' compact JSON, measured only for a budget that counts bytes.
+fn draw_of<'a>(budget: &'a str, limits: &'a Budget, key: &'a str, args: &Value) -> Draw<'a> {
+    let arg_bytes = limits
+        .bytes
+        .map_or(0, |_| crate::telemetry::json_len(args) as u64);
+    Draw {
+        budget,
+        limits,
+        key,
+        arg_bytes,
+    }
 }
 
 /// How a refusal names what needed approval.

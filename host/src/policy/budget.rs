@@ -170,27 +170,17 @@ impl Budgets {
         }
     }
 
-    /// Take one call with `arg_bytes` of arguments from budget `name` (`limits`) for `key` at
-    /// `now`, for `rule`: from the shared counter when there is one, else locally.
+    /// Take one call (`draw`) at `now`, for `rule`: from the shared counter when there is one,
+    /// else locally.
     pub async fn admit(
         &self,
-        name: &str,
-        limits: &Budget,
-        key: &str,
+        draw: Draw<'_>,
         rule: &str,
-        call: (u64, Instant),
+        now: Instant,
     ) -> Result<BudgetPermit, BudgetError> {
         match self.shared.get() {
-            Some((counter, _)) => {
-                let draw = Draw {
-                    budget: name,
-                    limits,
-                    key,
-                    arg_bytes: call.0,
-                };
-                shared_permit(counter.admit(draw).await, name, rule)
-            }
-            None => self.admit_local(name, limits, key, rule, call),
+            Some((counter, _)) => shared_permit(counter.admit(draw).await, draw.budget, rule),
+            None => self.admit_drawn(draw, rule, now),
         }
     }
 
@@ -198,27 +188,34 @@ impl Budgets {
     /// draw is waited for here.
     pub fn admit_blocking(
         &self,
-        name: &str,
-        limits: &Budget,
-        key: &str,
+        draw: Draw<'_>,
         rule: &str,
-        call: (u64, Instant),
+        now: Instant,
     ) -> Result<BudgetPermit, BudgetError> {
         let Some((counter, runtime)) = self.shared.get() else {
-            return self.admit_local(name, limits, key, rule, call);
-        };
-        let draw = Draw {
-            budget: name,
-            limits,
-            key,
-            arg_bytes: call.0,
+            return self.admit_drawn(draw, rule, now);
         };
         let admitted = block_on(runtime, counter.admit(draw)).unwrap_or_else(|| {
             Err(SharedRefusal::Unreachable(
                 "a shared budget cannot be waited for on this thread".into(),
             ))
         });
-        shared_permit(admitted, name, rule)
+        shared_permit(admitted, draw.budget, rule)
+    }
+
+    fn admit_drawn(
+        &self,
+        draw: Draw<'_>,
+        rule: &str,
+        now: Instant,
+    ) -> Result<BudgetPermit, BudgetError> {
+        let Draw {
+            budget,
+            limits,
+            key,
+            arg_bytes,
+        } = draw;
+        self.admit_local(budget, limits, key, rule, (arg_bytes, now))
     }
 
     /// Take one call from this process's own buckets (see [`Budgets::admit`]).
