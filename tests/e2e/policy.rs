@@ -879,3 +879,41 @@ fn a_budget_is_shared_by_two_replicas_on_one_redis_and_refuses_while_redis_is_go
     assert_eq!(status, 200, "{body}");
     assert_ne!(body["result"]["isError"], true, "{body}");
 }
+
+#[test]
+fn a_stopped_replicas_running_call_stops_counting_once_its_lease_runs_out() {
+    let Some(redis_bin) = mcp_host_tests::fleet::redis_server() else {
+        return;
+    };
+    let l = Layout::new();
+    let redis = mcp_host_tests::fleet::Redis::start(&redis_bin);
+    let [mut r1, r2] = shared_budget_replicas(&l, &redis);
+    // r1 runs the one call the fleet allows at once, and is killed while it runs.
+    let (gate, running) = (l.root.path().join("gate"), l.root.path().join("running"));
+    let h = mcp_host_tests::serve::modern_headers("tools/call", Some("wait_for"));
+    let mut headers = mcp_host_tests::serve::header_refs(&h);
+    headers.push(("Content-Type", "application/json"));
+    let args = json!({"path": gate, "started": running});
+    let body = request(1, "tools/call", with_meta(call("wait_for", args)));
+    let mut held = r1.connect();
+    held.send("POST", "/mcp", &headers, body.to_string().as_bytes());
+    mcp_host_tests::wait_for_file(&running);
+    r1.child().kill();
+    mcp_host_tests::open_gate(&gate, "opened");
+    let (status, body) = call_on(&r2, 2, "wait_for", json!({"path": gate}));
+    assert_eq!(status, 429, "the slot is still leased: {body}");
+    // Nobody renews it: within its 30 s lease (waited for generously) r2's call is admitted.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut id = 3;
+    loop {
+        let (status, body) = call_on(&r2, id, "wait_for", json!({"path": gate}));
+        if status == 200 {
+            assert_eq!(text_of(&body), "opened", "{body}");
+            break;
+        }
+        assert_eq!(status, 429, "{body}");
+        assert!(Instant::now() < deadline, "the slot never expired: {body}");
+        std::thread::sleep(Duration::from_secs(1));
+        id += 1;
+    }
+}
