@@ -774,6 +774,25 @@ fn call_on(s: &HttpServer, id: u64, name: &str, args: Value) -> (u16, Value) {
     (resp.status, resp.json())
 }
 
+/// Start a 2026 `wait_for` call (request `id`) on `s` and wait until it runs: the connection its
+/// answer comes on, and the gate file that ends it.
+fn start_gated_call(
+    s: &HttpServer,
+    l: &Layout,
+    id: u64,
+) -> (mcp_host_tests::serve::HttpConn, PathBuf) {
+    let (gate, running) = (l.root.path().join("gate"), l.root.path().join("running"));
+    let h = mcp_host_tests::serve::modern_headers("tools/call", Some("wait_for"));
+    let mut headers = mcp_host_tests::serve::header_refs(&h);
+    headers.push(("Content-Type", "application/json"));
+    let args = json!({"path": gate, "started": running});
+    let body = request(id, "tools/call", with_meta(call("wait_for", args)));
+    let mut conn = s.connect();
+    conn.send("POST", "/mcp", &headers, body.to_string().as_bytes());
+    mcp_host_tests::wait_for_file(&running);
+    (conn, gate)
+}
+
 /// `body` is a JSON-RPC error whose message contains `text`.
 #[track_caller]
 fn error_says(body: &Value, text: &str) {
@@ -828,18 +847,7 @@ fn a_budget_is_shared_by_two_replicas_on_one_redis_and_refuses_while_redis_is_go
     );
 
     // One call at once across the fleet: while r1 runs one, r2's is refused; then it runs.
-    let (gate, running) = (l.root.path().join("gate"), l.root.path().join("running"));
-    let mut held = r1.connect();
-    let h = mcp_host_tests::serve::modern_headers("tools/call", Some("wait_for"));
-    let mut headers = mcp_host_tests::serve::header_refs(&h);
-    headers.push(("Content-Type", "application/json"));
-    let body = request(
-        6,
-        "tools/call",
-        with_meta(call("wait_for", json!({"path": gate, "started": running}))),
-    );
-    held.send("POST", "/mcp", &headers, body.to_string().as_bytes());
-    mcp_host_tests::wait_for_file(&running);
+    let (mut held, gate) = start_gated_call(&r1, &l, 6);
     let (status, body) = call_on(&r2, 7, "wait_for", json!({"path": gate}));
     assert_eq!(status, 429, "{body}");
     error_says(&body, "1 calls at once");
@@ -889,15 +897,7 @@ fn a_stopped_replicas_running_call_stops_counting_once_its_lease_runs_out() {
     let redis = mcp_host_tests::fleet::Redis::start(&redis_bin);
     let [mut r1, r2] = shared_budget_replicas(&l, &redis);
     // r1 runs the one call the fleet allows at once, and is killed while it runs.
-    let (gate, running) = (l.root.path().join("gate"), l.root.path().join("running"));
-    let h = mcp_host_tests::serve::modern_headers("tools/call", Some("wait_for"));
-    let mut headers = mcp_host_tests::serve::header_refs(&h);
-    headers.push(("Content-Type", "application/json"));
-    let args = json!({"path": gate, "started": running});
-    let body = request(1, "tools/call", with_meta(call("wait_for", args)));
-    let mut held = r1.connect();
-    held.send("POST", "/mcp", &headers, body.to_string().as_bytes());
-    mcp_host_tests::wait_for_file(&running);
+    let (_held, gate) = start_gated_call(&r1, &l, 1);
     r1.child().kill();
     mcp_host_tests::open_gate(&gate, "opened");
     let (status, body) = call_on(&r2, 2, "wait_for", json!({"path": gate}));
