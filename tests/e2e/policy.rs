@@ -586,3 +586,334 @@ fn a_tool_calling_a_tool_is_policed_as_its_caller() {
         "{denied}"
     );
 }
+
+/// Rules on resource reads and prompts — of a plugin (`fixture-conformance`) and of an upstream
+/// server (the Python SDK server, prefix `py_`) — beside a rule without `on`, which still polices
+/// tool calls only.
+const READS_AND_PROMPTS: &str = r#"
+policy:
+  rules:
+    - name: no-static-text
+      on: [resources]
+      when: "resource.uri == 'test://static-text'"
+      outcome: deny
+      message: "static text is off limits"
+    - name: asked-reads
+      on: [resources]
+      when: "resource.uri.startsWith('test://template/ask')"
+      outcome: approve
+      show: [id]
+    - name: template-reads-on-a-budget
+      on: [resources]
+      when: "resource.uri.startsWith('test://template/')"
+      outcome: limit
+      budget: reads
+    - name: no-deny-argument
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments' && args.arg1 == 'deny'"
+      outcome: deny
+      message: "not this argument"
+    - name: asked-prompts
+      on: [prompts]
+      when: "has(args.arg1) && args.arg1 == 'ask'"
+      outcome: approve
+      show: [arg2]
+    - name: prompts-on-a-budget
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments'"
+      outcome: limit
+      budget: prompts
+    - name: not-through-the-upstream
+      on: [resources, prompts]
+      when: "kind == 'resource' && resource.plugin == 'py' && resource.uri.endsWith('/Eve') || kind == 'prompt' && prompt.plugin == 'py' && args.code.contains('rm -rf')"
+      outcome: deny
+      message: "not through the upstream"
+    - name: tools-as-before
+      when: "tool.name == 'test_simple_text'"
+      outcome: deny
+      message: "tools are policed as before"
+  budgets:
+    reads: {calls: 2, per_secs: 3600}
+    prompts: {calls: 2, per_secs: 3600}
+"#;
+
+/// The Python client's report of `tests/clients/policy_client.py` in `mode` over stdio.
+fn policy_client(mode: &str, py: &Path, cfg: &Path) -> Value {
+    let target = mcp_host_tests::clients::stdio_command(cfg);
+    mcp_host_tests::clients::python_report(py, "policy_client.py", mode, &target)
+}
+
+/// Step `i` was refused with JSON-RPC `code`, its message containing `says` (and `rule` in
+/// `data.rule` when given).
+fn refused_step(report: &Value, i: usize, code: i64, says: &str, rule: &str) {
+    let s = &report["steps"][i];
+    assert_eq!(s["ok"], false, "step {i}: {report}");
+    assert_eq!(s["code"], code, "step {i}: {report}");
+    let message = s["message"].as_str().unwrap_or("");
+    assert!(message.contains(says), "step {i}: {message}");
+    assert_eq!(s["data"]["rule"], rule, "step {i}: {report}");
+}
+
+#[test]
+fn rules_deny_limit_and_approve_resource_reads_and_prompts_for_the_python_client_in_both_eras() {
+    let Some(py) = mcp_host_tests::clients::python() else {
+        return;
+    };
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let upstream = mcp_host_tests::workspace_root().join("tests/fixtures/upstream/server.py");
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - d\n  - server: {{command: [{:?}, {:?}]}}\n    name: py\n    prefix: py_\n\
+         stdio_user: ana\n{READS_AND_PROMPTS}",
+        py.to_string_lossy(),
+        upstream.to_string_lossy()
+    ));
+    for (mode, version) in [("legacy", "2025-11-25"), ("2026-07-28", "2026-07-28")] {
+        let r = policy_client(mode, &py, &cfg);
+        assert_eq!(r["protocol_version"], version, "{r}");
+        let ok = |i: usize, has: &str| {
+            let s = &r["steps"][i];
+            assert_eq!(s["ok"], true, "{mode} step {i}: {r}");
+            assert!(
+                s["text"].as_str().unwrap_or("").contains(has),
+                "{mode} step {i}: {r}"
+            );
+        };
+        // A read: denied; two on the budget, the third refused with retryAfter; approved, refused.
+        refused_step(&r, 0, -32602, "static text is off limits", "no-static-text");
+        ok(1, "");
+        ok(2, "");
+        let limited = &r["steps"][3];
+        assert_eq!(limited["code"], -32010, "{mode}: {r}");
+        assert!(limited["data"]["retryAfter"].as_u64().is_some(), "{r}");
+        assert_eq!(limited["data"]["rule"], "template-reads-on-a-budget");
+        ok(4, "ask-yes");
+        refused_step(
+            &r,
+            5,
+            -32602,
+            "needs approval (policy rule `asked-reads`)",
+            "asked-reads",
+        );
+        // A prompt: the same three outcomes.
+        refused_step(&r, 6, -32602, "not this argument", "no-deny-argument");
+        ok(7, "arg1='ask'");
+        refused_step(
+            &r,
+            8,
+            -32602,
+            "needs approval (policy rule `asked-prompts`)",
+            "asked-prompts",
+        );
+        ok(9, "arg1='a'");
+        ok(10, "arg1='a'");
+        assert_eq!(r["steps"][11]["code"], -32010, "{mode}: {r}");
+        assert_eq!(r["steps"][11]["data"]["rule"], "prompts-on-a-budget");
+        // An upstream server's read and prompt, before it is asked.
+        ok(12, "Hello, Ada");
+        refused_step(
+            &r,
+            13,
+            -32602,
+            "not through the upstream",
+            "not-through-the-upstream",
+        );
+        ok(14, "fn main() {}");
+        refused_step(
+            &r,
+            15,
+            -32602,
+            "not through the upstream",
+            "not-through-the-upstream",
+        );
+        // A rule without `on` polices tool calls, as it always did.
+        assert_eq!(r["steps"][16]["ok"], false, "{r}");
+        assert_eq!(r["steps"][16]["text"], "tools are policed as before");
+        // The human was asked four times, shown the fields the rules chose.
+        let questions: Vec<&str> = r["questions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert_eq!(questions.len(), 4, "{mode}: {questions:?}");
+        assert!(
+            questions[0].contains("test://template/ask-yes/data")
+                && questions[0].contains("id: \"ask-yes\""),
+            "{questions:?}"
+        );
+        assert!(
+            questions[2].contains("test_prompt_with_arguments")
+                && questions[2].contains("arg2: \"yes\""),
+            "{questions:?}"
+        );
+    }
+}
+
+/// Two replicas on one Redis, with budgets on `fixture-basic`'s tools: calls per window
+/// (`echo`, `tick`) and calls at once (`wait_for`).
+fn shared_budget_replicas(l: &Layout, redis: &mcp_host_tests::fleet::Redis) -> [HttpServer; 2] {
+    l.install("d", "fixture-basic", None);
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nstore: {}\nrequest_state: {{keys: [\"{}\"]}}\n\
+         policy:\n  rules:\n    - name: echoes-on-a-budget\n      when: \"tool.name == 'echo'\"\n      \
+         outcome: limit\n      budget: echoes\n    - name: ticks-on-a-budget\n      \
+         when: \"tool.name == 'tick'\"\n      outcome: limit\n      budget: ticks\n    \
+         - name: one-wait-at-a-time\n      when: \"tool.name == 'wait_for'\"\n      outcome: limit\n      \
+         budget: one-at-a-time\n  budgets:\n    echoes: {{calls: 3, per_secs: 3600}}\n    \
+         ticks: {{calls: 100, per_secs: 60}}\n    one-at-a-time: {{concurrent: 1}}\n",
+        redis.url(),
+        mcp_host_tests::fleet::SHARED_KEY
+    ));
+    ["r1", "r2"].map(|r| HttpServer::start_with_env(&cfg, &[("MCP_HOST_REPLICA", r)]))
+}
+
+/// A 2026 `tools/call` of `name` with `args` on `s`: the HTTP status and the body.
+fn call_on(s: &HttpServer, id: u64, name: &str, args: Value) -> (u16, Value) {
+    let resp = s.modern(id, "tools/call", call(name, args));
+    (resp.status, resp.json())
+}
+
+/// Start a 2026 `wait_for` call (request `id`) on `s` and wait until it runs: the connection its
+/// answer comes on, and the gate file that ends it.
+fn start_gated_call(
+    s: &HttpServer,
+    l: &Layout,
+    id: u64,
+) -> (mcp_host_tests::serve::HttpConn, PathBuf) {
+    let (gate, running) = (l.root.path().join("gate"), l.root.path().join("running"));
+    let h = mcp_host_tests::serve::modern_headers("tools/call", Some("wait_for"));
+    let mut headers = mcp_host_tests::serve::header_refs(&h);
+    headers.push(("Content-Type", "application/json"));
+    let args = json!({"path": gate, "started": running});
+    let body = request(id, "tools/call", with_meta(call("wait_for", args)));
+    let mut conn = s.connect();
+    conn.send("POST", "/mcp", &headers, body.to_string().as_bytes());
+    mcp_host_tests::wait_for_file(&running);
+    (conn, gate)
+}
+
+/// `body` is a JSON-RPC error whose message contains `text`.
+#[track_caller]
+fn error_says(body: &Value, text: &str) {
+    let message = body["error"]["message"].as_str().unwrap_or("");
+    assert!(message.contains(text), "{body}");
+}
+
+/// Wait (generously) until `s`'s readiness is `status` (Redis lost or back).
+fn ready_becomes(s: &HttpServer, status: u16) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let resp = s.connect().request("GET", "/healthz", &[], b"");
+        if resp.status == status {
+            return;
+        }
+        assert!(Instant::now() < deadline, "readiness stays {resp:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_budget_is_shared_by_two_replicas_on_one_redis_and_refuses_while_redis_is_gone() {
+    let Some(redis_bin) = mcp_host_tests::fleet::redis_server() else {
+        return;
+    };
+    let l = Layout::new();
+    let mut redis = mcp_host_tests::fleet::Redis::start(&redis_bin);
+    let [r1, r2] = shared_budget_replicas(&l, &redis);
+    let echo = || json!({"text": "hi"});
+    // Three calls in the window, spent across both replicas; the fourth is refused on either.
+    for (id, s) in [(1, &r1), (2, &r2), (3, &r1)] {
+        let (status, body) = call_on(s, id, "echo", echo());
+        assert_eq!(status, 200, "{body}");
+        assert_ne!(body["result"]["isError"], true, "{body}");
+    }
+    for (id, s) in [(4, &r2), (5, &r1)] {
+        let (status, body) = call_on(s, id, "echo", echo());
+        assert_eq!(status, 429, "{body}");
+        let retry = body["error"]["data"]["retryAfter"].as_u64().unwrap();
+        // 3 calls per hour: the next one is about 20 minutes away.
+        assert!((1000..=1200).contains(&retry), "{body}");
+        assert_eq!(body["error"]["data"]["budget"], "echoes");
+    }
+    // A tool's call of `echo` (`shout` calls it) draws on the same shared budget, waited for on
+    // the plugin's thread.
+    let (status, body) = call_on(&r2, 55, "shout", echo());
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["result"]["isError"], true, "{body}");
+    assert!(
+        text_of(&body).contains("budget `echoes` is exhausted"),
+        "{body}"
+    );
+
+    // One call at once across the fleet: while r1 runs one, r2's is refused; then it runs.
+    let (mut held, gate) = start_gated_call(&r1, &l, 6);
+    let (status, body) = call_on(&r2, 7, "wait_for", json!({"path": gate}));
+    assert_eq!(status, 429, "{body}");
+    error_says(&body, "1 calls at once");
+    mcp_host_tests::open_gate(&gate, "opened");
+    assert_eq!(held.read_response().status, 200);
+    // Its slot is given back once the call ended (retried: the release is not the answer).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (status, body) = call_on(&r2, 8, "wait_for", json!({"path": gate}));
+        if status == 200 {
+            assert_eq!(text_of(&body), "opened", "{body}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the slot never came back: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+
+    // Redis gone: a budgeted call is refused (fails closed, 503 with retryAfter); a call no
+    // budget covers still runs; once Redis is back, budgets count again.
+    redis.kill();
+    ready_becomes(&r2, 503);
+    let (status, body) = call_on(&r2, 9, "tick", json!({"millis": 1}));
+    assert_eq!(status, 503, "{body}");
+    error_says(&body, "budget `ticks` cannot be counted");
+    assert!(
+        body["error"]["data"]["retryAfter"].as_u64().is_some(),
+        "{body}"
+    );
+    let (status, body) = call_on(&r2, 10, "sleep", json!({"millis": 1}));
+    assert_eq!(status, 200, "{body}");
+    redis.restart();
+    ready_becomes(&r2, 200);
+    let (status, body) = call_on(&r2, 11, "tick", json!({"millis": 1}));
+    assert_eq!(status, 200, "{body}");
+    assert_ne!(body["result"]["isError"], true, "{body}");
+}
+
+#[test]
+fn a_stopped_replicas_running_call_stops_counting_once_its_lease_runs_out() {
+    let Some(redis_bin) = mcp_host_tests::fleet::redis_server() else {
+        return;
+    };
+    let l = Layout::new();
+    let redis = mcp_host_tests::fleet::Redis::start(&redis_bin);
+    let [mut r1, r2] = shared_budget_replicas(&l, &redis);
+    // r1 runs the one call the fleet allows at once, and is killed while it runs.
+    let (_held, gate) = start_gated_call(&r1, &l, 1);
+    r1.child().kill();
+    mcp_host_tests::open_gate(&gate, "opened");
+    let (status, body) = call_on(&r2, 2, "wait_for", json!({"path": gate}));
+    assert_eq!(status, 429, "the slot is still leased: {body}");
+    // Nobody renews it: within its 30 s lease (waited for generously) r2's call is admitted.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let mut id = 3;
+    loop {
+        let (status, body) = call_on(&r2, id, "wait_for", json!({"path": gate}));
+        if status == 200 {
+            assert_eq!(text_of(&body), "opened", "{body}");
+            break;
+        }
+        assert_eq!(status, 429, "{body}");
+        assert!(Instant::now() < deadline, "the slot never expired: {body}");
+        std::thread::sleep(Duration::from_secs(1));
+        id += 1;
+    }
+}

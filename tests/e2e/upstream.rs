@@ -568,19 +568,8 @@ fn an_upstreams_log_messages_reach_the_calling_client_at_its_level_with_the_trac
 /// The official Python client, in `mode`, against the host serving server-everything (`ev_`):
 /// its report.
 fn input_client(mode: &str, py: &Path, cfg: &Path) -> Value {
-    let out = Command::new(py)
-        .arg(workspace_root().join("tests/clients/upstream_input_client.py"))
-        .arg(mode)
-        .args(mcp_host_tests::clients::stdio_command(cfg))
-        .output()
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{mode}: {stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).unwrap()
+    let target = mcp_host_tests::clients::stdio_command(cfg);
+    mcp_host_tests::clients::python_report(py, "upstream_input_client.py", mode, &target)
 }
 
 #[test]

@@ -1,8 +1,9 @@
 //! Property-based fuzzing of everything that parses outside input: JSON-RPC messages of both eras
 //! (through the whole stdio transport and the protocol engine, with real plugins behind it), HTTP
 //! requests with arbitrary headers (through the real HTTP transport on a loopback socket), the
-//! configuration's YAML layers and environment variables, and the plugin manifest the registry
-//! reads. Each property says what must hold for any input: an answer of the right shape, never a
+//! configuration's YAML layers and environment variables, the plugin manifest the registry
+//! reads, and the call policy's input (any arguments, claims and names through a set of rules, and
+//! any rule text). Each property says what must hold for any input: an answer of the right shape, never a
 //! panic, a hang or a dead server.
 //!
 //! Runs on the stable toolchain with `proptest`. By default each target runs one short batch of
@@ -622,6 +623,252 @@ fn any_configuration_loads_or_fails_with_an_error() {
                 let _ = mcp_host::access::Access::from_config(&config);
                 let _ = config.start_only_changes(&Config::default());
             }
+            Ok(())
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Call policy rules
+
+/// Rules in the shapes operators write, over every input a rule sees: argument values and sizes,
+/// arithmetic on them, claims, regular expressions, resources and prompts.
+const RULES: &[(&str, &str)] = &[
+    ("sizes", "size(args.text) > 3"),
+    ("has", "has(args.id) && args.id == caller.user"),
+    ("sum", "args.n + 1 > 10 && args.n * 2 < 100"),
+    ("division", "args.n / args.d > 1 || args.n % args.d == 0"),
+    ("negation", "-args.n < 0"),
+    (
+        "lists",
+        "args.items.exists(i, i == 'x') && args.items.all(i, size(i) < 3)",
+    ),
+    ("maps", "'k' in args && args.k.v == 1.5"),
+    (
+        "claims",
+        "'admin' in caller.claims.roles || caller.claims.sub.startsWith('a')",
+    ),
+    ("regex", "args.text.matches('^[a-z]+$')"),
+    (
+        "casts",
+        "int(args.s) > 3 && double(args.n) < 2.5 && string(args.n) == '1'",
+    ),
+    ("annotations", "tool.annotations.destructiveHint"),
+    (
+        "resources",
+        "kind == 'resource' && resource.uri.endsWith(args.id)",
+    ),
+    ("prompts", "kind == 'prompt' && prompt.name == args.name"),
+    (
+        "tools",
+        "tool.name in ['echo', 'x'] && args.text.contains(caller.agent)",
+    ),
+];
+
+/// The fixed rule set: each of [`RULES`], polices everything, in turn one of the outcomes
+/// (`limit` on a budget of every kind, `approve` showing two fields).
+fn policy_rules() -> mcp_host::policy::Policy {
+    let outcomes = [
+        json!({"outcome": "deny", "message": "no"}),
+        json!({"outcome": "limit", "budget": "b", "per_tool": true}),
+        json!({"outcome": "approve", "show": ["text", "id"]}),
+        json!({"outcome": "allow"}),
+    ];
+    let rules: Vec<Value> = RULES
+        .iter()
+        .enumerate()
+        .map(|(i, (name, when))| {
+            let mut rule = outcomes[i % outcomes.len()].clone();
+            rule["name"] = json!(name);
+            rule["when"] = json!(when);
+            rule["on"] = json!(["tools", "resources", "prompts"]);
+            rule
+        })
+        .collect();
+    let settings = json!({
+        "rules": rules,
+        "budgets": {"b": {"calls": 5, "per_secs": 1, "concurrent": 2, "bytes": 100}},
+    });
+    mcp_host::policy::Policy::compile(&serde_json::from_value(settings).unwrap()).unwrap()
+}
+
+/// Arguments: any JSON, or an object with the fields the rules read holding any values.
+fn rule_args() -> impl Strategy<Value = Value> {
+    let fields = prop::collection::btree_map(
+        prop::sample::select(&["text", "id", "n", "d", "items", "k", "s", "name"][..]),
+        prop_oneof![
+            json_value(),
+            any::<i64>().prop_map(Value::from),
+            prop_oneof![Just(i64::MAX), Just(i64::MIN), Just(0), Just(-1)].prop_map(Value::from),
+        ],
+        0..8,
+    )
+    .prop_map(|m| Value::Object(m.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()));
+    prop_oneof![3 => fields, 1 => json_value()]
+}
+
+/// What a request is about: a tool (with any annotations), a resource or a prompt, any names.
+#[derive(Debug, Clone)]
+enum Asked {
+    Tool(String, Value),
+    Resource(String),
+    Prompt(String),
+}
+
+fn asked() -> impl Strategy<Value = Asked> {
+    prop_oneof![
+        (".{0,12}", json_value()).prop_map(|(n, a)| Asked::Tool(n, a)),
+        ".{0,30}".prop_map(Asked::Resource),
+        ".{0,12}".prop_map(Asked::Prompt),
+    ]
+}
+
+#[test]
+fn any_rule_input_decides_without_panic_and_the_same_way_twice() {
+    use mcp_host::policy::{CallFacts, Decision, Subject};
+    let policy = policy_rules();
+    let claims = prop::collection::btree_map("[a-z]{0,6}", json_value(), 0..5)
+        .prop_map(|m| m.into_iter().collect::<Map<String, Value>>());
+    let input = (
+        rule_args(),
+        prop::option::of(claims),
+        prop::option::of(".{0,8}"),
+        prop::option::of(".{0,8}"),
+        asked(),
+    );
+    fuzz(
+        "policy input",
+        512,
+        input,
+        |(args, claims, user, agent, asked)| {
+            let subject = match &asked {
+                Asked::Tool(name, annotations) => Subject::Tool { name, annotations },
+                Asked::Resource(uri) => Subject::Resource { uri },
+                Asked::Prompt(name) => Subject::Prompt { name },
+            };
+            let facts = CallFacts {
+                user: user.as_deref(),
+                agent: agent.as_deref(),
+                claims: claims.as_ref(),
+                subject,
+                plugin: "p",
+                args: &args,
+            };
+            let decision = policy.decide(&facts);
+            // A rule decided, or none matched; the same input decides the same way.
+            if let Some(rule) = decision.rule() {
+                prop_assert!(RULES.iter().any(|(name, _)| *name == rule), "{decision:?}");
+            }
+            match &decision {
+                Decision::Limit { key, .. } => prop_assert!(!key.is_empty()),
+                // A rule that cannot be evaluated refuses, saying why in a few words.
+                Decision::Deny { message, .. } => prop_assert!(message.len() < 400, "{message}"),
+                _ => {}
+            }
+            let again = policy.decide(&facts);
+            prop_assert_eq!(
+                (again.rule(), again.outcome()),
+                (decision.rule(), decision.outcome())
+            );
+            Ok(())
+        },
+    );
+}
+
+/// A rule's `when`: pieces of CEL (names the rules see, operators, literals, calls) in any order,
+/// or any text.
+fn rule_text() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        prop::sample::select(
+            &[
+                "args",
+                "args.text",
+                "caller.user",
+                "caller.claims",
+                "tool.name",
+                "resource.uri",
+                "prompt.name",
+                "kind",
+                "size(",
+                "has(",
+                "int(",
+                ".matches('",
+                ".exists(x, ",
+                "&&",
+                "||",
+                "!",
+                "==",
+                "<",
+                "+",
+                "-",
+                "*",
+                "/",
+                "%",
+                "in",
+                "?",
+                ":",
+                "(",
+                ")",
+                "[",
+                "]",
+                "{",
+                "}",
+                ",",
+                ".",
+                "'",
+                "\"",
+                "true",
+                "null",
+                "1",
+                "0",
+                "-1",
+                "9223372036854775807",
+                "1.5e308",
+                "b'x'",
+                "r'\\d'",
+                "'[a-'",
+                "dyn(",
+            ][..]
+        )
+        .prop_map(str::to_owned),
+        "[a-z_]{1,6}",
+        "[0-9]{1,20}",
+    ];
+    prop_oneof![
+        4 => prop::collection::vec(piece, 1..16).prop_map(|p| p.join(" ")),
+        1 => ".{0,40}",
+    ]
+}
+
+#[test]
+fn any_rule_text_compiles_or_is_refused_and_what_compiles_decides() {
+    use mcp_host::policy::{CallFacts, Policy, Subject};
+    fuzz(
+        "policy rule text",
+        512,
+        (rule_text(), rule_args()),
+        |(when, args)| {
+            let settings = json!({"rules": [{"name": "r", "when": when, "outcome": "deny"}]});
+            let settings = serde_json::from_value(settings).unwrap();
+            let Ok(policy) = Policy::compile(&settings) else {
+                return Ok(());
+            };
+            let annotations = json!({});
+            let decision = policy.decide(&CallFacts {
+                user: Some("u"),
+                agent: None,
+                claims: None,
+                subject: Subject::Tool {
+                    name: "t",
+                    annotations: &annotations,
+                },
+                plugin: "p",
+                args: &args,
+            });
+            prop_assert!(
+                matches!(decision.outcome(), "allow" | "deny"),
+                "{decision:?}"
+            );
             Ok(())
         },
     );

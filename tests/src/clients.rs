@@ -132,3 +132,22 @@ pub fn inspector() -> Option<PathBuf> {
     let bin = workspace_root().join(".ci/.tools/bin/mcp-inspector");
     require_or_skip("the MCP Inspector", bin.exists().then_some(bin))
 }
+
+/// Run `tests/clients/<script>` with Python `py`, in `mode`, against `target` (a URL, or a
+/// command serving MCP on stdio): the one JSON object it prints. Fails the test when the client
+/// fails.
+pub fn python_report(py: &Path, script: &str, mode: &str, target: &[String]) -> serde_json::Value {
+    let out = Command::new(py)
+        .arg(crate::workspace_root().join("tests/clients").join(script))
+        .arg(mode)
+        .args(target)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{script} {mode}: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).unwrap()
+}

@@ -24,7 +24,7 @@ pub use console::ConsoleSettings;
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
 pub use overrides::Overrides;
-pub use policy::{Budget, PolicyRule, PolicySettings, RuleOutcome};
+pub use policy::{Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 pub use suggest::did_you_mean;
 
 use std::collections::BTreeMap;

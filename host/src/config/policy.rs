@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Call policy: rules evaluated on every tool call before its plugin runs.
+/// Call policy: rules evaluated on every tool call (and, for rules that say so, every resource read
+/// and prompt) before its plugin or upstream server runs.
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct PolicySettings {
@@ -24,28 +25,51 @@ pub struct PolicySettings {
 pub struct PolicyRule {
     /// Names the rule in errors, the audit log, metrics and `mcp-host policy test`.
     pub name: String,
-    /// A CEL expression over `caller` (`user`, `agent`), `tool` (`name`, `plugin`,
-    /// `annotations`) and `args` (the call's arguments); must yield a bool. Default: `true`.
+    /// A CEL expression over `caller` (`user`, `agent`, `claims`), `kind` (`tool`, `resource` or
+    /// `prompt`), `tool` (`name`, `plugin`, `annotations`), `resource` (`uri`, `plugin`), `prompt`
+    /// (`name`, `plugin`) and `args` (a tool's arguments, a prompt's arguments, a resource
+    /// template's variables); must yield a bool. Default: `true`.
     #[serde(default = "always")]
     pub when: String,
+    /// What the rule polices: `tools` (`tools/call`), `resources` (`resources/read`), `prompts`
+    /// (`prompts/get`), any of them. Default: `[tools]`.
+    #[serde(default = "tools_only")]
+    pub on: Vec<Policed>,
     /// What a matching call gets: `allow`, `deny`, `limit` or `approve`.
     pub outcome: RuleOutcome,
-    /// `deny`: the message the caller gets (in the tool error result).
+    /// `deny`: the message the caller gets (in the tool error result, or the JSON-RPC error of a
+    /// resource read or a prompt).
     #[serde(default)]
     pub message: Option<String>,
     /// `limit`: the budget (a key of `policy.budgets`) the call draws on.
     #[serde(default)]
     pub budget: Option<String>,
-    /// `limit`: a budget of its own per tool, besides per caller.
+    /// `limit`: a budget of its own per tool (per resource URI, per prompt), besides per caller.
     #[serde(default)]
     pub per_tool: bool,
-    /// `approve`: the argument fields shown to the human with the question.
+    /// `approve`: the fields of `args` shown to the human with the question.
     #[serde(default)]
     pub show: Vec<String>,
 }
 
 fn always() -> String {
     "true".into()
+}
+
+fn tools_only() -> Vec<Policed> {
+    vec![Policed::Tools]
+}
+
+/// The requests a rule polices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Policed {
+    /// Tool calls (`tools/call`, and a tool's calls of other tools).
+    Tools,
+    /// Resource reads (`resources/read`).
+    Resources,
+    /// Prompts (`prompts/get`).
+    Prompts,
 }
 
 /// What a matching rule does with the call.

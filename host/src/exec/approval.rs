@@ -12,7 +12,7 @@ use mcp_plugin_sdk::wire::declares;
 use serde_json::{Map, Value, json};
 
 use super::{CallOptions, CallState, InputChannel};
-use crate::registry::Tool;
+use crate::policy::Subject;
 
 /// The `inputResponses` key of the approval question.
 pub const APPROVAL_KEY: &str = "mcp-host.policy.approval";
@@ -28,9 +28,14 @@ pub enum Answer {
     No(String),
 }
 
-/// The elicitation that asks about a call of `tool` by `rule`, showing `shown`.
-pub fn question(tool: &str, rule: &str, shown: &Map<String, Value>) -> Value {
-    let mut message = format!("Allow the call of tool `{tool}`?");
+/// The elicitation that asks about `subject` (a call, a read or a prompt) by `rule`, showing
+/// `shown`.
+pub fn question(subject: &Subject<'_>, rule: &str, shown: &Map<String, Value>) -> Value {
+    let mut message = match subject {
+        Subject::Tool { name, .. } => format!("Allow the call of tool `{name}`?"),
+        Subject::Resource { uri } => format!("Allow reading resource `{uri}`?"),
+        Subject::Prompt { name } => format!("Allow getting prompt `{name}`?"),
+    };
     if !shown.is_empty() {
         let fields: Vec<String> = shown.iter().map(|(k, v)| format!("{k}: {v}")).collect();
         message.push_str(&format!(" ({})", fields.join(", ")));
@@ -53,10 +58,10 @@ pub fn question(tool: &str, rule: &str, shown: &Map<String, Value>) -> Value {
     })
 }
 
-/// Ask the caller's client to approve a call of `tool` (rule `rule`, showing `shown`), waiting at
-/// most `timeout` for a 2025 client's answer.
+/// Ask the caller's client to approve `subject` (rule `rule`, showing `shown`), waiting at most
+/// `timeout` for a 2025 client's answer.
 pub async fn ask(
-    tool: &Tool,
+    subject: &Subject<'_>,
     rule: &str,
     shown: &Map<String, Value>,
     opts: &CallOptions,
@@ -65,7 +70,7 @@ pub async fn ask(
     let Some(channel) = opts.input.clone() else {
         return Answer::No("this connection cannot ask the client".into());
     };
-    let params = question(&tool.name, rule, shown);
+    let params = question(subject, rule, shown);
     if !declares(channel.capabilities(), "elicitation/create", &params) {
         return Answer::No("the client does not support elicitation (form mode)".into());
     }
@@ -81,7 +86,7 @@ pub async fn ask(
         events: None,
         caller_json: Arc::from(""),
         depth: 0,
-        tool: Arc::from(tool.name.as_str()),
+        tool: Arc::from(subject.name()),
         input: None,
         inline: false,
     };
@@ -146,7 +151,12 @@ mod tests {
     fn the_question_names_the_tool_the_rule_and_the_shown_fields() {
         let mut shown = Map::new();
         shown.insert("indicator".into(), json!("temp"));
-        let q = question("delete_reading", "destructive", &shown);
+        let annotations = Value::Null;
+        let tool = Subject::Tool {
+            name: "delete_reading",
+            annotations: &annotations,
+        };
+        let q = question(&tool, "destructive", &shown);
         let message = q["message"].as_str().expect("message");
         assert!(message.contains("delete_reading"), "{message}");
         assert!(message.contains("indicator: \"temp\""), "{message}");

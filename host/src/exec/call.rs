@@ -23,6 +23,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tracing::Instrument as _;
 
 use super::detached::Detached;
+use super::police::Policed;
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, QuotaPermit, Quotas};
 use super::result::ToolResult;
@@ -32,7 +33,7 @@ use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError};
 use crate::policy::budget::{BudgetError, BudgetPermit, Budgets};
-use crate::policy::{CallFacts, Decision, Policy};
+use crate::policy::{CallFacts, Decision, Policy, Subject};
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Outcome, Telemetry};
 
@@ -68,6 +69,29 @@ pub enum InvokeError {
     /// The caller is over its share (`limits.per_caller`).
     #[error(transparent)]
     Throttled(#[from] QuotaError),
+    /// A call policy `deny` rule refused it.
+    #[error("{message}")]
+    Denied {
+        /// The rule.
+        rule: String,
+        /// The operator's message.
+        message: String,
+    },
+    /// A call policy `limit` rule's budget is exhausted for this caller.
+    #[error(transparent)]
+    Limited(#[from] BudgetError),
+    /// A call policy `approve` rule asked and got no yes (the message says why).
+    #[error("{message}")]
+    NotApproved {
+        /// The rule.
+        rule: String,
+        /// Why it did not run.
+        message: String,
+    },
+    /// A call policy `approve` rule's question is open in this 2026 round: the request is
+    /// answered input-required.
+    #[error("waiting for approval")]
+    AwaitingApproval,
 }
 
 /// What runs a plugin call: the plugin, the entry (tool index or [`ENVELOPE_INDEX`]), its time.
@@ -128,14 +152,6 @@ pub struct Explained {
     /// The deny message, the budget, or the fields an approval shows.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub detail: Option<Value>,
-}
-
-/// What the call policy left of a call.
-enum Policed {
-    /// It runs, holding this budget slot (if a `limit` rule matched).
-    Go(Option<BudgetPermit>),
-    /// It ends here with this answer.
-    Stop(Result<ToolResult, CallError>, Outcome),
 }
 
 /// How [`Executor::start`] left a plugin call.
@@ -199,10 +215,10 @@ pub struct Executor {
     /// The reloadable limits (result size, per-caller quotas).
     limits: ArcSwap<Limits>,
     /// The reloadable call policy.
-    policy: ArcSwap<Policy>,
+    pub(super) policy: ArcSwap<Policy>,
     /// The state of the policy's budgets (kept across reloads).
-    budgets: Budgets,
-    telemetry: Arc<Telemetry>,
+    pub(super) budgets: Budgets,
+    pub(super) telemetry: Arc<Telemetry>,
 }
 
 /// Sets the call's cancellation flag if the call future is dropped before it finished.
@@ -235,6 +251,18 @@ impl Executor {
     /// Apply a (compiled) call policy to calls from now on.
     pub fn set_policy(&self, policy: Arc<Policy>) {
         self.policy.store(policy);
+    }
+
+    /// Count the policy's budgets with `counter`, shared by the replicas, from now on (call on
+    /// the runtime: a nested call's draw waits on it).
+    pub fn share_budgets(&self, counter: Arc<dyn crate::policy::budget::SharedBudgets>) {
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => self.budgets.share(counter, runtime),
+            Err(_) => tracing::error!(
+                "the policy's budgets cannot be shared outside a runtime: each process counts \
+                 its own"
+            ),
+        }
     }
 
     /// The call policy in force.
@@ -315,9 +343,11 @@ impl Executor {
             user,
             agent,
             claims,
-            tool: &tool.name,
+            subject: Subject::Tool {
+                name: &tool.name,
+                annotations: &annotations,
+            },
             plugin: tool.slot.backend.name(),
-            annotations: &annotations,
             args,
         };
         let decision = policy.decide(&facts);
@@ -336,140 +366,6 @@ impl Executor {
             rule: decision.rule().map(str::to_owned),
             outcome: decision.outcome(),
             detail,
-        }
-    }
-
-    /// The call policy's decision for a client's call of `tool` with `args`: go on (holding a
-    /// budget's slot when a `limit` rule matched), or stop with this answer.
-    async fn police(
-        &self,
-        tool: &Tool,
-        args: &Value,
-        opts: &CallOptions,
-        observed: &ObservedCall<'_>,
-    ) -> Policed {
-        let policy = self.policy.load_full();
-        if policy.is_empty() {
-            return Policed::Go(None);
-        }
-        match decide(&policy, tool, args, &opts.request) {
-            Decision::Allow { rule: None } => Policed::Go(None),
-            Decision::Allow { rule: Some(rule) } => {
-                observed.policy(rule, "allowed");
-                Policed::Go(None)
-            }
-            Decision::Deny { rule, message } => {
-                observed.policy(rule, "denied");
-                tracing::info!(tool = %tool.name, rule, "call denied by policy");
-                Policed::Stop(Ok(host_error(&message)), Outcome::Denied)
-            }
-            Decision::Limit {
-                rule,
-                budget,
-                limits,
-                key,
-            } => match self.admit(observed, rule, budget, limits, (&key, args)) {
-                Ok(permit) => Policed::Go(Some(permit)),
-                Err(e) => {
-                    tracing::info!(tool = %tool.name, rule, "call limited by policy: {e}");
-                    Policed::Stop(Err(CallError::Limited(e)), Outcome::Throttled)
-                }
-            },
-            Decision::Approve { rule, shown } => {
-                let timeout = policy.approval_timeout();
-                match super::approval::ask(tool, rule, &shown, opts, timeout).await {
-                    super::approval::Answer::Yes => {
-                        observed.policy(rule, "approved");
-                        tracing::info!(tool = %tool.name, rule, "call approved");
-                        Policed::Go(None)
-                    }
-                    super::approval::Answer::Pending => Policed::Stop(
-                        Ok(host_error("waiting for approval of this call")),
-                        Outcome::Denied,
-                    ),
-                    super::approval::Answer::No(why) => {
-                        observed.policy(rule, "refused");
-                        tracing::info!(tool = %tool.name, rule, "call refused: {why}");
-                        Policed::Stop(
-                            Ok(host_error(&format!(
-                                "refused: this call needs approval (policy rule `{rule}`) and {why}"
-                            ))),
-                            Outcome::Denied,
-                        )
-                    }
-                }
-            }
-        }
-    }
-
-    /// A slot of budget `budget` for a call (its bucket's `key`, its arguments) under `rule`,
-    /// counted as allowed or limited.
-    fn admit(
-        &self,
-        observed: &ObservedCall<'_>,
-        rule: &str,
-        budget: &str,
-        limits: &crate::config::Budget,
-        (key, args): (&str, &Value),
-    ) -> Result<BudgetPermit, BudgetError> {
-        // Measured only for a budget that counts bytes: the length of the arguments' compact JSON.
-        let arg_bytes = limits
-            .bytes
-            .map_or(0, |_| crate::telemetry::json_len(args) as u64);
-        let admitted = self
-            .budgets
-            .admit(budget, limits, key, rule, (arg_bytes, Instant::now()));
-        observed.policy(
-            rule,
-            if admitted.is_ok() {
-                "allowed"
-            } else {
-                "limited"
-            },
-        );
-        admitted
-    }
-
-    /// The call policy's decision for a nested call of `tool` (for the outer call's `request`):
-    /// go on, holding a budget slot if a `limit` rule matched, or the refusal.
-    fn police_nested(
-        &self,
-        tool: &Tool,
-        args: &Value,
-        request: &RequestContext,
-        observed: &ObservedCall<'_>,
-    ) -> Result<Option<BudgetPermit>, String> {
-        let policy = self.policy.load_full();
-        if policy.is_empty() {
-            return Ok(None);
-        }
-        match decide(&policy, tool, args, request) {
-            Decision::Allow { rule } => {
-                if let Some(rule) = rule {
-                    observed.policy(rule, "allowed");
-                }
-                Ok(None)
-            }
-            Decision::Deny { rule, message } => {
-                observed.policy(rule, "denied");
-                Err(message)
-            }
-            Decision::Limit {
-                rule,
-                budget,
-                limits,
-                key,
-            } => match self.admit(observed, rule, budget, limits, (&key, args)) {
-                Ok(permit) => Ok(Some(permit)),
-                Err(e) => Err(e.to_string()),
-            },
-            Decision::Approve { rule, .. } => {
-                observed.policy(rule, "refused");
-                Err(format!(
-                    "refused: this call needs approval (policy rule `{rule}`) and a tool's call \
-                     of another tool cannot ask for it"
-                ))
-            }
         }
     }
 
@@ -939,7 +835,7 @@ fn caller_json(tool: &Tool, caller: Option<&UserInfo>) -> Result<Arc<str>, CallE
 /// A tool's annotations as rules see them: every hint present, absent ones at MCP's defaults
 /// (`readOnlyHint` false, `destructiveHint` true unless read-only, `idempotentHint` false,
 /// `openWorldHint` true), so `tool.annotations.destructiveHint` never fails to evaluate.
-fn annotations_of(tool: &Tool) -> Value {
+pub(super) fn annotations_of(tool: &Tool) -> Value {
     let a = &tool.descriptor().annotations;
     let read_only = a.read_only_hint.unwrap_or(false);
     json!({
@@ -949,37 +845,6 @@ fn annotations_of(tool: &Tool) -> Value {
         "idempotentHint": a.idempotent_hint.unwrap_or(false),
         "openWorldHint": a.open_world_hint.unwrap_or(true),
     })
-}
-
-/// Who a request is, as the call policy sees it: the verified user, and the agent (the view that
-/// applies, else the one the caller's credential names).
-/// The policy's decision for a call of `tool` with `args` by `request`'s caller.
-fn decide<'p>(
-    policy: &'p Policy,
-    tool: &Tool,
-    args: &Value,
-    request: &RequestContext,
-) -> Decision<'p> {
-    let annotations = annotations_of(tool);
-    let (user, agent) = who(request);
-    policy.decide(&CallFacts {
-        user,
-        agent,
-        claims: request.identity.claims.as_deref(),
-        tool: &tool.name,
-        plugin: tool.slot.backend.name(),
-        annotations: &annotations,
-        args,
-    })
-}
-
-fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
-    let caller = request.caller();
-    let agent = request
-        .agent()
-        .map(|a| a.name.as_str())
-        .or_else(|| caller.and_then(|c| c.agent.as_deref()));
-    (caller.map(|c| c.user_id.as_str()), agent)
 }
 
 /// The caller JSON of a call made without one: shared, not allocated per call.
@@ -1153,7 +1018,7 @@ enum NestedRefusal {
 }
 
 /// [`error_result`] as the answer of a call.
-fn host_error(message: &str) -> ToolResult {
+pub(super) fn host_error(message: &str) -> ToolResult {
     ToolResult::from_value(super::error_result(message))
 }
 

@@ -509,6 +509,27 @@ impl Host {
             .await
     }
 
+    /// Count the call policy's budgets with `counter`, shared by the replicas (the store's), from
+    /// now on; on the runtime.
+    pub fn share_budgets(&self, counter: Arc<dyn crate::policy::budget::SharedBudgets>) {
+        self.inner.exec.share_budgets(counter);
+    }
+
+    /// The call policy's decision for a resource read or a prompt before it runs (see
+    /// [`crate::exec::Executor::police_request`]): the budget slot to hold while it runs.
+    pub async fn police_request(
+        &self,
+        subject: crate::policy::Subject<'_>,
+        plugin: &str,
+        args: impl FnOnce() -> Value,
+        opts: &CallOptions,
+    ) -> Result<Option<crate::policy::budget::BudgetPermit>, crate::exec::InvokeError> {
+        self.inner
+            .exec
+            .police_request(subject, plugin, args, opts)
+            .await
+    }
+
     /// Run every loaded plugin's shutdown hook (images stay mapped).
     pub fn shutdown(&self) {
         for slot in &self.registry().plugins {

@@ -1,5 +1,7 @@
-//! Call policy: the operator's rules over who calls (`caller`), what (`tool`) and with which
-//! arguments (`args`), written in CEL and evaluated on every tool call before its plugin runs.
+//! Call policy: the operator's rules over who calls (`caller`), what (`tool`, `resource` or
+//! `prompt`) and with which arguments (`args`), written in CEL and evaluated on every tool call —
+//! and, for the rules whose `on` says so, every resource read and prompt — before its plugin or
+//! upstream server runs.
 //! The first rule whose `when` holds decides — allow, deny (with the operator's message), limit
 //! (a named budget, [`budget`]) or approve (a human's yes first) — and no match allows the call.
 //! A stage of its own between `access` and `plugins`: it knows nothing of plugins or registries,
@@ -11,11 +13,15 @@ use crate::access::auth::Claims;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cel::common::ast::{Expr, IdedExpr, LiteralValue, operators};
+use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
+};
 use cel::{Context, Env, Program, Value as CelValue};
 use serde_json::{Map, Value};
+use std::collections::HashMap;
 
-use crate::config::{Budget, PolicyRule, PolicySettings, RuleOutcome};
+use crate::config::{Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 
 /// Why a policy cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -50,7 +56,65 @@ pub enum PolicyError {
     },
 }
 
-/// What the policy sees of one call.
+/// What a request asks for.
+#[derive(Debug, Clone, Copy)]
+pub enum Subject<'a> {
+    /// A tool call (`tools/call`).
+    Tool {
+        /// The tool as clients name it.
+        name: &'a str,
+        /// Its annotations (`readOnlyHint`, `destructiveHint`, …) as JSON.
+        annotations: &'a Value,
+    },
+    /// A resource read (`resources/read`).
+    Resource {
+        /// The URI read.
+        uri: &'a str,
+    },
+    /// A prompt (`prompts/get`).
+    Prompt {
+        /// The prompt's name.
+        name: &'a str,
+    },
+}
+
+impl Subject<'_> {
+    /// The kind of request, as rules' `on` names it.
+    pub fn policed(&self) -> Policed {
+        match self {
+            Subject::Tool { .. } => Policed::Tools,
+            Subject::Resource { .. } => Policed::Resources,
+            Subject::Prompt { .. } => Policed::Prompts,
+        }
+    }
+
+    /// `kind` as rules see it: `tool`, `resource` or `prompt`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Subject::Tool { .. } => "tool",
+            Subject::Resource { .. } => "resource",
+            Subject::Prompt { .. } => "prompt",
+        }
+    }
+
+    /// The tool's name (empty for a read or a prompt).
+    fn tool_name(&self) -> &str {
+        match self {
+            Subject::Tool { name, .. } => name,
+            _ => "",
+        }
+    }
+
+    /// The tool's name, the resource's URI or the prompt's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Subject::Tool { name, .. } | Subject::Prompt { name } => name,
+            Subject::Resource { uri } => uri,
+        }
+    }
+}
+
+/// What the policy sees of one call, read or prompt.
 #[derive(Debug, Clone, Copy)]
 pub struct CallFacts<'a> {
     /// The verified caller's user id (none: unauthenticated, e.g. stdio without a user).
@@ -59,13 +123,11 @@ pub struct CallFacts<'a> {
     pub agent: Option<&'a str>,
     /// The caller's JWT claims (none: not a JWT, e.g. a personal secret or stdio).
     pub claims: Option<&'a Claims>,
-    /// The tool as clients name it.
-    pub tool: &'a str,
-    /// The plugin serving it.
+    /// The tool, resource or prompt asked for.
+    pub subject: Subject<'a>,
+    /// The plugin (or upstream server) serving it.
     pub plugin: &'a str,
-    /// The tool's annotations (`readOnlyHint`, `destructiveHint`, …) as JSON.
-    pub annotations: &'a Value,
-    /// The call's arguments.
+    /// A tool's or a prompt's arguments; a templated resource's variables (else `{}`).
     pub args: &'a Value,
 }
 
@@ -75,19 +137,38 @@ pub struct Rule {
     /// As written.
     pub spec: PolicyRule,
     program: Program,
-    /// The only tools the rule can match, when its condition says so (see [`tools_named`]); a
-    /// call of another tool skips it without evaluating anything.
+    /// The only tools the rule can match, when its condition says so (see [`names_at`]); a
+    /// call of another tool (and a read or a prompt, whose `tool.name` is empty) skips it
+    /// without evaluating anything.
     tools: Option<Vec<String>>,
+    /// The same for the agents (`caller.agent`) and users (`caller.user`) it names.
+    agents: Option<Vec<String>>,
+    users: Option<Vec<String>>,
 }
 
 impl Rule {
-    /// Whether a call of `tool` needs this rule evaluated.
-    fn may_match(&self, tool: &str) -> bool {
-        self.tools
-            .as_ref()
-            .is_none_or(|names| names.iter().any(|n| n == tool))
+    /// Whether a request for `facts` needs this rule evaluated: the rule polices its kind, and
+    /// names its tool, agent and user if it names any.
+    fn may_match(&self, facts: &CallFacts<'_>) -> bool {
+        let among = |names: &Option<Vec<String>>, value: &str| {
+            names
+                .as_ref()
+                .is_none_or(|names| names.iter().any(|n| n == value))
+        };
+        self.spec.on.contains(&facts.subject.policed())
+            && among(&self.tools, facts.subject.tool_name())
+            && among(&self.agents, facts.agent.unwrap_or(""))
+            && among(&self.users, facts.user.unwrap_or(""))
     }
 }
+
+/// A field of a variable whose value is always a string (`""` when absent), so a condition
+/// comparing it with a literal is false, never an error, for any other value.
+type Field = (&'static str, &'static str);
+
+const TOOL_NAME: Field = ("tool", "name");
+const CALLER_AGENT: Field = ("caller", "agent");
+const CALLER_USER: Field = ("caller", "user");
 
 /// What the policy decided for one call.
 #[derive(Debug, Clone, PartialEq)]
@@ -151,6 +232,8 @@ pub struct Policy {
     rules: Vec<Rule>,
     env: Arc<Env>,
     settings: PolicySettings,
+    /// The variables the rules read.
+    reads: Reads,
 }
 
 impl std::fmt::Debug for Policy {
@@ -167,6 +250,7 @@ impl Default for Policy {
             rules: Vec::new(),
             env: Arc::new(Env::stdlib()),
             settings: PolicySettings::default(),
+            reads: Reads::default(),
         }
     }
 }
@@ -174,66 +258,151 @@ impl Default for Policy {
 /// How long an approval waits for the human by default.
 const APPROVAL_TIMEOUT: Duration = Duration::from_secs(120);
 
+/// Whether every budget can work as written.
+fn check_budgets(settings: &PolicySettings) -> Result<(), PolicyError> {
+    for (name, b) in &settings.budgets {
+        let bad = |message: &str| PolicyError::Budget {
+            name: name.clone(),
+            message: message.into(),
+        };
+        if b.calls.is_none() && b.concurrent.is_none() && b.bytes.is_none() {
+            return Err(bad(
+                "set `calls` or `bytes` (with `per_secs`), `concurrent`, or several",
+            ));
+        }
+        if b.calls == Some(0) || b.concurrent == Some(0) || b.bytes == Some(0) {
+            return Err(bad("`calls`, `concurrent` and `bytes` must be at least 1"));
+        }
+        if !(b.per_secs.is_finite() && b.per_secs > 0.0) {
+            return Err(bad("`per_secs` must be a positive number of seconds"));
+        }
+    }
+    Ok(())
+}
+
+/// Whether rule `index` of `settings` (`spec`) is complete: a unique name, something to police,
+/// and the fields its outcome takes.
+fn check_rule(
+    settings: &PolicySettings,
+    index: usize,
+    spec: &PolicyRule,
+) -> Result<(), PolicyError> {
+    let invalid = |message: String| PolicyError::Invalid {
+        rule: spec.name.clone(),
+        index,
+        message,
+    };
+    if spec.name.trim().is_empty() {
+        return Err(invalid("every rule needs a `name`".into()));
+    }
+    if settings.rules[..index].iter().any(|r| r.name == spec.name) {
+        return Err(invalid("another rule has the same name".into()));
+    }
+    if spec.on.is_empty() {
+        return Err(invalid(
+            "`on` names what the rule polices: tools, resources, prompts".into(),
+        ));
+    }
+    match (spec.outcome, &spec.budget) {
+        (RuleOutcome::Limit, None) => Err(invalid("a `limit` rule names its `budget`".into())),
+        (RuleOutcome::Limit, Some(b)) if !settings.budgets.contains_key(b) => Err(invalid(
+            format!("budget `{b}` is not defined in policy.budgets"),
+        )),
+        (RuleOutcome::Deny | RuleOutcome::Allow | RuleOutcome::Approve, Some(_)) => {
+            Err(invalid("only a `limit` rule takes a `budget`".into()))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The variables some rule reads (any identifier of that name in any condition, a comprehension's
+/// own variable included): the context of a call holds only these.
+#[derive(Debug, Default, Clone, Copy)]
+struct Reads {
+    caller: bool,
+    kind: bool,
+    tool: bool,
+    resource: bool,
+    prompt: bool,
+    args: bool,
+}
+
+impl Reads {
+    /// Every identifier in `expr`.
+    fn add(&mut self, expr: &IdedExpr) {
+        match &expr.expr {
+            Expr::Ident(name) => match name.trim_start_matches('.') {
+                "caller" => self.caller = true,
+                "kind" => self.kind = true,
+                "tool" => self.tool = true,
+                "resource" => self.resource = true,
+                "prompt" => self.prompt = true,
+                "args" => self.args = true,
+                _ => {}
+            },
+            Expr::Call(call) => {
+                if let Some(target) = &call.target {
+                    self.add(target);
+                }
+                call.args.iter().for_each(|a| self.add(a));
+            }
+            Expr::Comprehension(c) => {
+                for e in [
+                    &c.iter_range,
+                    &c.accu_init,
+                    &c.loop_cond,
+                    &c.loop_step,
+                    &c.result,
+                ] {
+                    self.add(e);
+                }
+            }
+            Expr::List(list) => list.elements.iter().for_each(|e| self.add(e)),
+            Expr::Map(map) => map.entries.iter().for_each(|e| self.add_entry(&e.expr)),
+            Expr::Struct(st) => st.entries.iter().for_each(|e| self.add_entry(&e.expr)),
+            Expr::Select(select) => self.add(&select.operand),
+            Expr::Literal(_) | Expr::Unspecified => {}
+        }
+    }
+
+    fn add_entry(&mut self, entry: &EntryExpr) {
+        match entry {
+            EntryExpr::StructField(f) => self.add(&f.value),
+            EntryExpr::MapEntry(m) => {
+                self.add(&m.key);
+                self.add(&m.value);
+            }
+        }
+    }
+}
+
 impl Policy {
     /// Compile `settings`: every rule's condition, its outcome's fields and the budgets it names.
     pub fn compile(settings: &PolicySettings) -> Result<Policy, PolicyError> {
         let env = Arc::new(Env::stdlib());
-        for (name, b) in &settings.budgets {
-            let bad = |message: &str| PolicyError::Budget {
-                name: name.clone(),
-                message: message.into(),
-            };
-            if b.calls.is_none() && b.concurrent.is_none() && b.bytes.is_none() {
-                return Err(bad(
-                    "set `calls` or `bytes` (with `per_secs`), `concurrent`, or several",
-                ));
-            }
-            if b.calls == Some(0) || b.concurrent == Some(0) || b.bytes == Some(0) {
-                return Err(bad("`calls`, `concurrent` and `bytes` must be at least 1"));
-            }
-            if !(b.per_secs.is_finite() && b.per_secs > 0.0) {
-                return Err(bad("`per_secs` must be a positive number of seconds"));
-            }
-        }
+        check_budgets(settings)?;
         let mut rules = Vec::with_capacity(settings.rules.len());
+        let mut reads = Reads::default();
         for (index, spec) in settings.rules.iter().enumerate() {
-            let invalid = |message: String| PolicyError::Invalid {
-                rule: spec.name.clone(),
-                index,
-                message,
-            };
-            if spec.name.trim().is_empty() {
-                return Err(invalid("every rule needs a `name`".into()));
-            }
-            if settings.rules[..index].iter().any(|r| r.name == spec.name) {
-                return Err(invalid("another rule has the same name".into()));
-            }
-            match spec.outcome {
-                RuleOutcome::Limit => match &spec.budget {
-                    None => return Err(invalid("a `limit` rule names its `budget`".into())),
-                    Some(b) if !settings.budgets.contains_key(b) => {
-                        return Err(invalid(format!(
-                            "budget `{b}` is not defined in policy.budgets"
-                        )));
-                    }
-                    Some(_) => {}
-                },
-                RuleOutcome::Deny | RuleOutcome::Allow | RuleOutcome::Approve => {
-                    if spec.budget.is_some() {
-                        return Err(invalid("only a `limit` rule takes a `budget`".into()));
-                    }
-                }
-            }
+            check_rule(settings, index, spec)?;
             let program = env.compile(&spec.when).map_err(|e| PolicyError::Compile {
                 rule: spec.name.clone(),
                 index,
                 message: e.to_string(),
             })?;
-            let tools = tools_named(program.expression());
+            reads.add(program.expression());
+            let expr = program.expression();
+            let (tools, agents, users) = (
+                names_at(expr, TOOL_NAME),
+                names_at(expr, CALLER_AGENT),
+                names_at(expr, CALLER_USER),
+            );
             rules.push(Rule {
                 spec: spec.clone(),
                 program,
                 tools,
+                agents,
+                users,
             });
         }
         if let Some(t) = settings.approval_timeout_secs
@@ -248,6 +417,7 @@ impl Policy {
             rules,
             env,
             settings: settings.clone(),
+            reads,
         })
     }
 
@@ -278,18 +448,20 @@ impl Policy {
     /// policy fails closed.
     pub fn decide(&self, facts: &CallFacts<'_>) -> Decision<'_> {
         // Built once, and only for a call some rule may match.
-        let mut context = None;
+        let (vars, context) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
         for rule in &self.rules {
-            if !rule.may_match(facts.tool) {
+            if !rule.may_match(facts) {
                 continue;
             }
             let name = rule.spec.name.as_str();
-            let context = context.get_or_insert_with(|| self.context(facts));
+            let context =
+                context.get_or_init(|| self.context(vars.get_or_init(|| self.vars(facts))));
             match rule.program.execute(context) {
                 Ok(CelValue::Bool(false)) => continue,
                 Ok(CelValue::Bool(true)) => return self.outcome(rule, facts),
                 Ok(other) => {
-                    tracing::warn!(rule = name, "policy rule yielded {other:?}, not a bool");
+                    let other = shortened(&format!("{other:?}"));
+                    tracing::warn!(rule = name, "policy rule yielded {other}, not a bool");
                     return Decision::Deny {
                         rule: name,
                         message: format!(
@@ -299,12 +471,14 @@ impl Policy {
                     };
                 }
                 Err(e) => {
-                    tracing::warn!(rule = name, "policy rule could not be evaluated: {e}");
+                    // The error may quote the values (a whole argument): a few words of it.
+                    let why = shortened(&e.to_string());
+                    tracing::warn!(rule = name, "policy rule could not be evaluated: {why}");
                     return Decision::Deny {
                         rule: name,
                         message: format!(
                             "refused: policy rule `{name}` could not be evaluated for this \
-                             call: {e}"
+                             call: {why}"
                         ),
                     };
                 }
@@ -313,29 +487,36 @@ impl Policy {
         Decision::Allow { rule: None }
     }
 
-    /// What rules see of a call: `caller`, `tool` and `args`.
-    fn context(&self, facts: &CallFacts<'_>) -> Context<'_, '_> {
+    /// A context over `vars`: the standard library, and the variables resolved by name.
+    fn context<'v>(&self, vars: &'v Vars<'v>) -> Context<'v, 'v> {
         let mut context = Context::with_env(Arc::clone(&self.env));
-        let claims = facts.claims.map_or_else(
-            || CelValue::from(std::collections::HashMap::<String, CelValue>::new()),
-            object_to_cel,
-        );
-        let caller: std::collections::HashMap<String, CelValue> = [
-            ("user".to_owned(), text_to_cel(facts.user.unwrap_or(""))),
-            ("agent".to_owned(), text_to_cel(facts.agent.unwrap_or(""))),
-            ("claims".to_owned(), claims),
-        ]
-        .into();
-        context.add_variable_from_value("caller", CelValue::from(caller));
-        let tool: std::collections::HashMap<String, CelValue> = [
-            ("name".to_owned(), text_to_cel(facts.tool)),
-            ("plugin".to_owned(), text_to_cel(facts.plugin)),
-            ("annotations".to_owned(), to_cel(facts.annotations)),
-        ]
-        .into();
-        context.add_variable_from_value("tool", CelValue::from(tool));
-        context.add_variable_from_value("args", to_cel(facts.args));
+        context.set_variable_resolver(vars);
         context
+    }
+
+    /// What rules see of a request: `caller`, `kind`, `tool`, `resource`, `prompt` and `args` (the
+    /// two of `tool`, `resource` and `prompt` the request is not about have empty fields), each
+    /// only if some rule reads it. Built straight into `cel`'s values, borrowing every string from
+    /// `facts`: nothing is copied but the shape.
+    fn vars<'v>(&self, facts: &CallFacts<'v>) -> Vars<'v> {
+        let reads = self.reads;
+        let caller = reads.caller.then(|| {
+            let claims = facts.claims.map_or_else(|| fields(Vec::new()), object_val);
+            fields(vec![
+                ("user", text_val(facts.user.unwrap_or(""))),
+                ("agent", text_val(facts.agent.unwrap_or(""))),
+                ("claims", claims),
+            ])
+        });
+        let (tool, resource, prompt) = subject_vals(&facts.subject, facts.plugin, reads);
+        Vars {
+            caller,
+            kind: reads.kind.then(|| text_val(facts.subject.kind())),
+            tool,
+            resource,
+            prompt,
+            args: reads.args.then(|| json_val(facts.args)),
+        }
     }
 
     fn outcome<'p>(&'p self, rule: &'p Rule, facts: &CallFacts<'_>) -> Decision<'p> {
@@ -365,7 +546,7 @@ impl Policy {
                     (None, None) => "anonymous".to_owned(),
                 };
                 let key = if spec.per_tool {
-                    format!("{who}|tool:{}", facts.tool)
+                    format!("{who}|{}:{}", facts.subject.kind(), facts.subject.name())
                 } else {
                     who
                 };
@@ -388,35 +569,79 @@ impl Policy {
     }
 }
 
-/// A JSON value as CEL sees it (numbers: integers when they are, else doubles).
-/// The tools a condition can hold for, when it says: `tool.name == 'x'` (either way round) and
-/// `tool.name in ['x', 'y']` name theirs; `a && b` holds only for tools both allow (either side
-/// false makes it false, even when the other cannot be evaluated); `a || b` for the tools either
-/// names, when both name some. `None`: any tool. A condition is false — never an error — for a
-/// tool outside its set, so skipping it decides exactly as evaluating it would.
-fn tools_named(expr: &IdedExpr) -> Option<Vec<String>> {
+/// `tool`, `resource` and `prompt` as rules see them for a request about `subject` served by
+/// `plugin`: the one it is about filled in, the others with empty fields; each only if some rule
+/// `reads` it.
+fn subject_vals<'v>(
+    subject: &Subject<'v>,
+    plugin: &'v str,
+    reads: Reads,
+) -> (Option<Val<'v>>, Option<Val<'v>>, Option<Val<'v>>) {
+    let (name, uri, served, annotations) = match *subject {
+        Subject::Tool { name, annotations } => (name, "", plugin, Some(annotations)),
+        Subject::Resource { uri } => ("", uri, plugin, None),
+        Subject::Prompt { name } => (name, "", plugin, None),
+    };
+    let (tool, resource, prompt) = match subject {
+        Subject::Tool { .. } => ((name, served), ("", ""), ("", "")),
+        Subject::Resource { .. } => (("", ""), (uri, served), ("", "")),
+        Subject::Prompt { .. } => (("", ""), ("", ""), (name, served)),
+    };
+    let tool = reads.tool.then(|| {
+        fields(vec![
+            ("name", text_val(tool.0)),
+            ("plugin", text_val(tool.1)),
+            (
+                "annotations",
+                annotations.map_or_else(|| fields(Vec::new()), json_val),
+            ),
+        ])
+    });
+    let resource = reads.resource.then(|| {
+        fields(vec![
+            ("uri", text_val(resource.0)),
+            ("plugin", text_val(resource.1)),
+        ])
+    });
+    let prompt = reads.prompt.then(|| {
+        fields(vec![
+            ("name", text_val(prompt.0)),
+            ("plugin", text_val(prompt.1)),
+        ])
+    });
+    (tool, resource, prompt)
+}
+
+/// The values of `field` (e.g. `tool.name`) a condition can hold for, when it says:
+/// `tool.name == 'x'` (either way round) and `tool.name in ['x', 'y']` name theirs; `a && b` holds
+/// only for values both allow (either side false makes it false, even when the other cannot be
+/// evaluated); `a || b` for the values either names, when both name some. `None`: any value. A
+/// condition is false — never an error — for a value outside its set (the field is always a
+/// string), so skipping it decides exactly as evaluating it would.
+fn names_at(expr: &IdedExpr, field: Field) -> Option<Vec<String>> {
     let Expr::Call(call) = &expr.expr else {
         return None;
     };
     if call.target.is_some() {
         return None;
     }
+    let is_field = |e: &IdedExpr| is_select(e, field);
     match (call.func_name.as_str(), call.args.as_slice()) {
-        (operators::LOGICAL_AND, [a, b]) => match (tools_named(a), tools_named(b)) {
+        (operators::LOGICAL_AND, [a, b]) => match (names_at(a, field), names_at(b, field)) {
             (Some(x), Some(y)) => Some(x.into_iter().filter(|n| y.contains(n)).collect()),
             (x, y) => x.or(y),
         },
         (operators::LOGICAL_OR, [a, b]) => {
-            let mut names = tools_named(a)?;
-            names.extend(tools_named(b)?);
+            let mut names = names_at(a, field)?;
+            names.extend(names_at(b, field)?);
             Some(names)
         }
-        (operators::EQUALS, [a, b]) => match (is_tool_name(a), is_tool_name(b)) {
+        (operators::EQUALS, [a, b]) => match (is_field(a), is_field(b)) {
             (true, false) => string_literal(b).map(|n| vec![n]),
             (false, true) => string_literal(a).map(|n| vec![n]),
             _ => None,
         },
-        (operators::IN, [a, b]) if is_tool_name(a) => match &b.expr {
+        (operators::IN, [a, b]) if is_field(a) => match &b.expr {
             Expr::List(list) => list.elements.iter().map(string_literal).collect(),
             _ => None,
         },
@@ -424,12 +649,12 @@ fn tools_named(expr: &IdedExpr) -> Option<Vec<String>> {
     }
 }
 
-/// Whether `expr` is `tool.name`.
-fn is_tool_name(expr: &IdedExpr) -> bool {
+/// Whether `expr` is `field` (`tool.name`, …).
+fn is_select(expr: &IdedExpr, (variable, name): Field) -> bool {
     matches!(&expr.expr, Expr::Select(select)
         if !select.test
-            && select.field == "name"
-            && matches!(&select.operand.expr, Expr::Ident(id) if id == "tool"))
+            && select.field == name
+            && matches!(&select.operand.expr, Expr::Ident(id) if id == variable))
 }
 
 fn string_literal(expr: &IdedExpr) -> Option<String> {
@@ -439,28 +664,83 @@ fn string_literal(expr: &IdedExpr) -> Option<String> {
     }
 }
 
-fn text_to_cel(text: &str) -> CelValue {
-    CelValue::String(Arc::new(text.to_owned()))
+/// At most [`WHY_CHARS`] characters of `text`, marked when cut.
+fn shortened(text: &str) -> String {
+    match text.char_indices().nth(WHY_CHARS) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_owned(),
+    }
 }
 
-fn object_to_cel(map: &Map<String, Value>) -> CelValue {
-    let entries: std::collections::HashMap<String, CelValue> =
-        map.iter().map(|(k, v)| (k.clone(), to_cel(v))).collect();
-    CelValue::from(entries)
+/// How much of an evaluation error a refusal quotes.
+const WHY_CHARS: usize = 160;
+
+/// A value as `cel` evaluates it, borrowing for `'v`.
+type Val<'v> = Box<dyn cel::common::value::Val + 'v>;
+
+/// The variables of one request, looked up by name (a match, not a map of names).
+#[derive(Debug)]
+struct Vars<'v> {
+    caller: Option<Val<'v>>,
+    kind: Option<Val<'v>>,
+    tool: Option<Val<'v>>,
+    resource: Option<Val<'v>>,
+    prompt: Option<Val<'v>>,
+    args: Option<Val<'v>>,
 }
 
-fn to_cel(value: &Value) -> CelValue {
+impl cel::context::VariableResolver for Vars<'_> {
+    fn resolve<'b>(&'b self, variable: &str) -> Option<cel::common::value::CowVal<'b, 'b>> {
+        let value = match variable {
+            "caller" => &self.caller,
+            "kind" => &self.kind,
+            "tool" => &self.tool,
+            "resource" => &self.resource,
+            "prompt" => &self.prompt,
+            "args" => &self.args,
+            _ => return None,
+        };
+        let value: &'b (dyn cel::common::value::Val + 'b) = value.as_deref()?;
+        Some(cel::common::value::CowVal::Borrowed(value))
+    }
+}
+
+fn text_val(text: &str) -> Val<'_> {
+    Box::new(CelString::from(text))
+}
+
+/// A map of `entries`, as `caller` and `tool` are.
+fn fields<'v>(entries: Vec<(&'static str, Val<'v>)>) -> Val<'v> {
+    let map: HashMap<CelMapKey<'v>, Val<'v>> = entries
+        .into_iter()
+        .map(|(k, v)| (CelMapKey::from(k), v))
+        .collect();
+    Box::new(CelMap::from(map))
+}
+
+fn object_val(map: &Map<String, Value>) -> Val<'_> {
+    let map: HashMap<CelMapKey<'_>, Val<'_>> = map
+        .iter()
+        .map(|(k, v)| (CelMapKey::from(k.as_str()), json_val(v)))
+        .collect();
+    Box::new(CelMap::from(map))
+}
+
+/// A JSON value as CEL sees it (numbers: integers when they are, else doubles).
+fn json_val(value: &Value) -> Val<'_> {
     match value {
-        Value::Null => CelValue::Null,
-        Value::Bool(b) => CelValue::Bool(*b),
+        Value::Null => Box::new(CelNull),
+        Value::Bool(b) => Box::new(CelBool::from(*b)),
         Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => CelValue::Int(i),
-            (None, Some(u)) => CelValue::UInt(u),
-            _ => CelValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+            (Some(i), _) => Box::new(CelInt::from(i)),
+            (None, Some(u)) => Box::new(CelUInt::from(u)),
+            _ => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
         },
-        Value::String(s) => CelValue::String(Arc::new(s.clone())),
-        Value::Array(items) => CelValue::List(Arc::new(items.iter().map(to_cel).collect())),
-        Value::Object(map) => object_to_cel(map),
+        Value::String(s) => text_val(s),
+        Value::Array(items) => Box::new(CelList::from(
+            items.iter().map(json_val).collect::<Vec<_>>(),
+        )),
+        Value::Object(map) => object_val(map),
     }
 }
 
@@ -471,9 +751,18 @@ mod tests {
 
     #[test]
     fn the_tools_a_condition_names_are_read_from_its_expression() {
+        let agents = |when: &str| {
+            let program = Env::stdlib().compile(when).expect("compiles");
+            names_at(program.expression(), CALLER_AGENT)
+        };
+        assert_eq!(
+            agents("caller.agent == 'billing' && args.n > 1"),
+            Some(vec!["billing".to_owned()])
+        );
+        assert_eq!(agents("caller.agent != 'billing'"), None);
         let named = |when: &str| {
             let program = Env::stdlib().compile(when).expect("compiles");
-            tools_named(program.expression()).map(|mut v| {
+            names_at(program.expression(), TOOL_NAME).map(|mut v| {
                 v.sort();
                 v
             })
@@ -547,9 +836,11 @@ mod tests {
             user,
             agent: None,
             claims: None,
-            tool,
+            subject: Subject::Tool {
+                name: tool,
+                annotations: &NONE,
+            },
             plugin: "p",
-            annotations: &NONE,
             args,
         }
     }
@@ -588,6 +879,130 @@ mod tests {
             policy.decide(&facts(Some("bob"), "other", &short)),
             Decision::Allow { rule: None }
         );
+    }
+
+    #[test]
+    fn rules_police_tools_unless_on_names_reads_or_prompts() {
+        let policy = Policy::compile(&settings(json!({"rules": [
+            {"name": "any-tool", "when": "true", "outcome": "deny"},
+            {"name": "reads", "on": ["resources"], "outcome": "deny",
+             "when": "resource.uri.startsWith('x://') && tool.name == ''"},
+            {"name": "prompts", "on": ["prompts", "resources"], "outcome": "deny",
+             "when": "kind == 'prompt' && prompt.name == 'p' && args.a == 'b'"},
+        ]})))
+        .expect("compiles");
+        let args = json!({"a": "b"});
+        let ask = |subject| {
+            policy
+                .decide(&CallFacts {
+                    subject,
+                    ..facts(None, "t", &args)
+                })
+                .rule()
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            ask(Subject::Resource { uri: "x://1" }).as_deref(),
+            Some("reads")
+        );
+        assert_eq!(ask(Subject::Resource { uri: "y://1" }), None);
+        assert_eq!(
+            ask(Subject::Prompt { name: "p" }).as_deref(),
+            Some("prompts")
+        );
+        assert_eq!(ask(Subject::Prompt { name: "q" }), None);
+        let none = Value::Null;
+        let tool = Subject::Tool {
+            name: "t",
+            annotations: &none,
+        };
+        assert_eq!(ask(tool).as_deref(), Some("any-tool"));
+        let err = Policy::compile(&settings(json!({"rules": [
+            {"name": "nothing", "on": [], "outcome": "deny"},
+        ]})))
+        .expect_err("polices nothing");
+        assert!(err.to_string().contains("`on`"), "{err}");
+    }
+
+    /// The context as `cel`'s own values, converted from JSON (the way it was built before it
+    /// borrowed from the call): every variable, whether a rule reads it or not.
+    fn converted<'a>(env: &Arc<Env>, facts: &CallFacts<'a>) -> Context<'a, 'a> {
+        fn to_cel(value: &Value) -> CelValue {
+            match value {
+                Value::Null => CelValue::Null,
+                Value::Bool(b) => CelValue::Bool(*b),
+                Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+                    (Some(i), _) => CelValue::Int(i),
+                    (None, Some(u)) => CelValue::UInt(u),
+                    _ => CelValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+                },
+                Value::String(s) => CelValue::String(Arc::new(s.clone())),
+                Value::Array(items) => CelValue::List(Arc::new(items.iter().map(to_cel).collect())),
+                Value::Object(map) => CelValue::from(
+                    map.iter()
+                        .map(|(k, v)| (k.clone(), to_cel(v)))
+                        .collect::<HashMap<String, CelValue>>(),
+                ),
+            }
+        }
+        let mut context = Context::with_env(Arc::clone(env));
+        let claims = Value::Object(facts.claims.cloned().unwrap_or_default());
+        let caller = json!({"user": facts.user.unwrap_or(""), "agent": facts.agent.unwrap_or(""),
+                            "claims": claims});
+        context.add_variable_from_value("caller", to_cel(&caller));
+        context.add_variable_from_value("kind", to_cel(&json!(facts.subject.kind())));
+        let Subject::Tool { name, annotations } = facts.subject else {
+            unreachable!("tools only here")
+        };
+        let tool = json!({"name": name, "plugin": facts.plugin, "annotations": annotations});
+        context.add_variable_from_value("tool", to_cel(&tool));
+        let empty = json!({"uri": "", "name": "", "plugin": ""});
+        context.add_variable_from_value("resource", to_cel(&empty));
+        context.add_variable_from_value("prompt", to_cel(&empty));
+        context.add_variable_from_value("args", to_cel(facts.args));
+        context
+    }
+
+    #[test]
+    fn the_borrowed_context_evaluates_as_converted_values_do() {
+        let whens = [
+            "size(args.text) > 3 && args.text.startsWith('he')",
+            "has(args.id) && args.id == 7 && args.id < 7.5 && args.id != 7u",
+            "args.big > 9223372036854775806u && args.neg < -1 && args.f == 1.5",
+            "'k' in args && args.k.v == [1, 'two', null, true] && size(args) == 8",
+            "args.items.exists(i, i == 'x') && args.items.all(i, size(i) < 3)",
+            "args == {'text': 'hello', 'id': 7} || args.nested.a.b == 'deep'",
+            "'admin' in caller.claims.roles && caller.claims.sub == caller.user",
+            "caller.agent == '' && tool.annotations.destructiveHint == false",
+            "tool.name == 'echo' && tool.plugin == 'p' && kind == 'tool'",
+            "resource.uri == '' && prompt.name == '' && type(args.f) == double",
+            "args.missing > 1",
+            "args.text + 1",
+        ];
+        let args = json!({"text": "hello", "id": 7, "big": u64::MAX, "neg": -5, "f": 1.5,
+                          "k": {"v": [1, "two", null, true]}, "items": ["x", "y"],
+                          "nested": {"a": {"b": "deep"}}});
+        let claims: Map<String, Value> =
+            serde_json::from_value(json!({"sub": "ana", "roles": ["admin"]})).expect("claims");
+        let annotations = json!({"destructiveHint": false});
+        let facts = CallFacts {
+            user: Some("ana"),
+            claims: Some(&claims),
+            subject: Subject::Tool {
+                name: "echo",
+                annotations: &annotations,
+            },
+            ..facts(None, "echo", &args)
+        };
+        for when in whens {
+            let rules = json!({"rules": [{"name": "r", "when": when, "outcome": "deny"}]});
+            let policy = Policy::compile(&settings(rules)).expect("compiles");
+            let program = &policy.rules()[0].program;
+            let vars = policy.vars(&facts);
+            let borrowed = program.execute(&policy.context(&vars));
+            let converted = program.execute(&converted(&policy.env, &facts));
+            assert_eq!(borrowed, converted, "{when}");
+        }
     }
 
     #[test]

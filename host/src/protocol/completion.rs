@@ -83,6 +83,7 @@ pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<A
         caller: CallerNeed::Optional,
         timeout: target.timeout,
         what: target.what,
+        policed: None,
     };
     match invoke::run(protocol, req, call, None).await? {
         Some(result) if result["completion"]["values"].is_array() => Ok(Answer::plain(result)),

@@ -222,6 +222,9 @@ impl Protocol {
     /// A protocol engine over `host` with `store` for tasks (and sessions and events, in a
     /// fleet). A plugin's announcements go to the other replicas too.
     pub fn with_store(host: Host, store: Store) -> Self {
+        if let Some(counter) = store.shared_budgets() {
+            host.share_budgets(counter);
+        }
         let bus = store.bus().clone();
         host.forward_announcements(move |change| {
             bus.publish_to_others(crate::store::Event::from_change(change));

@@ -84,6 +84,7 @@ pub(crate) async fn get(protocol: &Protocol, req: &Request<'_>) -> Result<Answer
         caller: prompt.descriptor.caller,
         timeout: prompt.timeout,
         what: format!("prompt {name}"),
+        policed: Some(crate::policy::Subject::Prompt { name }),
     };
     let answer = match invoke::run(protocol, req, call, channel.clone()).await {
         Ok(Some(value)) => Ok(Answer::plain(value)),

@@ -83,6 +83,7 @@ pub(crate) async fn read(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         caller: resource.descriptor.caller,
         timeout: resource.timeout,
         what: format!("resource {uri}"),
+        policed: Some(crate::policy::Subject::Resource { uri }),
     };
     let cache = if resource.descriptor.caller == mcp_plugin_sdk::wire::CallerNeed::None {
         Cache::Yes

@@ -130,16 +130,26 @@ pub(crate) fn refused(e: CallError) -> RpcError {
             format!("Authentication required: tool {n} needs a verified caller"),
         ),
         CallError::Throttled(q) => throttled(&q),
-        CallError::Limited(b) => {
-            RpcError::too_many_requests(format!("Too many requests: {b}"), b.retry_after_secs)
-                .with_data(json!({
-                    "retryAfter": b.retry_after_secs,
-                    "retryAfterSecs": b.retry_after_secs,
-                    "budget": b.budget,
-                    "rule": b.rule,
-                }))
-        }
+        CallError::Limited(b) => limited(&b),
     }
+}
+
+/// The error for a request over a call policy budget: 429 with `Retry-After` over HTTP, and
+/// `retryAfter` (seconds), the budget and the rule in `data`. A shared budget whose counter (the
+/// store) cannot be reached refuses too (fails closed): -32603, 503 over HTTP, the same `data`.
+pub(crate) fn limited(b: &crate::policy::budget::BudgetError) -> RpcError {
+    let data = json!({
+        "retryAfter": b.retry_after_secs,
+        "retryAfterSecs": b.retry_after_secs,
+        "budget": b.budget,
+        "rule": b.rule,
+    });
+    if b.unreachable {
+        return RpcError::new(ErrorKind::Unavailable, format!("Service unavailable: {b}"))
+            .with_data(data);
+    }
+    RpcError::too_many_requests(format!("Too many requests: {b}"), b.retry_after_secs)
+        .with_data(data)
 }
 
 /// The options of a plugin call made for `req`: its caller, agent, cancellation, where its

@@ -30,6 +30,7 @@
 //! [`bus`] carries the events: a task changed or must be cancelled, a legacy client's response or
 //! cancellation for a call running on another replica, a plugin's announcement.
 
+mod budgets;
 pub mod bus;
 mod redis;
 mod sqlite;
@@ -683,6 +684,18 @@ impl Store {
     /// Whether it is shared by replicas (Redis): legacy sessions are kept in it too.
     pub fn is_shared(&self) -> bool {
         matches!(self.inner.backend, Backend::Redis(_))
+    }
+
+    /// The counter of the call policy's budgets every replica shares: Redis's (none for SQLite
+    /// and memory, where each process counts its own).
+    pub fn shared_budgets(&self) -> Option<Arc<dyn crate::policy::budget::SharedBudgets>> {
+        match &self.inner.backend {
+            Backend::Redis(redis) => Some(Arc::new(budgets::RedisBudgets::new(
+                redis.connection(),
+                self.clone(),
+            ))),
+            Backend::Sqlite(_) => None,
+        }
     }
 
     /// The events between replicas.

@@ -16,6 +16,7 @@
 //! | `sessions:all` | sorted set `{id}:{owner}` → last use | every session, for `http.max_sessions` |
 //! | `sessions:owners` | sorted set owner → count | who holds the most sessions (evicted first when full) |
 //! | `events` | pub/sub channel | [`super::bus::Event`]s between replicas |
+//! | `budget:…` | hash, sorted set | the call policy's shared budgets ([`super::budgets`]) |
 //!
 //! Every read-modify-write is one Lua script, so replicas never interleave inside one. Commands
 //! time out after 2 s: a replica that lost Redis answers quickly with an error instead of hanging.
@@ -42,7 +43,7 @@ use super::{
 };
 use crate::config::TaskSettings;
 
-const PREFIX: &str = "mcp-host:";
+pub(super) const PREFIX: &str = "mcp-host:";
 /// How long one command may take.
 const COMMAND_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -151,6 +152,11 @@ impl Redis {
                 Ok(())
             }
         }
+    }
+
+    /// The connection (shared, reconnecting by itself).
+    pub(super) fn connection(&self) -> ConnectionManager {
+        self.conn.clone()
     }
 
     /// Whether Redis answers.
@@ -384,7 +390,7 @@ impl Redis {
 }
 
 /// A command within [`COMMAND_TIMEOUT`] (plus the manager's own), its errors as unavailability.
-async fn timed<T>(
+pub(super) async fn timed<T>(
     fut: impl std::future::Future<Output = ::redis::RedisResult<T>>,
 ) -> Result<T, StoreError> {
     match tokio::time::timeout(COMMAND_TIMEOUT * 2, fut).await {
