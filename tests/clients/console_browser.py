@@ -289,22 +289,26 @@ def main():
     driver = browser()
     try:
         s = Steps(driver)
-        s.step("wrong-secret", lambda: wrong_secret(s))
-        s.step("read-only", lambda: read_only(s))
-        s.step("login", lambda: login(s, SETUP["admin"], "alice (admin)", "login"))
-        s.step("overview", lambda: overview(s))
-        s.step("sources", lambda: sources(s))
-        s.step("agents", lambda: agents(s))
-        s.step("playground-call", lambda: playground_call(s))
-        s.step("playground-nested-object", lambda: playground_nested_object(s))
-        s.step("playground-schema-error", lambda: playground_schema_error(s))
-        s.step("playground-input", lambda: playground_input(s))
-        s.step("playground-as-user", lambda: playground_as_user(s))
-        s.step("playground-resource-and-prompt", lambda: playground_resource_and_prompt(s))
-        s.step("live-calls", lambda: live_calls(s))
-        s.step("tasks", lambda: tasks(s))
-        s.step("trust", lambda: trust(s))
-        s.step("retry-quarantined", lambda: retry_quarantined(s))
+        steps = [
+            ("wrong-secret", wrong_secret),
+            ("read-only", read_only),
+            ("login", lambda s: login(s, SETUP["admin"], "alice (admin)", "login")),
+            ("overview", overview),
+            ("sources", sources),
+            ("agents", agents),
+            ("playground-call", playground_call),
+            ("playground-nested-object", playground_nested_object),
+            ("playground-schema-error", playground_schema_error),
+            ("playground-input", playground_input),
+            ("playground-as-user", playground_as_user),
+            ("playground-resource-and-prompt", playground_resource_and_prompt),
+            ("live-calls", live_calls),
+            ("tasks", tasks),
+            ("trust", trust),
+            ("retry-quarantined", retry_quarantined),
+        ]
+        for name, run in steps:
+            s.step(name, lambda run=run: run(s))
     except TimeoutException as e:
         print(f"timed out: {e}", file=sys.stderr)
         sys.exit(1)

@@ -7,10 +7,10 @@
 //! callers) are checked with raw requests.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
-use mcp_host_tests::clients::require_or_skip;
+use mcp_host_tests::clients::{python_with, require_or_skip};
 use mcp_host_tests::serve::{
     HttpResponse, HttpServer, header_refs, modern_headers, request, with_meta, with_tasks,
 };
@@ -24,20 +24,28 @@ const UPSTREAM_SECRET: &str = "upstream-env-secret-5c0f";
 
 /// Python with Selenium, and the browser and its driver.
 fn browser_tools() -> Option<PathBuf> {
-    let python = std::env::var_os("MCP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".ci/.tools/venv/bin/python"));
-    let selenium = Command::new(&python)
-        .args(["-c", "import selenium"])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    let browser =
-        Path::new("/usr/bin/chromium").exists() && Path::new("/usr/bin/chromedriver").exists();
-    require_or_skip(
-        "Selenium (.ci/install-clients.sh) with chromium and chromium-driver (.ci/install-services.sh)",
-        (selenium && browser).then_some(python),
-    )
+    let driver = Path::new("/usr/bin/chromedriver");
+    let browser = Path::new("/usr/bin/chromium").exists() && driver.exists();
+    let what = "chromium and chromium-driver (.ci/install-services.sh)";
+    require_or_skip(what, browser.then(|| driver.to_path_buf()))?;
+    python_with("selenium", "Selenium (.ci/install-clients.sh)")
+}
+
+/// An anonymous login on `conn` (no authentication configured): its cookie and session.
+fn anonymous_login(conn: &mut mcp_host_tests::serve::HttpConn) -> (String, Value) {
+    let page = conn.request("GET", "/ui/", &[], b"");
+    assert_eq!(page.status, 200);
+    let cookie = page
+        .header("set-cookie")
+        .expect("a login cookie")
+        .split(';')
+        .next()
+        .expect("a value")
+        .to_owned();
+    let session = conn
+        .request("GET", "/ui/api/session", &[("Cookie", &cookie)], b"")
+        .json();
+    (cookie, session)
 }
 
 /// The layout: fixture-override before fixture-basic (its `echo` wins), the packaged time and text
@@ -385,18 +393,7 @@ fn on_an_address_of_its_own_the_console_is_only_there_and_mcp_only_on_the_main_l
         (303, Some("/ui/login"))
     );
     // No authentication configured: a loopback visitor gets an anonymous, read-only login.
-    let page = conn.request("GET", "/ui/", &[], b"");
-    assert_eq!(page.status, 200);
-    let cookie = page
-        .header("set-cookie")
-        .expect("a login cookie")
-        .split(';')
-        .next()
-        .expect("a value")
-        .to_owned();
-    let session = conn
-        .request("GET", "/ui/api/session", &[("Cookie", &cookie)], b"")
-        .json();
+    let (_, session) = anonymous_login(&mut conn);
     assert_eq!(
         (session["user"].clone(), session["admin"].clone()),
         (Value::Null, json!(false))
@@ -438,17 +435,7 @@ fn with_redis_the_tasks_view_lists_every_replicas_tasks_and_cancels_them_there()
         .to_owned();
     // Replica b's console lists the task replica a runs, and cancels it there.
     let mut conn = b.connect();
-    let page = conn.request("GET", "/ui/", &[], b"");
-    let cookie = page
-        .header("set-cookie")
-        .expect("a login cookie")
-        .split(';')
-        .next()
-        .expect("a value")
-        .to_owned();
-    let session = conn
-        .request("GET", "/ui/api/session", &[("Cookie", &cookie)], b"")
-        .json();
+    let (cookie, session) = anonymous_login(&mut conn);
     assert_eq!(session["admin"], true, "{session}");
     let listed = conn
         .request("GET", "/ui/api/tasks", &[("Cookie", &cookie)], b"")

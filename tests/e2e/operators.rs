@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-use mcp_host_tests::clients::require_or_skip;
+use mcp_host_tests::clients::python_with;
 use mcp_host_tests::serve::{
     HttpResponse, HttpServer, WAIT, header_refs, modern_headers, request, with_meta,
 };
@@ -411,19 +411,6 @@ fn json_logs_are_one_object_per_line() {
         .unwrap_or_else(|| panic!("{log}"));
     assert_eq!(loaded["level"], "ERROR");
     assert!(loaded["timestamp"].is_string());
-}
-
-/// Python with `module`, or a skip (a failure when clients are required).
-fn python_with(module: &str, what: &str) -> Option<PathBuf> {
-    let python = std::env::var_os("MCP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".ci/.tools/venv/bin/python"));
-    let ok = Command::new(&python)
-        .args(["-c", &format!("import {module}")])
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    require_or_skip(what, ok.then_some(python))
 }
 
 fn run_with_stdin(exe: &std::path::Path, args: &[&str], input: &str) -> String {

@@ -24,15 +24,21 @@ pub fn require_or_skip(what: &str, found: Option<PathBuf>) -> Option<PathBuf> {
 
 /// Python with the `mcp` SDK.
 pub fn python() -> Option<PathBuf> {
+    python_with("mcp", "the Python MCP SDK")
+}
+
+/// The tests' Python (`MCP_TEST_PYTHON`, else `.ci/.tools/venv`) if it can import `module`, or a
+/// skip naming `what` (a failure when clients are required).
+pub fn python_with(module: &str, what: &str) -> Option<PathBuf> {
     let candidate = std::env::var_os("MCP_TEST_PYTHON")
         .map(PathBuf::from)
         .unwrap_or_else(|| workspace_root().join(".ci/.tools/venv/bin/python"));
     let ok = Command::new(&candidate)
-        .args(["-c", "import mcp"])
+        .args(["-c", &format!("import {module}")])
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
-    require_or_skip("the Python MCP SDK", ok.then_some(candidate))
+    require_or_skip(what, ok.then_some(candidate))
 }
 
 /// Node 22 and the `node_modules` holding the TypeScript SDK.
