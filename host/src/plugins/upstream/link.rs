@@ -385,9 +385,7 @@ impl Link {
         Ok(match &self.transport {
             Transport::Stdio { argv, env, cwd } => {
                 let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                let transport = self.routing(
-                    rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin),
-                );
+                let transport = self.routing(super::pipe::Pipe::new(stdout, stdin));
                 let served = handler.serve_with_lifecycle(transport, lifecycle).await;
                 (served, Some(pid))
             }
