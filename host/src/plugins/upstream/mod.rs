@@ -396,14 +396,9 @@ fn trace_context(call: &CallState) -> Option<TraceContext> {
         .or_else(|| call.request.trace.clone())
 }
 
-/// The `resultType` the 2026 revision adds is the host's to write for its own clients.
-fn strip_result_type(value: &mut Value) {
-    if let Value::Object(map) = value {
-        map.remove("resultType");
-    }
-}
-
-/// What an envelope (resource read, prompt, completion) comes to upstream.
+/// What an envelope (resource read, prompt, completion) comes to upstream; a 2026-07-28
+/// upstream's questions in answer to a resource read or a prompt go to the client as a tool
+/// call's do ([`answered`]).
 async fn envelope_outcome(
     link: &Link,
     manifest: &Manifest,
@@ -417,10 +412,8 @@ async fn envelope_outcome(
         Ok(request) => request,
         Err(error) => return EnvelopeOutcome::Error(error),
     };
-    match link.request(request, call, trace).await {
-        Ok(result) => {
-            let mut value = result_json(result);
-            strip_result_type(&mut value);
+    match answered(link, request, call, trace).await {
+        Ok(mut value) => {
             if matches!(envelope, CallEnvelope::Complete { .. }) {
                 value = value
                     .get("completion")
@@ -429,7 +422,7 @@ async fn envelope_outcome(
             }
             EnvelopeOutcome::Ok(value)
         }
-        Err(Failure::Rpc(code, message)) => {
+        Err(Unanswered::Failed(Failure::Rpc(code, message))) => {
             let kind = match code {
                 ErrorCode::RESOURCE_NOT_FOUND => EnvelopeErrorKind::NotFound,
                 ErrorCode::INVALID_PARAMS if what == "resources/read" => {
@@ -440,7 +433,8 @@ async fn envelope_outcome(
             };
             failed(kind, message)
         }
-        Err(e) => failed(EnvelopeErrorKind::Failed, e.to_string()),
+        Err(Unanswered::Failed(e)) => failed(EnvelopeErrorKind::Failed, e.to_string()),
+        Err(Unanswered::Asked(why)) => failed(EnvelopeErrorKind::Failed, why),
     }
 }
 
