@@ -4,12 +4,13 @@
 //! server as a `tool_dirs` upstream of `mcp-host serve --stdio`, in one run.
 //!
 //! Measures, for a 2025-11-25 session's `tools/call` of `echo` (`py_echo` through the host):
-//! latency one call at a time (p50, p99 of 400 after 50 warm-up calls) and the added p50;
-//! calls per second with 16 in flight on the one pipe; the host's resident memory with the
+//! latency one call at a time (p50, p99 of 400 after 50 warm-up calls; the direct and the host's
+//! calls take turns) and the added p50; calls per second with 16 in flight on the one pipe (in
+//! four alternating rounds of 400); the host's resident memory with the
 //! upstream connected and idle, against a host serving nothing.
 //!
-//! Run: `cargo bench -p mcp-host --bench upstream`. Prints a Markdown table; docs/performance.md
-//! quotes it. Without the Python venv it says so and measures nothing.
+//! Run: `cargo bench -p mcp-host --bench upstream` (`MCP_BENCH_HOST=PATH` measures that host
+//! executable instead of building one). Prints a Markdown table; docs/performance.md quotes it. Without the Python venv it says so and measures nothing.
 
 #![allow(clippy::unwrap_used)]
 
@@ -27,6 +28,8 @@ const WARM_UP: usize = 50;
 const MEASURED: usize = 400;
 const IN_FLIGHT: usize = 16;
 const THROUGHPUT_CALLS: usize = 1_600;
+/// Alternating rounds of the throughput measurement.
+const ROUNDS: usize = 4;
 
 /// A stdio MCP server in a 2025-11-25 session.
 struct Session {
@@ -105,39 +108,59 @@ fn echo(tool: &str) -> Value {
     json!({"name": tool, "arguments": {"text": "hello, upstream"}})
 }
 
-/// p50 and p99 of one-at-a-time calls of `tool`.
-fn latency(s: &mut Session, tool: &str) -> (Duration, Duration) {
+/// p50 and p99 of one-at-a-time calls, each session's calls taking turns (the machine's load
+/// then falls on both alike): `(direct, through)`.
+fn latency(direct: &mut Session, through: &mut Session) -> [(Duration, Duration); 2] {
     for _ in 0..WARM_UP {
-        s.request("tools/call", echo(tool));
+        direct.request("tools/call", echo("echo"));
+        through.request("tools/call", echo("py_echo"));
     }
-    let mut times: Vec<Duration> = (0..MEASURED)
-        .map(|_| {
-            let start = Instant::now();
-            let r = s.request("tools/call", echo(tool));
-            assert_ne!(r["result"]["isError"], true, "{r}");
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    (times[MEASURED / 2], times[MEASURED * 99 / 100])
+    let timed = |s: &mut Session, tool: &str| {
+        let start = Instant::now();
+        let r = s.request("tools/call", echo(tool));
+        assert_ne!(r["result"]["isError"], true, "{r}");
+        start.elapsed()
+    };
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..MEASURED {
+        times[0].push(timed(direct, "echo"));
+        times[1].push(timed(through, "py_echo"));
+    }
+    times.map(|mut t| {
+        t.sort();
+        (t[MEASURED / 2], t[MEASURED * 99 / 100])
+    })
 }
 
-/// Calls per second with `IN_FLIGHT` requests outstanding on the pipe.
-fn throughput(s: &mut Session, tool: &str) -> f64 {
+/// Calls per second of `calls` calls of `tool` with `IN_FLIGHT` requests outstanding on the pipe.
+fn throughput(s: &mut Session, tool: &str, calls: usize) -> f64 {
     let start = Instant::now();
     let mut sent = 0;
     for _ in 0..IN_FLIGHT {
         s.post("tools/call", echo(tool));
         sent += 1;
     }
-    for _ in 0..THROUGHPUT_CALLS {
+    for _ in 0..calls {
         s.response();
-        if sent < THROUGHPUT_CALLS {
+        if sent < calls {
             s.post("tools/call", echo(tool));
             sent += 1;
         }
     }
-    THROUGHPUT_CALLS as f64 / start.elapsed().as_secs_f64()
+    calls as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Calls per second `(direct, through)`, measured in [`ROUNDS`] alternating rounds (so that a
+/// change in the machine's load falls on both), each rate the total over its rounds.
+fn throughputs(direct: &mut Session, through: &mut Session) -> (f64, f64) {
+    let per_round = THROUGHPUT_CALLS / ROUNDS;
+    let (mut d, mut t) = (0.0, 0.0);
+    for _ in 0..ROUNDS {
+        d += per_round as f64 / throughput(direct, "echo", per_round);
+        t += per_round as f64 / throughput(through, "py_echo", per_round);
+    }
+    let total = (per_round * ROUNDS) as f64;
+    (total / d, total / t)
 }
 
 /// A host serving the Python server as upstream `py` (or nothing), started from `config`.
@@ -163,6 +186,15 @@ fn host(exe: &Path, dir: &Path, python: Option<(&Path, &Path)>) -> Session {
     Session::start(cmd)
 }
 
+/// Nanoseconds process `pid`'s threads have run (`/proc/PID/task/*/schedstat`).
+fn cpu_ns(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
@@ -180,7 +212,10 @@ fn main() {
         return;
     }
     let script = root.join("tests/fixtures/upstream/server.py");
-    let exe = common::build_release(&["mcp-host"]).join("mcp-host");
+    // `MCP_BENCH_HOST=PATH` measures that build of the host (another commit's) instead.
+    let exe = std::env::var_os("MCP_BENCH_HOST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::build_release(&["mcp-host"]).join("mcp-host"));
     let dir = tempfile::tempdir().unwrap();
 
     let mut direct = Session::start({
@@ -204,10 +239,14 @@ fn main() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let (direct_p50, direct_p99) = latency(&mut direct, "echo");
-    let (host_p50, host_p99) = latency(&mut through, "py_echo");
-    let direct_rate = throughput(&mut direct, "echo");
-    let host_rate = throughput(&mut through, "py_echo");
+    let [(direct_p50, direct_p99), (host_p50, host_p99)] = latency(&mut direct, &mut through);
+    // CPU time per call over the throughput rounds: the direct server's, and the host's own.
+    let pids = [direct.child.id(), through.child.id()];
+    let before = pids.map(cpu_ns);
+    let (direct_rate, host_rate) = throughputs(&mut direct, &mut through);
+    let calls = (THROUGHPUT_CALLS / ROUNDS * ROUNDS) as f64;
+    let [direct_cpu, host_cpu] =
+        [0, 1].map(|i| cpu_ns(pids[i]).saturating_sub(before[i]) as f64 / 1e3 / calls);
     let idle_with = status_bytes(through.child.id(), "VmRSS");
     let bare = host(&exe, dir.path(), None);
     let idle_without = status_bytes(bare.child.id(), "VmRSS");
@@ -227,6 +266,9 @@ fn main() {
     println!(
         "| calls per second, {IN_FLIGHT} in flight | {direct_rate:.0} | {host_rate:.0} | {:.2}× |",
         host_rate / direct_rate
+    );
+    println!(
+        "| CPU time per call, 16 in flight (the Python server's; the host's alone) | {direct_cpu:.1} µs | {host_cpu:.1} µs | |"
     );
     println!(
         "| host resident memory, idle | | {:.1} MB with the upstream, {:.1} MB without | {:.2} MB for the upstream |",
