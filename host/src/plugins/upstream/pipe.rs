@@ -9,19 +9,25 @@
 //! encoded to JSON again to reach the client. Here an answer to a forwarded request is parsed once
 //! and handed to rmcp as a `CustomResult` holding the JSON (rmcp matches it to its request by id
 //! and passes it on untouched); everything else — the handshake, the lists, notifications, the
-//! upstream's own requests — is decoded into rmcp's types as before. Writing is rmcp's.
+//! upstream's own requests — is decoded into rmcp's types as before.
+//!
+//! Writing is one `write` per message. rmcp encodes a request's parameters into a JSON value
+//! before writing them (to merge their `_meta`); a `tools/call` is written here straight from its
+//! parameters (the same JSON, checked against rmcp's by a test), everything else as rmcp encodes
+//! it.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use rmcp::model::{
-    ClientRequest, CustomResult, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, RequestId,
-    ServerResult,
+    CallToolRequest, ClientRequest, CustomResult, InputResponses, JsonObject, JsonRpcMessage,
+    JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use rmcp::transport::async_rw::AsyncRwTransport;
+use serde::Serialize;
 use serde_json::Value;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 
 /// The longest line (one message) read from an upstream, as rmcp's stdio transport allows.
@@ -39,8 +45,8 @@ pub(super) struct Pipe {
     line: Vec<u8>,
     /// Dropping the rest of a line over [`MAX_LINE`].
     discarding: bool,
-    /// rmcp's transport over the child's stdin, for writing (never read).
-    write: AsyncRwTransport<RoleClient, tokio::io::Empty, ChildStdin>,
+    /// The child's stdin (`None` once closed), one message written at a time.
+    write: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     /// The forwarded requests not answered yet, whose answers stay JSON.
     forwarded: HashSet<RequestId>,
 }
@@ -52,7 +58,7 @@ impl Pipe {
             read: BufReader::new(stdout),
             line: Vec::new(),
             discarding: false,
-            write: AsyncRwTransport::new_client(tokio::io::empty(), stdin),
+            write: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
             forwarded: HashSet::new(),
         }
     }
@@ -149,6 +155,68 @@ fn forwarded(request: &ClientRequest) -> bool {
     )
 }
 
+/// A `tools/call` request as written (see [`encode_call`]).
+#[derive(Serialize)]
+struct CallWire<'a> {
+    jsonrpc: &'static str,
+    id: &'a RequestId,
+    method: &'static str,
+    params: CallParams<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct CallParams<'a> {
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<&'a RequestMetaObject>,
+    name: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    arguments: Option<&'a JsonObject>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    input_responses: Option<&'a InputResponses>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    request_state: Option<&'a String>,
+}
+
+/// `tools/call` request `id` as rmcp writes it, straight from its parameters: `None` when its
+/// `_meta` is in more than one place (rmcp merges them), for rmcp's encoding.
+fn encode_call(id: &RequestId, request: &CallToolRequest) -> Option<Vec<u8>> {
+    let params = &request.params;
+    if params.meta.is_some() || request.extensions.get::<MetaObject>().is_some() {
+        return None;
+    }
+    let wire = CallWire {
+        jsonrpc: "2.0",
+        id,
+        method: "tools/call",
+        params: CallParams {
+            meta: request.extensions.get::<RequestMetaObject>(),
+            name: &params.name,
+            arguments: params.arguments.as_ref(),
+            input_responses: params.input_responses.as_ref(),
+            request_state: params.request_state.as_ref(),
+        },
+    };
+    serde_json::to_vec(&wire).ok()
+}
+
+/// A message as one line.
+fn encode(item: &TxJsonRpcMessage<RoleClient>) -> std::io::Result<Vec<u8>> {
+    let direct = match item {
+        JsonRpcMessage::Request(r) => match &r.request {
+            ClientRequest::CallToolRequest(call) => encode_call(&r.id, call),
+            _ => None,
+        },
+        _ => None,
+    };
+    let mut line = match direct {
+        Some(line) => line,
+        None => serde_json::to_vec(item)?,
+    };
+    line.push(b'\n');
+    Ok(line)
+}
+
 impl Transport<RoleClient> for Pipe {
     type Error = std::io::Error;
 
@@ -164,7 +232,18 @@ impl Transport<RoleClient> for Pipe {
             }
             self.forwarded.insert(request.id.clone());
         }
-        self.write.send(item)
+        let line = encode(&item);
+        let write = Arc::clone(&self.write);
+        async move {
+            let line = line?;
+            match write.lock().await.as_mut() {
+                Some(stdin) => stdin.write_all(&line).await,
+                None => Err(std::io::Error::new(
+                    std::io::ErrorKind::NotConnected,
+                    "the upstream's stdin is closed",
+                )),
+            }
+        }
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
@@ -184,7 +263,53 @@ impl Transport<RoleClient> for Pipe {
         }
     }
 
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.write.close()
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        drop(self.write.lock().await.take());
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{CallToolRequestParams, Request};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The direct encoding of a `tools/call` is rmcp's, with and without `_meta` and answers.
+    #[test]
+    fn a_tool_call_is_written_as_rmcp_writes_it() {
+        let mut arguments = JsonObject::new();
+        arguments.insert("text".into(), json!("héllo \"there\"\n"));
+        arguments.insert("n".into(), json!([1, 2.5, {"x": null}]));
+        let plain = CallToolRequestParams::new("echo").with_arguments(arguments.clone());
+        let mut answered = plain.clone();
+        answered.input_responses = Some([("k".to_owned(), json!({"action": "accept"}))].into());
+        answered.request_state = Some("opaque".into());
+        for params in [CallToolRequestParams::new("bare"), plain, answered] {
+            for meta in [false, true] {
+                let mut request: CallToolRequest = Request::new(params.clone());
+                if meta {
+                    let meta = json!({"progressToken": 3, "traceparent": "00-ab-cd-01"});
+                    let serde_json::Value::Object(meta) = meta else {
+                        unreachable!()
+                    };
+                    request
+                        .extensions
+                        .insert(RequestMetaObject(MetaObject(meta)));
+                }
+                for id in [RequestId::Number(7), RequestId::String("s-1".into())] {
+                    let message: TxJsonRpcMessage<RoleClient> = JsonRpcMessage::request(
+                        ClientRequest::CallToolRequest(request.clone()),
+                        id.clone(),
+                    );
+                    let ours: Value = serde_json::from_slice(&encode(&message).unwrap()).unwrap();
+                    let theirs = serde_json::to_value(&message).unwrap();
+                    assert_eq!(ours, theirs);
+                    assert_eq!(ours["params"].get("_meta").is_some(), meta, "{ours}");
+                    assert!(encode_call(&id, &request).is_some());
+                }
+            }
+        }
     }
 }
