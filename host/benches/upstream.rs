@@ -3,13 +3,17 @@
 //! `.ci/.tools/venv`, which `.ci/install-clients.sh` installs) called directly, against the same
 //! server as a `tool_dirs` upstream of `mcp-host serve --stdio`, in one run.
 //!
-//! Measures, for a 2025-11-25 session's `tools/call` of `echo` (`py_echo` through the host):
-//! latency one call at a time (p50, p99 of 400 after 50 warm-up calls) and the added p50;
-//! calls per second with 16 in flight on the one pipe; the host's resident memory with the
-//! upstream connected and idle, against a host serving nothing.
+//! Measures, for a 2026-07-28 `tools/call` of `echo` (`py_echo` through the host, which speaks
+//! 2026-07-28 to its upstream too; `MCP_BENCH_ERA=2025-11-25` for 2025 sessions on both sides):
+//! latency one call at a time (p50, p99 of 400 after 50 warm-up calls; the direct and the host's
+//! calls take turns) and the added p50; calls per second with 16 in flight on the one pipe (in
+//! four alternating rounds of 400) and the CPU time per call of the server, the host and the
+//! host's upstream; the host's resident memory with the upstream connected and idle, against a
+//! host serving nothing.
 //!
-//! Run: `cargo bench -p mcp-host --bench upstream`. Prints a Markdown table; docs/performance.md
-//! quotes it. Without the Python venv it says so and measures nothing.
+//! Run: `cargo bench -p mcp-host --bench upstream` (`MCP_BENCH_HOST=PATH` measures that host
+//! executable instead of building one). Prints a Markdown table; docs/performance.md quotes it.
+//! Without the Python venv it says so and measures nothing.
 
 #![allow(clippy::unwrap_used)]
 
@@ -27,17 +31,22 @@ const WARM_UP: usize = 50;
 const MEASURED: usize = 400;
 const IN_FLIGHT: usize = 16;
 const THROUGHPUT_CALLS: usize = 1_600;
+/// Alternating rounds of the throughput measurement.
+const ROUNDS: usize = 4;
 
-/// A stdio MCP server in a 2025-11-25 session.
+/// A stdio MCP server spoken to in 2026-07-28 (every request's `_meta` says so), as mcp-host
+/// speaks to its upstreams, or in a 2025-11-25 session.
 struct Session {
     child: Child,
     stdin: ChildStdin,
     lines: Lines,
     next_id: u64,
+    /// The `_meta` of every request (2026-07-28).
+    meta: Option<Value>,
 }
 
 impl Session {
-    fn start(mut cmd: Command) -> Session {
+    fn start(mut cmd: Command, modern: bool) -> Session {
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -51,7 +60,17 @@ impl Session {
             stdin,
             lines,
             next_id: 1,
+            meta: None,
         };
+        if modern {
+            s.meta = Some(json!({
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "upstream-bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {},
+            }));
+            s.request("server/discover", json!({}));
+            return s;
+        }
         let init = json!({"protocolVersion": "2025-11-25", "capabilities": {},
             "clientInfo": {"name": "upstream-bench", "version": "1"}});
         s.request("initialize", init);
@@ -67,9 +86,12 @@ impl Session {
     }
 
     /// Send a request and return its id.
-    fn post(&mut self, method: &str, params: Value) -> u64 {
+    fn post(&mut self, method: &str, mut params: Value) -> u64 {
         let id = self.next_id;
         self.next_id += 1;
+        if let Some(meta) = &self.meta {
+            params["_meta"] = meta.clone();
+        }
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
         id
     }
@@ -105,43 +127,63 @@ fn echo(tool: &str) -> Value {
     json!({"name": tool, "arguments": {"text": "hello, upstream"}})
 }
 
-/// p50 and p99 of one-at-a-time calls of `tool`.
-fn latency(s: &mut Session, tool: &str) -> (Duration, Duration) {
+/// p50 and p99 of one-at-a-time calls, each session's calls taking turns (the machine's load
+/// then falls on both alike): `(direct, through)`.
+fn latency(direct: &mut Session, through: &mut Session) -> [(Duration, Duration); 2] {
     for _ in 0..WARM_UP {
-        s.request("tools/call", echo(tool));
+        direct.request("tools/call", echo("echo"));
+        through.request("tools/call", echo("py_echo"));
     }
-    let mut times: Vec<Duration> = (0..MEASURED)
-        .map(|_| {
-            let start = Instant::now();
-            let r = s.request("tools/call", echo(tool));
-            assert_ne!(r["result"]["isError"], true, "{r}");
-            start.elapsed()
-        })
-        .collect();
-    times.sort();
-    (times[MEASURED / 2], times[MEASURED * 99 / 100])
+    let timed = |s: &mut Session, tool: &str| {
+        let start = Instant::now();
+        let r = s.request("tools/call", echo(tool));
+        assert_ne!(r["result"]["isError"], true, "{r}");
+        start.elapsed()
+    };
+    let mut times = [Vec::new(), Vec::new()];
+    for _ in 0..MEASURED {
+        times[0].push(timed(direct, "echo"));
+        times[1].push(timed(through, "py_echo"));
+    }
+    times.map(|mut t| {
+        t.sort();
+        (t[MEASURED / 2], t[MEASURED * 99 / 100])
+    })
 }
 
-/// Calls per second with `IN_FLIGHT` requests outstanding on the pipe.
-fn throughput(s: &mut Session, tool: &str) -> f64 {
+/// Calls per second of `calls` calls of `tool` with `IN_FLIGHT` requests outstanding on the pipe.
+fn throughput(s: &mut Session, tool: &str, calls: usize) -> f64 {
     let start = Instant::now();
     let mut sent = 0;
     for _ in 0..IN_FLIGHT {
         s.post("tools/call", echo(tool));
         sent += 1;
     }
-    for _ in 0..THROUGHPUT_CALLS {
+    for _ in 0..calls {
         s.response();
-        if sent < THROUGHPUT_CALLS {
+        if sent < calls {
             s.post("tools/call", echo(tool));
             sent += 1;
         }
     }
-    THROUGHPUT_CALLS as f64 / start.elapsed().as_secs_f64()
+    calls as f64 / start.elapsed().as_secs_f64()
+}
+
+/// Calls per second `(direct, through)`, measured in [`ROUNDS`] alternating rounds (so that a
+/// change in the machine's load falls on both), each rate the total over its rounds.
+fn throughputs(direct: &mut Session, through: &mut Session) -> (f64, f64) {
+    let per_round = THROUGHPUT_CALLS / ROUNDS;
+    let (mut d, mut t) = (0.0, 0.0);
+    for _ in 0..ROUNDS {
+        d += per_round as f64 / throughput(direct, "echo", per_round);
+        t += per_round as f64 / throughput(through, "py_echo", per_round);
+    }
+    let total = (per_round * ROUNDS) as f64;
+    (total / d, total / t)
 }
 
 /// A host serving the Python server as upstream `py` (or nothing), started from `config`.
-fn host(exe: &Path, dir: &Path, python: Option<(&Path, &Path)>) -> Session {
+fn host(exe: &Path, dir: &Path, python: Option<(&Path, &Path)>, modern: bool) -> Session {
     let entries = match python {
         Some((py, script)) => format!(
             "tool_dirs:\n  - server: {{command: [{:?}, {:?}]}}\n    name: py\n    prefix: py_\n",
@@ -160,7 +202,25 @@ fn host(exe: &Path, dir: &Path, python: Option<(&Path, &Path)>) -> Session {
         .arg(&config)
         .args(["serve", "--stdio"])
         .env("RUST_LOG", "error");
-    Session::start(cmd)
+    Session::start(cmd, modern)
+}
+
+/// The (first) child process of `pid`: a host's upstream.
+fn children(pid: u32) -> u32 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("children")).ok())
+        .find_map(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap()
+}
+
+/// Nanoseconds process `pid`'s threads have run (`/proc/PID/task/*/schedstat`).
+fn cpu_ns(pid: u32) -> u64 {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
 }
 
 fn micros(d: Duration) -> String {
@@ -180,15 +240,24 @@ fn main() {
         return;
     }
     let script = root.join("tests/fixtures/upstream/server.py");
-    let exe = common::build_release(&["mcp-host"]).join("mcp-host");
+    // `MCP_BENCH_HOST=PATH` measures that build of the host (another commit's) instead.
+    let exe = std::env::var_os("MCP_BENCH_HOST")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| common::build_release(&["mcp-host"]).join("mcp-host"));
     let dir = tempfile::tempdir().unwrap();
 
-    let mut direct = Session::start({
-        let mut cmd = Command::new(&python);
-        cmd.arg(&script);
-        cmd
-    });
-    let mut through = host(&exe, dir.path(), Some((&python, &script)));
+    // The era of both sessions: 2026-07-28 (as the host speaks to its upstream: like with
+    // like), or `MCP_BENCH_ERA=2025-11-25`.
+    let modern = std::env::var("MCP_BENCH_ERA").map_or(true, |era| era != "2025-11-25");
+    let mut direct = Session::start(
+        {
+            let mut cmd = Command::new(&python);
+            cmd.arg(&script);
+            cmd
+        },
+        modern,
+    );
+    let mut through = host(&exe, dir.path(), Some((&python, &script)), modern);
     // The host connects its upstreams as it starts: wait for `py_echo` to be listed.
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -204,16 +273,23 @@ fn main() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    let (direct_p50, direct_p99) = latency(&mut direct, "echo");
-    let (host_p50, host_p99) = latency(&mut through, "py_echo");
-    let direct_rate = throughput(&mut direct, "echo");
-    let host_rate = throughput(&mut through, "py_echo");
+    let [(direct_p50, direct_p99), (host_p50, host_p99)] = latency(&mut direct, &mut through);
+    // CPU time per call over the throughput rounds: the direct server's, the host's own and its
+    // upstream's (the host's child).
+    let upstream = children(through.child.id());
+    let pids = [direct.child.id(), through.child.id(), upstream];
+    let before = pids.map(cpu_ns);
+    let (direct_rate, host_rate) = throughputs(&mut direct, &mut through);
+    let calls = (THROUGHPUT_CALLS / ROUNDS * ROUNDS) as f64;
+    let [direct_cpu, host_cpu, upstream_cpu] =
+        [0, 1, 2].map(|i| cpu_ns(pids[i]).saturating_sub(before[i]) as f64 / 1e3 / calls);
     let idle_with = status_bytes(through.child.id(), "VmRSS");
-    let bare = host(&exe, dir.path(), None);
+    let bare = host(&exe, dir.path(), None, modern);
     let idle_without = status_bytes(bare.child.id(), "VmRSS");
 
     println!(
-        "| measurement (Python SDK server over stdio, `tools/call` echo, 2025-11-25) | direct | through mcp-host | |"
+        "| measurement (Python SDK server over stdio, `tools/call` echo, {}) | direct | through mcp-host | |",
+        if modern { "2026-07-28" } else { "2025-11-25" }
     );
     println!("|---|---|---|---|");
     println!(
@@ -227,6 +303,9 @@ fn main() {
     println!(
         "| calls per second, {IN_FLIGHT} in flight | {direct_rate:.0} | {host_rate:.0} | {:.2}× |",
         host_rate / direct_rate
+    );
+    println!(
+        "| CPU time per call, {IN_FLIGHT} in flight | the server: {direct_cpu:.1} µs | the host: {host_cpu:.1} µs; its upstream: {upstream_cpu:.1} µs | |"
     );
     println!(
         "| host resident memory, idle | | {:.1} MB with the upstream, {:.1} MB without | {:.2} MB for the upstream |",

@@ -1,8 +1,8 @@
 """Drive mcp-host serving `@modelcontextprotocol/server-everything` (prefix `ev_`, a 2025 server:
 its questions are requests) and the Python SDK upstream (prefix `py_`, a 2026-07-28 server: its
-questions are `input_required` results) with the official Python SDK client (`mcp` 2.x),
-answering the upstreams' elicitation and sampling through the SDK's callbacks; prints one JSON
-object on stdout.
+questions are `input_required` results, to a tool call, a prompt and a resource read) with the
+official Python SDK client (`mcp` 2.x), answering the upstreams' elicitation and sampling through
+the SDK's callbacks; prints one JSON object on stdout.
 
 Usage: upstream_input_client.py MODE COMMAND...
   MODE     legacy (2025 session: the questions arrive as requests) | 2026-07-28 (input_required rounds)
@@ -66,6 +66,11 @@ async def run(mode, command):
         report["sampling"] = {"is_error": bool(sampled.is_error), "text": text_of(sampled)}
         greeted = await client.call_tool("py_greet_asked", {})
         report["greet"] = {"is_error": bool(greeted.is_error), "text": text_of(greeted)}
+        # The same question from a prompt and from a resource template of the 2026 upstream.
+        welcomed = await client.get_prompt("py_welcome_asked", {})
+        report["prompt"] = "".join(getattr(m.content, "text", "") for m in welcomed.messages)
+        read = await client.read_resource("greeting://asked/Paris")
+        report["resource"] = "".join(getattr(c, "text", "") for c in read.contents)
     print(json.dumps(report))
 
 

@@ -605,6 +605,12 @@ fn upstreams_elicitation_and_sampling_reach_the_python_client_in_both_eras() {
         // The Python upstream speaks 2026-07-28: its question is an input_required result.
         assert_eq!(report["greet"]["is_error"], false, "{mode}: {report}");
         assert_eq!(report["greet"]["text"], "Hello, Ada", "{mode}: {report}");
+        // And from `prompts/get` and `resources/read` (a resource template's).
+        assert_eq!(report["prompt"], "Welcome, Ada", "{mode}: {report}");
+        assert_eq!(
+            report["resource"], "Hello from Paris, Ada",
+            "{mode}: {report}"
+        );
     }
 }
 

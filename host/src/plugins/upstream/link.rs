@@ -25,7 +25,7 @@ use rmcp::service::{
 use serde_json::Value;
 
 use crate::plugins::backend::HostCallbacks;
-use crate::plugins::call::{CallState, EventSink, TraceContext};
+use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::worker::{Line, OutputLines};
 use crate::plugins::{LoadError, lock};
 
@@ -132,7 +132,8 @@ pub(crate) struct Link {
     /// The lists read after the upstream said they changed (or after a restart), when they differ
     /// from what was read before.
     latest: Mutex<Option<Manifest>>,
-    /// Where what the upstream sends during a call goes: the calls in flight, their progress.
+    /// Where what the upstream sends during a call goes: its requests in flight, by request id
+    /// and progress token.
     routes: Arc<super::relay::Routes>,
     sessions: AtomicU64,
     /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
@@ -230,14 +231,7 @@ impl Handler {
         };
         let params = serde_json::to_value(params)
             .map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
-        super::relay::ask(
-            &link.name,
-            &link.routes.calls,
-            method,
-            params,
-            &context.extensions,
-        )
-        .await
+        super::relay::ask(&link.routes, method, params, &context.extensions).await
     }
 
     /// Read the lists again (off the handler: a request from inside it would wait on itself).
@@ -385,9 +379,7 @@ impl Link {
         Ok(match &self.transport {
             Transport::Stdio { argv, env, cwd } => {
                 let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                let transport = self.routing(
-                    rmcp::transport::async_rw::AsyncRwTransport::new_client(stdout, stdin),
-                );
+                let transport = self.routing(super::pipe::Pipe::new(stdout, stdin));
                 let served = handler.serve_with_lifecycle(transport, lifecycle).await;
                 (served, Some(pid))
             }
@@ -778,18 +770,13 @@ impl Link {
         let mut options = PeerRequestOptions::no_options();
         options.meta = request_meta(&session, call, trace);
         // In flight from before it is sent: what the upstream sends about it may come at once.
-        let mut entered = self.routes.calls.enter(call);
+        let mut entered = self.routes.enter(call);
         let mut handle = session
             .peer
             .send_request_with_option(request, options)
             .await
             .map_err(unavailable)?;
-        entered.bind(&handle.id);
-        let token = serde_json::to_string(&handle.progress_token).unwrap_or_default();
-        let _progress = call.events.clone().map(|sink| {
-            lock(&self.routes.progress).insert(token.clone(), sink);
-            ProgressRoute(&self.routes.progress, token.clone())
-        });
+        entered.bind(&handle.id, &handle.progress_token);
         let deadline = async {
             match call.deadline {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -871,15 +858,6 @@ pub(crate) fn block_on<T: Send + 'static>(
         let _ = tx.send(future.await);
     });
     rx.recv().ok()
-}
-
-/// Removes a request's progress route when the request ends.
-struct ProgressRoute<'a>(&'a Mutex<HashMap<String, EventSink>>, String);
-
-impl Drop for ProgressRoute<'_> {
-    fn drop(&mut self) {
-        lock(self.0).remove(&self.1);
-    }
 }
 
 fn kill_group(pid: u32) {

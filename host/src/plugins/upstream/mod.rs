@@ -10,6 +10,7 @@
 pub mod confine;
 mod link;
 mod listing;
+mod pipe;
 mod relay;
 
 use std::ffi::OsString;
@@ -37,17 +38,26 @@ use crate::plugins::worker::{RunSpec, WorkerCommand, wire_limits, worker_env};
 const SANDBOX_ENV: &[&str] = &["PATH", "LANG", "LANGUAGE", "LC_*", "TZ"];
 
 /// The runtime upstream sessions run on: their own, so that a host started outside any runtime
-/// (`mcp-host list`) or on a current-thread one can still wait for them.
-fn runtime() -> Result<&'static tokio::runtime::Runtime, LoadError> {
-    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+/// (`mcp-host list`) or on a current-thread one can still wait for them. One thread drives every
+/// upstream's connection (rmcp's service loops, their pipes and sockets): a message to or from an
+/// upstream is a few microseconds of work there, and a single thread is woken once per message,
+/// where the workers of a multi-threaded runtime woke and parked each other around every one
+/// (most of the CPU time an upstream call cost the host).
+fn runtime() -> Result<&'static tokio::runtime::Handle, LoadError> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
     RUNTIME
         .get_or_init(|| {
-            tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
+            let runtime = tokio::runtime::Builder::new_current_thread()
                 .thread_name("mcp-upstream")
                 .enable_all()
                 .build()
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?;
+            let handle = runtime.handle().clone();
+            std::thread::Builder::new()
+                .name("mcp-upstream".into())
+                .spawn(move || runtime.block_on(std::future::pending::<()>()))
+                .map_err(|e| e.to_string())?;
+            Ok(handle)
         })
         .as_ref()
         .map_err(|e| LoadError::Worker(format!("cannot start the upstream runtime: {e}")))
@@ -115,7 +125,7 @@ pub(crate) fn start(
         Duration::try_from_secs_f64(config.limits.crash_window_secs)
             .unwrap_or(Duration::from_secs(60)),
     );
-    let runtime = runtime()?.handle().clone();
+    let runtime = runtime()?.clone();
     let (link, manifest) = Link::start(&entry.name, transport, host, policy, runtime)?;
     let build = BuildInfo {
         plugin: entry.name.clone(),
@@ -264,39 +274,98 @@ impl Upstream {
         call_tool(&link, &tool.name, arguments, &call, trace).await
     }
 
-    fn future(
-        &self,
-        index: u32,
-        args: &str,
-        call: &Arc<CallState>,
-    ) -> Result<CallFuture, PluginCallError> {
-        let rt = runtime()
-            .map_err(|e| PluginCallError::Plugin(e.to_string()))?
-            .handle()
-            .clone();
-        let task = rt.spawn(Self::forward(
-            Arc::clone(&self.link),
-            Arc::clone(&self.manifest),
-            index,
-            args.to_owned(),
-            Arc::clone(call),
-            trace_context(call),
-        ));
-        Ok(Box::pin(async move {
-            task.await
-                .unwrap_or_else(|e| Err(format!("the upstream request failed: {e}")))
+    /// The call as a future, driven by whoever awaits it (the executor's task, holding the
+    /// call's permits): nothing runs before it is first polled, and no task of its own is
+    /// spawned — its request goes to the upstream's connection, on the upstream runtime, and the
+    /// answer wakes the caller's task straight.
+    fn future(&self, index: u32, args: &str, call: &Arc<CallState>) -> CallFuture {
+        let (link, manifest) = (Arc::clone(&self.link), Arc::clone(&self.manifest));
+        let (args, call) = (args.to_owned(), Arc::clone(call));
+        let trace = trace_context(&call);
+        Box::pin(async move {
+            Self::forward(link, manifest, index, args, call, trace)
+                .await
                 .map_err(PluginCallError::Plugin)
-        }))
+        })
     }
 }
 
-/// How many `input_required` rounds a 2026-07-28 upstream may ask for in one call.
+/// How many `input_required` rounds a 2026-07-28 upstream may ask for in one request.
 const MAX_UPSTREAM_ROUNDS: usize = 8;
 
-/// Call tool `name` upstream with `arguments`: its result as JSON text. The questions of a
-/// 2026-07-28 upstream's `input_required` result are put to the calling client like a plugin's
-/// (a 2025 request, or this call's own round) and the call made again with the answers and the
+/// Why an upstream request (with its `input_required` rounds) produced no result.
+enum Unanswered {
+    /// The request failed (see [`Failure`]).
+    Failed(Failure),
+    /// The upstream asked for input and the client's answers could not be had (in a 2026 round,
+    /// the questions went into the round's `input_required` result), or it asked too often.
+    Asked(String),
+}
+
+/// Send `request` for `call`: the upstream's result as JSON, without the `resultType` the 2026
+/// revision adds (the host writes its own for its clients). The questions of a 2026-07-28
+/// upstream's `input_required` result are put to the calling client like a plugin's (a 2025
+/// request, or this call's own round) and the request made again with the answers and the
 /// upstream's `requestState`.
+async fn answered(
+    link: &Link,
+    mut request: ClientRequest,
+    call: &Arc<CallState>,
+    trace: Option<&TraceContext>,
+) -> Result<Value, Unanswered> {
+    let name = link.name();
+    for _ in 0..MAX_UPSTREAM_ROUNDS {
+        let result = link.request(request.clone(), call, trace).await;
+        let mut value = result_json(result.map_err(Unanswered::Failed)?);
+        if value.get("resultType").and_then(Value::as_str) != Some("input_required") {
+            if let Value::Object(map) = &mut value {
+                map.remove("resultType");
+            }
+            return Ok(value);
+        }
+        let asked: rmcp::model::InputRequiredResult = serde_json::from_value(value)
+            .map_err(|e| Unanswered::Asked(format!("upstream {name} asked unreadably: {e}")))?;
+        let requests = match serde_json::to_value(asked.input_requests.unwrap_or_default()) {
+            Ok(Value::Object(requests)) => requests,
+            _ => serde_json::Map::new(),
+        };
+        let answers = relay::put(call, requests)
+            .await
+            .map_err(|e| Unanswered::Asked(format!("upstream {name} asked: {e}")))?;
+        let (answers, state) = (Some(answers.into_iter().collect()), asked.request_state);
+        match &mut request {
+            ClientRequest::CallToolRequest(r) => {
+                (r.params.input_responses, r.params.request_state) = (answers, state);
+            }
+            ClientRequest::GetPromptRequest(r) => {
+                (r.params.input_responses, r.params.request_state) = (answers, state);
+            }
+            ClientRequest::ReadResourceRequest(r) => {
+                (r.params.input_responses, r.params.request_state) = (answers, state);
+            }
+            _ => {
+                return Err(Unanswered::Asked(format!(
+                    "upstream {name} asked for input in answer to a request that cannot carry it"
+                )));
+            }
+        }
+    }
+    Err(Unanswered::Asked(format!(
+        "upstream {name} asked for input more than {MAX_UPSTREAM_ROUNDS} times in one request"
+    )))
+}
+
+/// An upstream's result as JSON: as it came (see [`pipe`]), or encoded from rmcp's types (an
+/// HTTP upstream's, and a stdio one's rmcp could not match by id).
+fn result_json(result: ServerResult) -> Value {
+    match result {
+        ServerResult::CustomResult(rmcp::model::CustomResult(value)) => value,
+        typed => serde_json::to_value(typed).unwrap_or_default(),
+    }
+}
+
+/// Call tool `name` upstream with `arguments`: its result as JSON text (a tool error result
+/// when the upstream refused the call or its questions went unanswered).
 async fn call_tool(
     link: &Link,
     name: &str,
@@ -305,49 +374,18 @@ async fn call_tool(
     trace: Option<&TraceContext>,
 ) -> Result<String, String> {
     let failed = |message: String| Ok(crate::plugins::call::error_result(&message).to_string());
-    let mut params: CallToolRequestParams =
-        serde_json::from_value(json!({"name": name, "arguments": arguments}))
-            .map_err(|e| e.to_string())?;
-    for _ in 0..MAX_UPSTREAM_ROUNDS {
-        let request = ClientRequest::CallToolRequest(Request::new(params.clone()));
-        match link.request(request, call, trace).await {
-            Ok(ServerResult::CallToolResult(result)) => {
-                let mut value = serde_json::to_value(&result).map_err(|e| e.to_string())?;
-                strip_result_type(&mut value);
-                return Ok(value.to_string());
-            }
-            Ok(ServerResult::InputRequiredResult(asked)) => {
-                let requests = match serde_json::to_value(asked.input_requests.unwrap_or_default())
-                {
-                    Ok(Value::Object(requests)) => requests,
-                    _ => serde_json::Map::new(),
-                };
-                match relay::put(call, requests).await {
-                    Ok(answers) => params.input_responses = Some(answers.into_iter().collect()),
-                    Err(e) => return failed(format!("upstream {} asked: {e}", link.name())),
-                }
-                params.request_state = asked.request_state;
-            }
-            Ok(_) => {
-                return Err(format!(
-                    "upstream {} answered tools/call with something else than a tool result",
-                    link.name()
-                ));
-            }
-            Err(Failure::Rpc(code, message)) => {
-                let name = link.name();
-                return failed(format!(
-                    "upstream {name} refused the call ({}): {message}",
-                    code.0
-                ));
-            }
-            Err(e) => return Err(e.to_string()),
-        }
+    let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
+    let request = ClientRequest::CallToolRequest(Request::new(params));
+    match answered(link, request, call, trace).await {
+        Ok(result) => Ok(result.to_string()),
+        Err(Unanswered::Failed(Failure::Rpc(code, message))) => failed(format!(
+            "upstream {} refused the call ({}): {message}",
+            link.name(),
+            code.0
+        )),
+        Err(Unanswered::Failed(e)) => Err(e.to_string()),
+        Err(Unanswered::Asked(why)) => failed(why),
     }
-    failed(format!(
-        "upstream {} asked for input more than {MAX_UPSTREAM_ROUNDS} times in one call",
-        link.name()
-    ))
 }
 
 /// The trace context an upstream request continues: the host's span for the call when spans
@@ -358,14 +396,9 @@ fn trace_context(call: &CallState) -> Option<TraceContext> {
         .or_else(|| call.request.trace.clone())
 }
 
-/// The `resultType` the 2026 revision adds is the host's to write for its own clients.
-fn strip_result_type(value: &mut Value) {
-    if let Value::Object(map) = value {
-        map.remove("resultType");
-    }
-}
-
-/// What an envelope (resource read, prompt, completion) comes to upstream.
+/// What an envelope (resource read, prompt, completion) comes to upstream; a 2026-07-28
+/// upstream's questions in answer to a resource read or a prompt go to the client as a tool
+/// call's do ([`answered`]).
 async fn envelope_outcome(
     link: &Link,
     manifest: &Manifest,
@@ -379,10 +412,8 @@ async fn envelope_outcome(
         Ok(request) => request,
         Err(error) => return EnvelopeOutcome::Error(error),
     };
-    match link.request(request, call, trace).await {
-        Ok(result) => {
-            let mut value = serde_json::to_value(&result).unwrap_or_default();
-            strip_result_type(&mut value);
+    match answered(link, request, call, trace).await {
+        Ok(mut value) => {
             if matches!(envelope, CallEnvelope::Complete { .. }) {
                 value = value
                     .get("completion")
@@ -391,7 +422,7 @@ async fn envelope_outcome(
             }
             EnvelopeOutcome::Ok(value)
         }
-        Err(Failure::Rpc(code, message)) => {
+        Err(Unanswered::Failed(Failure::Rpc(code, message))) => {
             let kind = match code {
                 ErrorCode::RESOURCE_NOT_FOUND => EnvelopeErrorKind::NotFound,
                 ErrorCode::INVALID_PARAMS if what == "resources/read" => {
@@ -402,7 +433,8 @@ async fn envelope_outcome(
             };
             failed(kind, message)
         }
-        Err(e) => failed(EnvelopeErrorKind::Failed, e.to_string()),
+        Err(Unanswered::Failed(e)) => failed(EnvelopeErrorKind::Failed, e.to_string()),
+        Err(Unanswered::Asked(why)) => failed(EnvelopeErrorKind::Failed, why),
     }
 }
 
@@ -526,12 +558,9 @@ impl PluginBackend for Upstream {
         args: &str,
         call: &Arc<CallState>,
     ) -> Result<String, PluginCallError> {
-        let future = self.future(index, args, call)?;
-        let rt = runtime()
-            .map_err(|e| PluginCallError::Plugin(e.to_string()))?
-            .handle()
-            .clone();
-        link::block_on(&rt, future).unwrap_or_else(|| {
+        let future = self.future(index, args, call);
+        let rt = runtime().map_err(|e| PluginCallError::Plugin(e.to_string()))?;
+        link::block_on(rt, future).unwrap_or_else(|| {
             Err(PluginCallError::Plugin(
                 "the upstream runtime stopped".into(),
             ))
@@ -539,10 +568,7 @@ impl PluginBackend for Upstream {
     }
 
     fn call_async(&self, index: u32, args: &str, call: &Arc<CallState>) -> Option<CallFuture> {
-        Some(match self.future(index, args, call) {
-            Ok(future) => future,
-            Err(e) => Box::pin(async move { Err(e) }),
-        })
+        Some(self.future(index, args, call))
     }
 
     fn quarantined(&self) -> Option<String> {

@@ -16,42 +16,43 @@
 //! again, its question answered at once from the round's answers (keyed by the question's
 //! digest, so the same question finds its answer).
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use mcp_plugin_sdk::{InputError, LogLevel};
 use rmcp::ErrorData as McpError;
 #[allow(deprecated)]
-use rmcp::model::{Extensions, LoggingLevel, LoggingMessageNotificationParam, RequestId};
+use rmcp::model::{
+    Extensions, LoggingLevel, LoggingMessageNotificationParam, ProgressToken, RequestId,
+};
 use rmcp::model::{JsonRpcMessage, ServerNotification};
 use rmcp::service::{InboundStreamOrigin, RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::plugins::call::{CallEvent, CallState, EventSink};
+use crate::plugins::call::{CallEvent, CallState};
 use crate::plugins::lock;
 
-/// The calls in flight on one upstream, by the id of their request to it.
-#[derive(Default)]
-pub(super) struct Calls {
-    by_request: Mutex<HashMap<String, Arc<CallState>>>,
-    /// Numbers the calls whose request is not sent yet.
-    pending: std::sync::atomic::AtomicU64,
+/// One request in flight on an upstream: the call it serves, and once it is sent, its request id
+/// and progress token.
+struct InFlight {
+    /// Numbers the entry (for its removal) from before the request has an id.
+    seq: u64,
+    id: Option<RequestId>,
+    progress: Option<ProgressToken>,
+    call: Arc<CallState>,
 }
 
-/// Where what an upstream sends during its calls goes: the calls in flight and the progress
-/// routes of their requests. It is routed as the transport receives it ([`Routing`]), in the
-/// upstream's order and before the response that followed it — rmcp would hand each
-/// notification to a task of its own, in no set order, and the response straight to the
-/// request, which could then answer its client first.
+/// The requests in flight on one upstream — the one registry of where what it sends during a
+/// call goes (log messages and requests for input by request id, progress by token). It is read
+/// as the transport receives each message ([`Routing`]), in the upstream's order and before the
+/// response that followed it — rmcp would hand each notification to a task of its own, in no set
+/// order, and the response straight to the request, which could then answer its client first.
 pub(super) struct Routes {
     /// The upstream's name, for the host's log.
     name: Arc<str>,
-    /// The calls in flight.
-    pub(super) calls: Calls,
-    /// Where each running request's progress goes, by progress token.
-    pub(super) progress: Mutex<HashMap<String, EventSink>>,
+    inflight: Mutex<Vec<InFlight>>,
+    next: std::sync::atomic::AtomicU64,
 }
 
 impl Routes {
@@ -59,9 +60,21 @@ impl Routes {
     pub(super) fn new(name: Arc<str>) -> Routes {
         Routes {
             name,
-            calls: Calls::default(),
-            progress: Mutex::default(),
+            inflight: Mutex::default(),
+            next: std::sync::atomic::AtomicU64::new(0),
         }
+    }
+
+    /// `call` is in flight (its request about to be sent) until the guard is dropped.
+    pub(super) fn enter(&self, call: &Arc<CallState>) -> Entered<'_> {
+        let seq = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        lock(&self.inflight).push(InFlight {
+            seq,
+            id: None,
+            progress: None,
+            call: Arc::clone(call),
+        });
+        Entered { routes: self, seq }
     }
 
     /// A notification as it arrives: a log message or progress goes to its call.
@@ -69,12 +82,14 @@ impl Routes {
     fn arrived(&self, notification: &ServerNotification) {
         match notification {
             ServerNotification::LoggingMessageNotification(n) => {
-                log(&self.name, &self.calls, &n.params, &n.extensions);
+                log(self, &n.params, &n.extensions);
             }
             ServerNotification::ProgressNotification(n) => {
                 let params = &n.params;
-                let key = serde_json::to_string(&params.progress_token).unwrap_or_default();
-                let sink = lock(&self.progress).get(&key).cloned();
+                let sink = lock(&self.inflight)
+                    .iter()
+                    .find(|r| r.progress.as_ref() == Some(&params.progress_token))
+                    .and_then(|r| r.call.events.clone());
                 if let Some(sink) = sink {
                     sink(CallEvent::Progress {
                         progress: params.progress,
@@ -84,6 +99,22 @@ impl Routes {
                 }
             }
             _ => {}
+        }
+    }
+
+    /// The call a message that arrived with `extensions` belongs to.
+    fn route(&self, extensions: &Extensions) -> Routed {
+        let inflight = lock(&self.inflight);
+        if let Some(InboundStreamOrigin::OutboundRequest(id)) = extensions.get() {
+            return inflight
+                .iter()
+                .find(|r| r.id.as_ref() == Some(id))
+                .map_or(Routed::None, |r| Routed::Call(Arc::clone(&r.call)));
+        }
+        match inflight.as_slice() {
+            [] => Routed::None,
+            [one] => Routed::Call(Arc::clone(&one.call)),
+            many => Routed::Ambiguous(many.len()),
         }
     }
 }
@@ -130,58 +161,28 @@ enum Routed {
     Ambiguous(usize),
 }
 
-/// A call's entry in [`Calls`], removed when its request ends.
+/// A request's entry in [`Routes`], removed when the request ends.
 pub(super) struct Entered<'a> {
-    calls: &'a Calls,
-    key: String,
+    routes: &'a Routes,
+    seq: u64,
 }
 
 impl Entered<'_> {
-    /// The call's request went out as `id`.
-    pub(super) fn bind(&mut self, id: &RequestId) {
-        let key = key(id);
-        let mut calls = lock(&self.calls.by_request);
-        if let Some(call) = calls.remove(&self.key) {
-            calls.insert(key.clone(), call);
+    /// The request went out as `id`, with progress token `progress`.
+    pub(super) fn bind(&mut self, id: &RequestId, progress: &ProgressToken) {
+        let mut inflight = lock(&self.routes.inflight);
+        if let Some(entry) = inflight.iter_mut().find(|r| r.seq == self.seq) {
+            entry.id = Some(id.clone());
+            entry.progress = Some(progress.clone());
         }
-        self.key = key;
     }
 }
 
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
-        lock(&self.calls.by_request).remove(&self.key);
-    }
-}
-
-fn key(id: &RequestId) -> String {
-    serde_json::to_string(id).unwrap_or_default()
-}
-
-impl Calls {
-    /// `call` is in flight (its request about to be sent) until the guard is dropped.
-    pub(super) fn enter(&self, call: &Arc<CallState>) -> Entered<'_> {
-        let n = self
-            .pending
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let key = format!("pending-{n}");
-        lock(&self.by_request).insert(key.clone(), Arc::clone(call));
-        Entered { calls: self, key }
-    }
-
-    /// The call a message that arrived with `extensions` belongs to.
-    fn route(&self, extensions: &Extensions) -> Routed {
-        let calls = lock(&self.by_request);
-        if let Some(InboundStreamOrigin::OutboundRequest(id)) = extensions.get() {
-            return calls
-                .get(&key(id))
-                .map_or(Routed::None, |c| Routed::Call(Arc::clone(c)));
-        }
-        let mut all = calls.values();
-        match (all.next(), calls.len()) {
-            (None, _) => Routed::None,
-            (Some(call), 1) => Routed::Call(Arc::clone(call)),
-            (Some(_), n) => Routed::Ambiguous(n),
+        let mut inflight = lock(&self.routes.inflight);
+        if let Some(at) = inflight.iter().position(|r| r.seq == self.seq) {
+            inflight.swap_remove(at);
         }
     }
 }
@@ -190,17 +191,12 @@ impl Calls {
 /// message, which the client's `logging/setLevel` or request level filters), and to the host's
 /// log when it belongs to none.
 #[allow(deprecated)]
-fn log(
-    upstream: &str,
-    calls: &Calls,
-    params: &LoggingMessageNotificationParam,
-    extensions: &Extensions,
-) {
+fn log(routes: &Routes, params: &LoggingMessageNotificationParam, extensions: &Extensions) {
     let text = match &params.data {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
-    if let Routed::Call(call) = calls.route(extensions)
+    if let Routed::Call(call) = routes.route(extensions)
         && let Some(sink) = &call.events
     {
         sink(CallEvent::Log {
@@ -213,7 +209,7 @@ fn log(
         });
         return;
     }
-    tracing::info!(upstream, logger = params.logger, "{text}");
+    tracing::info!(upstream = &*routes.name, logger = params.logger, "{text}");
 }
 
 // Logging is deprecated in 2026-07-28, but the servers of 2025 still send it.
@@ -235,13 +231,12 @@ fn level(level: LoggingLevel) -> LogLevel {
 /// turn its answer into the result the upstream expects (an error when the client was not
 /// asked, or did not answer).
 pub(super) async fn ask<T: DeserializeOwned + Send + 'static>(
-    upstream: &str,
-    calls: &Calls,
+    routes: &Routes,
     method: &str,
     params: Value,
     extensions: &Extensions,
 ) -> Result<T, McpError> {
-    let call = match calls.route(extensions) {
+    let call = match routes.route(extensions) {
         Routed::Call(call) => call,
         Routed::None => {
             return Err(McpError::invalid_request(
@@ -252,9 +247,10 @@ pub(super) async fn ask<T: DeserializeOwned + Send + 'static>(
         Routed::Ambiguous(n) => {
             return Err(McpError::invalid_request(
                 format!(
-                    "mcp-host: {n} calls to upstream {upstream} are in flight and this \
+                    "mcp-host: {n} calls to upstream {} are in flight and this \
                      {method} does not say which one it belongs to (over stdio nothing can): \
-                     it cannot be passed to a client"
+                     it cannot be passed to a client",
+                    routes.name
                 ),
                 None,
             ));
