@@ -129,6 +129,9 @@ def overview(s):
 def sources(s):
     s.go("sources")
     s.text_in("#override-map", "echo")
+    # A fixture overriding a packaged tool: the time plugin's current_time.
+    packaged = s.css('tr[data-name="current_time"][data-status="overridden_by"]')
+    assert "libfixture_override" in packaged.text and "mcp-time" in packaged.text, packaged.text
     quarantined = s.css('tr[data-name="segfault"][data-status="quarantined"]')
     assert "crashed" in quarantined.text, quarantined.text
     held = s.css('tr[data-name="catalog_edition"][data-status="held"]')

@@ -48,9 +48,10 @@ fn anonymous_login(conn: &mut mcp_host_tests::serve::HttpConn) -> (String, Value
     (cookie, session)
 }
 
-/// The layout: fixture-override before fixture-basic (its `echo` wins), the packaged time and text
-/// plugins, the catalog pinned under `enforce` and then rug-pulled, the crash fixture in worker
-/// processes, the conformance fixture (tasks, questions); two users and two agents.
+/// The layout: fixture-override before fixture-basic and the packaged time and text plugins (its
+/// `echo` and `current_time` win), the catalog pinned under `enforce` and then rug-pulled, the
+/// crash fixture in worker processes, the conformance fixture (tasks, questions), the Python SDK
+/// server as an upstream; two users and two agents.
 fn layout() -> (Layout, PathBuf) {
     let l = Layout::new();
     l.install("local", "fixture-override", None);
