@@ -1,5 +1,7 @@
 //! The console on an address of its own (`console.listen`): the console's pages and endpoints,
-//! nothing else (no MCP endpoint, no health or metrics answers).
+//! nothing else (no MCP endpoint, no health or metrics answers). Its connections are bounded like
+//! the main listener's: [`MAX_CONNECTIONS`] at once, `http.max_connections_per_address` per
+//! address, the head and write timeouts of `http`.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -34,8 +36,20 @@ pub(in super::super) async fn serve(state: Arc<State>, listener: TcpListener) {
         };
         let ip = addr.ip().to_canonical();
         let peer = crate::access::peer_key(ip);
-        let http = &state.core.protocol().host().config().http;
-        let header_timeout = Duration::from_secs(http.header_read_timeout_secs.max(1));
+        let (per_address, header_timeout, write_timeout) = {
+            let http = &state.core.protocol().host().config().http;
+            (
+                http.connections_per_address(),
+                Duration::from_secs(http.header_read_timeout_secs.max(1)),
+                Duration::from_secs(http.write_timeout_secs.max(1)),
+            )
+        };
+        // One address holds at most `http.max_connections_per_address` of the console's
+        // connections too (counted with its MCP ones); beyond, it is closed at once.
+        let Some(held) = state.addresses.try_take(&peer, per_address) else {
+            tracing::debug!("console listener: {peer} holds all the connections it may");
+            continue;
+        };
         let watch = idle::Watch::new();
         let service = {
             let (state, watch) = (Arc::clone(&state), Arc::clone(&watch));
@@ -59,9 +73,10 @@ pub(in super::super) async fn serve(state: Arc<State>, listener: TcpListener) {
         };
         let shutdown = state.shutdown.clone();
         tokio::spawn(async move {
+            let io = super::super::limits::WriteTimeout::new(stream, write_timeout);
             let conn = hyper::server::conn::http1::Builder::new()
                 .header_read_timeout(None)
-                .serve_connection(TokioIo::new(stream), service);
+                .serve_connection(TokioIo::new(io), service);
             tokio::select! {
                 ended = conn => if let Err(e) = ended {
                     tracing::debug!("console connection ended: {e}");
@@ -69,7 +84,7 @@ pub(in super::super) async fn serve(state: Arc<State>, listener: TcpListener) {
                 () = watch.expired(header_timeout) => {},
                 () = shutdown.cancelled() => {},
             }
-            drop(permit);
+            drop((permit, held));
         });
     }
 }
