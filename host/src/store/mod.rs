@@ -802,8 +802,8 @@ impl Store {
         }
     }
 
-    /// Up to `limit` tasks of every caller (the operator console's view), newest expiry first
-    /// with SQLite, in no particular order with Redis.
+    /// Up to `limit` tasks of every caller (the operator console's view): those expiring last,
+    /// newest first.
     pub async fn tasks(&self, limit: usize) -> Result<Vec<TaskRecord>, StoreError> {
         let ids = match &self.inner.backend {
             Backend::Sqlite(db) => db.task_ids(limit).await,

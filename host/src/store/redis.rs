@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | `task:{id}` | hash `rec`, `v`, `status`, `runner`, `lease` | a task: its sealed JSON record, version, status and lease; expires with the task (`PEXPIREAT`) |
 //! | `tasks:caller:{key}` | sorted set id → expiry | a caller's tasks, for `tasks.max_per_caller` |
-//! | `tasks:all` | sorted set id → expiry | every task, for `tasks.max_tasks` |
+//! | `tasks:all` | sorted set id → expiry | every task, for `tasks.max_tasks` and the console's list |
 //! | `tasks:size:caller:{key}` | hash id → bytes | the size of a caller's records, for `tasks.max_bytes_per_caller` |
 //! | `tasks:size` | hash id → bytes | the size of every record, for `tasks.max_total_bytes` |
 //! | `tasks:size:total` | integer | their sum |
@@ -207,30 +207,19 @@ impl Redis {
         }
     }
 
-    /// The ids of up to `limit` tasks (SCAN: in no particular order).
+    /// The ids of up to `limit` unexpired tasks, those expiring last first (from `tasks:all`, the
+    /// index `tasks.max_tasks` is counted in; no keyspace scan).
     pub(super) async fn task_ids(&self, limit: usize) -> Result<Vec<String>, StoreError> {
         let mut conn = self.conn.clone();
-        let pattern = format!("{PREFIX}task:*");
-        let mut cursor = 0u64;
-        let mut ids = Vec::new();
-        loop {
-            let mut cmd = ::redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(200);
-            let (next, keys): (u64, Vec<String>) = timed(cmd.query_async(&mut conn)).await?;
-            let found = keys
-                .iter()
-                .filter_map(|k| k.strip_prefix(&pattern[..pattern.len() - 1]));
-            ids.extend(found.map(str::to_owned));
-            if next == 0 || ids.len() >= limit {
-                ids.truncate(limit);
-                return Ok(ids);
-            }
-            cursor = next;
-        }
+        // ZREVRANGEBYSCORE rather than ZRANGE … BYSCORE REV: Redis before 6.2 has only this one.
+        let mut cmd = ::redis::cmd("ZREVRANGEBYSCORE");
+        cmd.arg(format!("{PREFIX}tasks:all"))
+            .arg("+inf")
+            .arg(now_ms())
+            .arg("LIMIT")
+            .arg(0)
+            .arg(limit);
+        timed(cmd.query_async(&mut conn)).await
     }
 
     pub(super) async fn task(&self, id: &str) -> Result<Option<RawTask>, StoreError> {
