@@ -186,6 +186,12 @@ impl Sse {
         }
     }
 
+    /// One event carrying `json` (compact JSON text: one line), as it is; dropped like a
+    /// notification when the client is behind.
+    pub(crate) fn send_json_text(&self, json: &str) -> bool {
+        self.push(Bytes::from(format!("data: {json}\n\n")))
+    }
+
     /// An SSE comment line (`text` starts with `:`).
     pub(crate) fn comment(&self, text: &'static str) -> bool {
         self.push(Bytes::from(format!("{text}\n\n")))

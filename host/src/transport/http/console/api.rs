@@ -285,9 +285,11 @@ fn calls(
             tokio::select! {
                 record = watch.next() => match record {
                     Some(line) => {
-                        let value: Value = serde_json::from_str(&line).unwrap_or_default();
-                        let shown = only.as_deref().is_none_or(|u| value["caller"] == u);
-                        if shown && !out.send(&value) { return }
+                        // Read back only to filter a non-admin's stream; sent as it was written.
+                        let shown = only.as_deref().is_none_or(|u| {
+                            serde_json::from_str::<Value>(&line).is_ok_and(|v| v["caller"] == u)
+                        });
+                        if shown && !out.send_json_text(&line) { return }
                     }
                     None => return,
                 },
