@@ -3,7 +3,8 @@
 //! `MCP_TEST_REQUIRE_CLIENTS` is set): publish → add → call through a running host → update (with
 //! its definition and permission diff, and a changed signer refused) → remove; and every refusal
 //! (tampered layer, untrusted signer, missing signature, ABI mismatch, a manifest that lies about
-//! the library) leaves nothing installed.
+//! the library) leaves nothing installed; credentials from docker's `config.json` (a registry that
+//! requires a password) and from `MCP_HOST_REGISTRY_TOKEN` (one that accepts only its issuer's tokens).
 
 #![allow(clippy::unwrap_used)]
 
@@ -27,6 +28,22 @@ struct Registry {
     addr: String,
     storage: tempfile::TempDir,
 }
+
+/// How a test registry authenticates its clients.
+#[derive(Clone, Copy, PartialEq)]
+enum Access {
+    /// Anyone may pull and push.
+    Open,
+    /// `REGISTRY_USER`'s password (htpasswd), as docker's `config.json` holds it.
+    Password,
+    /// Bearer tokens of docker's token scheme: JWTs that `TOKEN_ISSUER`'s key signed (the key and
+    /// its certificate in the registry's storage directory, made by `openssl`).
+    Token,
+}
+
+/// The issuer and service of the tokens a `Token` registry accepts.
+const TOKEN_ISSUER: &str = "mcp-host-tests-issuer";
+const TOKEN_SERVICE: &str = "mcp-host-tests-registry";
 
 /// Whether `GET /v2/` answers at `addr` (200, or 401 from a registry that requires credentials).
 fn registry_ready(addr: &str) -> bool {
@@ -59,16 +76,84 @@ impl Registry {
             .join(hex)
             .join("data")
     }
+
+    /// A bearer token `TOKEN_ISSUER` signs for `sub`, allowing `actions` (`pull`, `push`) on
+    /// the repository `tools/installable`, valid for an hour.
+    fn token(&self, actions: &[&str]) -> String {
+        use base64::Engine as _;
+        let dir = self.storage.path();
+        let certificate = openssl(&[
+            "x509",
+            "-in",
+            &dir.join("issuer.pem").to_string_lossy(),
+            "-outform",
+            "DER",
+        ]);
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+        header.x5c = Some(vec![
+            base64::engine::general_purpose::STANDARD.encode(certificate),
+        ]);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let claims = json!({
+            "iss": TOKEN_ISSUER, "sub": REGISTRY_USER.0, "aud": TOKEN_SERVICE,
+            "iat": now - 60, "nbf": now - 60, "exp": now + 3600, "jti": format!("t{now}"),
+            "access": [{"type": "repository", "name": "tools/installable", "actions": actions}],
+        });
+        let key = std::fs::read(dir.join("issuer.key")).unwrap();
+        let key = jsonwebtoken::EncodingKey::from_rsa_pem(&key).unwrap();
+        jsonwebtoken::encode(&header, &claims, &key).unwrap()
+    }
+}
+
+/// Run `openssl ARGS`: its standard output.
+fn openssl(args: &[&str]) -> Vec<u8> {
+    let out = Command::new("openssl").args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A token issuer's RSA key (`issuer.key`) and self-signed certificate (`issuer.pem`) in `dir`:
+/// the certificate's path, or `None` (after saying why) without `openssl`.
+fn token_issuer(dir: &Path) -> Option<PathBuf> {
+    let found = Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    require_or_skip("openssl", found.then(|| PathBuf::from("openssl")))?;
+    let certificate = dir.join("issuer.pem");
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        &format!("/CN={TOKEN_ISSUER}"),
+        "-keyout",
+        &dir.join("issuer.key").to_string_lossy(),
+        "-out",
+        &certificate.to_string_lossy(),
+    ]);
+    Some(certificate)
 }
 
 /// Start a registry on a free loopback port, or `None` (after saying why) when it is missing.
 fn registry() -> Option<Registry> {
-    registry_with(false)
+    registry_with(Access::Open)
 }
 
-/// Start a registry on a free loopback port — one that requires `REGISTRY_USER`'s credentials
-/// when `credentials` — or `None` (after saying why) when it is missing.
-fn registry_with(credentials: bool) -> Option<Registry> {
+/// Start a registry on a free loopback port that authenticates as `access` says, or `None`
+/// (after saying why) when it is missing.
+fn registry_with(access: Access) -> Option<Registry> {
     let bin = PathBuf::from("/usr/bin/docker-registry");
     let bin = require_or_skip(
         "docker-registry (.ci/install-services.sh)",
@@ -83,13 +168,26 @@ fn registry_with(credentials: bool) -> Option<Registry> {
              http:\n  addr: {addr}\n",
             storage.path().join("data").display()
         );
-        if credentials {
-            let htpasswd = storage.path().join("htpasswd");
-            std::fs::write(&htpasswd, HTPASSWD).unwrap();
-            yaml.push_str(&format!(
-                "auth:\n  htpasswd:\n    realm: mcp-host-tests\n    path: {}\n",
-                htpasswd.display()
-            ));
+        match access {
+            Access::Open => {}
+            Access::Password => {
+                let htpasswd = storage.path().join("htpasswd");
+                std::fs::write(&htpasswd, HTPASSWD).unwrap();
+                yaml.push_str(&format!(
+                    "auth:\n  htpasswd:\n    realm: mcp-host-tests\n    path: {}\n",
+                    htpasswd.display()
+                ));
+            }
+            Access::Token => {
+                // The realm is where a client without a token would fetch one: nothing listens
+                // there, so only a token the client already holds gets in.
+                let certificate = token_issuer(storage.path())?;
+                yaml.push_str(&format!(
+                    "auth:\n  token:\n    realm: http://127.0.0.1:9/token\n    service: \
+                     {TOKEN_SERVICE}\n    issuer: {TOKEN_ISSUER}\n    rootcertbundle: {}\n",
+                    certificate.display()
+                ));
+            }
         }
         std::fs::write(&config, yaml).unwrap();
         let mut child = ChildGuard::spawn(
@@ -876,7 +974,14 @@ impl Setup {
     /// `mcp-host ARGS` started with docker's configuration directory `docker_config` (and no
     /// registry token), not waited for.
     fn spawn_in(&self, docker_config: &Path, args: &[&str]) -> std::process::Child {
-        Command::new(&artifacts().host)
+        self.command(docker_config, args).spawn().unwrap()
+    }
+
+    /// The command `mcp-host ARGS` with docker's configuration directory `docker_config` and no
+    /// registry token, its output piped.
+    fn command(&self, docker_config: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(&artifacts().host);
+        command
             .arg("--config")
             .arg(&self.config)
             .args(args)
@@ -885,9 +990,8 @@ impl Setup {
             .env("DOCKER_CONFIG", docker_config)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap()
+            .stderr(Stdio::piped());
+        command
     }
 
     /// Run `mcp-host ARGS` for each of `runs` at once: their outputs, in order.
@@ -1107,7 +1211,7 @@ fn oversized_package_parts_are_refused_naming_the_limit() {
 
 #[test]
 fn a_registry_that_requires_credentials_gets_them_from_dockers_config() {
-    let Some(registry) = registry_with(true) else {
+    let Some(registry) = registry_with(Access::Password) else {
         return;
     };
     let s = Setup::with(registry);
@@ -1238,4 +1342,56 @@ fn an_interrupted_download_leaves_nothing_installed() {
         "staging left behind: {left:?}"
     );
     assert!(left.iter().any(|n| n == "installed.json"), "{left:?}");
+}
+
+#[test]
+fn a_registry_token_from_the_environment_is_sent_as_a_bearer_token() {
+    let Some(registry) = registry_with(Access::Token) else {
+        return;
+    };
+    let s = Setup::with(registry);
+    let with_token = |token: &str, args: &[&str]| {
+        let mut command = s.command(&s.l.dir("no-docker-config"), args);
+        command.env(oci::TOKEN_ENV, token).output().unwrap()
+    };
+    let lib = s.library("fixture-installable");
+    let key = s.key("release");
+    let reference = s.reference("1");
+    let publish = ["publish", "--key", &key, lib.to_str().unwrap(), &reference];
+
+    let refused = s.spawn(&publish).wait_with_output().unwrap();
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("registry:"),
+        "published without a token:\n{}",
+        stderr(&refused)
+    );
+    let pull_only = s.registry.token(&["pull"]);
+    let refused = with_token(&pull_only, &publish);
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("registry:"),
+        "published with a token that only allows pulls:\n{}",
+        stderr(&refused)
+    );
+    assert_ok(
+        &with_token(&s.registry.token(&["pull", "push"]), &publish),
+        "publish with a token allowing pushes",
+    );
+
+    let refused = s
+        .spawn(&["add", &reference, "--yes"])
+        .wait_with_output()
+        .unwrap();
+    assert!(
+        !refused.status.success() && stderr(&refused).contains("registry:"),
+        "added without a token:\n{}",
+        stderr(&refused)
+    );
+    s.assert_nothing_installed("add without a token");
+    let added = with_token(&pull_only, &["add", &reference, "--yes"]);
+    assert_ok(&added, "add with a token allowing pulls");
+    assert!(
+        stdout(&added).contains("Installed installable 1.0.0"),
+        "{}",
+        stdout(&added)
+    );
 }

@@ -354,6 +354,14 @@ fn apply_files(
     Ok(())
 }
 
+/// The variable holding a bearer token for OCI registries (`mcp-host publish`/`add`): read by the
+/// install stage, never a configuration key.
+pub const REGISTRY_TOKEN_VAR: &str = "MCP_HOST_REGISTRY_TOKEN";
+
+/// `MCP_HOST_*` variables that are not configuration keys: the overlay selector, the CLI's
+/// `--config`, and the registry token.
+const NOT_KEYS: &[&str] = &["ENV", "CONFIG", "REGISTRY_TOKEN"];
+
 /// The environment's layer: `MCP_TOOL_DIRS` (the seed's name), then `MCP_HOST_<KEY>` with nested
 /// keys joined by `__`.
 fn env_layer(vars: &[(String, String)]) -> Map<String, Value> {
@@ -365,8 +373,7 @@ fn env_layer(vars: &[(String, String)]) -> Map<String, Value> {
         let Some(key) = name.strip_prefix("MCP_HOST_") else {
             continue;
         };
-        // Not configuration keys: the overlay selector and the CLI's `--config`.
-        if key == "ENV" || key == "CONFIG" || key.is_empty() {
+        if NOT_KEYS.contains(&key) || key.is_empty() {
             continue;
         }
         let path: Vec<String> = key.split("__").map(|k| k.to_ascii_lowercase()).collect();

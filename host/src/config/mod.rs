@@ -22,6 +22,7 @@ pub mod tls;
 
 pub use console::ConsoleSettings;
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
+pub use layers::REGISTRY_TOKEN_VAR;
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
 pub use overrides::Overrides;
 pub use policy::{Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
@@ -1188,6 +1189,8 @@ mod tests {
         );
         let env = vec![
             ("MCP_HOST_ENV".to_owned(), "prod".to_owned()),
+            // Read by `publish`/`add`, not a key: it must not stop the configuration loading.
+            (REGISTRY_TOKEN_VAR.to_owned(), "token".to_owned()),
             (
                 "MCP_HOST_LIMITS__MAX_CONCURRENT_CALLS".to_owned(),
                 "7".to_owned(),

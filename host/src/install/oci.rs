@@ -20,7 +20,7 @@ use super::package::{
 };
 
 /// The environment variable holding a bearer token for the registry.
-pub const TOKEN_ENV: &str = "MCP_HOST_REGISTRY_TOKEN";
+pub const TOKEN_ENV: &str = crate::config::REGISTRY_TOKEN_VAR;
 
 /// A parsed package reference (`registry/repository:tag` or `@sha256:...`; an `oci://` prefix
 /// is accepted).
