@@ -7,6 +7,9 @@
 //!
 //! Run: `cargo bench -p mcp-host --bench policy`. Prints a Markdown table (median of 7 batches per
 //! row); docs/performance.md quotes it. Target (issue 39): under 2 µs for 10 rules.
+//! `POLICY_BENCH_ROW=3` runs one row alone (0-based) and `POLICY_BENCH_ITERATIONS=1000` sets the
+//! batch size: for counting instructions under callgrind
+//! (`valgrind --tool=callgrind --toggle-collect='*Policy::decide*'`, divided by the calls).
 
 #![allow(clippy::unwrap_used)]
 
@@ -93,7 +96,16 @@ fn main() {
         (10, false, true),
         (100, false, false),
     ];
-    for (count, about_other_tools, last_matches) in rows {
+    let only: Option<usize> = std::env::var("POLICY_BENCH_ROW")
+        .ok()
+        .map(|r| r.parse().unwrap());
+    let fixed: Option<u32> = std::env::var("POLICY_BENCH_ITERATIONS")
+        .ok()
+        .map(|n| n.parse().unwrap());
+    for (row, (count, about_other_tools, last_matches)) in rows.into_iter().enumerate() {
+        if only.is_some_and(|only| only != row) {
+            continue;
+        }
         let policy = Policy::compile(&rules(count, about_other_tools, last_matches)).unwrap();
         let decision = format!("{:?}", policy.decide(&facts));
         let outcome = if decision.starts_with("Allow") {
@@ -108,7 +120,7 @@ fn main() {
         } else {
             "this call (none names its tool)"
         };
-        let iterations = if count >= 100 { 2_000 } else { 20_000 };
+        let iterations = fixed.unwrap_or(if count >= 100 { 2_000 } else { 20_000 });
         let ns = per_decision(&policy, &facts, iterations);
         println!("| {count} | {what} | {outcome} | {:.2} µs |", ns / 1000.0);
     }
