@@ -840,6 +840,59 @@ fn decisions_on_resource_reads_and_prompts_land_in_the_audit_log_without_argumen
     );
 }
 
+#[test]
+fn a_completion_of_a_prompt_or_template_the_policy_denies_shows_no_values() {
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let cfg = l.config(
+        r#"tool_dirs: [d]
+stdio_user: ana
+policy:
+  rules:
+    - name: no-locked-prompts
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments' && has(args.arg2) && args.arg2 == 'locked'"
+      outcome: deny
+    - name: no-templates-for-outsiders
+      on: [resources]
+      when: "caller.agent == 'outsider' && resource.uri.startsWith('test://template/')"
+      outcome: deny
+agents:
+  outsider:
+    allow: ["*"]
+"#,
+    );
+    let prompt = |arg2: &str| {
+        json!({"ref": {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+               "argument": {"name": "arg1", "value": "test"},
+               "context": {"arguments": {"arg2": arg2}}})
+    };
+    let template = json!({"ref": {"type": "ref/resource", "uri": "test://template/{id}/data"},
+                          "argument": {"name": "id", "value": "1"}});
+    let values = |r: &Value| r["result"]["completion"]["values"].clone();
+    let mut s = StdioServer::start(&cfg);
+    let open = s.call_modern(1, "completion/complete", prompt("open"));
+    assert_eq!(values(&open), json!(["testValue1", "testValue2"]), "{open}");
+    let locked = s.call_modern(2, "completion/complete", prompt("locked"));
+    assert_eq!(values(&locked), json!([]), "{locked}");
+    assert_eq!(locked["result"]["completion"]["total"], 0, "{locked}");
+    let ids = s.call_modern(3, "completion/complete", template.clone());
+    assert_eq!(values(&ids), json!(["123"]), "{ids}");
+
+    let mut outsider = StdioServer::start_with(&cfg, &["--agent", "outsider"], &[]);
+    let none = outsider.call_modern(1, "completion/complete", template);
+    assert_eq!(values(&none), json!([]), "{none}");
+    let read = outsider.call_modern(
+        2,
+        "resources/read",
+        json!({"uri": "test://template/123/data"}),
+    );
+    assert_eq!(
+        read["error"]["data"]["rule"], "no-templates-for-outsiders",
+        "{read}"
+    );
+}
+
 /// Two replicas on one Redis, with budgets on `fixture-basic`'s tools: calls per window
 /// (`echo`, `tick`) and calls at once (`wait_for`).
 fn shared_budget_replicas(l: &Layout, redis: &mcp_host_tests::fleet::Redis) -> [HttpServer; 2] {

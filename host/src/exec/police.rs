@@ -140,6 +140,25 @@ impl Executor {
         }
     }
 
+    /// Whether the call policy refuses a request about `subject` (served by `plugin`, with
+    /// `args`) to `request`'s caller outright: a `deny` rule matches, or a rule cannot be
+    /// evaluated on it (a policy fails closed). Asked before a completion shows the values of
+    /// what the caller may not get; nothing is drawn on, asked or recorded.
+    pub fn denies(
+        &self,
+        subject: Subject<'_>,
+        plugin: &str,
+        args: &Value,
+        request: &RequestContext,
+    ) -> bool {
+        let policy = self.policy.load_full();
+        !policy.is_empty()
+            && matches!(
+                decide(&policy, subject, plugin, args, request),
+                Decision::Deny { .. }
+            )
+    }
+
     /// What `decision` comes to for a request about `subject` with `args`: a budget drawn on, a
     /// human asked, each step recorded through `record`.
     async fn verdict(
