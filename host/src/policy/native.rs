@@ -464,3 +464,111 @@ impl<'a> Node<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{CallFacts, Policy, Subject};
+    use cel::Value as CelValue;
+    use proptest::prelude::*;
+    use serde_json::{Map, Value, json};
+
+    /// Conditions of every shape a check decides, over fields and literals that collide often.
+    const WHENS: &[&str] = &[
+        "args.id == 3",
+        "args.id != 3 && args.n < 2",
+        "size(args.text) >= 1 || size(args.items) == 2",
+        "'a' in args.items",
+        "args.text in ['a', 'x']",
+        "has(args.m.a) && args.m.a == 'x'",
+        "args.flag || !args.flag",
+        "!(args.n > 2) && caller.user == 'ana'",
+        "'admin' in caller.claims.roles || caller.agent == 'b'",
+        "has(caller.claims.sub) && caller.claims.sub == caller.user",
+        "tool.annotations.readOnlyHint == true",
+        "has(tool.annotations.x)",
+        "resource.uri == 'a' || prompt.name == 'a' || tool.name == 'a'",
+        "kind == 'tool' && size(tool.name) < 2",
+        "3 <= args.n && args.n <= 3",
+        "2 > args.id || 1 >= args.n",
+        "args.text == true || args.id == 'a'",
+        "'k' in args.m && size(args.m) > 1",
+        "size(caller.claims) == 0 || tool.plugin == 'p'",
+        "size(args.text) == 1",
+    ];
+
+    fn value() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            1 => Just(Value::Null),
+            1 => any::<bool>().prop_map(Value::from),
+            4 => (0i64..5).prop_map(Value::from),
+            3 => prop::sample::select(&["", "a", "x", "é", "admin", "ana", "k"][..])
+                .prop_map(Value::from),
+            1 => prop::sample::select(&[1.0, 3.0, 7.5][..]).prop_map(Value::from),
+            1 => Just(Value::from(u64::MAX)),
+        ];
+        leaf.prop_recursive(2, 12, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop::sample::select(&["a", "k", "x"][..]).prop_map(str::to_owned),
+                    inner,
+                    0..3
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    fn object(keys: &'static [&'static str]) -> impl Strategy<Value = Map<String, Value>> {
+        prop::collection::btree_map(
+            prop::sample::select(keys).prop_map(str::to_owned),
+            value(),
+            0..6,
+        )
+        .prop_map(|m| m.into_iter().collect())
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop::sample::select(&["", "a", "ana", "b"][..]).prop_map(str::to_owned)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1024, failure_persistence: None,
+                                            ..ProptestConfig::default() })]
+        #[test]
+        fn a_check_answers_only_what_the_interpreter_answers(
+            args in object(&["text", "id", "n", "items", "flag", "m"]),
+            claims in prop::option::of(object(&["roles", "sub"])),
+            (user, agent) in (prop::option::of(name()), prop::option::of(name())),
+            (kind, subject_name, annotations) in (0..3u8, name(), value()),
+        ) {
+            let args = Value::Object(args);
+            let subject = match kind {
+                0 => Subject::Tool { name: &subject_name, annotations: &annotations },
+                1 => Subject::Resource { uri: &subject_name },
+                _ => Subject::Prompt { name: &subject_name },
+            };
+            let facts = CallFacts {
+                user: user.as_deref(),
+                agent: agent.as_deref(),
+                claims: claims.as_ref(),
+                subject,
+                plugin: "p",
+                args: &args,
+            };
+            for when in WHENS {
+                let rules = json!({"rules": [{"name": "r", "when": when, "outcome": "deny",
+                                              "on": ["tools", "resources", "prompts"]}]});
+                let policy = Policy::compile(&serde_json::from_value(rules).expect("settings"))
+                    .expect("compiles");
+                let check = policy.rules()[0].check.as_ref().expect("a check");
+                if let Some(b) = check.eval(&facts) {
+                    let program = policy.env.compile(when).expect("compiles");
+                    let vars = policy.vars(&facts);
+                    let cel = program.execute(&policy.context(&vars));
+                    prop_assert_eq!(cel, Ok(CelValue::Bool(b)), "{} on {:?}", when, facts);
+                }
+            }
+        }
+    }
+}
