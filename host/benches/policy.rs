@@ -5,7 +5,7 @@
 //! allowed) — three in four evaluated, the fourth, naming another agent (`caller.agent == …`),
 //! skipped by the agent index — and a second row has the last rule match. Those rules compare
 //! fields with literals, which the policy decides without `cel`'s interpreter; a last row has ten
-//! rules only the interpreter evaluates (method calls, a comprehension, arithmetic).
+//! rules only the interpreter evaluates (a conversion, a comprehension, arithmetic).
 //!
 //! Run: `cargo bench -p mcp-host --bench policy`. Prints a Markdown table (median of 7 batches per
 //! row); docs/performance.md quotes it. Target (issue 39): under 2 µs for 10 rules.
@@ -37,7 +37,7 @@ enum Shape {
     /// None names a tool: each is tried for the call (argument sizes, the agent, claims, argument
     /// values — comparisons with literals), none matching.
     ThisCall,
-    /// As `ThisCall`, in shapes only `cel`'s interpreter evaluates (method calls, comprehensions,
+    /// As `ThisCall`, in shapes only `cel`'s interpreter evaluates (conversions, comprehensions,
     /// arithmetic).
     Interpreted,
 }
@@ -62,11 +62,11 @@ fn rules(count: usize, shape: Shape, last_matches: bool) -> PolicySettings {
                 format!("has(caller.claims.roles) && 'role_{i}' in caller.claims.roles")
             }
             (Shape::ThisCall, _) => format!("has(args.id) && args.id == {}", 1_000 + i),
-            (Shape::Interpreted, 0) => format!("args.text.startsWith('rule_{i}')"),
+            (Shape::Interpreted, 0) => format!("string(args.id) == 'rule_{i}'"),
             (Shape::Interpreted, 1) => {
                 format!("caller.claims.roles.exists(r, r == 'role_{i}')")
             }
-            (Shape::Interpreted, 2) => format!("args.text.contains('rule_{i}')"),
+            (Shape::Interpreted, 2) => format!("args.text + '_' == 'rule_{i}'"),
             (Shape::Interpreted, _) => format!("has(args.id) && args.id + {i} == 0"),
         };
         rules.push(
@@ -142,7 +142,7 @@ fn main() {
             _ if count == 0 => "-",
             Shape::OtherTools => "other tools (skipped by name)",
             Shape::ThisCall => "this call (none names its tool)",
-            Shape::Interpreted => "this call, through `cel` (methods, comprehensions)",
+            Shape::Interpreted => "this call, through `cel` (conversions, comprehensions)",
         };
         let iterations = fixed.unwrap_or(if count >= 100 { 2_000 } else { 20_000 });
         let ns = per_decision(&policy, &facts, iterations);

@@ -1,7 +1,9 @@
 //! The parts of a condition the policy can decide without `cel`'s interpreter: comparisons of a
 //! request's fields with literals (`caller.agent == 'x'`, `args.id != 7`, `size(args.text) > 64`,
-//! `'admin' in caller.claims.roles`, `has(args.id)`, `tool.name in ['a', 'b']`) joined with
-//! `&&`, `||` and `!`, read from the compiled expression and evaluated on the call's own JSON.
+//! `'admin' in caller.claims.roles`, `has(args.id)`, `tool.name in ['a', 'b']`,
+//! `resource.uri.startsWith('x://')`, `args.text.matches('^[a-z]+$')`) joined with `&&`, `||` and
+//! `!`, read from the compiled expression and evaluated on the call's own JSON (a `matches`
+//! pattern compiled once, with the `regex` crate `cel` uses, rather than at every evaluation).
 //!
 //! A [`Check`] answers `Some(bool)` only where CEL's answer is that bool, and `None` — "ask the
 //! interpreter" — wherever the value could be anything else: an error (a missing field, a type
@@ -11,13 +13,14 @@
 //! decide the whole. A rule whose check says false is skipped, one whose check says true matches,
 //! and the rest are evaluated by `cel` as written.
 
-use cel::common::ast::{Expr, IdedExpr, LiteralValue, operators};
+use cel::common::ast::{CallExpr, Expr, IdedExpr, LiteralValue, operators};
+use regex::Regex;
 use serde_json::{Map, Value};
 
 use super::{CallFacts, Subject};
 
 /// A condition, or the part of it decided natively.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone)]
 pub(super) enum Check {
     /// Only the interpreter knows.
     Unknown,
@@ -50,6 +53,46 @@ pub(super) enum Check {
         op: Op,
         n: i64,
     },
+    /// `field.startsWith('x')`, `endsWith`, `contains`, `matches` on a string field.
+    Text { path: Path, method: Method },
+}
+
+/// A string method with a literal argument.
+#[derive(Debug, Clone)]
+pub(super) enum Method {
+    StartsWith(String),
+    EndsWith(String),
+    Contains(String),
+    Matches(Regex),
+}
+
+impl Method {
+    /// `target.name(argument)`, when `argument` is a string literal (and, for `matches`, a
+    /// pattern that compiles: one that does not is the interpreter's error to report).
+    fn of(call: &CallExpr) -> Option<Method> {
+        let [argument] = call.args.as_slice() else {
+            return None;
+        };
+        let Some(Literal::Text(text)) = literal(argument) else {
+            return None;
+        };
+        Some(match call.func_name.as_str() {
+            "startsWith" => Method::StartsWith(text),
+            "endsWith" => Method::EndsWith(text),
+            "contains" => Method::Contains(text),
+            "matches" => Method::Matches(Regex::new(&text).ok()?),
+            _ => return None,
+        })
+    }
+
+    fn holds(&self, text: &str) -> bool {
+        match self {
+            Method::StartsWith(x) => text.starts_with(x.as_str()),
+            Method::EndsWith(x) => text.ends_with(x.as_str()),
+            Method::Contains(x) => text.contains(x.as_str()),
+            Method::Matches(re) => re.is_match(text),
+        }
+    }
 }
 
 /// A request variable and the fields selected on it (`caller.claims.roles`).
@@ -137,6 +180,13 @@ impl Check {
                 None => Check::Unknown,
             },
             Expr::Select(_) | Expr::Ident(_) => path(expr).map_or(Check::Unknown, Check::Truthy),
+            Expr::Call(call) if call.target.is_some() => {
+                let path = call.target.as_deref().and_then(path);
+                match (path, Method::of(call)) {
+                    (Some(path), Some(method)) => Check::Text { path, method },
+                    _ => Check::Unknown,
+                }
+            }
             Expr::Call(call) if call.target.is_none() => {
                 match (call.func_name.as_str(), call.args.as_slice()) {
                     (operators::LOGICAL_AND, [a, b]) => joined(a, b, true),
@@ -195,6 +245,7 @@ impl Check {
                 let value = if *size { node.size()? } else { node.int()? };
                 Some(op.holds(value, *n))
             }
+            Check::Text { path, method } => Some(method.holds(path.find(facts)?.text()?)),
         }
     }
 }
@@ -494,6 +545,10 @@ mod tests {
         "'k' in args.m && size(args.m) > 1",
         "size(caller.claims) == 0 || tool.plugin == 'p'",
         "size(args.text) == 1",
+        "args.text.startsWith('a') || args.text.endsWith('x')",
+        "args.text.contains('dm') && !args.text.matches('^a')",
+        "resource.uri.startsWith('a') || args.m.contains('a') || args.text.matches('n+')",
+        "'x' == args.text || args.text.matches('[')",
     ];
 
     fn value() -> impl Strategy<Value = Value> {
