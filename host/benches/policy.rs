@@ -3,10 +3,15 @@
 //! and 100 rules. The rules read the tool's name, the caller and the arguments as operators write
 //! them; none matches the call measured, so every rule is tried (the worst case for a call that is
 //! allowed) — three in four evaluated, the fourth, naming another agent (`caller.agent == …`),
-//! skipped by the agent index — and a second row has the last rule match.
+//! skipped by the agent index — and a second row has the last rule match. Those rules compare
+//! fields with literals, which the policy decides without `cel`'s interpreter; a last row has ten
+//! rules only the interpreter evaluates (a conversion, a comprehension, arithmetic).
 //!
 //! Run: `cargo bench -p mcp-host --bench policy`. Prints a Markdown table (median of 7 batches per
 //! row); docs/performance.md quotes it. Target (issue 39): under 2 µs for 10 rules.
+//! `POLICY_BENCH_ROW=3` runs one row alone (0-based) and `POLICY_BENCH_ITERATIONS=1000` sets the
+//! batch size: for counting instructions under callgrind
+//! (`valgrind --tool=callgrind --toggle-collect='*Policy::decide*'`, divided by the calls).
 
 #![allow(clippy::unwrap_used)]
 
@@ -24,23 +29,45 @@ use mcp_host::config::PolicySettings;
 use mcp_host::policy::{CallFacts, Policy, Subject};
 use serde_json::{Value, json};
 
-/// `count` rules in the shapes operators write. `about_other_tools`: each names another tool
-/// (`tool.name == …` first), so a call of `echo` skips them all; otherwise none names a tool and
-/// each is tried for the call (argument sizes, the agent, claims, argument values), none matching. `last_matches`: the last rule matches the call instead.
-fn rules(count: usize, about_other_tools: bool, last_matches: bool) -> PolicySettings {
+/// Which rules a row has.
+#[derive(Clone, Copy, PartialEq)]
+enum Shape {
+    /// Each names another tool (`tool.name == …` first), so a call of `echo` skips them all.
+    OtherTools,
+    /// None names a tool: each is tried for the call (argument sizes, the agent, claims, argument
+    /// values — comparisons with literals), none matching.
+    ThisCall,
+    /// As `ThisCall`, in shapes only `cel`'s interpreter evaluates (conversions, comprehensions,
+    /// arithmetic).
+    Interpreted,
+}
+
+/// `count` rules of `shape`, as operators write them. `last_matches`: the last rule matches the
+/// call instead.
+fn rules(count: usize, shape: Shape, last_matches: bool) -> PolicySettings {
     let mut rules = Vec::with_capacity(count);
     for i in 0..count {
-        let when = match (about_other_tools, i % 4) {
-            (true, 0) => format!("tool.name == 'tool_{i}' && size(args.text) > 64"),
-            (true, 1) => format!("tool.name == 'tool_{i}' && caller.agent != 'billing'"),
-            (true, 2) => format!("tool.name in ['tool_{i}', 'other_{i}'] && has(args.id)"),
-            (true, _) => format!("tool.name == 'tool_{i}' && args.id != caller.user"),
-            (false, 0) => format!("size(args.text) > {}", 100_000 + i),
-            (false, 1) => format!("caller.agent == 'agent_{i}'"),
-            (false, 2) => {
+        let when = match (shape, i % 4) {
+            (Shape::OtherTools, 0) => format!("tool.name == 'tool_{i}' && size(args.text) > 64"),
+            (Shape::OtherTools, 1) => {
+                format!("tool.name == 'tool_{i}' && caller.agent != 'billing'")
+            }
+            (Shape::OtherTools, 2) => {
+                format!("tool.name in ['tool_{i}', 'other_{i}'] && has(args.id)")
+            }
+            (Shape::OtherTools, _) => format!("tool.name == 'tool_{i}' && args.id != caller.user"),
+            (Shape::ThisCall, 0) => format!("size(args.text) > {}", 100_000 + i),
+            (Shape::ThisCall, 1) => format!("caller.agent == 'agent_{i}'"),
+            (Shape::ThisCall, 2) => {
                 format!("has(caller.claims.roles) && 'role_{i}' in caller.claims.roles")
             }
-            (false, _) => format!("has(args.id) && args.id == {}", 1_000 + i),
+            (Shape::ThisCall, _) => format!("has(args.id) && args.id == {}", 1_000 + i),
+            (Shape::Interpreted, 0) => format!("string(args.id) == 'rule_{i}'"),
+            (Shape::Interpreted, 1) => {
+                format!("caller.claims.roles.exists(r, r == 'role_{i}')")
+            }
+            (Shape::Interpreted, 2) => format!("args.text + '_' == 'rule_{i}'"),
+            (Shape::Interpreted, _) => format!("has(args.id) && args.id + {i} == 0"),
         };
         rules.push(
             json!({"name": format!("rule-{i}"), "when": when, "outcome": "deny", "message": "no"}),
@@ -86,29 +113,38 @@ fn main() {
     println!("| rules | what they test | decision | per call |");
     println!("|---|---|---|---|");
     let rows = [
-        (0, true, false),
-        (10, true, false),
-        (100, true, false),
-        (10, false, false),
-        (10, false, true),
-        (100, false, false),
+        (0, Shape::OtherTools, false),
+        (10, Shape::OtherTools, false),
+        (100, Shape::OtherTools, false),
+        (10, Shape::ThisCall, false),
+        (10, Shape::ThisCall, true),
+        (100, Shape::ThisCall, false),
+        (10, Shape::Interpreted, false),
     ];
-    for (count, about_other_tools, last_matches) in rows {
-        let policy = Policy::compile(&rules(count, about_other_tools, last_matches)).unwrap();
+    let only: Option<usize> = std::env::var("POLICY_BENCH_ROW")
+        .ok()
+        .map(|r| r.parse().unwrap());
+    let fixed: Option<u32> = std::env::var("POLICY_BENCH_ITERATIONS")
+        .ok()
+        .map(|n| n.parse().unwrap());
+    for (row, (count, shape, last_matches)) in rows.into_iter().enumerate() {
+        if only.is_some_and(|only| only != row) {
+            continue;
+        }
+        let policy = Policy::compile(&rules(count, shape, last_matches)).unwrap();
         let decision = format!("{:?}", policy.decide(&facts));
         let outcome = if decision.starts_with("Allow") {
             "allow (no rule matched)"
         } else {
             "deny (the last rule)"
         };
-        let what = if count == 0 {
-            "-"
-        } else if about_other_tools {
-            "other tools (skipped by name)"
-        } else {
-            "this call (none names its tool)"
+        let what = match shape {
+            _ if count == 0 => "-",
+            Shape::OtherTools => "other tools (skipped by name)",
+            Shape::ThisCall => "this call (none names its tool)",
+            Shape::Interpreted => "this call, through `cel` (conversions, comprehensions)",
         };
-        let iterations = if count >= 100 { 2_000 } else { 20_000 };
+        let iterations = fixed.unwrap_or(if count >= 100 { 2_000 } else { 20_000 });
         let ns = per_decision(&policy, &facts, iterations);
         println!("| {count} | {what} | {outcome} | {:.2} µs |", ns / 1000.0);
     }

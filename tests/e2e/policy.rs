@@ -750,6 +750,149 @@ fn rules_deny_limit_and_approve_resource_reads_and_prompts_for_the_python_client
     }
 }
 
+/// Rules on `fixture-conformance`'s static text and its prompt with arguments, for the audit log.
+const AUDITED_READS_AND_PROMPTS: &str = r#"
+policy:
+  rules:
+    - name: no-static-text
+      on: [resources]
+      when: "resource.uri == 'test://static-text'"
+      outcome: deny
+      message: "static text is off limits"
+    - name: no-deny-argument
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments' && args.arg1 == 'deny'"
+      outcome: deny
+    - name: asked-prompts
+      on: [prompts]
+      when: "args.arg1 == 'ask'"
+      outcome: approve
+    - name: one-prompt-an-hour
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments'"
+      outcome: limit
+      budget: prompts
+  budgets:
+    prompts: {calls: 1, per_secs: 3600}
+agents:
+  reader:
+    allow: ["*"]
+"#;
+
+#[test]
+fn decisions_on_resource_reads_and_prompts_land_in_the_audit_log_without_argument_values() {
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nstdio_user: ana\naudit_log: audit.jsonl\n{AUDITED_READS_AND_PROMPTS}"
+    ));
+    let mut s = legacy_session(&cfg, &["--agent", "reader"], json!({}));
+    let read = s.call(1, "resources/read", json!({"uri": "test://static-text"}));
+    assert!(
+        read["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("off limits"),
+        "{read}"
+    );
+    let prompt = |arg1: &str| {
+        json!({"name": "test_prompt_with_arguments",
+               "arguments": {"arg1": arg1, "arg2": format!("hush-{arg1}")}})
+    };
+    let denied = s.call(2, "prompts/get", prompt("deny"));
+    assert!(denied["error"].is_object(), "{denied}");
+    // The client cannot be asked (no elicitation): refused.
+    let refused = s.call(3, "prompts/get", prompt("ask"));
+    assert!(refused["error"].is_object(), "{refused}");
+    let ran = s.call(4, "prompts/get", prompt("a"));
+    assert!(ran["result"]["messages"].is_array(), "{ran}");
+    let limited = s.call(5, "prompts/get", prompt("b"));
+    assert_eq!(
+        limited["error"]["data"]["rule"], "one-prompt-an-hour",
+        "{limited}"
+    );
+
+    let read = audited(&cfg, |r| r["request"] == "resources/read");
+    assert_eq!(read["resource"], "test://static-text", "{read}");
+    assert_eq!(read["policy_rule"], "no-static-text", "{read}");
+    assert_eq!(read["policy"], "denied", "{read}");
+    assert_eq!(read["caller"], "ana", "{read}");
+    assert_eq!(read["agent"], "reader", "{read}");
+    assert_eq!(read["plugin"], "fixture-conformance", "{read}");
+    assert!(read.get("prompt").is_none(), "{read}");
+    let decided = |rule: &str, policy: &str| {
+        let r = audited(&cfg, |r| {
+            r["request"] == "prompts/get" && r["policy"] == policy
+        });
+        assert_eq!(r["policy_rule"], rule, "{r}");
+        assert_eq!(r["prompt"], "test_prompt_with_arguments", "{r}");
+        assert_eq!(r["caller"], "ana", "{r}");
+    };
+    decided("no-deny-argument", "denied");
+    decided("asked-prompts", "refused");
+    decided("one-prompt-an-hour", "allowed");
+    decided("one-prompt-an-hour", "limited");
+    let text = std::fs::read_to_string(cfg.parent().unwrap().join("audit.jsonl")).unwrap();
+    assert_eq!(text.lines().count(), 5, "one record per decision: {text}");
+    assert!(
+        !text.contains("hush"),
+        "an argument's value in the audit log: {text}"
+    );
+}
+
+#[test]
+fn a_completion_of_a_prompt_or_template_the_policy_denies_shows_no_values() {
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let cfg = l.config(
+        r#"tool_dirs: [d]
+stdio_user: ana
+policy:
+  rules:
+    - name: no-locked-prompts
+      on: [prompts]
+      when: "prompt.name == 'test_prompt_with_arguments' && has(args.arg2) && args.arg2 == 'locked'"
+      outcome: deny
+    - name: no-templates-for-outsiders
+      on: [resources]
+      when: "caller.agent == 'outsider' && resource.uri.startsWith('test://template/')"
+      outcome: deny
+agents:
+  outsider:
+    allow: ["*"]
+"#,
+    );
+    let prompt = |arg2: &str| {
+        json!({"ref": {"type": "ref/prompt", "name": "test_prompt_with_arguments"},
+               "argument": {"name": "arg1", "value": "test"},
+               "context": {"arguments": {"arg2": arg2}}})
+    };
+    let template = json!({"ref": {"type": "ref/resource", "uri": "test://template/{id}/data"},
+                          "argument": {"name": "id", "value": "1"}});
+    let values = |r: &Value| r["result"]["completion"]["values"].clone();
+    let mut s = StdioServer::start(&cfg);
+    let open = s.call_modern(1, "completion/complete", prompt("open"));
+    assert_eq!(values(&open), json!(["testValue1", "testValue2"]), "{open}");
+    let locked = s.call_modern(2, "completion/complete", prompt("locked"));
+    assert_eq!(values(&locked), json!([]), "{locked}");
+    assert_eq!(locked["result"]["completion"]["total"], 0, "{locked}");
+    let ids = s.call_modern(3, "completion/complete", template.clone());
+    assert_eq!(values(&ids), json!(["123"]), "{ids}");
+
+    let mut outsider = StdioServer::start_with(&cfg, &["--agent", "outsider"], &[]);
+    let none = outsider.call_modern(1, "completion/complete", template);
+    assert_eq!(values(&none), json!([]), "{none}");
+    let read = outsider.call_modern(
+        2,
+        "resources/read",
+        json!({"uri": "test://template/123/data"}),
+    );
+    assert_eq!(
+        read["error"]["data"]["rule"], "no-templates-for-outsiders",
+        "{read}"
+    );
+}
+
 /// Two replicas on one Redis, with budgets on `fixture-basic`'s tools: calls per window
 /// (`echo`, `tick`) and calls at once (`wait_for`).
 fn shared_budget_replicas(l: &Layout, redis: &mcp_host_tests::fleet::Redis) -> [HttpServer; 2] {

@@ -1,8 +1,8 @@
 //! The call policy on the call path: the decision for a tool call, a tool's call of another tool,
 //! a resource read or a prompt, and what comes of it — run (holding a budget's slot when a
 //! `limit` rule matched), a refusal, or a human's yes asked for first ([`super::approval`]).
-//! Every decision a rule makes is counted in the rule's metrics; a tool call's also lands in its
-//! audit record.
+//! Every decision a rule makes is counted in the rule's metrics and lands in the audit log: a tool
+//! call's in the call's record, a read's or a prompt's in a record of its own.
 
 use std::time::Instant;
 
@@ -16,7 +16,7 @@ use crate::config::Budget;
 use crate::policy::budget::{BudgetError, BudgetPermit, Draw};
 use crate::policy::{CallFacts, Decision, Policy, Subject};
 use crate::registry::Tool;
-use crate::telemetry::Outcome;
+use crate::telemetry::{Outcome, audit};
 
 /// What the call policy left of a tool call.
 pub(super) enum Policed {
@@ -111,11 +111,14 @@ impl Executor {
         }
         let args = &args();
         let decision = decide(&policy, subject, plugin, args, &opts.request);
-        let metrics = &self.telemetry.metrics;
+        let telemetry = &self.telemetry;
         let record = |rule: &str, decision| {
-            metrics.policy_decision(rule, "matched");
+            telemetry.metrics.policy_decision(rule, "matched");
             if decision != "allowed" {
-                metrics.policy_decision(rule, decision);
+                telemetry.metrics.policy_decision(rule, decision);
+            }
+            if telemetry.auditing() {
+                telemetry.audit_decision(&decision_record(&subject, plugin, opts, rule, decision));
             }
         };
         let (kind, name) = (subject.kind(), subject.name());
@@ -135,6 +138,25 @@ impl Executor {
             Verdict::Pending => Err(InvokeError::AwaitingApproval),
             Verdict::NotApproved(rule, message) => Err(InvokeError::NotApproved { rule, message }),
         }
+    }
+
+    /// Whether the call policy refuses a request about `subject` (served by `plugin`, with
+    /// `args`) to `request`'s caller outright: a `deny` rule matches, or a rule cannot be
+    /// evaluated on it (a policy fails closed). Asked before a completion shows the values of
+    /// what the caller may not get; nothing is drawn on, asked or recorded.
+    pub fn denies(
+        &self,
+        subject: Subject<'_>,
+        plugin: &str,
+        args: &Value,
+        request: &RequestContext,
+    ) -> bool {
+        let policy = self.policy.load_full();
+        !policy.is_empty()
+            && matches!(
+                decide(&policy, subject, plugin, args, request),
+                Decision::Deny { .. }
+            )
     }
 
     /// What `decision` comes to for a request about `subject` with `args`: a budget drawn on, a
@@ -280,6 +302,35 @@ fn draw_of<'a>(budget: &'a str, limits: &'a Budget, key: &'a str, args: &Value) 
         limits,
         key,
         arg_bytes,
+    }
+}
+
+/// The audit record of `rule`'s `decision` on a read or a prompt (`subject`, served by `plugin`)
+/// for `opts`' caller.
+fn decision_record<'a>(
+    subject: &Subject<'a>,
+    plugin: &'a str,
+    opts: &'a CallOptions,
+    rule: &'a str,
+    decision: &'static str,
+) -> audit::Decision<'a> {
+    let (caller, agent) = who(&opts.request);
+    let (request, resource, prompt) = match *subject {
+        Subject::Resource { uri } => ("resources/read", Some(uri), None),
+        Subject::Prompt { name } => ("prompts/get", None, Some(name)),
+        // Not policed here: a tool call's decision is in the call's own record.
+        Subject::Tool { .. } => ("tools/call", None, None),
+    };
+    audit::Decision {
+        time: audit::Action::now(),
+        caller,
+        agent,
+        request,
+        resource,
+        prompt,
+        plugin,
+        policy_rule: rule,
+        policy: decision,
     }
 }
 

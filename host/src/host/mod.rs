@@ -530,6 +530,18 @@ impl Host {
             .await
     }
 
+    /// Whether the call policy refuses a read or a prompt outright (see
+    /// [`crate::exec::Executor::denies`]).
+    pub fn policy_denies(
+        &self,
+        subject: crate::policy::Subject<'_>,
+        plugin: &str,
+        args: &Value,
+        request: &crate::exec::RequestContext,
+    ) -> bool {
+        self.inner.exec.denies(subject, plugin, args, request)
+    }
+
     /// Run every loaded plugin's shutdown hook (images stay mapped).
     pub fn shutdown(&self) {
         for slot in &self.registry().plugins {

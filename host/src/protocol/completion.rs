@@ -1,6 +1,6 @@
 //! `completion/complete`: values for a prompt argument (`ref/prompt`) or a resource template
 //! variable (`ref/resource`), from the completion function the plugin declared for it (none: no
-//! values).
+//! values). A prompt or template the call policy denies to the caller completes to no values.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +13,7 @@ use super::jsonrpc::RpcError;
 use super::resources::visible;
 use super::{Answer, Protocol, Request, prompts};
 use crate::plugins::slot::PluginSlot;
+use crate::policy::Subject;
 
 fn string<'a>(v: Option<&'a Value>, what: &str) -> Result<&'a str, RpcError> {
     v.and_then(Value::as_str).ok_or_else(|| {
@@ -31,6 +32,8 @@ struct Completable {
     timeout: Duration,
     /// How the call is named in errors and logs.
     what: String,
+    /// The prompt's name or the template's URI, for the call policy.
+    name: String,
 }
 
 /// No values (nothing to complete, or the plugin gave none usable).
@@ -68,7 +71,7 @@ pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<A
             target.what
         )));
     }
-    if !target.completions.iter().any(|a| a == name) {
+    if !target.completions.iter().any(|a| a == name) || denied(protocol, req, &target, &context) {
         return Ok(no_values());
     }
     let call = Invocation {
@@ -89,6 +92,37 @@ pub(crate) async fn complete(protocol: &Protocol, req: &Request<'_>) -> Result<A
         Some(result) if result["completion"]["values"].is_array() => Ok(Answer::plain(result)),
         _ => Ok(no_values()),
     }
+}
+
+/// Whether the call policy denies `target` to the caller, with the arguments given so far
+/// (`context`, and the one being completed) as its `args`: then it shows no values of it.
+fn denied(
+    protocol: &Protocol,
+    req: &Request<'_>,
+    target: &Completable,
+    context: &Map<String, Value>,
+) -> bool {
+    let subject = match target.target {
+        CompletionTarget::Prompt => Subject::Prompt { name: &target.name },
+        _ => Subject::Resource { uri: &target.name },
+    };
+    let mut args = context.clone();
+    if let Some(argument) = req.params.get("argument")
+        && let (Some(name), Some(value)) = (argument.get("name"), argument.get("value"))
+        && let Some(name) = name.as_str()
+    {
+        args.insert(name.to_owned(), value.clone());
+    }
+    let denied = protocol.host.policy_denies(
+        subject,
+        target.slot.backend.name(),
+        &Value::Object(args),
+        &req.ex.request,
+    );
+    if denied {
+        tracing::debug!(what = %target.what, "no values: the call policy denies it");
+    }
+    denied
 }
 
 /// `ref/prompt`: the prompt named `ref.name`, as the client may see it.
@@ -112,6 +146,7 @@ fn prompt_target(
         completions: p.descriptor.completions.clone(),
         timeout: p.timeout,
         what: format!("completion of prompt {prompt_name}"),
+        name: prompt_name.to_owned(),
     })
 }
 
@@ -140,5 +175,6 @@ fn resource_target(
         completions: r.descriptor.completions.clone(),
         timeout: r.timeout,
         what: format!("completion of resource {uri}"),
+        name: uri.to_owned(),
     })
 }

@@ -1,4 +1,5 @@
-//! The audit log: one JSON line per tool call (and per console [`Action`]) — when, who (the verified caller and agent), what
+//! The audit log: one JSON line per tool call (and per console [`Action`], and per call policy
+//! [`Decision`] on a resource read or a prompt) — when, who (the verified caller and agent), what
 //! (tool, plugin file and version), how it ended, how long it took and how big the arguments and
 //! the result were. Never an argument's or a result's value, never a token.
 //!
@@ -54,6 +55,34 @@ pub struct Record<'a> {
     /// The call's trace, when tracing is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+}
+
+/// A call policy rule's decision on a resource read or a prompt (a tool call's is in the call's
+/// [`Record`]): what was asked for, by whom, which rule decided and what. Never an argument's
+/// value (a prompt's arguments, a template's variables).
+#[derive(Debug, Serialize)]
+pub struct Decision<'a> {
+    /// When it was decided (RFC 3339, UTC, microseconds).
+    pub time: String,
+    /// The verified caller's user id, if the request had one.
+    pub caller: Option<&'a str>,
+    /// The agent whose view applied, if any.
+    pub agent: Option<&'a str>,
+    /// The request: `resources/read` or `prompts/get`.
+    pub request: &'static str,
+    /// The URI read (a `resources/read`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource: Option<&'a str>,
+    /// The prompt's name (a `prompts/get`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<&'a str>,
+    /// The plugin (or upstream server) serving it.
+    pub plugin: &'a str,
+    /// The rule that decided.
+    pub policy_rule: &'a str,
+    /// What it decided (`allowed`, `denied`, `limited`, `approved`, `refused`); `approved` and
+    /// `refused` were answered by the caller's client.
+    pub policy: &'static str,
 }
 
 /// One action an operator took in the console (accepting a pinned definition, retrying a

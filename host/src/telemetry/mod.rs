@@ -108,6 +108,20 @@ impl Telemetry {
         }
         self.feed.publish(action);
     }
+
+    /// Whether audit records are wanted (an audit log, or somebody watching the live stream).
+    pub fn auditing(&self) -> bool {
+        self.audit.is_some() || self.feed.watched()
+    }
+
+    /// Record a call policy decision on a read or a prompt: in the audit log when there is one,
+    /// and on the live stream.
+    pub fn audit_decision(&self, decision: &audit::Decision<'_>) {
+        if let Some(log) = &self.audit {
+            log.write(decision);
+        }
+        self.feed.publish(decision);
+    }
 }
 
 /// The length of `value` as compact JSON text, without building the text.
