@@ -107,6 +107,7 @@ fn main() {
         request: Arc::default(),
         deadline: None,
         events: None,
+        wants: mcp_host::exec::EventWants::NONE,
         caller_json: Arc::from(""),
         depth: 0,
         tool: Arc::from("echo"),

@@ -7,8 +7,8 @@
 //! 2026-07-28 to its upstream too; `MCP_BENCH_ERA=2025-11-25` for 2025 sessions on both sides):
 //! latency one call at a time (p50, p99 of 400 after 50 warm-up calls; the direct and the host's
 //! calls take turns) and the added p50; calls per second with 16 in flight on the one pipe (in
-//! four alternating rounds of 400) and the CPU time per call of the server, the host and the
-//! host's upstream; the host's resident memory with the upstream connected and idle, against a
+//! four alternating rounds of 400) and the CPU time, the waits (voluntary context switches) and
+//! the reads per call of the server, the host and the host's upstream; the host's resident memory with the upstream connected and idle, against a
 //! host serving nothing.
 //!
 //! Run: `cargo bench -p mcp-host --bench upstream` (`MCP_BENCH_HOST=PATH` measures that host
@@ -223,6 +223,23 @@ fn cpu_ns(pid: u32) -> u64 {
         .sum()
 }
 
+/// Voluntary context switches of process `pid`'s threads (each a wait for something: a read
+/// that found nothing, a lock), and the read system calls it made (`/proc/PID/io`).
+fn waits_reads(pid: u32) -> [u64; 2] {
+    let field = |text: &str, name: &str| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).unwrap();
+    let waits = tasks
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("status")).ok())
+        .map(|s| field(&s, "voluntary_ctxt_switches:"))
+        .sum();
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    [waits, field(&io, "syscr:")]
+}
+
 fn micros(d: Duration) -> String {
     format!("{:.1} µs", d.as_secs_f64() * 1e6)
 }
@@ -279,10 +296,15 @@ fn main() {
     let upstream = children(through.child.id());
     let pids = [direct.child.id(), through.child.id(), upstream];
     let before = pids.map(cpu_ns);
+    let waited = pids.map(waits_reads);
     let (direct_rate, host_rate) = throughputs(&mut direct, &mut through);
     let calls = (THROUGHPUT_CALLS / ROUNDS * ROUNDS) as f64;
     let [direct_cpu, host_cpu, upstream_cpu] =
         [0, 1, 2].map(|i| cpu_ns(pids[i]).saturating_sub(before[i]) as f64 / 1e3 / calls);
+    let [direct_wr, host_wr, upstream_wr] = [0, 1, 2].map(|i| {
+        let now = waits_reads(pids[i]);
+        [0, 1].map(|k| now[k].saturating_sub(waited[i][k]) as f64 / calls)
+    });
     let idle_with = status_bytes(through.child.id(), "VmRSS");
     let bare = host(&exe, dir.path(), None, modern);
     let idle_without = status_bytes(bare.child.id(), "VmRSS");
@@ -306,6 +328,10 @@ fn main() {
     );
     println!(
         "| CPU time per call, {IN_FLIGHT} in flight | the server: {direct_cpu:.1} µs | the host: {host_cpu:.1} µs; its upstream: {upstream_cpu:.1} µs | |"
+    );
+    println!(
+        "| waits (voluntary context switches) / reads per call, {IN_FLIGHT} in flight | the server: {:.2} / {:.2} | the host: {:.2} / {:.2}; its upstream: {:.2} / {:.2} | |",
+        direct_wr[0], direct_wr[1], host_wr[0], host_wr[1], upstream_wr[0], upstream_wr[1]
     );
     println!(
         "| host resident memory, idle | | {:.1} MB with the upstream, {:.1} MB without | {:.2} MB for the upstream |",

@@ -565,6 +565,69 @@ fn an_upstreams_log_messages_reach_the_calling_client_at_its_level_with_the_trac
     );
 }
 
+/// What the Python upstream saw in the `_meta` of its `tools/call` of `wants` (its log level,
+/// whether it had a progress token), called as request `id` with the client's `meta` (2026-07-28;
+/// `None`: a 2025 session's call).
+fn upstream_saw(server: &mut StdioServer, id: u64, meta: Option<Value>) -> Value {
+    let resp = match meta {
+        Some(meta) => server.call_modern(
+            id,
+            "tools/call",
+            json!({"name": "py_wants", "arguments": {}, "_meta": meta}),
+        ),
+        None => server.call(
+            id,
+            "tools/call",
+            json!({"name": "py_wants", "arguments": {}}),
+        ),
+    };
+    serde_json::from_str(&text(&resp["result"])).unwrap_or_else(|e| panic!("{e}: {resp}"))
+}
+
+#[test]
+fn an_upstream_is_asked_for_the_events_its_client_asked_for_and_no_more() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!("tool_dirs:\n{}", py_entry(&py, "")));
+    let mut server = StdioServer::start(&cfg);
+    let cases = [
+        // Neither a level nor a progress token: the upstream is asked for neither.
+        (json!({}), json!({"logLevel": null, "progressToken": false})),
+        // The client's own level, not `debug`.
+        (
+            json!({"io.modelcontextprotocol/logLevel": "warning"}),
+            json!({"logLevel": "warning", "progressToken": false}),
+        ),
+        // Progress only: a token, no level.
+        (
+            json!({"progressToken": "p-3"}),
+            json!({"logLevel": null, "progressToken": true}),
+        ),
+        (
+            json!({"progressToken": 4, "io.modelcontextprotocol/logLevel": "debug"}),
+            json!({"logLevel": "debug", "progressToken": true}),
+        ),
+    ];
+    for (id, (meta, expected)) in (1..).zip(cases) {
+        assert_eq!(upstream_saw(&mut server, id, Some(meta)), expected);
+    }
+    drop(server);
+
+    // A 2025 session: its `logging/setLevel` (info until set).
+    let mut server = StdioServer::start(&cfg);
+    server.initialize("2025-11-25");
+    assert_eq!(
+        upstream_saw(&mut server, 2, None),
+        json!({"logLevel": "info", "progressToken": false})
+    );
+    let set = server.call(3, "logging/setLevel", json!({"level": "error"}));
+    assert!(set.get("error").is_none(), "{set}");
+    assert_eq!(
+        upstream_saw(&mut server, 4, None),
+        json!({"logLevel": "error", "progressToken": false})
+    );
+}
+
 /// The official Python client, in `mode`, against the host serving server-everything (`ev_`):
 /// its report.
 fn input_client(mode: &str, py: &Path, cfg: &Path) -> Value {

@@ -84,6 +84,7 @@ pub async fn ask(
         request: Arc::clone(&opts.request),
         deadline: Some(Instant::now() + timeout),
         events: None,
+        wants: crate::exec::EventWants::NONE,
         caller_json: Arc::from(""),
         depth: 0,
         tool: Arc::from(subject.name()),

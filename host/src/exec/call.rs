@@ -27,7 +27,7 @@ use super::police::Policed;
 use super::pool::WorkerPool;
 use super::quota::{QuotaError, QuotaPermit, Quotas};
 use super::result::ToolResult;
-use super::{CallState, CancelFlag, EventSink, InputChannel, RequestContext};
+use super::{CallState, CancelFlag, EventSink, EventWants, InputChannel, RequestContext};
 use crate::access::auth::Claims;
 use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
@@ -182,6 +182,8 @@ pub struct CallOptions {
     pub request: Arc<RequestContext>,
     /// Where progress and log events go.
     pub events: Option<EventSink>,
+    /// Which events the client asked for (an upstream server is asked for just those).
+    pub wants: EventWants,
     /// How the call's questions to the client are answered.
     pub input: Option<Arc<InputChannel>>,
 }
@@ -192,6 +194,7 @@ impl CallOptions {
         CallOptions {
             request,
             events: None,
+            wants: EventWants::NONE,
             input: None,
         }
     }
@@ -510,6 +513,7 @@ impl Executor {
             request: Arc::clone(&opts.request),
             deadline: Some(now + target.timeout),
             events: opts.events.clone(),
+            wants: opts.wants,
             caller_json,
             depth: 0,
             tool: Arc::from(target.name),
@@ -713,6 +717,7 @@ impl Executor {
                 .and_then(|p| p.deadline)
                 .or_else(|| Some(observed.started() + tool.timeout)),
             events: parent.and_then(|p| p.events.clone()),
+            wants: parent.map_or(EventWants::NONE, |p| p.wants),
             caller_json,
             depth,
             tool: Arc::from(name),

@@ -17,7 +17,7 @@ pub mod quota;
 pub mod result;
 
 pub use crate::plugins::call::{
-    CallEvent, CallState, EventSink, RequestContext, cores, error_result,
+    CallEvent, CallState, EventSink, EventWants, RequestContext, cores, error_result,
 };
 pub use crate::plugins::cancel::CancelFlag;
 pub use call::{CallError, CallOptions, Executor, Explained, InvokeError};

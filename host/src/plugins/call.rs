@@ -90,6 +90,37 @@ pub enum CallEvent {
 /// Receives a call's events (the protocol layer turns them into notifications).
 pub type EventSink = Arc<dyn Fn(CallEvent) + Send + Sync>;
 
+/// What the client of a call asked to receive of its events: progress (it sent a
+/// `progressToken`), and log messages from which level (its `logging/setLevel`, or its request's
+/// `_meta` log level). An upstream MCP server is asked for just that. [`EventWants::ALL`] by
+/// default: an events sink that filters for itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EventWants {
+    /// Progress notifications.
+    pub progress: bool,
+    /// Log messages at this level and above (`None`: none).
+    pub log_level: Option<LogLevel>,
+}
+
+impl EventWants {
+    /// Every event: progress, and log messages from `debug`.
+    pub const ALL: EventWants = EventWants {
+        progress: true,
+        log_level: Some(LogLevel::Debug),
+    };
+    /// No event.
+    pub const NONE: EventWants = EventWants {
+        progress: false,
+        log_level: None,
+    };
+}
+
+impl Default for EventWants {
+    fn default() -> Self {
+        EventWants::ALL
+    }
+}
+
 /// How a call reaches its client: its capabilities, the start of a task, and questions (the
 /// execution stage's input rounds and elicitations implement it).
 pub trait CallInput: Send + Sync {
@@ -123,6 +154,8 @@ pub struct CallState {
     pub deadline: Option<Instant>,
     /// Where progress and log events go.
     pub events: Option<EventSink>,
+    /// Which of them the client asked for (what an upstream is asked to send; the sink filters).
+    pub wants: EventWants,
     /// The caller as JSON, as this call's plugin sees it (empty when there is none, or when the
     /// tool does not take it), inherited by nested calls.
     pub caller_json: Arc<str>,

@@ -419,6 +419,7 @@ fn launch(
     let opts = CallOptions {
         request,
         events: None,
+        wants: crate::exec::EventWants::NONE,
         input: Some(Arc::clone(&round)),
     };
     let (tx, done) = oneshot::channel();

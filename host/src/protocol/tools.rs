@@ -164,14 +164,20 @@ pub(crate) fn call_options(
         .and_then(|m| m.get("progressToken"))
         .filter(|t| t.is_string() || t.is_number())
         .cloned();
+    let level = req.era.log_level();
+    let wants = crate::exec::EventWants {
+        progress: progress_token.is_some(),
+        log_level: level,
+    };
     let events = req
         .ex
         .notifier
         .as_ref()
-        .and_then(|n| event_sink(Arc::clone(n), progress_token, req.era.log_level()));
+        .and_then(|n| event_sink(Arc::clone(n), progress_token, level));
     CallOptions {
         request: Arc::clone(&req.ex.request),
         events,
+        wants,
         input,
     }
 }

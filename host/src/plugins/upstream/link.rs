@@ -758,7 +758,7 @@ impl Link {
     /// told with `notifications/cancelled`) when the call is cancelled or its deadline passes.
     pub(crate) async fn request(
         &self,
-        request: ClientRequest,
+        mut request: ClientRequest,
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
@@ -769,6 +769,12 @@ impl Link {
         };
         let mut options = PeerRequestOptions::no_options();
         options.meta = request_meta(&session, call, trace);
+        if call.events.is_none() || !call.wants.progress {
+            // rmcp gives every request a progress token: a stdio pipe leaves it out (see
+            // `pipe::NoProgress`).
+            rmcp::model::GetExtensions::extensions_mut(&mut request)
+                .insert(super::pipe::NoProgress);
+        }
         // In flight from before it is sent: what the upstream sends about it may come at once.
         let mut entered = self.routes.enter(call);
         let mut handle = session
@@ -820,8 +826,9 @@ impl Link {
 }
 
 /// The `_meta` of a request for `call`: the W3C trace context it continues (`traceparent`,
-/// `tracestate`), and on a 2026-07-28 session the log level (`debug`: the client's own level
-/// filters what reaches it) when the call's events go somewhere.
+/// `tracestate`), and on a 2026-07-28 session the log level its client asked for (its
+/// `logging/setLevel`, or its request's own `_meta` level), when the call's events go somewhere
+/// and the client asked for log messages at all: the upstream sends no more than it wants.
 fn request_meta(
     session: &Session,
     call: &CallState,
@@ -838,10 +845,13 @@ fn request_meta(
         .peer
         .peer_info()
         .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
-    if modern && call.events.is_some() {
+    if modern
+        && call.events.is_some()
+        && let Some(level) = call.wants.log_level
+    {
         meta.insert(
             "io.modelcontextprotocol/logLevel".into(),
-            Value::String("debug".into()),
+            Value::String(level.as_str().into()),
         );
     }
     (!meta.is_empty()).then(|| meta.into())

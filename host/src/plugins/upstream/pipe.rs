@@ -14,7 +14,9 @@
 //! Writing is one `write` per message. rmcp encodes a request's parameters into a JSON value
 //! before writing them (to merge their `_meta`); a `tools/call` is written here straight from its
 //! parameters (the same JSON, checked against rmcp's by a test), everything else as rmcp encodes
-//! it.
+//! it. rmcp gives every request a `progressToken`; a `tools/call` marked [`NoProgress`] (its
+//! client did not ask for progress) is written without it, so that the server does not report
+//! progress nobody reads.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -155,6 +157,30 @@ fn forwarded(request: &ClientRequest) -> bool {
     )
 }
 
+/// In a request's extensions: its client did not ask for progress, leave out the
+/// `progressToken` rmcp adds.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct NoProgress;
+
+/// A request's `_meta` as written: without its `progressToken` when `progress` is false.
+struct MetaWire<'a> {
+    meta: &'a JsonObject,
+    progress: bool,
+}
+
+impl Serialize for MetaWire<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.meta {
+            if self.progress || key != "progressToken" {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.end()
+    }
+}
+
 /// A `tools/call` request as written (see [`encode_call`]).
 #[derive(Serialize)]
 struct CallWire<'a> {
@@ -168,7 +194,7 @@ struct CallWire<'a> {
 #[serde(rename_all = "camelCase")]
 struct CallParams<'a> {
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    meta: Option<&'a RequestMetaObject>,
+    meta: Option<MetaWire<'a>>,
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     arguments: Option<&'a JsonObject>,
@@ -178,19 +204,27 @@ struct CallParams<'a> {
     request_state: Option<&'a String>,
 }
 
-/// `tools/call` request `id` as rmcp writes it, straight from its parameters: `None` when its
-/// `_meta` is in more than one place (rmcp merges them), for rmcp's encoding.
+/// `tools/call` request `id` as rmcp writes it, straight from its parameters (without its
+/// `progressToken` when marked [`NoProgress`]): `None` when its `_meta` is in more than one
+/// place (rmcp merges them), for rmcp's encoding.
 fn encode_call(id: &RequestId, request: &CallToolRequest) -> Option<Vec<u8>> {
     let params = &request.params;
     if params.meta.is_some() || request.extensions.get::<MetaObject>().is_some() {
         return None;
     }
+    let progress = request.extensions.get::<NoProgress>().is_none();
+    let meta = request
+        .extensions
+        .get::<RequestMetaObject>()
+        .map(|m| &m.0.0)
+        .filter(|m| progress || m.keys().any(|k| k != "progressToken"))
+        .map(|meta| MetaWire { meta, progress });
     let wire = CallWire {
         jsonrpc: "2.0",
         id,
         method: "tools/call",
         params: CallParams {
-            meta: request.extensions.get::<RequestMetaObject>(),
+            meta,
             name: &params.name,
             arguments: params.arguments.as_ref(),
             input_responses: params.input_responses.as_ref(),
@@ -275,6 +309,44 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// A call marked `NoProgress` is written as rmcp writes it without its `progressToken`;
+    /// a `_meta` left empty is left out.
+    #[test]
+    fn a_call_whose_client_wants_no_progress_goes_without_a_token() {
+        let args = json!({"text": "hi"});
+        let Value::Object(arguments) = args else {
+            unreachable!()
+        };
+        for meta in [
+            json!({"progressToken": 3, "traceparent": "00-ab-cd-01"}),
+            json!({"progressToken": 3}),
+        ] {
+            let Value::Object(meta) = meta else {
+                unreachable!()
+            };
+            let params = CallToolRequestParams::new("echo").with_arguments(arguments.clone());
+            let mut request: CallToolRequest = Request::new(params);
+            request
+                .extensions
+                .insert(RequestMetaObject(MetaObject(meta.clone())));
+            let id = RequestId::Number(1);
+            let message: TxJsonRpcMessage<RoleClient> = JsonRpcMessage::request(
+                ClientRequest::CallToolRequest(request.clone()),
+                id.clone(),
+            );
+            let mut theirs = serde_json::to_value(&message).unwrap();
+            request.extensions.insert(NoProgress);
+            let ours: Value = serde_json::from_slice(&encode_call(&id, &request).unwrap()).unwrap();
+            let params = theirs["params"].as_object_mut().unwrap();
+            let meta = params["_meta"].as_object_mut().unwrap();
+            meta.remove("progressToken");
+            if meta.is_empty() {
+                params.remove("_meta");
+            }
+            assert_eq!(ours, theirs);
+        }
+    }
 
     /// The direct encoding of a `tools/call` is rmcp's, with and without `_meta` and answers.
     #[test]
