@@ -719,24 +719,16 @@ impl Link {
         }
     }
 
-    /// The serving session, waiting (until `until`) through a restart.
+    /// The serving session, waiting (until `until`) through a restart — also one the supervisor
+    /// has not begun yet: a session whose service ended (a child killed a moment ago) takes no
+    /// request.
     async fn session(&self, until: Option<Instant>) -> Result<Arc<Session>, Failure> {
-        self.session_after(None, until).await
-    }
-
-    /// The serving session other than `dead` (one found closed that the supervisor has not
-    /// replaced yet), waiting (until `until`) through a restart.
-    async fn session_after(
-        &self,
-        dead: Option<u64>,
-        until: Option<Instant>,
-    ) -> Result<Arc<Session>, Failure> {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             match &lock(&self.state).current {
-                Current::Running(s) if dead != Some(s.id) => return Ok(Arc::clone(s)),
+                Current::Running(s) if !s.peer.is_transport_closed() => return Ok(Arc::clone(s)),
                 Current::Running(_) | Current::Starting | Current::Restarting => {}
                 Current::Quarantined(why) => {
                     return Err(Failure::Unavailable(format!(
@@ -772,10 +764,13 @@ impl Link {
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
+        let session = self.session(call.deadline).await?;
         let unavailable = |e: ServiceError| match e {
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
             other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
         };
+        let mut options = PeerRequestOptions::no_options();
+        options.meta = request_meta(&session, call, trace);
         if call.events.is_none() || !call.wants.progress {
             // rmcp gives every request a progress token: a stdio pipe leaves it out (see
             // `pipe::NoProgress`).
@@ -784,22 +779,11 @@ impl Link {
         }
         // In flight from before it is sent: what the upstream sends about it may come at once.
         let mut entered = self.routes.enter(call);
-        let mut dead = None;
-        let mut handle = loop {
-            let session = self.session_after(dead, call.deadline).await?;
-            let mut options = PeerRequestOptions::no_options();
-            options.meta = request_meta(&session, call, trace);
-            match session
-                .peer
-                .send_request_with_option(request.clone(), options)
-                .await
-            {
-                // The session died before the request was written (a child killed a moment
-                // ago, its restart not begun): nothing reached it, so the next session gets it.
-                Err(ServiceError::TransportClosed) if dead.is_none() => dead = Some(session.id),
-                sent => break sent.map_err(unavailable)?,
-            }
-        };
+        let mut handle = session
+            .peer
+            .send_request_with_option(request, options)
+            .await
+            .map_err(unavailable)?;
         entered.bind(&handle.id, &handle.progress_token);
         let deadline = async {
             match call.deadline {
