@@ -9,7 +9,12 @@
 //! calls take turns) and the added p50; calls per second with 16 in flight on the one pipe (in
 //! four alternating rounds of 400) and the CPU time, the waits (voluntary context switches) and
 //! the reads per call of the server, the host and the host's upstream; the host's resident memory with the upstream connected and idle, against a
-//! host serving nothing.
+//! host serving nothing, and per idle upstream connection (a host with [`MANY`] upstreams of the
+//! same server against a host with one).
+//!
+//! For scale, the same calls also go through a **bare relay** (this bench re-run as a process that
+//! only copies lines between its pipes and the server's, one blocked thread each way): what any
+//! process in the middle adds on this machine, the floor under the host's added latency.
 //!
 //! Run: `cargo bench -p mcp-host --bench upstream` (`MCP_BENCH_HOST=PATH` measures that host
 //! executable instead of building one). Prints a Markdown table; docs/performance.md quotes it.
@@ -33,6 +38,10 @@ const IN_FLIGHT: usize = 16;
 const THROUGHPUT_CALLS: usize = 1_600;
 /// Alternating rounds of the throughput measurement.
 const ROUNDS: usize = 4;
+/// Upstreams of the host whose resident memory gives the memory per idle upstream connection.
+const MANY: usize = 5;
+/// Set in the environment of this bench re-run as a bare relay in front of the command after it.
+const RELAY_VAR: &str = "MCP_BENCH_RELAY";
 
 /// A stdio MCP server spoken to in 2026-07-28 (every request's `_meta` says so), as mcp-host
 /// speaks to its upstreams, or in a 2025-11-25 session.
@@ -127,12 +136,14 @@ fn echo(tool: &str) -> Value {
     json!({"name": tool, "arguments": {"text": "hello, upstream"}})
 }
 
-/// p50 and p99 of one-at-a-time calls, each session's calls taking turns (the machine's load
-/// then falls on both alike): `(direct, through)`.
-fn latency(direct: &mut Session, through: &mut Session) -> [(Duration, Duration); 2] {
+/// p50 and p99 of one-at-a-time calls, the sessions' calls taking turns (the machine's load then
+/// falls on all alike): `(direct, relay, through)`.
+fn latency(sessions: [(&mut Session, &str); 3]) -> [(Duration, Duration); 3] {
+    let mut sessions = sessions;
     for _ in 0..WARM_UP {
-        direct.request("tools/call", echo("echo"));
-        through.request("tools/call", echo("py_echo"));
+        for (s, tool) in sessions.iter_mut() {
+            s.request("tools/call", echo(tool));
+        }
     }
     let timed = |s: &mut Session, tool: &str| {
         let start = Instant::now();
@@ -140,15 +151,55 @@ fn latency(direct: &mut Session, through: &mut Session) -> [(Duration, Duration)
         assert_ne!(r["result"]["isError"], true, "{r}");
         start.elapsed()
     };
-    let mut times = [Vec::new(), Vec::new()];
+    let mut times = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..MEASURED {
-        times[0].push(timed(direct, "echo"));
-        times[1].push(timed(through, "py_echo"));
+        for (i, (s, tool)) in sessions.iter_mut().enumerate() {
+            times[i].push(timed(s, tool));
+        }
     }
     times.map(|mut t| {
         t.sort();
         (t[MEASURED / 2], t[MEASURED * 99 / 100])
     })
+}
+
+/// Run as a bare relay: start the command given as arguments and copy lines between this
+/// process's stdin/stdout and its, one blocked thread each way, each line one `write`.
+fn relay() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut child = Command::new(&args[0])
+        .args(&args[1..])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
+    let from_child = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        copy_lines(
+            std::io::BufReader::new(from_child),
+            &mut std::io::stdout().lock(),
+        )
+    });
+    copy_lines(std::io::stdin().lock(), &mut to_child);
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// Copy lines from `from` to `to` until either side closes.
+fn copy_lines(mut from: impl std::io::BufRead, to: &mut impl Write) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match from.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if to.write_all(&line).and_then(|()| to.flush()).is_err() {
+            return;
+        }
+    }
 }
 
 /// Calls per second of `calls` calls of `tool` with `IN_FLIGHT` requests outstanding on the pipe.
@@ -182,27 +233,55 @@ fn throughputs(direct: &mut Session, through: &mut Session) -> (f64, f64) {
     (total / d, total / t)
 }
 
-/// A host serving the Python server as upstream `py` (or nothing), started from `config`.
-fn host(exe: &Path, dir: &Path, python: Option<(&Path, &Path)>, modern: bool) -> Session {
-    let entries = match python {
-        Some((py, script)) => format!(
-            "tool_dirs:\n  - server: {{command: [{:?}, {:?}]}}\n    name: py\n    prefix: py_\n",
-            py, script
-        ),
-        None => "tool_dirs: []\n".to_owned(),
-    };
-    let config = dir.join(if python.is_some() {
-        "up.yaml"
+/// A host serving `upstreams` copies of the Python server (`py`, `py2`, … with prefixes `py_`,
+/// `py2_`, …), or nothing, each listed before this returns.
+fn host(exe: &Path, dir: &Path, python: (&Path, &Path), upstreams: usize, modern: bool) -> Session {
+    let (py, script) = python;
+    let mut config = String::from(if upstreams == 0 {
+        "tool_dirs: []\n"
     } else {
-        "none.yaml"
+        "tool_dirs:\n"
     });
-    std::fs::write(&config, format!("{entries}stdio_user: bench\n")).unwrap();
+    for name in (1..=upstreams).map(upstream_name) {
+        config += &format!(
+            "  - server: {{command: [{py:?}, {script:?}]}}\n    name: {name}\n    prefix: {name}_\n"
+        );
+    }
+    let file = dir.join(format!("host-{upstreams}.yaml"));
+    std::fs::write(&file, format!("{config}stdio_user: bench\n")).unwrap();
     let mut cmd = Command::new(exe);
     cmd.arg("--config")
-        .arg(&config)
+        .arg(&file)
         .args(["serve", "--stdio"])
         .env("RUST_LOG", "error");
-    Session::start(cmd, modern)
+    let mut session = Session::start(cmd, modern);
+    // The host connects its upstreams as it starts: wait for the last one's `echo`.
+    if upstreams > 0 {
+        let tool = format!("{}_echo", upstream_name(upstreams));
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let listed = session.request("tools/list", json!({}));
+            let tools = listed["result"]["tools"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            if tools.iter().any(|t| t["name"] == tool.as_str()) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{tool} never listed: {listed}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+    session
+}
+
+/// The name of the host's `n`th upstream (from 1): `py`, `py2`, ….
+fn upstream_name(n: usize) -> String {
+    if n == 1 {
+        "py".into()
+    } else {
+        format!("py{n}")
+    }
 }
 
 /// The (first) child process of `pid`: a host's upstream.
@@ -245,6 +324,9 @@ fn micros(d: Duration) -> String {
 }
 
 fn main() {
+    if std::env::var_os(RELAY_VAR).is_some() {
+        return relay();
+    }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
     let python = std::env::var_os("MCP_TEST_PYTHON")
         .map(PathBuf::from)
@@ -266,6 +348,9 @@ fn main() {
     // The era of both sessions: 2026-07-28 (as the host speaks to its upstream: like with
     // like), or `MCP_BENCH_ERA=2025-11-25`.
     let modern = std::env::var("MCP_BENCH_ERA").map_or(true, |era| era != "2025-11-25");
+    let server = |cmd: &mut Command| {
+        cmd.arg(&python).arg(&script);
+    };
     let mut direct = Session::start(
         {
             let mut cmd = Command::new(&python);
@@ -274,23 +359,27 @@ fn main() {
         },
         modern,
     );
-    let mut through = host(&exe, dir.path(), Some((&python, &script)), modern);
-    // The host connects its upstreams as it starts: wait for `py_echo` to be listed.
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let listed = through.request("tools/list", json!({}));
-        let tools = listed["result"]["tools"]
-            .as_array()
-            .cloned()
-            .unwrap_or_default();
-        if tools.iter().any(|t| t["name"] == "py_echo") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "py_echo never listed: {listed}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let mut relayed = Session::start(
+        {
+            let mut cmd = Command::new(std::env::current_exe().unwrap());
+            cmd.env(RELAY_VAR, "1");
+            server(&mut cmd);
+            cmd
+        },
+        modern,
+    );
+    let mut through = host(&exe, dir.path(), (&python, &script), 1, modern);
 
-    let [(direct_p50, direct_p99), (host_p50, host_p99)] = latency(&mut direct, &mut through);
+    let [
+        (direct_p50, direct_p99),
+        (relay_p50, relay_p99),
+        (host_p50, host_p99),
+    ] = latency([
+        (&mut direct, "echo"),
+        (&mut relayed, "echo"),
+        (&mut through, "py_echo"),
+    ]);
+    drop(relayed);
     // CPU time per call over the throughput rounds: the direct server's, the host's own and its
     // upstream's (the host's child).
     let upstream = children(through.child.id());
@@ -305,9 +394,17 @@ fn main() {
         let now = waits_reads(pids[i]);
         [0, 1].map(|k| now[k].saturating_sub(waited[i][k]) as f64 / calls)
     });
-    let idle_with = status_bytes(through.child.id(), "VmRSS");
-    let bare = host(&exe, dir.path(), None, modern);
+    drop(through);
+    // Resident memory of idle hosts just started (no call made): none, one and [`MANY`] upstreams.
+    let one = host(&exe, dir.path(), (&python, &script), 1, modern);
+    let idle_with = status_bytes(one.child.id(), "VmRSS");
+    drop(one);
+    let bare = host(&exe, dir.path(), (&python, &script), 0, modern);
     let idle_without = status_bytes(bare.child.id(), "VmRSS");
+    drop(bare);
+    let many = host(&exe, dir.path(), (&python, &script), MANY, modern);
+    let idle_many = status_bytes(many.child.id(), "VmRSS");
+    drop(many);
 
     println!(
         "| measurement (Python SDK server over stdio, `tools/call` echo, {}) | direct | through mcp-host | |",
@@ -323,6 +420,13 @@ fn main() {
         micros(host_p50.saturating_sub(direct_p50)),
     );
     println!(
+        "| latency through a bare relay (p50 / p99 of {MEASURED}) | | {} / {} | added p50: {}; the host over the relay: {} |",
+        micros(relay_p50),
+        micros(relay_p99),
+        micros(relay_p50.saturating_sub(direct_p50)),
+        micros(host_p50.saturating_sub(relay_p50)),
+    );
+    println!(
         "| calls per second, {IN_FLIGHT} in flight | {direct_rate:.0} | {host_rate:.0} | {:.2}× |",
         host_rate / direct_rate
     );
@@ -334,9 +438,14 @@ fn main() {
         direct_wr[0], direct_wr[1], host_wr[0], host_wr[1], upstream_wr[0], upstream_wr[1]
     );
     println!(
-        "| host resident memory, idle | | {:.1} MB with the upstream, {:.1} MB without | {:.2} MB for the upstream |",
+        "| host resident memory, idle (just started) | | {:.1} MB with the upstream, {:.1} MB serving nothing | {:.2} MB for the first upstream |",
         idle_with as f64 / 1e6,
         idle_without as f64 / 1e6,
         (idle_with as f64 - idle_without as f64) / 1e6
+    );
+    println!(
+        "| host resident memory per idle upstream connection | | {:.1} MB with {MANY} upstreams | {:.2} MB each (({MANY} − 1) more than one) |",
+        idle_many as f64 / 1e6,
+        (idle_many as f64 - idle_with as f64) / 1e6 / (MANY - 1) as f64
     );
 }
