@@ -12,6 +12,7 @@ the page as it was. Screenshots of every view go to SHOTS. Prints "ok" at the en
 import json
 import os
 import sys
+import threading
 import time
 import urllib.request
 
@@ -247,6 +248,36 @@ def live_calls(s):
     s.shot("live-calls")
 
 
+def click_in(s, row, button):
+    """Click `button` in `row` (the view is drawn again every 2 s: an element may go stale)."""
+    for _ in range(100):
+        try:
+            s.css(row).find_element(By.CSS_SELECTOR, button).click()
+            return
+        except StaleElementReferenceException:
+            time.sleep(0.1)
+    raise AssertionError(f"{button} in {row} stayed stale")
+
+
+def approvals(s):
+    """bob's unattended agent calls an upstream tool a rule holds for an admin (approver:
+    console): alice approves one call, then refuses the next."""
+    for approve, expect in ((True, "needs a yes"), (False, "alice refused it in the console")):
+        box = {}
+        call = threading.Thread(target=lambda: box.update(
+            answer=mcp_call("py_echo", {"text": "needs a yes"}, SETUP["reader"])))
+        call.start()
+        s.go("approvals")
+        row = s.text_in("#approvals tr[data-approval]", "needs a yes")
+        assert "py_echo" in row.text and "bob" in row.text, row.text
+        if approve:
+            s.shot("approvals")
+        click_in(s, "#approvals tr[data-approval]", "button.approve" if approve else "button.refuse")
+        call.join(WAIT)
+        assert expect in json.dumps(box.get("answer")), box
+    s.text_in("#view", "No call is waiting for approval.")
+
+
 def read_only(s):
     """bob is no admin: the actions are not offered; then he logs out."""
     login(s, SETUP["reader"], "bob (read-only)")
@@ -306,6 +337,7 @@ def main():
             ("playground-as-user", playground_as_user),
             ("playground-resource-and-prompt", playground_resource_and_prompt),
             ("live-calls", live_calls),
+            ("approvals", approvals),
             ("tasks", tasks),
             ("trust", trust),
             ("retry-quarantined", retry_quarantined),

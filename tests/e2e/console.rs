@@ -12,7 +12,8 @@ use std::time::{Duration, Instant};
 
 use mcp_host_tests::clients::{python_with, require_or_skip};
 use mcp_host_tests::serve::{
-    HttpResponse, HttpServer, header_refs, modern_headers, request, with_meta, with_tasks,
+    HttpResponse, HttpServer, header_refs, modern_headers, request, result_text, with_meta,
+    with_tasks,
 };
 use mcp_host_tests::{Layout, patch_bytes, target_dir, workspace_root};
 use serde_json::{Value, json};
@@ -51,7 +52,8 @@ fn anonymous_login(conn: &mut mcp_host_tests::serve::HttpConn) -> (String, Value
 /// The layout: fixture-override before fixture-basic and the packaged time and text plugins (its
 /// `echo` and `current_time` win), the catalog pinned under `enforce` and then rug-pulled, the
 /// crash fixture in worker processes, the conformance fixture (tasks, questions), the Python SDK
-/// server as an upstream; two users and two agents.
+/// server as an upstream (its `py_echo` held for an admin's approval in the console); two users and
+/// two agents.
 fn layout() -> (Layout, PathBuf) {
     let l = Layout::new();
     l.install("local", "fixture-override", None);
@@ -74,7 +76,9 @@ fn layout() -> (Layout, PathBuf) {
          limits: {{max_crashes: 3, crash_window_secs: 600, call_timeout_secs: 900}}\n\
          auth:\n  require_auth: true\n  secrets:\n    - {{sha256: {}, user: alice}}\n    - {{sha256: {}, user: bob}}\n\
          agents:\n  ops: {{allow: [convert_time, current_time, echo]}}\n  finder: {{tools: search}}\n\
-         console: {{admins: [alice]}}\naudit_log: {}\n",
+         console: {{admins: [alice]}}\naudit_log: {}\n\
+         policy:\n  rules:\n    - {{name: upstream-needs-a-yes, when: \"tool.name == 'py_echo'\", \
+         outcome: approve, approver: console, show: [text]}}\n",
         hash(ADMIN),
         hash(READER),
         l.root.path().join("audit.jsonl").display(),
@@ -332,6 +336,8 @@ fn every_page_and_action_works_in_headless_chromium() {
         ("console.cancel_task", task.as_str()),
         ("console.accept_pin", "catalog_edition"),
         ("console.call_as", "as bob"),
+        ("console.approve_call", "a1"),
+        ("console.refuse_call", "a2"),
     ] {
         assert!(
             actions.iter().any(|r| r["action"] == action
@@ -349,6 +355,7 @@ fn every_page_and_action_works_in_headless_chromium() {
         "playground-call",
         "trust",
         "live-calls",
+        "approvals",
     ] {
         assert!(
             shots.join(format!("{shot}.png")).is_file(),
@@ -470,4 +477,128 @@ fn with_redis_the_tasks_view_lists_every_replicas_tasks_and_cancels_them_there()
             .message();
         got["result"]["status"] == "cancelled"
     });
+}
+
+/// The call waiting for approval in `s`'s console as seen by `cookie`'s login (the first one).
+fn waiting_approval(s: &HttpServer, cookie: &str) -> Value {
+    let mut seen = Value::Null;
+    wait_until("a call waits for approval in the console", || {
+        let listed = ui(s, "GET", "/ui/api/approvals", &[("Cookie", cookie)], "").json();
+        seen = listed["approvals"][0].clone();
+        !seen.is_null()
+    });
+    seen
+}
+
+/// An admin's answer to approval `id`, as the console page posts it.
+fn answer_approval(s: &HttpServer, login: &(String, String), id: &str, approve: bool) -> u16 {
+    let origin = format!("http://{}", s.addr);
+    let headers = [
+        ("Cookie", login.0.as_str()),
+        ("X-Console-Csrf", login.1.as_str()),
+        ("Origin", origin.as_str()),
+        ("Content-Type", "application/json"),
+    ];
+    let body = json!({ "id": id, "approve": approve }).to_string();
+    ui(s, "POST", "/ui/api/approvals/answer", &headers, &body).status
+}
+
+#[test]
+fn a_rule_answered_in_the_console_holds_the_call_until_an_admin_approves_or_refuses_it() {
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let hash = mcp_host::access::auth::hash_secret;
+    let audit = l.root.path().join("audit.jsonl");
+    let policy = "policy:\n  approval_timeout_secs: 5\n  rules:\n    - {name: unattended, \
+                  when: \"tool.name == 'echo'\", outcome: approve, approver: console, show: [text]}\n";
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nauth:\n  require_auth: true\n  secrets:\n    - {{sha256: {}, user: alice}}\n    \
+         - {{sha256: {}, user: bob}}\nconsole: {{admins: [alice]}}\naudit_log: {}\n{policy}",
+        hash(ADMIN),
+        hash(READER),
+        audit.display(),
+    ));
+    let s = HttpServer::start(&cfg);
+    let (alice, bob) = (login(&s, ADMIN), login(&s, READER));
+    let echo = |text: &str| {
+        let params = json!({ "name": "echo", "arguments": { "text": text } });
+        s.modern_at("/mcp", Some(READER), "tools/call", params)
+            .message()
+    };
+    std::thread::scope(|scope| {
+        // bob's agent calls: the call waits; the console shows it with the shown field, and bob
+        // sees his own call but may not answer it.
+        let call = scope.spawn(|| echo("ship it"));
+        let waiting = waiting_approval(&s, &alice.0);
+        assert_eq!(
+            (&waiting["name"], &waiting["rule"], &waiting["user"]),
+            (&json!("echo"), &json!("unattended"), &json!("bob")),
+            "{waiting}"
+        );
+        assert_eq!(waiting["shown"], json!({ "text": "ship it" }), "{waiting}");
+        let id = waiting["id"].as_str().expect("an id").to_owned();
+        assert_eq!(waiting_approval(&s, &bob.0)["id"], json!(id));
+        assert_eq!(answer_approval(&s, &bob, &id, true), 403);
+        assert_eq!(answer_approval(&s, &alice, &id, true), 200);
+        let done = call.join().expect("the call");
+        assert_eq!(result_text(&done), "ship it", "{done}");
+        assert_eq!(answer_approval(&s, &alice, &id, true), 409, "answered once");
+
+        // Refused by alice: a tool error naming who refused.
+        let call = scope.spawn(|| echo("drop the table"));
+        let waiting = waiting_approval(&s, &alice.0);
+        let id = waiting["id"].as_str().expect("an id");
+        assert_eq!(answer_approval(&s, &alice, id, false), 200);
+        let refused = call.join().expect("the call");
+        assert!(
+            refused["result"]["isError"] == true
+                && refused
+                    .to_string()
+                    .contains("alice refused it in the console"),
+            "{refused}"
+        );
+    });
+
+    // Nobody answers: refused at the approval timeout, and the console no longer lists it.
+    let unanswered = echo("anyone?");
+    assert!(
+        unanswered.to_string().contains("no admin answered"),
+        "{unanswered}"
+    );
+    let listed = ui(&s, "GET", "/ui/api/approvals", &[("Cookie", &alice.0)], "").json();
+    assert_eq!(listed["approvals"], json!([]), "{listed}");
+
+    // The audit log has the calls' decisions and the admin's answers, with who gave them.
+    let records: Vec<Value> = std::fs::read_to_string(&audit)
+        .expect("the audit log")
+        .lines()
+        .filter_map(|line| serde_json::from_str(line).ok())
+        .collect();
+    for (action, outcome) in [
+        ("console.approve_call", "ok"),
+        ("console.refuse_call", "ok"),
+        ("console.approve_call", "refused"),
+    ] {
+        assert!(
+            records.iter().any(|r| r["action"] == action
+                && r["outcome"] == outcome
+                && r["caller"] == if outcome == "ok" { "alice" } else { "bob" }),
+            "no {action} {outcome} in {records:?}"
+        );
+    }
+    assert!(
+        !records
+            .iter()
+            .any(|r| r.to_string().contains("drop the table")),
+        "an argument value reached the audit log"
+    );
+
+    // A rule answered in the console with nobody allowed to answer there does not load.
+    let nobody = l.config(&format!("tool_dirs: [d]\n{policy}"));
+    let out = l.run(&nobody, &["config"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("rule `unattended` is answered in the console"),
+        "{err}"
+    );
 }

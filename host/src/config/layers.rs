@@ -844,6 +844,7 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
         check_console(&config.console, &origin)?;
     }
     check_console_beside_mcp(config, &origin)?;
+    check_console_approvers(config, &origin)?;
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
             let settings = section(v, &origin, &format!("agents.{name}"))?;
@@ -910,6 +911,30 @@ fn check_console_beside_mcp(config: &Config, origin: &Origin) -> Result<(), Conf
         });
     }
     Ok(())
+}
+
+/// A rule answered in the console needs somebody there to answer it: an admin.
+fn check_console_approvers(config: &Config, origin: &Origin) -> Result<(), ConfigError> {
+    let console = &config.console;
+    let rule = config
+        .policy
+        .rules
+        .iter()
+        .find(|r| r.approver == crate::config::Approver::Console);
+    match rule {
+        Some(rule) if console.admins.is_empty() && !console.anonymous_admin => {
+            Err(ConfigError::Invalid {
+                origin: origin.name.clone(),
+                key: "policy.rules".into(),
+                message: format!(
+                    "rule `{}` is answered in the console (approver: console), but nobody may \
+                     answer there: name its admins in console.admins",
+                    rule.name
+                ),
+            })
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Every key of `trust.keys` must be a minisign public key (checked here, so a typo stops start-up

@@ -25,7 +25,7 @@ pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use layers::REGISTRY_TOKEN_VAR;
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
 pub use overrides::Overrides;
-pub use policy::{Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
+pub use policy::{Approver, Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 pub use suggest::did_you_mean;
 
 use std::collections::BTreeMap;

@@ -50,6 +50,30 @@ pub struct PolicyRule {
     /// `approve`: the fields of `args` shown to the human with the question.
     #[serde(default)]
     pub show: Vec<String>,
+    /// `approve`: who answers — `caller` (the caller's client asks its human) or `console` (an
+    /// admin in the operator console, for the calls of unattended agents). Default: `caller`.
+    #[serde(default, skip_serializing_if = "Approver::is_caller")]
+    pub approver: Approver,
+}
+
+/// Who answers an `approve` rule's question.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Approver {
+    /// The caller's own client, through elicitation (2025) or an input-required round (2026).
+    #[default]
+    Caller,
+    /// An admin (`console.admins`) in the operator console; the call waits for the answer.
+    Console,
+}
+
+impl Approver {
+    /// Whether this is the default, `caller`.
+    pub fn is_caller(&self) -> bool {
+        *self == Approver::Caller
+    }
 }
 
 fn always() -> String {

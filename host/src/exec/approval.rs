@@ -3,9 +3,14 @@
 //! input-required round, or a 2025 `elicitation/create` request the call waits on. Only an
 //! accepted form with `approve: true` is a yes; a no, a decline, a cancel, a client without
 //! elicitation, or no answer in time is a refusal.
+//!
+//! A rule with `approver: console` asks an admin in the operator console instead, for the calls
+//! of agents nobody watches: the call waits in [`Approvals`] (this replica's) until an admin
+//! answers, its client cancels it or the approval timeout passes.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use mcp_plugin_sdk::InputError;
 use mcp_plugin_sdk::wire::declares;
@@ -113,6 +118,104 @@ pub async fn ask(
             Answer::No("no answer came in time".into())
         }
         Err(e) => Answer::No(format!("the approval failed: {e}")),
+    }
+}
+
+/// The calls waiting for an admin's answer in the console.
+#[derive(Default)]
+pub struct Approvals {
+    waiting: Mutex<Vec<Waiting>>,
+    next: AtomicU64,
+}
+
+impl std::fmt::Debug for Approvals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let waiting = crate::plugins::lock(&self.waiting).len();
+        f.debug_struct("Approvals")
+            .field("waiting", &waiting)
+            .finish()
+    }
+}
+
+/// One call waiting: what the console shows of it, and where its answer goes.
+struct Waiting {
+    id: String,
+    /// The caller's user (`None`: anonymous), to show a non-admin their own calls only.
+    user: Option<String>,
+    row: Value,
+    answer: tokio::sync::oneshot::Sender<(bool, String)>,
+}
+
+impl Approvals {
+    /// The calls waiting, oldest first, as the console lists them (`id`, `kind`, `name`, `rule`,
+    /// `shown`, `user`, `agent`, `askedMs`, `expiresMs`) — of `user` only, unless `all`.
+    pub fn pending(&self, all: bool, user: Option<&str>) -> Vec<Value> {
+        crate::plugins::lock(&self.waiting)
+            .iter()
+            .filter(|w| all || (w.user.is_some() && w.user.as_deref() == user))
+            .map(|w| w.row.clone())
+            .collect()
+    }
+
+    /// `by` answers the call waiting as `id`: yes when `approve`.
+    pub fn answer(&self, id: &str, approve: bool, by: &str) -> Result<(), String> {
+        let mut waiting = crate::plugins::lock(&self.waiting);
+        let at = waiting.iter().position(|w| w.id == id).ok_or_else(|| {
+            format!("no call waits for approval as {id} (answered, cancelled or timed out)")
+        })?;
+        let w = waiting.remove(at);
+        w.answer
+            .send((approve, by.to_owned()))
+            .map_err(|_| format!("the call {id} stopped waiting"))
+    }
+
+    /// Wait for an admin's answer about `subject` (rule `rule`, showing `shown`), at most
+    /// `timeout`, or until the request is cancelled.
+    pub async fn ask(
+        &self,
+        subject: &Subject<'_>,
+        rule: &str,
+        shown: &Map<String, Value>,
+        opts: &CallOptions,
+        timeout: Duration,
+    ) -> Answer {
+        let id = format!("a{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
+        let identity = &opts.request.identity;
+        let user = identity.caller.as_ref().map(|c| c.user_id.clone());
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        let millis = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        let row = json!({
+            "id": id,
+            "kind": subject.kind(),
+            "name": subject.name(),
+            "rule": rule,
+            "question": question(subject, rule, shown)["message"],
+            "shown": shown,
+            "user": user,
+            "agent": identity.agent.as_ref().map(|a| a.name.clone()),
+            "askedMs": millis(now),
+            "expiresMs": millis(now + timeout),
+        });
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        crate::plugins::lock(&self.waiting).push(Waiting {
+            id: id.clone(),
+            user,
+            row,
+            answer: tx,
+        });
+        let answer = tokio::select! {
+            answered = tokio::time::timeout(timeout, rx) => match answered {
+                Ok(Ok((true, _))) => Answer::Yes,
+                Ok(Ok((false, by))) => Answer::No(format!("{by} refused it in the console")),
+                Ok(Err(_)) => Answer::No("the approval was lost".into()),
+                Err(_) => Answer::No("no admin answered in the console in time".into()),
+            },
+            () = opts.request.cancel.cancelled() => Answer::No("the call was cancelled".into()),
+        };
+        crate::plugins::lock(&self.waiting).retain(|w| w.id != id);
+        answer
     }
 }
 

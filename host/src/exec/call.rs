@@ -221,6 +221,8 @@ pub struct Executor {
     pub(super) policy: ArcSwap<Policy>,
     /// The state of the policy's budgets (kept across reloads).
     pub(super) budgets: Budgets,
+    /// The calls waiting for an admin's approval in the console.
+    pub(super) approvals: Arc<super::approval::Approvals>,
     pub(super) telemetry: Arc<Telemetry>,
 }
 
@@ -247,6 +249,7 @@ impl Executor {
             limits: ArcSwap::from_pointee(limits.clone()),
             policy: ArcSwap::from_pointee(Policy::default()),
             budgets: Budgets::default(),
+            approvals: Arc::default(),
             telemetry,
         }
     }
@@ -266,6 +269,11 @@ impl Executor {
                  its own"
             ),
         }
+    }
+
+    /// The calls waiting for an admin's approval in the console.
+    pub fn approvals(&self) -> &super::approval::Approvals {
+        &self.approvals
     }
 
     /// The call policy in force.

@@ -12,7 +12,7 @@ use super::RequestContext;
 use super::call::{CallError, CallOptions, Executor, InvokeError, annotations_of, host_error};
 use super::observe::ObservedCall;
 use super::result::ToolResult;
-use crate::config::Budget;
+use crate::config::{Approver, Budget};
 use crate::policy::budget::{BudgetError, BudgetPermit, Draw};
 use crate::policy::{CallFacts, Decision, Policy, Subject};
 use crate::registry::Tool;
@@ -181,9 +181,19 @@ impl Executor {
                 let admitted = self.budgets.admit(draw, rule, Instant::now()).await;
                 limited(record, rule, admitted)
             }
-            Decision::Approve { rule, shown } => {
+            Decision::Approve { rule, shown, by } => {
                 let timeout = policy.approval_timeout();
-                match super::approval::ask(subject, rule, &shown, opts, timeout).await {
+                let answer = match by {
+                    Approver::Caller => {
+                        super::approval::ask(subject, rule, &shown, opts, timeout).await
+                    }
+                    Approver::Console => {
+                        self.approvals
+                            .ask(subject, rule, &shown, opts, timeout)
+                            .await
+                    }
+                };
+                match answer {
                     super::approval::Answer::Yes => {
                         record(rule, "approved");
                         tracing::info!(name = subject.name(), rule, "request approved");

@@ -542,6 +542,11 @@ impl Host {
         self.inner.exec.denies(subject, plugin, args, request)
     }
 
+    /// The calls waiting for an admin's approval in the console (`approver: console`).
+    pub fn approvals(&self) -> &crate::exec::approval::Approvals {
+        self.inner.exec.approvals()
+    }
+
     /// Run every loaded plugin's shutdown hook (images stay mapped).
     pub fn shutdown(&self) {
         for slot in &self.registry().plugins {

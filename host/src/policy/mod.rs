@@ -24,7 +24,7 @@ use cel::{Context, Env, Value as CelValue};
 use serde_json::{Map, Value};
 use std::collections::HashMap;
 
-use crate::config::{Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
+use crate::config::{Approver, Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 
 /// Why a policy cannot be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -214,6 +214,8 @@ pub enum Decision<'p> {
         rule: &'p str,
         /// `field -> value` of the rule's `show` list (missing fields left out).
         shown: Map<String, Value>,
+        /// Who answers.
+        by: Approver,
     },
 }
 
@@ -322,6 +324,9 @@ fn check_rule(
         )),
         (RuleOutcome::Deny | RuleOutcome::Allow | RuleOutcome::Approve, Some(_)) => {
             Err(invalid("only a `limit` rule takes a `budget`".into()))
+        }
+        _ if spec.outcome != RuleOutcome::Approve && !spec.approver.is_caller() => {
+            Err(invalid("only an `approve` rule takes an `approver`".into()))
         }
         _ => Ok(()),
     }
@@ -584,7 +589,11 @@ impl Policy {
                     .iter()
                     .filter_map(|f| Some((f.clone(), facts.args.get(f)?.clone())))
                     .collect();
-                Decision::Approve { rule: name, shown }
+                Decision::Approve {
+                    rule: name,
+                    shown,
+                    by: spec.approver,
+                }
             }
         }
     }
@@ -1292,6 +1301,27 @@ mod tests {
             Decision::Limit { key, budget, .. } => {
                 assert_eq!(budget, "b");
                 assert_eq!(key, "user:u|tool:t");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn only_approve_rules_name_an_approver_and_the_decision_carries_it() {
+        let err = Policy::compile(&settings(json!({
+            "rules": [{"name": "d", "outcome": "deny", "approver": "console"}]
+        })))
+        .expect_err("an approver on a deny rule");
+        assert!(err.to_string().contains("only an `approve` rule"), "{err}");
+        let policy = Policy::compile(&settings(json!({
+            "rules": [{"name": "a", "outcome": "approve", "approver": "console", "show": ["x"]}]
+        })))
+        .expect("compiles");
+        let args = json!({"x": 1, "y": 2});
+        match policy.decide(&facts(Some("u"), "t", &args)) {
+            Decision::Approve { rule, shown, by } => {
+                assert_eq!((rule, by), ("a", Approver::Console));
+                assert_eq!(Value::Object(shown), json!({"x": 1}));
             }
             other => panic!("{other:?}"),
         }

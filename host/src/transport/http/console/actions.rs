@@ -1,6 +1,7 @@
 //! The console's actions (`POST <console.path>/api/...`, admins only): accept a definition that
 //! drifted from its pin (written to the lock file, then the host reloads), give a quarantined
-//! plugin another chance, cancel a task. Each lands in the audit log, done or refused.
+//! plugin another chance, cancel a task, approve or refuse a call waiting for an admin (a policy
+//! rule's `approver: console`). Each lands in the audit log, done or refused.
 
 use std::sync::Arc;
 
@@ -26,6 +27,8 @@ pub(super) async fn act(
         "/api/pins/accept" => "console.accept_pin",
         "/api/quarantine/retry" => "console.retry_quarantined",
         "/api/tasks/cancel" => "console.cancel_task",
+        "/api/approvals/answer" if body["approve"] == json!(true) => "console.approve_call",
+        "/api/approvals/answer" => "console.refuse_call",
         _ => return refuse(404, "no such action"),
     };
     let target = match path {
@@ -42,6 +45,7 @@ pub(super) async fn act(
     let done = match path {
         "/api/pins/accept" => accept_pin(&host, body).await,
         "/api/quarantine/retry" => retry(&host).await,
+        "/api/approvals/answer" => answer(&host, op, &target, body),
         _ => cancel(state, op, &target).await,
     };
     audit(
@@ -141,4 +145,14 @@ async fn cancel(state: &State, op: &Operator, id: &str) -> Result<Value, String>
         Ok(false) => Err(format!("task {id} is not running or waiting")),
         Err(e) => Err(format!("the store cannot cancel it: {e}")),
     }
+}
+
+/// Answer the call waiting for approval as `id`: `{"id": ..., "approve": true|false}`.
+fn answer(host: &Host, op: &Operator, id: &str, body: &Value) -> Result<Value, String> {
+    let Some(approve) = body["approve"].as_bool() else {
+        return Err("send {\"id\": ..., \"approve\": true|false}".into());
+    };
+    let by = op.user().unwrap_or("the anonymous admin");
+    host.approvals().answer(id, approve, by)?;
+    Ok(json!({ "id": id, "approved": approve }))
 }

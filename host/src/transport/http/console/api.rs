@@ -29,6 +29,7 @@ pub(super) async fn get(
         "agents" => json_response(200, &agents(state)),
         "trust" => json_response(200, &trust(state)),
         "tasks" => tasks(state, op).await,
+        "approvals" => json_response(200, &approvals(state, op)),
         "calls" => calls(state, op, headers, peer),
         _ => refuse(404, "no such view"),
     }
@@ -219,6 +220,18 @@ fn quarantined(registry: &Registry) -> Vec<Value> {
 /// (every caller is the same anonymous one); else only the operator's own.
 fn sees_all(state: &State, op: &Operator) -> bool {
     op.admin || !state.core.protocol().host().access().authenticates()
+}
+
+/// The calls waiting for an admin's approval on this replica that `op` may see (every caller's,
+/// or their own): the tool, resource or prompt, the rule, the argument fields it shows.
+fn approvals(state: &State, op: &Operator) -> Value {
+    let host = state.core.protocol().host();
+    let all = sees_all(state, op);
+    json!({
+        "approvals": host.approvals().pending(all, op.user()),
+        "now": crate::store::now_ms(),
+        "canAnswer": op.admin,
+    })
 }
 
 /// The tasks `op` may see (every caller's, or their own): status, owner, tool, age; never their

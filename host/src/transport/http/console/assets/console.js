@@ -302,6 +302,31 @@ async function tasks() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Approvals: calls a policy rule (`approver: console`) holds until an admin answers
+
+async function approvals() {
+  const a = await api("approvals");
+  const answer = (x, approve) => el("button", { type: "button", class: approve ? "approve" : "refuse", onclick: async (ev) => {
+    ev.target.disabled = true;
+    try { await post("approvals/answer", { id: x.id, approve }); route(); } catch (e) { ev.target.after(failure(e)); }
+  } }, approve ? "Approve" : "Refuse");
+  const shown = (x) => Object.keys(x.shown || {}).length
+    ? el("div", {}, ...Object.entries(x.shown).map(([k, v]) => el("div", { class: "detail" }, el("code", {}, k), ": ", JSON.stringify(v))))
+    : el("span", { class: "muted" }, "-");
+  show(el("h2", {}, "Approvals"),
+    el("p", { class: "muted" }, a.canAnswer
+      ? "Calls waiting for an admin's yes (policy rules with approver: console), on this replica. A call not answered in time is refused."
+      : "Calls waiting for an admin's yes, on this replica; only the users in console.admins may answer."),
+    a.approvals.length ? table(["kind", "name", "rule", "arguments shown", "caller", "agent", "waiting", "time left", ""], a.approvals.map((x) => el("tr", { "data-approval": x.id },
+      el("td", {}, x.kind), el("td", {}, el("code", {}, x.name)), el("td", {}, x.rule), el("td", {}, shown(x)),
+      el("td", {}, x.user || "anonymous"), el("td", {}, x.agent || "-"), el("td", {}, age(a.now - x.askedMs)),
+      el("td", {}, age(Math.max(0, x.expiresMs - a.now))),
+      el("td", {}, a.canAnswer ? answer(x, true) : null, " ", a.canAnswer ? answer(x, false) : null))), { id: "approvals" })
+      : el("p", { class: "muted", id: "no-approvals" }, "No call is waiting for approval."));
+  refresh = setTimeout(route, 2000);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Live calls
 
 function calls() {
@@ -568,7 +593,7 @@ function questions(result, send) {
 // ---------------------------------------------------------------------------------------------
 // Routing
 
-const VIEWS = { overview, sources, agents: agentsView, trust, tasks, calls, playground };
+const VIEWS = { overview, sources, agents: agentsView, trust, tasks, approvals, calls, playground };
 
 async function route() {
   clearTimeout(refresh);
