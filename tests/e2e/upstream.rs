@@ -4,7 +4,9 @@
 //! resources and prompts go through with prefixes; the filesystem server runs sandboxed; a killed
 //! upstream is restarted, a hanging call ends at its deadline, a changed definition is held under
 //! pinning, entries override each other in list order, agents and tool search see upstream tools,
-//! and the official Python client drives the aggregate.
+//! resources an upstream serves but does not list are read from the upstreams in list order
+//! (under agents' views, the call policy and the entry's opt-out), and the official Python client
+//! drives the aggregate.
 //!
 //! The servers come from `.ci/install-clients.sh`; where they are missing these tests skip with a
 //! message, unless `MCP_TEST_REQUIRE_CLIENTS` is set.
