@@ -972,3 +972,56 @@ fn unlisted_reads_follow_agents_views_the_call_policy_and_the_entries_opt_out() 
         "{read}"
     );
 }
+
+#[test]
+fn an_approval_for_an_unlisted_read_is_asked_once_though_each_upstream_asked_is_policed() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    // A short approval timeout: a second question left unanswered refuses the read soon.
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}{}\
+         policy:\n  approval_timeout_secs: 5\n  rules:\n    - name: b-needs-a-yes\n      \
+         on: [resources]\n      when: \"resource.uri.startsWith('fixture://b/')\"\n      \
+         outcome: approve\n",
+        tagged_entry(&py, "a", ""),
+        tagged_entry(&py, "b", "")
+    ));
+    let mut legacy = StdioServer::start(&cfg);
+    let init = legacy.call(
+        "init",
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "e2e", "version": "0"},
+        }),
+    );
+    assert!(init.get("error").is_none(), "{init}");
+    legacy.send(&mcp_host_tests::serve::notification(
+        "notifications/initialized",
+        Value::Null,
+    ));
+    // Upstream `a` is policed (and asks), says not found; `b` is policed and serves it.
+    legacy.send(&request(
+        1,
+        "resources/read",
+        json!({"uri": "fixture://b/3"}),
+    ));
+    let asked = legacy.recv(WAIT).expect("the approval question");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(message.contains("fixture://b/3"), "{message}");
+    legacy.send(&json!({"jsonrpc": "2.0", "id": asked["id"],
+        "result": {"action": "accept", "content": {"approve": true}}}));
+    let (read, seen) = legacy.response_within(&json!(1), WAIT);
+    assert_eq!(
+        read["result"]["contents"][0]["text"],
+        "3 from b",
+        "{read}\n{seen:?}\n{}",
+        legacy.stderr()
+    );
+    assert!(
+        seen.iter().all(|m| m["method"] != "elicitation/create"),
+        "asked again: {seen:?}"
+    );
+}

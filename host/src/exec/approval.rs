@@ -2,7 +2,8 @@
 //! human a yes/no question naming the tool and the argument fields the rule shows — a 2026
 //! input-required round, or a 2025 `elicitation/create` request the call waits on. Only an
 //! accepted form with `approve: true` is a yes; a no, a decline, a cancel, a client without
-//! elicitation, or no answer in time is a refusal.
+//! elicitation, or no answer in time is a refusal. A question answered yes is not put again in the
+//! same request (a read offered to several upstreams is policed for each).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -71,6 +72,11 @@ pub async fn ask(
         return Answer::No("this connection cannot ask the client".into());
     };
     let params = question(subject, rule, shown);
+    // The same question answered yes earlier in this request is not put again.
+    let text = params["message"].as_str().unwrap_or_default().to_owned();
+    if opts.request.approved.contains(&text) {
+        return Answer::Yes;
+    }
     if !declares(channel.capabilities(), "elicitation/create", &params) {
         return Answer::No("the client does not support elicitation (form mode)".into());
     }
@@ -104,7 +110,13 @@ pub async fn ask(
         }
     };
     match answered {
-        Ok(responses) => judge(&responses["responses"][APPROVAL_KEY]),
+        Ok(responses) => {
+            let answer = judge(&responses["responses"][APPROVAL_KEY]);
+            if answer == Answer::Yes {
+                opts.request.approved.insert(text);
+            }
+            answer
+        }
         Err(InputError::Asked) => Answer::Pending,
         Err(InputError::Unsupported { .. }) => {
             Answer::No("the client does not support elicitation".into())
