@@ -4,7 +4,9 @@
 //! resources and prompts go through with prefixes; the filesystem server runs sandboxed; a killed
 //! upstream is restarted, a hanging call ends at its deadline, a changed definition is held under
 //! pinning, entries override each other in list order, agents and tool search see upstream tools,
-//! and the official Python client drives the aggregate.
+//! resources an upstream serves but does not list are read from the upstreams in list order
+//! (under agents' views, the call policy and the entry's opt-out), and the official Python client
+//! drives the aggregate.
 //!
 //! The servers come from `.ci/install-clients.sh`; where they are missing these tests skip with a
 //! message, unless `MCP_TEST_REQUIRE_CLIENTS` is set.
@@ -835,4 +837,191 @@ fn tool_names_legacy(server: &mut StdioServer, id: u64) -> Vec<String> {
         .iter()
         .map(|t| t["name"].as_str().unwrap().to_owned())
         .collect()
+}
+
+/// The `tool_dirs` entry of the Python upstream with `FIXTURE_TAG=tag` (name `p<tag>`, prefix
+/// `<tag>_`): it serves `fixture://unlisted/<n>` and `fixture://<tag>/<n>` without listing them.
+fn tagged_entry(py: &Path, tag: &str, extra: &str) -> String {
+    format!(
+        "  - server: {{command: {}, env: {{FIXTURE_TAG: {tag}}}{extra}}}\n    name: p{tag}\n    prefix: {tag}_\n",
+        argv(&[&py.to_string_lossy(), &script().to_string_lossy()])
+    )
+}
+
+#[test]
+fn unlisted_resources_are_read_from_the_upstreams_in_order_by_the_python_client_in_both_eras() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}{}",
+        tagged_entry(&py, "a", ""),
+        tagged_entry(&py, "b", "")
+    ));
+    let target = mcp_host_tests::clients::stdio_command(&cfg);
+    for (mode, version, not_found) in [
+        ("legacy", "2025-11-25", -32002),
+        ("2026-07-28", "2026-07-28", -32602),
+    ] {
+        let r = mcp_host_tests::clients::python_report(
+            &py,
+            "upstream_unlisted_client.py",
+            mode,
+            &target,
+        );
+        assert_eq!(r["protocol_version"], version, "{r}");
+        // A tool's link to a resource its upstream does not list: the link reads.
+        assert_eq!(r["link"], "fixture://unlisted/7", "{mode}: {r}");
+        let listed: Vec<&str> = r["listed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        assert!(!listed.contains(&"fixture://unlisted/7"), "{mode}: {r}");
+        // Both upstreams serve it: the first in `tool_dirs` answers.
+        assert_eq!(r["linked"], "unlisted 7 from a", "{mode}: {r}");
+        // Only the second serves it: the first says "not found", the second answers.
+        assert_eq!(r["reads"]["fixture://b/3"], "3 from b", "{mode}: {r}");
+        // The second lists it, the first would serve it unlisted: the listed resource wins.
+        assert!(listed.contains(&"fixture://unlisted/listed-by-b"), "{r}");
+        assert_eq!(
+            r["reads"]["fixture://unlisted/listed-by-b"], "listed by b",
+            "{mode}: {r}"
+        );
+        // Nobody serves it: the usual not-found error.
+        assert_eq!(
+            r["reads"]["fixture://nobody/1"]["code"], not_found,
+            "{mode}: {r}"
+        );
+    }
+}
+
+/// Read `uri` on a 2026-07-28 request: the result's text, or the error.
+fn read_unlisted(server: &mut StdioServer, id: u64, uri: &str) -> Result<String, Value> {
+    let resp = server.call_modern(id, "resources/read", json!({ "uri": uri }));
+    match resp.get("error") {
+        Some(e) => Err(e.clone()),
+        None => Ok(resp["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{resp}"))
+            .to_owned()),
+    }
+}
+
+#[test]
+fn unlisted_reads_follow_agents_views_the_call_policy_and_the_entries_opt_out() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}{}{}\
+         agents:\n  not-b:\n    deny: [\"fixture://b/*\"]\n\
+         policy:\n  rules:\n    - name: no-nines\n      on: [resources]\n      \
+         when: \"resource.uri.startsWith('fixture://unlisted/9')\"\n      outcome: deny\n      \
+         message: \"no nines\"\n",
+        tagged_entry(&py, "a", ""),
+        tagged_entry(&py, "b", ""),
+        tagged_entry(&py, "c", ", unlisted_resources: false")
+    ));
+    let mut server = StdioServer::start(&cfg);
+    assert_eq!(
+        read_unlisted(&mut server, 1, "fixture://b/3"),
+        Ok("3 from b".into())
+    );
+    // The call policy sees the URI read, as for a listed resource.
+    let denied = read_unlisted(&mut server, 2, "fixture://unlisted/9").unwrap_err();
+    assert_eq!(denied["code"], -32602, "{denied}");
+    assert_eq!(denied["data"]["rule"], "no-nines", "{denied}");
+    assert!(
+        denied["message"].as_str().unwrap().contains("no nines"),
+        "{denied}"
+    );
+    // An entry that opted out is not asked (its listed resources are still served).
+    let opted_out = read_unlisted(&mut server, 3, "fixture://c/1").unwrap_err();
+    assert_eq!(opted_out["code"], -32602, "{opted_out}");
+    assert_eq!(opted_out["data"]["uri"], "fixture://c/1", "{opted_out}");
+    assert_eq!(
+        read_unlisted(&mut server, 4, "fixture://unlisted/listed-by-c"),
+        Ok("listed by c".into())
+    );
+    drop(server);
+
+    // An agent whose view denies the URI cannot read it, nor subscribe to it.
+    let mut agent = StdioServer::start_with(&cfg, &["--agent", "not-b"], &[]);
+    let hidden = read_unlisted(&mut agent, 1, "fixture://b/3").unwrap_err();
+    assert_eq!(hidden["code"], -32602, "{hidden}");
+    assert_eq!(
+        read_unlisted(&mut agent, 2, "fixture://unlisted/7"),
+        Ok("unlisted 7 from a".into())
+    );
+    drop(agent);
+    let mut legacy = StdioServer::start_with(&cfg, &["--agent", "not-b"], &[]);
+    legacy.initialize("2025-11-25");
+    let read = legacy.call(1, "resources/read", json!({"uri": "fixture://b/3"}));
+    assert_eq!(read["error"]["code"], -32002, "{read}");
+    let subscribed = legacy.call(2, "resources/subscribe", json!({"uri": "fixture://b/3"}));
+    assert_eq!(subscribed["error"]["code"], -32002, "{subscribed}");
+    let subscribed = legacy.call(
+        3,
+        "resources/subscribe",
+        json!({"uri": "fixture://unlisted/7"}),
+    );
+    assert!(subscribed.get("error").is_none(), "{subscribed}");
+    let read = legacy.call(4, "resources/read", json!({"uri": "fixture://unlisted/7"}));
+    assert_eq!(
+        read["result"]["contents"][0]["text"], "unlisted 7 from a",
+        "{read}"
+    );
+}
+
+#[test]
+fn an_approval_for_an_unlisted_read_is_asked_once_though_each_upstream_asked_is_policed() {
+    let Some(py) = python() else { return };
+    let l = Layout::new();
+    // A short approval timeout: a second question left unanswered refuses the read soon.
+    let cfg = l.config(&format!(
+        "tool_dirs:\n{}{}\
+         policy:\n  approval_timeout_secs: 5\n  rules:\n    - name: b-needs-a-yes\n      \
+         on: [resources]\n      when: \"resource.uri.startsWith('fixture://b/')\"\n      \
+         outcome: approve\n",
+        tagged_entry(&py, "a", ""),
+        tagged_entry(&py, "b", "")
+    ));
+    let mut legacy = StdioServer::start(&cfg);
+    let init = legacy.call(
+        "init",
+        "initialize",
+        json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": {"elicitation": {}},
+            "clientInfo": {"name": "e2e", "version": "0"},
+        }),
+    );
+    assert!(init.get("error").is_none(), "{init}");
+    legacy.send(&mcp_host_tests::serve::notification(
+        "notifications/initialized",
+        Value::Null,
+    ));
+    // Upstream `a` is policed (and asks), says not found; `b` is policed and serves it.
+    legacy.send(&request(
+        1,
+        "resources/read",
+        json!({"uri": "fixture://b/3"}),
+    ));
+    let asked = legacy.recv(WAIT).expect("the approval question");
+    assert_eq!(asked["method"], "elicitation/create", "{asked}");
+    let message = asked["params"]["message"].as_str().unwrap();
+    assert!(message.contains("fixture://b/3"), "{message}");
+    legacy.send(&json!({"jsonrpc": "2.0", "id": asked["id"],
+        "result": {"action": "accept", "content": {"approve": true}}}));
+    let (read, seen) = legacy.response_within(&json!(1), WAIT);
+    assert_eq!(
+        read["result"]["contents"][0]["text"],
+        "3 from b",
+        "{read}\n{seen:?}\n{}",
+        legacy.stderr()
+    );
+    assert!(
+        seen.iter().all(|m| m["method"] != "elicitation/create"),
+        "asked again: {seen:?}"
+    );
 }

@@ -58,7 +58,8 @@ struct Layer {
 #[derive(Debug)]
 enum ToolDirEntry {
     Path(PathBuf),
-    Detailed(DetailedToolDir),
+    /// Boxed: an entry with a `server` is far larger than a path.
+    Detailed(Box<DetailedToolDir>),
 }
 
 /// `{path, prefix?, files?, isolation?, require_signature?, pinning?, optional?}`; any other key is refused,
@@ -92,7 +93,7 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
         match Value::deserialize(deserializer)? {
             Value::String(path) => Ok(ToolDirEntry::Path(PathBuf::from(path))),
             map @ Value::Object(_) => serde_json::from_value(map)
-                .map(ToolDirEntry::Detailed)
+                .map(|d| ToolDirEntry::Detailed(Box::new(d)))
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
                 "expected a path, {{path, prefix, files, isolation, require_signature, pinning, \
@@ -728,7 +729,7 @@ fn tool_dirs(dirs: Vec<ToolDirEntry>, origin: &Origin) -> Result<Vec<ToolDir>, C
                 path: absolute(&origin.base_dir, &p),
                 ..ToolDir::default()
             }),
-            ToolDirEntry::Detailed(d) => tool_dir_entry(d, i, origin),
+            ToolDirEntry::Detailed(d) => tool_dir_entry(*d, i, origin),
         })
         .collect::<Result<_, _>>()?;
     for (i, dir) in dirs.iter().enumerate() {

@@ -144,6 +144,11 @@ pub struct UpstreamServer {
     /// ${TOOLS_TOKEN}"`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Whether a `resources/read` of a URI that nothing lists and no listed template matches is
+    /// offered to this upstream (in `tool_dirs` order, after the entries before it said "not
+    /// found"); unset is `true`. `false` keeps it to the resources it lists.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unlisted_resources: Option<bool>,
 }
 
 impl UpstreamServer {

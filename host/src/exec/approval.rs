@@ -2,7 +2,8 @@
 //! human a yes/no question naming the tool and the argument fields the rule shows — a 2026
 //! input-required round, or a 2025 `elicitation/create` request the call waits on. Only an
 //! accepted form with `approve: true` is a yes; a no, a decline, a cancel, a client without
-//! elicitation, or no answer in time is a refusal.
+//! elicitation, or no answer in time is a refusal. A question answered yes is not put again in the
+//! same request (a read offered to several upstreams is policed for each).
 //!
 //! A rule with `approver: console` asks an admin in the operator console instead, for the calls
 //! of agents nobody watches: the call waits in [`Approvals`] (this replica's) until an admin
@@ -76,6 +77,11 @@ pub async fn ask(
         return Answer::No("this connection cannot ask the client".into());
     };
     let params = question(subject, rule, shown);
+    // The same question answered yes earlier in this request is not put again.
+    let text = params["message"].as_str().unwrap_or_default().to_owned();
+    if opts.request.approved.contains(&text) {
+        return Answer::Yes;
+    }
     if !declares(channel.capabilities(), "elicitation/create", &params) {
         return Answer::No("the client does not support elicitation (form mode)".into());
     }
@@ -109,7 +115,13 @@ pub async fn ask(
         }
     };
     match answered {
-        Ok(responses) => judge(&responses["responses"][APPROVAL_KEY]),
+        Ok(responses) => {
+            let answer = judge(&responses["responses"][APPROVAL_KEY]);
+            if answer == Answer::Yes {
+                opts.request.approved.insert(text);
+            }
+            answer
+        }
         Err(InputError::Asked) => Answer::Pending,
         Err(InputError::Unsupported { .. }) => {
             Answer::No("the client does not support elicitation".into())
@@ -179,6 +191,14 @@ impl Approvals {
         opts: &CallOptions,
         timeout: Duration,
     ) -> Answer {
+        // The same question approved earlier in this request is not put again.
+        let text = question(subject, rule, shown)["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        if opts.request.approved.contains(&text) {
+            return Answer::Yes;
+        }
         let id = format!("a{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let identity = &opts.request.identity;
         let user = identity.caller.as_ref().map(|c| c.user_id.clone());
@@ -191,7 +211,7 @@ impl Approvals {
             "kind": subject.kind(),
             "name": subject.name(),
             "rule": rule,
-            "question": question(subject, rule, shown)["message"],
+            "question": text,
             "shown": shown,
             "user": user,
             "agent": identity.agent.as_ref().map(|a| a.name.clone()),
@@ -215,6 +235,9 @@ impl Approvals {
             () = opts.request.cancel.cancelled() => Answer::No("the call was cancelled".into()),
         };
         crate::plugins::lock(&self.waiting).retain(|w| w.id != id);
+        if answer == Answer::Yes {
+            opts.request.approved.insert(text);
+        }
         answer
     }
 }

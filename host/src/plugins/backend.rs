@@ -103,6 +103,13 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether a read of a URI that nothing lists (and no listed template matches) may be
+    /// offered to it: an upstream server that serves resources (unless its entry opted out);
+    /// never a plugin, which declares every resource it serves.
+    fn reads_unlisted_resources(&self) -> bool {
+        false
+    }
+
     /// Run the plugin's shutdown hook: the host retired this version and no call runs on it.
     fn shutdown(&self);
 

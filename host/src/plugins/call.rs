@@ -39,6 +39,32 @@ pub struct RequestContext {
     /// The caller's W3C trace context (the HTTP headers', else the request's `_meta`), passed on
     /// to an upstream server's requests when the host exports no spans of its own.
     pub trace: Option<TraceContext>,
+    /// The call policy's approval questions the client answered yes to during this request.
+    pub approved: Approved,
+}
+
+/// The approval questions (their text: subject, rule and shown fields) answered yes during one
+/// request: the same question is not put to the human twice in one request — a read of a URI
+/// nothing lists, offered to several upstreams, is policed for each.
+#[derive(Debug, Clone, Default)]
+pub struct Approved(Arc<std::sync::Mutex<std::collections::HashSet<String>>>);
+
+impl Approved {
+    /// Whether `question` was answered yes.
+    pub fn contains(&self, question: &str) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .contains(question)
+    }
+
+    /// `question` was answered yes.
+    pub fn insert(&self, question: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(question);
+    }
 }
 
 impl RequestContext {

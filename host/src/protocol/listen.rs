@@ -6,10 +6,9 @@ use serde_json::{Map, Value, json};
 
 use super::era::META_SERVER_INFO;
 use super::jsonrpc::{self, RpcError, response};
-use super::resources::visible;
+use super::resources::subscribable;
 use super::{Answer, Protocol, Request};
 use crate::host::Change;
-use crate::registry::Resource;
 
 const META_SUBSCRIPTION: &str = "io.modelcontextprotocol/subscriptionId";
 
@@ -38,15 +37,10 @@ pub(crate) async fn listen(protocol: &Protocol, req: &Request<'_>) -> Result<Ans
         .and_then(|n| n.get("resourceSubscriptions"))
         .and_then(Value::as_array)
     {
-        let registry = protocol.host.registry();
         let known: Vec<Value> = uris
             .iter()
             .filter_map(Value::as_str)
-            .filter(|uri| {
-                registry
-                    .resolve(uri, |r: &Resource| visible(req, &r.uri))
-                    .is_some()
-            })
+            .filter(|uri| subscribable(protocol, req, uri))
             .map(|uri| json!(uri))
             .collect();
         accepted.insert("resourceSubscriptions".into(), Value::Array(known));

@@ -1,16 +1,20 @@
 //! `resources/list`, `resources/templates/list`, `resources/read` (both eras; reads may ask the
 //! client for input) and the 2025 `resources/subscribe` / `resources/unsubscribe`. The agent's view
-//! applies to resources by URI and to templates by URI template.
+//! applies to resources by URI and to templates by URI template; a URI nothing lists goes to the
+//! upstream servers in order.
 
-use mcp_plugin_sdk::wire::CallEnvelope;
-use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+
+use mcp_plugin_sdk::wire::{CallEnvelope, CallerNeed};
+use serde_json::{Map, Value, json};
 
 use super::input::{self, Subject};
 use super::invoke::{self, Invocation};
 use super::jsonrpc::{ErrorKind, RpcError};
 use super::session::LegacySession;
 use super::{Answer, Cache, Protocol, Request, pages};
-use crate::registry::Resource;
+use crate::registry::{PluginSlot, Route};
 
 /// Whether the request's agent may see `uri` (a URI or URI template).
 pub(crate) fn visible(req: &Request<'_>, uri: &str) -> bool {
@@ -57,48 +61,105 @@ fn uri_param<'a>(req: &'a Request<'_>, method: &str) -> Result<&'a str, RpcError
         .ok_or_else(|| RpcError::invalid_params(format!("{method} needs a string \"uri\"")))
 }
 
+/// What reads a URI: a listed resource's (or template's) plugin, or an upstream offered a URI
+/// nothing lists.
+struct Reader {
+    slot: Arc<PluginSlot>,
+    index: u32,
+    variables: Map<String, Value>,
+    caller: CallerNeed,
+    timeout: Duration,
+}
+
+/// Who reads `uri` for `req`, in order: the listed resource or matching template alone, else the
+/// upstreams that read URIs nothing lists ([`crate::registry::Registry::route`]); none when
+/// nothing may serve it to this caller.
+fn readers(protocol: &Protocol, req: &Request<'_>, uri: &str) -> Vec<Reader> {
+    let registry = protocol.host.registry();
+    match registry.route(uri, |u| visible(req, u)) {
+        Route::Listed(resource, variables) => vec![Reader {
+            slot: Arc::clone(&resource.slot),
+            index: resource.index,
+            variables,
+            caller: resource.descriptor.caller,
+            timeout: resource.timeout,
+        }],
+        Route::Unlisted(upstreams) => upstreams
+            .into_iter()
+            .map(|f| Reader {
+                slot: Arc::clone(&f.slot),
+                // An upstream reads by URI: the index is not looked at.
+                index: u32::MAX,
+                variables: Map::new(),
+                caller: CallerNeed::None,
+                timeout: f.timeout,
+            })
+            .collect(),
+        Route::Hidden => Vec::new(),
+    }
+}
+
 /// `resources/read`: the resource with that URI, or the first template that matches it, read by
-/// its plugin (as the caller, when it takes one); cacheable, privately when it depends on the
-/// caller.
+/// its plugin (as the caller, when it takes one); a URI nothing lists and no template matches is
+/// offered to the upstream servers in `tool_dirs` order, the first that does not answer "not
+/// found" answering (each ask policed, counted and audited as a read of that upstream).
+/// Cacheable, privately when it depends on the caller.
 pub(crate) async fn read(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
     let uri = uri_param(req, "resources/read")?;
-    let registry = protocol.host.registry();
-    let Some((resource, variables)) = registry.resolve(uri, |r: &Resource| visible(req, &r.uri))
-    else {
+    let readers = readers(protocol, req, uri);
+    if readers.is_empty() {
         return Err(not_found(req, uri));
-    };
+    }
     let subject = Subject {
         method: "resources/read",
         name: uri,
         arguments: None,
     };
     let channel = input::channel(protocol, req, &subject)?;
-    let call = Invocation {
-        slot: &resource.slot,
-        envelope: CallEnvelope::ReadResource {
-            index: resource.index,
-            uri: uri.to_owned(),
-            variables,
-        },
-        caller: resource.descriptor.caller,
-        timeout: resource.timeout,
-        what: format!("resource {uri}"),
-        policed: Some(crate::policy::Subject::Resource { uri }),
-    };
-    let cache = if resource.descriptor.caller == mcp_plugin_sdk::wire::CallerNeed::None {
-        Cache::Yes
-    } else {
-        Cache::Private
-    };
-    let answer = match invoke::run(protocol, req, call, channel.clone()).await {
-        Ok(Some(value)) if value["contents"].as_array().is_some_and(|c| !c.is_empty()) => {
-            Ok(Answer::Result { value, cache })
+    let mut answer = Err(not_found(req, uri));
+    for reader in readers {
+        let call = Invocation {
+            slot: &reader.slot,
+            envelope: CallEnvelope::ReadResource {
+                index: reader.index,
+                uri: uri.to_owned(),
+                variables: reader.variables,
+            },
+            caller: reader.caller,
+            timeout: reader.timeout,
+            what: format!("resource {uri}"),
+            policed: Some(crate::policy::Subject::Resource { uri }),
+        };
+        let cache = if reader.caller == CallerNeed::None {
+            Cache::Yes
+        } else {
+            Cache::Private
+        };
+        match invoke::run(protocol, req, call, channel.clone()).await {
+            Ok(Some(value)) if value["contents"].as_array().is_some_and(|c| !c.is_empty()) => {
+                answer = Ok(Answer::Result { value, cache });
+                break;
+            }
+            Ok(_) => tracing::debug!(uri, plugin = reader.slot.backend.name(), "not found"),
+            Err(e) => {
+                answer = Err(e);
+                break;
+            }
         }
-        Ok(_) => Err(not_found(req, uri)),
-        Err(e) => Err(e),
-    };
+    }
     let failed = answer.is_err();
     input::finish(protocol, req, &subject, channel.as_deref(), failed, answer)
+}
+
+/// Whether `req` may subscribe to `uri`: a resource it could read, or a URI nothing lists that
+/// some upstream would be asked for (it is not read to check; updates come when the upstream
+/// sends them).
+pub(crate) fn subscribable(protocol: &Protocol, req: &Request<'_>, uri: &str) -> bool {
+    match protocol.host.registry().route(uri, |u| visible(req, u)) {
+        Route::Listed(..) => true,
+        Route::Unlisted(upstreams) => !upstreams.is_empty(),
+        Route::Hidden => false,
+    }
 }
 
 /// `resources/subscribe` (2025): updates of a served URI go to this session from now on.
@@ -108,11 +169,7 @@ pub(crate) fn subscribe(
     session: &LegacySession,
 ) -> Result<Answer, RpcError> {
     let uri = uri_param(req, "resources/subscribe")?;
-    let registry = protocol.host.registry();
-    if registry
-        .resolve(uri, |r: &Resource| visible(req, &r.uri))
-        .is_none()
-    {
+    if !subscribable(protocol, req, uri) {
         return Err(not_found(req, uri));
     }
     session.subscribe(uri);

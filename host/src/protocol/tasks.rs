@@ -415,6 +415,7 @@ fn launch(
         quota_key: Some(Arc::from(task.quota_key.as_str())),
         cancel: cancel.clone(),
         trace: None,
+        approved: Default::default(),
     });
     let opts = CallOptions {
         request,

@@ -141,6 +141,28 @@ impl std::fmt::Debug for Resource {
     }
 }
 
+/// An upstream server a read of a URI nothing lists is offered to.
+#[derive(Debug, Clone)]
+pub struct Fallback {
+    /// The upstream.
+    pub slot: Arc<PluginSlot>,
+    /// How long a read may run (the upstream's `timeout_secs`, else the global one).
+    pub timeout: Duration,
+}
+
+/// Where a read of a URI goes ([`Registry::route`]).
+#[derive(Debug)]
+pub enum Route<'a> {
+    /// A listed resource, or the first visible listed template that matches (with its
+    /// variables).
+    Listed(Arc<Resource>, Map<String, Value>),
+    /// Nothing lists it and no listed template matches: the upstreams to offer it to, in order
+    /// (none when no upstream reads unlisted URIs, or the caller may not see the URI).
+    Unlisted(Vec<&'a Fallback>),
+    /// It is listed (or a listed template matches it) but not for this caller: not found.
+    Hidden,
+}
+
 /// A prompt a plugin serves.
 pub struct Prompt {
     /// The name clients use (prefixes applied).
@@ -390,6 +412,11 @@ pub struct Registry {
     templates: BTreeMap<String, Arc<Resource>>,
     template_order: Vec<Arc<Resource>>,
     prompts: BTreeMap<String, Arc<Prompt>>,
+    /// The upstream servers a read of a URI nothing lists is offered to, in `tool_dirs` order.
+    fallbacks: Vec<Fallback>,
+    /// Resources and templates held by pinning: not served, and not offered to upstreams as
+    /// unlisted either.
+    withheld: Vec<Arc<Resource>>,
     /// Every discovered tool and failed file, in discovery order.
     pub entries: Vec<Entry>,
     /// The plugins loaded, in discovery order.
@@ -633,10 +660,10 @@ impl Registry {
                 self.tools.remove(name);
             }
             Kind::Resource => {
-                self.resources.remove(name);
+                self.withheld.extend(self.resources.remove(name));
             }
             Kind::ResourceTemplate => {
-                self.templates.remove(name);
+                self.withheld.extend(self.templates.remove(name));
                 self.template_order.retain(|t| t.uri != name);
             }
             Kind::Prompt => {
@@ -737,6 +764,12 @@ impl Registry {
         match quarantined {
             Some(why) => self.add_quarantined(&slot, &why),
             None => {
+                if slot.candidate.upstream.is_some() {
+                    self.fallbacks.push(Fallback {
+                        slot: Arc::clone(&slot),
+                        timeout: secs(timeout_of("", None, &settings, global)),
+                    });
+                }
                 self.add_resources(&slot, &settings, global, winners, log_tools);
                 self.add_prompts(&slot, &settings, global, winners, log_tools);
             }
@@ -982,6 +1015,36 @@ impl Registry {
                 let vars = t.template.as_ref()?.matches(uri)?;
                 Some((Arc::clone(t), vars))
             })
+    }
+
+    /// Where a read of `uri` goes for a caller who may see the URIs (and URI templates)
+    /// `visible` accepts: what [`Registry::resolve`] finds; else, when nothing lists the URI and
+    /// no listed template matches it (whoever may see them; pinning's held ones too), the
+    /// upstreams that read unlisted URIs, in `tool_dirs` order — none for a URI the caller may
+    /// not see or that is not an absolute URI.
+    pub fn route(&self, uri: &str, visible: impl Fn(&str) -> bool) -> Route<'_> {
+        if let Some((resource, variables)) = self.resolve(uri, |r| visible(&r.uri)) {
+            return Route::Listed(resource, variables);
+        }
+        let matches = |r: &Arc<Resource>| match &r.template {
+            Some(template) => template.matches(uri).is_some(),
+            None => r.uri == uri,
+        };
+        let listed = self.resources.contains_key(uri)
+            || self.template_order.iter().any(matches)
+            || self.withheld.iter().any(matches);
+        if listed {
+            return Route::Hidden;
+        }
+        if !visible(uri) || !is_valid_uri(uri) {
+            return Route::Unlisted(Vec::new());
+        }
+        Route::Unlisted(
+            self.fallbacks
+                .iter()
+                .filter(|f| f.slot.backend.reads_unlisted_resources())
+                .collect(),
+        )
     }
 
     /// The prompt called `name`, if it is served.

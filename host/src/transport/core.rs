@@ -254,6 +254,7 @@ impl Core {
                         .and_then(|h| h.trace_context.as_ref()),
                     &params,
                 ),
+                approved: Default::default(),
             }),
             notifier,
             cache_private: origin.cache_private,

@@ -711,6 +711,20 @@ impl Link {
         lock(&self.latest).clone()
     }
 
+    /// Whether the upstream says it serves resources: its session's `resources` capability
+    /// (while no session runs — starting or restarting — it is assumed to, and a read answered
+    /// "method not found" counts as "not found").
+    pub(crate) fn advertises_resources(&self) -> bool {
+        match &lock(&self.state).current {
+            Current::Running(session) => session
+                .peer
+                .peer_info()
+                .is_none_or(|info| info.capabilities.resources.is_some()),
+            Current::Quarantined(_) | Current::Retired => false,
+            Current::Starting | Current::Restarting => true,
+        }
+    }
+
     /// Why it is withdrawn, when it is.
     pub(crate) fn quarantined(&self) -> Option<String> {
         match &lock(&self.state).current {

@@ -86,6 +86,8 @@ pub(crate) struct Upstream {
     build: BuildInfo,
     manifest: Arc<Manifest>,
     link: Arc<Link>,
+    /// Whether reads of URIs nothing lists may be offered to it (`server.unlisted_resources`).
+    unlisted: bool,
     /// Whether this version's [`Link`] is retired with it (not when a successor took it over).
     owns_link: std::sync::atomic::AtomicBool,
 }
@@ -136,6 +138,7 @@ pub(crate) fn start(
         build,
         manifest: Arc::new(manifest),
         link,
+        unlisted: entry.server.unlisted_resources != Some(false),
         owns_link: std::sync::atomic::AtomicBool::new(true),
     })
 }
@@ -423,18 +426,25 @@ async fn envelope_outcome(
             EnvelopeOutcome::Ok(value)
         }
         Err(Unanswered::Failed(Failure::Rpc(code, message))) => {
-            let kind = match code {
-                ErrorCode::RESOURCE_NOT_FOUND => EnvelopeErrorKind::NotFound,
-                ErrorCode::INVALID_PARAMS if what == "resources/read" => {
-                    EnvelopeErrorKind::NotFound
-                }
-                ErrorCode::INVALID_PARAMS => EnvelopeErrorKind::Invalid,
-                _ => EnvelopeErrorKind::Failed,
-            };
-            failed(kind, message)
+            failed(error_kind(what, code), message)
         }
         Err(Unanswered::Failed(e)) => failed(EnvelopeErrorKind::Failed, e.to_string()),
         Err(Unanswered::Asked(why)) => failed(EnvelopeErrorKind::Failed, why),
+    }
+}
+
+/// What an upstream's JSON-RPC error `code` to `method` means to the host. "Not found" —
+/// which decides whether a read of a URI nothing lists goes on to the next upstream — is
+/// -32002, or for `resources/read` the invalid-params error some SDKs send for an unknown URI
+/// (the Python SDK's) and "method not found" (a server without resources).
+fn error_kind(method: &str, code: ErrorCode) -> EnvelopeErrorKind {
+    match code {
+        ErrorCode::RESOURCE_NOT_FOUND => EnvelopeErrorKind::NotFound,
+        ErrorCode::INVALID_PARAMS | ErrorCode::METHOD_NOT_FOUND if method == "resources/read" => {
+            EnvelopeErrorKind::NotFound
+        }
+        ErrorCode::INVALID_PARAMS => EnvelopeErrorKind::Invalid,
+        _ => EnvelopeErrorKind::Failed,
     }
 }
 
@@ -575,6 +585,10 @@ impl PluginBackend for Upstream {
         self.link.quarantined()
     }
 
+    fn reads_unlisted_resources(&self) -> bool {
+        self.unlisted && self.link.advertises_resources()
+    }
+
     fn shutdown(&self) {
         if self.owns_link.load(std::sync::atomic::Ordering::Acquire) {
             self.link.retire();
@@ -596,7 +610,31 @@ impl PluginBackend for Upstream {
             },
             manifest: Arc::new(latest),
             link: Arc::clone(&self.link),
+            unlisted: self.unlisted,
             owns_link: std::sync::atomic::AtomicBool::new(true),
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_upstreams_not_found_answers_to_a_read_are_told_apart_from_its_failures() {
+        use EnvelopeErrorKind::{Failed, Invalid, NotFound};
+        let read = "resources/read";
+        assert_eq!(error_kind(read, ErrorCode::RESOURCE_NOT_FOUND), NotFound);
+        assert_eq!(error_kind(read, ErrorCode::INVALID_PARAMS), NotFound);
+        assert_eq!(error_kind(read, ErrorCode::METHOD_NOT_FOUND), NotFound);
+        assert_eq!(error_kind(read, ErrorCode::INTERNAL_ERROR), Failed);
+        assert_eq!(
+            error_kind("prompts/get", ErrorCode::INVALID_PARAMS),
+            Invalid
+        );
+        assert_eq!(
+            error_kind("prompts/get", ErrorCode::METHOD_NOT_FOUND),
+            Failed
+        );
     }
 }

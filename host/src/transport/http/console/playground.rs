@@ -65,6 +65,7 @@ pub(super) async fn rpc(
             identity,
             cancel: CancelFlag::new(),
             trace: None,
+            approved: Default::default(),
         }),
         cache_private: true,
         ..Exchange::default()
