@@ -711,13 +711,9 @@ fn a_client_without_the_capability_gets_an_error_not_a_hang() {
     assert!(error.to_string().contains("elicitation"), "{resp}");
 }
 
-/// A 2025 session (declaring elicitation) with the host serving `entry` as `ev_`, once the
-/// upstream's elicitation tool is served.
-fn session_asking_everything(l: &Layout, entry: &str) -> StdioServer {
-    let cfg = l.config(&format!(
-        "tool_dirs:\n  - server: {entry}\n    name: everything\n    prefix: ev_\n"
-    ));
-    let mut server = StdioServer::start(&cfg);
+/// A host serving `cfg` over stdio, in a 2025-11-25 session whose client declares elicitation.
+fn eliciting_session(cfg: &Path) -> StdioServer {
+    let mut server = StdioServer::start(cfg);
     let init = server.call(
         "init",
         "initialize",
@@ -732,6 +728,16 @@ fn session_asking_everything(l: &Layout, entry: &str) -> StdioServer {
         "notifications/initialized",
         Value::Null,
     ));
+    server
+}
+
+/// A 2025 session (declaring elicitation) with the host serving `entry` as `ev_`, once the
+/// upstream's elicitation tool is served.
+fn session_asking_everything(l: &Layout, entry: &str) -> StdioServer {
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {entry}\n    name: everything\n    prefix: ev_\n"
+    ));
+    let mut server = eliciting_session(&cfg);
     let deadline = Instant::now() + WAIT;
     let mut id = 100;
     while !tool_names_legacy(&mut server, id).contains(&"ev_trigger-elicitation-request".to_owned())
@@ -986,21 +992,7 @@ fn an_approval_for_an_unlisted_read_is_asked_once_though_each_upstream_asked_is_
         tagged_entry(&py, "a", ""),
         tagged_entry(&py, "b", "")
     ));
-    let mut legacy = StdioServer::start(&cfg);
-    let init = legacy.call(
-        "init",
-        "initialize",
-        json!({
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "e2e", "version": "0"},
-        }),
-    );
-    assert!(init.get("error").is_none(), "{init}");
-    legacy.send(&mcp_host_tests::serve::notification(
-        "notifications/initialized",
-        Value::Null,
-    ));
+    let mut legacy = eliciting_session(&cfg);
     // Upstream `a` is policed (and asks), says not found; `b` is policed and serves it.
     legacy.send(&request(
         1,

@@ -64,6 +64,13 @@ pub fn question(subject: &Subject<'_>, rule: &str, shown: &Map<String, Value>) -
     })
 }
 
+/// The text of question `params`, which keys the request's record of approvals: `None` when the
+/// same question was answered yes earlier in this request (it is not put again).
+fn unasked(params: &Value, opts: &CallOptions) -> Option<String> {
+    let text = params["message"].as_str().unwrap_or_default();
+    (!opts.request.approved.contains(text)).then(|| text.to_owned())
+}
+
 /// Ask the caller's client to approve `subject` (rule `rule`, showing `shown`), waiting at most
 /// `timeout` for a 2025 client's answer.
 pub async fn ask(
@@ -77,11 +84,9 @@ pub async fn ask(
         return Answer::No("this connection cannot ask the client".into());
     };
     let params = question(subject, rule, shown);
-    // The same question answered yes earlier in this request is not put again.
-    let text = params["message"].as_str().unwrap_or_default().to_owned();
-    if opts.request.approved.contains(&text) {
+    let Some(text) = unasked(&params, opts) else {
         return Answer::Yes;
-    }
+    };
     if !declares(channel.capabilities(), "elicitation/create", &params) {
         return Answer::No("the client does not support elicitation (form mode)".into());
     }
@@ -191,14 +196,9 @@ impl Approvals {
         opts: &CallOptions,
         timeout: Duration,
     ) -> Answer {
-        // The same question approved earlier in this request is not put again.
-        let text = question(subject, rule, shown)["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_owned();
-        if opts.request.approved.contains(&text) {
+        let Some(text) = unasked(&question(subject, rule, shown), opts) else {
             return Answer::Yes;
-        }
+        };
         let id = format!("a{}", self.next.fetch_add(1, Ordering::Relaxed) + 1);
         let identity = &opts.request.identity;
         let user = identity.caller.as_ref().map(|c| c.user_id.clone());
