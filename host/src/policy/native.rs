@@ -962,6 +962,13 @@ mod tests {
         "args.items.exists(x, x.a == 1 || has(x.k))",
         "args.items.exists(x, args.items.all(y, x == y))",
         "caller.claims.roles.exists(r, r == caller.user) || args.m.exists_one(k, size(k) == 1)",
+        "args.id * 4611686018427387904 > 0",
+        "args.id / args.n == 0",
+        "(args.id - 3) % 2 == -1",
+        "-(args.id - 9223372036854775807 - 1) > 0",
+        "string(args.id) == '1'",
+        "int(args.text) == 1",
+        "args.id != args.n",
     ];
 
     fn value() -> impl Strategy<Value = Value> {
@@ -969,7 +976,7 @@ mod tests {
             1 => Just(Value::Null),
             1 => any::<bool>().prop_map(Value::from),
             4 => (0i64..5).prop_map(Value::from),
-            3 => prop::sample::select(&["", "a", "x", "é", "admin", "ana", "k"][..])
+            3 => prop::sample::select(&["", "a", "x", "é", "admin", "ana", "k", "1", "1.5"][..])
                 .prop_map(Value::from),
             1 => prop::sample::select(&[1.0, 3.0, 7.5][..]).prop_map(Value::from),
             1 => Just(Value::from(u64::MAX)),
