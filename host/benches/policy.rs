@@ -4,8 +4,9 @@
 //! them; none matches the call measured, so every rule is tried (the worst case for a call that is
 //! allowed) — three in four evaluated, the fourth, naming another agent (`caller.agent == …`),
 //! skipped by the agent index — and a second row has the last rule match. Those rules compare
-//! fields with literals, which the policy decides without `cel`'s interpreter; a last row has ten
-//! rules only the interpreter evaluates (a conversion, a comprehension, arithmetic).
+//! fields with literals; two rows have rules that convert (`string()`), iterate (`exists`) and
+//! compute (`+`), which needed the interpreter before the policy decided them too; a last row has
+//! ten rules only the interpreter evaluates (a `double()` conversion).
 //!
 //! Run: `cargo bench -p mcp-host --bench policy`. Prints a Markdown table (median of 7 batches per
 //! row); docs/performance.md quotes it. Target (issue 39): under 2 µs for 10 rules.
@@ -37,9 +38,11 @@ enum Shape {
     /// None names a tool: each is tried for the call (argument sizes, the agent, claims, argument
     /// values — comparisons with literals), none matching.
     ThisCall,
-    /// As `ThisCall`, in shapes only `cel`'s interpreter evaluates (conversions, comprehensions,
-    /// arithmetic).
+    /// As `ThisCall`, with conversions, comprehensions and arithmetic (decided without the
+    /// interpreter since they are).
     Interpreted,
+    /// As `ThisCall`, in a shape only `cel`'s interpreter evaluates (`double()`).
+    Double,
 }
 
 /// `count` rules of `shape`, as operators write them. `last_matches`: the last rule matches the
@@ -68,6 +71,7 @@ fn rules(count: usize, shape: Shape, last_matches: bool) -> PolicySettings {
             }
             (Shape::Interpreted, 2) => format!("args.text + '_' == 'rule_{i}'"),
             (Shape::Interpreted, _) => format!("has(args.id) && args.id + {i} == 0"),
+            (Shape::Double, _) => format!("double(args.id) > {}.5", 1_000 + i),
         };
         rules.push(
             json!({"name": format!("rule-{i}"), "when": when, "outcome": "deny", "message": "no"}),
@@ -120,6 +124,8 @@ fn main() {
         (10, Shape::ThisCall, true),
         (100, Shape::ThisCall, false),
         (10, Shape::Interpreted, false),
+        (100, Shape::Interpreted, false),
+        (10, Shape::Double, false),
     ];
     let only: Option<usize> = std::env::var("POLICY_BENCH_ROW")
         .ok()
@@ -142,7 +148,8 @@ fn main() {
             _ if count == 0 => "-",
             Shape::OtherTools => "other tools (skipped by name)",
             Shape::ThisCall => "this call (none names its tool)",
-            Shape::Interpreted => "this call, through `cel` (conversions, comprehensions)",
+            Shape::Interpreted => "this call (conversions, comprehensions, arithmetic)",
+            Shape::Double => "this call, through `cel` (`double()`)",
         };
         let iterations = fixed.unwrap_or(if count >= 100 { 2_000 } else { 20_000 });
         let ns = per_decision(&policy, &facts, iterations);

@@ -35,10 +35,14 @@
 //! - Isolated: the echo fixture in a worker process (`isolation: process`, then `sandbox`) beside the
 //!   same fixture in-process, HTTP rounds alternating the three servers, then stdio one at a time;
 //!   server CPU counts the host and its workers, and the worker's RSS is reported.
+//! - Instructions: per stdio and per HTTP `tools/call` (callgrind), host against the bare echoes.
+//! - Policy: instructions per stdio `tools/call` (callgrind) with no policy, then 10 and 100 rules
+//!   the call is tried against (none matching): what the call policy adds to a call, issue 39's
+//!   target being under 2 µs for 10 rules (`MCP_BENCH_ONLY=policy`).
 //!
 //! Environment: `MCP_BENCH_ROUNDS` (HTTP rounds per server, default 2), `MCP_BENCH_SECS` (measuring
 //! window per HTTP round / stdio phase, default 5 / 3), `MCP_BENCH_ONLY` (comma-separated sections:
-//! `http`, `stdio`, `cold`, `isolated`, `instructions`; default all), `MCP_BENCH_PROFILE` (the cargo
+//! `http`, `stdio`, `cold`, `isolated`, `instructions`, `policy`; default all), `MCP_BENCH_PROFILE` (the cargo
 //! profile to build: `release` by default, `dist` for the deployment build),
 //! `MCP_BENCH_MAX_STDIO_RATIO` / `MCP_BENCH_MAX_HTTP_RATIO` (the instruction guard: fail when a
 //! call's instructions exceed the bare echo's by more), `MCP_BENCH_HOST_EXE` (benchmark this
@@ -1142,6 +1146,95 @@ fn bench_instructions(env: &Env, rows: &mut Vec<String>) {
     guard("MCP_BENCH_MAX_HTTP_RATIO", "HTTP", host, bare);
 }
 
+/// Rules of a policy row of [`bench_policy`]: the stdio echo's call (`{"text": "hello"}`, no
+/// caller claims) is tried against every rule and none matches.
+#[derive(Clone, Copy)]
+enum PolicyRules {
+    /// Sizes, the agent, claims and argument values compared with literals.
+    Literals,
+    /// Conversions, a comprehension over the arguments, string and integer arithmetic.
+    Computed,
+    /// A shape only `cel`'s interpreter evaluates (a `double()` conversion).
+    Interpreted,
+}
+
+/// `count` rules of `shape` as the configuration's `policy.rules` (JSON, which YAML reads).
+fn policy_rules(count: usize, shape: PolicyRules) -> String {
+    let rules: Vec<Value> = (0..count)
+        .map(|i| {
+            let when = match (shape, i % 4) {
+                (PolicyRules::Literals, 0) => format!("size(args.text) > {}", 100_000 + i),
+                (PolicyRules::Literals, 1) => format!("caller.agent == 'agent_{i}'"),
+                (PolicyRules::Literals, 2) => {
+                    format!("has(caller.claims.roles) && 'role_{i}' in caller.claims.roles")
+                }
+                (PolicyRules::Literals, _) => format!("has(args.id) && args.id == {}", 1_000 + i),
+                (PolicyRules::Computed, 0) => format!("string(size(args.text)) == 'rule_{i}'"),
+                (PolicyRules::Computed, 1) => format!("args.exists(k, k == 'key_{i}')"),
+                (PolicyRules::Computed, 2) => format!("args.text + '_' == 'rule_{i}'"),
+                (PolicyRules::Computed, _) => format!("size(args.text) * 2 + {i} > 100000"),
+                (PolicyRules::Interpreted, _) => {
+                    format!("double(size(args.text)) > {}.5", 100_000 + i)
+                }
+            };
+            json!({"name": format!("rule-{i}"), "when": when, "outcome": "deny"})
+        })
+        .collect();
+    serde_json::to_string(&rules).unwrap()
+}
+
+/// 7: what the call policy adds to a `tools/call`: instructions per stdio call of `echo` (as in
+/// section 6) with no policy, then with 10 and 100 rules of each [`PolicyRules`] shape that the
+/// call is tried against, none matching (the worst case for an allowed call).
+fn bench_policy(env: &Env, rows: &mut Vec<String>) {
+    if Command::new("valgrind").arg("--version").output().is_err() {
+        eprintln!("policy: skipped (valgrind is not installed)");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let per_request = |config: &str, name: &str| {
+        let args = ["--config", config, "serve", "--stdio", "--no-watch"];
+        let counted = counted();
+        let short = stdio_instructions(&env.exe, &args, counted, &dir.path().join(name));
+        let long = stdio_instructions(&env.exe, &args, 5 * counted, &dir.path().join(name));
+        (long - short) as f64 / (4 * counted) as f64
+    };
+    let none = per_request(&env.echo_config, "none");
+    rows.push(format!(
+        "| instructions per stdio `tools/call` echo, no policy (callgrind) | {:.1}k | | |",
+        none / 1e3
+    ));
+    let base = std::fs::read_to_string(&env.echo_config).unwrap();
+    let cases = [
+        (10, PolicyRules::Literals, "fields compared with literals"),
+        (100, PolicyRules::Literals, "fields compared with literals"),
+        (
+            10,
+            PolicyRules::Computed,
+            "conversions, `exists`, arithmetic",
+        ),
+        (
+            100,
+            PolicyRules::Computed,
+            "conversions, `exists`, arithmetic",
+        ),
+        (10, PolicyRules::Interpreted, "`double()`: through `cel`"),
+    ];
+    for (count, shape, what) in cases {
+        let config = dir
+            .path()
+            .join(format!("policy-{count}-{}.yaml", what.len()));
+        let text = format!("{base}policy:\n  rules: {}\n", policy_rules(count, shape));
+        std::fs::write(&config, text).unwrap();
+        let with = per_request(config.to_str().unwrap(), "policy");
+        rows.push(format!(
+            "| instructions per stdio `tools/call` echo, {count} policy rules tried ({what}) | {:.1}k ({:+.1}k over no policy) | | |",
+            with / 1e3,
+            (with - none) / 1e3
+        ));
+    }
+}
+
 /// The speed guard (`.ci/run`): with the variable `var` set to a ratio, fail the run
 /// when the host's instructions per call exceed the bare echo's by more than it. Counts, not
 /// clocks: they do not move with the machine's load.
@@ -1322,6 +1415,9 @@ fn main() {
         }
         if wanted("instructions") {
             bench_instructions(&env, &mut rows);
+        }
+        if wanted("policy") {
+            bench_policy(&env, &mut rows);
         }
         all.push(rows);
     }

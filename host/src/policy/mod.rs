@@ -1175,7 +1175,8 @@ mod tests {
             serde_json::from_value(json!({"sub": "ana", "roles": ["admin"]})).expect("claims");
         let annotations = json!({"destructiveHint": false});
         let full = json!({"text": "hello", "id": 7, "items": ["x", "y"], "flag": true,
-                          "mixed": [1, "a"], "f": 1.0, "big": u64::MAX, "u": "é", "n": null});
+                          "mixed": [1, "a"], "f": 1.0, "big": u64::MAX, "u": "é", "n": null,
+                          "g": 7.0, "num": "12", "frac": "1.5"});
         let other = json!({"text": "héllo wörld", "id": 1, "items": [], "flag": false});
         let (empty, odd) = (json!({}), json!({"id": 7.5, "text": 3}));
         let requests = [
@@ -1239,6 +1240,36 @@ mod tests {
             "size(args.u) == 1 && args.n == null",
             "false || size(args.text) > 1",
             "args.items.exists(i, i == 'x') && args.id == 7",
+            "string(args.id) == '7' || string(args.flag) == 'false'",
+            "string(args.text) + '!' == 'hello!' || string(args.big) == '18446744073709551615'",
+            "string(args.f) == '1' || string(args.n) == 'null'",
+            "int(args.text) > 0 || int(string(args.id)) == args.id",
+            "int('12') + args.id == 19 && int(args.big) > 0",
+            "args.id + 1 > 7 && args.id * 2 <= 14",
+            "args.id - 8 < 0 || args.id / 2 == 3 || args.id % 4 == 3",
+            "args.id / 0 == 1 || args.id % 0 == 1 || false",
+            "args.id * 9223372036854775807 > 0 || -args.id < -5",
+            "size(args.items) * 2 <= 100 && size(args.text + 'x') > 5",
+            "args.items.exists(i, i == 'x')",
+            "args.items.all(i, i.startsWith('x') || i == 'y')",
+            "args.items.exists_one(i, i in ['x', 'z'])",
+            "args.mixed.exists(m, m == 1) || args.mixed.exists_one(m, m > 0)",
+            "args.mixed.all(m, m == 1)",
+            "caller.claims.exists(k, k == 'sub') && caller.claims.all(k, size(k) > 2)",
+            "caller.claims.roles.exists(r, r == 'admin') && args.items.all(x, args.text != x)",
+            "args.items.exists(x, args.items.exists(y, x != y))",
+            "args.items.exists(x, args.items.exists(x, x == 'y'))",
+            "args.text.exists(c, c == 'h') || args.n.all(x, x)",
+            "args.items.all(x, x > 'w') && tool.name < 'f' && args.text >= 'h'",
+            "args.f + 1 > 1 || args.big - 1 > 1 || args.u + args.id == 'é'",
+            "args.id * 4611686018427387904 > 0",
+            "args.id / 0 == 0",
+            "(args.id - 10) % 4 == -3",
+            "-(-9223372036854775807 - args.id) > 0",
+            "string(args.f) == '1.0'",
+            "int(args.frac) == 1",
+            "int(args.num) + 1 == 13",
+            "args.id != args.g",
         ];
         let (mut yes, mut no, mut open) = (0, 0, 0);
         on_four_requests(&whens, |when, facts, policy| {
@@ -1260,7 +1291,9 @@ mod tests {
                 "{when} on {facts:?}"
             );
         });
-        assert!(yes > 20 && no > 20 && open > 20, "{yes} {no} {open}");
+        // Every decided answer was the interpreter's; these pin how many there are, so a check
+        // that stops deciding a shape fails here too.
+        assert_eq!((yes, no, open), (58, 41, 129));
     }
 
     #[test]
