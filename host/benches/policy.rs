@@ -5,8 +5,9 @@
 //! allowed) — three in four evaluated, the fourth, naming another agent (`caller.agent == …`),
 //! skipped by the agent index — and a second row has the last rule match. Those rules compare
 //! fields with literals; two rows have rules that convert (`string()`), iterate (`exists`) and
-//! compute (`+`), which needed the interpreter before the policy decided them too; a last row has
-//! ten rules only the interpreter evaluates (a `double()` conversion).
+//! compute (`+`), which needed the interpreter before the policy decided them too; a row has ten
+//! rules comparing doubles (`double()`) or choosing with a conditional (`? :`), decided the same
+//! way; a last row has ten rules only the interpreter evaluates (a `map` macro).
 //!
 //! Run: `cargo bench -p mcp-host --bench policy`. Prints a Markdown table (median of 7 batches per
 //! row); docs/performance.md quotes it. Target (issue 39): under 2 µs for 10 rules.
@@ -41,8 +42,10 @@ enum Shape {
     /// As `ThisCall`, with conversions, comprehensions and arithmetic (decided without the
     /// interpreter since they are).
     Interpreted,
-    /// As `ThisCall`, in a shape only `cel`'s interpreter evaluates (`double()`).
+    /// As `ThisCall`, comparing doubles (`double()`) or choosing with a conditional.
     Double,
+    /// As `ThisCall`, in a shape only `cel`'s interpreter evaluates (`map`).
+    Mapped,
 }
 
 /// `count` rules of `shape`, as operators write them. `last_matches`: the last rule matches the
@@ -71,7 +74,9 @@ fn rules(count: usize, shape: Shape, last_matches: bool) -> PolicySettings {
             }
             (Shape::Interpreted, 2) => format!("args.text + '_' == 'rule_{i}'"),
             (Shape::Interpreted, _) => format!("has(args.id) && args.id + {i} == 0"),
-            (Shape::Double, _) => format!("double(args.id) > {}.5", 1_000 + i),
+            (Shape::Double, 0) => format!("double(args.id) > {}.5", 1_000 + i),
+            (Shape::Double, _) => format!("(has(args.id) ? args.id : 0) == {}", 1_000 + i),
+            (Shape::Mapped, _) => format!("args.map(k, k + '_').size() == {}", 1_000 + i),
         };
         rules.push(
             json!({"name": format!("rule-{i}"), "when": when, "outcome": "deny", "message": "no"}),
@@ -126,6 +131,7 @@ fn main() {
         (10, Shape::Interpreted, false),
         (100, Shape::Interpreted, false),
         (10, Shape::Double, false),
+        (10, Shape::Mapped, false),
     ];
     let only: Option<usize> = std::env::var("POLICY_BENCH_ROW")
         .ok()
@@ -149,7 +155,8 @@ fn main() {
             Shape::OtherTools => "other tools (skipped by name)",
             Shape::ThisCall => "this call (none names its tool)",
             Shape::Interpreted => "this call (conversions, comprehensions, arithmetic)",
-            Shape::Double => "this call, through `cel` (`double()`)",
+            Shape::Double => "this call (`double()` compared, `? :`)",
+            Shape::Mapped => "this call, through `cel` (`map`)",
         };
         let iterations = fixed.unwrap_or(if count >= 100 { 2_000 } else { 20_000 });
         let ns = per_decision(&policy, &facts, iterations);

@@ -1154,7 +1154,9 @@ enum PolicyRules {
     Literals,
     /// Conversions, a comprehension over the arguments, string and integer arithmetic.
     Computed,
-    /// A shape only `cel`'s interpreter evaluates (a `double()` conversion).
+    /// Doubles compared (`double()`), values chosen by a conditional (`? :`).
+    Doubles,
+    /// A shape only `cel`'s interpreter evaluates (a `map` macro).
     Interpreted,
 }
 
@@ -1173,8 +1175,14 @@ fn policy_rules(count: usize, shape: PolicyRules) -> String {
                 (PolicyRules::Computed, 1) => format!("args.exists(k, k == 'key_{i}')"),
                 (PolicyRules::Computed, 2) => format!("args.text + '_' == 'rule_{i}'"),
                 (PolicyRules::Computed, _) => format!("size(args.text) * 2 + {i} > 100000"),
-                (PolicyRules::Interpreted, _) => {
+                (PolicyRules::Doubles, 0 | 2) => {
                     format!("double(size(args.text)) > {}.5", 100_000 + i)
+                }
+                (PolicyRules::Doubles, _) => {
+                    format!("(size(args.text) > 3 ? args.text : 'short') == 'rule_{i}'")
+                }
+                (PolicyRules::Interpreted, _) => {
+                    format!("args.map(k, k + '_').size() == {}", 1_000 + i)
                 }
             };
             json!({"name": format!("rule-{i}"), "when": when, "outcome": "deny"})
@@ -1218,7 +1226,8 @@ fn bench_policy(env: &Env, rows: &mut Vec<String>) {
             PolicyRules::Computed,
             "conversions, `exists`, arithmetic",
         ),
-        (10, PolicyRules::Interpreted, "`double()`: through `cel`"),
+        (10, PolicyRules::Doubles, "`double()` compared, `? :`"),
+        (10, PolicyRules::Interpreted, "`map`: through `cel`"),
     ];
     for (count, shape, what) in cases {
         let config = dir

@@ -1270,6 +1270,16 @@ mod tests {
             "int(args.frac) == 1",
             "int(args.num) + 1 == 13",
             "args.id != args.g",
+            "args.f > 0.5",
+            "args.f == 1",
+            "0.5 >= args.f",
+            "double(args.id) == 7.0",
+            "double(args.id) >= args.f",
+            "double(args.f) != 1.0",
+            "double(args.num) > 1.0",
+            "(args.id > 5 ? args.text : 'short') == 'hello'",
+            "(has(args.nope) ? args.nope : args.id) == 7",
+            "(args.num ? 1 : 2) == 1",
         ];
         let (mut yes, mut no, mut open) = (0, 0, 0);
         on_four_requests(&whens, |when, facts, policy| {
@@ -1293,7 +1303,7 @@ mod tests {
         });
         // Every decided answer was the interpreter's; these pin how many there are, so a check
         // that stops deciding a shape fails here too.
-        assert_eq!((yes, no, open), (58, 41, 129));
+        assert_eq!((yes, no, open), (63, 47, 158));
     }
 
     #[test]

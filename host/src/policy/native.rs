@@ -3,8 +3,10 @@
 //! `'admin' in caller.claims.roles`, `has(args.id)`, `tool.name in ['a', 'b']`,
 //! `resource.uri.startsWith('x://')`, `args.text.matches('^[a-z]+$')`), comparisons of integer
 //! arithmetic, string concatenation and the conversions `string()`/`int()`
-//! (`args.a + args.b > 10`, `string(args.id) == '7'`), and the macros `exists`, `all` and
-//! `exists_one` over a list or a map field whose predicate is itself decided here — joined with
+//! (`args.a + args.b > 10`, `string(args.id) == '7'`), doubles compared with doubles
+//! (`args.amount > 100.0`, `double(args.n) <= 2.5`), conditionals whose condition is decided here
+//! (`(has(args.to) ? args.to : '') == 'all'`), and the macros `exists`, `all` and `exists_one`
+//! over a list or a map field whose predicate is itself decided here — joined with
 //! `&&`, `||` and `!`, read from the compiled expression and evaluated on the call's own JSON (a
 //! `matches` pattern compiled once, with the `regex` crate `cel` uses, rather than at every
 //! evaluation).
@@ -12,7 +14,8 @@
 //! A [`Check`] answers `Some(bool)` only where CEL's answer is that bool, and `None` — "ask the
 //! interpreter" — wherever the value could be anything else: an error (a missing field, a type
 //! the operator does not take, an overflow, a division by zero, a string `int()` cannot parse),
-//! another type (a double, a large unsigned number, a list of mixed values), or a shape it does
+//! another type (an integer against a double, a `NaN`, a large unsigned number, a list of mixed
+//! values), or a shape it does
 //! not know. `&&` and `||` follow CEL's commutative logic: `false && x` is false and `true || x`
 //! true whatever `x` is, error included, so one decided side can decide the whole; `exists` and
 //! `all` likewise (one element whose predicate is true, resp. false, decides them), `exists_one`
@@ -96,6 +99,10 @@ pub(super) enum Term {
     String(Box<Term>),
     /// `int(x)`.
     Int(Box<Term>),
+    /// `double(x)`.
+    Double(Box<Term>),
+    /// `c ? a : b`, its condition one the policy decides.
+    Cond(Box<Check>, Box<Term>, Box<Term>),
     /// `-x`.
     Negate(Box<Term>),
     Arith(Arith, Box<Term>, Box<Term>),
@@ -197,6 +204,8 @@ pub(super) enum Literal {
     Text(String),
     Int(i64),
     Bool(bool),
+    /// Compared only as a term ([`Check::Relate`]).
+    Double(f64),
 }
 
 /// An ordering comparison.
@@ -235,7 +244,11 @@ impl Op {
     }
 
     fn holds<T: Ord>(self, a: T, b: T) -> bool {
-        let order = a.cmp(&b);
+        self.holds_partial(a.cmp(&b))
+    }
+
+    /// Whether `order` (of the left side against the right) satisfies the comparison.
+    fn holds_partial(self, order: Ordering) -> bool {
         match self {
             Op::Less => order == Ordering::Less,
             Op::LessEq => order != Ordering::Greater,
@@ -339,6 +352,8 @@ impl Check {
                     Literal::Text(t) => node.text()? == t,
                     Literal::Int(i) => node.int()? == *i,
                     Literal::Bool(b) => node.bool()? == *b,
+                    // Never built: a double literal is compared as a term.
+                    Literal::Double(_) => return None,
                 };
                 Some(same == *equal)
             }
@@ -552,6 +567,7 @@ fn comparison(name: &str, a: &IdedExpr, b: &IdedExpr, names: Names<'_>) -> Check
         _ => Check::Unknown,
     };
     let (side, lit, op) = match (literal(a), literal(b)) {
+        (Some(Literal::Double(_)), _) | (_, Some(Literal::Double(_))) => return relate(),
         (None, Some(lit)) => (a, lit, op),
         (Some(lit), None) => (b, lit, op.flipped()),
         _ => return relate(),
@@ -603,6 +619,7 @@ fn literal(expr: &IdedExpr) -> Option<Literal> {
         Expr::Literal(LiteralValue::String(s)) => Some(Literal::Text(s.inner().to_owned())),
         Expr::Literal(LiteralValue::Int(i)) => Some(Literal::Int(*i.inner())),
         Expr::Literal(LiteralValue::Boolean(b)) => Some(Literal::Bool(*b.inner())),
+        Expr::Literal(LiteralValue::Double(d)) => Some(Literal::Double(*d.inner())),
         _ => None,
     }
 }
@@ -657,6 +674,14 @@ impl Term {
                 ("size", None, [a]) | ("size", Some(a), []) => Term::Size(term(a)?),
                 ("string", None, [a]) => Term::String(term(a)?),
                 ("int", None, [a]) => Term::Int(term(a)?),
+                ("double", None, [a]) => Term::Double(term(a)?),
+                (operators::CONDITIONAL, None, [c, a, b]) => {
+                    let check = Check::of(c, names);
+                    if check.is_unknown() {
+                        return None;
+                    }
+                    Term::Cond(Box::new(check), term(a)?, term(b)?)
+                }
                 (operators::NEGATE, None, [a]) => Term::Negate(term(a)?),
                 (name, None, [a, b]) => {
                     let op = match name {
@@ -682,9 +707,16 @@ impl Term {
             Term::Literal(Literal::Text(t)) => Got::Text(Cow::Borrowed(t)),
             Term::Literal(Literal::Int(i)) => Got::Int(*i),
             Term::Literal(Literal::Bool(b)) => Got::Bool(*b),
+            Term::Literal(Literal::Double(d)) => Got::Double(*d),
             Term::Size(t) => Got::Int(t.value(scope)?.size()?),
             Term::String(t) => Got::Text(t.value(scope)?.string()?),
             Term::Int(t) => Got::Int(t.value(scope)?.to_int()?),
+            Term::Double(t) => Got::Double(t.value(scope)?.to_double()?),
+            // As CEL: only the branch the condition chooses is evaluated.
+            Term::Cond(c, a, b) => match c.holds(scope)? {
+                true => a.value(scope)?,
+                false => b.value(scope)?,
+            },
             Term::Negate(t) => Got::Int(t.value(scope)?.int()?.checked_neg()?),
             Term::Arith(op, a, b) => arithmetic(*op, a.value(scope)?, b.value(scope)?)?,
         })
@@ -709,11 +741,14 @@ fn arithmetic<'a>(op: Arith, a: Got<'a>, b: Got<'a>) -> Option<Got<'a>> {
     }
 }
 
-/// `a op b` where both are integers, both strings (compared as `cel` does, byte by byte), or
-/// both bools compared for equality.
+/// `a op b` where both are integers, both doubles (neither `NaN`), both strings (compared as
+/// `cel` does, byte by byte), or both bools compared for equality.
 fn relate(op: Op, a: &Got<'_>, b: &Got<'_>) -> Option<bool> {
     if let (Some(x), Some(y)) = (a.int(), b.int()) {
         return Some(op.holds(x, y));
+    }
+    if let (Some(x), Some(y)) = (a.double(), b.double()) {
+        return Some(op.holds_partial(x.partial_cmp(&y)?));
     }
     if let (Some(x), Some(y)) = (a.text(), b.text()) {
         return Some(op.holds(x, y));
@@ -730,6 +765,7 @@ fn relate(op: Op, a: &Got<'_>, b: &Got<'_>) -> Option<bool> {
 enum Got<'a> {
     Node(Node<'a>),
     Int(i64),
+    Double(f64),
     Text(Cow<'a, str>),
     Bool(bool),
 }
@@ -739,6 +775,15 @@ impl<'a> Got<'a> {
         match self {
             Got::Int(i) => Some(*i),
             Got::Node(node) => node.int(),
+            _ => None,
+        }
+    }
+
+    /// A double as CEL holds it (a JSON number that is no integer); not an integer.
+    fn double(&self) -> Option<f64> {
+        match self {
+            Got::Double(d) => Some(*d),
+            Got::Node(Node::Json(Value::Number(n))) if !n.is_i64() && !n.is_u64() => n.as_f64(),
             _ => None,
         }
     }
@@ -780,8 +825,14 @@ impl<'a> Got<'a> {
             Got::Node(Node::Json(Value::Number(n))) if n.is_i64() || n.is_u64() => {
                 Cow::Owned(n.to_string())
             }
-            Got::Node(_) => return None,
+            Got::Node(_) | Got::Double(_) => return None,
         })
+    }
+
+    /// `double(x)`: a double as it is; an integer as the nearest double (as `cel` converts it).
+    /// A string's parsing and an unsigned integer are the interpreter's.
+    fn to_double(&self) -> Option<f64> {
+        self.double().or_else(|| Some(self.int()? as f64))
     }
 
     /// `int(x)`: an integer as it is; a string parsed as `cel` parses it.
@@ -969,6 +1020,11 @@ mod tests {
         "string(args.id) == '1'",
         "int(args.text) == 1",
         "args.id != args.n",
+        "args.n <= 3.0",
+        "double(args.id) > 1.5 && args.n != 7.5",
+        "double(args.n) == 3.0 || args.items.exists(x, x < 2.5)",
+        "(args.id > 2 ? args.text : args.n) == 'a'",
+        "(has(args.m.a) ? args.m.a : 0) == 1",
     ];
 
     fn value() -> impl Strategy<Value = Value> {
