@@ -33,8 +33,14 @@ use crate::plugins::{LoadError, lock};
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// A client session's running service.
 type Running = RunningService<RoleClient, Handler>;
+/// A handshake attempt's result, the child's pid and where requests are written beside rmcp
+/// (stdio).
+type Served = (
+    Result<Running, ClientInitializeError>,
+    Option<u32>,
+    Option<Arc<super::pipe::Direct>>,
+);
 
-/// The longest pause before a restart.
 /// Lines of an upstream child's stderr logged per burst window before they are dropped.
 const STDERR_LINES_PER_SEC: u32 = 50;
 
@@ -83,6 +89,40 @@ impl std::fmt::Display for Failure {
     }
 }
 
+/// A request sent to an upstream, waiting for its answer.
+enum Sent {
+    /// Written beside rmcp (a stdio upstream's `tools/call`).
+    Direct(super::pipe::Pending),
+    /// Sent through rmcp's service.
+    Rmcp(rmcp::service::RequestHandle<RoleClient>),
+}
+
+impl Sent {
+    /// The upstream's answer; `None` when it went away first.
+    async fn answer(&mut self) -> Option<Result<ServerResult, ServiceError>> {
+        match self {
+            Sent::Direct(pending) => Some(
+                pending
+                    .answer()
+                    .await?
+                    .map(|v| ServerResult::CustomResult(rmcp::model::CustomResult(v)))
+                    .map_err(ServiceError::McpError),
+            ),
+            Sent::Rmcp(handle) => (&mut handle.rx).await.ok(),
+        }
+    }
+
+    /// Tell the upstream the request is cancelled, with `reason`.
+    async fn cancel(self, reason: String) {
+        match self {
+            Sent::Direct(pending) => pending.cancel(&reason).await,
+            Sent::Rmcp(handle) => {
+                let _ = handle.cancel(Some(reason)).await;
+            }
+        }
+    }
+}
+
 /// One connected session.
 struct Session {
     id: u64,
@@ -91,9 +131,27 @@ struct Session {
     stop: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
     /// The child's process group, for a stdio upstream.
     pid: Option<u32>,
+    /// Where a stdio upstream's `tools/call` requests are written, beside rmcp's service loop.
+    direct: Option<Arc<super::pipe::Direct>>,
+}
+
+/// A session's connection as its handshake left it.
+struct Connected {
+    running: Running,
+    /// The session's id.
+    id: u64,
+    /// The child's process group (stdio).
+    pid: Option<u32>,
+    /// Where `tools/call` requests are written (stdio).
+    direct: Option<Arc<super::pipe::Direct>>,
 }
 
 impl Session {
+    /// Whether the connection closed (its child died): it takes no request.
+    fn ended(&self) -> bool {
+        self.peer.is_transport_closed() || self.direct.as_ref().is_some_and(|d| d.is_closed())
+    }
+
     fn end(&self) {
         if let Some(stop) = lock(&self.stop).take() {
             stop.cancel();
@@ -200,11 +258,27 @@ impl rmcp::ClientHandler for Handler {
     }
 
     fn get_info(&self) -> InitializeRequestParams {
-        InitializeRequestParams::new(
-            client_capabilities(),
-            Implementation::new("mcp-host", env!("CARGO_PKG_VERSION")),
-        )
+        InitializeRequestParams::new(client_capabilities(), client_info())
     }
+}
+
+/// Who the host says it is to an upstream.
+fn client_info() -> Implementation {
+    Implementation::new("mcp-host", env!("CARGO_PKG_VERSION"))
+}
+
+/// The `_meta` rmcp gives every request of a session with `peer`: on a session without a
+/// handshake (2026-07-28), the protocol version, the client's info and its capabilities.
+fn session_meta(peer: &Peer<RoleClient>) -> rmcp::model::JsonObject {
+    let mut meta = rmcp::model::RequestMetaObject::default();
+    if let Some(info) = peer.peer_info()
+        && !info.protocol_version.has_initialize()
+    {
+        meta.set_protocol_version(info.protocol_version.clone());
+        meta.set_client_info(client_info());
+        meta.set_client_capabilities(client_capabilities());
+    }
+    meta.0.0
 }
 
 /// What the host declares to an upstream: it passes elicitation (form and URL) and sampling
@@ -310,12 +384,21 @@ impl Link {
 
     /// Open a session and read the lists.
     async fn connect(self: &Arc<Self>) -> Result<(Arc<Session>, Manifest), LoadError> {
-        let (running, pid, id) = self.handshake().await?;
+        let Connected {
+            running,
+            id,
+            pid,
+            direct,
+        } = self.handshake().await?;
+        if let Some(direct) = &direct {
+            direct.set_session_meta(session_meta(running.peer()));
+        }
         let session = Arc::new(Session {
             id,
             peer: running.peer().clone(),
             stop: Mutex::new(Some(running.cancellation_token())),
             pid,
+            direct,
         });
         self.watch_session(running, id);
         self.listen_for_changes(&session).await;
@@ -335,7 +418,7 @@ impl Link {
     /// fixed 10 s probe timeout (a child on a busy machine may take longer to start); a server
     /// that answers it with an error is legacy: the handshake is made again with `initialize`,
     /// and remembered for restarts.
-    async fn handshake(self: &Arc<Self>) -> Result<(Running, Option<u32>, u64), LoadError> {
+    async fn handshake(self: &Arc<Self>) -> Result<Connected, LoadError> {
         loop {
             // A session id per attempt: the exit of an abandoned attempt's child is not this
             // session's.
@@ -348,9 +431,16 @@ impl Link {
                     preferred_versions: vec![ProtocolVersion::V_2026_07_28],
                 }
             };
-            let (served, pid) = self.serve(id, lifecycle).await?;
+            let (served, pid, direct) = self.serve(id, lifecycle).await?;
             match served {
-                Ok(running) => return Ok((running, pid, id)),
+                Ok(running) => {
+                    return Ok(Connected {
+                        running,
+                        id,
+                        pid,
+                        direct,
+                    });
+                }
                 Err(e) => {
                     if let Some(pid) = pid {
                         kill_group(pid);
@@ -367,26 +457,30 @@ impl Link {
     }
 
     /// One handshake attempt as session `id` over this upstream's transport: its result, and
-    /// the child's pid (stdio).
+    /// the child's pid and where requests are written beside rmcp (stdio).
     async fn serve(
         self: &Arc<Self>,
         id: u64,
         lifecycle: ClientLifecycleMode,
-    ) -> Result<(Result<Running, ClientInitializeError>, Option<u32>), LoadError> {
+    ) -> Result<Served, LoadError> {
         let handler = Handler {
             link: Arc::downgrade(self),
         };
         Ok(match &self.transport {
             Transport::Stdio { argv, env, cwd } => {
                 let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                let transport = self.routing(super::pipe::Pipe::new(stdout, stdin));
-                let served = handler.serve_with_lifecycle(transport, lifecycle).await;
-                (served, Some(pid))
+                let pipe = super::pipe::Pipe::new(stdout, stdin);
+                let direct = pipe.direct();
+                let served = handler
+                    .serve_with_lifecycle(self.routing(pipe), lifecycle)
+                    .await;
+                (served, Some(pid), Some(direct))
             }
             Transport::Http { url, headers } => {
                 let transport = self.routing(http_transport(url, headers)?);
                 (
                     handler.serve_with_lifecycle(transport, lifecycle).await,
+                    None,
                     None,
                 )
             }
@@ -742,7 +836,7 @@ impl Link {
             tokio::pin!(notified);
             notified.as_mut().enable();
             match &lock(&self.state).current {
-                Current::Running(s) if !s.peer.is_transport_closed() => return Ok(Arc::clone(s)),
+                Current::Running(s) if !s.ended() => return Ok(Arc::clone(s)),
                 Current::Running(_) | Current::Starting | Current::Restarting => {}
                 Current::Quarantined(why) => {
                     return Err(Failure::Unavailable(format!(
@@ -772,33 +866,60 @@ impl Link {
 
     /// Send `request` for `call`: its progress to the call's events, ended (and the upstream
     /// told with `notifications/cancelled`) when the call is cancelled or its deadline passes.
+    /// A stdio upstream's `tools/call` is written beside rmcp (see `pipe::Direct`).
     pub(crate) async fn request(
         &self,
         mut request: ClientRequest,
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
-        let session = self.session(call.deadline).await?;
         let unavailable = |e: ServiceError| match e {
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
             other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
         };
-        let mut options = PeerRequestOptions::no_options();
-        options.meta = request_meta(&session, call, trace);
-        if call.events.is_none() || !call.wants.progress {
-            // rmcp gives every request a progress token: a stdio pipe leaves it out (see
-            // `pipe::NoProgress`).
-            rmcp::model::GetExtensions::extensions_mut(&mut request)
-                .insert(super::pipe::NoProgress);
-        }
+        let progress = call.events.is_some() && call.wants.progress;
         // In flight from before it is sent: what the upstream sends about it may come at once.
         let mut entered = self.routes.enter(call);
-        let mut handle = session
-            .peer
-            .send_request_with_option(request, options)
-            .await
-            .map_err(unavailable)?;
-        entered.bind(&handle.id, &handle.progress_token);
+        let mut session = self.session(call.deadline).await?;
+        let mut sent = loop {
+            let meta = request_meta(&session, call, trace);
+            // A `tools/call` over a pipe, unless it has a `_meta` of its own (rmcp merges it).
+            let direct = session.direct.clone().filter(|_| {
+                matches!(&request, ClientRequest::CallToolRequest(c) if c.params.meta.is_none())
+            });
+            let (Some(direct), ClientRequest::CallToolRequest(c)) = (direct, &request) else {
+                let mut options = PeerRequestOptions::no_options();
+                options.meta = meta;
+                if !progress {
+                    // rmcp gives every request a progress token: a stdio pipe leaves it out
+                    // (see `pipe::NoProgress`).
+                    rmcp::model::GetExtensions::extensions_mut(&mut request)
+                        .insert(super::pipe::NoProgress);
+                }
+                let handle = session
+                    .peer
+                    .send_request_with_option(request, options)
+                    .await
+                    .map_err(unavailable)?;
+                entered.bind(&handle.id, &handle.progress_token);
+                break Sent::Rmcp(handle);
+            };
+            match direct
+                .call(&c.params, meta.as_ref().map(|m| &m.0.0), progress)
+                .await
+            {
+                Ok(pending) => {
+                    let id = rmcp::model::NumberOrString::Number(pending.id);
+                    entered.bind(&id, &rmcp::model::ProgressToken(id.clone()));
+                    break Sent::Direct(pending);
+                }
+                // Not written: its child died a moment ago. The next session takes it.
+                Err(_) if direct.is_closed() => session = self.session(call.deadline).await?,
+                Err(e) => {
+                    return Err(Failure::Unavailable(format!("upstream {}: {e}", self.name)));
+                }
+            }
+        };
         let deadline = async {
             match call.deadline {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -806,20 +927,19 @@ impl Link {
             }
         };
         let stopped = tokio::select! {
-            answer = &mut handle.rx => match answer {
-                Ok(result) => return result.map_err(unavailable),
-                Err(_) => {
-                    return Err(Failure::Unavailable(format!(
-                        "upstream {} went away during the request",
-                        self.name
-                    )));
-                }
+            answer = sent.answer() => return match answer {
+                Some(Ok(result)) => Ok(result),
+                Some(Err(e)) => Err(unavailable(e)),
+                None => Err(Failure::Unavailable(format!(
+                    "upstream {} went away during the request",
+                    self.name
+                ))),
             },
             () = call.cancel().cancelled() => "cancelled",
             () = deadline => "past its deadline",
         };
-        let reason = format!("mcp-host: the call was {stopped}");
-        let _ = handle.cancel(Some(reason)).await;
+        sent.cancel(format!("mcp-host: the call was {stopped}"))
+            .await;
         if stopped != "cancelled" {
             // The executor's own timeout, at the same deadline, answers the client ("timed
             // out"); this request holds its slots a little longer, as a worker call does.

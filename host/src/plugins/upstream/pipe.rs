@@ -17,13 +17,23 @@
 //! it. rmcp gives every request a `progressToken`; a `tools/call` marked [`NoProgress`] (its
 //! client did not ask for progress) is written without it, so that the server does not report
 //! progress nobody reads.
+//!
+//! A `tools/call` for a client does not go through rmcp's service loop at all ([`Direct`]): the
+//! thread that runs the call writes it to the child's stdin itself, and the transport hands its
+//! answer straight to that call as it reads it. rmcp's loop runs on the upstream thread, so each
+//! request sent through it wakes that thread (a thread hand-off, 20–25 µs on a busy two-core
+//! machine, on the path of every call) and passes through its channel, its send task and its
+//! table of responders.
 
-use std::collections::HashSet;
-use std::sync::Arc;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
+use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequest, ClientRequest, CustomResult, InputResponses, JsonObject, JsonRpcMessage,
-    JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId, RequestMetaObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, ClientRequest, CustomResult, InputResponses,
+    JsonObject, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId,
+    RequestMetaObject, ServerResult,
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -31,6 +41,9 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
+use tokio::sync::oneshot;
+
+use crate::plugins::lock;
 
 /// The longest line (one message) read from an upstream, as rmcp's stdio transport allows.
 const MAX_LINE: usize = rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
@@ -51,18 +64,32 @@ pub(super) struct Pipe {
     write: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
     /// The forwarded requests not answered yet, whose answers stay JSON.
     forwarded: HashSet<RequestId>,
+    /// The requests written beside rmcp, waiting for their answers.
+    direct: Arc<Direct>,
 }
 
 impl Pipe {
     /// The transport over a child's stdout and stdin.
     pub(super) fn new(stdout: ChildStdout, stdin: ChildStdin) -> Pipe {
+        let write = Arc::new(tokio::sync::Mutex::new(Some(stdin)));
         Pipe {
             read: BufReader::new(stdout),
             line: Vec::new(),
             discarding: false,
-            write: Arc::new(tokio::sync::Mutex::new(Some(stdin))),
+            direct: Arc::new(Direct {
+                write: Arc::clone(&write),
+                waiting: Mutex::new(Some(HashMap::new())),
+                next: AtomicI64::new(DIRECT_FIRST_ID),
+                session_meta: OnceLock::new(),
+            }),
+            write,
             forwarded: HashSet::new(),
         }
+    }
+
+    /// Where the host writes its `tools/call` requests beside rmcp (see [`Direct`]).
+    pub(super) fn direct(&self) -> Arc<Direct> {
+        Arc::clone(&self.direct)
     }
 
     /// The next whole line into `self.line` (without its newline); `false` at the end of the
@@ -109,6 +136,15 @@ impl Pipe {
                 return None;
             }
         };
+        if let Some(id) = value.get("id").and_then(Value::as_i64)
+            && id >= DIRECT_FIRST_ID
+            && value.get("method").is_none()
+        {
+            // An answer to a request rmcp never saw: for the call waiting on it (if it still
+            // is), not for rmcp.
+            self.direct.answered(id, &mut value);
+            return None;
+        }
         if value.get("result").is_some()
             && let Some(id) = value_id(&value)
             && self.forwarded.remove(&id)
@@ -162,19 +198,44 @@ fn forwarded(request: &ClientRequest) -> bool {
 #[derive(Debug, Clone, Copy)]
 pub(super) struct NoProgress;
 
-/// A request's `_meta` as written: without its `progressToken` when `progress` is false.
-struct MetaWire<'a> {
-    meta: &'a JsonObject,
-    progress: bool,
+/// A `tools/call`'s `_meta` as written.
+enum Meta<'a> {
+    /// As rmcp made it, without its `progressToken` unless `progress`.
+    Rmcp {
+        meta: &'a JsonObject,
+        progress: bool,
+    },
+    /// [`Direct`]'s: the session's, the request's own, and the progress token.
+    Direct {
+        session: Option<&'a JsonObject>,
+        request: Option<&'a JsonObject>,
+        progress: Option<i64>,
+    },
 }
 
-impl Serialize for MetaWire<'_> {
+impl Serialize for Meta<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(None)?;
-        for (key, value) in self.meta {
-            if self.progress || key != "progressToken" {
-                map.serialize_entry(key, value)?;
+        match self {
+            Meta::Rmcp { meta, progress } => {
+                for (key, value) in *meta {
+                    if *progress || key != "progressToken" {
+                        map.serialize_entry(key, value)?;
+                    }
+                }
+            }
+            Meta::Direct {
+                session,
+                request,
+                progress,
+            } => {
+                for (key, value) in session.iter().chain(request).flat_map(|m| m.iter()) {
+                    map.serialize_entry(key, value)?;
+                }
+                if let Some(token) = progress {
+                    map.serialize_entry("progressToken", token)?;
+                }
             }
         }
         map.end()
@@ -194,7 +255,7 @@ struct CallWire<'a> {
 #[serde(rename_all = "camelCase")]
 struct CallParams<'a> {
     #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
-    meta: Option<MetaWire<'a>>,
+    meta: Option<Meta<'a>>,
     name: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     arguments: Option<&'a JsonObject>,
@@ -218,7 +279,7 @@ fn encode_call(id: &RequestId, request: &CallToolRequest) -> Option<Vec<u8>> {
         .get::<RequestMetaObject>()
         .map(|m| &m.0.0)
         .filter(|m| progress || m.keys().any(|k| k != "progressToken"))
-        .map(|meta| MetaWire { meta, progress });
+        .map(|meta| Meta::Rmcp { meta, progress });
     let wire = CallWire {
         jsonrpc: "2.0",
         id,
@@ -283,6 +344,7 @@ impl Transport<RoleClient> for Pipe {
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
             if !self.next_line().await {
+                self.direct.close();
                 return None;
             }
             let mut line = std::mem::take(&mut self.line);
@@ -298,8 +360,188 @@ impl Transport<RoleClient> for Pipe {
     }
 
     async fn close(&mut self) -> Result<(), Self::Error> {
+        self.direct.close();
         drop(self.write.lock().await.take());
         Ok(())
+    }
+}
+
+/// The first request id of the requests [`Direct`] writes: above every id rmcp gives (it counts
+/// in a `u32`), so that the two never meet, and below 2^53, which a JavaScript server reads
+/// exactly.
+const DIRECT_FIRST_ID: i64 = 1 << 32;
+
+/// An answer to a request [`Direct`] wrote: its result, or the upstream's error.
+pub(super) type Answer = Result<Value, ErrorData>;
+
+/// The `tools/call` requests the host writes to the child's stdin itself, beside rmcp's service
+/// loop, from the thread that runs the call; the transport hands their answers straight to the
+/// calls waiting on them (see the module's documentation). Their ids are the host's own, from
+/// [`DIRECT_FIRST_ID`] up; a call that wants progress gives its id as its progress token.
+pub(super) struct Direct {
+    /// The child's stdin, shared with the transport: one message written at a time.
+    write: Arc<tokio::sync::Mutex<Option<ChildStdin>>>,
+    /// The calls waiting for an answer, by request id; `None` once the pipe closed.
+    waiting: Mutex<Option<HashMap<i64, oneshot::Sender<Answer>>>>,
+    next: AtomicI64,
+    /// The `_meta` every request of the session carries (a 2026-07-28 session's protocol
+    /// version, client info and capabilities, as rmcp adds them to its own), set after the
+    /// handshake.
+    session_meta: OnceLock<JsonObject>,
+}
+
+impl Direct {
+    /// Every request of the session carries `meta` (see [`Direct::session_meta`]).
+    pub(super) fn set_session_meta(&self, meta: JsonObject) {
+        let _ = self.session_meta.set(meta);
+    }
+
+    /// Write a `tools/call` with `params` and `meta` (its progress token, when `progress`):
+    /// the request, waiting for its answer.
+    pub(super) async fn call(
+        self: &Arc<Self>,
+        params: &CallToolRequestParams,
+        meta: Option<&JsonObject>,
+        progress: bool,
+    ) -> std::io::Result<Pending> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        match lock(&self.waiting).as_mut() {
+            Some(waiting) => waiting.insert(id, tx),
+            None => return Err(closed()),
+        };
+        // Removed again (by its drop) when the request is not written.
+        let pending = Pending {
+            direct: Arc::clone(self),
+            id,
+            answer: rx,
+        };
+        let line = direct_call(id, params, self.session_meta.get(), meta, progress)?;
+        self.write_line(&line).await?;
+        Ok(pending)
+    }
+
+    /// Tell the upstream that request `id` is cancelled, with `reason`.
+    async fn cancel(&self, id: i64, reason: &str) {
+        let notification = serde_json::json!({
+            "jsonrpc": "2.0",
+            "method": "notifications/cancelled",
+            "params": {"requestId": id, "reason": reason},
+        });
+        if let Ok(mut line) = serde_json::to_vec(&notification) {
+            line.push(b'\n');
+            let _ = self.write_line(&line).await;
+        }
+    }
+
+    /// Write `line`; a pipe that fails a write is closed (its child is gone: nothing was
+    /// delivered that a reader could have read).
+    async fn write_line(&self, line: &[u8]) -> std::io::Result<()> {
+        let written = match self.write.lock().await.as_mut() {
+            Some(stdin) => stdin.write_all(line).await,
+            None => Err(closed()),
+        };
+        if written.is_err() {
+            self.close();
+        }
+        written
+    }
+
+    /// Whether the pipe closed: the session takes no more requests.
+    pub(super) fn is_closed(&self) -> bool {
+        lock(&self.waiting).is_none()
+    }
+
+    /// The answer (a JSON-RPC response: `result` or `error`) to request `id` arrived.
+    fn answered(&self, id: i64, message: &mut Value) {
+        let waiting = lock(&self.waiting).as_mut().and_then(|w| w.remove(&id));
+        let Some(waiting) = waiting else {
+            return;
+        };
+        let answer = match message.get_mut("error") {
+            Some(error) => Err(serde_json::from_value(error.take()).unwrap_or_else(|e| {
+                ErrorData::internal_error(format!("the upstream's error is unreadable: {e}"), None)
+            })),
+            None => Ok(message
+                .get_mut("result")
+                .map(Value::take)
+                .unwrap_or_default()),
+        };
+        let _ = waiting.send(answer);
+    }
+
+    /// The pipe closed: the calls waiting are answered that the upstream went away, and no
+    /// more are written.
+    fn close(&self) {
+        drop(lock(&self.waiting).take());
+    }
+}
+
+/// [`Direct`]'s `tools/call` request `id` as one line: `params`, its `_meta` the session's
+/// and the request's own, with `id` as its progress token when `progress`.
+fn direct_call(
+    id: i64,
+    params: &CallToolRequestParams,
+    session: Option<&JsonObject>,
+    request: Option<&JsonObject>,
+    progress: bool,
+) -> serde_json::Result<Vec<u8>> {
+    let session = session.filter(|m| !m.is_empty());
+    let request = request.filter(|m| !m.is_empty());
+    let meta = (session.is_some() || request.is_some() || progress).then_some(Meta::Direct {
+        session,
+        request,
+        progress: progress.then_some(id),
+    });
+    let wire = CallWire {
+        jsonrpc: "2.0",
+        id: &RequestId::Number(id),
+        method: "tools/call",
+        params: CallParams {
+            meta,
+            name: &params.name,
+            arguments: params.arguments.as_ref(),
+            input_responses: params.input_responses.as_ref(),
+            request_state: params.request_state.as_ref(),
+        },
+    };
+    let mut line = serde_json::to_vec(&wire)?;
+    line.push(b'\n');
+    Ok(line)
+}
+
+fn closed() -> std::io::Error {
+    std::io::Error::new(
+        std::io::ErrorKind::NotConnected,
+        "the upstream's stdin is closed",
+    )
+}
+
+/// A request [`Direct`] wrote, waiting for its answer; forgotten when dropped.
+pub(super) struct Pending {
+    direct: Arc<Direct>,
+    /// Its request id (and progress token).
+    pub(super) id: i64,
+    answer: oneshot::Receiver<Answer>,
+}
+
+impl Pending {
+    /// The answer; `None` when the pipe closed first.
+    pub(super) async fn answer(&mut self) -> Option<Answer> {
+        (&mut self.answer).await.ok()
+    }
+
+    /// Tell the upstream the request is cancelled, with `reason` (it is forgotten).
+    pub(super) async fn cancel(self, reason: &str) {
+        self.direct.cancel(self.id, reason).await;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(waiting) = lock(&self.direct.waiting).as_mut() {
+            waiting.remove(&self.id);
+        }
     }
 }
 
@@ -345,6 +587,51 @@ mod tests {
                 params.remove("_meta");
             }
             assert_eq!(ours, theirs);
+        }
+    }
+
+    /// [`Direct`] writes a `tools/call` as rmcp would on the same session: the session's
+    /// `_meta` (2026-07-28: protocol version, client info, capabilities), the request's own,
+    /// and a progress token only when asked for; no `_meta` when there is none.
+    #[test]
+    fn a_direct_call_is_written_as_rmcp_writes_it_on_its_session() {
+        let mut session = RequestMetaObject::default();
+        session.set_protocol_version(rmcp::model::ProtocolVersion::V_2026_07_28);
+        session.set_client_info(rmcp::model::Implementation::new("mcp-host", "1"));
+        session.set_client_capabilities(rmcp::model::ClientCapabilities::default());
+        let session = session.0.0;
+        let Value::Object(request_meta) = json!({"traceparent": "00-ab-cd-01"}) else {
+            unreachable!()
+        };
+        let Value::Object(arguments) = json!({"text": "hé \"x\"", "n": [1, 2.5]}) else {
+            unreachable!()
+        };
+        let params = CallToolRequestParams::new("echo").with_arguments(arguments);
+        let id = DIRECT_FIRST_ID + 5;
+        for (session, request, progress) in [
+            (Some(&session), Some(&request_meta), true),
+            (Some(&session), None, false),
+            (None, Some(&request_meta), false),
+            (None, None, true),
+            (None, None, false),
+        ] {
+            let line = direct_call(id, &params, session, request, progress).unwrap();
+            assert_eq!(line.last(), Some(&b'\n'));
+            let ours: Value = serde_json::from_slice(&line).unwrap();
+            let mut meta = session.cloned().unwrap_or_default();
+            meta.extend(request.cloned().unwrap_or_default());
+            if progress {
+                meta.insert("progressToken".into(), json!(id));
+            }
+            let mut rmcps: CallToolRequest = Request::new(params.clone());
+            if !meta.is_empty() {
+                rmcps.extensions.insert(RequestMetaObject(MetaObject(meta)));
+            }
+            let message: TxJsonRpcMessage<RoleClient> = JsonRpcMessage::request(
+                ClientRequest::CallToolRequest(rmcps),
+                RequestId::Number(id),
+            );
+            assert_eq!(ours, serde_json::to_value(&message).unwrap());
         }
     }
 
