@@ -251,6 +251,24 @@ struct CallWire<'a> {
     params: CallParams<'a>,
 }
 
+impl<'a> CallWire<'a> {
+    /// `tools/call` request `id` of `params`, with `meta`.
+    fn new(id: &'a RequestId, params: &'a CallToolRequestParams, meta: Option<Meta<'a>>) -> Self {
+        CallWire {
+            jsonrpc: "2.0",
+            id,
+            method: "tools/call",
+            params: CallParams {
+                meta,
+                name: &params.name,
+                arguments: params.arguments.as_ref(),
+                input_responses: params.input_responses.as_ref(),
+                request_state: params.request_state.as_ref(),
+            },
+        }
+    }
+}
+
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct CallParams<'a> {
@@ -280,19 +298,7 @@ fn encode_call(id: &RequestId, request: &CallToolRequest) -> Option<Vec<u8>> {
         .map(|m| &m.0.0)
         .filter(|m| progress || m.keys().any(|k| k != "progressToken"))
         .map(|meta| Meta::Rmcp { meta, progress });
-    let wire = CallWire {
-        jsonrpc: "2.0",
-        id,
-        method: "tools/call",
-        params: CallParams {
-            meta,
-            name: &params.name,
-            arguments: params.arguments.as_ref(),
-            input_responses: params.input_responses.as_ref(),
-            request_state: params.request_state.as_ref(),
-        },
-    };
-    serde_json::to_vec(&wire).ok()
+    serde_json::to_vec(&CallWire::new(id, params, meta)).ok()
 }
 
 /// A message as one line.
@@ -493,19 +499,8 @@ fn direct_call(
         request,
         progress: progress.then_some(id),
     });
-    let wire = CallWire {
-        jsonrpc: "2.0",
-        id: &RequestId::Number(id),
-        method: "tools/call",
-        params: CallParams {
-            meta,
-            name: &params.name,
-            arguments: params.arguments.as_ref(),
-            input_responses: params.input_responses.as_ref(),
-            request_state: params.request_state.as_ref(),
-        },
-    };
-    let mut line = serde_json::to_vec(&wire)?;
+    let id = RequestId::Number(id);
+    let mut line = serde_json::to_vec(&CallWire::new(&id, params, meta))?;
     line.push(b'\n');
     Ok(line)
 }
