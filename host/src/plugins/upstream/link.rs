@@ -869,57 +869,16 @@ impl Link {
     /// A stdio upstream's `tools/call` is written beside rmcp (see `pipe::Direct`).
     pub(crate) async fn request(
         &self,
-        mut request: ClientRequest,
+        request: ClientRequest,
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
-        let unavailable = |e: ServiceError| match e {
-            ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
-            other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
-        };
         let progress = call.events.is_some() && call.wants.progress;
         // In flight from before it is sent: what the upstream sends about it may come at once.
         let mut entered = self.routes.enter(call);
-        let mut session = self.session(call.deadline).await?;
-        let mut sent = loop {
-            let meta = request_meta(&session, call, trace);
-            // A `tools/call` over a pipe, unless it has a `_meta` of its own (rmcp merges it).
-            let direct = session.direct.clone().filter(|_| {
-                matches!(&request, ClientRequest::CallToolRequest(c) if c.params.meta.is_none())
-            });
-            let (Some(direct), ClientRequest::CallToolRequest(c)) = (direct, &request) else {
-                let mut options = PeerRequestOptions::no_options();
-                options.meta = meta;
-                if !progress {
-                    // rmcp gives every request a progress token: a stdio pipe leaves it out
-                    // (see `pipe::NoProgress`).
-                    rmcp::model::GetExtensions::extensions_mut(&mut request)
-                        .insert(super::pipe::NoProgress);
-                }
-                let handle = session
-                    .peer
-                    .send_request_with_option(request, options)
-                    .await
-                    .map_err(unavailable)?;
-                entered.bind(&handle.id, &handle.progress_token);
-                break Sent::Rmcp(handle);
-            };
-            match direct
-                .call(&c.params, meta.as_ref().map(|m| &m.0.0), progress)
-                .await
-            {
-                Ok(pending) => {
-                    let id = rmcp::model::NumberOrString::Number(pending.id);
-                    entered.bind(&id, &rmcp::model::ProgressToken(id.clone()));
-                    break Sent::Direct(pending);
-                }
-                // Not written: its child died a moment ago. The next session takes it.
-                Err(_) if direct.is_closed() => session = self.session(call.deadline).await?,
-                Err(e) => {
-                    return Err(Failure::Unavailable(format!("upstream {}: {e}", self.name)));
-                }
-            }
-        };
+        let mut sent = self
+            .send(request, call, trace, progress, &mut entered)
+            .await?;
         let deadline = async {
             match call.deadline {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -929,7 +888,7 @@ impl Link {
         let stopped = tokio::select! {
             answer = sent.answer() => return match answer {
                 Some(Ok(result)) => Ok(result),
-                Some(Err(e)) => Err(unavailable(e)),
+                Some(Err(e)) => Err(self.unavailable(e)),
                 None => Err(Failure::Unavailable(format!(
                     "upstream {} went away during the request",
                     self.name
@@ -949,6 +908,67 @@ impl Link {
             "cancelled" => "the call was cancelled (the upstream was told)",
             _ => "the call ran past its deadline (the upstream was told to cancel it)",
         }))
+    }
+
+    /// Send `request` for `call` on the serving session, as `entered` in the routes: a stdio
+    /// upstream's `tools/call` written beside rmcp (see `pipe::Direct`), anything else
+    /// through rmcp's service.
+    async fn send(
+        &self,
+        mut request: ClientRequest,
+        call: &Arc<CallState>,
+        trace: Option<&TraceContext>,
+        progress: bool,
+        entered: &mut super::relay::Entered<'_>,
+    ) -> Result<Sent, Failure> {
+        let mut session = self.session(call.deadline).await?;
+        loop {
+            let meta = request_meta(&session, call, trace);
+            // A `tools/call` over a pipe, unless it has a `_meta` of its own (rmcp merges it).
+            let direct = session.direct.clone().filter(|_| {
+                matches!(&request, ClientRequest::CallToolRequest(c) if c.params.meta.is_none())
+            });
+            let (Some(direct), ClientRequest::CallToolRequest(c)) = (direct, &request) else {
+                let mut options = PeerRequestOptions::no_options();
+                options.meta = meta;
+                if !progress {
+                    // rmcp gives every request a progress token: a stdio pipe leaves it out
+                    // (see `pipe::NoProgress`).
+                    rmcp::model::GetExtensions::extensions_mut(&mut request)
+                        .insert(super::pipe::NoProgress);
+                }
+                let handle = session
+                    .peer
+                    .send_request_with_option(request, options)
+                    .await
+                    .map_err(|e| self.unavailable(e))?;
+                entered.bind(&handle.id, &handle.progress_token);
+                return Ok(Sent::Rmcp(handle));
+            };
+            match direct
+                .call(&c.params, meta.as_ref().map(|m| &m.0.0), progress)
+                .await
+            {
+                Ok(pending) => {
+                    let id = rmcp::model::NumberOrString::Number(pending.id);
+                    entered.bind(&id, &rmcp::model::ProgressToken(id.clone()));
+                    return Ok(Sent::Direct(pending));
+                }
+                // Not written: its child died a moment ago. The next session takes it.
+                Err(_) if direct.is_closed() => session = self.session(call.deadline).await?,
+                Err(e) => {
+                    return Err(Failure::Unavailable(format!("upstream {}: {e}", self.name)));
+                }
+            }
+        }
+    }
+
+    /// An rmcp request's failure.
+    fn unavailable(&self, e: ServiceError) -> Failure {
+        match e {
+            ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
+            other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
+        }
     }
 
     /// Stop the upstream: the current session ends (a child is killed) and nothing restarts.
