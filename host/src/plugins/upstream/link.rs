@@ -915,7 +915,7 @@ impl Link {
     /// through rmcp's service.
     async fn send(
         &self,
-        mut request: ClientRequest,
+        request: ClientRequest,
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
         progress: bool,
@@ -931,12 +931,6 @@ impl Link {
             let (Some(direct), ClientRequest::CallToolRequest(c)) = (direct, &request) else {
                 let mut options = PeerRequestOptions::no_options();
                 options.meta = meta;
-                if !progress {
-                    // rmcp gives every request a progress token: a stdio pipe leaves it out
-                    // (see `pipe::NoProgress`).
-                    rmcp::model::GetExtensions::extensions_mut(&mut request)
-                        .insert(super::pipe::NoProgress);
-                }
                 let handle = session
                     .peer
                     .send_request_with_option(request, options)

@@ -11,12 +11,7 @@
 //! and passes it on untouched); everything else — the handshake, the lists, notifications, the
 //! upstream's own requests — is decoded into rmcp's types as before.
 //!
-//! Writing is one `write` per message. rmcp encodes a request's parameters into a JSON value
-//! before writing them (to merge their `_meta`); a `tools/call` is written here straight from its
-//! parameters (the same JSON, checked against rmcp's by a test), everything else as rmcp encodes
-//! it. rmcp gives every request a `progressToken`; a `tools/call` marked [`NoProgress`] (its
-//! client did not ask for progress) is written without it, so that the server does not report
-//! progress nobody reads.
+//! Writing is one `write` per message, as rmcp encodes it.
 //!
 //! A `tools/call` for a client does not go through rmcp's service loop at all ([`Direct`]): the
 //! thread that runs the call writes it to the child's stdin itself, and the transport hands its
@@ -31,9 +26,8 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use rmcp::ErrorData;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, ClientRequest, CustomResult, InputResponses,
-    JsonObject, JsonRpcMessage, JsonRpcResponse, JsonRpcVersion2_0, MetaObject, RequestId,
-    RequestMetaObject, ServerResult,
+    CallToolRequestParams, ClientRequest, CustomResult, InputResponses, JsonObject, JsonRpcMessage,
+    JsonRpcResponse, JsonRpcVersion2_0, RequestId, ServerResult,
 };
 use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
@@ -193,56 +187,34 @@ fn forwarded(request: &ClientRequest) -> bool {
     )
 }
 
-/// In a request's extensions: its client did not ask for progress, leave out the
-/// `progressToken` rmcp adds.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct NoProgress;
-
-/// A `tools/call`'s `_meta` as written.
-enum Meta<'a> {
-    /// As rmcp made it, without its `progressToken` unless `progress`.
-    Rmcp {
-        meta: &'a JsonObject,
-        progress: bool,
-    },
-    /// [`Direct`]'s: the session's, the request's own, and the progress token.
-    Direct {
-        session: Option<&'a JsonObject>,
-        request: Option<&'a JsonObject>,
-        progress: Option<i64>,
-    },
+/// A `tools/call`'s `_meta` as [`Direct`] writes it: the session's, the request's own, and
+/// the progress token.
+struct Meta<'a> {
+    session: Option<&'a JsonObject>,
+    request: Option<&'a JsonObject>,
+    progress: Option<i64>,
 }
 
 impl Serialize for Meta<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(None)?;
-        match self {
-            Meta::Rmcp { meta, progress } => {
-                for (key, value) in *meta {
-                    if *progress || key != "progressToken" {
-                        map.serialize_entry(key, value)?;
-                    }
-                }
-            }
-            Meta::Direct {
-                session,
-                request,
-                progress,
-            } => {
-                for (key, value) in session.iter().chain(request).flat_map(|m| m.iter()) {
-                    map.serialize_entry(key, value)?;
-                }
-                if let Some(token) = progress {
-                    map.serialize_entry("progressToken", token)?;
-                }
-            }
+        for (key, value) in self
+            .session
+            .iter()
+            .chain(&self.request)
+            .flat_map(|m| m.iter())
+        {
+            map.serialize_entry(key, value)?;
+        }
+        if let Some(token) = self.progress {
+            map.serialize_entry("progressToken", &token)?;
         }
         map.end()
     }
 }
 
-/// A `tools/call` request as written (see [`encode_call`]).
+/// A `tools/call` request as written (see [`direct_call`]).
 #[derive(Serialize)]
 struct CallWire<'a> {
     jsonrpc: &'static str,
@@ -283,37 +255,9 @@ struct CallParams<'a> {
     request_state: Option<&'a String>,
 }
 
-/// `tools/call` request `id` as rmcp writes it, straight from its parameters (without its
-/// `progressToken` when marked [`NoProgress`]): `None` when its `_meta` is in more than one
-/// place (rmcp merges them), for rmcp's encoding.
-fn encode_call(id: &RequestId, request: &CallToolRequest) -> Option<Vec<u8>> {
-    let params = &request.params;
-    if params.meta.is_some() || request.extensions.get::<MetaObject>().is_some() {
-        return None;
-    }
-    let progress = request.extensions.get::<NoProgress>().is_none();
-    let meta = request
-        .extensions
-        .get::<RequestMetaObject>()
-        .map(|m| &m.0.0)
-        .filter(|m| progress || m.keys().any(|k| k != "progressToken"))
-        .map(|meta| Meta::Rmcp { meta, progress });
-    serde_json::to_vec(&CallWire::new(id, params, meta)).ok()
-}
-
 /// A message as one line.
 fn encode(item: &TxJsonRpcMessage<RoleClient>) -> std::io::Result<Vec<u8>> {
-    let direct = match item {
-        JsonRpcMessage::Request(r) => match &r.request {
-            ClientRequest::CallToolRequest(call) => encode_call(&r.id, call),
-            _ => None,
-        },
-        _ => None,
-    };
-    let mut line = match direct {
-        Some(line) => line,
-        None => serde_json::to_vec(item)?,
-    };
+    let mut line = serde_json::to_vec(item)?;
     line.push(b'\n');
     Ok(line)
 }
@@ -494,7 +438,7 @@ fn direct_call(
 ) -> serde_json::Result<Vec<u8>> {
     let session = session.filter(|m| !m.is_empty());
     let request = request.filter(|m| !m.is_empty());
-    let meta = (session.is_some() || request.is_some() || progress).then_some(Meta::Direct {
+    let meta = (session.is_some() || request.is_some() || progress).then_some(Meta {
         session,
         request,
         progress: progress.then_some(id),
@@ -542,48 +486,10 @@ impl Drop for Pending {
 
 #[cfg(test)]
 mod tests {
-    use rmcp::model::{CallToolRequestParams, Request};
+    use rmcp::model::{CallToolRequest, MetaObject, Request, RequestMetaObject};
     use serde_json::json;
 
     use super::*;
-
-    /// A call marked `NoProgress` is written as rmcp writes it without its `progressToken`;
-    /// a `_meta` left empty is left out.
-    #[test]
-    fn a_call_whose_client_wants_no_progress_goes_without_a_token() {
-        let args = json!({"text": "hi"});
-        let Value::Object(arguments) = args else {
-            unreachable!()
-        };
-        for meta in [
-            json!({"progressToken": 3, "traceparent": "00-ab-cd-01"}),
-            json!({"progressToken": 3}),
-        ] {
-            let Value::Object(meta) = meta else {
-                unreachable!()
-            };
-            let params = CallToolRequestParams::new("echo").with_arguments(arguments.clone());
-            let mut request: CallToolRequest = Request::new(params);
-            request
-                .extensions
-                .insert(RequestMetaObject(MetaObject(meta.clone())));
-            let id = RequestId::Number(1);
-            let message: TxJsonRpcMessage<RoleClient> = JsonRpcMessage::request(
-                ClientRequest::CallToolRequest(request.clone()),
-                id.clone(),
-            );
-            let mut theirs = serde_json::to_value(&message).unwrap();
-            request.extensions.insert(NoProgress);
-            let ours: Value = serde_json::from_slice(&encode_call(&id, &request).unwrap()).unwrap();
-            let params = theirs["params"].as_object_mut().unwrap();
-            let meta = params["_meta"].as_object_mut().unwrap();
-            meta.remove("progressToken");
-            if meta.is_empty() {
-                params.remove("_meta");
-            }
-            assert_eq!(ours, theirs);
-        }
-    }
 
     /// [`Direct`] writes a `tools/call` as rmcp would on the same session: the session's
     /// `_meta` (2026-07-28: protocol version, client info, capabilities), the request's own,
@@ -627,43 +533,6 @@ mod tests {
                 RequestId::Number(id),
             );
             assert_eq!(ours, serde_json::to_value(&message).unwrap());
-        }
-    }
-
-    /// The direct encoding of a `tools/call` is rmcp's, with and without `_meta` and answers.
-    #[test]
-    fn a_tool_call_is_written_as_rmcp_writes_it() {
-        let mut arguments = JsonObject::new();
-        arguments.insert("text".into(), json!("héllo \"there\"\n"));
-        arguments.insert("n".into(), json!([1, 2.5, {"x": null}]));
-        let plain = CallToolRequestParams::new("echo").with_arguments(arguments.clone());
-        let mut answered = plain.clone();
-        answered.input_responses = Some([("k".to_owned(), json!({"action": "accept"}))].into());
-        answered.request_state = Some("opaque".into());
-        for params in [CallToolRequestParams::new("bare"), plain, answered] {
-            for meta in [false, true] {
-                let mut request: CallToolRequest = Request::new(params.clone());
-                if meta {
-                    let meta = json!({"progressToken": 3, "traceparent": "00-ab-cd-01"});
-                    let serde_json::Value::Object(meta) = meta else {
-                        unreachable!()
-                    };
-                    request
-                        .extensions
-                        .insert(RequestMetaObject(MetaObject(meta)));
-                }
-                for id in [RequestId::Number(7), RequestId::String("s-1".into())] {
-                    let message: TxJsonRpcMessage<RoleClient> = JsonRpcMessage::request(
-                        ClientRequest::CallToolRequest(request.clone()),
-                        id.clone(),
-                    );
-                    let ours: Value = serde_json::from_slice(&encode(&message).unwrap()).unwrap();
-                    let theirs = serde_json::to_value(&message).unwrap();
-                    assert_eq!(ours, theirs);
-                    assert_eq!(ours["params"].get("_meta").is_some(), meta, "{ours}");
-                    assert!(encode_call(&id, &request).is_some());
-                }
-            }
         }
     }
 }
