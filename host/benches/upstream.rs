@@ -5,12 +5,13 @@
 //!
 //! Measures, for a 2026-07-28 `tools/call` of `echo` (`py_echo` through the host, which speaks
 //! 2026-07-28 to its upstream too; `MCP_BENCH_ERA=2025-11-25` for 2025 sessions on both sides):
-//! latency one call at a time (p50, p99 of 400 after 50 warm-up calls; the direct and the host's
-//! calls take turns) and the added p50; calls per second with 16 in flight on the one pipe (in
-//! four alternating rounds of 400) and the CPU time, the waits (voluntary context switches) and
-//! the reads per call of the server, the host and the host's upstream; the host's resident memory with the upstream connected and idle, against a
-//! host serving nothing, and per idle upstream connection (a host with [`MANY`] upstreams of the
-//! same server against a host with one).
+//! latency one call at a time (p50, p99 of 400 after 50 warm-up calls, `MCP_BENCH_CALLS=N` for
+//! N; the direct and the host's calls take turns) and the added p50; calls per second with 16 in
+//! flight on the one pipe (in four alternating rounds of 400) and the CPU time, the waits
+//! (voluntary context switches) and the reads per call of the server, the host and the host's
+//! upstream; the host's resident memory with the upstream connected and idle, against a host
+//! serving nothing, and per idle upstream connection (a host with [`MANY`] upstreams of the same
+//! server against a host with one).
 //!
 //! For scale, the same calls also go through a **bare relay** (this bench re-run as a process that
 //! only copies lines between its pipes and the server's, one blocked thread each way): what any
@@ -33,6 +34,8 @@ use common::process::{Lines, status_bytes};
 use serde_json::{Value, json};
 
 const WARM_UP: usize = 50;
+/// Calls timed one at a time per session (`MCP_BENCH_CALLS` to change: the added p50 is a
+/// difference of two ~1 ms medians, so a few thousand narrow it).
 const MEASURED: usize = 400;
 const IN_FLIGHT: usize = 16;
 const THROUGHPUT_CALLS: usize = 1_600;
@@ -151,16 +154,26 @@ fn latency(sessions: [(&mut Session, &str); 3]) -> [(Duration, Duration); 3] {
         assert_ne!(r["result"]["isError"], true, "{r}");
         start.elapsed()
     };
+    let measured = measured();
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
-    for _ in 0..MEASURED {
+    for _ in 0..measured {
         for (i, (s, tool)) in sessions.iter_mut().enumerate() {
             times[i].push(timed(s, tool));
         }
     }
     times.map(|mut t| {
         t.sort();
-        (t[MEASURED / 2], t[MEASURED * 99 / 100])
+        (t[measured / 2], t[measured * 99 / 100])
     })
+}
+
+/// How many calls [`latency`] times per session.
+fn measured() -> usize {
+    std::env::var("MCP_BENCH_CALLS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(MEASURED)
 }
 
 /// Run as a bare relay: start the command given as arguments and copy lines between this
@@ -412,7 +425,8 @@ fn main() {
     );
     println!("|---|---|---|---|");
     println!(
-        "| latency, one call at a time (p50 / p99 of {MEASURED}) | {} / {} | {} / {} | added p50: {} |",
+        "| latency, one call at a time (p50 / p99 of {}) | {} / {} | {} / {} | added p50: {} |",
+        measured(),
         micros(direct_p50),
         micros(direct_p99),
         micros(host_p50),
@@ -420,7 +434,8 @@ fn main() {
         micros(host_p50.saturating_sub(direct_p50)),
     );
     println!(
-        "| latency through a bare relay (p50 / p99 of {MEASURED}) | | {} / {} | added p50: {}; the host over the relay: {} |",
+        "| latency through a bare relay (p50 / p99 of {}) | | {} / {} | added p50: {}; the host over the relay: {} |",
+        measured(),
         micros(relay_p50),
         micros(relay_p99),
         micros(relay_p50.saturating_sub(direct_p50)),
