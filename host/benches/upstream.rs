@@ -35,7 +35,7 @@ use serde_json::{Value, json};
 
 const WARM_UP: usize = 50;
 /// Calls timed one at a time per session (`MCP_BENCH_CALLS` to change: the added p50 is a
-/// difference of two ~1 ms medians, so a few thousand narrow it).
+/// difference of two 1–2 ms medians, so a few thousand narrow it).
 const MEASURED: usize = 400;
 const IN_FLIGHT: usize = 16;
 const THROUGHPUT_CALLS: usize = 1_600;
@@ -141,7 +141,7 @@ fn echo(tool: &str) -> Value {
 
 /// p50 and p99 of one-at-a-time calls, the sessions' calls taking turns (the machine's load then
 /// falls on all alike): `(direct, relay, through)`.
-fn latency(sessions: [(&mut Session, &str); 3]) -> [(Duration, Duration); 3] {
+fn latency(sessions: [(&mut Session, &str); 3], measured: usize) -> [(Duration, Duration); 3] {
     let mut sessions = sessions;
     for _ in 0..WARM_UP {
         for (s, tool) in sessions.iter_mut() {
@@ -154,7 +154,6 @@ fn latency(sessions: [(&mut Session, &str); 3]) -> [(Duration, Duration); 3] {
         assert_ne!(r["result"]["isError"], true, "{r}");
         start.elapsed()
     };
-    let measured = measured();
     let mut times = [Vec::new(), Vec::new(), Vec::new()];
     for _ in 0..measured {
         for (i, (s, tool)) in sessions.iter_mut().enumerate() {
@@ -167,7 +166,7 @@ fn latency(sessions: [(&mut Session, &str); 3]) -> [(Duration, Duration); 3] {
     })
 }
 
-/// How many calls [`latency`] times per session.
+/// How many calls [`latency`] times per session: `MCP_BENCH_CALLS`, else [`MEASURED`].
 fn measured() -> usize {
     std::env::var("MCP_BENCH_CALLS")
         .ok()
@@ -361,6 +360,7 @@ fn main() {
     // The era of both sessions: 2026-07-28 (as the host speaks to its upstream: like with
     // like), or `MCP_BENCH_ERA=2025-11-25`.
     let modern = std::env::var("MCP_BENCH_ERA").map_or(true, |era| era != "2025-11-25");
+    let measured = measured();
     let server = |cmd: &mut Command| {
         cmd.arg(&python).arg(&script);
     };
@@ -387,11 +387,14 @@ fn main() {
         (direct_p50, direct_p99),
         (relay_p50, relay_p99),
         (host_p50, host_p99),
-    ] = latency([
-        (&mut direct, "echo"),
-        (&mut relayed, "echo"),
-        (&mut through, "py_echo"),
-    ]);
+    ] = latency(
+        [
+            (&mut direct, "echo"),
+            (&mut relayed, "echo"),
+            (&mut through, "py_echo"),
+        ],
+        measured,
+    );
     drop(relayed);
     // CPU time per call over the throughput rounds: the direct server's, the host's own and its
     // upstream's (the host's child).
@@ -426,7 +429,7 @@ fn main() {
     println!("|---|---|---|---|");
     println!(
         "| latency, one call at a time (p50 / p99 of {}) | {} / {} | {} / {} | added p50: {} |",
-        measured(),
+        measured,
         micros(direct_p50),
         micros(direct_p99),
         micros(host_p50),
@@ -435,7 +438,7 @@ fn main() {
     );
     println!(
         "| latency through a bare relay (p50 / p99 of {}) | | {} / {} | added p50: {}; the host over the relay: {} |",
-        measured(),
+        measured,
         micros(relay_p50),
         micros(relay_p99),
         micros(relay_p50.saturating_sub(direct_p50)),
