@@ -31,7 +31,7 @@ use super::{CallState, CancelFlag, EventSink, EventWants, InputChannel, RequestC
 use crate::access::auth::Claims;
 use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
-use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError};
+use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError, Returned};
 use crate::policy::budget::{BudgetError, BudgetPermit, Budgets};
 use crate::policy::{CallFacts, Decision, Policy, Subject};
 use crate::registry::{PluginSlot, Registry, Tool};
@@ -157,7 +157,7 @@ pub struct Explained {
 /// How [`Executor::start`] left a plugin call.
 enum Started {
     /// It ran here (inline): what the plugin returned.
-    Ran(Result<String, PluginCallError>),
+    Ran(Result<Returned, PluginCallError>),
     /// It waits for a thread, permits or its worker process.
     Queued(Queued),
 }
@@ -468,7 +468,7 @@ impl Executor {
             Err(interrupted) => Err(interrupted),
         };
         match executed {
-            Ok(Ok(json)) => serde_json::from_str(&json).map_err(|e| {
+            Ok(Ok(returned)) => outcome(returned).map_err(|e| {
                 tracing::error!("{what}: the plugin answered unreadable JSON: {e}");
                 InvokeError::Failed(what.into(), "the plugin returned an invalid result".into())
             }),
@@ -540,6 +540,7 @@ impl Executor {
             }
             let plugin = observed.map_or_else(tracing::Span::none, |o| o.phase("plugin"));
             let returned = plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call));
+            let returned = returned.map(Returned::Text);
             return max_result.check(target.name, returned).map(Started::Ran);
         }
         Ok(Started::Queued(Queued {
@@ -561,7 +562,7 @@ impl Executor {
         queued: Queued,
         cancel: &CancelFlag,
         observed: Option<&ObservedCall<'_>>,
-    ) -> Result<Result<String, PluginCallError>, Interrupted> {
+    ) -> Result<Result<Returned, PluginCallError>, Interrupted> {
         let Queued {
             args,
             call,
@@ -609,8 +610,11 @@ impl Executor {
             let (slot, call) = (Arc::clone(slot), Arc::clone(&call));
             self.pool.submit(move || {
                 // A call whose client went away while it waited for a thread never starts.
-                let result = (!call.cancel().is_cancelled())
-                    .then(|| plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call)));
+                let result = (!call.cancel().is_cancelled()).then(|| {
+                    plugin
+                        .in_scope(|| slot.backend.call_blocking(index, &args, &call))
+                        .map(Returned::Text)
+                });
                 // Free the slots before answering: a client that got its answer may call again.
                 drop(permits);
                 let _ = tx.send(result);
@@ -795,7 +799,8 @@ impl Executor {
         let max_result = ResultLimits::of(&self.limits.load());
         let returned = observed
             .phase("plugin")
-            .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, call));
+            .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, call))
+            .map(Returned::Text);
         let (result, outcome) = match max_result.check(name, returned) {
             Ok(returned) => tool_result(name, returned),
             Err(Interrupted::Refused(why)) => {
@@ -869,7 +874,7 @@ fn no_caller() -> Arc<str> {
 /// A tool call's answer and how it ended, from what its plugin call came to.
 fn conclude(
     tool: &Tool,
-    executed: Result<Result<String, PluginCallError>, Interrupted>,
+    executed: Result<Result<Returned, PluginCallError>, Interrupted>,
 ) -> Concluded {
     match executed {
         Ok(returned) => {
@@ -947,9 +952,14 @@ impl ResultLimits {
     fn check(
         &self,
         name: &str,
-        returned: Result<String, PluginCallError>,
-    ) -> Result<Result<String, PluginCallError>, Interrupted> {
-        match returned.as_deref().ok().and_then(|json| self.refuse(json)) {
+        returned: Result<Returned, PluginCallError>,
+    ) -> Result<Result<Returned, PluginCallError>, Interrupted> {
+        let refused = match &returned {
+            Ok(Returned::Text(json)) => self.refuse(json),
+            Ok(Returned::Json(value)) => self.refuse_tree(value),
+            Err(_) => None,
+        };
+        match refused {
             Some(why) => {
                 tracing::warn!(tool = name, "result refused: {why}");
                 Err(Interrupted::Refused(why))
@@ -976,6 +986,40 @@ impl ResultLimits {
             limit: self.values,
         })
     }
+
+    /// Why the parsed result `value` is refused, if it is: its length as compact JSON text, and
+    /// its values counted exactly.
+    fn refuse_tree(&self, value: &Value) -> Option<ResultRefused> {
+        let bytes = crate::telemetry::json_len(value);
+        if bytes > self.bytes {
+            return Some(ResultRefused::TooLarge {
+                bytes,
+                limit: self.bytes,
+            });
+        }
+        let values = json_values(value);
+        (values > self.values).then_some(ResultRefused::TooManyValues {
+            values,
+            limit: self.values,
+        })
+    }
+}
+
+/// The values in a JSON tree (itself, and every element and member value in it).
+fn json_values(value: &Value) -> usize {
+    1 + match value {
+        Value::Array(items) => items.iter().map(json_values).sum(),
+        Value::Object(members) => members.values().map(json_values).sum(),
+        _ => 0,
+    }
+}
+
+/// An envelope's outcome from what its backend returned.
+fn outcome(returned: Returned) -> serde_json::Result<EnvelopeOutcome> {
+    match returned {
+        Returned::Text(json) => serde_json::from_str(&json),
+        Returned::Json(value) => serde_json::from_value(value),
+    }
 }
 
 /// An upper bound of the values in a JSON text, without parsing it: every value but the first
@@ -1001,19 +1045,21 @@ fn json_values_bound(text: &str) -> usize {
     count
 }
 
-/// A `CallToolResult` from what the plugin returned for tool `name` (checked, kept as its text),
-/// and how the call ended.
-fn tool_result(name: &str, returned: Result<String, PluginCallError>) -> (ToolResult, Outcome) {
-    match returned {
-        Ok(json) => match ToolResult::from_plugin(json) {
-            Some(result) if result.is_error() => (result, Outcome::ToolError),
-            Some(result) => (result, Outcome::Ok),
-            None => {
-                tracing::error!(tool = name, "plugin returned an invalid result");
-                let result = host_error("the plugin returned an invalid result");
-                (result, Outcome::PluginFailure)
-            }
-        },
+/// A `CallToolResult` from what the plugin returned for tool `name` (checked, kept as its text
+/// or tree), and how the call ended.
+fn tool_result(name: &str, returned: Result<Returned, PluginCallError>) -> (ToolResult, Outcome) {
+    let checked = returned.map(|returned| match returned {
+        Returned::Text(json) => ToolResult::from_plugin(json),
+        Returned::Json(value) => ToolResult::from_json(value),
+    });
+    match checked {
+        Ok(Some(result)) if result.is_error() => (result, Outcome::ToolError),
+        Ok(Some(result)) => (result, Outcome::Ok),
+        Ok(None) => {
+            tracing::error!(tool = name, "plugin returned an invalid result");
+            let result = host_error("the plugin returned an invalid result");
+            (result, Outcome::PluginFailure)
+        }
         Err(e) => {
             tracing::error!(tool = name, "plugin could not run the tool: {e}");
             let result = host_error(&format!("the plugin could not run the tool: {e}"));
@@ -1105,5 +1151,21 @@ mod tests {
         ] {
             assert!(json_values_bound(dense) <= dense.len(), "{dense}");
         }
+        // A parsed result (an upstream's answer) meets the same limits, its values counted.
+        for (text, refused) in [
+            (
+                r#"{"content":[{"type":"text","text":"ok"}]}"#.to_owned(),
+                None,
+            ),
+            (long, Some("limits.max_result_bytes")),
+            (many, Some("limits.max_result_values")),
+        ] {
+            let tree: Value = serde_json::from_str(&text).unwrap();
+            let why = limits.refuse_tree(&tree).map(|why| why.to_string());
+            assert_eq!(why.is_some(), refused.is_some(), "{text}");
+            assert!(why.unwrap_or_default().contains(refused.unwrap_or("")));
+        }
+        assert_eq!(json_values(&json!({"a": 1, "b": [0, {"c": null}]})), 6);
+        assert_eq!(json_values(&json!([])), 1);
     }
 }

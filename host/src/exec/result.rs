@@ -1,6 +1,6 @@
 //! What a tool call answered: the plugin's `CallToolResult` kept as the JSON text it wrote —
-//! checked, never parsed into a tree on the way to the client — or a result the host made itself
-//! (a refusal, a timeout). The protocol writes a plain result straight into its response, adding
+//! checked, never parsed into a tree on the way to the client — or as the JSON tree its backend
+//! read (an upstream server's answer), or a result the host made itself (a refusal, a timeout). The protocol writes a plain result straight into its response, adding
 //! what the era needs ([`ToolResult::into_plain`]); whoever needs the tree asks for it
 //! ([`ToolResult::into_value`]).
 
@@ -21,7 +21,7 @@ enum Repr {
         /// It has neither `_meta` nor `resultType`: members can be appended as they are.
         plain: bool,
     },
-    /// Made by the host.
+    /// Made by the host, or read as JSON by the backend (an upstream's answer).
     Value(Value),
 }
 
@@ -53,6 +53,13 @@ impl ToolResult {
             is_error,
             plain,
         }))
+    }
+
+    /// Check what a backend returned as parsed JSON (an upstream server's answer): an object
+    /// with a `content` array (`None` otherwise).
+    pub fn from_json(value: Value) -> Option<ToolResult> {
+        let checked = value.get("content").is_some_and(Value::is_array);
+        checked.then_some(ToolResult(Repr::Value(value)))
     }
 
     /// A result the host made (it must be a `CallToolResult` object).
@@ -135,6 +142,26 @@ mod tests {
             r#"{"content":[],"content":[]}"#,
         ] {
             assert!(ToolResult::from_plugin(bad.into()).is_none(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn parsed_results_are_checked_like_text() {
+        let value = serde_json::json!({"content": [], "isError": true, "_meta": {"k": 1}});
+        let r = ToolResult::from_json(value.clone()).unwrap();
+        assert!(r.is_error());
+        assert_eq!(r.json_len(), value.to_string().len());
+        assert_eq!(r.clone().into_value(), value);
+        assert!(
+            r.into_plain().is_err(),
+            "a tree is never appended to as text"
+        );
+        for bad in [
+            serde_json::json!([]),
+            serde_json::json!({}),
+            serde_json::json!({"content": "text"}),
+        ] {
+            assert!(ToolResult::from_json(bad.clone()).is_none(), "{bad}");
         }
     }
 

@@ -120,9 +120,30 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
     }
 }
 
-/// A call running outside the calling thread: the `CallToolResult` JSON, or why it could not run.
+/// A call running outside the calling thread: what it returned, or why it could not run.
 pub type CallFuture =
-    Pin<Box<dyn Future<Output = Result<String, PluginCallError>> + Send + 'static>>;
+    Pin<Box<dyn Future<Output = Result<Returned, PluginCallError>> + Send + 'static>>;
+
+/// What a call returned (a `CallToolResult`, or an envelope's outcome): the JSON text a plugin
+/// wrote, or JSON the backend already holds parsed (an upstream server's answer, read from its
+/// pipe as JSON: not written out as text for the executor to read again).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Returned {
+    /// JSON text, not yet checked.
+    Text(String),
+    /// Parsed JSON.
+    Json(serde_json::Value),
+}
+
+impl Returned {
+    /// As JSON text.
+    pub fn into_text(self) -> String {
+        match self {
+            Returned::Text(text) => text,
+            Returned::Json(value) => value.to_string(),
+        }
+    }
+}
 
 /// What a plugin can ask of the host while it runs, whatever backend runs it.
 pub trait HostCallbacks: Send + Sync {

@@ -1,12 +1,15 @@
 //! An outgoing JSON-RPC message, written straight to the wire. Most are JSON trees; a tool call's
-//! response keeps the plugin's result as the text it wrote and is assembled as it is written (the
-//! envelope around it, and what the era adds to it), so the answer of a call is never parsed into a
-//! tree and serialised again.
+//! response keeps the plugin's result as the text it wrote (or the tree an upstream's answer was
+//! read into) and is assembled as it is written (the envelope around it, and what the era adds to
+//! it), so the answer of a call is never parsed into a tree, copied or serialised again.
 
 use std::io::{self, Write};
 use std::sync::Arc;
 
-use serde_json::Value;
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+use super::era::META_SERVER_INFO;
 
 /// One message to send: a response, a notification, or a batch of responses.
 #[derive(Debug, Clone, PartialEq)]
@@ -23,6 +26,13 @@ enum Repr {
         text: String,
         members: Option<Arc<str>>,
     },
+    /// `{"jsonrpc":"2.0","id":id,"result":result}`, `result` decorated for a 2026 era as it is
+    /// written when `server_info` is given (see [`Message::result_tree`]).
+    Tree {
+        id: Value,
+        result: Value,
+        server_info: Option<Arc<Value>>,
+    },
     Batch(Vec<Message>),
 }
 
@@ -31,6 +41,21 @@ impl Message {
     /// least one member), extended with `members` (`,"name":value...`) when given.
     pub(crate) fn result_text(id: Value, text: String, members: Option<Arc<str>>) -> Message {
         Message(Repr::Result { id, text, members })
+    }
+
+    /// A success response whose result is the JSON object `result`, finished for a 2026 era when
+    /// `server_info` is given — `resultType: "complete"`, the server's info added to the
+    /// result's own `_meta` — as [`super::era::decorate`] finishes it, but written, not built.
+    pub(crate) fn result_tree(
+        id: Value,
+        result: Value,
+        server_info: Option<Arc<Value>>,
+    ) -> Message {
+        Message(Repr::Tree {
+            id,
+            result,
+            server_info,
+        })
     }
 
     /// A batch of responses (a JSON array).
@@ -54,6 +79,22 @@ impl Message {
                         out.write_all(b"}")?;
                     }
                     _ => out.write_all(text.as_bytes())?,
+                }
+                out.write_all(b"}")
+            }
+            Repr::Tree {
+                id,
+                result,
+                server_info,
+            } => {
+                out.write_all(br#"{"jsonrpc":"2.0","id":"#)?;
+                serde_json::to_writer(&mut *out, id)?;
+                out.write_all(br#","result":"#)?;
+                match (result.as_object(), server_info) {
+                    (Some(members), Some(info)) => {
+                        serde_json::to_writer(&mut *out, &Decorated { members, info })?;
+                    }
+                    _ => serde_json::to_writer(&mut *out, result)?,
                 }
                 out.write_all(b"}")
             }
@@ -108,7 +149,7 @@ impl Message {
     pub fn id(&self) -> Option<&Value> {
         match &self.0 {
             Repr::Value(v) => v.get("id"),
-            Repr::Result { id, .. } => Some(id),
+            Repr::Result { id, .. } | Repr::Tree { id, .. } => Some(id),
             Repr::Batch(_) => None,
         }
     }
@@ -120,6 +161,54 @@ impl Message {
             }
             _ => 128,
         }
+    }
+}
+
+/// A 2026 result as [`super::era::decorate`] makes it: its members but `resultType` and
+/// `_meta`, then `resultType: "complete"` and its `_meta` (an object, or none) with the server's
+/// info in it.
+struct Decorated<'a> {
+    members: &'a Map<String, Value>,
+    info: &'a Value,
+}
+
+impl Serialize for Decorated<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.members {
+            if key != "resultType" && key != "_meta" {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.serialize_entry("resultType", "complete")?;
+        let meta = self.members.get("_meta").and_then(Value::as_object);
+        map.serialize_entry(
+            "_meta",
+            &MetaWithInfo {
+                meta,
+                info: self.info,
+            },
+        )?;
+        map.end()
+    }
+}
+
+/// A result's own `_meta` members (but the server's info), then the server's info.
+struct MetaWithInfo<'a> {
+    meta: Option<&'a Map<String, Value>>,
+    info: &'a Value,
+}
+
+impl Serialize for MetaWithInfo<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        for (key, value) in self.meta.into_iter().flatten() {
+            if key != META_SERVER_INFO {
+                map.serialize_entry(key, value)?;
+            }
+        }
+        map.serialize_entry(META_SERVER_INFO, self.info)?;
+        map.end()
     }
 }
 
@@ -157,6 +246,36 @@ mod tests {
             serde_json::from_str::<Value>(text).unwrap()
         );
         assert_eq!(bare.id(), Some(&json!(7)));
+    }
+
+    #[test]
+    fn a_result_tree_is_decorated_as_it_is_written() {
+        let info = Arc::new(json!({"name": "mcp-host", "version": "1"}));
+        let cases = [
+            (json!({"content": []}), json!({})),
+            (
+                json!({"content": [], "resultType": "x", "_meta": {"k": 1, META_SERVER_INFO: "theirs"}}),
+                json!({"k": 1}),
+            ),
+            (json!({"content": [], "_meta": "not an object"}), json!({})),
+        ];
+        for (result, mut meta) in cases {
+            let m = Message::result_tree(json!(3), result.clone(), Some(Arc::clone(&info)));
+            meta[META_SERVER_INFO] = (*info).clone();
+            let mut expected = result.clone();
+            expected["resultType"] = json!("complete");
+            expected["_meta"] = meta;
+            let written = m.to_value();
+            assert_eq!(
+                written,
+                json!({"jsonrpc": "2.0", "id": 3, "result": expected})
+            );
+            assert_eq!(m.wire_len(), m.to_vec().len());
+            assert_eq!(m.id(), Some(&json!(3)));
+            // A legacy era's result goes out as it is.
+            let legacy = Message::result_tree(json!(3), result.clone(), None);
+            assert_eq!(legacy.to_value()["result"], result);
+        }
     }
 
     #[test]

@@ -324,10 +324,16 @@ impl Protocol {
                     ),
                     status: 200,
                 },
-                Err(result) => Reply::ok(
-                    &id,
-                    era::decorate(&era, result.into_value(), None, &self.server_info),
-                ),
+                // A tree (an upstream's answer, a result the host made) is decorated as it is
+                // written.
+                Err(result) => Reply::Response {
+                    body: Message::result_tree(
+                        id,
+                        result.into_value(),
+                        (!era.is_legacy()).then(|| Arc::clone(&self.server_info)),
+                    ),
+                    status: 200,
+                },
             },
             Ok(Answer::Page(text)) => {
                 // What the era adds goes after the page's own members, as for a tool's result.

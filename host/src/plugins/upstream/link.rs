@@ -391,7 +391,9 @@ impl Link {
             direct,
         } = self.handshake().await?;
         if let Some(direct) = &direct {
-            direct.set_session_meta(session_meta(running.peer()));
+            let meta = super::pipe::SessionMeta::new(&session_meta(running.peer()))
+                .map_err(|e| LoadError::Worker(format!("the session's _meta: {e}")))?;
+            direct.set_session_meta(meta);
         }
         let session = Arc::new(Session {
             id,
@@ -869,7 +871,7 @@ impl Link {
     /// A stdio upstream's `tools/call` is written beside rmcp (see `pipe::Direct`).
     pub(crate) async fn request(
         &self,
-        request: ClientRequest,
+        request: &ClientRequest,
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
@@ -915,7 +917,7 @@ impl Link {
     /// through rmcp's service.
     async fn send(
         &self,
-        request: ClientRequest,
+        request: &ClientRequest,
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
         progress: bool,
@@ -925,15 +927,15 @@ impl Link {
         loop {
             let meta = request_meta(&session, call, trace);
             // A `tools/call` over a pipe, unless it has a `_meta` of its own (rmcp merges it).
-            let direct = session.direct.clone().filter(|_| {
-                matches!(&request, ClientRequest::CallToolRequest(c) if c.params.meta.is_none())
-            });
-            let (Some(direct), ClientRequest::CallToolRequest(c)) = (direct, &request) else {
+            let direct = session.direct.clone().filter(
+                |_| matches!(request, ClientRequest::CallToolRequest(c) if c.params.meta.is_none()),
+            );
+            let (Some(direct), ClientRequest::CallToolRequest(c)) = (direct, request) else {
                 let mut options = PeerRequestOptions::no_options();
                 options.meta = meta;
                 let handle = session
                     .peer
-                    .send_request_with_option(request, options)
+                    .send_request_with_option(request.clone(), options)
                     .await
                     .map_err(|e| self.unavailable(e))?;
                 entered.bind(&handle.id, &handle.progress_token);

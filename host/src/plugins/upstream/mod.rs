@@ -28,7 +28,9 @@ use serde_json::{Value, json};
 use self::link::{Failure, Link, Transport};
 use crate::config::{Config, Isolation};
 use crate::plugins::LoadError;
-use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend, PluginCallError};
+use crate::plugins::backend::{
+    CallFuture, HostCallbacks, PluginBackend, PluginCallError, Returned,
+};
 use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::discovery::UpstreamEntry;
 use crate::plugins::worker::{RunSpec, WorkerCommand, wire_limits, worker_env};
@@ -261,13 +263,15 @@ impl Upstream {
         args: String,
         call: Arc<CallState>,
         trace: Option<TraceContext>,
-    ) -> Result<String, String> {
+    ) -> Result<Returned, String> {
         let trace = trace.as_ref();
         if index == ENVELOPE_INDEX {
             let envelope: CallEnvelope =
                 serde_json::from_str(&args).map_err(|e| format!("unreadable request: {e}"))?;
             let outcome = envelope_outcome(&link, &manifest, envelope, &call, trace).await;
-            return serde_json::to_string(&outcome).map_err(|e| e.to_string());
+            return serde_json::to_value(&outcome)
+                .map(Returned::Json)
+                .map_err(|e| e.to_string());
         }
         let tool = manifest
             .tools
@@ -318,7 +322,7 @@ async fn answered(
 ) -> Result<Value, Unanswered> {
     let name = link.name();
     for _ in 0..MAX_UPSTREAM_ROUNDS {
-        let result = link.request(request.clone(), call, trace).await;
+        let result = link.request(&request, call, trace).await;
         let mut value = result_json(result.map_err(Unanswered::Failed)?);
         if value.get("resultType").and_then(Value::as_str) != Some("input_required") {
             if let Value::Object(map) = &mut value {
@@ -367,20 +371,20 @@ fn result_json(result: ServerResult) -> Value {
     }
 }
 
-/// Call tool `name` upstream with `arguments`: its result as JSON text (a tool error result
-/// when the upstream refused the call or its questions went unanswered).
+/// Call tool `name` upstream with `arguments`: its result as the JSON it came as (a tool error
+/// result when the upstream refused the call or its questions went unanswered).
 async fn call_tool(
     link: &Link,
     name: &str,
     arguments: serde_json::Map<String, Value>,
     call: &Arc<CallState>,
     trace: Option<&TraceContext>,
-) -> Result<String, String> {
-    let failed = |message: String| Ok(crate::plugins::call::error_result(&message).to_string());
+) -> Result<Returned, String> {
+    let failed = |message: String| Ok(Returned::Json(crate::plugins::call::error_result(&message)));
     let params = CallToolRequestParams::new(name.to_owned()).with_arguments(arguments);
     let request = ClientRequest::CallToolRequest(Request::new(params));
     match answered(link, request, call, trace).await {
-        Ok(result) => Ok(result.to_string()),
+        Ok(result) => Ok(Returned::Json(result)),
         Err(Unanswered::Failed(Failure::Rpc(code, message))) => failed(format!(
             "upstream {} refused the call ({}): {message}",
             link.name(),
@@ -570,11 +574,12 @@ impl PluginBackend for Upstream {
     ) -> Result<String, PluginCallError> {
         let future = self.future(index, args, call);
         let rt = runtime().map_err(|e| PluginCallError::Plugin(e.to_string()))?;
-        link::block_on(rt, future).unwrap_or_else(|| {
+        let returned = link::block_on(rt, future).unwrap_or_else(|| {
             Err(PluginCallError::Plugin(
                 "the upstream runtime stopped".into(),
             ))
-        })
+        });
+        returned.map(Returned::into_text)
     }
 
     fn call_async(&self, index: u32, args: &str, call: &Arc<CallState>) -> Option<CallFuture> {

@@ -33,6 +33,7 @@ use rmcp::service::{RoleClient, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde::Serialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::oneshot;
@@ -190,7 +191,7 @@ fn forwarded(request: &ClientRequest) -> bool {
 /// A `tools/call`'s `_meta` as [`Direct`] writes it: the session's, the request's own, and
 /// the progress token.
 struct Meta<'a> {
-    session: Option<&'a JsonObject>,
+    session: Option<&'a SessionMeta>,
     request: Option<&'a JsonObject>,
     progress: Option<i64>,
 }
@@ -199,18 +200,31 @@ impl Serialize for Meta<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(None)?;
-        for (key, value) in self
-            .session
-            .iter()
-            .chain(&self.request)
-            .flat_map(|m| m.iter())
-        {
+        for (key, value) in self.session.iter().flat_map(|m| &m.0) {
+            map.serialize_entry(key, value)?;
+        }
+        for (key, value) in self.request.iter().flat_map(|m| m.iter()) {
             map.serialize_entry(key, value)?;
         }
         if let Some(token) = self.progress {
             map.serialize_entry("progressToken", &token)?;
         }
         map.end()
+    }
+}
+
+/// The `_meta` members every request of a session carries, each value written out once (a
+/// 2026-07-28 session's client info and capabilities are nested objects: encoding them for
+/// every call cost more than the rest of the request).
+pub(super) struct SessionMeta(Vec<(String, Box<RawValue>)>);
+
+impl SessionMeta {
+    /// The members of `meta`, their values as JSON text.
+    pub(super) fn new(meta: &JsonObject) -> serde_json::Result<SessionMeta> {
+        let members = meta
+            .iter()
+            .map(|(key, value)| Ok((key.clone(), serde_json::value::to_raw_value(value)?)));
+        members.collect::<serde_json::Result<_>>().map(SessionMeta)
     }
 }
 
@@ -337,12 +351,12 @@ pub(super) struct Direct {
     /// The `_meta` every request of the session carries (a 2026-07-28 session's protocol
     /// version, client info and capabilities, as rmcp adds them to its own), set after the
     /// handshake.
-    session_meta: OnceLock<JsonObject>,
+    session_meta: OnceLock<SessionMeta>,
 }
 
 impl Direct {
     /// Every request of the session carries `meta` (see [`Direct::session_meta`]).
-    pub(super) fn set_session_meta(&self, meta: JsonObject) {
+    pub(super) fn set_session_meta(&self, meta: SessionMeta) {
         let _ = self.session_meta.set(meta);
     }
 
@@ -432,11 +446,11 @@ impl Direct {
 fn direct_call(
     id: i64,
     params: &CallToolRequestParams,
-    session: Option<&JsonObject>,
+    session: Option<&SessionMeta>,
     request: Option<&JsonObject>,
     progress: bool,
 ) -> serde_json::Result<Vec<u8>> {
-    let session = session.filter(|m| !m.is_empty());
+    let session = session.filter(|m| !m.0.is_empty());
     let request = request.filter(|m| !m.is_empty());
     let meta = (session.is_some() || request.is_some() || progress).then_some(Meta {
         session,
@@ -516,7 +530,8 @@ mod tests {
             (None, None, true),
             (None, None, false),
         ] {
-            let line = direct_call(id, &params, session, request, progress).unwrap();
+            let written = session.map(|s| SessionMeta::new(s).unwrap());
+            let line = direct_call(id, &params, written.as_ref(), request, progress).unwrap();
             assert_eq!(line.last(), Some(&b'\n'));
             let ours: Value = serde_json::from_slice(&line).unwrap();
             let mut meta = session.cloned().unwrap_or_default();

@@ -40,7 +40,9 @@ pub use supervisor::KILL_GRACE;
 use self::supervisor::{CrashPolicy, Launch, Supervisor};
 use crate::config::{Config, Isolation, WorkerLimits};
 use crate::plugins::LoadError;
-use crate::plugins::backend::{CallFuture, HostCallbacks, PluginBackend, PluginCallError};
+use crate::plugins::backend::{
+    CallFuture, HostCallbacks, PluginBackend, PluginCallError, Returned,
+};
 use crate::plugins::call::CallState;
 
 /// How a plugin version runs: its isolation and, in a worker, the limits, grant and crash policy
@@ -215,11 +217,8 @@ impl PluginBackend for Isolated {
 
     fn call_async(&self, index: u32, args: &str, call: &Arc<CallState>) -> Option<CallFuture> {
         let supervisor = Arc::clone(&self.supervisor);
-        Some(Box::pin(supervisor.call(
-            index,
-            args.to_owned(),
-            Arc::clone(call),
-        )))
+        let call = supervisor.call(index, args.to_owned(), Arc::clone(call));
+        Some(Box::pin(async move { call.await.map(Returned::Text) }))
     }
 
     fn quarantined(&self) -> Option<String> {
