@@ -77,8 +77,8 @@ use common::http::{
     legacy_session,
 };
 use common::process::{
-    Lines, Placement, STEP_TIMEOUT, Server, children, cpu_time, pin_to, placement, server_command,
-    status_bytes,
+    Lines, Placement, STEP_TIMEOUT, Server, children, counted_instructions, cpu_time, pin_to,
+    placement, server_command, status_bytes, under_callgrind,
 };
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Incoming;
@@ -984,26 +984,6 @@ fn counted() -> u64 {
         .and_then(|n| n.parse().ok())
         .filter(|&n| n > 0)
         .unwrap_or(1000)
-}
-
-/// `exe args...` under valgrind's callgrind, writing its counts to `out`.
-fn under_callgrind(exe: &Path, args: &[&str], out: &Path) -> Command {
-    let mut cmd = Command::new("valgrind");
-    cmd.arg("--tool=callgrind")
-        .arg(format!("--callgrind-out-file={}", out.display()))
-        .arg(exe)
-        .args(args)
-        .env("RUST_LOG", "info");
-    cmd
-}
-
-/// The total instruction count callgrind wrote to `out`.
-fn counted_instructions(out: &Path) -> u64 {
-    let text = std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
-    text.lines()
-        .find_map(|l| l.strip_prefix("totals:"))
-        .and_then(|t| t.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no totals in {}", out.display()))
 }
 
 /// Serve `count` `tools/call`s of `echo` over stdio from `exe args...` under callgrind (32 in flight), then

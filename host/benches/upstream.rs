@@ -1,9 +1,12 @@
-//! Benchmark: what mcp-host adds in front of an upstream MCP server over stdio — the official
-//! Python SDK server of the tests (`tests/fixtures/upstream/server.py`, run by the Python of
-//! `.ci/.tools/venv`, which `.ci/install-clients.sh` installs) called directly, against the same
-//! server as a `tool_dirs` upstream of `mcp-host serve --stdio`, in one run.
+//! Benchmark: what mcp-host adds in front of an upstream MCP server over stdio — a server
+//! called directly, against the same server as a `tool_dirs` upstream of `mcp-host serve
+//! --stdio`, in one run. Two servers, each measured on its own: the official Python SDK server
+//! of the tests (`tests/fixtures/upstream/server.py`, run by the Python of `.ci/.tools/venv`,
+//! which `.ci/install-clients.sh` installs; ~2 ms a call), and a server on rmcp's server side
+//! (`tests/fixtures/rmcp-upstream`, built by this bench; microseconds a call, so the host's part
+//! is not lost in the server's). `MCP_BENCH_UPSTREAMS=python` or `=rmcp` measures one.
 //!
-//! Measures, for a 2026-07-28 `tools/call` of `echo` (`py_echo` through the host, which speaks
+//! Measures, for a 2026-07-28 `tools/call` of `echo` (`up_echo` through the host, which speaks
 //! 2026-07-28 to its upstream too; `MCP_BENCH_ERA=2025-11-25` for 2025 sessions on both sides):
 //! latency one call at a time (p50, p99 of 400 after 50 warm-up calls, `MCP_BENCH_CALLS=N` for
 //! N; the direct and the host's calls take turns) and the added p50; calls per second with 16 in
@@ -11,15 +14,16 @@
 //! (voluntary context switches) and the reads per call of the server, the host and the host's
 //! upstream; the host's resident memory with the upstream connected and idle, against a host
 //! serving nothing, and per idle upstream connection (a host with [`MANY`] upstreams of the same
-//! server against a host with one).
+//! server against a host with one); with valgrind installed, the instructions the host runs per
+//! call (callgrind).
 //!
 //! For scale, the same calls also go through a **bare relay** (this bench re-run as a process that
 //! only copies lines between its pipes and the server's, one blocked thread each way): what any
 //! process in the middle adds on this machine, the floor under the host's added latency.
 //!
 //! Run: `cargo bench -p mcp-host --bench upstream` (`MCP_BENCH_HOST=PATH` measures that host
-//! executable instead of building one). Prints a Markdown table; docs/performance.md quotes it.
-//! Without the Python venv it says so and measures nothing.
+//! executable instead of building one). Prints a Markdown table per server; docs/performance.md
+//! quotes them. Without the Python venv it says so and measures the rmcp server only.
 
 #![allow(clippy::unwrap_used)]
 
@@ -30,7 +34,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::process::{Lines, status_bytes};
+use common::process::{Lines, counted_instructions, status_bytes, under_callgrind};
 use serde_json::{Value, json};
 
 const WARM_UP: usize = 50;
@@ -50,7 +54,8 @@ const RELAY_VAR: &str = "MCP_BENCH_RELAY";
 /// speaks to its upstreams, or in a 2025-11-25 session.
 struct Session {
     child: Child,
-    stdin: ChildStdin,
+    /// `None` once closed ([`Session::close`]).
+    stdin: Option<ChildStdin>,
     lines: Lines,
     next_id: u64,
     /// The `_meta` of every request (2026-07-28).
@@ -65,7 +70,7 @@ impl Session {
             .stderr(Stdio::null())
             .spawn()
             .unwrap();
-        let stdin = child.stdin.take().unwrap();
+        let stdin = child.stdin.take();
         let lines = Lines::new(child.stdout.take().unwrap());
         let mut s = Session {
             child,
@@ -93,8 +98,19 @@ impl Session {
     fn send(&mut self, message: &Value) {
         let mut line = serde_json::to_vec(message).unwrap();
         line.push(b'\n');
-        self.stdin.write_all(&line).unwrap();
-        self.stdin.flush().unwrap();
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(&line).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Close its stdin and wait for it to exit (as a stdio server does at the end of its input).
+    fn close(&mut self) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "the server did not exit");
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// Send a request and return its id.
@@ -239,33 +255,57 @@ fn throughputs(direct: &mut Session, through: &mut Session) -> (f64, f64) {
     let (mut d, mut t) = (0.0, 0.0);
     for _ in 0..ROUNDS {
         d += per_round as f64 / throughput(direct, "echo", per_round);
-        t += per_round as f64 / throughput(through, "py_echo", per_round);
+        t += per_round as f64 / throughput(through, "up_echo", per_round);
     }
     let total = (per_round * ROUNDS) as f64;
     (total / d, total / t)
 }
 
-/// A host serving `upstreams` copies of the Python server (`py`, `py2`, … with prefixes `py_`,
-/// `py2_`, …), or nothing, each listed before this returns.
-fn host(exe: &Path, dir: &Path, python: (&Path, &Path), upstreams: usize, modern: bool) -> Session {
-    let (py, script) = python;
+/// An upstream server measured: what it is called in the tables, and its command.
+struct Server {
+    label: &'static str,
+    command: Vec<PathBuf>,
+}
+
+impl Server {
+    fn command(&self) -> Command {
+        let mut cmd = Command::new(&self.command[0]);
+        cmd.args(&self.command[1..]);
+        cmd
+    }
+}
+
+/// A host serving `upstreams` copies of `server` (`up`, `up2`, … with prefixes `up_`, `up2_`,
+/// …), or nothing, each listed before this returns.
+fn host(exe: &Path, dir: &Path, server: &Server, upstreams: usize, modern: bool) -> Session {
+    let config = host_config(dir, server, upstreams);
+    let mut cmd = Command::new(exe);
+    cmd.arg("--config").arg(&config).args(["serve", "--stdio"]);
+    started(cmd, upstreams, modern)
+}
+
+/// The configuration of a host serving `upstreams` copies of `server` (see [`host`]).
+fn host_config(dir: &Path, server: &Server, upstreams: usize) -> PathBuf {
     let mut config = String::from(if upstreams == 0 {
         "tool_dirs: []\n"
     } else {
         "tool_dirs:\n"
     });
+    let command = server.command.iter().map(|a| format!("{a:?}"));
+    let command = command.collect::<Vec<_>>().join(", ");
     for name in (1..=upstreams).map(upstream_name) {
         config += &format!(
-            "  - server: {{command: [{py:?}, {script:?}]}}\n    name: {name}\n    prefix: {name}_\n"
+            "  - server: {{command: [{command}]}}\n    name: {name}\n    prefix: {name}_\n"
         );
     }
     let file = dir.join(format!("host-{upstreams}.yaml"));
     std::fs::write(&file, format!("{config}stdio_user: bench\n")).unwrap();
-    let mut cmd = Command::new(exe);
-    cmd.arg("--config")
-        .arg(&file)
-        .args(["serve", "--stdio"])
-        .env("RUST_LOG", "error");
+    file
+}
+
+/// The host `cmd` started, once it lists its last upstream's `echo`.
+fn started(mut cmd: Command, upstreams: usize, modern: bool) -> Session {
+    cmd.env("RUST_LOG", "error");
     let mut session = Session::start(cmd, modern);
     // The host connects its upstreams as it starts: wait for the last one's `echo`.
     if upstreams > 0 {
@@ -287,12 +327,30 @@ fn host(exe: &Path, dir: &Path, python: (&Path, &Path), upstreams: usize, modern
     session
 }
 
-/// The name of the host's `n`th upstream (from 1): `py`, `py2`, ….
+/// Instructions the host `exe` runs per call of `server`'s `echo` with [`IN_FLIGHT`] in flight
+/// (valgrind's callgrind, the upstream not traced): the difference of a run of 600 calls and one
+/// of 100, so that start-up and the listing fall out. `None` without valgrind.
+fn instructions(exe: &Path, dir: &Path, server: &Server, modern: bool) -> Option<f64> {
+    Command::new("valgrind").arg("--version").output().ok()?;
+    let config = host_config(dir, server, 1);
+    let counted = |calls: usize| {
+        let out = dir.join(format!("callgrind-{calls}.out"));
+        let args = ["--config", config.to_str().unwrap(), "serve", "--stdio"];
+        let mut session = started(under_callgrind(exe, &args, &out), 1, modern);
+        throughput(&mut session, "up_echo", calls);
+        session.close();
+        counted_instructions(&out)
+    };
+    let (few, many) = (counted(100), counted(600));
+    Some(many.saturating_sub(few) as f64 / 500.0)
+}
+
+/// The name of the host's `n`th upstream (from 1): `up`, `up2`, ….
 fn upstream_name(n: usize) -> String {
     if n == 1 {
-        "py".into()
+        "up".into()
     } else {
-        format!("py{n}")
+        format!("up{n}")
     }
 }
 
@@ -340,48 +398,60 @@ fn main() {
         return relay();
     }
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let python = std::env::var_os("MCP_TEST_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join(".ci/.tools/venv/bin/python"));
-    if !python.is_file() {
-        println!(
-            "upstream bench: no Python with the MCP SDK at {} (run .ci/install-clients.sh); nothing measured",
-            python.display()
-        );
-        return;
+    let wanted = std::env::var("MCP_BENCH_UPSTREAMS").unwrap_or_else(|_| "python,rmcp".into());
+    let wanted: Vec<&str> = wanted.split(',').map(str::trim).collect();
+    let mut servers = Vec::new();
+    if wanted.contains(&"python") {
+        let python = std::env::var_os("MCP_TEST_PYTHON")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| root.join(".ci/.tools/venv/bin/python"));
+        if python.is_file() {
+            let script = root.join("tests/fixtures/upstream/server.py");
+            servers.push(Server {
+                label: "Python SDK server",
+                command: vec![python, script],
+            });
+        } else {
+            println!(
+                "upstream bench: no Python with the MCP SDK at {} (run .ci/install-clients.sh); the Python server not measured",
+                python.display()
+            );
+        }
     }
-    let script = root.join("tests/fixtures/upstream/server.py");
+    if wanted.contains(&"rmcp") {
+        let dir = common::build_release(&["fixture-rmcp-upstream"]);
+        servers.push(Server {
+            label: "rmcp server",
+            command: vec![dir.join("rmcp-upstream")],
+        });
+    }
     // `MCP_BENCH_HOST=PATH` measures that build of the host (another commit's) instead.
     let exe = std::env::var_os("MCP_BENCH_HOST")
         .map(PathBuf::from)
         .unwrap_or_else(|| common::build_release(&["mcp-host"]).join("mcp-host"));
-    let dir = tempfile::tempdir().unwrap();
-
     // The era of both sessions: 2026-07-28 (as the host speaks to its upstream: like with
     // like), or `MCP_BENCH_ERA=2025-11-25`.
     let modern = std::env::var("MCP_BENCH_ERA").map_or(true, |era| era != "2025-11-25");
     let measured = measured();
-    let server = |cmd: &mut Command| {
-        cmd.arg(&python).arg(&script);
-    };
-    let mut direct = Session::start(
-        {
-            let mut cmd = Command::new(&python);
-            cmd.arg(&script);
-            cmd
-        },
-        modern,
-    );
+    for server in &servers {
+        measure(&exe, server, modern, measured);
+    }
+}
+
+/// Measure `server` directly, through the bare relay and through the host `exe`, and print its
+/// table.
+fn measure(exe: &Path, server: &Server, modern: bool, measured: usize) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut direct = Session::start(server.command(), modern);
     let mut relayed = Session::start(
         {
             let mut cmd = Command::new(std::env::current_exe().unwrap());
-            cmd.env(RELAY_VAR, "1");
-            server(&mut cmd);
+            cmd.env(RELAY_VAR, "1").args(&server.command);
             cmd
         },
         modern,
     );
-    let mut through = host(&exe, dir.path(), (&python, &script), 1, modern);
+    let mut through = host(exe, dir.path(), server, 1, modern);
 
     let [
         (direct_p50, direct_p99),
@@ -391,7 +461,7 @@ fn main() {
         [
             (&mut direct, "echo"),
             (&mut relayed, "echo"),
-            (&mut through, "py_echo"),
+            (&mut through, "up_echo"),
         ],
         measured,
     );
@@ -412,18 +482,20 @@ fn main() {
     });
     drop(through);
     // Resident memory of idle hosts just started (no call made): none, one and [`MANY`] upstreams.
-    let one = host(&exe, dir.path(), (&python, &script), 1, modern);
+    let one = host(exe, dir.path(), server, 1, modern);
     let idle_with = status_bytes(one.child.id(), "VmRSS");
     drop(one);
-    let bare = host(&exe, dir.path(), (&python, &script), 0, modern);
+    let bare = host(exe, dir.path(), server, 0, modern);
     let idle_without = status_bytes(bare.child.id(), "VmRSS");
     drop(bare);
-    let many = host(&exe, dir.path(), (&python, &script), MANY, modern);
+    let many = host(exe, dir.path(), server, MANY, modern);
     let idle_many = status_bytes(many.child.id(), "VmRSS");
     drop(many);
+    let instructions = instructions(exe, dir.path(), server, modern);
 
     println!(
-        "| measurement (Python SDK server over stdio, `tools/call` echo, {}) | direct | through mcp-host | |",
+        "\n| measurement ({} over stdio, `tools/call` echo, {}) | direct | through mcp-host | |",
+        server.label,
         if modern { "2026-07-28" } else { "2025-11-25" }
     );
     println!("|---|---|---|---|");
@@ -466,4 +538,10 @@ fn main() {
         idle_many as f64 / 1e6,
         (idle_many as f64 - idle_with as f64) / 1e6 / (MANY - 1) as f64
     );
+    if let Some(per_call) = instructions {
+        println!(
+            "| instructions per call in the host (callgrind, {IN_FLIGHT} in flight, 600 calls less 100) | | {:.1}k | |",
+            per_call / 1e3
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Child processes of the benchmarks: CPU placement (server on one core, load generator on
 //! another), servers that are stopped and reaped when dropped, newline-delimited reading with
-//! deadlines, and what `/proc` says about a process (CPU time, resident memory).
+//! deadlines, what `/proc` says about a process (CPU time, resident memory), and servers run
+//! under valgrind's callgrind (instructions).
 
 // Each benchmark uses part of this module.
 #![allow(dead_code)]
@@ -379,4 +380,24 @@ pub fn raise_nofile() -> u64 {
         libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
         limit.rlim_cur as u64
     }
+}
+
+/// `exe args...` under valgrind's callgrind, writing its counts to `out`.
+pub fn under_callgrind(exe: &Path, args: &[&str], out: &Path) -> Command {
+    let mut cmd = Command::new("valgrind");
+    cmd.arg("--tool=callgrind")
+        .arg(format!("--callgrind-out-file={}", out.display()))
+        .arg(exe)
+        .args(args)
+        .env("RUST_LOG", "info");
+    cmd
+}
+
+/// The total instruction count callgrind wrote to `out`.
+pub fn counted_instructions(out: &Path) -> u64 {
+    let text = std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+    text.lines()
+        .find_map(|l| l.strip_prefix("totals:"))
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no totals in {}", out.display()))
 }
