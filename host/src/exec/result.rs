@@ -1,8 +1,9 @@
 //! What a tool call answered: the plugin's `CallToolResult` kept as the JSON text it wrote —
 //! checked, never parsed into a tree on the way to the client — or as the JSON tree its backend
-//! read (an upstream server's answer), or a result the host made itself (a refusal, a timeout). The protocol writes a plain result straight into its response, adding
-//! what the era needs ([`ToolResult::into_plain`]); whoever needs the tree asks for it
-//! ([`ToolResult::into_value`]).
+//! read (an upstream server's answer), or a result the host made itself (a refusal, a timeout).
+//! The protocol writes a plain result straight into its response, adding what the era needs
+//! ([`ToolResult::into_plain`]), and a tree as it serialises it; whoever needs the tree asks for
+//! it ([`ToolResult::into_value`]).
 
 use serde::Deserialize;
 use serde_json::Value;
