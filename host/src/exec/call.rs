@@ -539,8 +539,7 @@ impl Executor {
                 return Err(Interrupted::NotStarted);
             }
             let plugin = observed.map_or_else(tracing::Span::none, |o| o.phase("plugin"));
-            let returned = plugin.in_scope(|| slot.backend.call_blocking(index, &args, &call));
-            let returned = returned.map(Returned::Text);
+            let returned = plugin.in_scope(|| blocking(slot, index, &args, &call));
             return max_result.check(target.name, returned).map(Started::Ran);
         }
         Ok(Started::Queued(Queued {
@@ -610,11 +609,8 @@ impl Executor {
             let (slot, call) = (Arc::clone(slot), Arc::clone(&call));
             self.pool.submit(move || {
                 // A call whose client went away while it waited for a thread never starts.
-                let result = (!call.cancel().is_cancelled()).then(|| {
-                    plugin
-                        .in_scope(|| slot.backend.call_blocking(index, &args, &call))
-                        .map(Returned::Text)
-                });
+                let result = (!call.cancel().is_cancelled())
+                    .then(|| plugin.in_scope(|| blocking(&slot, index, &args, &call)));
                 // Free the slots before answering: a client that got its answer may call again.
                 drop(permits);
                 let _ = tx.send(result);
@@ -799,8 +795,7 @@ impl Executor {
         let max_result = ResultLimits::of(&self.limits.load());
         let returned = observed
             .phase("plugin")
-            .in_scope(|| tool.slot.backend.call_blocking(tool.index, args, call))
-            .map(Returned::Text);
+            .in_scope(|| blocking(&tool.slot, tool.index, args, call));
         let (result, outcome) = match max_result.check(name, returned) {
             Ok(returned) => tool_result(name, returned),
             Err(Interrupted::Refused(why)) => {
@@ -1043,6 +1038,20 @@ fn json_values_bound(text: &str) -> usize {
         }
     }
     count
+}
+
+/// Run tool `index` of `slot`'s plugin on this thread ([`PluginBackend::call_blocking`]).
+///
+/// [`PluginBackend::call_blocking`]: crate::plugins::backend::PluginBackend::call_blocking
+fn blocking(
+    slot: &PluginSlot,
+    index: u32,
+    args: &str,
+    call: &Arc<CallState>,
+) -> Result<Returned, PluginCallError> {
+    slot.backend
+        .call_blocking(index, args, call)
+        .map(Returned::Text)
 }
 
 /// A `CallToolResult` from what the plugin returned for tool `name` (checked, kept as its text
