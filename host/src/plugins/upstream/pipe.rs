@@ -100,7 +100,7 @@ impl Pipe {
                     return false;
                 }
             };
-            let newline = available.iter().position(|b| *b == b'\n');
+            let newline = memchr::memchr(b'\n', available);
             let take = newline.map_or(available.len(), |at| at + 1);
             if !self.discarding {
                 if self.line.len() + take > MAX_LINE {
@@ -124,7 +124,12 @@ impl Pipe {
     /// The message in `line`: an answer to a forwarded request as its JSON, anything else in
     /// rmcp's types; `None` for what is not a message (logged, and skipped as rmcp skips it).
     fn decode(&mut self, line: &[u8]) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let mut value: Value = match serde_json::from_slice(line) {
+        // Checked as UTF-8 once, as a whole, rather than string by string while it is parsed.
+        let parsed = match std::str::from_utf8(line) {
+            Ok(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let mut value: Value = match parsed {
             Ok(value) => value,
             Err(e) => {
                 tracing::debug!("ignoring an upstream's unreadable message: {e}");
@@ -458,7 +463,9 @@ fn direct_call(
         progress: progress.then_some(id),
     });
     let id = RequestId::Number(id);
-    let mut line = serde_json::to_vec(&CallWire::new(&id, params, meta))?;
+    // A request is a few hundred bytes: one allocation, not the doublings from 128 up.
+    let mut line = Vec::with_capacity(512);
+    serde_json::to_writer(&mut line, &CallWire::new(&id, params, meta))?;
     line.push(b'\n');
     Ok(line)
 }
