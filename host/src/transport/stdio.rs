@@ -13,7 +13,7 @@
 
 use std::cell::Cell;
 use std::future::Future;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Waker};
@@ -58,8 +58,10 @@ struct Connection {
     options: StdioOptions,
 }
 
-/// The protected stdout, one whole message per write.
-struct Writer(Mutex<Box<dyn Write + Send>>);
+/// The protected stdout, one whole message per write. The buffer is the writer's own type (not
+/// behind the `dyn`): a message serialised token by token copies each into it without a call
+/// through the vtable.
+struct Writer(Mutex<BufWriter<Box<dyn Write + Send>>>);
 
 thread_local! {
     /// Set on the reader thread while it answers a message with more input already buffered: the
@@ -80,7 +82,10 @@ impl Writer {
 
     /// Write one message with `write` and its newline, and flush unless the reader thread defers
     /// it (a broken pipe means the client is gone).
-    fn line(&self, write: impl FnOnce(&mut Box<dyn Write + Send>) -> std::io::Result<()>) -> bool {
+    fn line(
+        &self,
+        write: impl FnOnce(&mut BufWriter<Box<dyn Write + Send>>) -> std::io::Result<()>,
+    ) -> bool {
         let mut out = lock(&self.0);
         write(&mut out)
             .and_then(|()| out.write_all(b"\n"))
@@ -138,10 +143,10 @@ pub async fn serve(
         caller_key,
         core: Core::new(protocol, CancelFlag::new()),
         // Large enough that a long answer (a full `tools/list` page) is one write.
-        out: Writer(Mutex::new(Box::new(std::io::BufWriter::with_capacity(
+        out: Writer(Mutex::new(BufWriter::with_capacity(
             64 * 1024,
-            output,
-        )))),
+            Box::new(output),
+        ))),
         tasks: Mutex::new(tokio::task::JoinSet::new()),
         session: OnceLock::new(),
         inflight: Arc::new(Inflight::one_reader()),
