@@ -2,7 +2,7 @@
 //! called directly, against the same server as a `tool_dirs` upstream of `mcp-host serve
 //! --stdio`, in one run. Two servers, each measured on its own: the official Python SDK server
 //! of the tests (`tests/fixtures/upstream/server.py`, run by the Python of `.ci/.tools/venv`,
-//! which `.ci/install-clients.sh` installs; ~2 ms a call), and a server on rmcp's server side
+//! which `.ci/install-clients.sh` installs; 1–2 ms a call), and a server on rmcp's server side
 //! (`tests/fixtures/rmcp-upstream`, built by this bench; microseconds a call, so the host's part
 //! is not lost in the server's). `MCP_BENCH_UPSTREAMS=python` or `=rmcp` measures one.
 //!

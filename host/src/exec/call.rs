@@ -965,34 +965,29 @@ impl ResultLimits {
 
     /// Why the result `json` is refused before it is parsed, if it is.
     fn refuse(&self, json: &str) -> Option<ResultRefused> {
-        if json.len() > self.bytes {
-            return Some(ResultRefused::TooLarge {
-                bytes: json.len(),
-                limit: self.bytes,
-            });
-        }
-        // Every value takes at least one byte of the text: a short one needs no count.
-        if json.len() <= self.values {
-            return None;
-        }
-        let values = json_values_bound(json);
-        (values > self.values).then_some(ResultRefused::TooManyValues {
-            values,
-            limit: self.values,
-        })
+        self.refuse_sized(json.len(), || json_values_bound(json))
     }
 
     /// Why the parsed result `value` is refused, if it is: its length as compact JSON text, and
     /// its values counted exactly.
     fn refuse_tree(&self, value: &Value) -> Option<ResultRefused> {
-        let bytes = crate::telemetry::json_len(value);
+        self.refuse_sized(crate::telemetry::json_len(value), || json_values(value))
+    }
+
+    /// Why a result of `bytes` bytes of JSON text is refused, if it is, `values` counting (or
+    /// bounding) its values only when the limit could be passed.
+    fn refuse_sized(&self, bytes: usize, values: impl FnOnce() -> usize) -> Option<ResultRefused> {
         if bytes > self.bytes {
             return Some(ResultRefused::TooLarge {
                 bytes,
                 limit: self.bytes,
             });
         }
-        let values = json_values(value);
+        // Every value takes at least one byte of the text: a short one needs no count.
+        if bytes <= self.values {
+            return None;
+        }
+        let values = values();
         (values > self.values).then_some(ResultRefused::TooManyValues {
             values,
             limit: self.values,

@@ -67,37 +67,27 @@ impl Message {
     pub fn write_to<W: Write>(&self, out: &mut W) -> io::Result<()> {
         match &self.0 {
             Repr::Value(v) => serde_json::to_writer(&mut *out, v).map_err(io::Error::from),
-            Repr::Result { id, text, members } => {
-                out.write_all(br#"{"jsonrpc":"2.0","id":"#)?;
-                serde_json::to_writer(&mut *out, id)?;
-                out.write_all(br#","result":"#)?;
+            Repr::Result { id, text, members } => response(out, id, |out| {
                 let text = text.trim();
                 match (members, text.strip_suffix('}')) {
                     (Some(members), Some(open)) => {
                         out.write_all(open.as_bytes())?;
                         out.write_all(members.as_bytes())?;
-                        out.write_all(b"}")?;
+                        out.write_all(b"}")
                     }
-                    _ => out.write_all(text.as_bytes())?,
+                    _ => out.write_all(text.as_bytes()),
                 }
-                out.write_all(b"}")
-            }
+            }),
             Repr::Tree {
                 id,
                 result,
                 server_info,
-            } => {
-                out.write_all(br#"{"jsonrpc":"2.0","id":"#)?;
-                serde_json::to_writer(&mut *out, id)?;
-                out.write_all(br#","result":"#)?;
-                match (result.as_object(), server_info) {
-                    (Some(members), Some(info)) => {
-                        serde_json::to_writer(&mut *out, &Decorated { members, info })?;
-                    }
-                    _ => serde_json::to_writer(&mut *out, result)?,
+            } => response(out, id, |out| match (result.as_object(), server_info) {
+                (Some(members), Some(info)) => {
+                    Ok(serde_json::to_writer(out, &Decorated { members, info })?)
                 }
-                out.write_all(b"}")
-            }
+                _ => Ok(serde_json::to_writer(out, result)?),
+            }),
             Repr::Batch(messages) => {
                 out.write_all(b"[")?;
                 for (i, m) in messages.iter().enumerate() {
@@ -162,6 +152,19 @@ impl Message {
             _ => 128,
         }
     }
+}
+
+/// `{"jsonrpc":"2.0","id":id,"result":…}`, the result written by `result`.
+fn response<W: Write>(
+    out: &mut W,
+    id: &Value,
+    result: impl FnOnce(&mut W) -> io::Result<()>,
+) -> io::Result<()> {
+    out.write_all(br#"{"jsonrpc":"2.0","id":"#)?;
+    serde_json::to_writer(&mut *out, id)?;
+    out.write_all(br#","result":"#)?;
+    result(out)?;
+    out.write_all(b"}")
 }
 
 /// A 2026 result as [`super::era::decorate`] makes it: its members but `resultType` and
