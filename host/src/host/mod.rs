@@ -620,6 +620,31 @@ impl Host {
         self.inner.exec.denies(subject, plugin, args, request)
     }
 
+    /// Every upstream server served now, by name, with how its connection stands (connecting
+    /// since when, ready, restarting, quarantined or failed, and why): what `/healthz` and the
+    /// console show.
+    pub fn upstreams(&self) -> Vec<(String, crate::plugins::backend::Connection)> {
+        self.registry()
+            .plugins
+            .iter()
+            .filter_map(|slot| Some((slot.backend.name().to_owned(), slot.backend.connection()?)))
+            .collect()
+    }
+
+    /// [`Host::upstreams`] as JSON: `name`, `state` and the one-line `detail` of each.
+    pub fn upstreams_json(&self) -> Value {
+        self.upstreams()
+            .into_iter()
+            .map(|(name, connection)| {
+                json!({
+                    "name": name,
+                    "state": connection.state(),
+                    "detail": connection.describe(),
+                })
+            })
+            .collect()
+    }
+
     /// The calls waiting for an admin's approval in the console (`approver: console`).
     pub fn approvals(&self) -> &crate::exec::approval::Approvals {
         self.inner.exec.approvals()

@@ -368,6 +368,11 @@ impl Link {
         &self.name
     }
 
+    /// The id of the newest session (the one serving, or being connected).
+    pub(super) fn session_id(&self) -> u64 {
+        self.sessions.load(Ordering::Acquire)
+    }
+
     /// A session over a connection just made: requests written beside rmcp get the session's
     /// `_meta`, and its end is reported (see `Link::exited`).
     pub(super) fn open(self: &Arc<Self>, connected: Connected) -> Result<Arc<Session>, String> {

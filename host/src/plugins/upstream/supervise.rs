@@ -97,6 +97,10 @@ pub(crate) struct Relists {
     last: Option<Instant>,
     /// The storm window's start and the notifications in it.
     window: Option<(Instant, u32)>,
+    /// A session stormed before it served (its id, and how).
+    stormed: Option<(u64, String)>,
+    /// A session said a list changed before it served (its id): re-read once it does.
+    after_start: Option<u64>,
 }
 
 /// What follows a failure.
@@ -180,7 +184,7 @@ impl Link {
 
     /// An attempt connected: serve `session` and its lists.
     fn connected(self: &Arc<Self>, session: Arc<Session>, manifest: Manifest) {
-        let pid = session.pid();
+        let (id, pid) = (session.id, session.pid());
         let first = {
             let mut state = lock(&self.state);
             let first = matches!(state.current, Current::Connecting { .. });
@@ -208,6 +212,21 @@ impl Link {
             tracing::info!("Restarted upstream {}{pid}", self.name);
         }
         self.offer(manifest, !first);
+        self.after_connected(id);
+    }
+
+    /// What session `id` said while it connected: a storm fails it now, a list change is read.
+    fn after_connected(self: &Arc<Self>, id: u64) {
+        let (stormed, changed) = {
+            let mut relists = lock(&self.relists);
+            let stormed = relists.stormed.take().filter(|(s, _)| *s == id);
+            (stormed, relists.after_start.take() == Some(id))
+        };
+        match stormed {
+            Some((_, how)) => self.exited(id, &how),
+            None if changed => self.start_relist(),
+            None => {}
+        }
     }
 
     /// An attempt failed (`why`): final for a one-shot command's first connection, else counted
@@ -267,10 +286,12 @@ impl Link {
         }
         let n = u32::try_from(state.crashes.len()).unwrap_or(u32::MAX);
         if n >= max {
-            let reason = format!(
-                "failed {n} times in {} s (last: {how})",
-                window.as_secs_f64()
-            );
+            let times = if n == 1 {
+                "once".into()
+            } else {
+                format!("{n} times")
+            };
+            let reason = format!("failed {times} in {} s (last: {how})", window.as_secs_f64());
             tracing::error!(
                 "Quarantined upstream {}: {reason}; its tools are withdrawn until the \
                  configuration changes or SIGHUP",
@@ -310,12 +331,15 @@ impl Link {
     }
 
     /// Session `id` said a list changed: re-read the lists — at once when no re-reading runs,
-    /// else once more after it — and count the notification: a storm of them is a failure.
+    /// else once more after it; after the session is serving when it is not yet (the change
+    /// may have come while its lists were first read) — and count the notification: a storm of
+    /// them is a failure of the session.
     pub(super) fn list_changed(self: &Arc<Self>, id: u64) {
-        if !self.serving(id) {
+        if id != self.session_id() {
             return;
         }
-        let start = {
+        let serving = self.serving(id);
+        {
             let mut relists = lock(&self.relists);
             let now = Instant::now();
             let (since, count) = match relists.window {
@@ -327,26 +351,39 @@ impl Link {
             relists.window = Some((since, count));
             if count >= STORM_NOTIFICATIONS {
                 relists.window = None;
-                drop(relists);
                 let how = format!(
                     "sent {STORM_NOTIFICATIONS} list_changed notifications in {} s",
                     STORM_WINDOW.as_secs()
                 );
+                if !serving {
+                    // Its failure once it serves (see `Link::connected`).
+                    relists.stormed = Some((id, how));
+                    return;
+                }
+                drop(relists);
                 self.exited(id, &how);
                 return;
             }
+            if !serving {
+                relists.after_start = Some(id);
+                return;
+            }
+        }
+        self.start_relist();
+    }
+
+    /// Re-read the lists now, or once more after the re-reading that runs.
+    fn start_relist(self: &Arc<Self>) {
+        {
+            let mut relists = lock(&self.relists);
             if relists.running {
                 relists.again = true;
-                false
-            } else {
-                relists.running = true;
-                true
+                return;
             }
-        };
-        if start {
-            let link = Arc::clone(self);
-            self.runtime.spawn(async move { link.relists().await });
+            relists.running = true;
         }
+        let link = Arc::clone(self);
+        self.runtime.spawn(async move { link.relists().await });
     }
 
     /// Re-read the lists until no change came meanwhile, [`RELIST_INTERVAL`] apart.
