@@ -326,7 +326,12 @@ impl Host {
             started.elapsed().as_millis()
         );
         warn_missing_dirs(&config);
-        if registry.is_empty() && !config.tool_dirs.is_empty() {
+        // Upstream servers connecting in the background serve nothing yet: not worth a warning.
+        let connecting = registry
+            .plugins
+            .iter()
+            .any(|p| p.candidate.upstream.is_some());
+        if registry.is_empty() && !config.tool_dirs.is_empty() && !connecting {
             let dirs: Vec<String> = config
                 .tool_dirs
                 .iter()

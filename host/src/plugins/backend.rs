@@ -342,3 +342,35 @@ pub fn answer(
     host.announce(change);
     Ok("null".into())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_says_what_it_is_and_why_on_one_line() {
+        let since_ms = unix_ms(std::time::SystemTime::now()) - 12_000;
+        let connecting = Connection::Connecting {
+            since_ms,
+            last_failure: Some("exited with status 3; last stderr: boom".into()),
+        };
+        let line = connecting.describe();
+        assert!(line.starts_with("connecting (since 20"), "{line}");
+        assert!(
+            line.ends_with(" s ago; last attempt: exited with status 3; last stderr: boom)"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
+        let failed = Connection::Failed {
+            reason: "did not answer its handshake within 60 s".into(),
+        };
+        assert_eq!(
+            failed.describe(),
+            "failed: did not answer its handshake within 60 s"
+        );
+        assert_eq!(Connection::Ready.describe(), "ready");
+        assert_eq!(Connection::Ready.detail(), None);
+        let json = serde_json::to_value(&failed).unwrap();
+        assert_eq!(json["state"], "failed");
+    }
+}
