@@ -71,6 +71,9 @@ impl Current {
 pub(super) struct State {
     pub(super) current: Current,
     crashes: VecDeque<Instant>,
+    /// A session that ended (or stormed) while it was connected, before it served: its id, and
+    /// how (its failure once it serves).
+    early: Option<(u64, String)>,
 }
 
 impl State {
@@ -82,6 +85,7 @@ impl State {
                 last: None,
             },
             crashes: VecDeque::new(),
+            early: None,
         }
     }
 }
@@ -97,8 +101,6 @@ pub(crate) struct Relists {
     last: Option<Instant>,
     /// The storm window's start and the notifications in it.
     window: Option<(Instant, u32)>,
-    /// A session stormed before it served (its id, and how).
-    stormed: Option<(u64, String)>,
     /// A session said a list changed before it served (its id): re-read once it does.
     after_start: Option<u64>,
 }
@@ -215,14 +217,12 @@ impl Link {
         self.after_connected(id);
     }
 
-    /// What session `id` said while it connected: a storm fails it now, a list change is read.
+    /// What became of session `id` while it connected: an end (or a storm) fails it now, a list
+    /// change is read.
     fn after_connected(self: &Arc<Self>, id: u64) {
-        let (stormed, changed) = {
-            let mut relists = lock(&self.relists);
-            let stormed = relists.stormed.take().filter(|(s, _)| *s == id);
-            (stormed, relists.after_start.take() == Some(id))
-        };
-        match stormed {
+        let early = lock(&self.state).early.take().filter(|(s, _)| *s == id);
+        let changed = lock(&self.relists).after_start.take() == Some(id);
+        match early {
             Some((_, how)) => self.exited(id, &how),
             None if changed => self.start_relist(),
             None => {}
@@ -251,16 +251,22 @@ impl Link {
     }
 
     /// Session `id` ended (`how`: it exited, its connection closed, it stormed): when it was
-    /// the one serving, that is a crash: restart, or quarantine after too many.
+    /// the one serving, that is a crash: restart, or quarantine after too many. One that ends
+    /// while it connects fails once it serves (if its attempt does not fail first).
     pub(super) fn exited(self: &Arc<Self>, id: u64, how: &str) {
         let next = {
             let mut state = lock(&self.state);
+            let serving = matches!(&state.current, Current::Running(s) if s.id == id);
+            if !serving {
+                let first = state.early.as_ref().is_none_or(|(s, _)| *s != id);
+                if state.current.reconnecting() && id == self.session_id() && first {
+                    state.early = Some((id, how.to_owned()));
+                }
+                return;
+            }
             let Current::Running(session) = &state.current else {
                 return;
             };
-            if session.id != id {
-                return;
-            }
             session.end();
             tracing::error!(
                 "Upstream {} failed ({how}): its requests in flight were answered with an error",
@@ -355,12 +361,8 @@ impl Link {
                     "sent {STORM_NOTIFICATIONS} list_changed notifications in {} s",
                     STORM_WINDOW.as_secs()
                 );
-                if !serving {
-                    // Its failure once it serves (see `Link::connected`).
-                    relists.stormed = Some((id, how));
-                    return;
-                }
                 drop(relists);
+                // Serving or not yet (then it fails once it serves: see `Link::exited`).
                 self.exited(id, &how);
                 return;
             }
