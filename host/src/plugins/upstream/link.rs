@@ -26,8 +26,7 @@ use serde_json::Value;
 
 use crate::plugins::backend::HostCallbacks;
 use crate::plugins::call::{CallState, TraceContext};
-use crate::plugins::worker::{Line, OutputLines};
-use crate::plugins::{LoadError, lock};
+use crate::plugins::{LoadError, lock, output};
 
 /// How long an upstream may take to start and answer its handshake and lists.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -40,9 +39,6 @@ type Served = (
     Option<u32>,
     Option<Arc<super::pipe::Direct>>,
 );
-
-/// Lines of an upstream child's stderr logged per burst window before they are dropped.
-const STDERR_LINES_PER_SEC: u32 = 50;
 
 /// How the upstream is reached.
 #[derive(Debug, Clone)]
@@ -1032,29 +1028,18 @@ fn kill_group(pid: u32) {
     }
 }
 
-/// Log what an upstream child writes to its stderr, a line at a time (each line bounded, a
-/// burst beyond [`STDERR_LINES_PER_SEC`] a second dropped and counted).
+/// Log what an upstream child writes to its stderr, a line at a time, through the bounded path
+/// every stranger's output takes ([`output::forward`]: escaped, cut, rate-limited, a burst's last
+/// lines kept and logged with the count of the others when it ends).
 fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr) {
-    let mut lines = OutputLines::new(stderr);
-    let (mut window, mut logged, mut dropped) = (Instant::now(), 0u32, 0u64);
-    while let Some(line) = lines.next_line() {
-        if window.elapsed() >= Duration::from_secs(1) {
-            if dropped > 0 {
-                tracing::warn!(upstream = name, pid, "{dropped} stderr lines dropped");
-            }
-            (window, logged, dropped) = (Instant::now(), 0, 0);
-        }
-        if logged >= STDERR_LINES_PER_SEC {
-            dropped += 1;
-            continue;
-        }
-        logged += 1;
-        let text = match line {
-            Line::Whole(text) => text,
-            Line::Cut(text, more) => format!("{text}… (line cut: {more} more bytes dropped)"),
-        };
-        tracing::info!(upstream = name, pid, "{text}");
-    }
+    output::forward(
+        stderr,
+        |_| {},
+        |logged| match logged {
+            output::Logged::Line(text) => tracing::info!(upstream = name, pid, "{text}"),
+            notice => tracing::warn!(upstream = name, pid, "stderr: {notice}"),
+        },
+    );
 }
 
 /// rmcp's Streamable HTTP client for `url` with `headers`: one reqwest client (connections
