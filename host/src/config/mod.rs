@@ -144,6 +144,11 @@ pub struct UpstreamServer {
     /// ${TOOLS_TOKEN}"`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Which redirects from `url` are followed: `none` (unset: a 3xx is an error naming its
+    /// `Location`, since a redirect would carry `headers` and every request's body elsewhere) or
+    /// `same_origin` (to the same scheme, host and port only; never from https to http).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follow_redirects: Option<FollowRedirects>,
     /// Whether a `resources/read` of a URI that nothing lists and no listed template matches is
     /// offered to this upstream (in `tool_dirs` order, after the entries before it said "not
     /// found"); unset is `true`. `false` keeps it to the resources it lists.
@@ -190,6 +195,20 @@ impl UpstreamServer {
         })
         .unwrap_or_else(|| "upstream".into())
     }
+}
+
+/// Which redirects an HTTP upstream's client follows (`server.follow_redirects`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowRedirects {
+    /// None: a 3xx is an error naming its `Location`.
+    #[default]
+    None,
+    /// Those to the endpoint's own origin (scheme, host and port); never another, never from
+    /// https to http.
+    SameOrigin,
 }
 
 /// How served definitions (tools, resources, prompts) are checked against the lock file that

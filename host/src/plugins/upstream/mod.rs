@@ -2,12 +2,13 @@
 //! a supervised child speaking MCP on its pipes, or a Streamable HTTP endpoint) is served like a
 //! plugin named after the entry's `name` — its manifest synthesised from the upstream's lists
 //! ([`listing`]), its calls, resource reads, prompts and completions forwarded through rmcp's
-//! client ([`link`], which also supervises the connection), and a stdio child confined before it
+//! client ([`link`], which also supervises the connection; [`http`] builds an HTTP upstream's), and a stdio child confined before it
 //! runs ([`confine`]). Everything the host does around a plugin call (names and prefixes, agents,
 //! pinning, quotas, timeouts, metrics and audit) applies unchanged, because the registry and the
 //! executor see one more [`PluginBackend`].
 
 pub mod confine;
+mod http;
 mod link;
 mod listing;
 mod pipe;
@@ -113,7 +114,7 @@ pub(crate) fn start(
     host: Arc<dyn HostCallbacks>,
 ) -> Result<Upstream, LoadError> {
     let transport = match &entry.server.url {
-        Some(url) => Transport::Http {
+        Some(url) => Transport::Http(http::Endpoint {
             url: url.clone(),
             headers: entry
                 .server
@@ -121,7 +122,8 @@ pub(crate) fn start(
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-        },
+            redirects: entry.server.follow_redirects.unwrap_or_default(),
+        }),
         None => stdio_transport(entry, spec, config, exe)?,
     };
     let policy = (
