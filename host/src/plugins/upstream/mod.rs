@@ -329,6 +329,7 @@ async fn answered(
         if value.get("resultType").and_then(Value::as_str) != Some("input_required") {
             if let Value::Object(map) = &mut value {
                 map.remove("resultType");
+                own_server_info(map);
             }
             return Ok(value);
         }
@@ -362,6 +363,25 @@ async fn answered(
     Err(Unanswered::Asked(format!(
         "upstream {name} asked for input more than {MAX_UPSTREAM_ROUNDS} times in one request"
     )))
+}
+
+/// Where a result's `_meta` names the server that made it.
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The host's own `serverInfo` where an upstream's result names its server (`_meta`'s
+/// `io.modelcontextprotocol/serverInfo`, which 2026 servers put in every result): a client is
+/// told of the server it speaks to, the host, in every era — a 2025 session's results and `mcp-host
+/// call`'s would pass the upstream's on (a 2026 response is given the host's as it is written).
+/// One lookup when there is none; nothing else of the result is touched.
+fn own_server_info(result: &mut serde_json::Map<String, Value>) {
+    static HOST: OnceLock<Value> = OnceLock::new();
+    if let Some(Value::Object(meta)) = result.get_mut("_meta")
+        && let Some(info) = meta.get_mut(META_SERVER_INFO)
+    {
+        *info = HOST
+            .get_or_init(|| json!({"name": "mcp-host", "version": env!("CARGO_PKG_VERSION")}))
+            .clone();
+    }
 }
 
 /// An upstream's result as JSON: as it came (see [`pipe`]), or encoded from rmcp's types (an
