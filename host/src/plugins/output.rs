@@ -103,9 +103,11 @@ impl std::fmt::Display for Logged<'_> {
 
 /// One source's lines through the rate (a token bucket of [`BURST`] lines refilled at [`RATE`] a
 /// second). A line over it is held; of those held, the last [`KEPT`] are kept and the others
-/// counted. Held lines are logged in order as the rate allows, and all of them (after the count)
-/// when the burst ends — the source silent for [`QUIET`] ([`Burst::tick`]), or ended
-/// ([`Burst::finish`]). Nothing is ever reordered or logged twice.
+/// counted. Held lines are logged in order as the rate allows, and all of them when the burst ends
+/// — the source silent for [`QUIET`] ([`Burst::tick`]), or ended ([`Burst::finish`]); the count
+/// of the others goes before them, at most once per [`QUIET`] while the burst lasts (about
+/// [`RATE`] lines a second and one count), and always when it ends. Nothing is ever reordered or
+/// logged twice.
 #[derive(Debug)]
 pub(crate) struct Burst {
     tokens: f64,
@@ -113,8 +115,10 @@ pub(crate) struct Burst {
     /// When the last line came.
     last: Instant,
     held: VecDeque<String>,
-    /// Lines held and then let go (older than every line held).
+    /// Lines held and then let go (older than every line held), not yet counted in the log.
     dropped: u64,
+    /// When the count was last logged.
+    counted: Option<Instant>,
     /// [`Logged::Over`] was said for this burst.
     over: bool,
 }
@@ -128,6 +132,7 @@ impl Burst {
             last: now,
             held: VecDeque::new(),
             dropped: 0,
+            counted: None,
             over: false,
         }
     }
@@ -145,7 +150,9 @@ impl Burst {
             return;
         }
         if !self.over {
+            // Said at once; the count of what it lets go comes a while later, or at its end.
             self.over = true;
+            self.counted = Some(now);
             log(Logged::Over);
         }
         if self.held.len() == KEPT {
@@ -153,20 +160,20 @@ impl Burst {
             self.dropped += 1;
         }
         self.held.push_back(line);
-        self.release(log, false);
+        self.release(now, log, false);
     }
 
-    /// Time passed (to `now`): log the held lines the rate allows, or every one of them when the
-    /// source has been quiet for [`QUIET`].
+    /// Time passed (to `now`): log the held lines the rate allows, or every one of them (and the
+    /// count of the others) when the source has been quiet for [`QUIET`].
     pub(crate) fn tick(&mut self, now: Instant, log: &mut impl FnMut(Logged<'_>)) {
         self.refill(now);
         let ended = now.saturating_duration_since(self.last) >= QUIET;
-        self.release(log, ended);
+        self.release(now, log, ended);
     }
 
-    /// The source ended: log every line held (after the count of those let go).
+    /// The source ended: log the count of the lines let go and every line held.
     pub(crate) fn finish(&mut self, log: &mut impl FnMut(Logged<'_>)) {
-        self.release(log, true);
+        self.release(self.last, log, true);
     }
 
     /// When [`Burst::tick`] next has something to log: `None` while nothing is held.
@@ -174,9 +181,15 @@ impl Burst {
         if self.held.is_empty() {
             return None;
         }
-        let wait = (1.0 - self.tokens).max(0.0) / f64::from(RATE);
-        let token = self.refilled + Duration::from_secs_f64(wait);
-        Some(token.min(self.last + QUIET))
+        let ends = self.last + QUIET;
+        let next = if self.dropped > 0 {
+            self.counted.map_or(ends, |t| t + QUIET)
+        } else {
+            // A millisecond past the next token: it is whole by then, rounding whatever.
+            let wait = (1.0 - self.tokens).max(0.0) / f64::from(RATE) + 0.001;
+            self.refilled + Duration::from_secs_f64(wait)
+        };
+        Some(next.min(ends))
     }
 
     fn refill(&mut self, now: Instant) {
@@ -185,13 +198,22 @@ impl Burst {
         self.refilled = now;
     }
 
-    /// Log held lines while the rate allows (`all`: every one, the burst having ended).
-    fn release(&mut self, log: &mut impl FnMut(Logged<'_>), all: bool) {
-        while !self.held.is_empty() && (all || self.tokens >= 1.0) {
-            if self.dropped > 0 {
-                log(Logged::Dropped(self.dropped));
-                self.dropped = 0;
+    /// Log held lines while the rate allows (`all`: every one, the burst having ended), after
+    /// the count of the lines let go before them: while some are uncounted, the held lines wait
+    /// until the count is due (once per [`QUIET`]), so that it always precedes them.
+    fn release(&mut self, now: Instant, log: &mut impl FnMut(Logged<'_>), all: bool) {
+        if self.dropped > 0 {
+            let due = self
+                .counted
+                .is_none_or(|t| now.saturating_duration_since(t) >= QUIET);
+            if !(all || due) {
+                return;
             }
+            log(Logged::Dropped(self.dropped));
+            self.dropped = 0;
+            self.counted = Some(now);
+        }
+        while !self.held.is_empty() && (all || self.tokens >= 1.0) {
             self.tokens = (self.tokens - 1.0).max(0.0);
             if let Some(line) = self.held.pop_front() {
                 log(Logged::Line(&line));
@@ -492,6 +514,35 @@ mod tests {
         flood.finish(&mut |l| out.push(l.to_string()));
         assert_eq!(out.len(), BURST as usize + 1 + 1 + KEPT);
         assert_eq!(out.last().unwrap(), "line 999");
+    }
+
+    #[test]
+    fn a_sustained_flood_is_logged_at_the_rate_in_order_with_a_count_a_second() {
+        let t0 = Instant::now();
+        let mut burst = Burst::new(t0);
+        let mut out = Vec::new();
+        // A thousand lines a second for five seconds, ticked as the reader ticks.
+        for i in 0..5000u32 {
+            let now = t0 + Duration::from_millis(u64::from(i));
+            while let Some(t) = burst.next_tick()
+                && t <= now
+            {
+                burst.tick(t, &mut |l| out.push(l.to_string()));
+            }
+            burst.push(now, format!("line {i}"), &mut |l| out.push(l.to_string()));
+        }
+        burst.finish(&mut |l| out.push(l.to_string()));
+        let counts = out.iter().filter(|l| l.contains("lines dropped")).count();
+        let lines: Vec<u32> = out
+            .iter()
+            .filter_map(|l| l.strip_prefix("line ")?.parse().ok())
+            .collect();
+        assert!((4..=6).contains(&counts), "{counts} counts");
+        assert!(lines.len() <= 200 + 50 * 5 + KEPT, "{} lines", lines.len());
+        assert!(lines.len() >= 200 + 50 * 4, "{} lines", lines.len());
+        assert!(lines.windows(2).all(|w| w[0] < w[1]), "out of order");
+        assert_eq!(lines.last(), Some(&4999));
+        assert_eq!(out.iter().filter(|l| l.starts_with("more than")).count(), 1);
     }
 
     #[test]
