@@ -93,8 +93,8 @@ impl std::fmt::Display for Logged<'_> {
             Logged::Line(line) => f.write_str(line),
             Logged::Over => write!(
                 f,
-                "more than {RATE} lines a second: the rest of this burst is counted, and its \
-                 last {KEPT} lines logged when it ends"
+                "more than {RATE} lines a second: lines past that rate are counted, not \
+                 logged, and the last {KEPT} of this burst logged when it ends"
             ),
             Logged::Dropped(n) => write!(f, "{n} lines dropped (more than {RATE} a second)"),
         }
