@@ -395,7 +395,6 @@ fn a_log_flood_outside_a_call_forges_no_line_and_is_bounded_in_count_and_size() 
     let s = HttpServer::start(&cfg);
     // The flood's last message ends its burst: it is logged once the upstream falls quiet.
     wait_for_log(&s, "flood done");
-    wait_for_log(&s, "log messages: ");
     let elapsed = began.elapsed().as_secs() + 2;
     let log = s.stderr();
     let forged: Vec<&str> = log
