@@ -1272,6 +1272,28 @@ mod tests {
     }
 
     #[test]
+    fn follow_redirects_is_an_http_upstreams_key() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let stdio = write(
+            tmp.path(),
+            "stdio.yaml",
+            "tool_dirs:\n  - server: {command: [x], follow_redirects: same_origin}\n    name: s\n",
+        );
+        let err = Config::load_with_env(Some(&stdio), &[])
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("tool_dirs.0.server.follow_redirects"), "{err}");
+        let http = write(
+            tmp.path(),
+            "http.yaml",
+            "tool_dirs:\n  - server: {url: \"https://h/mcp\", follow_redirects: same_origin}\n    name: h\n",
+        );
+        let c = Config::load_with_env(Some(&http), &[]).expect("load");
+        let server = c.tool_dirs[0].server.as_ref().expect("server");
+        assert_eq!(server.follow_redirects, Some(FollowRedirects::SameOrigin));
+    }
+
+    #[test]
     fn trust_rules_apply_per_tool_directory_and_a_bad_key_is_an_error_naming_it() {
         let tmp = tempfile::tempdir().expect("tempdir");
         let key = "RWRoQRdNYXnVZsdtQ5F58D2Y2XFX7zMNw9qjO3uzqwcBNqO8xwKGUWt6";
