@@ -351,11 +351,12 @@ mod tests {
         (head, body)
     }
 
+    /// What a test server received: each request's head and body.
+    type Seen = Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>;
+
     /// A server on 127.0.0.1 answering each request with `answer(head)` (a status line and
     /// headers), closing each connection after it; what it received, in order.
-    fn serve(
-        answer: impl Fn(&str) -> String + Send + 'static,
-    ) -> (SocketAddr, Arc<std::sync::Mutex<Vec<(String, Vec<u8>)>>>) {
+    fn serve(answer: impl Fn(&str) -> String + Send + 'static) -> (SocketAddr, Seen) {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
@@ -376,7 +377,7 @@ mod tests {
         let (elsewhere, received) = serve(|_| {
             "HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n".to_owned()
         });
-        let (upstream, _) = serve(move |head| {
+        let (upstream, at_upstream) = serve(move |head| {
             let to = if head.starts_with("post /same") {
                 "/landed".to_owned()
             } else if head.starts_with("post /landed") {
@@ -423,6 +424,10 @@ mod tests {
         assert!(request(&error, "").contains("/landed: not followed"));
         let landed = send(FollowRedirects::SameOrigin, reqwest::Method::POST, "/same").unwrap();
         assert_eq!(landed.status(), 200);
+        let seen = at_upstream.lock().unwrap();
+        let (head, body) = seen.last().unwrap();
+        assert!(head.starts_with("post /landed") && head.contains("x-api-key: secret"));
+        assert_eq!(body, b"{\"jsonrpc\":\"2.0\"}");
     }
 
     #[test]
