@@ -30,6 +30,35 @@ fn sandboxed(l: &Layout, py: &Path, script: &Path, settings: &str) -> PathBuf {
     ))
 }
 
+/// Wait until the upstream's tools are served (`true`) or the log says the sandbox refused to
+/// start it (`false`): an upstream may join after the host started serving.
+fn served_or_refused(server: &mut StdioServer) -> bool {
+    let deadline = Instant::now() + START;
+    for id in 1000.. {
+        let listed = server.call_modern(id, "tools/list", json!({}));
+        if listed.to_string().contains("box_echo") {
+            return true;
+        }
+        if server.stderr().contains("sandbox refused") {
+            return false;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the upstream was neither served nor refused:\n{}",
+            server.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    unreachable!()
+}
+
+/// Start the host on `cfg` and wait until the upstream is served.
+fn serve(cfg: &Path) -> StdioServer {
+    let mut server = StdioServer::start(cfg);
+    assert!(served_or_refused(&mut server), "{}", server.stderr());
+    server
+}
+
 /// Call tool `name` of the fixture (prefixed `box_`) and return its text.
 fn call(server: &mut StdioServer, id: u64, name: &str, args: Value) -> String {
     let resp = server.call_modern(
@@ -103,7 +132,7 @@ fn a_sandboxed_upstream_reaches_no_unix_socket_it_was_not_granted() {
     let dgram = UnixDatagram::bind(&dgram_path).unwrap();
     dgram.set_nonblocking(true).unwrap();
     let cfg = sandboxed(&l, &py, &hostile(), "");
-    let mut server = StdioServer::start(&cfg);
+    let mut server = serve(&cfg);
     assert_eq!(call(&mut server, 1, "echo", json!({"text": "up"})), "up");
     // A stream socket: no AF_UNIX socket() without a grant.
     let stream = call(&mut server, 2, "unix_connect", json!({"path": socket}));
@@ -134,8 +163,7 @@ fn a_granted_unix_socket_is_reachable_and_the_kernels_limits_are_said() {
     let grant = format!("permissions: {{unix_sockets: [{granted:?}]}}");
     let cfg = sandboxed(&l, &py, &hostile(), &grant);
     let mut server = StdioServer::start(&cfg);
-    let listed = server.call_modern(1, "tools/list", json!({}));
-    let served = listed.to_string().contains("box_unix_connect");
+    let served = served_or_refused(&mut server);
     if !served {
         // This kernel cannot hold connect(2) to the granted path: the sandbox refuses to start
         // the upstream and says so, and which setting accepts the weaker sandbox.
@@ -147,7 +175,7 @@ fn a_granted_unix_socket_is_reachable_and_the_kernels_limits_are_said() {
         drop(server);
         let weaker = format!("{grant}, allow_weaker_sandbox: true");
         let cfg = sandboxed(&l, &py, &hostile(), &weaker);
-        server = StdioServer::start(&cfg);
+        server = serve(&cfg);
         assert!(
             server.logged("connect to any Unix socket"),
             "{}",
@@ -172,7 +200,7 @@ fn a_sandboxed_upstream_runs_no_program_through_the_dynamic_loader() {
     let l = Layout::new();
     // /bin/sh is readable (not executable) in this sandbox, as any program under a read grant is.
     let cfg = sandboxed(&l, &py, &hostile(), "permissions: {read: [/usr/bin, /bin]}");
-    let mut server = StdioServer::start(&cfg);
+    let mut server = serve(&cfg);
     let direct = call(&mut server, 1, "run", json!({"program": "/bin/sh"}));
     assert!(direct.starts_with("denied"), "{direct}");
     let loader = loader();
@@ -189,7 +217,7 @@ fn a_sandboxed_upstream_runs_no_program_through_the_dynamic_loader() {
     drop(server);
     // With `exec: true`, programs of the system's directories run (inside the same sandbox).
     let cfg = sandboxed(&l, &py, &hostile(), "permissions: {exec: true}");
-    let mut server = StdioServer::start(&cfg);
+    let mut server = serve(&cfg);
     let granted = call(&mut server, 4, "run", json!({"program": "/bin/sh"}));
     assert_eq!(granted, "ran: ran (status 0)", "{}", server.stderr());
 }
@@ -204,7 +232,7 @@ fn a_scripts_read_grant_is_its_own_package_never_the_configuration_directory() {
     let secret = l.root.path().join("secret.txt");
     std::fs::write(&secret, "secret").unwrap();
     let cfg = sandboxed(&l, &py, &script, "");
-    let mut server = StdioServer::start(&cfg);
+    let mut server = serve(&cfg);
     assert_eq!(call(&mut server, 1, "echo", json!({"text": "up"})), "up");
     let read = call(&mut server, 2, "read", json!({"path": secret}));
     assert!(read.starts_with("denied"), "{read}");
@@ -219,7 +247,7 @@ fn a_scripts_read_grant_is_its_own_package_never_the_configuration_directory() {
     let data = l.dir("tools/data").join("stations.csv");
     std::fs::write(&data, "in the package").unwrap();
     let cfg = sandboxed(&l, &py, &script, "");
-    let mut server = StdioServer::start(&cfg);
+    let mut server = serve(&cfg);
     let inside = call(&mut server, 3, "read", json!({"path": data}));
     assert_eq!(inside, "read: in the package", "{}", server.stderr());
     let read = call(&mut server, 4, "read", json!({"path": secret}));
@@ -233,7 +261,7 @@ fn a_sandboxed_python_upstream_has_a_temporary_directory_and_imports_trio_withou
     };
     let l = Layout::new();
     let cfg = sandboxed(&l, &py, &hostile(), "");
-    let mut server = StdioServer::start(&cfg);
+    let mut server = serve(&cfg);
     let made = call(&mut server, 1, "temp_file", json!({}));
     assert!(made.starts_with("made: "), "{made}");
     // trio looks for libpthread at import: `ldconfig -p` (refused here), then a compiler, which
@@ -270,6 +298,6 @@ fn a_command_the_sandbox_cannot_start_is_named_with_the_grant_it_needs() {
     let body = std::fs::read_to_string(&script).unwrap();
     let direct = body.replacen("#!/usr/bin/env ", "#!", 1);
     std::fs::write(&script, direct).unwrap();
-    let mut server = StdioServer::start(&cfg);
+    let mut server = serve(&cfg);
     assert_eq!(call(&mut server, 1, "echo", json!({"text": "up"})), "up");
 }
