@@ -323,7 +323,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("mcp-host: {e:#}");
+            eprintln!("mcp-host: {}", cli::error_text(&e));
             ExitCode::from(2)
         }
     }
