@@ -1020,22 +1020,28 @@ fn a_plugin_authors_inner_loop_needs_no_configuration_and_check_speaks_plainly()
     let nowhere = tempfile::tempdir().unwrap();
     let here = nowhere.path();
 
-    // `new` depends on the SDK this host names in --version, and its README calls the build.
+    // `new` (run outside any checkout, by the checkout's executable) depends on the SDK of the
+    // checkout the executable lies in, by path; its README calls the build.
     let krate = here.join("my-tools");
-    let (code, out, err) = host_in(
-        here,
-        None,
-        &["new", "my-tools", "--path", krate.to_str().unwrap()],
-    );
+    let sdk = std::fs::canonicalize(workspace_root().join("plugin-sdk")).unwrap();
+    let root = std::fs::canonicalize(workspace_root()).unwrap();
+    let host_in_checkout = std::fs::canonicalize(&artifacts().host)
+        .unwrap()
+        .starts_with(&root);
+    let mut args = vec!["new", "my-tools", "--path", krate.to_str().unwrap()];
+    if !host_in_checkout {
+        // A target directory outside the checkout: the executable is in none.
+        args.extend(["--sdk", sdk.to_str().unwrap()]);
+    }
+    let (code, out, err) = host_in(here, None, &args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("call --plugin target/release/"), "{out}");
     let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap();
-    let sdk = mcp_plugin_sdk::wire::BuildInfo::host().sdk_version;
     assert!(
-        manifest.contains(&format!("mcp-plugin-sdk = {{ version = \"{sdk}\" }}"))
-            && !manifest
-                .lines()
-                .any(|l| l.starts_with("mcp-plugin-sdk") && l.contains("path")),
+        manifest.contains(&format!(
+            "mcp-plugin-sdk = {{ path = \"{}\" }}",
+            sdk.display()
+        )),
         "{manifest}"
     );
     let readme = std::fs::read_to_string(krate.join("README.md")).unwrap();
