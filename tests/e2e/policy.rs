@@ -407,6 +407,22 @@ fn a_rule_that_does_not_compile_stops_start_up_naming_it_and_its_position() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("broken-rule"), "{stderr}");
     assert!(stderr.contains("1:"), "the position: {stderr}");
+    // B8: the message, and the CEL code frame under it, once.
+    assert_eq!(stderr.matches("does not compile").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("| args.text ==").count(), 1, "{stderr}");
+    // A rule naming a budget that does not exist: said once, by `list` too.
+    let cfg = l.config(
+        "tool_dirs: [d]\npolicy:\n  rules:\n    - name: on-a-budget\n      outcome: limit\n      \
+         budget: nope\n",
+    );
+    let out = l.run(&cfg, &["list"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("budget `nope` is not defined").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]
