@@ -743,7 +743,7 @@ fn any_rule_input_decides_without_panic_and_the_same_way_twice() {
         |(args, claims, user, agent, asked)| {
             let subject = match &asked {
                 Asked::Tool(name, annotations) => Subject::Tool { name, annotations },
-                Asked::Resource(uri) => Subject::Resource { uri },
+                Asked::Resource(uri) => Subject::Resource { uri, raw: uri },
                 Asked::Prompt(name) => Subject::Prompt { name },
             };
             let facts = CallFacts {
