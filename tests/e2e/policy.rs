@@ -1089,6 +1089,73 @@ fn agents_views_of_resources_see_every_spelling_as_its_normal_form() {
     assert_eq!(outside["code"], -32602, "{outside}");
 }
 
+#[test]
+fn a_call_missing_a_required_argument_gets_the_schema_error_and_costs_no_budget_or_question() {
+    let (_l, cfg) = layout(
+        r#"
+policy:
+  rules:
+    - name: short-texts-only
+      when: "tool.name == 'regex_replace' && size(args.text) > 64"
+      outcome: deny
+    - name: formatting-needs-a-yes
+      when: "tool.name == 'json_format'"
+      outcome: approve
+    - name: one-query
+      when: "tool.name == 'json_query'"
+      outcome: limit
+      budget: one
+  budgets:
+    one: {calls: 1, per_secs: 3600}
+"#,
+    );
+    let mut s = legacy_session(&cfg, &[], json!({"elicitation": {}}));
+    let invalid = |response: &Value, tool: &str, argument: &str| {
+        assert_eq!(response["result"]["isError"], true, "{response}");
+        let text = text_of(response);
+        assert!(
+            text.contains(&format!("Invalid arguments for tool {tool}"))
+                && text.contains(argument)
+                && !text.contains("could not be evaluated"),
+            "{text}"
+        );
+    };
+    // The rule reads `args.text`: the call is answered by the schema, not by the rule failing.
+    let no_text = s.call(
+        1,
+        "tools/call",
+        call("regex_replace", json!({"pattern": "x", "replacement": "y"})),
+    );
+    invalid(&no_text, "regex_replace", "text");
+    // An approval is not asked for a call that cannot run: the answer comes, no question.
+    s.send(&request(
+        2,
+        "tools/call",
+        call("json_format", json!({"indent": 4})),
+    ));
+    let first = s.recv(Duration::from_secs(30)).expect("an answer");
+    assert_eq!(first["id"], 2, "a question before the answer: {first}");
+    invalid(&first, "json_format", "json");
+    // Nor is a budget drawn on: two invalid calls, then the one call the budget allows runs.
+    for id in [3, 4] {
+        let no_path = s.call(id, "tools/call", call("json_query", json!({"json": "{}"})));
+        invalid(&no_path, "json_query", "path");
+    }
+    let ran = s.call(
+        5,
+        "tools/call",
+        call("json_query", json!({"json": "{\"a\": 1}", "path": "$.a"})),
+    );
+    assert!(ran.get("error").is_none(), "{ran}");
+    assert_ne!(ran["result"]["isError"], true, "{ran}");
+    let limited = s.call(
+        6,
+        "tools/call",
+        call("json_query", json!({"json": "{\"a\": 1}", "path": "$.a"})),
+    );
+    assert_eq!(limited["error"]["code"], -32010, "{limited}");
+}
+
 /// Two replicas on one Redis, with budgets on `fixture-basic`'s tools: calls per window
 /// (`echo`, `tick`) and calls at once (`wait_for`).
 fn shared_budget_replicas(l: &Layout, redis: &mcp_host_tests::fleet::Redis) -> [HttpServer; 2] {
