@@ -70,6 +70,9 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, UriError> {
     if encodes_a_separator(authority) || encodes_a_separator(path) {
         return Err(UriError::EncodedSeparator);
     }
+    if uri.as_str() == raw && !path.contains("//") && looks_normal(&uri) {
+        return Ok(Cow::Borrowed(raw));
+    }
     let collapsed;
     let uri = if path.contains("//") {
         collapsed = collapse_slashes(&uri);
@@ -94,6 +97,25 @@ pub fn normalize(raw: &str) -> Result<Cow<'_, str>, UriError> {
     } else {
         Cow::Owned(normal)
     })
+}
+
+/// Whether `uri` is in normal form as far as a quick look tells (the usual case, read without
+/// the normaliser's allocations): no escape to decode or upper-case, no upper-case letter in the
+/// scheme or the host, no port to drop, no IP literal, no dot segment, not `localhost`. `false`
+/// only means the whole normalisation is run.
+fn looks_normal(uri: &Uri<&str>) -> bool {
+    let lower = |text: &str| !text.bytes().any(|b| b.is_ascii_uppercase());
+    !uri.as_str().contains('%')
+        && lower(uri.scheme().as_str())
+        && uri.authority().is_none_or(|a| {
+            let host = a.host();
+            a.port().is_none() && lower(host) && !host.starts_with('[') && host != "localhost"
+        })
+        && !uri
+            .path()
+            .as_str()
+            .split('/')
+            .any(|s| s == "." || s == "..")
 }
 
 /// Whether `text` holds `%2F`, `%5C` or `%00` (either case).
@@ -231,10 +253,29 @@ mod tests {
 
     fn uri() -> impl Strategy<Value = String> {
         (
-            prop::sample::select(&["x", "X", "file", "FiLe", "urn"][..]),
-            prop::sample::select(&["", "//", "//H", "//h:80", "//localhost", "//LocalHost"][..]),
+            prop::sample::select(&["x", "X", "file", "FiLe", "urn", "http", "a+b.c-d"][..]),
+            prop::sample::select(
+                &[
+                    "",
+                    "//",
+                    "//H",
+                    "//h",
+                    "//h:80",
+                    "//h:8080",
+                    "//h:",
+                    "//localhost",
+                    "//LocalHost",
+                    "//1.2.3.4",
+                    "//[::1]",
+                    "//[0::1]",
+                    "//u@h",
+                    "//%41",
+                ][..],
+            ),
             prop::collection::vec(piece(), 0..10),
-            prop::option::of(prop::sample::select(&["?q=%2f", "?a=1&b=%41", "#F"][..])),
+            prop::option::of(prop::sample::select(
+                &["?q=%2f", "?a=1&b=%41", "#F", "?q=a/b/../c", "#x/./y"][..],
+            )),
         )
             .prop_map(|(scheme, authority, pieces, tail)| {
                 format!(
@@ -263,6 +304,16 @@ mod tests {
                 prop_assert!(!n.contains("%2E") && !n.contains("%41") && !n.contains("%7E"));
                 prop_assert!(n.is_ascii() && n == n.trim());
                 prop_assert!(!n.starts_with("file://localhost/"));
+            }
+        }
+
+        #[test]
+        fn what_looks_normal_is_what_the_normaliser_makes_of_it(raw in uri()) {
+            if let Ok(uri) = Uri::parse(raw.as_str())
+                && looks_normal(&uri)
+            {
+                let normal = Normalizer::new().normalize(&uri).map(Uri::into_string);
+                prop_assert_eq!(normal.as_deref(), Ok(raw.as_str()));
             }
         }
 
