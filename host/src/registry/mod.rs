@@ -240,17 +240,20 @@ impl std::fmt::Debug for Listing {
 /// What a client's URI is compared with for resource `d` ([`Resource::key`]). A template whose
 /// literal start is not in normal form matches no client's URI there (they are normalised before
 /// they are matched): logged.
-fn resource_key(d: &ResourceDescriptor) -> String {
+fn resource_key(d: &ResourceDescriptor, memory: &BuildMemory) -> String {
     if d.template {
         let start = &d.uri[..d.uri.find('{').unwrap_or(d.uri.len())];
         if let Ok(normal) = uri::normalize(start)
             && normal != start
         {
-            tracing::warn!(
+            let line = format!(
                 "Resource template {:?} does not start in normal form ({normal:?}): URIs are \
                  normalised before they are matched, so none starting {start:?} matches it",
                 d.uri
             );
+            if memory.first_report(&line) {
+                tracing::warn!("{line}");
+            }
         }
         return d.uri.clone();
     }
@@ -934,7 +937,7 @@ impl Registry {
                         .insert(d.uri.clone(), slot.candidate.path.clone());
                     let resource = Arc::new(Resource {
                         uri: d.uri.clone(),
-                        key: resource_key(d),
+                        key: resource_key(d, winners.memory),
                         listing: Listing::of(&resource_listing(d)),
                         descriptor: d.clone(),
                         slot: Arc::clone(slot),
@@ -946,7 +949,7 @@ impl Registry {
                         self.template_order.push(Arc::clone(&resource));
                         self.templates.insert(d.uri.clone(), resource);
                     } else {
-                        self.add_key(&resource);
+                        self.add_key(&resource, winners.memory);
                         self.resources.insert(d.uri.clone(), resource);
                     }
                 }
@@ -1023,16 +1026,21 @@ impl Registry {
 
     /// Index `resource` by its key, unless an earlier resource has that key (another spelling of
     /// the same URI: reads go to the earlier one).
-    fn add_key(&mut self, resource: &Arc<Resource>) {
+    fn add_key(&mut self, resource: &Arc<Resource>, memory: &BuildMemory) {
         match self.by_key.get(&resource.key) {
-            Some(earlier) => tracing::warn!(
-                "Resource {:?} of {} is {:?} of {} spelt another way: reads of it go to the \
-                 latter",
-                resource.uri,
-                resource.slot.backend.name(),
-                earlier.uri,
-                earlier.slot.backend.name()
-            ),
+            Some(earlier) => {
+                let line = format!(
+                    "Resource {:?} of {} is {:?} of {} spelt another way: reads of it go to the \
+                     latter",
+                    resource.uri,
+                    resource.slot.backend.name(),
+                    earlier.uri,
+                    earlier.slot.backend.name()
+                );
+                if memory.first_report(&line) {
+                    tracing::warn!("{line}");
+                }
+            }
             None => {
                 self.by_key
                     .insert(resource.key.clone(), Arc::clone(resource));
