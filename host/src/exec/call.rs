@@ -1,10 +1,9 @@
 //! The call path every transport uses: argument validation (before the call policy, so rules judge
 //! arguments that exist), the caller check, fair permits (the caller's quota, then the plugin's
 //! permit, then the global one, so a busy plugin never holds global slots while it waits), the
-//! hand-off (a pool thread for in-process plugins; the caller's
-//! task awaiting the worker for isolated ones), the timeout, cancellation when the caller
-//! goes away (a call whose client is gone never starts), the result size cap, and the mapping of
-//! what the plugin returned. Tools, resource reads, prompts and completions all take this path
+//! hand-off (a pool thread for in-process plugins; the caller's task awaiting the worker for
+//! isolated ones), the timeout, cancellation when the caller goes away (a call whose client is
+//! gone never starts), the result size cap, and the mapping of what the plugin returned. Tools, resource reads, prompts and completions all take this path
 //! ([`Executor::call`], [`Executor::invoke`]). Nested calls (a tool calling a tool) take a shorter
 //! path on the calling thread, inheriting the parent's caller, agent view, deadline and events.
 //! Every tool call, nested ones included, reports to [`Telemetry`] (span and phases, metrics, the

@@ -236,7 +236,6 @@ impl std::fmt::Debug for Listing {
     }
 }
 
-/// The MCP `Resource` / `ResourceTemplate` object for a descriptor.
 /// What a client's URI is compared with for resource `d` ([`Resource::key`]). A template whose
 /// literal start is not in normal form matches no client's URI there (they are normalised before
 /// they are matched): logged.
@@ -260,6 +259,7 @@ fn resource_key(d: &ResourceDescriptor, memory: &BuildMemory) -> String {
     uri::normalize(&d.uri).map_or_else(|_| d.uri.clone(), std::borrow::Cow::into_owned)
 }
 
+/// The MCP `Resource` / `ResourceTemplate` object for a descriptor.
 fn resource_listing(d: &ResourceDescriptor) -> Value {
     let mut r = if d.template {
         json!({ "uriTemplate": d.uri, "name": d.name })
