@@ -395,7 +395,7 @@ fn disguised(uri: &str, choices: &[u8]) -> String {
     let mut out = String::new();
     let cased = |out: &mut String, text: &str, next: &mut dyn FnMut() -> u8| {
         for c in text.chars() {
-            out.push(if next() % 2 == 0 {
+            out.push(if next().is_multiple_of(2) {
                 c.to_ascii_uppercase()
             } else {
                 c
