@@ -17,6 +17,7 @@ pub mod lock;
 mod overrides;
 mod policy;
 pub mod reference;
+pub mod secrets;
 mod suggest;
 pub mod tls;
 

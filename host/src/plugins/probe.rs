@@ -469,7 +469,7 @@ fn confine_self(confine: Option<&str>) -> Result<(), LoadError> {
     }
     if let Some(sandbox) = &confine.sandbox {
         sandbox::limit_tasks().map_err(|e| LoadError::Sandbox(e.to_string()))?;
-        sandbox::enforce(sandbox).map_err(|e| LoadError::Sandbox(e.to_string()))?;
+        sandbox::enforce(sandbox, None).map_err(|e| LoadError::Sandbox(e.to_string()))?;
     }
     Ok(())
 }

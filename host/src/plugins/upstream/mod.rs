@@ -192,6 +192,9 @@ fn stdio_transport(
     }
     let confinement = confine::ExecConfinement {
         limits: spec.limits.as_ref().map(wire_limits),
+        temp_dir: sandbox
+            .as_ref()
+            .map(|_| confine::temp_dir(config, &entry.name)),
         sandbox,
     };
     let mut argv = confined_argv(exe, spec.isolation, &confinement, binary)?;
