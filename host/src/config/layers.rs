@@ -200,6 +200,12 @@ fn upstream_keys(
                 .into(),
         ));
     }
+    if server.url.is_none() && server.follow_redirects.is_some() {
+        return Err(invalid(
+            ".server.follow_redirects",
+            "applies to an HTTP upstream (`url`)".into(),
+        ));
+    }
     match (server.command.is_empty(), &server.url) {
         (false, None) | (true, Some(_)) => Ok(()),
         (true, None) => Err(invalid(
