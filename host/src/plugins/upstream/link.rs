@@ -5,7 +5,6 @@
 //! kept up, restarted, quarantined and stopped, and how a list change is re-read, is
 //! [`super::supervise`]'s; a stdio child's process is [`super::child`]'s.
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,14 +28,10 @@ use super::handshake::{self, Era, Replay};
 use super::supervise::{Current, Relists, State, Supervision};
 use crate::plugins::backend::HostCallbacks;
 use crate::plugins::call::{CallState, TraceContext};
-use crate::plugins::worker::{Line, OutputLines};
-use crate::plugins::{LoadError, lock};
+use crate::plugins::{LoadError, lock, output};
 
 /// A client session's running service.
 type Running = RunningService<RoleClient, Handler>;
-
-/// Lines of an upstream child's stderr logged per burst window before they are dropped.
-const STDERR_LINES_PER_SEC: u32 = 50;
 
 /// How long a failed handshake waits for the child's exit that explains it.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
@@ -54,13 +49,8 @@ pub(crate) enum Transport {
         /// Its working directory.
         cwd: PathBuf,
     },
-    /// A Streamable HTTP endpoint.
-    Http {
-        /// The endpoint.
-        url: String,
-        /// Headers sent with every request.
-        headers: Vec<(String, String)>,
-    },
+    /// A Streamable HTTP endpoint, its headers and which redirects are followed.
+    Http(super::http::Endpoint),
 }
 
 /// A request that produced no result.
@@ -373,6 +363,14 @@ impl Link {
         self.sessions.load(Ordering::Acquire)
     }
 
+    /// An HTTP upstream's endpoint.
+    fn url(&self) -> Option<&str> {
+        match &self.transport {
+            Transport::Http(endpoint) => Some(&endpoint.url),
+            Transport::Stdio { .. } => None,
+        }
+    }
+
     /// A session over a connection just made: requests written beside rmcp get the session's
     /// `_meta`, and its end is reported (see `Link::exited`).
     pub(super) fn open(self: &Arc<Self>, connected: Connected) -> Result<Arc<Session>, String> {
@@ -408,18 +406,19 @@ impl Link {
             // A session id per attempt: the exit of an abandoned attempt's child is not this
             // session's.
             let id = self.sessions.fetch_add(1, Ordering::AcqRel) + 1;
-            let (url, headers) = match &self.transport {
+            let endpoint = match &self.transport {
                 Transport::Stdio { argv, env, cwd } => {
                     return self.handshake_stdio(id, argv, env, cwd).await;
                 }
-                Transport::Http { url, headers } => (url, headers),
+                Transport::Http(endpoint) => endpoint,
             };
             let legacy = self.legacy.load(Ordering::Acquire);
             let handler = Handler {
                 link: Arc::downgrade(self),
                 session: id,
             };
-            let transport = self.routing(http_transport(url, headers).map_err(reason)?);
+            let transport =
+                self.routing(super::http::transport(&self.name, endpoint).map_err(reason)?);
             match handler
                 .serve_with_lifecycle(transport, lifecycle(legacy))
                 .await
@@ -512,7 +511,10 @@ impl Link {
                 self.name
             );
         }
-        format!("its handshake failed: {e}")
+        format!(
+            "its handshake failed: {}",
+            super::http::init_failure(&e, self.url())
+        )
     }
 
     /// Report session `id`'s end when its service ends: the connection closed (a child that
@@ -801,7 +803,11 @@ impl Link {
     fn unavailable(&self, e: ServiceError) -> Failure {
         match e {
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
-            other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
+            other => Failure::Unavailable(format!(
+                "upstream {}: {}",
+                self.name,
+                super::http::service_failure(&other, self.url())
+            )),
         }
     }
 }
@@ -869,75 +875,17 @@ pub(super) async fn explained(child: &child::Child, why: String) -> String {
     child.ended_within(EXIT_GRACE).await.unwrap_or(why)
 }
 
-/// Log what an upstream child writes to its stderr, a line at a time (each line bounded, a
-/// burst beyond [`STDERR_LINES_PER_SEC`] a second dropped and counted).
+/// Log what an upstream child writes to its stderr, a line at a time, through the bounded path
+/// every stranger's output takes ([`output::forward`]: escaped, cut, rate-limited, a burst's last
+/// lines kept and logged with the count of the others when it ends); `tail` keeps the last lines
+/// for the upstream's status when it ends (the lifecycle's hook).
 fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr, tail: &child::Tail) {
-    let mut lines = OutputLines::new(stderr);
-    let (mut window, mut logged, mut dropped) = (Instant::now(), 0u32, 0u64);
-    while let Some(line) = lines.next_line() {
-        // The lifecycle's hook: the last lines, for the upstream's status when it ends.
-        let (Line::Whole(text) | Line::Cut(text, _)) = &line;
-        tail.push(text);
-        if window.elapsed() >= Duration::from_secs(1) {
-            if dropped > 0 {
-                tracing::warn!(upstream = name, pid, "{dropped} stderr lines dropped");
-            }
-            (window, logged, dropped) = (Instant::now(), 0, 0);
-        }
-        if logged >= STDERR_LINES_PER_SEC {
-            dropped += 1;
-            continue;
-        }
-        logged += 1;
-        let text = match line {
-            Line::Whole(text) => text,
-            Line::Cut(text, more) => format!("{text}… (line cut: {more} more bytes dropped)"),
-        };
-        tracing::info!(upstream = name, pid, "{text}");
-    }
-}
-
-/// rmcp's Streamable HTTP client for `url` with `headers`: one reqwest client (connections
-/// reused), TLS by rustls with the ring provider, a session re-initialised when the server
-/// forgets it (404).
-fn http_transport(
-    url: &str,
-    headers: &[(String, String)],
-) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, LoadError> {
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    crate::config::tls::use_ring_provider();
-    let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
-    let mut custom = HashMap::new();
-    let mut auth = None;
-    for (name, value) in headers {
-        if name.eq_ignore_ascii_case("authorization") {
-            // rmcp sends it as a bearer token: give it the token alone.
-            auth = Some(
-                value
-                    .strip_prefix("Bearer ")
-                    .or_else(|| value.strip_prefix("bearer "))
-                    .unwrap_or(value)
-                    .to_owned(),
-            );
-            continue;
-        }
-        let name = http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|e| bad(format!("{name}: {e}")))?;
-        let value = http::HeaderValue::from_str(value).map_err(|e| bad(format!("{name}: {e}")))?;
-        custom.insert(name, value);
-    }
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
-        .custom_headers(custom)
-        .reinit_on_expired_session(true);
-    if let Some(token) = auth {
-        config = config.auth_header(token);
-    }
-    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        client, config,
-    ))
+    output::forward(
+        stderr,
+        |line| tail.push(line),
+        |logged| match logged {
+            output::Logged::Line(text) => tracing::info!(upstream = name, pid, "{text}"),
+            notice => tracing::warn!(upstream = name, pid, "stderr: {notice}"),
+        },
+    );
 }
