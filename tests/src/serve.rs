@@ -457,6 +457,29 @@ impl StdioServer {
         }
     }
 
+    /// Wait (generously: up to [`START`]) until the server lists the resource `uri` (as listed),
+    /// asking `resources/list` (2026-07-28, ids `listed-N`) until it does: for an upstream that
+    /// serves resources and no tool. Fails the test otherwise.
+    #[track_caller]
+    pub fn wait_for_resource(&mut self, uri: &str) {
+        let deadline = Instant::now() + START;
+        for n in 0.. {
+            let resp = self.call_modern(format!("listed-{n}"), "resources/list", json!({}));
+            let listed = resp["result"]["resources"]
+                .as_array()
+                .is_some_and(|all| all.iter().any(|r| r["uri"] == uri));
+            if listed {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not list {uri} within {START:?}: {resp}\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Close stdin (end of input for the server).
     pub fn close_stdin(&mut self) {
         self.stdin = None;

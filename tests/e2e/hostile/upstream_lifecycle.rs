@@ -349,13 +349,8 @@ fn a_legacy_stdio_upstream_is_started_once_per_command_and_a_modern_one_too() {
 fn list_and_check_say_which_upstream_failed_and_why_on_one_line() {
     let l0 = Layout::new();
     let (broken, hang) = (l0.dir("broken"), l0.dir("hang"));
-    let (l, cfg) = upstream_layout(
-        &[
-            entry("broken", "exit3", "2025", &broken),
-            entry("hang", "hang", "2025", &hang),
-        ],
-        "limits: {upstream_handshake_timeout_secs: 2}\n",
-    );
+    // An upstream that cannot start (the default handshake timeout: its exit comes first).
+    let (l, cfg) = upstream_layout(&[entry("broken", "exit3", "2025", &broken)], "");
     let (rows, log) = upstream_rows(&l, &cfg, "broken");
     assert_eq!(rows.len(), 1, "{rows:#?}\n{log}");
     let row = &rows[0];
@@ -367,15 +362,6 @@ fn list_and_check_say_which_upstream_failed_and_why_on_one_line() {
     );
     assert_eq!(row["plugin"], "broken", "{row}");
     assert_eq!(row["isolation"], "process", "{row}");
-    let (rows, _) = upstream_rows(&l, &cfg, "hang");
-    assert_eq!(rows[0]["status"], "failed", "{rows:#?}");
-    let why = rows[0]["detail"].as_str().unwrap();
-    assert!(
-        why.starts_with("did not answer its handshake within 2 s"),
-        "{why}"
-    );
-    // `list` ended: the hanging upstream's group went with it.
-    wait_gone(&pids(&hang, "children"), "after list");
     // The table says the same, on one line.
     let out = l.run(&cfg, &["list"]);
     let table = String::from_utf8_lossy(&out.stdout);
@@ -401,6 +387,21 @@ fn list_and_check_say_which_upstream_failed_and_why_on_one_line() {
         ),
         "{err}"
     );
+    // One that never answers its handshake, with a short timeout.
+    let (l, cfg) = upstream_layout(
+        &[entry("hang", "hang", "2025", &hang)],
+        "limits: {upstream_handshake_timeout_secs: 2}\n",
+    );
+    let (rows, _) = upstream_rows(&l, &cfg, "hang");
+    assert_eq!(rows[0]["status"], "failed", "{rows:#?}");
+    assert_eq!(rows[0]["plugin"], "hang", "{rows:#?}");
+    let why = rows[0]["detail"].as_str().unwrap();
+    assert!(
+        why.starts_with("did not answer its handshake within 2 s"),
+        "{why}"
+    );
+    // `list` ended: the hanging upstream's group went with it.
+    wait_gone(&pids(&hang, "children"), "after list");
 }
 
 #[test]
