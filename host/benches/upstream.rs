@@ -307,22 +307,28 @@ fn host_config(dir: &Path, server: &Server, upstreams: usize) -> PathBuf {
 fn started(mut cmd: Command, upstreams: usize, modern: bool) -> Session {
     cmd.env("RUST_LOG", "error");
     let mut session = Session::start(cmd, modern);
-    // The host connects its upstreams as it starts: wait for the last one's `echo`.
-    if upstreams > 0 {
-        let tool = format!("{}_echo", upstream_name(upstreams));
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let listed = session.request("tools/list", json!({}));
-            let tools = listed["result"]["tools"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default();
-            if tools.iter().any(|t| t["name"] == tool.as_str()) {
-                break;
-            }
-            assert!(Instant::now() < deadline, "{tool} never listed: {listed}");
-            std::thread::sleep(Duration::from_millis(200));
+    // The host connects its upstreams in the background: wait for every one's `echo`.
+    let wanted: Vec<String> = (1..=upstreams)
+        .map(|n| format!("{}_echo", upstream_name(n)))
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !wanted.is_empty() {
+        let listed = session.request("tools/list", json!({}));
+        let tools = listed["result"]["tools"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        if wanted
+            .iter()
+            .all(|w| tools.iter().any(|t| t["name"] == w.as_str()))
+        {
+            break;
         }
+        assert!(
+            Instant::now() < deadline,
+            "{wanted:?} never listed: {listed}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
     }
     session
 }

@@ -301,6 +301,8 @@ fn host_options() -> HostOptions {
         telemetry: None,
         load_on_first_call: false,
         overrides: Default::default(),
+        // Commands that read the tool set once wait for each upstream (ready or failed).
+        connect_upstreams_in_background: false,
     }
 }
 
@@ -321,13 +323,17 @@ fn audited_host_options(config: &Config) -> anyhow::Result<HostOptions> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("mcp-host: {}", cli::error_text(&e));
             ExitCode::from(2)
         }
-    }
+    };
+    // Whatever upstream server this process started and did not stop yet goes with it (its
+    // whole process group), whichever way the command ended.
+    mcp_host::plugins::upstream::kill_all();
+    code
 }
 
 /// The real stdout, for this command's output only: fd 1 is pointed at stderr first, so anything a
@@ -550,7 +556,9 @@ fn list_command(config_path: Option<&std::path::Path>, json: bool) -> anyhow::Re
     let config = Config::load(config_path)?;
     init_logging("warn", config.log_format);
     let host = Host::start(config, host_options())?;
-    cli::inspect::print_list(&host, json, &mut protected_stdout())?;
+    let printed = cli::inspect::print_list(&host, json, &mut protected_stdout());
+    host.shutdown();
+    printed?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -123,6 +123,8 @@ def overview(s):
     s.wait.until(lambda d: calls_shown(d) >= 63)
     s.text_in("#stats", "tools")
     s.text_in("#stats", "plugins quarantined")
+    # Each upstream server's state, with its detail.
+    s.css('#upstreams tr[data-upstream="py"][data-state="ready"]')
     assert s.d.find_elements(By.CSS_SELECTOR, "svg.chart polyline"), "no chart lines"
     s.shot("overview")
 
@@ -139,6 +141,8 @@ def sources(s):
     assert "CATALOG-EDITION-0002" in held.text, held.text
     upstream = s.css('section.source.upstream')
     assert "upstream server" in upstream.text and "py_echo" in upstream.text, upstream.text
+    state = s.css('section.source.upstream p.connection[data-state="ready"]')
+    assert "ready" in state.text, state.text
     page = s.d.find_element(By.TAG_NAME, "body").text + s.d.page_source
     assert SETUP["secret"] not in page, "the upstream's environment value is shown"
     s.shot("sources")

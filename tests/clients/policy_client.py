@@ -13,6 +13,7 @@ elicitation callback approves a question only when it shows a field whose value 
 
 import json
 import sys
+import time
 
 import anyio
 import mcp.types as types
@@ -72,6 +73,15 @@ async def step(client, kind, what):
         return {"ok": False, "code": e.code, "message": e.message, "data": e.data}
 
 
+async def wait_for_prompt(client, name, seconds=60):
+    """The host connects its upstream servers in the background: wait until it serves `name`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if name in {p.name for p in (await client.list_prompts()).prompts}:
+            return
+        await anyio.sleep(0.1)
+
+
 async def run(mode, target):
     if target[0].startswith("http"):
         server = target[0]
@@ -80,6 +90,7 @@ async def run(mode, target):
     report = {"mode": mode, "steps": []}
     async with Client(server, mode=mode, cache=None, elicitation_callback=on_elicit) as client:
         report["protocol_version"] = client.protocol_version
+        await wait_for_prompt(client, "py_review")
         for kind, what in STEPS:
             report["steps"].append(await step(client, kind, what))
     report["questions"] = QUESTIONS

@@ -17,7 +17,7 @@ import anyio
 import mcp.types as types
 from mcp import Client, StdioServerParameters
 
-WANTED = ("ev_trigger-elicitation-request", "ev_trigger-sampling-request")
+WANTED = ("ev_trigger-elicitation-request", "ev_trigger-sampling-request", "py_greet_asked")
 
 
 def text_of(result):
@@ -51,8 +51,9 @@ async def run(mode, command):
         server, mode=mode, cache=None, sampling_callback=on_sampling, elicitation_callback=on_elicit
     ) as client:
         report["protocol_version"] = client.protocol_version
-        # The upstream registers these tools once it knows the host can answer them (after its
-        # handshake), and says its list changed: wait for the host to serve them.
+        # The host connects its upstreams in the background, and server-everything registers these
+        # tools once it knows the host can answer them (after its handshake), and says its list
+        # changed: wait for the host to serve them.
         deadline = time.monotonic() + 60
         while True:
             tools = {t.name for t in (await client.list_tools()).tools}

@@ -10,6 +10,7 @@ Usage: upstream_unlisted_client.py MODE COMMAND...
 
 import json
 import sys
+import time
 
 import anyio
 from mcp import Client, StdioServerParameters
@@ -20,6 +21,16 @@ READS = (
     "fixture://unlisted/listed-by-b",
     "fixture://nobody/1",
 )
+
+
+async def wait_for_tools(client, names, seconds=60):
+    """The host connects its upstream servers in the background: wait until it serves `names`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        tools = {t.name for t in (await client.list_tools()).tools}
+        if all(n in tools for n in names) or time.monotonic() > deadline:
+            return tools
+        await anyio.sleep(0.1)
 
 
 async def read(client, uri):
@@ -35,6 +46,7 @@ async def run(mode, command):
     report = {"mode": mode}
     async with Client(server, mode=mode, cache=None) as client:
         report["protocol_version"] = client.protocol_version
+        await wait_for_tools(client, ("a_report", "b_report"))
         called = await client.call_tool("a_report", {"n": 7})
         links = [c for c in called.content if getattr(c, "type", None) == "resource_link"]
         report["link"] = str(links[0].uri) if links else None

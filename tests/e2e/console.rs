@@ -267,6 +267,11 @@ fn every_page_and_action_works_in_headless_chromium() {
     };
     let (l, cfg) = layout();
     let s = HttpServer::start(&cfg);
+    // The upstream connects in the background: its tools are on the pages once it is served.
+    wait_until("the upstream's tools are served", || {
+        let listed = s.modern_at("/mcp", Some(ADMIN), "tools/list", json!({}));
+        mcp_host_tests::serve::tool_names(&listed.message()).contains(&"py_echo".to_owned())
+    });
     // Quarantine the crash plugin with three real crashes.
     for _ in 0..3 {
         let m = call(&s, "segfault", json!({}), false);

@@ -66,6 +66,7 @@ fn stdout(out: &Output) -> String {
 /// sum's text and the environment the upstream saw.
 fn serve_everything(cfg: &Path, env: &[(&str, &str)]) -> (String, String) {
     let mut server = StdioServer::start_with(cfg, &[], env);
+    server.wait_for_tools(&["get-sum", "get-env"]);
     let text = |resp: &Value| {
         resp["result"]["content"][0]["text"]
             .as_str()

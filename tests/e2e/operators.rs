@@ -1301,6 +1301,7 @@ fn an_upstream_call_carries_the_hosts_own_span_as_its_traceparent_when_spans_are
         &[],
         &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
     );
+    server.wait_for_tools(&["py_trace"]);
     let trace = "0af7651916cd43dd8448eb211c80319c";
     let client_span = "b7ad6b7169203331";
     let resp = server.call_modern(

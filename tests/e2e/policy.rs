@@ -935,6 +935,10 @@ fn file_server(l: &Layout, py: &Path, extra: &str) -> (PathBuf, String) {
     (cfg, root)
 }
 
+/// The resource the file server lists (as it spells it): once it is listed, the upstream is
+/// served (it connects in the background).
+const LISTED: &str = "Files://Box/Listed";
+
 /// Read `uri` on a 2026-07-28 request: the result's text, or the error.
 fn read(s: &mut StdioServer, id: u64, uri: &str) -> Result<String, Value> {
     let resp = s.call_modern(id, "resources/read", json!({ "uri": uri }));
@@ -987,6 +991,7 @@ fn a_payroll_rule_holds_for_every_spelling_of_its_uri_and_rules_see_the_uri_as_s
     let l = Layout::new();
     let (cfg, root) = file_server(&l, &py, PAYROLL_RULES);
     let mut s = StdioServer::start(&cfg);
+    s.wait_for_resource(LISTED);
     let mut id = 0;
     let mut get = |uri: &str| {
         id += 1;
@@ -1062,6 +1067,7 @@ fn agents_views_of_resources_see_every_spelling_as_its_normal_form() {
                   boxed:\n    allow: [\"files://box/*\", \"test://static-text\"]\n";
     let (cfg, root) = file_server(&l, &py, agents);
     let mut outsider = StdioServer::start_with(&cfg, &["--agent", "outsider"], &[]);
+    outsider.wait_for_resource(LISTED);
     for (i, uri) in payroll_spellings(&root).iter().enumerate() {
         let hidden = read(&mut outsider, i as u64 + 1, uri).expect_err(uri);
         assert_eq!(hidden["code"], -32602, "{uri}: {hidden}");
@@ -1079,6 +1085,7 @@ fn agents_views_of_resources_see_every_spelling_as_its_normal_form() {
 
     // An allow list in normal form admits every spelling, and lists what it admits.
     let mut boxed = StdioServer::start_with(&cfg, &["--agent", "boxed"], &[]);
+    boxed.wait_for_resource(LISTED);
     assert_eq!(
         read(&mut boxed, 1, "Files://Box/Listed"),
         Ok("listed".into())

@@ -9,7 +9,8 @@
 //! drives the aggregate.
 //!
 //! The servers come from `.ci/install-clients.sh`; where they are missing these tests skip with a
-//! message, unless `MCP_TEST_REQUIRE_CLIENTS` is set.
+//! message, unless `MCP_TEST_REQUIRE_CLIENTS` is set. `serve` connects upstreams in the
+//! background: each test waits until the tools it uses are served (`wait_for_tools`).
 
 #![allow(clippy::unwrap_used)]
 
@@ -18,7 +19,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use mcp_host_tests::clients::{python, require_or_skip};
-use mcp_host_tests::serve::{StdioServer, WAIT, request, with_meta};
+use mcp_host_tests::serve::{START, StdioServer, WAIT, request, with_meta};
 use mcp_host_tests::{Layout, workspace_root};
 use serde_json::{Value, json};
 
@@ -95,6 +96,7 @@ fn stdio_upstreams_serve_tools_resources_and_prompts_under_their_prefixes() {
         argv(&["node", &everything.to_string_lossy(), "stdio"])
     ));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_echo", "py_add", "ev_get-sum", "ev_echo"]);
     let names = tool_names(&mut server, 1);
     for t in ["py_echo", "py_add", "ev_get-sum", "ev_echo"] {
         assert!(names.iter().any(|n| n == t), "{t} not in {names:?}");
@@ -159,6 +161,7 @@ fn an_upstream_killed_mid_call_fails_that_call_and_a_restarted_child_serves_the_
     let l = Layout::new();
     let cfg = l.config(&format!("tool_dirs:\n{}", py_entry(&py, "")));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_pid", "py_slow"]);
     let pid = call(&mut server, 1, "py_pid", json!({}))["structuredContent"]["result"]
         .as_i64()
         .unwrap();
@@ -201,6 +204,7 @@ fn a_hanging_upstream_call_ends_at_its_deadline_and_the_host_keeps_serving() {
         py_entry(&py, "")
     ));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_slow", "py_echo"]);
     let started = Instant::now();
     let hung = call(&mut server, 1, "py_slow", json!({"seconds": 120}));
     assert_eq!(hung["isError"], true, "{hung}");
@@ -232,6 +236,7 @@ fn a_definition_changed_after_start_is_held_under_pinning_enforce() {
         String::from_utf8_lossy(&pinned.stderr)
     );
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_echo", "py_mutate"]);
     assert!(tool_names(&mut server, 1).contains(&"py_echo".to_owned()));
     assert_eq!(
         text(&call(&mut server, 3, "py_mutate", json!({}))),
@@ -284,6 +289,8 @@ fn entries_override_each_other_in_list_order_in_both_directions() {
     // The upstream first: its echo wins.
     let cfg = l.config(&format!("tool_dirs:\n{}  - d\n", entry("")));
     let mut server = StdioServer::start(&cfg);
+    // Until the upstream connects, the directory's echo is served; then the upstream's.
+    server.wait_for_tools(&["add"]);
     let echoed = call(&mut server, 1, "echo", json!({"text": "who"}));
     assert_eq!(text(&echoed), "who");
     assert!(
@@ -310,6 +317,7 @@ fn agents_see_upstream_tools_through_their_views_and_search_finds_them() {
         py_entry(&py, "")
     ));
     let mut adder = StdioServer::start_with(&cfg, &["--agent", "adder"], &[]);
+    adder.wait_for_tools(&["py_add"]);
     assert_eq!(tool_names(&mut adder, 1), ["py_add"]);
     let hidden = adder.call_modern(
         2,
@@ -319,14 +327,22 @@ fn agents_see_upstream_tools_through_their_views_and_search_finds_them() {
     assert!(hidden.get("error").is_some(), "{hidden}");
     drop(adder);
     let mut finder = StdioServer::start_with(&cfg, &["--agent", "finder"], &[]);
-    let found = call(
-        &mut finder,
-        1,
-        "search_tools",
-        json!({"query": "add two integers", "limit": 3}),
-    );
-    let first = &found["structuredContent"]["tools"][0]["name"];
-    assert_eq!(first, "py_add", "{found}");
+    // The agent sees search tools only: search until the upstream's tools are indexed.
+    let deadline = Instant::now() + WAIT;
+    for id in 1.. {
+        let found = call(
+            &mut finder,
+            id,
+            "search_tools",
+            json!({"query": "add two integers", "limit": 3}),
+        );
+        let first = &found["structuredContent"]["tools"][0]["name"];
+        if first == "py_add" {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{found}\n{}", finder.stderr());
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]
@@ -350,6 +366,7 @@ fn the_filesystem_server_runs_sandboxed_reading_only_inside_its_grant() {
         ])
     ));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["fs_read_text_file"]);
     let inside = call(
         &mut server,
         1,
@@ -380,6 +397,7 @@ fn a_sandboxed_upstream_cannot_run_programs_or_connect_out() {
         py_entry(&py, "    isolation: sandbox\n")
     ));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_echo", "py_run_shell", "py_connect", "py_read"]);
     assert_eq!(
         text(&call(&mut server, 1, "py_echo", json!({"text": "up"}))),
         "up"
@@ -446,6 +464,7 @@ fn an_http_upstream_is_served_and_the_python_client_drives_the_aggregate() {
         py_entry(&py, "")
     ));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["http_add", "http_chatty", "py_echo"]);
     assert_eq!(
         call(&mut server, 1, "http_add", json!({"a": 1, "b": 2}))["structuredContent"]["result"],
         3,
@@ -499,6 +518,7 @@ fn an_upstreams_log_messages_reach_the_calling_client_at_its_level_with_the_trac
     let cfg = l.config(&format!("tool_dirs:\n{}", py_entry(&py, "")));
     // 2026-07-28: the request's own level (info) lets the info message through, not the debug one.
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_chatty", "py_trace"]);
     server.send(&request(
         1,
         "tools/call",
@@ -542,6 +562,7 @@ fn an_upstreams_log_messages_reach_the_calling_client_at_its_level_with_the_trac
 
     // A 2025 session: `logging/setLevel debug` lets both through, as notifications of the call.
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_chatty"]);
     server.initialize("2025-11-25");
     let set = server.call(2, "logging/setLevel", json!({"level": "debug"}));
     assert!(set.get("error").is_none(), "{set}");
@@ -592,6 +613,7 @@ fn an_upstream_is_asked_for_the_events_its_client_asked_for_and_no_more() {
     let l = Layout::new();
     let cfg = l.config(&format!("tool_dirs:\n{}", py_entry(&py, "")));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_wants"]);
     let cases = [
         // Neither a level nor a progress token: the upstream is asked for neither.
         (json!({}), json!({"logLevel": null, "progressToken": false})),
@@ -617,6 +639,7 @@ fn an_upstream_is_asked_for_the_events_its_client_asked_for_and_no_more() {
 
     // A 2025 session: its `logging/setLevel` (info until set).
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["py_wants"]);
     server.initialize("2025-11-25");
     assert_eq!(
         upstream_saw(&mut server, 2, None),
@@ -691,7 +714,7 @@ fn a_client_without_the_capability_gets_an_error_not_a_hang() {
     ));
     let mut server = StdioServer::start(&cfg);
     // The upstream registers its elicitation tool once it knows the host can answer it.
-    let deadline = Instant::now() + WAIT;
+    let deadline = Instant::now() + START;
     let mut id = 100;
     while !tool_names(&mut server, id).contains(&"ev_trigger-elicitation-request".to_owned()) {
         assert!(Instant::now() < deadline, "{}", server.stderr());
@@ -711,9 +734,11 @@ fn a_client_without_the_capability_gets_an_error_not_a_hang() {
     assert!(error.to_string().contains("elicitation"), "{resp}");
 }
 
-/// A host serving `cfg` over stdio, in a 2025-11-25 session whose client declares elicitation.
-fn eliciting_session(cfg: &Path) -> StdioServer {
+/// A host serving `cfg` over stdio, in a 2025-11-25 session whose client declares elicitation,
+/// once it serves the tools of `ready`.
+fn eliciting_session(cfg: &Path, ready: &[&str]) -> StdioServer {
     let mut server = StdioServer::start(cfg);
+    server.wait_for_tools(ready);
     let init = server.call(
         "init",
         "initialize",
@@ -737,8 +762,8 @@ fn session_asking_everything(l: &Layout, entry: &str) -> StdioServer {
     let cfg = l.config(&format!(
         "tool_dirs:\n  - server: {entry}\n    name: everything\n    prefix: ev_\n"
     ));
-    let mut server = eliciting_session(&cfg);
-    let deadline = Instant::now() + WAIT;
+    let mut server = eliciting_session(&cfg, &[]);
+    let deadline = Instant::now() + START;
     let mut id = 100;
     while !tool_names_legacy(&mut server, id).contains(&"ev_trigger-elicitation-request".to_owned())
     {
@@ -929,6 +954,7 @@ fn unlisted_reads_follow_agents_views_the_call_policy_and_the_entries_opt_out() 
         tagged_entry(&py, "c", ", unlisted_resources: false")
     ));
     let mut server = StdioServer::start(&cfg);
+    server.wait_for_tools(&["a_report", "b_report", "c_report"]);
     assert_eq!(
         read_unlisted(&mut server, 1, "fixture://b/3"),
         Ok("3 from b".into())
@@ -953,6 +979,7 @@ fn unlisted_reads_follow_agents_views_the_call_policy_and_the_entries_opt_out() 
 
     // An agent whose view denies the URI cannot read it, nor subscribe to it.
     let mut agent = StdioServer::start_with(&cfg, &["--agent", "not-b"], &[]);
+    agent.wait_for_tools(&["a_report", "b_report", "c_report"]);
     let hidden = read_unlisted(&mut agent, 1, "fixture://b/3").unwrap_err();
     assert_eq!(hidden["code"], -32602, "{hidden}");
     assert_eq!(
@@ -961,6 +988,7 @@ fn unlisted_reads_follow_agents_views_the_call_policy_and_the_entries_opt_out() 
     );
     drop(agent);
     let mut legacy = StdioServer::start_with(&cfg, &["--agent", "not-b"], &[]);
+    legacy.wait_for_tools(&["a_report", "b_report", "c_report"]);
     legacy.initialize("2025-11-25");
     let read = legacy.call(1, "resources/read", json!({"uri": "fixture://b/3"}));
     assert_eq!(read["error"]["code"], -32002, "{read}");
@@ -992,7 +1020,7 @@ fn an_approval_for_an_unlisted_read_is_asked_once_though_each_upstream_asked_is_
         tagged_entry(&py, "a", ""),
         tagged_entry(&py, "b", "")
     ));
-    let mut legacy = eliciting_session(&cfg);
+    let mut legacy = eliciting_session(&cfg, &["a_report", "b_report"]);
     // Upstream `a` is policed (and asks), says not found; `b` is policed and serves it.
     legacy.send(&request(
         1,

@@ -436,6 +436,50 @@ impl StdioServer {
         resp
     }
 
+    /// Wait (generously: up to [`START`]) until the server serves every tool of `names`
+    /// (upstream servers connect in the background: their tools join a moment after start),
+    /// asking `tools/list` (2026-07-28, ids `ready-N`) until it does. Fails the test otherwise.
+    #[track_caller]
+    pub fn wait_for_tools(&mut self, names: &[&str]) {
+        let deadline = Instant::now() + START;
+        for n in 0.. {
+            let resp = self.call_modern(format!("ready-{n}"), "tools/list", json!({}));
+            let served = tool_names(&resp);
+            if names.iter().all(|name| served.iter().any(|s| s == name)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not serve {names:?} within {START:?} (it serves {served:?}):\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Wait (generously: up to [`START`]) until the server lists the resource `uri` (as listed),
+    /// asking `resources/list` (2026-07-28, ids `listed-N`) until it does: for an upstream that
+    /// serves resources and no tool. Fails the test otherwise.
+    #[track_caller]
+    pub fn wait_for_resource(&mut self, uri: &str) {
+        let deadline = Instant::now() + START;
+        for n in 0.. {
+            let resp = self.call_modern(format!("listed-{n}"), "resources/list", json!({}));
+            let listed = resp["result"]["resources"]
+                .as_array()
+                .is_some_and(|all| all.iter().any(|r| r["uri"] == uri));
+            if listed {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not list {uri} within {START:?}: {resp}\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Close stdin (end of input for the server).
     pub fn close_stdin(&mut self) {
         self.stdin = None;
@@ -539,6 +583,25 @@ impl HttpServer {
         };
         let headers = modern_headers(method, params.get(member).and_then(Value::as_str));
         self.post(&header_refs(&headers), &request(id, method, params))
+    }
+
+    /// Wait (generously: up to [`START`]) until the server serves every tool of `names` at
+    /// `/mcp` (upstream servers connect in the background), asking `tools/list` until it does.
+    #[track_caller]
+    pub fn wait_for_tools(&self, names: &[&str]) {
+        let deadline = Instant::now() + START;
+        loop {
+            let served = tool_names(&self.modern("ready", "tools/list", json!({})).message());
+            if names.iter().all(|name| served.iter().any(|s| s == name)) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the server did not serve {names:?} within {START:?} (it serves {served:?}):\n{}",
+                self.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     /// A 2026-07-28 request to `path` (`/mcp` or `/mcp/agents/NAME`) with the headers it needs and,

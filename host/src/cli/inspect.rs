@@ -41,12 +41,32 @@ pub(crate) fn print_list(
     Ok(())
 }
 
-/// The registry's entries; a running server may have quarantined a plugin this process loaded
-/// fine: its rows say so.
+/// The registry's entries; a running server may have quarantined a plugin (or an upstream
+/// server) this process loaded fine: its rows say so.
 fn entries_now(host: &Host) -> Vec<mcp_host::registry::Entry> {
+    let config = host.config();
     let mut entries = host.registry().entries.clone();
-    for e in entries.iter_mut().filter(|e| e.status == Status::Active) {
-        if let Some(r) = mcp_host::plugins::worker::quarantine::recorded(&e.file) {
+    for e in entries.iter_mut().filter(|e| {
+        !matches!(
+            e.status,
+            Status::Quarantined(_) | Status::OverriddenBy(_) | Status::InvalidName(_)
+        )
+    }) {
+        let upstream = config
+            .tool_dirs
+            .iter()
+            .any(|d| d.is_upstream() && d.path == e.file);
+        let recorded = match (&config.source, upstream) {
+            (Some(source), true) => {
+                mcp_host::plugins::worker::quarantine::recorded_upstream(source, &e.file)
+            }
+            (_, true) => None,
+            (_, false) if e.status == Status::Active => {
+                mcp_host::plugins::worker::quarantine::recorded(&e.file)
+            }
+            (_, false) => None,
+        };
+        if let Some(r) = recorded {
             e.status = Status::Quarantined(format!("{} (mcp-host pid {})", r.reason, r.pid));
         }
     }
@@ -74,6 +94,9 @@ fn list_row(e: &mcp_host::registry::Entry) -> [String; 7] {
         Status::InvalidSchema(why) => format!("invalid schema ({why})"),
         Status::LoadError(why) => format!("load error: {why}"),
         Status::Quarantined(why) => format!("quarantined ({why})"),
+        Status::Connecting(detail) => format!("connecting ({detail})"),
+        Status::Restarting(why) => format!("restarting ({why})"),
+        Status::Failed(why) => format!("failed ({why})"),
         Status::Held(why) => format!("held by pinning ({why})"),
     };
     let name = match e.kind {

@@ -92,8 +92,10 @@ fn start_host(
     overrides: mcp_host::config::Overrides,
 ) -> anyhow::Result<Host> {
     let options = mcp_host::HostOptions {
-        // Serving: plugins that allow it load at their first call.
+        // Serving: plugins that allow it load at their first call, and upstream servers connect
+        // in the background (the listener opens at once; their tools join when they answer).
         load_on_first_call: true,
+        connect_upstreams_in_background: true,
         overrides,
         ..crate::audited_host_options(config)?
     };
@@ -131,7 +133,15 @@ async fn serve_until_stopped(
         tokio::spawn(async move { protocol.relay_announcements().await })
     };
     let served = match protocol_out {
-        Some(out) => serve_stdio(protocol.clone(), out, config, agent, grace).await,
+        // SIGINT or SIGTERM ends a stdio server as the end of its input does: what it started
+        // (upstream servers' process groups above all) is stopped on the way out.
+        Some(out) => tokio::select! {
+            served = serve_stdio(protocol.clone(), out, config, agent, grace) => served,
+            () = shutdown_signal() => {
+                tracing::info!("stopping on a signal");
+                Ok(())
+            }
+        },
         None => serve_http(protocol.clone(), config, grace).await,
     };
     relay.abort();

@@ -312,6 +312,21 @@ pub struct Limits {
     pub max_crashes: u32,
     /// The window `max_crashes` counts in, in seconds.
     pub crash_window_secs: f64,
+    /// Seconds an upstream server has to answer its handshake (a stdio child counted from its
+    /// start); past it the attempt fails ("did not answer its handshake"), its child's process
+    /// group is killed, and it counts as a crash. Applies to upstreams started after a change.
+    pub upstream_handshake_timeout_secs: f64,
+    /// Seconds one reading of an upstream's lists may take, every page of every list (at start,
+    /// after a restart and after a `list_changed`); past it the reading fails and counts as a
+    /// crash.
+    pub upstream_list_timeout_secs: f64,
+    /// Pages one upstream list (`tools/list`, `resources/list`, …) may have; a list with more
+    /// (or that sends a cursor it sent before) is refused and counts as a crash.
+    pub upstream_max_list_pages: usize,
+    /// Tools, resources, resource templates and prompts one upstream may list, together.
+    pub upstream_max_definitions: usize,
+    /// Bytes of JSON the definitions one upstream lists may take, together.
+    pub upstream_max_list_bytes: usize,
     /// Sizes `mcp-host add` and `update` accept from a registry, a URL or a file.
     pub packages: installed::PackageLimits,
 }
@@ -376,6 +391,11 @@ impl Default for Limits {
             open_files: None,
             max_crashes: 5,
             crash_window_secs: 60.0,
+            upstream_handshake_timeout_secs: 60.0,
+            upstream_list_timeout_secs: 60.0,
+            upstream_max_list_pages: 100,
+            upstream_max_definitions: 10_000,
+            upstream_max_list_bytes: 16 * 1024 * 1024,
             packages: installed::PackageLimits::default(),
         }
     }

@@ -73,6 +73,11 @@ pub struct HostOptions {
     pub load_on_first_call: bool,
     /// The command line's layer over the configuration, applied at start and at every reload.
     pub overrides: crate::config::Overrides,
+    /// Connect upstream servers in the background (`serve` does): start-up never waits for one,
+    /// its tools join when it is ready, and a failed first connection is retried like a crash.
+    /// Otherwise (commands that read the tool set once) start-up waits for each upstream to be
+    /// ready or to fail, within its handshake and lists timeouts.
+    pub connect_upstreams_in_background: bool,
 }
 
 /// A running tool host.
@@ -109,6 +114,84 @@ struct Inner {
     /// What this host's registry builds remember across rescans (schemas checked, problems
     /// reported).
     memory: BuildMemory,
+    /// The rebuilds plugins asked for and not run yet.
+    pending: Mutex<Pending>,
+}
+
+/// The rebuilds plugins asked for (a rescan, a refresh) and not run yet: a flag each, however
+/// many times they were asked, and at most one thread that runs them — never a thread per
+/// request (an upstream's `list_changed` storm once made thousands).
+#[derive(Debug, Default)]
+struct Pending {
+    rescan: bool,
+    refresh: bool,
+    /// A thread runs them.
+    worker: bool,
+}
+
+/// Rebuild kinds a plugin may ask for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Rebuild {
+    /// Rescan (what a backend serves changed).
+    Rescan,
+    /// Rebuild from the plugins loaded (a plugin's health changed).
+    Refresh,
+}
+
+impl Inner {
+    /// Ask for `rebuild` on the rebuild thread, starting it when none runs.
+    fn request(self: &Arc<Self>, rebuild: Rebuild) {
+        {
+            let mut pending = crate::plugins::lock(&self.pending);
+            match rebuild {
+                Rebuild::Rescan => pending.rescan = true,
+                Rebuild::Refresh => pending.refresh = true,
+            }
+            if pending.worker {
+                return;
+            }
+            pending.worker = true;
+        }
+        let inner = Arc::downgrade(self);
+        let spawned = std::thread::Builder::new()
+            .name("mcp-rebuild".into())
+            .spawn(move || run_pending(&inner));
+        if let Err(e) = spawned {
+            crate::plugins::lock(&self.pending).worker = false;
+            tracing::error!("cannot rebuild the tool set: {e}");
+        }
+    }
+}
+
+/// The rebuild thread: run what is pending (a rescan covers a refresh) until nothing is, off
+/// the callers' threads (a rebuild waits for any rescan in progress).
+fn run_pending(inner: &Weak<Inner>) {
+    loop {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        let rebuild = {
+            let mut pending = crate::plugins::lock(&inner.pending);
+            let rescan = std::mem::take(&mut pending.rescan);
+            let refresh = std::mem::take(&mut pending.refresh);
+            if !rescan && !refresh {
+                pending.worker = false;
+                return;
+            }
+            if rescan {
+                Rebuild::Rescan
+            } else {
+                Rebuild::Refresh
+            }
+        };
+        let host = Host { inner };
+        match rebuild {
+            Rebuild::Rescan => {
+                host.rescan(None);
+            }
+            Rebuild::Refresh => host.refresh(),
+        }
+    }
 }
 
 /// Where a host forwards its plugins' announcements.
@@ -156,28 +239,14 @@ impl HostCallbacks for Callbacks {
     }
 
     fn rescan_needed(&self) {
-        // Off the caller's thread: a rescan waits for any rescan in progress.
         if let Some(inner) = self.0.upgrade() {
-            let spawned = std::thread::Builder::new()
-                .name("mcp-rescan".into())
-                .spawn(move || {
-                    Host { inner }.rescan(None);
-                });
-            if let Err(e) = spawned {
-                tracing::error!("cannot rescan: {e}");
-            }
+            inner.request(Rebuild::Rescan);
         }
     }
 
     fn plugin_health_changed(&self) {
-        // Off the caller's thread: a rebuild waits for any rescan in progress.
         if let Some(inner) = self.0.upgrade() {
-            let spawned = std::thread::Builder::new()
-                .name("mcp-refresh".into())
-                .spawn(move || Host { inner }.refresh());
-            if let Err(e) = spawned {
-                tracing::error!("cannot rebuild the tool set: {e}");
-            }
+            inner.request(Rebuild::Refresh);
         }
     }
 }
@@ -221,6 +290,7 @@ impl Host {
             options.probe_exe.as_deref(),
             Arc::clone(&telemetry),
             options.load_on_first_call,
+            options.connect_upstreams_in_background,
         )?;
         let access = Access::from_config(&config)?;
         let inner = Arc::new(Inner {
@@ -235,9 +305,16 @@ impl Host {
             forward: std::sync::OnceLock::new(),
             overrides: options.overrides,
             memory: BuildMemory::default(),
+            pending: Mutex::default(),
         });
         inner.exec.set_policy(Arc::new(policy));
         let host = Host { inner };
+        // A rescan an upstream asks for meanwhile waits for the first tool set.
+        let serial = host
+            .inner
+            .reload_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let started = Instant::now();
         let config = host.config();
         let loaded = host.load(discovery::scan(&config.tool_dirs));
@@ -249,7 +326,12 @@ impl Host {
             started.elapsed().as_millis()
         );
         warn_missing_dirs(&config);
-        if registry.is_empty() && !config.tool_dirs.is_empty() {
+        // Upstream servers connecting in the background serve nothing yet: not worth a warning.
+        let connecting = registry
+            .plugins
+            .iter()
+            .any(|p| p.candidate.upstream.is_some());
+        if registry.is_empty() && !config.tool_dirs.is_empty() && !connecting {
             let dirs: Vec<String> = config
                 .tool_dirs
                 .iter()
@@ -262,6 +344,7 @@ impl Host {
             );
         }
         host.inner.registry.store(Arc::new(registry));
+        drop(serial);
         Ok(host)
     }
 
@@ -542,6 +625,31 @@ impl Host {
         self.inner.exec.denies(subject, plugin, args, request)
     }
 
+    /// Every upstream server served now, by name, with how its connection stands (connecting
+    /// since when, ready, restarting, quarantined or failed, and why): what `/healthz` and the
+    /// console show.
+    pub fn upstreams(&self) -> Vec<(String, crate::plugins::backend::Connection)> {
+        self.registry()
+            .plugins
+            .iter()
+            .filter_map(|slot| Some((slot.backend.name().to_owned(), slot.backend.connection()?)))
+            .collect()
+    }
+
+    /// [`Host::upstreams`] as JSON: `name`, `state` and the one-line `detail` of each.
+    pub fn upstreams_json(&self) -> Value {
+        self.upstreams()
+            .into_iter()
+            .map(|(name, connection)| {
+                json!({
+                    "name": name,
+                    "state": connection.state(),
+                    "detail": connection.describe(),
+                })
+            })
+            .collect()
+    }
+
     /// The calls waiting for an admin's approval in the console (`approver: console`).
     pub fn approvals(&self) -> &crate::exec::approval::Approvals {
         self.inner.exec.approvals()
@@ -657,6 +765,17 @@ fn check_upstream(
         .first()
         .ok_or_else(|| LoadError::Probe("nothing loaded".into()))?;
     let slot = result.clone()?;
+    // Its connection, as `list` shows it: a failure is the check's error, with its reason.
+    if let Some(connection) = slot.backend.connection()
+        && connection != crate::plugins::backend::Connection::Ready
+    {
+        host.shutdown();
+        return Err(LoadError::Probe(format!(
+            "upstream {} {}",
+            slot.backend.name(),
+            connection.describe()
+        )));
+    }
     let report = json!({
         "file": file,
         "signature": null,

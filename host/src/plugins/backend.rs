@@ -103,6 +103,12 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// How its connection to what serves it stands, for a backend that connects elsewhere (an
+    /// upstream server): `None` for a plugin.
+    fn connection(&self) -> Option<Connection> {
+        None
+    }
+
     /// Whether a read of a URI that nothing lists (and no listed template matches) may be
     /// offered to it: an upstream server that serves resources (unless its entry opted out);
     /// never a plugin, which declares every resource it serves.
@@ -118,6 +124,98 @@ pub trait PluginBackend: Send + Sync + std::fmt::Debug {
     fn successor(&self) -> Option<Arc<dyn PluginBackend>> {
         None
     }
+}
+
+/// How an upstream server's connection stands (what `mcp-host list`, `check`, `/healthz` and the
+/// console show), each state with the reason an operator needs, on one line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Connection {
+    /// Not connected yet: started (or retried) in the background.
+    Connecting {
+        /// When the first attempt started (milliseconds since the Unix epoch).
+        since_ms: u64,
+        /// Why the last attempt failed, when one did (it is being retried).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        last_failure: Option<String>,
+    },
+    /// Connected; its lists were read.
+    Ready,
+    /// It failed after it was ready, and is being restarted.
+    Restarting {
+        /// Why.
+        reason: String,
+    },
+    /// Withdrawn after failing too often (or a storm): until the configuration changes or SIGHUP.
+    Quarantined {
+        /// Why.
+        reason: String,
+    },
+    /// Its first connection failed and is not retried (a one-shot command: `list`, `check`,
+    /// `call`, `pin`).
+    Failed {
+        /// Why.
+        reason: String,
+    },
+    /// The host stopped it.
+    Stopped,
+}
+
+impl Connection {
+    /// The state's name: `connecting`, `ready`, `restarting`, `quarantined`, `failed`, `stopped`.
+    pub fn state(&self) -> &'static str {
+        match self {
+            Connection::Connecting { .. } => "connecting",
+            Connection::Ready => "ready",
+            Connection::Restarting { .. } => "restarting",
+            Connection::Quarantined { .. } => "quarantined",
+            Connection::Failed { .. } => "failed",
+            Connection::Stopped => "stopped",
+        }
+    }
+
+    /// What it is and why, on one line: `connecting (since 2025-06-01T10:00:00Z, 12 s ago; last
+    /// attempt: exited with status 3; last stderr: …)`, `failed: did not answer its handshake
+    /// within 60 s`, `ready`.
+    pub fn describe(&self) -> String {
+        match (self, self.detail()) {
+            (Connection::Connecting { .. }, Some(detail)) => format!("connecting ({detail})"),
+            (_, Some(detail)) => format!("{}: {detail}", self.state()),
+            (_, None) => self.state().to_owned(),
+        }
+    }
+
+    /// Its detail: since when it is connecting (and why its last attempt failed), or why it
+    /// restarts, is quarantined or failed; `None` when ready or stopped.
+    pub fn detail(&self) -> Option<String> {
+        match self {
+            Connection::Connecting {
+                since_ms,
+                last_failure,
+            } => {
+                let now = unix_ms(std::time::SystemTime::now());
+                let ago = now.saturating_sub(*since_ms) / 1000;
+                let since =
+                    jiff::Timestamp::from_second(i64::try_from(since_ms / 1000).unwrap_or(0))
+                        .map(|t| t.to_string())
+                        .unwrap_or_default();
+                Some(match last_failure {
+                    Some(why) => format!("since {since}, {ago} s ago; last attempt: {why}"),
+                    None => format!("since {since}, {ago} s ago"),
+                })
+            }
+            Connection::Restarting { reason }
+            | Connection::Quarantined { reason }
+            | Connection::Failed { reason } => Some(reason.clone()),
+            Connection::Ready | Connection::Stopped => None,
+        }
+    }
+}
+
+/// `time` in milliseconds since the Unix epoch.
+pub(crate) fn unix_ms(time: std::time::SystemTime) -> u64 {
+    time.duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// A call running outside the calling thread: what it returned, or why it could not run.
@@ -243,4 +341,36 @@ pub fn answer(
     };
     host.announce(change);
     Ok("null".into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_connection_says_what_it_is_and_why_on_one_line() {
+        let since_ms = unix_ms(std::time::SystemTime::now()) - 12_000;
+        let connecting = Connection::Connecting {
+            since_ms,
+            last_failure: Some("exited with status 3; last stderr: boom".into()),
+        };
+        let line = connecting.describe();
+        assert!(line.starts_with("connecting (since 20"), "{line}");
+        assert!(
+            line.ends_with(" s ago; last attempt: exited with status 3; last stderr: boom)"),
+            "{line}"
+        );
+        assert!(!line.contains('\n'), "{line}");
+        let failed = Connection::Failed {
+            reason: "did not answer its handshake within 60 s".into(),
+        };
+        assert_eq!(
+            failed.describe(),
+            "failed: did not answer its handshake within 60 s"
+        );
+        assert_eq!(Connection::Ready.describe(), "ready");
+        assert_eq!(Connection::Ready.detail(), None);
+        let json = serde_json::to_value(&failed).unwrap();
+        assert_eq!(json["state"], "failed");
+    }
 }

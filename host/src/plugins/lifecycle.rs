@@ -165,6 +165,9 @@ pub(crate) struct Loader {
     manifests: Option<Manifests>,
     /// Serve remembered manifests and load those plugins at their first call.
     defer: bool,
+    /// Connect upstream servers in the background (serving) rather than wait for each (a
+    /// one-shot command).
+    background: bool,
     /// Files that failed to load, with their stamp and trust stamp then: unchanged, they are not
     /// retried (nor re-logged) on every rescan.
     failed: Mutex<HashMap<PathBuf, Failure>>,
@@ -332,12 +335,13 @@ impl Loader {
     /// A loader for `config`, probing and starting plugin workers with the `mcp-host` executable
     /// `exe` (no probing when `None` or when the configuration turns it off; no isolation without
     /// it), loading plugins that allow it at their first call when `defer` (and the configuration)
-    /// says so.
+    /// says so, connecting upstream servers in the background when `background`.
     pub(crate) fn new(
         config: &Config,
         exe: Option<&Path>,
         telemetry: Arc<Telemetry>,
         defer: bool,
+        background: bool,
     ) -> Result<Loader, RuntimeDirError> {
         let manifests = config
             .probe_cache
@@ -360,6 +364,7 @@ impl Loader {
                 .map(|p| Mutex::new(ProbeCache::open(p))),
             copies: config.probe_cache.as_deref().and_then(CopyCache::beside),
             defer: defer && manifests.is_some(),
+            background,
             manifests,
             prober,
             failed: Mutex::default(),
@@ -417,21 +422,39 @@ impl Loader {
             .into_iter()
             .zip(self.load_files(files, config, host))
             .collect();
-        merged.extend(super::map_parallel(upstreams, |(i, c)| {
-            let result = self.load_upstream(&c, config, host);
-            (i, (c, result))
+        // Started side by side (each connects in the background); a one-shot command then
+        // waits for each to connect or fail, all of them together.
+        let started: Vec<_> = upstreams
+            .into_iter()
+            .map(|(i, c)| {
+                let started = self.start_upstream(&c, config, host);
+                (i, c, started)
+            })
+            .collect();
+        merged.extend(started.into_iter().map(|(i, c, started)| {
+            let slot = started.map(|(backend, spec)| {
+                let backend = if self.background {
+                    backend
+                } else {
+                    backend.settled()
+                };
+                upstream_slot(backend, &c, spec, config)
+            });
+            (i, (c, slot))
         }));
         merged.sort_by_key(|(i, _)| *i);
         merged.into_iter().map(|(_, loaded)| loaded).collect()
     }
 
-    /// Connect to the upstream server of `candidate` and make it a plugin slot.
-    fn load_upstream(
+    /// Start the upstream server of `candidate` connecting (in the background): its backend
+    /// and how it runs, or why it cannot be started at all (its name bound elsewhere, its
+    /// program not found, a sandbox refused).
+    fn start_upstream(
         &self,
         candidate: &Candidate,
         config: &Config,
         host: &Arc<dyn HostCallbacks>,
-    ) -> Result<Arc<PluginSlot>, LoadError> {
+    ) -> Result<(upstream::Upstream, RunSpec), LoadError> {
         let entry = candidate
             .upstream
             .as_ref()
@@ -441,31 +464,24 @@ impl Loader {
             .map_err(|why| LoadError::Binding(why.to_string()))
             .and_then(|()| {
                 let spec = upstream::run_spec(config, entry, &candidate.path, candidate.isolation);
-                upstream::start(entry, &spec, config, self.exe.as_deref(), Arc::clone(host))
+                let options = upstream::StartOptions {
+                    exe: self.exe.as_deref(),
+                    background: self.background,
+                    record: config
+                        .source
+                        .clone()
+                        .map(|file| (file, candidate.path.clone())),
+                };
+                upstream::start(entry, &spec, config, Arc::clone(host), options)
                     .map(|backend| (backend, spec))
             });
-        let (backend, spec) = started.inspect_err(|e| {
-            self.telemetry.metrics().load_error(e.kind());
-        })?;
-        let settings = config.plugin(&entry.name);
-        let limit = settings
-            .max_concurrent_calls
-            .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
-        tracing::info!(
-            "Connected upstream {}: {} tools, {} resources, {} prompts",
-            entry.name,
-            backend.manifest().tools.len(),
-            backend.manifest().resources.len(),
-            backend.manifest().prompts.len()
-        );
-        Ok(Arc::new(PluginSlot::new(
-            Arc::new(backend),
-            candidate.clone(),
-            limit,
-            None,
-            settings,
-            spec,
-        )))
+        if self.background && started.is_ok() {
+            tracing::info!(
+                "Connecting upstream {} in the background: its tools are served once it answers",
+                entry.name
+            );
+        }
+        started.inspect_err(|e| self.telemetry.metrics().load_error(e.kind()))
     }
 
     /// Copy, probe and load plugin files `candidates` (opened side by side, the results in order): each file
@@ -959,6 +975,27 @@ fn keep_file(
                     .map_or(slot.settings == Default::default(), |s| *s == slot.settings)
         })
         .map(|slot| Arc::clone(slot))
+}
+
+/// The slot of upstream `backend` from `candidate`, run as `spec` says.
+fn upstream_slot(
+    backend: upstream::Upstream,
+    candidate: &Candidate,
+    spec: RunSpec,
+    config: &Config,
+) -> Arc<PluginSlot> {
+    let settings = config.plugin(backend.name());
+    let limit = settings
+        .max_concurrent_calls
+        .unwrap_or(config.limits.max_concurrent_calls_per_plugin);
+    Arc::new(PluginSlot::new(
+        Arc::new(backend),
+        candidate.clone(),
+        limit,
+        None,
+        settings,
+        spec,
+    ))
 }
 
 impl Loader {

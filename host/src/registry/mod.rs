@@ -364,6 +364,12 @@ pub enum Status {
     LoadError(String),
     /// Its plugin's worker kept crashing: the tools are withdrawn until a rescan.
     Quarantined(String),
+    /// An upstream server not connected yet (since when, and why its last attempt failed).
+    Connecting(String),
+    /// An upstream server that failed after it was ready and is being restarted (why).
+    Restarting(String),
+    /// An upstream server whose first connection failed (why), in a one-shot command.
+    Failed(String),
     /// Its definition is not as pinned in the lock file, and its directory's pinning is
     /// `enforce`: not served until re-pinned.
     Held(String),
@@ -557,16 +563,24 @@ impl Registry {
                     if log_tools {
                         tracing::error!("Error loading plugin {}: {e}", candidate.path.display());
                     }
+                    // An upstream is its entry's name, run as upstreams run (never in the host).
+                    let (plugin, isolation) = match &candidate.upstream {
+                        Some(u) => (
+                            Some(u.name.clone()),
+                            config.upstream_isolation(&u.name, candidate.isolation),
+                        ),
+                        None => (None, candidate.isolation.unwrap_or_default()),
+                    };
                     self.entries.push(Entry {
                         tool: "-".into(),
                         kind: Kind::Tool,
-                        plugin: None,
+                        plugin,
                         file: candidate.path.clone(),
                         dir: candidate.dir.clone(),
                         service: None,
                         signer: None,
                         status: Status::LoadError(e.to_string()),
-                        isolation: candidate.isolation.unwrap_or_default(),
+                        isolation,
                         permissions: None,
                         declared: Default::default(),
                     });
@@ -800,6 +814,7 @@ impl Registry {
             }
             self.entries.push(entry);
         }
+        self.add_connection(&slot);
         match quarantined {
             Some(why) => self.add_quarantined(&slot, &why),
             None => {
@@ -846,6 +861,30 @@ impl Registry {
                 header_params: std::sync::OnceLock::new(),
             }),
         );
+    }
+
+    /// An upstream server that serves nothing because it is not connected (connecting, failed,
+    /// quarantined, restarting before it ever listed anything): a row says so, and why.
+    fn add_connection(&mut self, slot: &Arc<PluginSlot>) {
+        use crate::plugins::backend::Connection;
+        let Some(connection) = slot.backend.connection() else {
+            return;
+        };
+        let manifest = slot.backend.manifest();
+        let empty = manifest.tools.is_empty()
+            && manifest.resources.is_empty()
+            && manifest.prompts.is_empty();
+        let detail = connection.detail().unwrap_or_default();
+        let status = match connection {
+            Connection::Connecting { .. } => Status::Connecting(detail),
+            Connection::Failed { .. } => Status::Failed(detail),
+            Connection::Quarantined { .. } if empty => Status::Quarantined(detail),
+            Connection::Restarting { .. } if empty => Status::Restarting(detail),
+            _ => return,
+        };
+        let mut entry = self.entry(slot, Kind::Tool, "-", None);
+        entry.status = status;
+        self.entries.push(entry);
     }
 
     /// Nothing of a quarantined plugin is served: a row per resource and prompt says why.

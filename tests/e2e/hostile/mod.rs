@@ -11,6 +11,7 @@
 mod front_door;
 mod http_limits;
 mod store_trust;
+mod upstream_lifecycle;
 mod upstream_sandbox;
 mod upstream_wire;
 mod worker_wire;

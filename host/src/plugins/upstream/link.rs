@@ -1,19 +1,18 @@
-//! The host's connection to one upstream MCP server, supervised like a plugin worker: the
-//! session (rmcp's client over a child's pipes or over Streamable HTTP), a restart with backoff
-//! when the child dies or the connection closes, quarantine after a crash loop (its tools are
-//! withdrawn and clients told), requests with the call's deadline and cancellation forwarded as
-//! `notifications/cancelled`, progress, log messages and requests for input passed to the
-//! caller (`relay`), the child's stderr to the log, and the upstream's `list_changed` re-reading
-//! its lists so the host can serve (or, under pinning, hold) what changed.
+//! The host's connection to one upstream MCP server: the session (rmcp's client over a child's
+//! pipes or over Streamable HTTP) and its requests — with the call's deadline and cancellation
+//! forwarded as `notifications/cancelled`, progress, log messages and requests for input passed
+//! to the caller (`relay`), and the child's stderr to the log. How the connection is made,
+//! kept up, restarted, quarantined and stopped, and how a list change is re-read, is
+//! [`super::supervise`]'s; a stdio child's process is [`super::child`]'s.
 
-use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use mcp_plugin_sdk::wire::Manifest;
+use rmcp::ClientHandler as _;
 use rmcp::model::{
     ClientCapabilities, ClientRequest, ErrorCode, Implementation, InitializeRequestParams,
     ProtocolVersion, ServerResult,
@@ -24,21 +23,18 @@ use rmcp::service::{
 };
 use serde_json::Value;
 
+use super::child;
+use super::handshake::{self, Era, Replay};
+use super::supervise::{Current, Relists, State, Supervision};
 use crate::plugins::backend::HostCallbacks;
 use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::{LoadError, lock, output};
 
-/// How long an upstream may take to start and answer its handshake and lists.
-const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// A client session's running service.
 type Running = RunningService<RoleClient, Handler>;
-/// A handshake attempt's result, the child's pid and where requests are written beside rmcp
-/// (stdio).
-type Served = (
-    Result<Running, ClientInitializeError>,
-    Option<u32>,
-    Option<Arc<super::pipe::Direct>>,
-);
+
+/// How long a failed handshake waits for the child's exit that explains it.
+const EXIT_GRACE: Duration = Duration::from_secs(1);
 
 /// How the upstream is reached.
 #[derive(Debug, Clone)]
@@ -115,24 +111,24 @@ impl Sent {
 }
 
 /// One connected session.
-struct Session {
-    id: u64,
-    peer: Peer<RoleClient>,
+pub(super) struct Session {
+    pub(super) id: u64,
+    pub(super) peer: Peer<RoleClient>,
     /// Ends the rmcp service (closing the child's stdin, or the HTTP session).
     stop: Mutex<Option<rmcp::service::RunningServiceCancellationToken>>,
-    /// The child's process group, for a stdio upstream.
-    pid: Option<u32>,
+    /// The child (stdio): its process group is killed when the session ends or goes away.
+    child: Option<child::Owned>,
     /// Where a stdio upstream's `tools/call` requests are written, beside rmcp's service loop.
     direct: Option<Arc<super::pipe::Direct>>,
 }
 
 /// A session's connection as its handshake left it.
-struct Connected {
+pub(super) struct Connected {
     running: Running,
     /// The session's id.
     id: u64,
-    /// The child's process group (stdio).
-    pid: Option<u32>,
+    /// The child (stdio).
+    child: Option<child::Owned>,
     /// Where `tools/call` requests are written (stdio).
     direct: Option<Arc<super::pipe::Direct>>,
 }
@@ -143,51 +139,53 @@ impl Session {
         self.peer.is_transport_closed() || self.direct.as_ref().is_some_and(|d| d.is_closed())
     }
 
-    fn end(&self) {
+    /// End it: its service stops and its child's process group is killed.
+    pub(super) fn end(&self) {
         if let Some(stop) = lock(&self.stop).take() {
             stop.cancel();
         }
-        #[cfg(unix)]
-        if let Some(pid) = self.pid.and_then(|p| i32::try_from(p).ok())
-            && let Some(pid) = rustix::process::Pid::from_raw(pid)
-        {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+        if let Some(child) = &self.child {
+            child.0.kill();
         }
     }
-}
 
-enum Current {
-    Starting,
-    Running(Arc<Session>),
-    Restarting,
-    Quarantined(String),
-    Retired,
-}
+    /// The child's pid (stdio).
+    pub(super) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.0.pid())
+    }
 
-struct State {
-    current: Current,
-    crashes: VecDeque<Instant>,
+    /// The child (stdio).
+    pub(super) fn child(&self) -> Option<&Arc<child::Child>> {
+        self.child.as_ref().map(|c| &c.0)
+    }
 }
 
 /// The supervised connection to one upstream.
 pub(crate) struct Link {
-    name: Arc<str>,
+    pub(super) name: Arc<str>,
     transport: Transport,
-    host: Arc<dyn HostCallbacks>,
-    /// Crashes within the window that quarantine it, and the window.
-    policy: (u32, Duration),
-    state: Mutex<State>,
-    changed: tokio::sync::Notify,
-    /// The lists read after the upstream said they changed (or after a restart), when they differ
-    /// from what was read before.
-    latest: Mutex<Option<Manifest>>,
+    pub(super) host: Arc<dyn HostCallbacks>,
+    /// Its bounds and what it does when it fails.
+    pub(super) supervision: Supervision,
+    pub(super) state: Mutex<State>,
+    pub(super) changed: tokio::sync::Notify,
+    /// The lists read last (at the first connection, after a change or a restart).
+    pub(super) latest: Mutex<Option<Manifest>>,
     /// Where what the upstream sends during a call goes: its requests in flight, by request id
     /// and progress token.
     routes: Arc<super::relay::Routes>,
     sessions: AtomicU64,
     /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
-    legacy: std::sync::atomic::AtomicBool,
-    runtime: tokio::runtime::Handle,
+    legacy: AtomicBool,
+    pub(super) runtime: tokio::runtime::Handle,
+    /// The re-reading of its lists after a `list_changed`: one at a time.
+    pub(super) relists: Mutex<Relists>,
+    /// Whether lists read from now on are offered to the host (a rescan).
+    pub(super) announce: AtomicBool,
+    /// The connection attempt in progress (its task), ended when the link is retired.
+    pub(super) connecting: Mutex<Option<tokio::task::AbortHandle>>,
+    /// The child of the attempt in progress (stdio), killed when the link is retired.
+    pub(super) attempt: Mutex<Option<Arc<child::Child>>>,
 }
 
 impl std::fmt::Debug for Link {
@@ -198,10 +196,12 @@ impl std::fmt::Debug for Link {
     }
 }
 
-/// Receives what the upstream sends unasked — list changes, resource updates, requests for
-/// input (log messages and progress are routed as they arrive: `relay::Routes`).
+/// Receives what the upstream sends unasked on session `session` — list changes, resource
+/// updates, requests for input (log messages and progress are routed as they arrive:
+/// `relay::Routes`).
 struct Handler {
     link: Weak<Link>,
+    session: u64,
 }
 
 impl rmcp::ClientHandler for Handler {
@@ -237,15 +237,15 @@ impl rmcp::ClientHandler for Handler {
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.relist();
+        self.list_changed();
     }
 
     async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.relist();
+        self.list_changed();
     }
 
     async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.relist();
+        self.list_changed();
     }
 
     fn get_info(&self) -> InitializeRequestParams {
@@ -299,64 +299,49 @@ impl Handler {
         super::relay::ask(&link.routes, method, params, &context.extensions).await
     }
 
-    /// Read the lists again (off the handler: a request from inside it would wait on itself).
-    fn relist(&self) {
+    /// The upstream said a list changed (see `Link::list_changed`).
+    fn list_changed(&self) {
         if let Some(link) = self.link.upgrade() {
-            link.runtime
-                .clone()
-                .spawn(async move { link.relist().await });
+            link.list_changed(self.session);
         }
     }
 }
 
+/// A failure's text without the kind `LoadError` prefixes (`worker process: `).
+fn reason(e: LoadError) -> String {
+    match e {
+        LoadError::Worker(why) => why,
+        other => other.to_string(),
+    }
+}
+
 impl Link {
-    /// Connect to the upstream and read its lists (the first session).
-    pub(crate) fn start(
+    /// A link to upstream `name` over `transport`, supervised as `supervision` says, its
+    /// connections on `runtime`; not connecting yet (see `Link::begin`).
+    pub(crate) fn new(
         name: &str,
         transport: Transport,
         host: Arc<dyn HostCallbacks>,
-        policy: (u32, Duration),
+        supervision: Supervision,
         runtime: tokio::runtime::Handle,
-    ) -> Result<(Arc<Link>, Manifest), LoadError> {
-        let link = Arc::new(Link {
+    ) -> Arc<Link> {
+        Arc::new(Link {
             name: Arc::from(name),
             transport,
             host,
-            policy,
-            state: Mutex::new(State {
-                current: Current::Starting,
-                crashes: VecDeque::new(),
-            }),
+            supervision,
+            state: Mutex::new(State::connecting()),
             changed: tokio::sync::Notify::new(),
             latest: Mutex::new(None),
             routes: Arc::new(super::relay::Routes::new(Arc::from(name))),
             sessions: AtomicU64::new(0),
-            legacy: std::sync::atomic::AtomicBool::new(false),
+            legacy: AtomicBool::new(false),
             runtime,
-        });
-        let connecting = Arc::clone(&link);
-        let started = link
-            .block_on(async move {
-                tokio::time::timeout(START_TIMEOUT, connecting.connect())
-                    .await
-                    .unwrap_or_else(|_| {
-                        Err(LoadError::Worker(format!(
-                            "the upstream did not answer its handshake and lists within {} s",
-                            START_TIMEOUT.as_secs()
-                        )))
-                    })
-            })
-            .unwrap_or_else(|| Err(LoadError::Worker("the upstream runtime stopped".into())));
-        match started {
-            Ok((session, manifest)) => {
-                link.adopt(session);
-                Ok((link, manifest))
-            }
-            Err(e) => {
-                lock(&link.state).current = Current::Retired;
-                Err(e)
-            }
-        }
+            relists: Mutex::default(),
+            announce: AtomicBool::new(false),
+            connecting: Mutex::new(None),
+            attempt: Mutex::new(None),
+        })
     }
 
     /// Run `future` on the upstream runtime and wait for it on this (non-runtime) thread;
@@ -373,6 +358,11 @@ impl Link {
         &self.name
     }
 
+    /// The id of the newest session (the one serving, or being connected).
+    pub(super) fn session_id(&self) -> u64 {
+        self.sessions.load(Ordering::Acquire)
+    }
+
     /// An HTTP upstream's endpoint.
     fn url(&self) -> Option<&str> {
         match &self.transport {
@@ -381,111 +371,124 @@ impl Link {
         }
     }
 
-    /// Open a session and read the lists.
-    async fn connect(self: &Arc<Self>) -> Result<(Arc<Session>, Manifest), LoadError> {
+    /// A session over a connection just made: requests written beside rmcp get the session's
+    /// `_meta`, and its end is reported (see `Link::exited`).
+    pub(super) fn open(self: &Arc<Self>, connected: Connected) -> Result<Arc<Session>, String> {
         let Connected {
             running,
             id,
-            pid,
+            child,
             direct,
-        } = self.handshake().await?;
+        } = connected;
         if let Some(direct) = &direct {
             let meta = super::pipe::SessionMeta::new(&session_meta(running.peer()))
-                .map_err(|e| LoadError::Worker(format!("the session's _meta: {e}")))?;
+                .map_err(|e| format!("the session's _meta: {e}"))?;
             direct.set_session_meta(meta);
         }
         let session = Arc::new(Session {
             id,
             peer: running.peer().clone(),
             stop: Mutex::new(Some(running.cancellation_token())),
-            pid,
+            child,
             direct,
         });
-        self.watch_session(running, id);
-        self.listen_for_changes(&session).await;
-        match super::listing::read(&session.peer, &self.name).await {
-            Ok(manifest) => Ok((session, manifest)),
-            Err(e) => {
-                session.end();
-                Err(LoadError::Manifest(format!(
-                    "could not read the upstream's lists: {e}"
-                )))
-            }
-        }
+        self.watch_session(running, id, session.child().cloned());
+        Ok(session)
     }
 
     /// The MCP handshake, on a new connection (a new child, for stdio): the running service,
-    /// the child's pid and the session id. `server/discover` first (2026-07-28), without rmcp's
-    /// fixed 10 s probe timeout (a child on a busy machine may take longer to start); a server
-    /// that answers it with an error is legacy: the handshake is made again with `initialize`,
-    /// and remembered for restarts.
-    async fn handshake(self: &Arc<Self>) -> Result<Connected, LoadError> {
+    /// its session id and child. `server/discover` first (2026-07-28), without rmcp's fixed 10 s
+    /// probe timeout (a child on a busy machine may take longer to start; the caller bounds the
+    /// wait); a server that answers it with an error is legacy, and remembered for restarts: a
+    /// stdio child gets `initialize` on the same pipe, an HTTP upstream a new connection.
+    pub(super) async fn handshake(self: &Arc<Self>) -> Result<Connected, String> {
         loop {
             // A session id per attempt: the exit of an abandoned attempt's child is not this
             // session's.
             let id = self.sessions.fetch_add(1, Ordering::AcqRel) + 1;
-            let legacy = self.legacy.load(Ordering::Acquire);
-            let lifecycle = if legacy {
-                ClientLifecycleMode::Initialize
-            } else {
-                ClientLifecycleMode::Discover {
-                    preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            let endpoint = match &self.transport {
+                Transport::Stdio { argv, env, cwd } => {
+                    return self.handshake_stdio(id, argv, env, cwd).await;
                 }
+                Transport::Http(endpoint) => endpoint,
             };
-            let (served, pid, direct) = self.serve(id, lifecycle).await?;
-            match served {
+            let legacy = self.legacy.load(Ordering::Acquire);
+            let handler = Handler {
+                link: Arc::downgrade(self),
+                session: id,
+            };
+            let transport =
+                self.routing(super::http::transport(&self.name, endpoint).map_err(reason)?);
+            match handler
+                .serve_with_lifecycle(transport, lifecycle(legacy))
+                .await
+            {
                 Ok(running) => {
                     return Ok(Connected {
                         running,
                         id,
-                        pid,
-                        direct,
+                        child: None,
+                        direct: None,
                     });
                 }
-                Err(e) => {
-                    if let Some(pid) = pid {
-                        kill_group(pid);
-                    }
-                    let is_legacy =
-                        matches!(e, rmcp::service::ClientInitializeError::JsonRpcError(_));
-                    if legacy || !is_legacy {
-                        return Err(self.handshake_refused(e));
-                    }
+                Err(ClientInitializeError::JsonRpcError(_)) if !legacy => {
                     self.legacy.store(true, Ordering::Release);
                 }
+                Err(e) => return Err(self.handshake_refused(e)),
             }
         }
     }
 
-    /// One handshake attempt as session `id` over this upstream's transport: its result, and
-    /// the child's pid and where requests are written beside rmcp (stdio).
-    async fn serve(
+    /// The handshake over a new child's pipes (see `Link::handshake`): the child is started
+    /// once whatever it speaks, and a failure that its exit explains reads as its exit
+    /// ("exited with status 3; last stderr: …").
+    async fn handshake_stdio(
         self: &Arc<Self>,
         id: u64,
-        lifecycle: ClientLifecycleMode,
-    ) -> Result<Served, LoadError> {
+        argv: &[OsString],
+        env: &[(OsString, OsString)],
+        cwd: &std::path::Path,
+    ) -> Result<Connected, String> {
+        let spawned = self.spawn_child(id, argv, env, cwd)?;
+        let child = spawned.child;
+        let mut pipe = super::pipe::Pipe::new(spawned.stdout, spawned.stdin);
+        let direct = pipe.direct();
         let handler = Handler {
             link: Arc::downgrade(self),
+            session: id,
         };
-        Ok(match &self.transport {
-            Transport::Stdio { argv, env, cwd } => {
-                let (stdout, stdin, pid) = self.spawn_child(id, argv, env, cwd)?;
-                let pipe = super::pipe::Pipe::new(stdout, stdin);
-                let direct = pipe.direct();
-                let served = handler
-                    .serve_with_lifecycle(self.routing(pipe), lifecycle)
-                    .await;
-                (served, Some(pid), Some(direct))
+        let served = if self.legacy.load(Ordering::Acquire) {
+            let transport = self.routing(Replay::new(pipe, None));
+            handler
+                .serve_with_lifecycle(transport, lifecycle(true))
+                .await
+        } else {
+            match handshake::probe(&mut pipe, &handler.get_info()).await {
+                Ok(Era::Legacy) => {
+                    self.legacy.store(true, Ordering::Release);
+                    let transport = self.routing(Replay::new(pipe, None));
+                    handler
+                        .serve_with_lifecycle(transport, lifecycle(true))
+                        .await
+                }
+                Ok(Era::Modern(answer)) => {
+                    let transport = self.routing(Replay::new(pipe, Some(*answer)));
+                    handler
+                        .serve_with_lifecycle(transport, lifecycle(false))
+                        .await
+                }
+                Err(why) => return Err(explained(&child.0, why).await),
             }
-            Transport::Http(endpoint) => {
-                let transport = self.routing(super::http::transport(&self.name, endpoint)?);
-                (
-                    handler.serve_with_lifecycle(transport, lifecycle).await,
-                    None,
-                    None,
-                )
-            }
-        })
+        };
+        match served {
+            Ok(running) => Ok(Connected {
+                running,
+                id,
+                child: Some(child),
+                direct: Some(direct),
+            }),
+            Err(e) => Err(explained(&child.0, self.handshake_refused(e)).await),
+        }
     }
 
     /// `transport`, routing log messages and progress as they arrive (see `relay::Routes`).
@@ -498,31 +501,41 @@ impl Link {
 
     /// Why the upstream refused the handshake, with what to do about a server that asks for
     /// OAuth.
-    fn handshake_refused(&self, e: ClientInitializeError) -> LoadError {
+    fn handshake_refused(&self, e: ClientInitializeError) -> String {
         if let Some(challenge) = e.auth_challenge() {
-            return LoadError::Worker(format!(
+            return format!(
                 "upstream {} requires authorization (OAuth): it answered 401 with \
                  WWW-Authenticate: {challenge}; mcp-host does not obtain tokens for \
                  upstreams: give one in server.headers (e.g. Authorization: \"Bearer \
                  ${{TOKEN}}\")",
                 self.name
-            ));
+            );
         }
-        LoadError::Worker(format!(
-            "the MCP handshake failed: {}",
+        format!(
+            "its handshake failed: {}",
             super::http::init_failure(&e, self.url())
-        ))
+        )
     }
 
     /// Report session `id`'s end when its service ends: the connection closed (a child that
-    /// died closes its stdout).
-    fn watch_session(self: &Arc<Self>, running: Running, id: u64) {
+    /// died closes its stdout; its exit, when it comes soon, says how).
+    fn watch_session(
+        self: &Arc<Self>,
+        running: Running,
+        id: u64,
+        child: Option<Arc<child::Child>>,
+    ) {
         let weak = Arc::downgrade(self);
         tokio::spawn(async move {
-            let how = match running.waiting().await {
+            let mut how = match running.waiting().await {
                 Ok(reason) => format!("connection closed ({reason:?})"),
                 Err(e) => format!("connection task ended: {e}"),
             };
+            if let Some(child) = child
+                && let Some(exit) = child.ended_within(EXIT_GRACE).await
+            {
+                how = exit;
+            }
             if let Some(link) = weak.upgrade() {
                 link.exited(id, &how);
             }
@@ -532,7 +545,7 @@ impl Link {
     /// On a 2026-07-28 session, list changes arrive only on a `subscriptions/listen` stream:
     /// open one for the lists the upstream says can change, and re-read them on each change.
     /// (A 2025 session sends them unasked, to the handler.)
-    async fn listen_for_changes(self: &Arc<Self>, session: &Session) {
+    pub(super) async fn listen_for_changes(self: &Arc<Self>, session: &Session) {
         let Some(info) = session.peer.peer_info() else {
             return;
         };
@@ -581,245 +594,64 @@ impl Link {
             }
         };
         let weak = Arc::downgrade(self);
+        let id = session.id;
         tokio::spawn(async move {
             while let Ok(Some(_change)) = subscription.next().await {
                 let Some(link) = weak.upgrade() else { return };
-                link.relist().await;
+                link.list_changed(id);
             }
         });
     }
 
-    /// Start the child: its stdin and stdout for the protocol, its stderr to the log (bounded
-    /// lines), its exit reported as this session's end.
+    /// Start the child of session `id`: its stdin and stdout for the protocol, its stderr to the
+    /// log (bounded lines; the last ones kept for its status), its exit reported as this
+    /// session's end. Until the attempt ends, the child is the link's attempt (killed if the
+    /// link is retired meanwhile).
     fn spawn_child(
         self: &Arc<Self>,
         id: u64,
         argv: &[OsString],
         env: &[(OsString, OsString)],
         cwd: &std::path::Path,
-    ) -> Result<(tokio::process::ChildStdout, tokio::process::ChildStdin, u32), LoadError> {
-        use std::process::{Command, Stdio};
-        let (program, args) = argv
-            .split_first()
-            .ok_or_else(|| LoadError::Worker("no command".into()))?;
-        let mut command = Command::new(program);
-        command
-            .args(args)
-            .env_clear()
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .current_dir(cwd)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // Its own process group, so that a launcher's children (npx starts node) end with it.
-        #[cfg(unix)]
-        std::os::unix::process::CommandExt::process_group(&mut command, 0);
-        let mut child = command.spawn().map_err(|e| {
-            LoadError::Worker(format!(
-                "cannot start {}: {e}",
-                argv.iter()
-                    .map(|a| a.to_string_lossy())
-                    .collect::<Vec<_>>()
-                    .join(" ")
-            ))
-        })?;
-        let pid = child.id();
-        let io = (child.stdout.take(), child.stdin.take(), child.stderr.take());
-        let (Some(stdout), Some(stdin), stderr) = io else {
-            let _ = child.kill();
-            return Err(LoadError::Worker("the child's pipes are missing".into()));
-        };
+    ) -> Result<child::Spawned, String> {
         let name = Arc::clone(&self.name);
-        if let Some(stderr) = stderr {
+        let log = move |pid, stderr, child: Arc<child::Child>| {
             let spawned = std::thread::Builder::new()
                 .name("mcp-upstream-log".into())
-                .spawn(move || log_stderr(&name, pid, stderr));
-            if let Err(e) = spawned {
-                tracing::warn!("cannot read upstream {}'s stderr: {e}", self.name);
-            }
-        }
-        let weak = Arc::downgrade(self);
-        let spawned = std::thread::Builder::new()
-            .name("mcp-upstream-wait".into())
-            .spawn(move || {
-                let how = match child.wait() {
-                    Ok(status) => crate::plugins::describe_exit(status),
-                    Err(e) => format!("lost: {e}"),
-                };
-                if let Some(link) = weak.upgrade() {
-                    link.exited(id, &how);
-                }
-            });
-        if let Err(e) = spawned {
-            kill_group(pid);
-            return Err(LoadError::Worker(format!("cannot watch the child: {e}")));
-        }
-        let stdout = tokio::process::ChildStdout::from_std(stdout)
-            .map_err(|e| LoadError::Worker(format!("child stdout: {e}")))?;
-        let stdin = tokio::process::ChildStdin::from_std(stdin)
-            .map_err(|e| LoadError::Worker(format!("child stdin: {e}")))?;
-        Ok((stdout, stdin, pid))
-    }
-
-    /// Make `session` the one serving requests.
-    fn adopt(&self, session: Arc<Session>) {
-        {
-            let mut state = lock(&self.state);
-            if !matches!(state.current, Current::Starting | Current::Restarting) {
-                drop(state);
-                session.end();
-                return;
-            }
-            state.current = Current::Running(session);
-        }
-        self.changed.notify_waiters();
-    }
-
-    /// Session `id` ended (`how`): when it was the one serving, that is a crash: restart, or
-    /// quarantine after too many.
-    fn exited(self: &Arc<Self>, id: u64, how: &str) {
-        let next = {
-            let mut state = lock(&self.state);
-            let serving = matches!(&state.current, Current::Running(s) if s.id == id);
-            if !serving {
-                return;
-            }
-            if let Current::Running(s) = &state.current {
-                s.end();
-            }
-            tracing::error!(
-                "Upstream {} failed ({how}): its requests in flight were answered with an error",
-                self.name
-            );
-            self.crashed(&mut state, how)
-        };
-        self.then(next);
-    }
-
-    /// Count a crash; `Ok(delay)` to restart after, `Err(reason)` when quarantined.
-    fn crashed(&self, state: &mut State, how: &str) -> Result<Duration, String> {
-        let now = Instant::now();
-        let (max, window) = self.policy;
-        state.crashes.push_back(now);
-        while state
-            .crashes
-            .front()
-            .is_some_and(|t| now.duration_since(*t) > window)
-        {
-            state.crashes.pop_front();
-        }
-        let n = u32::try_from(state.crashes.len()).unwrap_or(u32::MAX);
-        if n >= max {
-            let reason = format!(
-                "failed {n} times in {} s (last: {how})",
-                window.as_secs_f64()
-            );
-            tracing::error!(
-                "Quarantined upstream {}: {reason}; its tools are withdrawn until the \
-                 configuration changes or SIGHUP",
-                self.name
-            );
-            state.current = Current::Quarantined(reason.clone());
-            Err(reason)
-        } else {
-            state.current = Current::Restarting;
-            Ok(crate::plugins::worker::restart_backoff(n))
-        }
-    }
-
-    fn then(self: &Arc<Self>, next: Result<Duration, String>) {
-        self.changed.notify_waiters();
-        match next {
-            Err(_) => self.host.plugin_health_changed(),
-            Ok(delay) => {
-                let link = Arc::clone(self);
-                self.runtime.spawn(async move { link.restart(delay).await });
-            }
-        }
-    }
-
-    async fn restart(self: Arc<Self>, delay: Duration) {
-        tokio::time::sleep(delay).await;
-        if !matches!(lock(&self.state).current, Current::Restarting) {
-            return;
-        }
-        let started = tokio::time::timeout(START_TIMEOUT, self.connect())
-            .await
-            .unwrap_or_else(|_| Err(LoadError::Worker("restart timed out".into())));
-        match started {
-            Ok((session, manifest)) => {
-                tracing::info!(
-                    "Restarted upstream {}{}",
-                    self.name,
-                    session
-                        .pid
-                        .map(|p| format!(" (pid {p})"))
-                        .unwrap_or_default()
-                );
-                self.adopt(session);
-                self.offer(manifest);
-            }
-            Err(e) => {
-                let next = {
-                    let mut state = lock(&self.state);
-                    if !matches!(state.current, Current::Restarting) {
-                        return;
+                .spawn({
+                    let child = Arc::clone(&child);
+                    move || {
+                        log_stderr(&name, pid, stderr, child.tail());
+                        child.tail().finish();
                     }
-                    tracing::error!("Upstream {} did not restart: {e}", self.name);
-                    self.crashed(&mut state, &format!("restart failed: {e}"))
-                };
-                self.then(next);
+                });
+            if let Err(e) = spawned {
+                tracing::warn!("cannot read an upstream's stderr: {e}");
+                child.tail().finish();
             }
-        }
-    }
-
-    /// Read the lists again after the upstream said they changed.
-    async fn relist(self: Arc<Self>) {
-        let Ok(session) = self.session(Some(Instant::now() + START_TIMEOUT)).await else {
-            return;
         };
-        match super::listing::read(&session.peer, &self.name).await {
-            Ok(manifest) => self.offer(manifest),
-            Err(e) => tracing::warn!(
-                "Upstream {} said its lists changed, but they could not be read: {e}",
-                self.name
-            ),
-        }
-    }
-
-    /// Lists just read: when they differ from the newest known, keep them and ask the host to
-    /// rebuild what it serves (pinning then decides whether a changed definition is served).
-    fn offer(&self, manifest: Manifest) {
-        {
-            let mut latest = lock(&self.latest);
-            if latest.as_ref() == Some(&manifest) {
-                return;
+        let weak = Arc::downgrade(self);
+        let on_exit = move |how: String| {
+            if let Some(link) = weak.upgrade() {
+                link.exited(id, &how);
             }
-            *latest = Some(manifest);
-        }
-        tracing::info!(
-            "Upstream {}'s lists changed: rebuilding what is served",
-            self.name
-        );
-        self.host.rescan_needed();
-    }
-
-    /// The newest lists read since start, if they were read again.
-    pub(crate) fn latest(&self) -> Option<Manifest> {
-        lock(&self.latest).clone()
+        };
+        let spawned = child::spawn(argv, env, cwd, log, on_exit)?;
+        *lock(&self.attempt) = Some(Arc::clone(&spawned.child.0));
+        Ok(spawned)
     }
 
     /// Whether the upstream says it serves resources: its session's `resources` capability
-    /// (while no session runs — starting or restarting — it is assumed to, and a read answered
-    /// "method not found" counts as "not found").
+    /// (while no session runs — connecting or restarting — it is assumed to, and a read
+    /// answered "method not found" counts as "not found").
     pub(crate) fn advertises_resources(&self) -> bool {
         match &lock(&self.state).current {
             Current::Running(session) => session
                 .peer
                 .peer_info()
                 .is_none_or(|info| info.capabilities.resources.is_some()),
-            Current::Quarantined(_) | Current::Retired => false,
-            Current::Starting | Current::Restarting => true,
+            Current::Quarantined(_) | Current::Failed(_) | Current::Retired => false,
+            Current::Connecting { .. } | Current::Restarting(_) => true,
         }
     }
 
@@ -834,17 +666,23 @@ impl Link {
     /// The serving session, waiting (until `until`) through a restart — also one the supervisor
     /// has not begun yet: a session whose service ended (a child killed a moment ago) takes no
     /// request.
-    async fn session(&self, until: Option<Instant>) -> Result<Arc<Session>, Failure> {
+    pub(super) async fn session(&self, until: Option<Instant>) -> Result<Arc<Session>, Failure> {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             match &lock(&self.state).current {
                 Current::Running(s) if !s.ended() => return Ok(Arc::clone(s)),
-                Current::Running(_) | Current::Starting | Current::Restarting => {}
+                Current::Running(_) | Current::Connecting { .. } | Current::Restarting(_) => {}
                 Current::Quarantined(why) => {
                     return Err(Failure::Unavailable(format!(
                         "upstream {} is quarantined: {why}",
+                        self.name
+                    )));
+                }
+                Current::Failed(why) => {
+                    return Err(Failure::Unavailable(format!(
+                        "upstream {} failed: {why}",
                         self.name
                     )));
                 }
@@ -972,15 +810,6 @@ impl Link {
             )),
         }
     }
-
-    /// Stop the upstream: the current session ends (a child is killed) and nothing restarts.
-    pub(crate) fn retire(&self) {
-        let current = std::mem::replace(&mut lock(&self.state).current, Current::Retired);
-        if let Current::Running(session) = current {
-            session.end();
-        }
-        self.changed.notify_waiters();
-    }
 }
 
 /// The `_meta` of a request for `call`: the W3C trace context it continues (`traceparent`,
@@ -1028,23 +857,32 @@ pub(crate) fn block_on<T: Send + 'static>(
     rx.recv().ok()
 }
 
-fn kill_group(pid: u32) {
-    #[cfg(unix)]
-    if let Some(pid) = i32::try_from(pid)
-        .ok()
-        .and_then(rustix::process::Pid::from_raw)
-    {
-        let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
+/// The lifecycle of a handshake: `initialize` for a legacy (2025) upstream, else
+/// `server/discover` for 2026-07-28.
+fn lifecycle(legacy: bool) -> ClientLifecycleMode {
+    if legacy {
+        ClientLifecycleMode::Initialize
+    } else {
+        ClientLifecycleMode::Discover {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+        }
     }
+}
+
+/// Why a handshake with `child` failed: how the child ended, when it ends soon (a closed pipe
+/// is explained by the exit that closed it), else `why`.
+pub(super) async fn explained(child: &child::Child, why: String) -> String {
+    child.ended_within(EXIT_GRACE).await.unwrap_or(why)
 }
 
 /// Log what an upstream child writes to its stderr, a line at a time, through the bounded path
 /// every stranger's output takes ([`output::forward`]: escaped, cut, rate-limited, a burst's last
-/// lines kept and logged with the count of the others when it ends).
-fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr) {
+/// lines kept and logged with the count of the others when it ends); `tail` keeps the last lines
+/// for the upstream's status when it ends (the lifecycle's hook).
+fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr, tail: &child::Tail) {
     output::forward(
         stderr,
-        |_| {},
+        |line| tail.push(line),
         |logged| match logged {
             output::Logged::Line(text) => tracing::info!(upstream = name, pid, "{text}"),
             notice => tracing::warn!(upstream = name, pid, "stderr: {notice}"),

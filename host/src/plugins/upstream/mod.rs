@@ -2,22 +2,30 @@
 //! a supervised child speaking MCP on its pipes, or a Streamable HTTP endpoint) is served like a
 //! plugin named after the entry's `name` — its manifest synthesised from the upstream's lists
 //! ([`listing`]), its calls, resource reads, prompts and completions forwarded through rmcp's
-//! client ([`link`], which also supervises the connection; [`http`] builds an HTTP upstream's), and a stdio child confined before it
-//! runs ([`confine`]). Everything the host does around a plugin call (names and prefixes, agents,
+//! client ([`link`]; [`http`] builds an HTTP upstream's; [`supervise`] keeps the connection up —
+//! made in the background, every wait bounded, restarted and quarantined like a worker;
+//! [`child`] owns a stdio child's process, [`handshake`] decides its era on its one pipe), and a
+//! stdio child confined before it runs ([`confine`]). Everything the host does around a plugin
+//! call (names and prefixes, agents,
 //! pinning, quotas, timeouts, metrics and audit) applies unchanged, because the registry and the
 //! executor see one more [`PluginBackend`].
 
+mod child;
 pub mod confine;
+mod handshake;
 mod http;
 mod link;
 mod listing;
 mod pipe;
 mod relay;
+mod supervise;
+
+pub use child::kill_all;
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use mcp_plugin_sdk::wire::{
     BuildInfo, CallEnvelope, CompletionTarget, ENVELOPE_INDEX, EnvelopeError, EnvelopeErrorKind,
@@ -27,10 +35,11 @@ use rmcp::model::{CallToolRequestParams, ClientRequest, ErrorCode, Request, Serv
 use serde_json::{Value, json};
 
 use self::link::{Failure, Link, Transport};
+use self::supervise::Supervision;
 use crate::config::{Config, Isolation};
 use crate::plugins::LoadError;
 use crate::plugins::backend::{
-    CallFuture, HostCallbacks, PluginBackend, PluginCallError, Returned,
+    CallFuture, Connection, HostCallbacks, PluginBackend, PluginCallError, Returned,
 };
 use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::discovery::UpstreamEntry;
@@ -103,15 +112,30 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
-/// Connect to the upstream of `entry`, started as `spec` says, and read its lists. `exe` is the `mcp-host` executable, which confines a stdio
-/// child before it runs the command (without it, the command runs unconfined: refused under
-/// `sandbox`).
+/// How [`start`] starts an upstream.
+pub(crate) struct StartOptions<'a> {
+    /// The `mcp-host` executable, which confines a stdio child before it runs the command
+    /// (without it, the command runs unconfined: refused under `sandbox`).
+    pub(crate) exe: Option<&'a Path>,
+    /// Serving: the connection is made in the background, a failed first connection is retried
+    /// (and quarantined like a crash loop), and the lists are offered to the host as they come.
+    /// Otherwise (a one-shot command) the caller waits with [`Upstream::settled`], and a failed
+    /// first connection is final.
+    pub(crate) background: bool,
+    /// Where a quarantine is recorded for `mcp-host list`: the configuration file and the
+    /// entry's `upstream:<name>`.
+    pub(crate) record: Option<(PathBuf, PathBuf)>,
+}
+
+/// Start the upstream of `entry` (run as `spec` says) connecting, in the background: this
+/// returns at once, serving nothing until its lists are read (see [`Upstream::settled`] and
+/// [`PluginBackend::successor`]).
 pub(crate) fn start(
     entry: &UpstreamEntry,
     spec: &RunSpec,
     config: &Config,
-    exe: Option<&Path>,
     host: Arc<dyn HostCallbacks>,
+    options: StartOptions<'_>,
 ) -> Result<Upstream, LoadError> {
     let transport = match &entry.server.url {
         Some(url) => Transport::Http(http::Endpoint {
@@ -124,27 +148,63 @@ pub(crate) fn start(
                 .collect(),
             redirects: entry.server.follow_redirects.unwrap_or_default(),
         }),
-        None => stdio_transport(entry, spec, config, exe)?,
+        None => stdio_transport(entry, spec, config, options.exe)?,
     };
-    let policy = (
-        config.limits.max_crashes,
-        Duration::try_from_secs_f64(config.limits.crash_window_secs)
-            .unwrap_or(Duration::from_secs(60)),
-    );
+    let supervision = supervision(config, options.background, options.record);
     let runtime = runtime()?.clone();
-    let (link, manifest) = Link::start(&entry.name, transport, host, policy, runtime)?;
-    let build = BuildInfo {
-        plugin: entry.name.clone(),
-        plugin_version: manifest.version.clone(),
-        ..BuildInfo::host()
+    let link = Link::new(&entry.name, transport, host, supervision, runtime);
+    if options.background {
+        link.announce();
+    }
+    link.begin();
+    Ok(Upstream::of(link, unlisted(entry), None))
+}
+
+/// Whether reads of URIs nothing lists may be offered to `entry`'s upstream.
+fn unlisted(entry: &UpstreamEntry) -> bool {
+    entry.server.unlisted_resources != Some(false)
+}
+
+/// How a link is supervised, from the configuration's limits.
+fn supervision(
+    config: &Config,
+    background: bool,
+    record: Option<(PathBuf, PathBuf)>,
+) -> Supervision {
+    let limits = &config.limits;
+    let secs = |secs: f64, default: u64| {
+        Duration::try_from_secs_f64(secs)
+            .ok()
+            .filter(|d| !d.is_zero())
+            .unwrap_or(Duration::from_secs(default))
     };
-    Ok(Upstream {
-        build,
-        manifest: Arc::new(manifest),
-        link,
-        unlisted: entry.server.unlisted_resources != Some(false),
-        owns_link: std::sync::atomic::AtomicBool::new(true),
-    })
+    Supervision {
+        handshake: secs(limits.upstream_handshake_timeout_secs, 60),
+        lists: listing::Bounds {
+            timeout: secs(limits.upstream_list_timeout_secs, 60),
+            max_pages: limits.upstream_max_list_pages.max(1),
+            max_definitions: limits.upstream_max_definitions,
+            max_bytes: limits.upstream_max_list_bytes,
+        },
+        crashes: (limits.max_crashes, secs(limits.crash_window_secs, 60)),
+        retry_first: background,
+        record,
+    }
+}
+
+/// What is served of an upstream whose lists were not read (yet): nothing, under its name.
+fn unlisted_manifest(name: &str) -> Manifest {
+    Manifest {
+        plugin: name.to_owned(),
+        version: String::new(),
+        sdk_version: String::new(),
+        services: Vec::new(),
+        tools: Vec::new(),
+        resources: Vec::new(),
+        prompts: Vec::new(),
+        load_on_first_call: false,
+        permissions: Default::default(),
+    }
 }
 
 /// The child of a stdio upstream: the helper that confines it (limits; Landlock and seccomp
@@ -259,7 +319,42 @@ fn confined_argv(
     }
 }
 
+/// What a one-shot command waits for an upstream beyond its handshake and lists timeouts.
+const SETTLE_MARGIN: Duration = Duration::from_secs(5);
+
 impl Upstream {
+    /// The version of `link`'s upstream serving `manifest` (its lists not read yet: nothing).
+    fn of(link: Arc<Link>, unlisted: bool, manifest: Option<Manifest>) -> Upstream {
+        let manifest = manifest.unwrap_or_else(|| unlisted_manifest(link.name()));
+        Upstream {
+            build: BuildInfo {
+                plugin: link.name().to_owned(),
+                plugin_version: manifest.version.clone(),
+                ..BuildInfo::host()
+            },
+            manifest: Arc::new(manifest),
+            link,
+            unlisted,
+            owns_link: std::sync::atomic::AtomicBool::new(true),
+        }
+    }
+
+    /// Wait (on this thread, never the upstream runtime's) until the upstream is connected or
+    /// has failed — within its handshake and lists timeouts — and from then on offer its list
+    /// changes to the host: this version, serving the lists read (a one-shot command reads the
+    /// upstreams' real state; see `mcp-host list`).
+    pub(crate) fn settled(self) -> Upstream {
+        let supervision = &self.link.supervision;
+        let until =
+            Instant::now() + supervision.handshake + supervision.lists.timeout + SETTLE_MARGIN;
+        self.link.wait_settled(until);
+        self.link.announce();
+        match self.link.latest() {
+            Some(manifest) => Upstream::of(Arc::clone(&self.link), self.unlisted, Some(manifest)),
+            None => self,
+        }
+    }
+
     /// Forward tool call `index` or an envelope (resource read, prompt, completion).
     async fn forward(
         link: Arc<Link>,
@@ -615,6 +710,10 @@ impl PluginBackend for Upstream {
         self.link.quarantined()
     }
 
+    fn connection(&self) -> Option<Connection> {
+        Some(self.link.connection())
+    }
+
     fn reads_unlisted_resources(&self) -> bool {
         self.unlisted && self.link.advertises_resources()
     }
@@ -633,16 +732,11 @@ impl PluginBackend for Upstream {
         // The successor takes the connection over: retiring this version must not end it.
         self.owns_link
             .store(false, std::sync::atomic::Ordering::Release);
-        Some(Arc::new(Upstream {
-            build: BuildInfo {
-                plugin_version: latest.version.clone(),
-                ..self.build.clone()
-            },
-            manifest: Arc::new(latest),
-            link: Arc::clone(&self.link),
-            unlisted: self.unlisted,
-            owns_link: std::sync::atomic::AtomicBool::new(true),
-        }))
+        Some(Arc::new(Upstream::of(
+            Arc::clone(&self.link),
+            self.unlisted,
+            Some(latest),
+        )))
     }
 }
 

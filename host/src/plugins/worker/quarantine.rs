@@ -2,7 +2,9 @@
 //! directory, beside the probe cache), so `mcp-host list` — another process — can say which plugins
 //! a server has withdrawn and why. A record names the plugin file, its stamp, the server's process
 //! id and the reason; it counts only while that file is unchanged and that server runs, and the
-//! server removes it when the plugin gets another chance or the server stops.
+//! server removes it when the plugin gets another chance or the server stops. An upstream server
+//! (no file of its own) is recorded under its configuration file and `upstream:<name>`, and its
+//! record counts while that configuration file is unchanged.
 
 use std::path::{Path, PathBuf};
 
@@ -44,9 +46,46 @@ pub(crate) fn write(file: &Path, reason: &str) {
     let (Some(path), Some(stamp)) = (path_for(file), FileStamp::of(file)) else {
         return;
     };
+    store(&path, file, stamp.key(), reason);
+}
+
+/// Where the record of upstream `entry` (its `upstream:<name>`) of configuration file `config`
+/// lives: an upstream has no file of its own, and two configurations may name theirs alike.
+fn upstream_path(config: &Path, entry: &Path) -> Option<PathBuf> {
+    path_for(&config.join(entry))
+}
+
+/// Record that this process quarantined upstream `entry` of configuration file `config` for
+/// `reason` (best effort): it counts while that file is unchanged and this process runs.
+pub(crate) fn write_upstream(config: &Path, entry: &Path, reason: &str) {
+    let (Some(path), Some(stamp)) = (upstream_path(config, entry), FileStamp::of(config)) else {
+        return;
+    };
+    store(&path, entry, stamp.key(), reason);
+}
+
+/// Remove this process's record for upstream `entry` of `config`, if it has one.
+pub(crate) fn clear_upstream(config: &Path, entry: &Path) {
+    if let Some(path) = upstream_path(config, entry)
+        && read(&path).is_some_and(|r| r.pid == std::process::id())
+    {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// The quarantine of upstream `entry` of configuration file `config` by a server that is
+/// still running, while that file is unchanged.
+pub fn recorded_upstream(config: &Path, entry: &Path) -> Option<Record> {
+    let record = read(&upstream_path(config, entry)?)?;
+    let unchanged = FileStamp::of(config).is_some_and(|s| s.key() == record.stamp);
+    (unchanged && record.file == entry && running(record.pid)).then_some(record)
+}
+
+/// Write the record of `file` (stamp `stamp`, `reason`) at `path`, atomically.
+fn store(path: &Path, file: &Path, stamp: String, reason: &str) {
     let record = Record {
         file: file.to_path_buf(),
-        stamp: stamp.key(),
+        stamp,
         pid: std::process::id(),
         reason: reason.to_owned(),
     };
@@ -55,7 +94,7 @@ pub(crate) fn write(file: &Path, reason: &str) {
         .parent()
         .map_or(Ok(()), std::fs::create_dir_all)
         .and_then(|()| std::fs::write(&tmp, serde_json::to_vec(&record).unwrap_or_default()))
-        .and_then(|()| std::fs::rename(&tmp, &path));
+        .and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = written {
         let _ = std::fs::remove_file(&tmp);
         tracing::debug!("quarantine record not written to {}: {e}", path.display());

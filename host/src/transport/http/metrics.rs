@@ -93,7 +93,10 @@ pub async fn serve(host: Host, listener: TcpListener) -> std::io::Result<()> {
                 async move {
                     let resp = match req.uri().path() {
                         "/metrics" => respond(&host, &req),
-                        "/healthz" => json_response(200, &json!({ "status": "ok" })),
+                        "/healthz" => json_response(
+                            200,
+                            &json!({ "status": "ok", "upstreams": host.upstreams_json() }),
+                        ),
                         _ => json_response(
                             404,
                             &json!({ "error": "not found", "metrics": "/metrics" }),

@@ -511,20 +511,27 @@ async fn handle(
 }
 
 /// `/healthz`: ready — the tool directories were loaded (the listener opens only after the first
-/// load) and the store answers; 503 naming the store otherwise. `/livez`: alive.
+/// load; upstream servers connect in the background, and `upstreams` says how each stands and
+/// why) and the store answers; 503 naming the store otherwise. `/livez`: alive.
 fn health(state: &State, path: &str) -> Option<Response<Body>> {
     match path {
         "/livez" => Some(json_response(200, &json!({ "status": "ok" }))),
         "/healthz" => {
-            let store = state.core.protocol().store();
+            let protocol = state.core.protocol();
+            let store = protocol.store();
+            let upstreams = protocol.host().upstreams_json();
             Some(if store.is_reachable() {
-                json_response(200, &json!({ "status": "ok", "store": store.describe() }))
+                json_response(
+                    200,
+                    &json!({ "status": "ok", "store": store.describe(), "upstreams": upstreams }),
+                )
             } else {
                 json_response(
                     503,
                     &json!({
                         "status": "unavailable",
                         "reason": format!("the store {} cannot be reached", store.describe()),
+                        "upstreams": upstreams,
                     }),
                 )
             })

@@ -85,6 +85,7 @@ fn overview(state: &State, console: &Console) -> Value {
         "prompts": registry.prompts().count(),
         "plugins": registry.plugins.len(),
         "quarantined": quarantined(&registry).len(),
+        "upstreams": host.upstreams_json(),
         "held": count(&|s| matches!(s, Status::Held(_))),
         "loadErrors": count(&|s| matches!(s, Status::LoadError(_))),
         "totals": totals(host.telemetry().feed()),
@@ -99,7 +100,8 @@ fn totals(feed: &crate::telemetry::feed::Feed) -> Value {
 }
 
 /// Every tool directory (and upstream server) in precedence order, each with what it serves and
-/// the status of each: active, overridden by which file, disabled, quarantined, held by a pin.
+/// the status of each: active, overridden by which file, disabled, quarantined, held by a pin;
+/// an upstream server with how its connection stands, and why.
 fn sources(state: &State) -> Value {
     let host = state.core.protocol().host();
     let config = host.config();
@@ -109,6 +111,17 @@ fn sources(state: &State) -> Value {
         .iter()
         .enumerate()
         .map(|(i, dir)| {
+            let connection = dir
+                .is_upstream()
+                .then(|| {
+                    registry
+                        .plugins
+                        .iter()
+                        .find(|slot| slot.candidate.path == dir.path)
+                        .and_then(|slot| slot.backend.connection())
+                })
+                .flatten()
+                .map(|c| json!({ "state": c.state(), "detail": c.describe() }));
             let entries: Vec<Value> = registry
                 .entries
                 .iter()
@@ -123,6 +136,7 @@ fn sources(state: &State) -> Value {
                 "isolation": dir.isolation,
                 "prefix": dir.prefix,
                 "server": dir.server.as_ref().map(upstream_view),
+                "connection": connection,
                 "entries": entries,
             })
         })

@@ -147,12 +147,21 @@ async function overview() {
       chart("Latency (ms)", o.history, [{ key: "p50", label: "p50" }, { key: "p99", label: "p99" }], "ms"),
     ),
     el("p", { class: "muted" }, `One point every ${o.stepSecs} s over the last ${age(o.history.length * o.stepSecs * 1000)}; latency is the upper bound of its histogram bucket; host ${o.version}.`),
+    o.upstreams.length
+      ? el("div", { class: "card", id: "upstreams" }, el("h3", {}, "Upstream servers"),
+        table(["upstream", "state", "detail"], o.upstreams.map((u) => el("tr", { "data-upstream": u.name, "data-state": u.state },
+          el("td", {}, u.name), el("td", {}, badge(u.state, connectionClass(u.state))), el("td", { class: "detail" }, u.detail)))))
+      : null,
   );
   refresh = setTimeout(route, o.stepSecs * 1000);
 }
 
 // ---------------------------------------------------------------------------------------------
 // Sources
+
+function connectionClass(state) {
+  return state === "ready" ? "ok" : (state === "quarantined" || state === "failed") ? "bad" : "warn";
+}
 
 function statusOf(e) {
   const detail = e.detail || "";
@@ -182,6 +191,7 @@ async function sources() {
     el("div", { class: "card" }, el("h3", {}, "Override map"), map),
     s.dirs.map((d) => el("section", { class: `card source${d.upstream ? " upstream" : ""}`, "data-dir": d.index },
       el("h3", {}, `#${d.index} `, el("code", {}, d.path), " ", d.upstream ? badge("upstream server", "muted") : null, " ", badge(`pinning ${d.pinning}`, "muted")),
+      d.connection ? el("p", { class: "connection", "data-state": d.connection.state }, badge(d.connection.state, connectionClass(d.connection.state)), " ", d.connection.detail) : null,
       d.server ? el("pre", { class: "settings" }, pretty(d.server)) : null,
       d.entries.length
         ? table(["name", "kind", "status", "plugin", "service", "signer", "isolation"], d.entries.map((e) =>
