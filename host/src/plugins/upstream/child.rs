@@ -109,9 +109,20 @@ pub(super) struct Tail {
     lines: Mutex<VecDeque<String>>,
     done: Mutex<bool>,
     done_cond: Condvar,
+    /// Whether the child runs sandboxed: a refused program start among its lines is then the
+    /// sandbox's refusal, said as such.
+    sandboxed: bool,
 }
 
 impl Tail {
+    /// The tail of a child, sandboxed or not.
+    fn new(sandboxed: bool) -> Tail {
+        Tail {
+            sandboxed,
+            ..Tail::default()
+        }
+    }
+
     /// One more line of stderr (control characters made spaces, cut to [`TAIL_LINE_CHARS`]).
     pub(super) fn push(&self, line: &str) {
         let line: String = line
@@ -147,6 +158,23 @@ impl Tail {
     fn last(&self) -> Option<String> {
         lock(&self.lines).back().cloned()
     }
+
+    /// What its last lines say of why it ended: for a sandboxed child, the sandbox's refusal of
+    /// a program it tried to start (a runtime reports it among its last lines, e.g. Python's
+    /// `PermissionError` before its traceback ends), else its last line.
+    fn reason(&self) -> Option<String> {
+        let refused = self.sandboxed.then(|| {
+            lock(&self.lines)
+                .iter()
+                .rev()
+                .find_map(|line| super::confine::exec_refusal(line))
+        });
+        let last = self.last()?;
+        Some(match refused.flatten() {
+            Some(refusal) if refusal != last => format!("{refusal}; last stderr: {last}"),
+            _ => format!("last stderr: {last}"),
+        })
+    }
 }
 
 /// A started child's pipes and its handle.
@@ -163,6 +191,7 @@ pub(super) fn spawn(
     argv: &[OsString],
     env: &[(OsString, OsString)],
     cwd: &Path,
+    sandboxed: bool,
     log: impl FnOnce(u32, std::process::ChildStderr, Arc<Child>) + Send + 'static,
     on_exit: impl FnOnce(String) + Send + 'static,
 ) -> Result<Spawned, String> {
@@ -183,7 +212,7 @@ pub(super) fn spawn(
         reaped: AtomicBool::new(false),
         ended: OnceLock::new(),
         ended_notify: tokio::sync::Notify::new(),
-        tail: Tail::default(),
+        tail: Tail::new(sandboxed),
     });
     let owned = Owned(Arc::clone(&handle));
     let io = (child.stdout.take(), child.stdin.take(), child.stderr.take());
@@ -275,9 +304,9 @@ fn watch_exit(
                 Err(e) => format!("lost: {e}"),
             };
             handle.tail.wait_finished(STDERR_GRACE);
-            if let Some(line) = handle.tail.last() {
-                how.push_str("; last stderr: ");
-                how.push_str(&line);
+            if let Some(reason) = handle.tail.reason() {
+                how.push_str("; ");
+                how.push_str(&reason);
             }
             let _ = handle.ended.set(how.clone());
             handle.ended_notify.notify_waiters();
@@ -308,5 +337,30 @@ mod tests {
         assert_eq!(lock(&tail.lines).len(), TAIL_LINES);
         tail.push(&"x".repeat(5000));
         assert_eq!(tail.last().map(|l| l.len()), Some(TAIL_LINE_CHARS));
+    }
+
+    #[test]
+    fn a_sandboxed_childs_refused_program_start_is_its_reason() {
+        let lines = [
+            "Traceback (most recent call last):",
+            "PermissionError: [Errno 1] Operation not permitted: '/usr/bin/uname'",
+            "  raised during import",
+        ];
+        let (sandboxed, plain) = (Tail::new(true), Tail::new(false));
+        for line in lines {
+            sandboxed.push(line);
+            plain.push(line);
+        }
+        assert_eq!(
+            sandboxed.reason().as_deref(),
+            Some(
+                "the sandbox refused to run /usr/bin/uname (grant exec: permissions.exec: true); \
+                 last stderr: raised during import"
+            )
+        );
+        assert_eq!(
+            plain.reason().as_deref(),
+            Some("last stderr: raised during import")
+        );
     }
 }

@@ -48,6 +48,9 @@ pub(crate) enum Transport {
         env: Vec<(OsString, OsString)>,
         /// Its working directory.
         cwd: PathBuf,
+        /// Whether it runs under `isolation: sandbox` (a refused program start in its last
+        /// stderr lines then reads as the sandbox's refusal).
+        sandboxed: bool,
     },
     /// A Streamable HTTP endpoint, its headers and which redirects are followed.
     Http(super::http::Endpoint),
@@ -407,7 +410,7 @@ impl Link {
             // session's.
             let id = self.sessions.fetch_add(1, Ordering::AcqRel) + 1;
             let endpoint = match &self.transport {
-                Transport::Stdio { argv, env, cwd } => {
+                Transport::Stdio { argv, env, cwd, .. } => {
                     return self.handshake_stdio(id, argv, env, cwd).await;
                 }
                 Transport::Http(endpoint) => endpoint,
@@ -636,7 +639,14 @@ impl Link {
                 link.exited(id, &how);
             }
         };
-        let spawned = child::spawn(argv, env, cwd, log, on_exit)?;
+        let sandboxed = matches!(
+            self.transport,
+            Transport::Stdio {
+                sandboxed: true,
+                ..
+            }
+        );
+        let spawned = child::spawn(argv, env, cwd, sandboxed, log, on_exit)?;
         *lock(&self.attempt) = Some(Arc::clone(&spawned.child.0));
         Ok(spawned)
     }

@@ -257,9 +257,15 @@ fn stdio_transport(
             .map(|_| confine::temp_dir(config, &entry.name)),
         sandbox,
     };
+    let sandboxed = confinement.sandbox.is_some();
     let mut argv = confined_argv(exe, spec.isolation, &confinement, binary)?;
     argv.extend(server.command.iter().skip(1).map(OsString::from));
-    Ok(Transport::Stdio { argv, env, cwd })
+    Ok(Transport::Stdio {
+        argv,
+        env,
+        cwd,
+        sandboxed,
+    })
 }
 
 /// A stdio upstream's environment: the host's, filtered to what a worker of the same isolation
