@@ -31,6 +31,9 @@ use crate::plugins::{LoadError, lock};
 
 /// How long an upstream may take to start and answer its handshake and lists.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a 2026-07-28 upstream may take to acknowledge the `subscriptions/listen` the host
+/// opens before reading its lists (the lists are read without it after that).
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// A client session's running service.
 type Running = RunningService<RoleClient, Handler>;
 /// A handshake attempt's result, the child's pid and where requests are written beside rmcp
@@ -567,11 +570,19 @@ impl Link {
         if !any {
             return;
         }
-        let mut subscription = match session.peer.listen(filter.build()).await {
-            Ok(s) => s,
-            Err(e) => {
+        let listen = tokio::time::timeout(LISTEN_TIMEOUT, session.peer.listen(filter.build()));
+        let mut subscription = match listen.await {
+            Ok(Ok(s)) => s,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!(
+                        "subscriptions/listen was not acknowledged within {} s",
+                        LISTEN_TIMEOUT.as_secs()
+                    ),
+                };
                 tracing::warn!(
-                    "Upstream {}: cannot listen for list changes ({e}); its lists are read at \
+                    "Upstream {}: cannot listen for list changes ({why}); its lists are read at \
                      start and after a restart only",
                     self.name
                 );
@@ -1059,11 +1070,11 @@ fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr) {
 
 /// rmcp's Streamable HTTP client for `url` with `headers`: one reqwest client (connections
 /// reused), TLS by rustls with the ring provider, a session re-initialised when the server
-/// forgets it (404).
+/// forgets it (404), a stateless session's answers read by [`super::http::Client`].
 fn http_transport(
     url: &str,
     headers: &[(String, String)],
-) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, LoadError> {
+) -> Result<rmcp::transport::StreamableHttpClientTransport<super::http::Client>, LoadError> {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     crate::config::tls::use_ring_provider();
     let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
@@ -1098,6 +1109,7 @@ fn http_transport(
         config = config.auth_header(token);
     }
     Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        client, config,
+        super::http::Client::new(client),
+        config,
     ))
 }

@@ -8,6 +8,7 @@
 //! executor see one more [`PluginBackend`].
 
 pub mod confine;
+mod http;
 mod link;
 mod listing;
 mod pipe;
