@@ -44,6 +44,9 @@ type Served = (
     Option<Arc<super::pipe::Direct>>,
 );
 
+/// The 2026-07-28 error for a request that needs a client capability the client did not declare.
+const MISSING_CLIENT_CAPABILITY: i32 = -32021;
+
 /// Lines of an upstream child's stderr logged per burst window before they are dropped.
 const STDERR_LINES_PER_SEC: u32 = 50;
 
@@ -74,6 +77,9 @@ pub(crate) enum Transport {
 pub(crate) enum Failure {
     /// The upstream answered a JSON-RPC error.
     Rpc(ErrorCode, String),
+    /// The upstream refused the request for a client capability the caller did not declare
+    /// (-32021): the capabilities it named (`requiredCapabilities`), and its message.
+    Needs(Value, String),
     /// The call was cancelled or ran out of time (the upstream was told).
     Stopped(&'static str),
     /// The upstream could not be reached, or went away during the request.
@@ -86,6 +92,10 @@ impl std::fmt::Display for Failure {
             Failure::Rpc(code, message) => {
                 write!(f, "the upstream answered error {}: {message}", code.0)
             }
+            Failure::Needs(_, message) => write!(
+                f,
+                "the upstream needs a client capability the caller did not declare: {message}"
+            ),
             Failure::Stopped(why) => write!(f, "{why}"),
             Failure::Unavailable(why) => write!(f, "{why}"),
         }
@@ -973,6 +983,13 @@ impl Link {
     /// An rmcp request's failure.
     fn unavailable(&self, e: ServiceError) -> Failure {
         match e {
+            ServiceError::McpError(e) if e.code.0 == MISSING_CLIENT_CAPABILITY => {
+                let required = e.data.as_ref().and_then(|d| d.get("requiredCapabilities"));
+                Failure::Needs(
+                    required.cloned().unwrap_or_default(),
+                    e.message.into_owned(),
+                )
+            }
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
             other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
         }
@@ -991,7 +1008,9 @@ impl Link {
 /// The `_meta` of a request for `call`: the W3C trace context it continues (`traceparent`,
 /// `tracestate`), and on a 2026-07-28 session the log level its client asked for (its
 /// `logging/setLevel`, or its request's own `_meta` level), when the call's events go somewhere
-/// and the client asked for log messages at all: the upstream sends no more than it wants.
+/// and the client asked for log messages at all: the upstream sends no more than it wants; and
+/// there the capabilities the calling client declared of those the host passes on
+/// ([`relayed_capabilities`]), in place of the host's own.
 fn request_meta(
     session: &Session,
     call: &CallState,
@@ -1017,7 +1036,26 @@ fn request_meta(
             Value::String(level.as_str().into()),
         );
     }
+    if modern {
+        meta.insert(
+            "io.modelcontextprotocol/clientCapabilities".into(),
+            relayed_capabilities(call),
+        );
+    }
     (!meta.is_empty()).then(|| meta.into())
+}
+
+/// What a 2026-07-28 upstream is told of the client of `call`: the capabilities it declared
+/// among those whose requests the host passes to it (elicitation, sampling, roots), none when
+/// the call cannot ask. The upstream then asks no more than that client can answer, and refuses
+/// (-32021) a request that needs what it lacks — as it would that client's own.
+fn relayed_capabilities(call: &CallState) -> Value {
+    let declared = call.input.as_ref().map(|input| input.capabilities());
+    let relayed = ["elicitation", "sampling", "roots"]
+        .into_iter()
+        .filter_map(|key| Some((key.to_owned(), declared?.get(key)?.clone())))
+        .collect();
+    Value::Object(relayed)
 }
 
 /// Run `future` on `runtime` and wait for it on this thread (never one of `runtime`'s own);
