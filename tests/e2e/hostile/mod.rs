@@ -10,6 +10,7 @@
 mod front_door;
 mod http_limits;
 mod store_trust;
+mod upstream_listen;
 mod worker_wire;
 
 use std::io::{Read as _, Write as _};
