@@ -444,7 +444,10 @@ mod tests {
         roots.insert("r".into(), json!({"method": "roots/list"}));
         assert_eq!(round.ask(&roots), Err(InputError::Asked));
         let asked = round.asked().expect("the call asked");
-        assert_eq!(asked.open["r"], json!({"method": "roots/list", "params": {}}));
+        assert_eq!(
+            asked.open["r"],
+            json!({"method": "roots/list", "params": {}})
+        );
     }
 
     #[test]
