@@ -459,7 +459,10 @@ struct Frames {
     split: Splitter,
     /// The `subscriptions/listen` request this body answers.
     listen: Option<RequestId>,
+    /// The body ended.
     ended: bool,
+    /// No more messages: the body ended, or could not be read.
+    done: bool,
 }
 
 impl Frames {
@@ -469,11 +472,21 @@ impl Frames {
             split: Splitter::new(max),
             listen,
             ended: false,
+            done: false,
         }
     }
 
-    /// The next message; `None` at the end of the body.
+    /// The next message; `None` at the end of the body, and after an error.
     async fn next(&mut self) -> Option<Result<String, FrameError>> {
+        if self.done {
+            return None;
+        }
+        let next = self.read().await;
+        self.done = !matches!(next, Some(Ok(_)));
+        next
+    }
+
+    async fn read(&mut self) -> Option<Result<String, FrameError>> {
         loop {
             match self.split.next_value() {
                 Ok(Some(value)) => {
@@ -744,6 +757,43 @@ mod tests {
             split_all(&[b"<html>"], 50),
             Err(FrameError::NotJson(_))
         ));
+    }
+
+    fn body(chunks: &[&'static str]) -> Body {
+        let chunks: Vec<Result<bytes::Bytes, reqwest::Error>> = chunks
+            .iter()
+            .map(|c| Ok(bytes::Bytes::from_static(c.as_bytes())))
+            .collect();
+        stream::iter(chunks).boxed()
+    }
+
+    #[tokio::test]
+    async fn a_json_answer_is_one_response_or_a_stream_of_messages() {
+        let one = body(&["{\"jsonrpc\":\"2.0\",\"id\":3,", "\"result\":{}}"]);
+        let answer = messages(Frames::new(one, 1 << 20, None)).await.unwrap();
+        assert!(
+            matches!(answer, StreamableHttpPostResponse::Json(..)),
+            "{answer:?}"
+        );
+        // A listen answer: the acknowledgment (its id written as a string), then a change.
+        let ack = r#"{"jsonrpc":"2.0","method":"notifications/subscriptions/acknowledged","params":{"_meta":{"io.modelcontextprotocol/subscriptionId":"4"},"notifications":{}}}"#;
+        let change = "\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/tools/list_changed\"}\n{\"jsonrpc\":";
+        let listen = Frames::new(
+            body(&[ack, change]),
+            1 << 20,
+            Some(NumberOrString::Number(4)),
+        );
+        let StreamableHttpPostResponse::Sse(mut events, _) = messages(listen).await.unwrap() else {
+            panic!("not a stream");
+        };
+        let first: Value =
+            serde_json::from_str(&events.next().await.unwrap().unwrap().data.unwrap()).unwrap();
+        assert_eq!(first["params"]["_meta"][SUBSCRIPTION_ID], 4);
+        let second = events.next().await.unwrap().unwrap().data.unwrap();
+        assert!(second.contains("list_changed"), "{second}");
+        // The body ended inside a message: an error, and then nothing more.
+        assert!(events.next().await.unwrap().is_err());
+        assert!(events.next().await.is_none());
     }
 
     #[test]
