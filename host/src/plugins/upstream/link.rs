@@ -1108,11 +1108,11 @@ fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr) {
 
 /// rmcp's Streamable HTTP client for `url` with `headers`: one reqwest client (connections
 /// reused), TLS by rustls with the ring provider, a session re-initialised when the server
-/// forgets it (404), a stateless session's answers read by [`super::http::Client`].
+/// forgets it (404), a stateless session's answers read by [`super::answers::Client`].
 fn http_transport(
     url: &str,
     headers: &[(String, String)],
-) -> Result<rmcp::transport::StreamableHttpClientTransport<super::http::Client>, LoadError> {
+) -> Result<rmcp::transport::StreamableHttpClientTransport<super::answers::Client>, LoadError> {
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
     crate::config::tls::use_ring_provider();
     let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
@@ -1147,7 +1147,7 @@ fn http_transport(
         config = config.auth_header(token);
     }
     Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        super::http::Client::new(client),
+        super::answers::Client::new(client),
         config,
     ))
 }

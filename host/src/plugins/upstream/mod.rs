@@ -7,8 +7,8 @@
 //! pinning, quotas, timeouts, metrics and audit) applies unchanged, because the registry and the
 //! executor see one more [`PluginBackend`].
 
+mod answers;
 pub mod confine;
-mod http;
 mod link;
 mod listing;
 mod pipe;

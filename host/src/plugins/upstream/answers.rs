@@ -1,6 +1,7 @@
-//! The HTTP client under an upstream's Streamable HTTP session: reqwest, as rmcp uses it, except
-//! that the answers to a stateless (2026-07-28) session's requests are read here, so that an
-//! `application/json` answer is read as the stream of JSON-RPC messages it may be.
+//! How an HTTP upstream's answers are read. The client under its Streamable HTTP session is
+//! reqwest as rmcp uses it (built in [`super::http`]), except that the answers to a stateless
+//! (2026-07-28) session's requests are read here, so that an `application/json` answer is read as
+//! the stream of JSON-RPC messages it may be.
 //!
 //! rmcp reads an `application/json` answer to its end before it parses the one message it
 //! expects. Servers also write several newline-delimited messages on a chunked
