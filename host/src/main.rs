@@ -216,7 +216,8 @@ enum Command {
         /// The directory to create (default: `./<name>`).
         #[arg(long)]
         path: Option<PathBuf>,
-        /// The SDK to build against (default: this checkout's plugin-sdk, when there is one).
+        /// The SDK to build against: a `plugin-sdk` directory (default: that of the mcp-host
+        /// checkout this executable or the current directory is in).
         #[arg(long, value_name = "DIR")]
         sdk: Option<PathBuf>,
     },
@@ -323,7 +324,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("mcp-host: {e:#}");
+            eprintln!("mcp-host: {}", cli::error_text(&e));
             ExitCode::from(2)
         }
     }

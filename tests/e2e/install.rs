@@ -559,6 +559,50 @@ fn publish_add_call_update_and_remove_against_a_real_registry() {
 }
 
 /// `add` of `reference` fails, saying `expected`, and leaves nothing installed.
+/// B6: installing a plugin that declares permissions warns that a file gets the permissions of
+/// `plugins.<name>` by its name alone only when the operator configured such grants — once, naming
+/// the installed file, never its staging copy — and not at all when nothing is configured.
+#[test]
+fn an_install_warns_of_grants_by_name_once_of_the_installed_file_and_only_when_configured() {
+    let Some(s) = Setup::new() else { return };
+    assert_ok(
+        &s.publish("fixture-installable", "1", "release", &[]),
+        "publish",
+    );
+    let warning = "gets the permissions of plugins.installable";
+    let added = s.run(&["add", &s.reference("1"), "--yes"]);
+    assert_ok(&added, "add");
+    assert!(
+        !stderr(&added).contains(warning),
+        "nothing is configured for it:\n{}",
+        stderr(&added)
+    );
+    assert_ok(&s.run(&["remove", "installable"]), "remove");
+
+    // The operator grants it by name: said once, of the file in the managed directory.
+    let text = std::fs::read_to_string(&s.config).unwrap();
+    std::fs::write(
+        &s.config,
+        format!("{text}plugins:\n  installable:\n    permissions: {{env: [LANG]}}\n"),
+    )
+    .unwrap();
+    for args in [
+        &["add", &s.reference("1"), "--yes"][..],
+        &["update", "installable", "--yes"],
+    ] {
+        let out = s.run(args);
+        assert_ok(&out, &format!("{args:?}"));
+        let log = stderr(&out);
+        assert!(!log.contains(".staging-"), "{args:?}:\n{log}");
+        assert_eq!(log.matches(warning).count(), 1, "{args:?}:\n{log}");
+        let installed = s.managed().join(library_name());
+        assert!(
+            log.contains(&format!("{} {warning}", installed.display())),
+            "{args:?}:\n{log}"
+        );
+    }
+}
+
 fn assert_refused(s: &Setup, reference: &str, expected: &str) {
     assert_refused_under(s, &s.config, reference, &[expected]);
 }

@@ -648,6 +648,64 @@ fn config_prints_the_effective_layered_configuration_with_secrets_redacted() {
     assert_eq!(reread["plugins"], printed["plugins"]);
 }
 
+/// B1: an upstream server's secrets — `server.env` tokens, `server.headers.Authorization` and
+/// other headers that name a secret, a `--token` argument — are redacted in both forms of
+/// `mcp-host config`, by the rule `mcp-host import` uses, and the rest of the entry is printed.
+#[test]
+fn config_redacts_upstream_secrets_in_yaml_and_json() {
+    let l = Layout::new();
+    let cfg = l.config(
+        r#"tool_dirs:
+  - name: github
+    server:
+      command: [npx, -y, "@modelcontextprotocol/server-github", --token, arg-token-value]
+      env: {GITHUB_PERSONAL_ACCESS_TOKEN: "${OPS_GH_TOKEN}", LOG_LEVEL: debug}
+  - name: remote
+    server:
+      url: https://tools.example/mcp
+      headers: {Authorization: "Bearer ${OPS_BEARER}", X-Api-Key: api-key-value, X-Team: blue}
+"#,
+    );
+    let secrets = [
+        "gh-token-value",
+        "bearer-value",
+        "api-key-value",
+        "arg-token-value",
+    ];
+    for args in [&["config", "--json"][..], &["config"][..]] {
+        let out = Command::new(&artifacts().host)
+            .arg("--config")
+            .arg(&cfg)
+            .args(args)
+            .env("OPS_GH_TOKEN", "gh-token-value")
+            .env("OPS_BEARER", "bearer-value")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        for secret in secrets {
+            assert!(
+                !text.contains(secret),
+                "{args:?}: {secret} printed:\n{text}"
+            );
+        }
+        for kept in [
+            "LOG_LEVEL",
+            "debug",
+            "X-Team",
+            "blue",
+            "server-github",
+            "tools.example",
+        ] {
+            assert!(text.contains(kept), "{args:?}: {kept} not printed:\n{text}");
+        }
+    }
+}
+
 /// The host's first allocator arena is 64 MiB, set before the standard library's start-up
 /// allocates (README, Performance); an operator's `MIMALLOC_ARENA_RESERVE` wins. mimalloc reports
 /// its options on stderr with `MIMALLOC_VERBOSE`.
@@ -881,19 +939,24 @@ fn a_new_secrets_snippet_turns_auth_on_and_serve_says_what_authentication_is_in_
     assert_eq!(echo(Some(&secret)), 200);
     let log = server.stderr();
     assert!(
-        log.contains("authentication: 1 credential (1 personal secret); anonymous calls refused"),
+        log.contains("authentication: 1 personal secret; anonymous calls refused"),
         "{log}"
     );
     drop(server);
 
-    // Secrets without `require_auth`: anonymous calls still succeed, and the log says so.
+    // Secrets without `require_auth` (a second one for bob): anonymous calls still succeed, and
+    // the log says so, counting the secrets.
     let open = snippet.replace("  require_auth: true\n", "");
-    let cfg = l.config(&format!("tool_dirs: [d]\nstore: memory\n{open}"));
+    let bob = format!(
+        "    - {{ sha256: \"{}\", user: bob }}\n",
+        sha256_hex("mcp_bob-second-secret")
+    );
+    let cfg = l.config(&format!("tool_dirs: [d]\nstore: memory\n{open}{bob}"));
     let server = serve_http(&l, &cfg, &["--listen", "127.0.0.1:0"]);
     let log = server.stderr();
     assert!(
         log.contains("WARN")
-            && log.contains("anonymous calls allowed")
+            && log.contains("authentication: 2 personal secrets; anonymous calls allowed")
             && log.contains("auth.require_auth: true"),
         "{log}"
     );
@@ -957,22 +1020,28 @@ fn a_plugin_authors_inner_loop_needs_no_configuration_and_check_speaks_plainly()
     let nowhere = tempfile::tempdir().unwrap();
     let here = nowhere.path();
 
-    // `new` depends on the SDK this host names in --version, and its README calls the build.
+    // `new` (run outside any checkout, by the checkout's executable) depends on the SDK of the
+    // checkout the executable lies in, by path; its README calls the build.
     let krate = here.join("my-tools");
-    let (code, out, err) = host_in(
-        here,
-        None,
-        &["new", "my-tools", "--path", krate.to_str().unwrap()],
-    );
+    let sdk = std::fs::canonicalize(workspace_root().join("plugin-sdk")).unwrap();
+    let root = std::fs::canonicalize(workspace_root()).unwrap();
+    let host_in_checkout = std::fs::canonicalize(&artifacts().host)
+        .unwrap()
+        .starts_with(&root);
+    let mut args = vec!["new", "my-tools", "--path", krate.to_str().unwrap()];
+    if !host_in_checkout {
+        // A target directory outside the checkout: the executable is in none.
+        args.extend(["--sdk", sdk.to_str().unwrap()]);
+    }
+    let (code, out, err) = host_in(here, None, &args);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("call --plugin target/release/"), "{out}");
     let manifest = std::fs::read_to_string(krate.join("Cargo.toml")).unwrap();
-    let sdk = mcp_plugin_sdk::wire::BuildInfo::host().sdk_version;
     assert!(
-        manifest.contains(&format!("mcp-plugin-sdk = {{ version = \"{sdk}\" }}"))
-            && !manifest
-                .lines()
-                .any(|l| l.starts_with("mcp-plugin-sdk") && l.contains("path")),
+        manifest.contains(&format!(
+            "mcp-plugin-sdk = {{ path = \"{}\" }}",
+            sdk.display()
+        )),
         "{manifest}"
     );
     let readme = std::fs::read_to_string(krate.join("README.md")).unwrap();

@@ -407,6 +407,22 @@ fn a_rule_that_does_not_compile_stops_start_up_naming_it_and_its_position() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("broken-rule"), "{stderr}");
     assert!(stderr.contains("1:"), "the position: {stderr}");
+    // B8: the message, and the CEL code frame under it, once.
+    assert_eq!(stderr.matches("does not compile").count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("| args.text ==").count(), 1, "{stderr}");
+    // A rule naming a budget that does not exist: said once, by `list` too.
+    let cfg = l.config(
+        "tool_dirs: [d]\npolicy:\n  rules:\n    - name: on-a-budget\n      outcome: limit\n      \
+         budget: nope\n",
+    );
+    let out = l.run(&cfg, &["list"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        stderr.matches("budget `nope` is not defined").count(),
+        1,
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -891,6 +907,269 @@ agents:
         read["error"]["data"]["rule"], "no-templates-for-outsiders",
         "{read}"
     );
+}
+
+/// A file tree (`srv/payroll/salaries.txt`, `srv/public/notes.txt`) in `l`, served by the naive
+/// Python file server (`tests/fixtures/upstream/files.py`, upstream `files`) beside
+/// `fixture-conformance`, with `extra` config lines (`{root}` in them is the tree's `file://` URI);
+/// the tree's `file://` URI.
+fn file_server(l: &Layout, py: &Path, extra: &str) -> (PathBuf, String) {
+    let srv = l.dir("srv");
+    for (dir, file, text) in [
+        ("payroll", "salaries.txt", "ana: 9000"),
+        ("public", "notes.txt", "hello"),
+    ] {
+        std::fs::create_dir_all(srv.join(dir)).unwrap();
+        std::fs::write(srv.join(dir).join(file), text).unwrap();
+    }
+    let root = format!("file://{}", srv.display());
+    l.install("d", "fixture-conformance", None);
+    let files = mcp_host_tests::workspace_root().join("tests/fixtures/upstream/files.py");
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - d\n  - server: {{command: [{:?}, {:?}]}}\n    name: files\n    \
+         prefix: files_\nstdio_user: ana\naudit_log: audit.jsonl\n{}",
+        py.to_string_lossy(),
+        files.to_string_lossy(),
+        extra.replace("{root}", &root)
+    ));
+    (cfg, root)
+}
+
+/// Read `uri` on a 2026-07-28 request: the result's text, or the error.
+fn read(s: &mut StdioServer, id: u64, uri: &str) -> Result<String, Value> {
+    let resp = s.call_modern(id, "resources/read", json!({ "uri": uri }));
+    match resp.get("error") {
+        Some(e) => Err(e.clone()),
+        None => Ok(resp["result"]["contents"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{resp}"))
+            .to_owned()),
+    }
+}
+
+/// Spellings of `{root}/payroll/salaries.txt` (`root` a `file://` URI) that a file server reads
+/// as that file.
+fn payroll_spellings(root: &str) -> Vec<String> {
+    let path = root.trim_start_matches("file://");
+    vec![
+        format!("{root}/payroll/salaries.txt"),
+        format!("{root}//payroll/salaries.txt"),
+        format!("{root}/./payroll/salaries.txt"),
+        format!("{root}/public/../payroll/salaries.txt"),
+        format!("{root}/public/%2E%2E/payroll/salaries.txt"),
+        format!("{root}/%70ayroll/salaries.txt"),
+        format!("FILE://{path}/payroll/salaries.txt"),
+        format!("file://LocalHost{path}/payroll/salaries.txt"),
+    ]
+}
+
+/// The docs' payroll rule, and a rule on the URI as sent.
+const PAYROLL_RULES: &str = r#"
+policy:
+  rules:
+    - name: no-payroll-files
+      on: [resources]
+      when: "resource.uri.startsWith('{root}/payroll/')"
+      outcome: deny
+      message: "payroll files are for HR"
+    - name: no-climbing
+      on: [resources]
+      when: "resource.raw.contains('/../')"
+      outcome: deny
+      message: "no climbing"
+"#;
+
+#[test]
+fn a_payroll_rule_holds_for_every_spelling_of_its_uri_and_rules_see_the_uri_as_sent() {
+    let Some(py) = mcp_host_tests::clients::python() else {
+        return;
+    };
+    let l = Layout::new();
+    let (cfg, root) = file_server(&l, &py, PAYROLL_RULES);
+    let mut s = StdioServer::start(&cfg);
+    let mut id = 0;
+    let mut get = |uri: &str| {
+        id += 1;
+        read(&mut s, id, uri)
+    };
+    for uri in payroll_spellings(&root) {
+        let denied = get(&uri).expect_err(&uri);
+        assert_eq!(
+            denied["data"]["rule"], "no-payroll-files",
+            "{uri}: {denied}"
+        );
+        assert!(
+            denied["message"]
+                .as_str()
+                .unwrap()
+                .contains("payroll files are for HR"),
+            "{uri}: {denied}"
+        );
+    }
+    // What has no normal form is refused, not guessed at (the file server would read payroll).
+    for uri in [
+        format!("{root}/public%2F..%2Fpayroll/salaries.txt"),
+        format!("{root}/public/..%2fpayroll/salaries.txt"),
+        "file:///../../../../../../../etc/hostname".to_owned(),
+    ] {
+        let refused = get(&uri).expect_err(&uri);
+        assert_eq!(refused["code"], -32602, "{uri}: {refused}");
+        assert_eq!(refused["data"]["uri"], uri.as_str(), "{refused}");
+        let message = refused["message"].as_str().unwrap();
+        assert!(message.contains("Invalid resource URI"), "{message}");
+        assert!(refused["data"].get("rule").is_none(), "{refused}");
+    }
+    // `resource.raw` is the URI as sent: a climb that lands outside payroll is still seen.
+    let climbed = get(&format!("{root}/payroll/../public/notes.txt")).unwrap_err();
+    assert_eq!(climbed["data"]["rule"], "no-climbing", "{climbed}");
+    assert!(
+        climbed["message"].as_str().unwrap().contains("no climbing"),
+        "{climbed}"
+    );
+    // The upstream is asked for the normal form — what the rules judged.
+    assert_eq!(
+        get(&format!("{root}/public//./notes.txt")),
+        Ok(format!("{root}/public/notes.txt -> hello"))
+    );
+    // A listed resource, read by another spelling, is asked for as its server lists it.
+    assert_eq!(get("files://box/./Listed"), Ok("listed".into()));
+    assert_eq!(get("FILES://BOX/Listed"), Ok("listed".into()));
+    let text = get("TEST://static-text").unwrap();
+    assert!(text.contains("static text resource"), "{text}");
+    // The audit record names the URI read, and the one sent when it differs.
+    let sent = format!("{root}/public/%2E%2E/payroll/salaries.txt");
+    let record = audited(&cfg, |r| r["resource_raw"] == sent.as_str());
+    assert_eq!(
+        record["resource"],
+        format!("{root}/payroll/salaries.txt"),
+        "{record}"
+    );
+    assert_eq!(record["policy_rule"], "no-payroll-files", "{record}");
+    let plain = audited(&cfg, |r| {
+        r["resource"] == format!("{root}/payroll/salaries.txt").as_str()
+            && r.get("resource_raw").is_none()
+    });
+    assert_eq!(plain["policy"], "denied", "{plain}");
+}
+
+#[test]
+fn agents_views_of_resources_see_every_spelling_as_its_normal_form() {
+    let Some(py) = mcp_host_tests::clients::python() else {
+        return;
+    };
+    let l = Layout::new();
+    let agents = "agents:\n  outsider:\n    deny: [\"{root}/payroll/*\"]\n  \
+                  boxed:\n    allow: [\"files://box/*\", \"test://static-text\"]\n";
+    let (cfg, root) = file_server(&l, &py, agents);
+    let mut outsider = StdioServer::start_with(&cfg, &["--agent", "outsider"], &[]);
+    for (i, uri) in payroll_spellings(&root).iter().enumerate() {
+        let hidden = read(&mut outsider, i as u64 + 1, uri).expect_err(uri);
+        assert_eq!(hidden["code"], -32602, "{uri}: {hidden}");
+        assert_eq!(hidden["data"]["uri"], uri.as_str(), "{uri}: {hidden}");
+        assert!(
+            hidden["message"].as_str().unwrap().contains("not found"),
+            "{uri}: {hidden}"
+        );
+    }
+    assert_eq!(
+        read(&mut outsider, 100, &format!("{root}/public/notes.txt")),
+        Ok(format!("{root}/public/notes.txt -> hello"))
+    );
+    drop(outsider);
+
+    // An allow list in normal form admits every spelling, and lists what it admits.
+    let mut boxed = StdioServer::start_with(&cfg, &["--agent", "boxed"], &[]);
+    assert_eq!(
+        read(&mut boxed, 1, "Files://Box/Listed"),
+        Ok("listed".into())
+    );
+    assert_eq!(
+        read(&mut boxed, 2, "files://BOX/Listed"),
+        Ok("listed".into())
+    );
+    let text = read(&mut boxed, 3, "Test://Static-Text").unwrap();
+    assert!(text.contains("static text resource"), "{text}");
+    let listed = boxed.call_modern(4, "resources/list", json!({}));
+    let uris: Vec<&str> = listed["result"]["resources"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert_eq!(
+        uris,
+        ["Files://Box/Listed", "test://static-text"],
+        "{listed}"
+    );
+    let outside = read(&mut boxed, 5, &format!("{root}/public/notes.txt")).unwrap_err();
+    assert_eq!(outside["code"], -32602, "{outside}");
+}
+
+#[test]
+fn a_call_missing_a_required_argument_gets_the_schema_error_and_costs_no_budget_or_question() {
+    let (_l, cfg) = layout(
+        r#"
+policy:
+  rules:
+    - name: short-texts-only
+      when: "tool.name == 'regex_replace' && size(args.text) > 64"
+      outcome: deny
+    - name: formatting-needs-a-yes
+      when: "tool.name == 'json_format'"
+      outcome: approve
+    - name: one-query
+      when: "tool.name == 'json_query'"
+      outcome: limit
+      budget: one
+  budgets:
+    one: {calls: 1, per_secs: 3600}
+"#,
+    );
+    let mut s = legacy_session(&cfg, &[], json!({"elicitation": {}}));
+    let invalid = |response: &Value, tool: &str, argument: &str| {
+        assert_eq!(response["result"]["isError"], true, "{response}");
+        let text = text_of(response);
+        assert!(
+            text.contains(&format!("Invalid arguments for tool {tool}"))
+                && text.contains(argument)
+                && !text.contains("could not be evaluated"),
+            "{text}"
+        );
+    };
+    // The rule reads `args.text`: the call is answered by the schema, not by the rule failing.
+    let no_text = s.call(
+        1,
+        "tools/call",
+        call("regex_replace", json!({"pattern": "x", "replacement": "y"})),
+    );
+    invalid(&no_text, "regex_replace", "text");
+    // An approval is not asked for a call that cannot run: the answer comes, no question.
+    s.send(&request(
+        2,
+        "tools/call",
+        call("json_format", json!({"indent": 4})),
+    ));
+    let first = s.recv(Duration::from_secs(30)).expect("an answer");
+    assert_eq!(first["id"], 2, "a question before the answer: {first}");
+    invalid(&first, "json_format", "json");
+    // Nor is a budget drawn on: two invalid calls, then the one call the budget allows runs.
+    for id in [3, 4] {
+        let no_path = s.call(id, "tools/call", call("json_query", json!({"json": "{}"})));
+        invalid(&no_path, "json_query", "path");
+    }
+    let ran = s.call(
+        5,
+        "tools/call",
+        call("json_query", json!({"json": "{\"a\": 1}", "path": "$.a"})),
+    );
+    assert!(ran.get("error").is_none(), "{ran}");
+    assert_ne!(ran["result"]["isError"], true, "{ran}");
+    let limited = s.call(
+        6,
+        "tools/call",
+        call("json_query", json!({"json": "{\"a\": 1}", "path": "$.a"})),
+    );
+    assert_eq!(limited["error"]["code"], -32010, "{limited}");
 }
 
 /// Two replicas on one Redis, with budgets on `fixture-basic`'s tools: calls per window

@@ -2,6 +2,10 @@
 //! kit), `cargo build --release` it, drop the library into a tool directory as it is, and find its
 //! tool listed and callable by the host, in-process and by a client over stdio.
 //!
+//! Without `--sdk`, `new` depends on the SDK of the checkout it is run from (or that holds the
+//! executable); outside any checkout, with the SDK not on crates.io, it refuses and says what to do
+//! rather than write a dependency cargo cannot resolve.
+//!
 //! The release build uses a target directory shared with the other tests that build (the
 //! dependencies are compiled once); the test build uses the workspace's, whose debug
 //! dependencies are already there.
@@ -35,11 +39,10 @@ fn cargo(dir: &Path, args: &[&str], target: &Path) -> Output {
 fn a_scaffolded_plugin_tests_builds_and_is_served_as_it_is_from_a_tool_directory() {
     let work = tempfile::tempdir().unwrap();
     let crate_dir = work.path().join("hello-tools");
-    // Against this checkout's SDK (the default is the published one, by version).
+    // Run from the checkout without `--sdk`: it builds on this checkout's SDK.
     let out = Command::new(&artifacts().host)
-        .args(["new", "hello-tools", "--sdk"])
-        .arg(artifacts_sdk())
-        .arg("--path")
+        .current_dir(mcp_host_tests::workspace_root())
+        .args(["new", "hello-tools", "--path"])
         .arg(&crate_dir)
         .output()
         .unwrap();
@@ -132,6 +135,51 @@ fn a_scaffolded_plugin_tests_builds_and_is_served_as_it_is_from_a_tool_directory
         json!({"name": "greet", "arguments": {"name": "Bob", "excitement": 3}}),
     );
     assert!(result_text(&answer).contains("Hey, Bob!!!"), "{answer}");
+}
+
+/// Outside any checkout (the executable copied away, run from an empty directory), `new` without
+/// `--sdk` writes nothing and says how to get an SDK (this version is not on crates.io); with
+/// `--sdk` it depends on that directory.
+#[test]
+fn outside_a_checkout_new_says_what_to_do_or_takes_the_sdk_given() {
+    let away = tempfile::tempdir().unwrap();
+    let host = away.path().join("mcp-host");
+    std::fs::copy(&artifacts().host, &host).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let out = Command::new(&host)
+        .current_dir(work.path())
+        .args(["new", "lonely-tools"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("is not published on crates.io")
+            && said.contains("--sdk <checkout>/plugin-sdk"),
+        "{said}"
+    );
+    assert!(
+        !work.path().join("lonely-tools").exists(),
+        "nothing written"
+    );
+
+    let out = Command::new(&host)
+        .current_dir(work.path())
+        .args(["new", "lonely-tools", "--sdk"])
+        .arg(artifacts_sdk())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let manifest =
+        std::fs::read_to_string(work.path().join("lonely-tools").join("Cargo.toml")).unwrap();
+    assert!(
+        manifest.contains(&format!("path = \"{}\"", artifacts_sdk().display())),
+        "{manifest}"
+    );
 }
 
 /// This checkout's plugin-sdk, as `mcp-host new` names it.

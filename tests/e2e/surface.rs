@@ -513,6 +513,78 @@ fn a_plugin_with_prompts_and_resources_copied_in_is_announced_to_sessions_and_fi
     assert_eq!(prompts, ["greet"]);
 }
 
+/// Wait for `notifications/resources/updated` on `s` (after the response to `id`, or before it)
+/// and give its `params`.
+fn resource_update(s: &mut StdioServer, id: u64) -> Value {
+    let (fired, mut seen) = s.response_within(&json!(id), WAIT);
+    assert_eq!(fired["result"]["isError"], Value::Null, "{fired}");
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if let Some(m) = seen
+            .iter()
+            .find(|m| m["method"] == "notifications/resources/updated")
+        {
+            return m["params"].clone();
+        }
+        let m = s
+            .recv(deadline.saturating_duration_since(Instant::now()))
+            .unwrap_or_else(|| panic!("no resources/updated; saw {seen:?}"));
+        seen.push(m);
+    }
+}
+
+#[test]
+fn a_subscription_by_another_spelling_of_a_uri_hears_its_updates_and_a_listen_names_its_normal_form()
+ {
+    let (_l, cfg) = layout("");
+    let mut legacy = legacy_session(&cfg, json!({}));
+    let sub = legacy.call(
+        1,
+        "resources/subscribe",
+        json!({"uri": "TEST://Watched-Resource"}),
+    );
+    assert_eq!(sub["result"], json!({}), "{sub}");
+    // A URI without a normal form is refused, as a read of it is.
+    let refused = legacy.call(
+        2,
+        "resources/subscribe",
+        json!({"uri": "test://watched-resource/%2F.."}),
+    );
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+
+    legacy.send(&request(
+        3,
+        "tools/call",
+        json!({"name": "test_update_watched_resource", "arguments": {}}),
+    ));
+    let update = resource_update(&mut legacy, 3);
+    assert_eq!(update["uri"], "test://watched-resource", "{update}");
+
+    // A listen stream accepts other spellings in normal form (once), and hears the update.
+    let mut listen = StdioServer::start(&cfg);
+    listen.send(&request(
+        "watch",
+        "subscriptions/listen",
+        with_meta(json!({"notifications": {"resourceSubscriptions":
+            ["test://./watched-resource", "Test://Watched-Resource", "test://nope",
+             "test://watched-resource/..%2F"]}})),
+    ));
+    let ack = next_message(&mut listen);
+    assert_eq!(
+        ack["params"]["notifications"]["resourceSubscriptions"],
+        json!(["test://watched-resource"]),
+        "{ack}"
+    );
+    listen.send(&request(
+        4,
+        "tools/call",
+        with_meta(json!({"name": "test_update_watched_resource", "arguments": {}})),
+    ));
+    let update = resource_update(&mut listen, 4);
+    assert_eq!(update["uri"], "test://watched-resource", "{update}");
+    assert_eq!(update["_meta"][SUBSCRIPTION], "watch", "{update}");
+}
+
 #[test]
 fn resource_updates_reach_legacy_subscribers_and_listen_streams_that_named_the_uri() {
     let (_l, cfg) = layout("");

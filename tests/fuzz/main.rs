@@ -338,6 +338,143 @@ fn any_stdio_input_gets_only_well_formed_answers() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Resource URIs
+
+/// The answers of the served host to a 2026 `resources/read` of each of `uris`, in order.
+fn reads(uris: &[String]) -> Result<Vec<Value>, TestCaseError> {
+    let served = served();
+    let input: String = uris
+        .iter()
+        .enumerate()
+        .map(|(id, uri)| {
+            let params = mcp_host_tests::serve::with_meta(json!({ "uri": uri }));
+            json!({"jsonrpc": "2.0", "id": id, "method": "resources/read", "params": params})
+                .to_string()
+                + "\n"
+        })
+        .collect();
+    let out = Sink::default();
+    let options = mcp_host::transport::stdio::StdioOptions {
+        caller: None,
+        agent: None,
+        max_message_bytes: 64 * 1024,
+        grace: Duration::from_secs(5),
+    };
+    let served_ok = served.runtime.block_on(mcp_host::transport::stdio::serve(
+        served.protocol.clone(),
+        std::io::Cursor::new(input.into_bytes()),
+        out.clone(),
+        options,
+    ));
+    prop_assert!(served_ok.is_ok(), "{served_ok:?}");
+    let text = String::from_utf8(out.0.lock().unwrap().clone())
+        .map_err(|e| TestCaseError::fail(e.to_string()))?;
+    let mut answers = vec![Value::Null; uris.len()];
+    for line in text.lines() {
+        let v: Value = serde_json::from_str(line)
+            .map_err(|e| TestCaseError::fail(format!("not JSON ({e}): {line}")))?;
+        let id = v["id"].as_u64().and_then(|i| usize::try_from(i).ok());
+        match id.and_then(|i| answers.get_mut(i)) {
+            Some(slot) => *slot = v,
+            None => return Err(TestCaseError::fail(format!("an answer to no read: {line}"))),
+        }
+    }
+    Ok(answers)
+}
+
+/// `uri` (`scheme://host/path`, ASCII, in normal form) spelt another way, as `choices` say: the
+/// scheme's and the host's letters in either case, unreserved characters of the path
+/// percent-encoded (in either case), and `./`, an extra `/` or `x/../` before path segments.
+fn disguised(uri: &str, choices: &[u8]) -> String {
+    let mut choice = choices.iter().copied().cycle();
+    let mut next = move || choice.next().unwrap_or(0);
+    let (scheme, rest) = uri.split_once("://").unwrap();
+    let (host, path) = rest
+        .split_once('/')
+        .map_or((rest, None), |(h, p)| (h, Some(p)));
+    let mut out = String::new();
+    let cased = |out: &mut String, text: &str, next: &mut dyn FnMut() -> u8| {
+        for c in text.chars() {
+            out.push(if next().is_multiple_of(2) {
+                c.to_ascii_uppercase()
+            } else {
+                c
+            });
+        }
+    };
+    cased(&mut out, scheme, &mut next);
+    out.push_str("://");
+    cased(&mut out, host, &mut next);
+    for segment in path.into_iter().flat_map(|p| p.split('/')) {
+        out.push('/');
+        match next() % 5 {
+            0 => out.push_str("./"),
+            1 => out.push('/'),
+            2 => out.push_str("x/../"),
+            _ => {}
+        }
+        for c in segment.chars() {
+            match next() % 4 {
+                0 => out.push_str(&format!("%{:02X}", c as u32)),
+                1 => out.push_str(&format!("%{:02x}", c as u32)),
+                _ => out.push(c),
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_spelling_of_a_uri_reads_what_it_names_and_a_template_never_gets_a_separator() {
+    let word = "[a-zA-Z0-9_~-][a-zA-Z0-9._~-]{0,7}";
+    let input = (
+        prop::collection::vec(any::<u8>(), 1..48),
+        word,
+        "(basic|BASIC|x)://(echo|Echo)/[a-z.%2FfEe/\\\\~:@!$&'()*+,;=?#-]{0,16}",
+        ".{0,24}",
+    );
+    fuzz(
+        "resource URIs",
+        64,
+        input,
+        |(choices, word, near, anything)| {
+            let answers = reads(&[
+                disguised("basic://greeting", &choices),
+                disguised(&format!("basic://echo/{word}"), &choices),
+                near.clone(),
+                anything.clone(),
+            ])?;
+            let text = |a: &Value| {
+                a["result"]["contents"][0]["text"]
+                    .as_str()
+                    .map(str::to_owned)
+            };
+            prop_assert_eq!(
+                text(&answers[0]),
+                Some("hello from basic".to_owned()),
+                "{}",
+                answers[0]
+            );
+            prop_assert_eq!(text(&answers[1]), Some(word), "{}", answers[1]);
+            for (uri, answer) in [(&near, &answers[2]), (&anything, &answers[3])] {
+                match text(answer) {
+                    // The template's variable: never a separator, never a dot segment.
+                    Some(t) => prop_assert!(
+                        !t.contains(['/', '\\']) && t != "." && t != "..",
+                        "{uri} read as {t:?}"
+                    ),
+                    None => prop_assert!(
+                        [-32602, -32002].contains(&answer["error"]["code"].as_i64().unwrap_or(0)),
+                        "{uri}: {answer}"
+                    ),
+                }
+            }
+            Ok(())
+        },
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // HTTP
 
 const HEADER_NAMES: &[&str] = &[
@@ -743,7 +880,7 @@ fn any_rule_input_decides_without_panic_and_the_same_way_twice() {
         |(args, claims, user, agent, asked)| {
             let subject = match &asked {
                 Asked::Tool(name, annotations) => Subject::Tool { name, annotations },
-                Asked::Resource(uri) => Subject::Resource { uri },
+                Asked::Resource(uri) => Subject::Resource { uri, raw: uri },
                 Asked::Prompt(name) => Subject::Prompt { name },
             };
             let facts = CallFacts {

@@ -4,7 +4,9 @@
 //! the request-state keys, credentials in every URL (the password of its userinfo, the values of
 //! query parameters that name a secret: `pass`, `password`, `token`, `secret`, `key`, ...), and
 //! every plugin-configuration value whose key names a secret (`key`, `secret`, `token`,
-//! `password`, `credential`, ...).
+//! `password`, `credential`, ...), and an upstream server's secrets — its environment values,
+//! headers and command-line values that `mcp-host import` would not copy either (one rule,
+//! `mcp_host::config::secrets`).
 
 use std::process::ExitCode;
 
@@ -60,8 +62,42 @@ fn redact(config: &mut Value) {
             }
         }
     }
+    if let Some(Value::Array(dirs)) = config.get_mut("tool_dirs") {
+        dirs.iter_mut()
+            .filter_map(|dir| dir.get_mut("server"))
+            .for_each(redact_upstream);
+    }
     // Every URL anywhere (the store, the OTLP endpoint, a plugin's database URL...).
     redact_urls(config);
+}
+
+/// Redact an upstream server's secrets (`tool_dirs[].server`) by the rule `mcp-host import` uses
+/// to decide what it must not copy: environment values and headers (every `Authorization`) that
+/// name or look like a secret, and command-line values after a flag that names one
+/// (`--api-key VALUE`, `--token=VALUE`) or with a token's known form.
+fn redact_upstream(server: &mut Value) {
+    use mcp_host::config::secrets;
+    let redact_map = |map: Option<&mut Value>, secret: fn(&str, &str) -> bool| {
+        if let Some(Value::Object(map)) = map {
+            for (name, value) in map.iter_mut() {
+                if value.as_str().is_some_and(|v| secret(name, v)) {
+                    *value = Value::from(REDACTED);
+                }
+            }
+        }
+    };
+    redact_map(server.get_mut("env"), secrets::is_secret);
+    redact_map(server.get_mut("headers"), secrets::is_secret_header);
+    if let Some(Value::Array(command)) = server.get_mut("command") {
+        let argv: Vec<String> = command
+            .iter()
+            .map(|a| a.as_str().unwrap_or_default().to_owned())
+            .collect();
+        for (i, offset) in secrets::secret_arguments(&argv) {
+            let kept = argv[i].get(..offset).unwrap_or_default();
+            command[i] = Value::from(format!("{kept}{REDACTED}"));
+        }
+    }
 }
 
 /// Whether a configuration key names a secret.
@@ -135,6 +171,36 @@ mod tests {
         assert_eq!(text["hmac_key"], REDACTED);
         assert_eq!(text["nested"][0]["api_token"], REDACTED);
         assert_eq!(text["nested"][0]["zone"], "UTC");
+    }
+
+    #[test]
+    fn upstream_secrets_are_redacted_by_the_rule_import_uses() {
+        let mut v = json!({"tool_dirs": [
+            {"path": "tools"},
+            {"path": "upstream:github", "name": "github", "server": {
+                "command": ["npx", "-y", "@modelcontextprotocol/server-github", "--api-key",
+                            "abc", "--token=xyz", "--region", "eu"],
+                "env": {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_0123456789abcdefghij",
+                        "LOG_LEVEL": "debug", "OTHER": "sk-live-0123"}}},
+            {"path": "upstream:remote", "name": "remote", "server": {
+                "url": "https://tools.example/mcp",
+                "headers": {"Authorization": "Bearer abc.def", "X-Api-Key": "k1",
+                            "X-Team": "blue"}}},
+        ]});
+        redact(&mut v);
+        let text = v.to_string();
+        for secret in ["ghp_0123", "sk-live", "abc.def", "k1", "\"abc\"", "xyz"] {
+            assert!(!text.contains(secret), "{secret} in {text}");
+        }
+        let github = &v["tool_dirs"][1]["server"];
+        assert_eq!(github["env"]["GITHUB_PERSONAL_ACCESS_TOKEN"], REDACTED);
+        assert_eq!(github["env"]["LOG_LEVEL"], "debug");
+        assert_eq!(github["command"][4], REDACTED);
+        assert_eq!(github["command"][5], format!("--token={REDACTED}"));
+        assert_eq!(github["command"][7], "eu");
+        let remote = &v["tool_dirs"][2]["server"];
+        assert_eq!(remote["headers"]["Authorization"], REDACTED);
+        assert_eq!(remote["headers"]["X-Team"], "blue");
     }
 
     #[test]

@@ -36,3 +36,49 @@ pub(crate) fn write_json(
     writeln!(out, "{}", serde_json::to_string_pretty(value)?)?;
     Ok(())
 }
+
+/// An error and its causes on one line, each said once: a cause whose text the line already holds
+/// (an error whose message quotes its source, as `#[error("…: {0}")]` with `#[from]` does) is not
+/// repeated, nor its multi-line detail (a CEL code frame).
+pub(crate) fn error_text(error: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in error.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("invalid call policy: {0}")]
+    struct Quoting(#[from] Inner);
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("rule `x` does not compile:\n| a ==\n| ...^")]
+    struct Inner;
+
+    #[test]
+    fn a_cause_the_message_already_quotes_is_said_once() {
+        let error = anyhow::Error::new(Quoting(Inner));
+        assert_eq!(format!("{error:#}").matches("does not compile").count(), 2);
+        let text = error_text(&error);
+        assert_eq!(text.matches("does not compile").count(), 1, "{text}");
+        assert_eq!(text.matches("| a ==").count(), 1, "{text}");
+        let io = std::io::Error::other("No such file or directory");
+        let error = anyhow::Error::new(io).context("cannot read c.yaml");
+        assert_eq!(
+            error_text(&error),
+            "cannot read c.yaml: No such file or directory"
+        );
+    }
+}

@@ -3,10 +3,12 @@
 //! documented tool, and tests on the SDK's test kit — that `cargo build --release` turns into a
 //! library a tool directory takes as it is.
 //!
-//! The SDK dependency is a version requirement on the SDK this host was built with (its
-//! `--version` names it), or the `plugin-sdk` directory given with `--sdk` (a checkout; its
+//! The SDK dependency is a path to the `plugin-sdk` directory of an mcp-host checkout (its
 //! workspace's `Cargo.lock` comes along, so the plugin builds with the versions the SDK is tested
-//! with).
+//! with): the one given with `--sdk`, else the checkout this `mcp-host` was built in or is run
+//! from. Without one, a version requirement on the SDK this host was built with (its `--version`
+//! names it) only once that version is published ([`PUBLISHED_SDK`]); until then `new` says what
+//! to do instead of writing a dependency cargo cannot resolve.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -38,11 +40,7 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
     }
     let sdk = match args.sdk {
         Some(path) => Sdk::checkout(&path)?,
-        None => Sdk::Version(
-            mcp_plugin_sdk::wire::BuildInfo::host()
-                .sdk_version
-                .to_string(),
-        ),
+        None => Sdk::default_for_this_host()?,
     };
     let krate = args.name.replace('-', "_");
     write_crate(&dir, &args.name, &krate, &sdk)?;
@@ -50,7 +48,48 @@ pub(crate) fn new_plugin(args: NewArgs, out: &mut dyn std::io::Write) -> anyhow:
     Ok(ExitCode::SUCCESS)
 }
 
+/// Whether the SDK this host was built with is on crates.io, so that a scaffold made outside a
+/// checkout can depend on it by version. Set when a release publishes it.
+const PUBLISHED_SDK: bool = false;
+
 impl Sdk {
+    /// The SDK a scaffold builds on without `--sdk`: this checkout's `plugin-sdk` (the checkout
+    /// holding this `mcp-host` executable, else the one the current directory is in), else the
+    /// published SDK of this host's version, else an error saying what to do.
+    fn default_for_this_host() -> anyhow::Result<Sdk> {
+        let exe = std::env::current_exe().ok();
+        let cwd = std::env::current_dir().ok();
+        let found = [exe.as_deref(), cwd.as_deref()]
+            .into_iter()
+            .flatten()
+            .find_map(|start| start.ancestors().find_map(Sdk::in_checkout));
+        if let Some(sdk) = found {
+            return Ok(sdk);
+        }
+        let version = mcp_plugin_sdk::wire::BuildInfo::host()
+            .sdk_version
+            .to_string();
+        if PUBLISHED_SDK {
+            return Ok(Sdk::Version(version));
+        }
+        bail!(
+            "no mcp-plugin-sdk to build the plugin on: this mcp-host is not in an mcp-host \
+             checkout and neither is the current directory, and mcp-plugin-sdk {version} is not \
+             published on crates.io. Get the mcp-host sources of this version and rerun with \
+             `--sdk <checkout>/plugin-sdk` (or run `mcp-host new` from inside that checkout)"
+        )
+    }
+
+    /// The `plugin-sdk` of the checkout rooted at `root`, if `root` is one.
+    fn in_checkout(root: &Path) -> Option<Sdk> {
+        let sdk = root.join("plugin-sdk");
+        let manifest = std::fs::read_to_string(sdk.join("Cargo.toml")).ok()?;
+        if !manifest.contains("name = \"mcp-plugin-sdk\"") {
+            return None;
+        }
+        Sdk::checkout(&sdk).ok()
+    }
+
     /// `--sdk DIR`: the `plugin-sdk` directory of a checkout, and its workspace's `Cargo.lock`.
     fn checkout(path: &Path) -> anyhow::Result<Sdk> {
         let sdk = std::fs::canonicalize(path)
@@ -109,8 +148,8 @@ fn print_next_steps(
         Sdk::Path(path, _) => writeln!(out, "SDK: {}", path.display())?,
         Sdk::Version(version) => writeln!(
             out,
-            "SDK: mcp-plugin-sdk {version} (the one this mcp-host was built with; to build \
-             against a checkout instead, rerun with --sdk DIR/plugin-sdk)"
+            "SDK: mcp-plugin-sdk {version} from crates.io (the one this mcp-host was built \
+             with; to build against a checkout instead, rerun with --sdk DIR/plugin-sdk)"
         )?,
     }
     writeln!(out, "\nNext:")?;

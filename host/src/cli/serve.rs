@@ -229,39 +229,14 @@ async fn serve_http(protocol: Protocol, config: &Config, grace: Duration) -> any
 /// anonymous calls are refused (a warning when credentials are configured but anonymous calls are
 /// still allowed, or when every call is refused for want of any credential).
 fn log_authentication(auth: &mcp_host::config::AuthSettings) {
-    let mut kinds = Vec::new();
-    let secrets = auth.secrets.len();
-    if secrets > 0 {
-        kinds.push(format!(
-            "{secrets} personal secret{}",
-            if secrets == 1 { "" } else { "s" }
-        ));
-    }
-    let jwt = &auth.jwt;
-    if jwt.hs256_secret.as_ref().is_some_and(|s| !s.is_empty()) {
-        kinds.push("JWT HS256 secret".to_owned());
-    }
-    if !jwt.public_keys.is_empty() {
-        let n = jwt.public_keys.len();
-        kinds.push(format!(
-            "{n} JWT public key{}",
-            if n == 1 { "" } else { "s" }
-        ));
-    }
-    if let Some(file) = &jwt.jwks_file {
-        kinds.push(format!("JWKS file {}", file.display()));
-    }
-    let credentials = kinds.len();
-    let what = if kinds.is_empty() {
-        "no credentials".to_owned()
+    let what = credentials(auth);
+    let credentials = !what.is_empty();
+    let what = if credentials {
+        what.join(", ")
     } else {
-        format!(
-            "{credentials} credential{} ({})",
-            if credentials == 1 { "" } else { "s" },
-            kinds.join(", ")
-        )
+        "no credentials".to_owned()
     };
-    match (credentials > 0, auth.require_auth) {
+    match (credentials, auth.require_auth) {
         (true, true) => {
             tracing::info!("authentication: {what}; anonymous calls refused (auth.require_auth)")
         }
@@ -275,6 +250,27 @@ fn log_authentication(auth: &mcp_host::config::AuthSettings) {
         ),
         (false, false) => tracing::info!("authentication: {what}; anonymous calls allowed"),
     }
+}
+
+/// The credentials `auth` accepts, each kind counted with its own noun: `2 personal secrets`, `a
+/// JWT HS256 secret`, `1 JWT public key`, `JWKS file PATH`; none when it accepts none.
+fn credentials(auth: &mcp_host::config::AuthSettings) -> Vec<String> {
+    let counted = |n: usize, noun: &str| format!("{n} {noun}{}", if n == 1 { "" } else { "s" });
+    let mut kinds = Vec::new();
+    if !auth.secrets.is_empty() {
+        kinds.push(counted(auth.secrets.len(), "personal secret"));
+    }
+    let jwt = &auth.jwt;
+    if jwt.hs256_secret.as_ref().is_some_and(|s| !s.is_empty()) {
+        kinds.push("a JWT HS256 secret".to_owned());
+    }
+    if !jwt.public_keys.is_empty() {
+        kinds.push(counted(jwt.public_keys.len(), "JWT public key"));
+    }
+    if let Some(file) = &jwt.jwks_file {
+        kinds.push(format!("JWKS file {}", file.display()));
+    }
+    kinds
 }
 
 /// SIGHUP: rescan the tool directories and re-read the configuration.
@@ -321,5 +317,35 @@ async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn auth(json: serde_json::Value) -> mcp_host::config::AuthSettings {
+        serde_json::from_value(json).expect("auth settings")
+    }
+
+    #[test]
+    fn the_authentication_summary_counts_each_kind_with_its_own_noun() {
+        let secret = |user: &str| serde_json::json!({"sha256": "00", "user": user});
+        assert!(credentials(&auth(serde_json::json!({}))).is_empty());
+        assert_eq!(
+            credentials(&auth(serde_json::json!({"secrets": [secret("a")]}))),
+            ["1 personal secret"]
+        );
+        assert_eq!(
+            credentials(&auth(serde_json::json!({
+                "secrets": [secret("a"), secret("b")],
+                "jwt": {"hs256_secret": "s", "public_keys": ["k1", "k2"]},
+            }))),
+            [
+                "2 personal secrets",
+                "a JWT HS256 secret",
+                "2 JWT public keys"
+            ]
+        );
     }
 }

@@ -215,6 +215,7 @@ pub fn to_permissions(declared: &DeclaredPermissions) -> (Permissions, Vec<Strin
             connect: Connect::Only(connect),
             env: declared.env.clone(),
             exec: false,
+            unix_sockets: Vec::new(),
         },
         problems,
     )

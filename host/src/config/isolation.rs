@@ -93,6 +93,12 @@ pub struct Permissions {
     pub env: Vec<String>,
     /// Whether it may run programs (`execve`).
     pub exec: bool,
+    /// Unix-domain sockets it may connect to, by path (a directory: the sockets beneath it).
+    /// Without one it cannot create a Unix socket at all (socket pairs stay allowed). The kernel
+    /// holds the paths from Landlock ABI 9 (Linux 7.1); an older kernel cannot, and then the
+    /// grant opens every Unix socket the process can name — refused unless
+    /// `allow_weaker_sandbox: true`.
+    pub unix_sockets: Vec<PathBuf>,
 }
 
 /// The configuration's form of [`Connect`], for the reference: `"any"` or a list of `"host:port"`.

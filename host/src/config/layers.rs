@@ -200,6 +200,12 @@ fn upstream_keys(
                 .into(),
         ));
     }
+    if server.url.is_none() && server.follow_redirects.is_some() {
+        return Err(invalid(
+            ".server.follow_redirects",
+            "applies to an HTTP upstream (`url`)".into(),
+        ));
+    }
     match (server.command.is_empty(), &server.url) {
         (false, None) | (true, Some(_)) => Ok(()),
         (true, None) => Err(invalid(
@@ -858,7 +864,8 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
             // Permission paths and the data directory resolve like every path of the file.
             let base = config.base_dir.clone();
             let grant = &mut settings.permissions;
-            for path in grant.read.iter_mut().chain(grant.write.iter_mut()) {
+            let paths = grant.read.iter_mut().chain(grant.write.iter_mut());
+            for path in paths.chain(grant.unix_sockets.iter_mut()) {
                 *path = absolute(&base, path);
             }
             if let Some(dir) = &mut settings.data_dir {

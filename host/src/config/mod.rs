@@ -17,6 +17,7 @@ pub mod lock;
 mod overrides;
 mod policy;
 pub mod reference;
+pub mod secrets;
 mod suggest;
 pub mod tls;
 
@@ -144,6 +145,11 @@ pub struct UpstreamServer {
     /// ${TOOLS_TOKEN}"`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub headers: BTreeMap<String, String>,
+    /// Which redirects from `url` are followed: `none` (unset: a 3xx is an error naming its
+    /// `Location`, since a redirect would carry `headers` and every request's body elsewhere) or
+    /// `same_origin` (to the same scheme, host and port only; never from https to http).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub follow_redirects: Option<FollowRedirects>,
     /// Whether a `resources/read` of a URI that nothing lists and no listed template matches is
     /// offered to this upstream (in `tool_dirs` order, after the entries before it said "not
     /// found"); unset is `true`. `false` keeps it to the resources it lists.
@@ -190,6 +196,20 @@ impl UpstreamServer {
         })
         .unwrap_or_else(|| "upstream".into())
     }
+}
+
+/// Which redirects an HTTP upstream's client follows (`server.follow_redirects`).
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum FollowRedirects {
+    /// None: a 3xx is an error naming its `Location`.
+    #[default]
+    None,
+    /// Those to the endpoint's own origin (scheme, host and port); never another, never from
+    /// https to http.
+    SameOrigin,
 }
 
 /// How served definitions (tools, resources, prompts) are checked against the lock file that
@@ -1250,6 +1270,28 @@ mod tests {
         );
         let c = Config::load_with_env(Some(&ok), &[]).expect("load");
         assert_eq!(c.tool_dirs[1].prefix, "p_");
+    }
+
+    #[test]
+    fn follow_redirects_is_an_http_upstreams_key() {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let stdio = write(
+            tmp.path(),
+            "stdio.yaml",
+            "tool_dirs:\n  - server: {command: [x], follow_redirects: same_origin}\n    name: s\n",
+        );
+        let err = Config::load_with_env(Some(&stdio), &[])
+            .expect_err("must fail")
+            .to_string();
+        assert!(err.contains("tool_dirs.0.server.follow_redirects"), "{err}");
+        let http = write(
+            tmp.path(),
+            "http.yaml",
+            "tool_dirs:\n  - server: {url: \"https://h/mcp\", follow_redirects: same_origin}\n    name: h\n",
+        );
+        let c = Config::load_with_env(Some(&http), &[]).expect("load");
+        let server = c.tool_dirs[0].server.as_ref().expect("server");
+        assert_eq!(server.follow_redirects, Some(FollowRedirects::SameOrigin));
     }
 
     #[test]

@@ -26,8 +26,9 @@ pub struct PolicyRule {
     /// Names the rule in errors, the audit log, metrics and `mcp-host policy test`.
     pub name: String,
     /// A CEL expression over `caller` (`user`, `agent`, `claims`), `kind` (`tool`, `resource` or
-    /// `prompt`), `tool` (`name`, `plugin`, `annotations`), `resource` (`uri`, `plugin`), `prompt`
-    /// (`name`, `plugin`) and `args` (a tool's arguments, a prompt's arguments, a resource
+    /// `prompt`), `tool` (`name`, `plugin`, `annotations`), `resource` (`uri` in normal form,
+    /// `raw` as the client sent it, `plugin`), `prompt` (`name`, `plugin`) and `args` (a tool's
+    /// arguments, checked against its input schema first; a prompt's arguments; a resource
     /// template's variables); must yield a bool. Default: `true`.
     #[serde(default = "always")]
     pub when: String,

@@ -39,7 +39,7 @@ pub enum Answer {
 pub fn question(subject: &Subject<'_>, rule: &str, shown: &Map<String, Value>) -> Value {
     let mut message = match subject {
         Subject::Tool { name, .. } => format!("Allow the call of tool `{name}`?"),
-        Subject::Resource { uri } => format!("Allow reading resource `{uri}`?"),
+        Subject::Resource { uri, .. } => format!("Allow reading resource `{uri}`?"),
         Subject::Prompt { name } => format!("Allow getting prompt `{name}`?"),
     };
     if !shown.is_empty() {

@@ -1,9 +1,9 @@
-//! The call path every transport uses: argument validation, the caller check, fair permits (the
-//! caller's quota, then the plugin's permit, then the global one, so a busy plugin never holds
-//! global slots while it waits), the hand-off (a pool thread for in-process plugins; the caller's
-//! task awaiting the worker for isolated ones), the timeout, cancellation when the caller
-//! goes away (a call whose client is gone never starts), the result size cap, and the mapping of
-//! what the plugin returned. Tools, resource reads, prompts and completions all take this path
+//! The call path every transport uses: argument validation (before the call policy, so rules judge
+//! arguments that exist), the caller check, fair permits (the caller's quota, then the plugin's
+//! permit, then the global one, so a busy plugin never holds global slots while it waits), the
+//! hand-off (a pool thread for in-process plugins; the caller's task awaiting the worker for
+//! isolated ones), the timeout, cancellation when the caller goes away (a call whose client is
+//! gone never starts), the result size cap, and the mapping of what the plugin returned. Tools, resource reads, prompts and completions all take this path
 //! ([`Executor::call`], [`Executor::invoke`]). Nested calls (a tool calling a tool) take a shorter
 //! path on the calling thread, inheriting the parent's caller, agent view, deadline and events.
 //! Every tool call, nested ones included, reports to [`Telemetry`] (span and phases, metrics, the
@@ -311,6 +311,17 @@ impl Executor {
             depth: 0,
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Value(args));
+        // The arguments are checked against the tool's input schema first (once: nothing after
+        // checks them again), so the call policy judges arguments that exist, and a call that
+        // fails the check draws on no budget and asks no one.
+        if let Err(message) = observed
+            .phase("validate")
+            .in_scope(|| validate(&tool, args))
+        {
+            let result = Ok(host_error(&message));
+            observed.finish(Outcome::InvalidArguments, result.as_ref().ok());
+            return result;
+        }
         // The call policy decides before anything else runs; a `limit` holds its budget's slot
         // until the call ended.
         let _budget = match self.police(&tool, args, &opts, &observed).await {
@@ -392,12 +403,6 @@ impl Executor {
         opts: CallOptions,
         observed: &'a ObservedCall<'_>,
     ) -> Begun<'a> {
-        if let Err(message) = observed
-            .phase("validate")
-            .in_scope(|| validate(&tool, args))
-        {
-            return Begun::Done((Ok(host_error(&message)), Outcome::InvalidArguments));
-        }
         let caller_json = match caller_json(&tool, opts.request.caller()) {
             Ok(json) => json,
             Err(refused) => return Begun::Done((Err(refused), Outcome::CallerRequired)),

@@ -326,7 +326,7 @@ fn decision_record<'a>(
 ) -> audit::Decision<'a> {
     let (caller, agent) = who(&opts.request);
     let (request, resource, prompt) = match *subject {
-        Subject::Resource { uri } => ("resources/read", Some(uri), None),
+        Subject::Resource { uri, raw } => ("resources/read", Some((uri, raw)), None),
         Subject::Prompt { name } => ("prompts/get", None, Some(name)),
         // Not policed here: a tool call's decision is in the call's own record.
         Subject::Tool { .. } => ("tools/call", None, None),
@@ -336,7 +336,8 @@ fn decision_record<'a>(
         caller,
         agent,
         request,
-        resource,
+        resource: resource.map(|(uri, _)| uri),
+        resource_raw: resource.and_then(|(uri, raw)| (raw != uri).then_some(raw)),
         prompt,
         plugin,
         policy_rule: rule,

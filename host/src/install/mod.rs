@@ -162,6 +162,7 @@ pub fn fetch(
         options,
     )?;
     check_signed_for(&signer, &plugin, &build.platform)?;
+    warn_unbound_grants(config, &plugin, &build.file_name);
     let manifest_digest = manifest_digest.unwrap_or_else(|| {
         package::sha256_digest(crate::config::lock::canonical_json(&manifest).as_bytes())
     });
@@ -338,9 +339,11 @@ fn check_staged(
         .unwrap_or_default();
     let mut check_config = config.clone();
     check_config.trust.require_signature = true;
+    let staging = library.parent().unwrap_or(library);
     if let Some(name) = &plugin_hint {
-        grant_declared(&mut check_config, name, &declared_hint);
+        grant_declared(&mut check_config, name, &declared_hint, staging);
     }
+    bind_to_staging(&mut check_config, staging);
     let report = check_file(&check_config, library, options)
         .map_err(|e| InstallError::Refused(format!("{file_name}: {e}")))?;
     let manifest = report["manifest"].clone();
@@ -412,11 +415,52 @@ fn declared_of(manifest: &Value) -> Result<DeclaredPermissions, InstallError> {
     }
 }
 
-/// Give plugin `name` its declared permissions in `config`, unless the operator set some.
-fn grant_declared(config: &mut Config, name: &str, declared: &DeclaredPermissions) {
+/// Give plugin `name` its declared permissions in `config`, unless the operator set some, for
+/// loading its build staged in directory `staging` (see [`bind_to_staging`]).
+fn grant_declared(config: &mut Config, name: &str, declared: &DeclaredPermissions, staging: &Path) {
     let settings = config.plugins.entry(name.to_owned()).or_default();
     if settings.permissions == crate::config::Permissions::default() {
         settings.permissions = installed::to_permissions(declared).0;
+    }
+    bind_to_staging(config, staging);
+}
+
+/// Bind the plugin settings of `config` that would take a file of the managed directory to
+/// directory `staging` (their `from`), where the install loads the build it checks: the loads
+/// then do not warn of grants by name about a staging copy ([`warn_unbound_grants`] says that
+/// once, of the installed file), and a binding to the managed directory takes the staged build.
+fn bind_to_staging(config: &mut Config, staging: &Path) {
+    let managed = config.installed_dir();
+    for settings in config.plugins.values_mut() {
+        let takes_installed = settings.from.is_empty()
+            || settings
+                .from
+                .iter()
+                .any(|f| *f == managed || f.parent() == Some(managed.as_path()));
+        if takes_installed {
+            settings.from = vec![staging.to_path_buf()];
+        }
+    }
+}
+
+/// Warn, once per install, as a running host would of the installed file: the operator grants
+/// plugin `name` permissions by the name its file gives itself alone (`plugins.<name>.permissions`
+/// without `from` or `signed_by`), so any file in the managed directory claiming the name would
+/// get them. Nothing when the operator configured no permissions (the declared ones are bound to
+/// the installed file by its receipt).
+fn warn_unbound_grants(config: &Config, name: &str, file: &str) {
+    let Some(settings) = config.plugins.get(name) else {
+        return;
+    };
+    if settings.permissions != crate::config::Permissions::default()
+        && settings.from.is_empty()
+        && settings.signed_by.is_empty()
+    {
+        tracing::warn!(
+            "{} gets the permissions of plugins.{name} by the name it gives itself; bind them to \
+             its file or signer with plugins.{name}.from or signed_by",
+            config.installed_dir().join(file).display()
+        );
     }
 }
 
@@ -485,7 +529,7 @@ fn staged_pins(
     }];
     config.trust.pinning = PinMode::Off;
     config.load_on_first_call = false;
-    grant_declared(&mut config, plugin, declared);
+    grant_declared(&mut config, plugin, declared, staging);
     let host = Host::start(config, options.clone()).map_err(|e| {
         InstallError::Refused(format!("cannot load it to list its definitions: {e}"))
     })?;

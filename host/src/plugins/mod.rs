@@ -6,7 +6,8 @@
 //! call from the manifest [`manifests`] remembered at an earlier start), [`slot`] (a loaded version),
 //! [`signature`] (detached signatures checked on the private copy before the probe) and [`watch`]
 //! (hot reload). [`worker`] runs isolated plugins in supervised worker processes; [`upstream`]
-//! serves upstream MCP servers (`tool_dirs` entries with `server:`) as plugins.
+//! serves upstream MCP servers (`tool_dirs` entries with `server:`) as plugins; [`output`] is the
+//! one bounded path what either writes toward the host's log takes.
 
 pub mod backend;
 pub mod call;
@@ -18,6 +19,7 @@ pub(crate) mod host_request;
 pub(crate) mod in_process;
 pub(crate) mod lifecycle;
 pub(crate) mod manifests;
+pub(crate) mod output;
 pub mod probe;
 pub mod signature;
 pub mod slot;

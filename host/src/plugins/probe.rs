@@ -24,7 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, Isolation};
 use crate::plugins::in_process::{Layout, open_module};
-use crate::plugins::worker::{Line, OutputLines, sandbox, wire};
+use crate::plugins::output::{self, Line, OutputLines};
+use crate::plugins::worker::{sandbox, wire};
 use crate::plugins::{LoadError, describe_exit};
 
 const MARK: &str = "\u{1}MCPPROBE ";
@@ -288,9 +289,10 @@ fn log_output(pid: u32, stderr: impl Read) {
         if logged < OUTPUT_LINES {
             logged += 1;
             let text = match &line {
-                Line::Whole(text) | Line::Cut(text, _) => text,
+                Line::Whole(text) => output::log_line(text.trim_end(), 0),
+                Line::Cut(text, more) => output::log_line(text, *more),
             };
-            tracing::warn!(pid, "probe output: {}", text.trim_end());
+            tracing::warn!(pid, "probe output: {text}");
         }
     }
 }
@@ -467,7 +469,7 @@ fn confine_self(confine: Option<&str>) -> Result<(), LoadError> {
     }
     if let Some(sandbox) = &confine.sandbox {
         sandbox::limit_tasks().map_err(|e| LoadError::Sandbox(e.to_string()))?;
-        sandbox::enforce(sandbox).map_err(|e| LoadError::Sandbox(e.to_string()))?;
+        sandbox::enforce(sandbox, None).map_err(|e| LoadError::Sandbox(e.to_string()))?;
     }
     Ok(())
 }

@@ -71,8 +71,10 @@ pub enum Subject<'a> {
     },
     /// A resource read (`resources/read`).
     Resource {
-        /// The URI read.
+        /// The URI read, in normal form (`registry::uri::normalize`): what is read.
         uri: &'a str,
+        /// The URI as the client sent it.
+        raw: &'a str,
     },
     /// A prompt (`prompts/get`).
     Prompt {
@@ -112,7 +114,7 @@ impl Subject<'_> {
     pub fn name(&self) -> &str {
         match self {
             Subject::Tool { name, .. } | Subject::Prompt { name } => name,
-            Subject::Resource { uri } => uri,
+            Subject::Resource { uri, .. } => uri,
         }
     }
 }
@@ -607,10 +609,10 @@ fn subject_vals<'v>(
     plugin: &'v str,
     reads: Reads,
 ) -> (Option<Val<'v>>, Option<Val<'v>>, Option<Val<'v>>) {
-    let (name, uri, served, annotations) = match *subject {
-        Subject::Tool { name, annotations } => (name, "", plugin, Some(annotations)),
-        Subject::Resource { uri } => ("", uri, plugin, None),
-        Subject::Prompt { name } => (name, "", plugin, None),
+    let (name, (uri, raw), served, annotations) = match *subject {
+        Subject::Tool { name, annotations } => (name, ("", ""), plugin, Some(annotations)),
+        Subject::Resource { uri, raw } => ("", (uri, raw), plugin, None),
+        Subject::Prompt { name } => (name, ("", ""), plugin, None),
     };
     let (tool, resource, prompt) = match subject {
         Subject::Tool { .. } => ((name, served), ("", ""), ("", "")),
@@ -630,6 +632,7 @@ fn subject_vals<'v>(
     let resource = reads.resource.then(|| {
         fields(vec![
             ("uri", text_val(resource.0)),
+            ("raw", text_val(raw)),
             ("plugin", text_val(resource.1)),
         ])
     });
@@ -1007,10 +1010,20 @@ mod tests {
                 .map(str::to_owned)
         };
         assert_eq!(
-            ask(Subject::Resource { uri: "x://1" }).as_deref(),
+            ask(Subject::Resource {
+                uri: "x://1",
+                raw: "X://1"
+            })
+            .as_deref(),
             Some("reads")
         );
-        assert_eq!(ask(Subject::Resource { uri: "y://1" }), None);
+        assert_eq!(
+            ask(Subject::Resource {
+                uri: "y://1",
+                raw: "y://1"
+            }),
+            None
+        );
         assert_eq!(
             ask(Subject::Prompt { name: "p" }).as_deref(),
             Some("prompts")
@@ -1061,11 +1074,40 @@ mod tests {
         };
         let tool = json!({"name": name, "plugin": facts.plugin, "annotations": annotations});
         context.add_variable_from_value("tool", to_cel(&tool));
-        let empty = json!({"uri": "", "name": "", "plugin": ""});
+        let empty = json!({"uri": "", "raw": "", "name": "", "plugin": ""});
         context.add_variable_from_value("resource", to_cel(&empty));
         context.add_variable_from_value("prompt", to_cel(&empty));
         context.add_variable_from_value("args", to_cel(facts.args));
         context
+    }
+
+    #[test]
+    fn resource_raw_is_the_uri_as_sent_and_empty_for_a_tool() {
+        let policy = Policy::compile(&settings(json!({"rules": [
+            {"name": "dots", "on": ["resources", "tools"], "outcome": "deny",
+             "when": "resource.raw.contains('/../')"},
+            {"name": "spelt", "on": ["resources", "tools"], "outcome": "deny",
+             "when": "size(resource.raw) > 0 && resource.raw != resource.uri"},
+        ]})))
+        .expect("compiles");
+        let args = json!({});
+        let ask = |subject| {
+            policy
+                .decide(&CallFacts {
+                    subject,
+                    ..facts(None, "t", &args)
+                })
+                .rule()
+                .map(str::to_owned)
+        };
+        let read = |raw| Subject::Resource {
+            uri: "x://h/b",
+            raw,
+        };
+        assert_eq!(ask(read("x://h/a/../b")).as_deref(), Some("dots"));
+        assert_eq!(ask(read("X://h/b")).as_deref(), Some("spelt"));
+        assert_eq!(ask(read("x://h/b")), None);
+        assert_eq!(ask(facts(None, "t", &args).subject), None);
     }
 
     #[test]
@@ -1192,7 +1234,10 @@ mod tests {
             },
             facts(Some("bob"), "other", &other),
             CallFacts {
-                subject: Subject::Resource { uri: "x://1" },
+                subject: Subject::Resource {
+                    uri: "x://1",
+                    raw: "X://1",
+                },
                 ..facts(None, "", &empty)
             },
             CallFacts {

@@ -891,8 +891,9 @@ impl<'a> Node<'a> {
                 _ => None,
             },
             Node::Var(Root::Resource) => match (field, subject) {
-                ("uri", Subject::Resource { uri }) => Some(Node::Text(uri)),
-                ("uri", _) => Some(Node::Text("")),
+                ("uri", Subject::Resource { uri, .. }) => Some(Node::Text(uri)),
+                ("raw", Subject::Resource { raw, .. }) => Some(Node::Text(raw)),
+                ("uri" | "raw", _) => Some(Node::Text("")),
                 ("plugin", _) => Some(of(matches!(subject, Subject::Resource { .. }), plugin)),
                 _ => None,
             },
@@ -988,6 +989,7 @@ mod tests {
         "tool.annotations.readOnlyHint == true",
         "has(tool.annotations.x)",
         "resource.uri == 'a' || prompt.name == 'a' || tool.name == 'a'",
+        "resource.raw == 'ana' || resource.raw.startsWith('b') && resource.uri != resource.raw",
         "kind == 'tool' && size(tool.name) < 2",
         "3 <= args.n && args.n <= 3",
         "2 > args.id || 1 >= args.n",
@@ -1072,11 +1074,12 @@ mod tests {
             claims in prop::option::of(object(&["roles", "sub"])),
             (user, agent) in (prop::option::of(name()), prop::option::of(name())),
             (kind, subject_name, annotations) in (0..3u8, name(), value()),
+            raw in name(),
         ) {
             let args = Value::Object(args);
             let subject = match kind {
                 0 => Subject::Tool { name: &subject_name, annotations: &annotations },
-                1 => Subject::Resource { uri: &subject_name },
+                1 => Subject::Resource { uri: &subject_name, raw: &raw },
                 _ => Subject::Prompt { name: &subject_name },
             };
             let facts = CallFacts {

@@ -104,7 +104,11 @@ fn denied(
 ) -> bool {
     let subject = match target.target {
         CompletionTarget::Prompt => Subject::Prompt { name: &target.name },
-        _ => Subject::Resource { uri: &target.name },
+        // A template's own URI (or a resource's normal form): what the client named.
+        _ => Subject::Resource {
+            uri: &target.name,
+            raw: &target.name,
+        },
     };
     let mut args = context.clone();
     if let Some(argument) = req.params.get("argument")
@@ -160,8 +164,8 @@ fn resource_target(
     let registry = protocol.host.registry();
     let r = registry
         .template(uri)
-        .or_else(|| registry.resource(uri))
-        .filter(|r| visible(req, &r.uri))
+        .or_else(|| registry.resource(&crate::registry::uri::normalize(uri).ok()?))
+        .filter(|r| visible(req, &r.key))
         .ok_or_else(|| RpcError::invalid_params(format!("Unknown resource template: {uri}")))?;
     Ok(Completable {
         slot: Arc::clone(&r.slot),
@@ -175,6 +179,6 @@ fn resource_target(
         completions: r.descriptor.completions.clone(),
         timeout: r.timeout,
         what: format!("completion of resource {uri}"),
-        name: uri.to_owned(),
+        name: r.key.clone(),
     })
 }

@@ -6,7 +6,7 @@ use serde_json::{Map, Value, json};
 
 use super::era::META_SERVER_INFO;
 use super::jsonrpc::{self, RpcError, response};
-use super::resources::subscribable;
+use super::resources::{normal_uri, subscribable};
 use super::{Answer, Protocol, Request};
 use crate::host::Change;
 
@@ -37,12 +37,19 @@ pub(crate) async fn listen(protocol: &Protocol, req: &Request<'_>) -> Result<Ans
         .and_then(|n| n.get("resourceSubscriptions"))
         .and_then(Value::as_array)
     {
-        let known: Vec<Value> = uris
+        // Accepted in normal form (what updates are matched by), once; a URI without one is not.
+        let mut seen = std::collections::HashSet::new();
+        let mut known: Vec<Value> = Vec::new();
+        for uri in uris
             .iter()
             .filter_map(Value::as_str)
-            .filter(|uri| subscribable(protocol, req, uri))
-            .map(|uri| json!(uri))
-            .collect();
+            .filter_map(|raw| normal_uri(protocol, raw).ok())
+        {
+            if !seen.contains(&*uri) && subscribable(protocol, req, &uri) {
+                known.push(json!(uri));
+                seen.insert(uri);
+            }
+        }
         accepted.insert("resourceSubscriptions".into(), Value::Array(known));
     }
     if let Some(ids) = asked.and_then(|n| n.get("taskIds")) {
@@ -100,12 +107,15 @@ impl Protocol {
                 })
                 .collect(),
             Change::ResourceUpdated(uri) => {
+                // Subscriptions are kept in normal form: so is the URI matched.
+                let normal = crate::registry::uri::normalize(uri)
+                    .unwrap_or(std::borrow::Cow::Borrowed(&**uri));
                 let wanted = match accepted {
                     Some(a) => a
                         .get("resourceSubscriptions")
                         .and_then(Value::as_array)
-                        .is_some_and(|uris| uris.iter().any(|u| u == &**uri)),
-                    None => subscribed(uri),
+                        .is_some_and(|uris| uris.iter().any(|u| u == &*normal)),
+                    None => subscribed(&normal),
                 };
                 if !wanted {
                     return Vec::new();

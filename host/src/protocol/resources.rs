@@ -1,8 +1,11 @@
 //! `resources/list`, `resources/templates/list`, `resources/read` (both eras; reads may ask the
-//! client for input) and the 2025 `resources/subscribe` / `resources/unsubscribe`. The agent's view
-//! applies to resources by URI and to templates by URI template; a URI nothing lists goes to the
-//! upstream servers in order.
+//! client for input) and the 2025 `resources/subscribe` / `resources/unsubscribe`. A client's URI
+//! is normalised first ([`crate::registry::uri`]): the agent's view, the call policy, the registry
+//! and the plugin or upstream that reads it all see its normal form, and a URI that has none is
+//! refused. The agent's view applies to resources by URI and to templates by URI template; a URI
+//! nothing lists goes to the upstream servers in order.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,6 +17,7 @@ use super::invoke::{self, Invocation};
 use super::jsonrpc::{ErrorKind, RpcError};
 use super::session::LegacySession;
 use super::{Answer, Cache, Protocol, Request, pages};
+use crate::registry::uri::{self, UriError};
 use crate::registry::{PluginSlot, Route};
 
 /// Whether the request's agent may see `uri` (a URI or URI template).
@@ -27,7 +31,7 @@ pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, Rpc
     pages::page(req, "resources", |after| {
         registry
             .resources_after(after)
-            .filter(|r| visible(req, &r.uri))
+            .filter(|r| visible(req, &r.key))
             .map(|r| (r.uri.as_str(), &r.listing))
     })
 }
@@ -61,25 +65,56 @@ fn uri_param<'a>(req: &'a Request<'_>, method: &str) -> Result<&'a str, RpcError
         .ok_or_else(|| RpcError::invalid_params(format!("{method} needs a string \"uri\"")))
 }
 
+/// The normal form of a client's resource URI `raw` ([`uri::normalize`]), which is what is
+/// compared, policed, routed and read. A URI without one is refused — unless a plugin lists
+/// exactly it, when that one spelling (and no other) names that resource.
+pub(crate) fn normal_uri<'a>(protocol: &Protocol, raw: &'a str) -> Result<Cow<'a, str>, UriError> {
+    match uri::normalize(raw) {
+        Err(_) if protocol.host.registry().resource(raw).is_some() => Ok(Cow::Borrowed(raw)),
+        normalized => normalized,
+    }
+}
+
+/// The `uri` parameter of `method` as sent, and its normal form; invalid params when it has none.
+fn asked_uri<'a>(
+    protocol: &Protocol,
+    req: &'a Request<'_>,
+    method: &str,
+) -> Result<(&'a str, Cow<'a, str>), RpcError> {
+    let raw = uri_param(req, method)?;
+    let normal = normal_uri(protocol, raw).map_err(|e| {
+        RpcError::invalid_params(format!("Invalid resource URI {raw:?}: {e}"))
+            .with_data(json!({ "uri": raw }))
+    })?;
+    Ok((raw, normal))
+}
+
 /// What reads a URI: a listed resource's (or template's) plugin, or an upstream offered a URI
 /// nothing lists.
 struct Reader {
     slot: Arc<PluginSlot>,
     index: u32,
+    /// The URI it is asked for: a listed resource's as its plugin declared it (the client's is
+    /// another spelling of it at most), else the client's in normal form.
+    uri: String,
     variables: Map<String, Value>,
     caller: CallerNeed,
     timeout: Duration,
 }
 
-/// Who reads `uri` for `req`, in order: the listed resource or matching template alone, else the
-/// upstreams that read URIs nothing lists ([`crate::registry::Registry::route`]); none when
-/// nothing may serve it to this caller.
+/// Who reads `uri` (in normal form) for `req`, in order: the listed resource or matching template
+/// alone, else the upstreams that read URIs nothing lists
+/// ([`crate::registry::Registry::route`]); none when nothing may serve it to this caller.
 fn readers(protocol: &Protocol, req: &Request<'_>, uri: &str) -> Vec<Reader> {
     let registry = protocol.host.registry();
     match registry.route(uri, |u| visible(req, u)) {
         Route::Listed(resource, variables) => vec![Reader {
             slot: Arc::clone(&resource.slot),
             index: resource.index,
+            uri: match resource.template {
+                Some(_) => uri.to_owned(),
+                None => resource.uri.clone(),
+            },
             variables,
             caller: resource.descriptor.caller,
             timeout: resource.timeout,
@@ -90,6 +125,7 @@ fn readers(protocol: &Protocol, req: &Request<'_>, uri: &str) -> Vec<Reader> {
                 slot: Arc::clone(&f.slot),
                 // An upstream reads by URI: the index is not looked at.
                 index: u32::MAX,
+                uri: uri.to_owned(),
                 variables: Map::new(),
                 caller: CallerNeed::None,
                 timeout: f.timeout,
@@ -105,10 +141,11 @@ fn readers(protocol: &Protocol, req: &Request<'_>, uri: &str) -> Vec<Reader> {
 /// found" answering (each ask policed, counted and audited as a read of that upstream).
 /// Cacheable, privately when it depends on the caller.
 pub(crate) async fn read(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, RpcError> {
-    let uri = uri_param(req, "resources/read")?;
+    let (raw, uri) = asked_uri(protocol, req, "resources/read")?;
+    let uri = &*uri;
     let readers = readers(protocol, req, uri);
     if readers.is_empty() {
-        return Err(not_found(req, uri));
+        return Err(not_found(req, raw));
     }
     let subject = Subject {
         method: "resources/read",
@@ -116,19 +153,19 @@ pub(crate) async fn read(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
         arguments: None,
     };
     let channel = input::channel(protocol, req, &subject)?;
-    let mut answer = Err(not_found(req, uri));
+    let mut answer = Err(not_found(req, raw));
     for reader in readers {
         let call = Invocation {
             slot: &reader.slot,
             envelope: CallEnvelope::ReadResource {
                 index: reader.index,
-                uri: uri.to_owned(),
+                uri: reader.uri,
                 variables: reader.variables,
             },
             caller: reader.caller,
             timeout: reader.timeout,
             what: format!("resource {uri}"),
-            policed: Some(crate::policy::Subject::Resource { uri }),
+            policed: Some(crate::policy::Subject::Resource { uri, raw }),
         };
         let cache = if reader.caller == CallerNeed::None {
             Cache::Yes
@@ -151,9 +188,9 @@ pub(crate) async fn read(protocol: &Protocol, req: &Request<'_>) -> Result<Answe
     input::finish(protocol, req, &subject, channel.as_deref(), failed, answer)
 }
 
-/// Whether `req` may subscribe to `uri`: a resource it could read, or a URI nothing lists that
-/// some upstream would be asked for (it is not read to check; updates come when the upstream
-/// sends them).
+/// Whether `req` may subscribe to `uri` (in normal form): a resource it could read, or a URI
+/// nothing lists that some upstream would be asked for (it is not read to check; updates come
+/// when the upstream sends them).
 pub(crate) fn subscribable(protocol: &Protocol, req: &Request<'_>, uri: &str) -> bool {
     match protocol.host.registry().route(uri, |u| visible(req, u)) {
         Route::Listed(..) => true,
@@ -162,22 +199,24 @@ pub(crate) fn subscribable(protocol: &Protocol, req: &Request<'_>, uri: &str) ->
     }
 }
 
-/// `resources/subscribe` (2025): updates of a served URI go to this session from now on.
+/// `resources/subscribe` (2025): updates of a served URI (by any spelling) go to this session
+/// from now on.
 pub(crate) fn subscribe(
     protocol: &Protocol,
     req: &Request<'_>,
     session: &LegacySession,
 ) -> Result<Answer, RpcError> {
-    let uri = uri_param(req, "resources/subscribe")?;
-    if !subscribable(protocol, req, uri) {
-        return Err(not_found(req, uri));
+    let (raw, uri) = asked_uri(protocol, req, "resources/subscribe")?;
+    if !subscribable(protocol, req, &uri) {
+        return Err(not_found(req, raw));
     }
-    session.subscribe(uri);
+    session.subscribe(&uri);
     Ok(Answer::plain(json!({})))
 }
 
 /// `resources/unsubscribe` (2025).
 pub(crate) fn unsubscribe(req: &Request<'_>, session: &LegacySession) -> Result<Answer, RpcError> {
-    session.unsubscribe(uri_param(req, "resources/unsubscribe")?);
+    let raw = uri_param(req, "resources/unsubscribe")?;
+    session.unsubscribe(&uri::normalize(raw).unwrap_or(Cow::Borrowed(raw)));
     Ok(Answer::plain(json!({})))
 }

@@ -12,6 +12,7 @@ mod checked;
 pub mod pins;
 pub mod search;
 pub mod template;
+pub mod uri;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -117,8 +118,12 @@ impl std::fmt::Debug for Tool {
 
 /// A resource or resource template a plugin serves.
 pub struct Resource {
-    /// The URI (or URI template) clients use.
+    /// The URI (or URI template) as the plugin declared it: listed, pinned, and sent back to the
+    /// plugin when a client reads the resource (by any spelling of it).
     pub uri: String,
+    /// What a client's URI is compared with, and agents' views see: a fixed URI's normal form
+    /// ([`uri::normalize`]; as declared when it has none), a template as declared.
+    pub key: String,
     /// The descriptor.
     pub descriptor: ResourceDescriptor,
     /// The plugin that serves it.
@@ -229,6 +234,29 @@ impl std::fmt::Debug for Listing {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.text())
     }
+}
+
+/// What a client's URI is compared with for resource `d` ([`Resource::key`]). A template whose
+/// literal start is not in normal form matches no client's URI there (they are normalised before
+/// they are matched): logged.
+fn resource_key(d: &ResourceDescriptor, memory: &BuildMemory) -> String {
+    if d.template {
+        let start = &d.uri[..d.uri.find('{').unwrap_or(d.uri.len())];
+        if let Ok(normal) = uri::normalize(start)
+            && normal != start
+        {
+            let line = format!(
+                "Resource template {:?} does not start in normal form ({normal:?}): URIs are \
+                 normalised before they are matched, so none starting {start:?} matches it",
+                d.uri
+            );
+            if memory.first_report(&line) {
+                tracing::warn!("{line}");
+            }
+        }
+        return d.uri.clone();
+    }
+    uri::normalize(&d.uri).map_or_else(|_| d.uri.clone(), std::borrow::Cow::into_owned)
 }
 
 /// The MCP `Resource` / `ResourceTemplate` object for a descriptor.
@@ -408,6 +436,8 @@ struct ServedTool {
 pub struct Registry {
     tools: BTreeMap<String, Arc<Tool>>,
     resources: BTreeMap<String, Arc<Resource>>,
+    /// The same by [`Resource::key`] (the first declared of several spellings of one URI).
+    by_key: HashMap<String, Arc<Resource>>,
     /// Templates by URI template, and in precedence order (a read takes the first that matches).
     templates: BTreeMap<String, Arc<Resource>>,
     template_order: Vec<Arc<Resource>>,
@@ -660,7 +690,16 @@ impl Registry {
                 self.tools.remove(name);
             }
             Kind::Resource => {
-                self.withheld.extend(self.resources.remove(name));
+                if let Some(held) = self.resources.remove(name) {
+                    if self
+                        .by_key
+                        .get(&held.key)
+                        .is_some_and(|r| Arc::ptr_eq(r, &held))
+                    {
+                        self.by_key.remove(&held.key);
+                    }
+                    self.withheld.push(held);
+                }
             }
             Kind::ResourceTemplate => {
                 self.withheld.extend(self.templates.remove(name));
@@ -898,6 +937,7 @@ impl Registry {
                         .insert(d.uri.clone(), slot.candidate.path.clone());
                     let resource = Arc::new(Resource {
                         uri: d.uri.clone(),
+                        key: resource_key(d, winners.memory),
                         listing: Listing::of(&resource_listing(d)),
                         descriptor: d.clone(),
                         slot: Arc::clone(slot),
@@ -909,6 +949,7 @@ impl Registry {
                         self.template_order.push(Arc::clone(&resource));
                         self.templates.insert(d.uri.clone(), resource);
                     } else {
+                        self.add_key(&resource, winners.memory);
                         self.resources.insert(d.uri.clone(), resource);
                     }
                 }
@@ -978,9 +1019,33 @@ impl Registry {
         }
     }
 
-    /// The resource with this exact URI, if one is served.
-    pub fn resource(&self, uri: &str) -> Option<&Arc<Resource>> {
-        self.resources.get(uri)
+    /// The resource a client's URI in normal form names ([`Resource::key`]), if one is served.
+    pub fn resource(&self, key: &str) -> Option<&Arc<Resource>> {
+        self.by_key.get(key)
+    }
+
+    /// Index `resource` by its key, unless an earlier resource has that key (another spelling of
+    /// the same URI: reads go to the earlier one).
+    fn add_key(&mut self, resource: &Arc<Resource>, memory: &BuildMemory) {
+        match self.by_key.get(&resource.key) {
+            Some(earlier) => {
+                let line = format!(
+                    "Resource {:?} of {} is {:?} of {} spelt another way: reads of it go to the \
+                     latter",
+                    resource.uri,
+                    resource.slot.backend.name(),
+                    earlier.uri,
+                    earlier.slot.backend.name()
+                );
+                if memory.first_report(&line) {
+                    tracing::warn!("{line}");
+                }
+            }
+            None => {
+                self.by_key
+                    .insert(resource.key.clone(), Arc::clone(resource));
+            }
+        }
     }
 
     /// Served resources in URI order.
@@ -998,14 +1063,15 @@ impl Registry {
         self.templates.values()
     }
 
-    /// What serves a read of `uri` (a resource with that URI, else the first template in
-    /// precedence order that matches it and that `visible` accepts), with the template's variables.
+    /// What serves a read of `uri` — a client's URI in normal form ([`uri::normalize`]): the
+    /// resource with that key, else the first template in precedence order that matches it and
+    /// that `visible` accepts, with the template's variables.
     pub fn resolve(
         &self,
         uri: &str,
         visible: impl Fn(&Resource) -> bool,
     ) -> Option<(Arc<Resource>, Map<String, Value>)> {
-        if let Some(r) = self.resources.get(uri).filter(|r| visible(r)) {
+        if let Some(r) = self.by_key.get(uri).filter(|r| visible(r)) {
             return Some((Arc::clone(r), Map::new()));
         }
         self.template_order
@@ -1017,20 +1083,21 @@ impl Registry {
             })
     }
 
-    /// Where a read of `uri` goes for a caller who may see the URIs (and URI templates)
-    /// `visible` accepts: what [`Registry::resolve`] finds; else, when nothing lists the URI and
-    /// no listed template matches it (whoever may see them; pinning's held ones too), the
-    /// upstreams that read unlisted URIs, in `tool_dirs` order — none for a URI the caller may
-    /// not see or that is not an absolute URI.
+    /// Where a read of `uri` (in normal form) goes for a caller who may see the URIs (and URI
+    /// templates) `visible` accepts (it is handed [`Resource::key`]s and `uri`): what
+    /// [`Registry::resolve`] finds; else, when nothing lists the URI and no listed template
+    /// matches it (whoever may see them; pinning's held ones too), the upstreams that read
+    /// unlisted URIs, in `tool_dirs` order — none for a URI the caller may not see or that is not
+    /// an absolute URI.
     pub fn route(&self, uri: &str, visible: impl Fn(&str) -> bool) -> Route<'_> {
-        if let Some((resource, variables)) = self.resolve(uri, |r| visible(&r.uri)) {
+        if let Some((resource, variables)) = self.resolve(uri, |r| visible(&r.key)) {
             return Route::Listed(resource, variables);
         }
         let matches = |r: &Arc<Resource>| match &r.template {
             Some(template) => template.matches(uri).is_some(),
-            None => r.uri == uri,
+            None => r.key == uri,
         };
-        let listed = self.resources.contains_key(uri)
+        let listed = self.by_key.contains_key(uri)
             || self.template_order.iter().any(matches)
             || self.withheld.iter().any(matches);
         if listed {

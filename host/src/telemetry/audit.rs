@@ -70,9 +70,12 @@ pub struct Decision<'a> {
     pub agent: Option<&'a str>,
     /// The request: `resources/read` or `prompts/get`.
     pub request: &'static str,
-    /// The URI read (a `resources/read`).
+    /// The URI read (a `resources/read`), in normal form.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resource: Option<&'a str>,
+    /// The URI as the client sent it, when that is not its normal form.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub resource_raw: Option<&'a str>,
     /// The prompt's name (a `prompts/get`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt: Option<&'a str>,

@@ -3,7 +3,8 @@
 //! the attacker gets the documented answer, that the server stays responsive to everyone else
 //! (`/healthz` and a normal call answer while and after it runs — checked by ordering and generous
 //! deadlines, never by a clock), that no other caller's session or data is affected, and that the
-//! server's peak memory (`VmHWM`) stays under 150 MB.
+//! server's peak memory (`VmHWM`) stays under 150 MB. `upstream_*` serve the hostile upstream
+//! fixture (`tests/fixtures/upstream/hostile.py`) through the host, one finding of issue 51 each.
 
 #![allow(clippy::unwrap_used)]
 
@@ -11,6 +12,8 @@ mod front_door;
 mod http_limits;
 mod store_trust;
 mod upstream_listen;
+mod upstream_sandbox;
+mod upstream_wire;
 mod worker_wire;
 
 use std::io::{Read as _, Write as _};

@@ -7,6 +7,12 @@
 //! shaped like one, an `Authorization` header, a registry input marked `isSecret`) is never copied:
 //! the entry references it as `${NAME}`, and the import says which variables the host's
 //! environment must then provide.
+//!
+//! Nothing of the imported text may expand: the host reads `${NAME}` in any configuration value
+//! from its own environment, so an entry whose copied text holds `${` (a URL, a header, an
+//! argument, an environment value) is refused, naming the field; the only references an entry
+//! holds are the ones the import gives it (for secrets, and for the variables a `server.json`
+//! declares), listed for the operator to set.
 
 mod desktop;
 mod registry;
@@ -19,6 +25,7 @@ use serde::Serialize;
 
 pub use self::write::{Appended, append_to_config};
 use super::UpstreamServer;
+use super::secrets::{is_secret, is_secret_header};
 
 /// What an import made.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -129,7 +136,11 @@ impl Import {
             ));
         }
         for skipped in &self.skipped {
-            out.push_str(&format!("# Skipped {}: {}\n", skipped.name, skipped.why));
+            out.push_str(&format!(
+                "# Skipped {}: {}\n",
+                one_line(&skipped.name),
+                one_line(&skipped.why)
+            ));
         }
         if !self.entries.is_empty() {
             out.push_str("tool_dirs:\n");
@@ -150,6 +161,20 @@ impl Import {
             })
             .collect()
     }
+}
+
+/// `text` (which may quote the imported file) on one comment line: line breaks and other control
+/// characters escaped, so that it cannot end the comment and add YAML of its own.
+fn one_line(text: &str) -> String {
+    text.chars()
+        .flat_map(|c| {
+            if c.is_control() {
+                c.escape_default().collect::<Vec<_>>()
+            } else {
+                vec![c]
+            }
+        })
+        .collect()
 }
 
 /// The `${NAME}` references given out by one import: a name taken by two servers (two with an
@@ -173,15 +198,48 @@ impl Vars {
     }
 
     /// Every variable given out.
+    #[cfg(test)]
     fn names(self) -> BTreeSet<String> {
         self.owners.into_keys().collect()
+    }
+
+    /// The variables given out that `entries` hold: the ones the user must set (a server that
+    /// gave no entry needs none).
+    fn names_in(self, entries: &[Entry]) -> BTreeSet<String> {
+        let mut wanted = BTreeSet::new();
+        for entry in entries {
+            collect_references(&entry.server, &mut wanted);
+        }
+        self.owners
+            .into_keys()
+            .filter(|name| wanted.contains(name))
+            .collect()
+    }
+}
+
+/// Every `${NAME}` in `server`'s values.
+fn collect_references(server: &UpstreamServer, into: &mut BTreeSet<String>) {
+    let values = server
+        .command
+        .iter()
+        .chain(server.env.values())
+        .chain(server.headers.values())
+        .chain(server.url.iter());
+    for value in values {
+        let mut rest = value.as_str();
+        while let Some(start) = rest.find("${") {
+            let after = &rest[start + 2..];
+            let Some(end) = after.find('}') else { break };
+            into.insert(after[..end].to_owned());
+            rest = &after[end + 1..];
+        }
     }
 }
 
 /// An environment variable's value as the entry holds it: a `${NAME}` reference when it looks
 /// like a secret, else the value.
 fn env_value(server: &str, key: &str, value: &str, vars: &mut Vars) -> String {
-    if secret_like(key, value) {
+    if is_secret(key, value) {
         vars.reference(server, key)
     } else {
         value.to_owned()
@@ -192,7 +250,7 @@ fn env_value(server: &str, key: &str, value: &str, vars: &mut Vars) -> String {
 /// secret) becomes a reference named after the server (`Bearer ${NAME_TOKEN}` for a bearer
 /// token), anything else stays.
 fn header_value(server: &str, header: &str, value: &str, vars: &mut Vars) -> String {
-    if header.eq_ignore_ascii_case("authorization") && !value.contains("${") {
+    if header.eq_ignore_ascii_case("authorization") && is_secret_header(header, value) {
         if let Some((scheme, _)) = value
             .split_once(' ')
             .filter(|(s, _)| s.eq_ignore_ascii_case("bearer"))
@@ -204,10 +262,83 @@ fn header_value(server: &str, header: &str, value: &str, vars: &mut Vars) -> Str
         }
         return vars.reference(server, &format!("{server}_AUTHORIZATION"));
     }
-    if secret_like(header, value) {
+    if is_secret_header(header, value) {
         return vars.reference(server, &format!("{server}_{header}"));
     }
     value.to_owned()
+}
+
+/// Refuse `text`, copied from the imported file into an entry's `field`, when it holds `${`: the
+/// host expands `${NAME}` and `${NAME:-}` from its own environment wherever a configuration
+/// value holds them, so a reference written by the file's author would have the host send its own
+/// secrets (`${AWS_SECRET_ACCESS_KEY:-}`) to the author's server. The configuration has no escape
+/// for `${`, so the entry is refused, naming the field.
+fn literal(field: &str, text: &str) -> Result<(), String> {
+    match text.find("${") {
+        None => Ok(()),
+        Some(at) => Err(expansion_refused(field, &text[at..])),
+    }
+}
+
+/// Why an entry is refused: `field` holds the reference at the start of `from`.
+fn expansion_refused(field: &str, from: &str) -> String {
+    let end = from.find('}').map_or(from.len(), |e| e + 1);
+    let mut reference: String = from[..end].chars().take(64).collect();
+    if reference.len() < end {
+        reference.push('…');
+    }
+    format!(
+        "{field} holds {reference:?}, which the host would expand from its own environment into \
+         what it runs or sends: `mcp-host import` keeps no `${{…}}` from imported text (write \
+         this entry by hand if a variable of the host's is meant)"
+    )
+}
+
+/// The safety net under [`literal`]: every `${` in an entry made for `server` must be a `${NAME}`
+/// reference the import gave to that server (a secret's, or a variable the source declares).
+fn only_given_references(entry: &UpstreamServer, server: &str, vars: &Vars) -> Result<(), String> {
+    let mut values: Vec<(String, &str)> = Vec::new();
+    values.extend(
+        entry
+            .command
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (format!("command[{i}]"), a.as_str())),
+    );
+    values.extend(
+        entry
+            .env
+            .iter()
+            .map(|(k, v)| (format!("env.{k}"), v.as_str())),
+    );
+    values.extend(
+        entry
+            .headers
+            .iter()
+            .map(|(k, v)| (format!("headers.{k}"), v.as_str())),
+    );
+    values.extend(entry.url.iter().map(|u| ("url".to_owned(), u.as_str())));
+    values.extend(
+        entry
+            .cwd
+            .iter()
+            .filter_map(|c| c.to_str())
+            .map(|c| ("cwd".to_owned(), c)),
+    );
+    for (field, value) in values {
+        let mut rest = value;
+        while let Some(start) = rest.find("${") {
+            let after = &rest[start + 2..];
+            let given = after
+                .find('}')
+                .is_some_and(|end| vars.owners.get(&after[..end]).is_some_and(|o| o == server));
+            if !given {
+                return Err(expansion_refused(&field, &rest[start..]));
+            }
+            rest = after;
+        }
+    }
+    Ok(())
 }
 
 /// `raw` as an environment variable's name: upper case letters, digits and `_`, not starting
@@ -249,121 +380,9 @@ fn entry_name(raw: &str, server: &UpstreamServer) -> String {
     }
 }
 
-/// Words of a variable or header name that make its value a secret.
-const SECRET_WORDS: &[&str] = &[
-    "TOKEN",
-    "SECRET",
-    "PASSWORD",
-    "PASSWD",
-    "PASSPHRASE",
-    "KEY",
-    "APIKEY",
-    "CREDENTIAL",
-    "CREDENTIALS",
-    "AUTH",
-    "AUTHORIZATION",
-    "COOKIE",
-    "PAT",
-    "PRIVATE",
-    "SIGNATURE",
-];
-
-/// Prefixes of well-known token formats.
-const TOKEN_PREFIXES: &[&str] = &[
-    "sk-",
-    "sk_",
-    "pk_",
-    "rk_",
-    "ghp_",
-    "gho_",
-    "ghu_",
-    "ghs_",
-    "github_pat_",
-    "glpat-",
-    "xoxb-",
-    "xoxp-",
-    "xapp-",
-    "AKIA",
-    "AIza",
-    "eyJ",
-    "Bearer ",
-    "Basic ",
-    "npm_",
-    "hf_",
-    "lin_api_",
-];
-
-/// Whether `value` (of variable or header `key`) looks like a secret: the name says so, the value
-/// has a token's known form or shape, or it is a URL with a password.
-pub(crate) fn secret_like(key: &str, value: &str) -> bool {
-    if value.is_empty() || is_reference(value) {
-        return false;
-    }
-    let upper = key.to_ascii_uppercase();
-    let named = upper
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .any(|word| SECRET_WORDS.contains(&word))
-        || ["TOKEN", "SECRET", "PASSWORD", "APIKEY"]
-            .iter()
-            .any(|w| upper.contains(w));
-    named || TOKEN_PREFIXES.iter().any(|p| value.starts_with(p)) || token_shaped(value) || {
-        // scheme://user:password@host
-        value.split_once("://").is_some_and(|(_, rest)| {
-            let authority = rest.split('/').next().unwrap_or(rest);
-            authority
-                .split_once('@')
-                .is_some_and(|(user, _)| user.contains(':'))
-        })
-    }
-}
-
-/// A long run of letters and digits (and `-_.=+/`) mixing both, without spaces or a path's
-/// slashes: what generated keys look like.
-fn token_shaped(value: &str) -> bool {
-    value.len() >= 24
-        && !value.contains(char::is_whitespace)
-        && !value.starts_with('/')
-        && !value.contains("://")
-        && value
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_.=+/".contains(c))
-        && value.chars().any(|c| c.is_ascii_digit())
-        && value.chars().any(|c| c.is_ascii_alphabetic())
-        && value.chars().filter(|c| *c == '/').count() <= 2
-}
-
-/// Whether `value` is already a `${NAME}` reference.
-fn is_reference(value: &str) -> bool {
-    value.starts_with("${") && value.ends_with('}') && value.matches("${").count() == 1
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn secrets_are_recognised_by_name_form_and_shape() {
-        for (key, value) in [
-            ("GITHUB_PERSONAL_ACCESS_TOKEN", "abc"),
-            ("OPENAI_API_KEY", "x"),
-            ("DB_PASSWORD", "hunter2"),
-            ("ANYTHING", "ghp_0123456789abcdefghij"),
-            ("ANYTHING", "sk-proj-xyz"),
-            ("DATABASE_URL", "postgres://me:pw@db.example/prod"),
-            ("BLOB", "a8F3kZ29qLm0Xw7Yt5Rb1Nc4Vd6Ue"),
-        ] {
-            assert!(secret_like(key, value), "{key}={value}");
-        }
-        for (key, value) in [
-            ("LOG_LEVEL", "debug"),
-            ("ALLOWED_DIR", "/srv/docs/2024/reports/quarterly"),
-            ("KEYBOARD_LAYOUT", "us"),
-            ("BASE_URL", "https://api.example.com/v1"),
-            ("GITHUB_TOKEN", "${GITHUB_TOKEN}"),
-        ] {
-            assert!(!secret_like(key, value), "{key}={value}");
-        }
-    }
 
     #[test]
     fn references_are_unique_per_server() {

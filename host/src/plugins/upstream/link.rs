@@ -6,7 +6,7 @@
 //! caller (`relay`), the child's stderr to the log, and the upstream's `list_changed` re-reading
 //! its lists so the host can serve (or, under pinning, hold) what changed.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -26,8 +26,7 @@ use serde_json::Value;
 
 use crate::plugins::backend::HostCallbacks;
 use crate::plugins::call::{CallState, TraceContext};
-use crate::plugins::worker::{Line, OutputLines};
-use crate::plugins::{LoadError, lock};
+use crate::plugins::{LoadError, lock, output};
 
 /// How long an upstream may take to start and answer its handshake and lists.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,9 +46,6 @@ type Served = (
 /// The 2026-07-28 error for a request that needs a client capability the client did not declare.
 const MISSING_CLIENT_CAPABILITY: i32 = -32021;
 
-/// Lines of an upstream child's stderr logged per burst window before they are dropped.
-const STDERR_LINES_PER_SEC: u32 = 50;
-
 /// How the upstream is reached.
 #[derive(Debug, Clone)]
 pub(crate) enum Transport {
@@ -63,13 +59,8 @@ pub(crate) enum Transport {
         /// Its working directory.
         cwd: PathBuf,
     },
-    /// A Streamable HTTP endpoint.
-    Http {
-        /// The endpoint.
-        url: String,
-        /// Headers sent with every request.
-        headers: Vec<(String, String)>,
-    },
+    /// A Streamable HTTP endpoint, its headers and which redirects are followed.
+    Http(super::http::Endpoint),
 }
 
 /// A request that produced no result.
@@ -395,6 +386,14 @@ impl Link {
         &self.name
     }
 
+    /// An HTTP upstream's endpoint.
+    fn url(&self) -> Option<&str> {
+        match &self.transport {
+            Transport::Http(endpoint) => Some(&endpoint.url),
+            Transport::Stdio { .. } => None,
+        }
+    }
+
     /// Open a session and read the lists.
     async fn connect(self: &Arc<Self>) -> Result<(Arc<Session>, Manifest), LoadError> {
         let Connected {
@@ -491,8 +490,8 @@ impl Link {
                     .await;
                 (served, Some(pid), Some(direct))
             }
-            Transport::Http { url, headers } => {
-                let transport = self.routing(http_transport(url, headers)?);
+            Transport::Http(endpoint) => {
+                let transport = self.routing(super::http::transport(&self.name, endpoint)?);
                 (
                     handler.serve_with_lifecycle(transport, lifecycle).await,
                     None,
@@ -522,7 +521,10 @@ impl Link {
                 self.name
             ));
         }
-        LoadError::Worker(format!("the MCP handshake failed: {e}"))
+        LoadError::Worker(format!(
+            "the MCP handshake failed: {}",
+            super::http::init_failure(&e, self.url())
+        ))
     }
 
     /// Report session `id`'s end when its service ends: the connection closed (a child that
@@ -991,7 +993,11 @@ impl Link {
                 )
             }
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
-            other => Failure::Unavailable(format!("upstream {}: {other}", self.name)),
+            other => Failure::Unavailable(format!(
+                "upstream {}: {}",
+                self.name,
+                super::http::service_failure(&other, self.url())
+            )),
         }
     }
 
@@ -1081,73 +1087,16 @@ fn kill_group(pid: u32) {
     }
 }
 
-/// Log what an upstream child writes to its stderr, a line at a time (each line bounded, a
-/// burst beyond [`STDERR_LINES_PER_SEC`] a second dropped and counted).
+/// Log what an upstream child writes to its stderr, a line at a time, through the bounded path
+/// every stranger's output takes ([`output::forward`]: escaped, cut, rate-limited, a burst's last
+/// lines kept and logged with the count of the others when it ends).
 fn log_stderr(name: &str, pid: u32, stderr: std::process::ChildStderr) {
-    let mut lines = OutputLines::new(stderr);
-    let (mut window, mut logged, mut dropped) = (Instant::now(), 0u32, 0u64);
-    while let Some(line) = lines.next_line() {
-        if window.elapsed() >= Duration::from_secs(1) {
-            if dropped > 0 {
-                tracing::warn!(upstream = name, pid, "{dropped} stderr lines dropped");
-            }
-            (window, logged, dropped) = (Instant::now(), 0, 0);
-        }
-        if logged >= STDERR_LINES_PER_SEC {
-            dropped += 1;
-            continue;
-        }
-        logged += 1;
-        let text = match line {
-            Line::Whole(text) => text,
-            Line::Cut(text, more) => format!("{text}… (line cut: {more} more bytes dropped)"),
-        };
-        tracing::info!(upstream = name, pid, "{text}");
-    }
-}
-
-/// rmcp's Streamable HTTP client for `url` with `headers`: one reqwest client (connections
-/// reused), TLS by rustls with the ring provider, a session re-initialised when the server
-/// forgets it (404), a stateless session's answers read by [`super::answers::Client`].
-fn http_transport(
-    url: &str,
-    headers: &[(String, String)],
-) -> Result<rmcp::transport::StreamableHttpClientTransport<super::answers::Client>, LoadError> {
-    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-    crate::config::tls::use_ring_provider();
-    let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
-    let mut custom = HashMap::new();
-    let mut auth = None;
-    for (name, value) in headers {
-        if name.eq_ignore_ascii_case("authorization") {
-            // rmcp sends it as a bearer token: give it the token alone.
-            auth = Some(
-                value
-                    .strip_prefix("Bearer ")
-                    .or_else(|| value.strip_prefix("bearer "))
-                    .unwrap_or(value)
-                    .to_owned(),
-            );
-            continue;
-        }
-        let name = http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|e| bad(format!("{name}: {e}")))?;
-        let value = http::HeaderValue::from_str(value).map_err(|e| bad(format!("{name}: {e}")))?;
-        custom.insert(name, value);
-    }
-    let client = reqwest::Client::builder()
-        .connect_timeout(Duration::from_secs(10))
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
-    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned())
-        .custom_headers(custom)
-        .reinit_on_expired_session(true);
-    if let Some(token) = auth {
-        config = config.auth_header(token);
-    }
-    Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        super::answers::Client::new(client),
-        config,
-    ))
+    output::forward(
+        stderr,
+        |_| {},
+        |logged| match logged {
+            output::Logged::Line(text) => tracing::info!(upstream = name, pid, "{text}"),
+            notice => tracing::warn!(upstream = name, pid, "stderr: {notice}"),
+        },
+    );
 }

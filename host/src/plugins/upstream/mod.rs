@@ -2,13 +2,14 @@
 //! a supervised child speaking MCP on its pipes, or a Streamable HTTP endpoint) is served like a
 //! plugin named after the entry's `name` — its manifest synthesised from the upstream's lists
 //! ([`listing`]), its calls, resource reads, prompts and completions forwarded through rmcp's
-//! client ([`link`], which also supervises the connection), and a stdio child confined before it
+//! client ([`link`], which also supervises the connection; [`http`] builds an HTTP upstream's), and a stdio child confined before it
 //! runs ([`confine`]). Everything the host does around a plugin call (names and prefixes, agents,
 //! pinning, quotas, timeouts, metrics and audit) applies unchanged, because the registry and the
 //! executor see one more [`PluginBackend`].
 
 mod answers;
 pub mod confine;
+mod http;
 mod link;
 mod listing;
 mod pipe;
@@ -114,7 +115,7 @@ pub(crate) fn start(
     host: Arc<dyn HostCallbacks>,
 ) -> Result<Upstream, LoadError> {
     let transport = match &entry.server.url {
-        Some(url) => Transport::Http {
+        Some(url) => Transport::Http(http::Endpoint {
             url: url.clone(),
             headers: entry
                 .server
@@ -122,7 +123,8 @@ pub(crate) fn start(
                 .iter()
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
-        },
+            redirects: entry.server.follow_redirects.unwrap_or_default(),
+        }),
         None => stdio_transport(entry, spec, config, exe)?,
     };
     let policy = (
@@ -191,6 +193,9 @@ fn stdio_transport(
     }
     let confinement = confine::ExecConfinement {
         limits: spec.limits.as_ref().map(wire_limits),
+        temp_dir: sandbox
+            .as_ref()
+            .map(|_| confine::temp_dir(config, &entry.name)),
         sandbox,
     };
     let mut argv = confined_argv(exe, spec.isolation, &confinement, binary)?;
@@ -333,6 +338,7 @@ async fn answered(
         if value.get("resultType").and_then(Value::as_str) != Some("input_required") {
             if let Value::Object(map) = &mut value {
                 map.remove("resultType");
+                own_server_info(map);
             }
             return Ok(value);
         }
@@ -408,6 +414,25 @@ async fn needs(call: &Arc<CallState>, name: &str, required: &Value, message: &st
         "upstream {name} refused: it needs a client capability the caller did not declare \
          ({message})"
     ))
+}
+
+/// Where a result's `_meta` names the server that made it.
+const META_SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// The host's own `serverInfo` where an upstream's result names its server (`_meta`'s
+/// `io.modelcontextprotocol/serverInfo`, which 2026 servers put in every result): a client is
+/// told of the server it speaks to, the host, in every era — a 2025 session's results and `mcp-host
+/// call`'s would pass the upstream's on (a 2026 response is given the host's as it is written).
+/// One lookup when there is none; nothing else of the result is touched.
+fn own_server_info(result: &mut serde_json::Map<String, Value>) {
+    static HOST: OnceLock<Value> = OnceLock::new();
+    if let Some(Value::Object(meta)) = result.get_mut("_meta")
+        && let Some(info) = meta.get_mut(META_SERVER_INFO)
+    {
+        *info = HOST
+            .get_or_init(|| json!({"name": "mcp-host", "version": env!("CARGO_PKG_VERSION")}))
+            .clone();
+    }
 }
 
 /// An upstream's result as JSON: as it came (see [`pipe`]), or encoded from rmcp's types (an

@@ -31,7 +31,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 use crate::plugins::call::{CallEvent, CallState};
-use crate::plugins::lock;
+use crate::plugins::{lock, output};
 
 /// One request in flight on an upstream: the call it serves, and once it is sent, its request id
 /// and progress token.
@@ -53,6 +53,15 @@ pub(super) struct Routes {
     name: Arc<str>,
     inflight: Mutex<Vec<InFlight>>,
     next: std::sync::atomic::AtomicU64,
+    /// Its log messages that go to the host's log, through the rate every stranger's output has.
+    logged: Mutex<Logging>,
+}
+
+/// The log messages of an upstream that go to the host's log: their rate, and whether a task
+/// logs what the rate holds back once it allows (or the upstream falls quiet).
+struct Logging {
+    burst: output::Burst,
+    ticking: bool,
 }
 
 impl Routes {
@@ -62,6 +71,10 @@ impl Routes {
             name,
             inflight: Mutex::default(),
             next: std::sync::atomic::AtomicU64::new(0),
+            logged: Mutex::new(Logging {
+                burst: output::Burst::new(std::time::Instant::now()),
+                ticking: false,
+            }),
         }
     }
 
@@ -79,7 +92,7 @@ impl Routes {
 
     /// A notification as it arrives: a log message or progress goes to its call.
     #[allow(deprecated)]
-    fn arrived(&self, notification: &ServerNotification) {
+    fn arrived(self: &Arc<Self>, notification: &ServerNotification) {
         match notification {
             ServerNotification::LoggingMessageNotification(n) => {
                 log(self, &n.params, &n.extensions);
@@ -189,16 +202,17 @@ impl Drop for Entered<'_> {
 
 /// An upstream's log message: to the client of the call it belongs to (as the call's own log
 /// message, which the client's `logging/setLevel` or request level filters), and to the host's
-/// log when it belongs to none.
+/// log when it belongs to none — as one escaped line of bounded length, at the rate every
+/// stranger's output has ([`output::Burst`]).
 #[allow(deprecated)]
-fn log(routes: &Routes, params: &LoggingMessageNotificationParam, extensions: &Extensions) {
-    let text = match &params.data {
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
+fn log(routes: &Arc<Routes>, params: &LoggingMessageNotificationParam, extensions: &Extensions) {
     if let Routed::Call(call) = routes.route(extensions)
         && let Some(sink) = &call.events
     {
+        let text = match &params.data {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
         sink(CallEvent::Log {
             level: level(params.level),
             message: text,
@@ -209,7 +223,93 @@ fn log(routes: &Routes, params: &LoggingMessageNotificationParam, extensions: &E
         });
         return;
     }
-    tracing::info!(upstream = &*routes.name, logger = params.logger, "{text}");
+    let logger = params
+        .logger
+        .as_deref()
+        .map(|l| format!(" {}", output::one_line(l, MAX_LOGGER).0))
+        .unwrap_or_default();
+    let line = format!(
+        "[{}{logger}] {}",
+        level(params.level).as_str(),
+        log_text(&params.data)
+    );
+    let mut logging = lock(&routes.logged);
+    let name = &*routes.name;
+    logging
+        .burst
+        .push(std::time::Instant::now(), line, &mut |l| host_log(name, l));
+    if !logging.ticking
+        && logging.burst.next_tick().is_some()
+        && let Ok(runtime) = tokio::runtime::Handle::try_current()
+    {
+        logging.ticking = true;
+        runtime.spawn(tick(Arc::clone(routes)));
+    }
+}
+
+/// The longest logger name of an upstream's log message the host logs.
+const MAX_LOGGER: usize = 128;
+
+/// An upstream's log message's `data` as one line of at most [`output::MAX_LINE`] bytes (a
+/// string as it is, anything else as JSON), however large it is.
+fn log_text(data: &Value) -> String {
+    if let Value::String(s) = data {
+        return output::log_line(s, 0);
+    }
+    /// Takes the first `MAX_LINE` bytes written and refuses the rest.
+    struct Capped(Vec<u8>);
+    impl std::io::Write for Capped {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            let room = output::MAX_LINE + 1 - self.0.len();
+            if room == 0 {
+                return Err(std::io::Error::other("long enough"));
+            }
+            let n = buf.len().min(room);
+            self.0.extend_from_slice(&buf[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut capped = Capped(Vec::new());
+    let cut = serde_json::to_writer(&mut capped, data).is_err();
+    let text = String::from_utf8_lossy(&capped.0);
+    let mut line = output::one_line(&text, output::MAX_LINE).0;
+    if cut {
+        line.push_str("… (cut)");
+    }
+    line
+}
+
+/// Log what the rate lets out of an upstream's log messages.
+fn host_log(upstream: &str, logged: output::Logged<'_>) {
+    match logged {
+        output::Logged::Line(line) => tracing::info!(upstream, "{line}"),
+        notice => tracing::warn!(upstream, "log messages: {notice}"),
+    }
+}
+
+/// Log the messages `routes`' rate held back, as it allows them out and when the upstream falls
+/// quiet; ends once none is held.
+async fn tick(routes: Arc<Routes>) {
+    loop {
+        let until = {
+            let mut logging = lock(&routes.logged);
+            match logging.burst.next_tick() {
+                Some(until) => until,
+                None => {
+                    logging.ticking = false;
+                    return;
+                }
+            }
+        };
+        tokio::time::sleep_until(until.into()).await;
+        let name = &*routes.name;
+        lock(&routes.logged)
+            .burst
+            .tick(std::time::Instant::now(), &mut |l| host_log(name, l));
+    }
 }
 
 // Logging is deprecated in 2026-07-28, but the servers of 2025 still send it.

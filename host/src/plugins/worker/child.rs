@@ -146,7 +146,7 @@ pub fn run_worker() -> ExitCode {
         if let Err(e) = sandbox::limit_tasks() {
             return fail(&out, "sandbox", e.to_string());
         }
-        match sandbox::enforce(rules) {
+        match sandbox::enforce(rules, None) {
             Ok(None) => {}
             Ok(Some(note)) => {
                 let _ = out.send(&FromWorker::HostLog {

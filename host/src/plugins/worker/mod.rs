@@ -33,7 +33,7 @@ use mcp_plugin_sdk::wire::{BuildInfo, Manifest};
 use serde::Serialize;
 
 pub use child::run_worker;
-pub(crate) use process::{Line, OutputLines, WorkerCommand};
+pub(crate) use process::WorkerCommand;
 pub use sandbox::Grant;
 pub use supervisor::KILL_GRACE;
 
@@ -236,9 +236,9 @@ impl PluginBackend for Isolated {
 pub mod fuzzing {
     use std::io::{self, Read};
 
-    use super::process::{Line, MAX_LINE, OutputLines};
     use super::wire::{self, FrameReader, FromWorker, Source};
     use crate::plugins::backend::HostRequest;
+    use crate::plugins::output::{Line, MAX_LINE, OutputLines};
 
     /// Bytes handed out in pieces of the given sizes (cycled; a zero is a pause for `read_now`).
     struct Pieces {

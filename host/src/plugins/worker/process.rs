@@ -25,18 +25,10 @@ use crate::plugins::backend::{
     self, HostCallbacks, HostRequest, HostRequestError, PluginCallError,
 };
 use crate::plugins::call::{CallEvent, CallState, error_result};
-use crate::plugins::{LoadError, describe_exit, signal_name};
+use crate::plugins::{LoadError, describe_exit, output, signal_name};
 
 /// Lines of a worker's output kept for crash reports.
 const TAIL_LINES: usize = 8;
-/// The longest line of a worker's output the host keeps and logs; the rest of a longer line is
-/// read and dropped.
-pub(crate) const MAX_LINE: usize = 4 * 1024;
-/// Lines of a worker's output logged at once before the rate applies.
-const LOG_BURST: u32 = 200;
-/// Lines of a worker's output logged per second after a burst (the others are counted, and the
-/// count logged).
-const LOG_RATE: u32 = 50;
 /// Host threads answering one worker's nested calls and call requests at a time.
 pub(crate) const NESTED_THREADS: usize = 16;
 /// One worker's nested calls and call requests waiting for one of those threads; past this, a
@@ -236,10 +228,10 @@ fn connect(
     })
 }
 
-/// Forward a worker's output to the host's log, keeping the last lines for crash reports. Reads
-/// are bounded: a line is cut at [`MAX_LINE`] bytes (the rest of it read and dropped), and after
-/// a burst of [`LOG_BURST`] lines at most [`LOG_RATE`] a second are logged, with a count of those
-/// that were not.
+/// Forward a worker's output to the host's log, keeping the last lines for crash reports, through
+/// the bounded path every stranger's output takes ([`output::forward`]: each line escaped and cut
+/// at [`output::MAX_LINE`] bytes; [`output::BURST`] lines at once, then [`output::RATE`] a second,
+/// a burst's last lines kept and logged with the count of the others when it ends).
 fn forward_output(
     plugin: Arc<str>,
     pid: u32,
@@ -250,173 +242,21 @@ fn forward_output(
     let spawned = std::thread::Builder::new()
         .name(format!("mcp-worker-log-{pid}"))
         .spawn(move || {
-            let mut limiter = LogLimiter::new(pid, &plugin);
-            let mut lines = OutputLines::new(pipe);
-            while let Some(line) = lines.next_line() {
-                let text = match line {
-                    Line::Whole(text) => text,
-                    Line::Cut(text, dropped) => {
-                        format!("{text}… (line cut: {dropped} more bytes dropped)")
-                    }
-                };
-                limiter.log(&text);
+            let each = |text: &str| {
                 let mut tail = lock(&kept);
                 if tail.len() == TAIL_LINES {
                     tail.pop_front();
                 }
-                tail.push_back(text);
-            }
-            limiter.flush();
+                tail.push_back(text.to_owned());
+            };
+            output::forward(pipe, each, |logged| {
+                tracing::warn!(plugin = &*plugin, pid, "worker output: {logged}");
+            });
         });
     if let Err(e) = spawned {
         tracing::warn!("cannot forward the output of worker {pid}: {e}");
     }
     tail
-}
-
-/// One line of a worker's output.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Line {
-    /// The whole line (without its newline).
-    Whole(String),
-    /// Its first [`MAX_LINE`] bytes, and how many more it had.
-    Cut(String, u64),
-}
-
-/// Lines from a byte stream, each at most [`MAX_LINE`] bytes held, whatever the stream sends.
-pub(crate) struct OutputLines<R> {
-    source: R,
-    buf: Box<[u8]>,
-    start: usize,
-    end: usize,
-}
-
-impl<R: io::Read> OutputLines<R> {
-    /// Lines read from `source`.
-    pub(crate) fn new(source: R) -> Self {
-        OutputLines {
-            source,
-            buf: vec![0; 8 * 1024].into_boxed_slice(),
-            start: 0,
-            end: 0,
-        }
-    }
-
-    /// Refill the buffer; false at the end of the stream (or on an error).
-    fn fill(&mut self) -> bool {
-        if self.start == self.end {
-            (self.start, self.end) = (0, 0);
-        }
-        loop {
-            match self.source.read(&mut self.buf[self.end..]) {
-                Ok(0) => return false,
-                Ok(n) => {
-                    self.end += n;
-                    return true;
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(_) => return false,
-            }
-        }
-    }
-
-    /// The next line; `None` at the end of the stream (a last line without a newline is still
-    /// returned).
-    pub(crate) fn next_line(&mut self) -> Option<Line> {
-        let mut line: Vec<u8> = Vec::new();
-        let mut dropped: u64 = 0;
-        loop {
-            if self.start == self.end && !self.fill() {
-                if line.is_empty() && dropped == 0 {
-                    return None;
-                }
-                break;
-            }
-            let pending = &self.buf[self.start..self.end];
-            let newline = pending.iter().position(|b| *b == b'\n');
-            let piece = &pending[..newline.unwrap_or(pending.len())];
-            let room = MAX_LINE - line.len();
-            let kept = piece.len().min(room);
-            line.extend_from_slice(&piece[..kept]);
-            dropped += (piece.len() - kept) as u64;
-            self.start += piece.len();
-            if newline.is_some() {
-                self.start += 1;
-                break;
-            }
-            if self.start == self.end {
-                (self.start, self.end) = (0, 0);
-            }
-        }
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-        let text = String::from_utf8_lossy(&line).into_owned();
-        Some(if dropped == 0 {
-            Line::Whole(text)
-        } else {
-            Line::Cut(text, dropped)
-        })
-    }
-}
-
-/// Logs a worker's output lines within a token-bucket rate, counting the lines it drops.
-struct LogLimiter<'a> {
-    pid: u32,
-    plugin: &'a str,
-    tokens: f64,
-    refilled: Instant,
-    dropped: u64,
-}
-
-impl<'a> LogLimiter<'a> {
-    fn new(pid: u32, plugin: &'a str) -> Self {
-        LogLimiter {
-            pid,
-            plugin,
-            tokens: f64::from(LOG_BURST),
-            refilled: Instant::now(),
-            dropped: 0,
-        }
-    }
-
-    fn log(&mut self, line: &str) {
-        let now = Instant::now();
-        let elapsed = now.saturating_duration_since(self.refilled).as_secs_f64();
-        self.tokens = (self.tokens + elapsed * f64::from(LOG_RATE)).min(f64::from(LOG_BURST));
-        self.refilled = now;
-        if self.tokens < 1.0 {
-            if self.dropped == 0 {
-                tracing::warn!(
-                    plugin = self.plugin,
-                    pid = self.pid,
-                    "worker output over {LOG_RATE} lines a second; not logging all of it"
-                );
-            }
-            self.dropped += 1;
-            return;
-        }
-        self.tokens -= 1.0;
-        self.flush();
-        tracing::warn!(
-            plugin = self.plugin,
-            pid = self.pid,
-            "worker output: {line}"
-        );
-    }
-
-    /// Log how many lines were not logged, if any.
-    fn flush(&mut self) {
-        if self.dropped > 0 {
-            tracing::warn!(
-                plugin = self.plugin,
-                pid = self.pid,
-                "worker output: {} lines not logged (over {LOG_RATE} a second)",
-                self.dropped
-            );
-            self.dropped = 0;
-        }
-    }
 }
 
 impl Process {
@@ -966,19 +806,5 @@ mod tests {
             .map(|(k, _)| k.into_string().unwrap_or_default())
             .collect();
         assert_eq!(kept, ["PATH", "LC_ALL"]);
-    }
-
-    #[test]
-    fn output_lines_are_cut_at_the_limit_and_the_stream_goes_on() {
-        let mut bytes = vec![b'x'; 3 * MAX_LINE];
-        bytes.extend(b"\r\nshort\nlast");
-        let mut lines = OutputLines::new(io::Cursor::new(bytes));
-        assert_eq!(
-            lines.next_line(),
-            Some(Line::Cut("x".repeat(MAX_LINE), 2 * MAX_LINE as u64 + 1))
-        );
-        assert_eq!(lines.next_line(), Some(Line::Whole("short".into())));
-        assert_eq!(lines.next_line(), Some(Line::Whole("last".into())));
-        assert_eq!(lines.next_line(), None);
     }
 }

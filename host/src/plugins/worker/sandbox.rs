@@ -1,14 +1,18 @@
 //! What an isolated plugin is allowed, and how its worker process enforces it on itself before it
 //! loads the plugin: resource limits (`setrlimit`: address space, CPU seconds, open files, no core
 //! dumps) for every worker, and for `isolation: sandbox` a deny-by-default Landlock ruleset
-//! (filesystem, TCP bind/connect ports, signals and abstract sockets scoped to the sandbox) plus a
-//! seccomp filter (no `ptrace` or other process inspection, no `execve` unless granted, no socket
-//! families or types beyond TCP/UDP over IP — and none at all without a network grant — and none
-//! of the kernel's more dangerous interfaces). `no_new_privs` is set first.
+//! (filesystem, TCP bind/connect ports, signals and abstract sockets scoped to the sandbox, and
+//! pathname Unix sockets where the kernel governs them) plus a seccomp filter (no `ptrace` or
+//! other process inspection, no `execve` unless granted, no socket families or types beyond
+//! TCP/UDP over IP — and none at all without a network grant — no Unix socket without a
+//! `unix_sockets` grant, and none of the kernel's more dangerous interfaces). `no_new_privs` is
+//! set first. The same code confines a stdio upstream's child (`upstream::confine`).
 //!
 //! Landlock filters TCP by port: a `host:port` grant opens that port for every host, and the host
 //! part is shown but not enforced by the kernel. UDP is not filtered (name resolution needs it) but
-//! is only available with a network grant.
+//! is only available with a network grant. `connect(2)` to a pathname Unix socket is governed by
+//! Landlock from ABI 9 (Linux 7.1) only: below it, no Unix socket can be created without a grant,
+//! and a grant opens every socket the process can name (refused unless `allow_weaker_sandbox`).
 
 use std::path::{Path, PathBuf};
 
@@ -57,6 +61,8 @@ pub struct Grant {
     pub env: Vec<String>,
     /// Whether it may run programs.
     pub exec: bool,
+    /// Unix-domain sockets it may connect to, by path.
+    pub unix_sockets: Vec<PathBuf>,
     /// Paths it may read without asking: its file, shared libraries, time zones.
     pub implicit_read: Vec<PathBuf>,
     /// Paths it may write without asking: its data directory and `/dev/null`.
@@ -105,6 +111,7 @@ impl Grant {
             connect: p.connect,
             env: p.env,
             exec: p.exec,
+            unix_sockets: p.unix_sockets,
             implicit_read,
             implicit_write: implicit_write(config, plugin),
             allow_weaker_sandbox: settings.allow_weaker_sandbox,
@@ -138,7 +145,7 @@ impl Grant {
             connect_ports: connect_ports(&self.connect),
             exec: self.exec,
             allow_weaker: self.allow_weaker_sandbox,
-            unix_sockets: false,
+            unix_sockets: self.unix_sockets.clone(),
         }
     }
 }
@@ -187,7 +194,7 @@ pub(crate) fn probe_sandbox(copies: &[PathBuf], allow_weaker: bool) -> wire::San
         connect_ports: Some(Vec::new()),
         exec: false,
         allow_weaker,
-        unix_sockets: false,
+        unix_sockets: Vec::new(),
     }
 }
 
@@ -306,20 +313,41 @@ fn user_tasks() -> u64 {
     tasks
 }
 
+/// The one `execve` a confined process without `exec` may still make: its own, of its command,
+/// before which the filter is installed. seccomp cannot read the path a call names, only the
+/// address it is passed at: this is the address of the path the process is about to pass, and a
+/// call with any other address is refused. After that `exec` the address space is new, so the
+/// program it runs reaches that address only by mapping memory there on purpose, which only code
+/// already running arbitrary instructions in it can do (and such code can run any code it can read
+/// without `exec`, under the same sandbox).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct OwnExec {
+    /// The address of the path (a NUL-terminated string) passed to `execve`.
+    pub path_address: u64,
+}
+
 /// Restrict this process to `sandbox`: Landlock, then seccomp. Call it before any other thread
-/// starts (Landlock restricts the calling thread and the threads it starts later). `Ok` carries a
-/// note when the kernel enforces less than asked and `allow_weaker` accepted that.
+/// starts (Landlock restricts the calling thread and the threads it starts later). `own_exec` is
+/// the `execve` still to come when the sandbox grants no `exec` (a stdio upstream's helper);
+/// `None` refuses every one. `Ok` carries a note when the kernel enforces less than asked and
+/// `allow_weaker` accepted that.
 #[cfg(target_os = "linux")]
-pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, SandboxError> {
+pub(crate) fn enforce(
+    sandbox: &wire::Sandbox,
+    own_exec: Option<OwnExec>,
+) -> Result<Option<String>, SandboxError> {
     let note = linux::landlock(sandbox)?;
-    linux::seccomp(sandbox)?;
+    linux::seccomp(sandbox, own_exec)?;
     Ok(note)
 }
 
 /// Without Landlock and seccomp, a sandbox can only be refused (or, with `allow_weaker`, run as
 /// plain process isolation).
 #[cfg(not(target_os = "linux"))]
-pub(crate) fn enforce(sandbox: &wire::Sandbox) -> Result<Option<String>, SandboxError> {
+pub(crate) fn enforce(
+    sandbox: &wire::Sandbox,
+    _own_exec: Option<OwnExec>,
+) -> Result<Option<String>, SandboxError> {
     weaker_or_refuse(
         sandbox.allow_weaker,
         "this OS has no Landlock or seccomp; the plugin runs with process isolation only",
@@ -370,8 +398,21 @@ mod linux {
         }
     }
 
+    /// Whether this kernel's Landlock governs `connect(2)` to pathname Unix sockets
+    /// (`LANDLOCK_ACCESS_FS_RESOLVE_UNIX`, ABI 9): asked of the kernel as a hard requirement, which
+    /// fails below it.
+    pub(super) fn governs_unix_paths() -> bool {
+        Ruleset::default()
+            .set_compatibility(CompatLevel::HardRequirement)
+            .handle_access(AccessFs::ResolveUnix)
+            .is_ok()
+    }
+
     pub(super) fn landlock(sandbox: &wire::Sandbox) -> Result<Option<String>, SandboxError> {
         let fail = |e: landlock::RulesetError| SandboxError::Landlock(e.to_string());
+        // Taken only where the kernel has it, so that an older kernel still enforces the rest in
+        // full; what it then cannot hold is said below.
+        let unix_paths = governs_unix_paths();
         let read = AccessFs::from_read(ABI_WANTED) & !BitFlags::from(AccessFs::Execute);
         let write = AccessFs::from_all(ABI_WANTED) & !BitFlags::from(AccessFs::Execute);
         let exec = AccessFs::from_read(ABI_WANTED);
@@ -391,14 +432,27 @@ mod linux {
             .handle_access(net)
             .map_err(fail)?
             .scope(Scope::from_all(ABI_WANTED))
-            .map_err(fail)?
-            .create()
             .map_err(fail)?;
+        if unix_paths {
+            ruleset = ruleset.handle_access(AccessFs::ResolveUnix).map_err(fail)?;
+            rules.extend(
+                sandbox
+                    .unix_sockets
+                    .iter()
+                    .map(|p| (p.clone(), BitFlags::from(AccessFs::ResolveUnix))),
+            );
+        }
+        let mut ruleset = ruleset.create().map_err(fail)?;
         for (path, access) in rules {
             // A granted path that does not exist grants nothing.
             let Ok(fd) = PathFd::new(&path) else { continue };
+            let access = match access == AccessFs::ResolveUnix {
+                // A file right, meant for the socket file itself too.
+                true => access,
+                false => rights_for(&path, access),
+            };
             ruleset = ruleset
-                .add_rule(PathBeneath::new(fd, rights_for(&path, access)))
+                .add_rule(PathBeneath::new(fd, access))
                 .map_err(fail)?;
         }
         for port in sandbox.connect_ports.iter().flatten() {
@@ -407,18 +461,28 @@ mod linux {
                 .map_err(fail)?;
         }
         let status = ruleset.restrict_self().map_err(fail)?;
-        match status.ruleset {
-            RulesetStatus::FullyEnforced => Ok(None),
-            partial => weaker_or_refuse(
-                sandbox.allow_weaker,
-                &format!(
-                    "this kernel's Landlock ({:?}) enforces the permissions only partly \
-                     ({partial:?}; Linux 6.12 or later enforces all of them)",
-                    status.landlock
-                ),
-            ),
+        let mut weaker = Vec::new();
+        if status.ruleset != RulesetStatus::FullyEnforced {
+            weaker.push(format!(
+                "this kernel's Landlock ({:?}) enforces the permissions only partly ({:?}; \
+                 Linux 6.12 or later enforces all of them)",
+                status.landlock, status.ruleset
+            ));
+        }
+        if !unix_paths && !sandbox.unix_sockets.is_empty() {
+            weaker.push(UNIX_PATHS_NOT_HELD.to_owned());
+        }
+        match weaker.is_empty() {
+            true => Ok(None),
+            false => weaker_or_refuse(sandbox.allow_weaker, &weaker.join("; ")),
         }
     }
+
+    /// What a `unix_sockets` grant means on a kernel whose Landlock does not govern pathname
+    /// Unix sockets.
+    const UNIX_PATHS_NOT_HELD: &str = "this kernel's Landlock cannot hold connect(2) to the \
+        paths of permissions.unix_sockets (Landlock ABI 9, Linux 7.1, can): with the grant, the \
+        process can connect to any Unix socket it can name";
 
     /// Syscalls no sandboxed plugin may make: process inspection, kernel configuration, new
     /// mounts and namespaces, and interfaces that would bypass this filter (io_uring).
@@ -475,7 +539,8 @@ mod linux {
     }
 
     /// The rules under which `socket(2)` is refused: every call without a network grant; with
-    /// one, any family but IPv4/IPv6 and any type but stream and datagram.
+    /// one, any family but IPv4/IPv6 and any type but stream and datagram. `AF_UNIX` only with a
+    /// `unix_sockets` grant.
     fn socket_rules(network: bool, unix_sockets: bool) -> Result<Vec<SeccompRule>, SandboxError> {
         let rule = |c: Vec<SeccompCondition>| SeccompRule::new(c).map_err(fail);
         if !network {
@@ -507,22 +572,63 @@ mod linux {
         Ok(rules)
     }
 
+    /// The rules under which `socketpair(2)` is refused (`None`: never): with a `unix_sockets`
+    /// grant, never; without one, for datagram pairs, whose ends can still `sendto`/`connect` a
+    /// named socket (stream and seqpacket pairs are connected for good: runtimes use them, as
+    /// pipes). An empty list of rules would refuse every call.
+    fn socketpair_rules(unix_sockets: bool) -> Result<Option<Vec<SeccompRule>>, SandboxError> {
+        if unix_sockets {
+            return Ok(None);
+        }
+        let dgram = condition(1, SeccompCmpOp::MaskedEq(0xf), libc::SOCK_DGRAM as u64)?;
+        Ok(Some(vec![SeccompRule::new(vec![dgram]).map_err(fail)?]))
+    }
+
+    /// The rules under which `execve(2)` and `execveat(2)` are refused: none with `exec`;
+    /// without it, every call but the process's own `own_exec` (see [`super::OwnExec`]).
+    fn exec_rules(
+        exec: bool,
+        own_exec: Option<super::OwnExec>,
+    ) -> Result<Vec<(i64, Vec<SeccompRule>)>, SandboxError> {
+        if exec {
+            return Ok(Vec::new());
+        }
+        let execve = match own_exec {
+            None => Vec::new(),
+            Some(own) => {
+                let other = SeccompCondition::new(
+                    0,
+                    SeccompCmpArgLen::Qword,
+                    SeccompCmpOp::Ne,
+                    own.path_address,
+                )
+                .map_err(fail)?;
+                vec![SeccompRule::new(vec![other]).map_err(fail)?]
+            }
+        };
+        Ok(vec![
+            (libc::SYS_execve, execve),
+            (libc::SYS_execveat, Vec::new()),
+        ])
+    }
+
     fn fail(e: impl std::fmt::Display) -> SandboxError {
         SandboxError::Seccomp(e.to_string())
     }
 
-    pub(super) fn seccomp(sandbox: &wire::Sandbox) -> Result<(), SandboxError> {
+    pub(super) fn seccomp(
+        sandbox: &wire::Sandbox,
+        own_exec: Option<super::OwnExec>,
+    ) -> Result<(), SandboxError> {
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
             DENIED.iter().map(|s| (*s, Vec::new())).collect();
-        if !sandbox.exec {
-            rules.insert(libc::SYS_execve, Vec::new());
-            rules.insert(libc::SYS_execveat, Vec::new());
-        }
+        rules.extend(exec_rules(sandbox.exec, own_exec)?);
         let network = sandbox.connect_ports.as_ref().is_none_or(|p| !p.is_empty());
-        rules.insert(
-            libc::SYS_socket,
-            socket_rules(network, sandbox.unix_sockets)?,
-        );
+        let unix_sockets = !sandbox.unix_sockets.is_empty();
+        rules.insert(libc::SYS_socket, socket_rules(network, unix_sockets)?);
+        if let Some(pairs) = socketpair_rules(unix_sockets)? {
+            rules.insert(libc::SYS_socketpair, pairs);
+        }
         // No new user namespace through clone(2) (`unshare` is denied outright).
         let newuser = SeccompRule::new(vec![condition(
             0,

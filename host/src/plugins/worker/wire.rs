@@ -87,7 +87,8 @@ pub(crate) struct Sandbox {
     pub read: Vec<PathBuf>,
     /// Writable paths (and everything beneath).
     pub write: Vec<PathBuf>,
-    /// Paths programs may be run from (when `exec`).
+    /// Paths programs may be run from (the kernel executes them; when `exec` is false, only the
+    /// confined process's own `exec` of its command can use them).
     pub exec_paths: Vec<PathBuf>,
     /// TCP ports it may connect to; `None`: any.
     pub connect_ports: Option<Vec<u16>>,
@@ -95,9 +96,10 @@ pub(crate) struct Sandbox {
     pub exec: bool,
     /// Start anyway when the kernel cannot enforce all of it.
     pub allow_weaker: bool,
-    /// Whether Unix-domain sockets stay allowed without a network grant (an upstream server's
-    /// runtime may use them; a plugin worker never needs them).
-    pub unix_sockets: bool,
+    /// Unix-domain sockets it may connect to, by path (`permissions.unix_sockets`). Empty: no
+    /// Unix socket may be created (socket pairs stay allowed, but not datagram ones, which can
+    /// send to a named socket).
+    pub unix_sockets: Vec<PathBuf>,
 }
 
 /// What a worker sends the host.
