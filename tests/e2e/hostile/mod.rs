@@ -11,8 +11,8 @@
 mod front_door;
 mod http_limits;
 mod store_trust;
-mod upstream_listen;
 mod upstream_sandbox;
+mod upstream_stateless;
 mod upstream_wire;
 mod worker_wire;
 

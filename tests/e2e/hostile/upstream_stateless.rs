@@ -1,11 +1,16 @@
-//! A 2026-07-28 HTTP upstream's `subscriptions/listen` (issue 51, "a 2026-07-28 upstream that
-//! never becomes ready"): an upstream that answers it as the conformance repository's reference
+//! 2026-07-28 HTTP upstreams (issue 51, "a 2026-07-28 upstream that never becomes ready").
+//!
+//! `subscriptions/listen`: an upstream that answers it as the conformance repository's reference
 //! server does — a chunked `application/json` body of newline-delimited messages kept open, the
 //! subscription named by the request id written as a string — is served, its list changes
 //! followed and its newline-delimited call answers read; one that never acknowledges is served
 //! all the same once the wait for the acknowledgment ends, with the reason in the log. Before the
 //! fix the host waited for either acknowledgment for the whole 60 s start window (and its
 //! listener with it), then served none of the upstream's tools.
+//!
+//! Client capabilities: a request made for a call tells the upstream what the calling client
+//! declared (of what the host passes on), not the host's own, and an upstream's -32021 reaches a
+//! 2026 client as the host's -32021. Before, the upstream was told the host's and ran the tool.
 
 use std::process::{Child, Command};
 
@@ -113,5 +118,43 @@ fn an_upstream_that_never_acknowledges_listen_is_served_and_the_log_says_why() {
         "Upstream hostile: cannot listen for list changes (subscriptions/listen was not \
          acknowledged within 15 s)",
     );
+    assert_serves_others(&s);
+}
+
+/// A 2026 `tools/call` of `name` whose client declared `capabilities`.
+fn call_declaring(s: &HttpServer, name: &str, capabilities: Value) -> HttpResponse {
+    let meta = json!({ "io.modelcontextprotocol/clientCapabilities": capabilities });
+    s.modern(
+        1,
+        "tools/call",
+        json!({"name": name, "arguments": {}, "_meta": meta}),
+    )
+}
+
+#[test]
+fn an_upstream_is_told_the_calling_clients_capabilities_and_its_32021_reaches_the_client() {
+    let fixture = Fixture::start("needs-sampling");
+    let l = Layout::new();
+    let s = HttpServer::start(&fixture.config(&l));
+    wait_for_tool(&s, "needs_sampling");
+    // A client that declared nothing: the upstream is told nothing (not the host's own).
+    let r = call_declaring(&s, "seen_capabilities", json!({}));
+    assert_eq!(tool_text(&r), ("{}".to_owned(), false), "{r:?}");
+    // What the host passes on of what the client declared, and nothing else.
+    let declared = json!({"sampling": {}, "roots": {}, "experimental": {"x": {}}});
+    let r = call_declaring(&s, "seen_capabilities", declared);
+    assert_eq!(tool_text(&r).0, r#"{"roots": {}, "sampling": {}}"#, "{r:?}");
+    // The upstream's -32021 reaches a client without sampling as the host's own.
+    let r = call_declaring(&s, "needs_sampling", json!({}));
+    assert_eq!(r.status, 400, "{r:?}");
+    let m = r.message();
+    assert_eq!(m["error"]["code"], -32021, "{m}");
+    assert_eq!(
+        m["error"]["data"]["requiredCapabilities"],
+        json!({"sampling": {}}),
+        "{m}"
+    );
+    let r = call_declaring(&s, "needs_sampling", json!({"sampling": {}}));
+    assert_eq!(tool_text(&r), ("sampled".to_owned(), false), "{r:?}");
     assert_serves_others(&s);
 }
