@@ -6,6 +6,7 @@ mod auth;
 mod clients;
 mod compat;
 mod conformance;
+mod conformance_reference;
 mod console;
 mod discovery;
 mod docs;

@@ -133,6 +133,36 @@ pub fn conformance_runner() -> Option<PathBuf> {
     )
 }
 
+/// A reference server of the conformance repository (github.com/modelcontextprotocol/conformance),
+/// staged outside this repository: the directory environment variable `var` names, holding its
+/// `examples/servers/typescript` files (`everything-server.ts`, `package.json`) with their
+/// `node_modules` installed (`tsx` among them); `None` after a one-line skip message when `var`
+/// is not set.
+///
+/// The one explicit exception to [`require_or_skip`]: these servers are on no package registry,
+/// nothing of the conformance repository may be committed here, and CI cannot reach it, so an
+/// unset variable skips even when `MCP_TEST_REQUIRE_CLIENTS` is set. A variable that names a
+/// directory without the server fails the test (it was meant to run).
+pub fn conformance_reference(var: &str, what: &str) -> Option<PathBuf> {
+    let Some(dir) = std::env::var_os(var).map(PathBuf::from) else {
+        eprintln!(
+            "skipping: {var} is not set (it must name a directory holding the conformance \
+             repository's {what} examples/servers/typescript: everything-server.ts and its \
+             installed node_modules)"
+        );
+        return None;
+    };
+    for needed in ["everything-server.ts", "node_modules/.bin/tsx"] {
+        assert!(
+            dir.join(needed).exists(),
+            "{var}={} has no {needed}: it must hold the conformance repository's {what} \
+             examples/servers/typescript with its node_modules installed",
+            dir.display()
+        );
+    }
+    Some(dir)
+}
+
 /// The MCP Inspector's launcher (run with `--cli`).
 pub fn inspector() -> Option<PathBuf> {
     let bin = workspace_root().join(".ci/.tools/bin/mcp-inspector");

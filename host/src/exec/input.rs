@@ -158,6 +158,9 @@ impl Round {
                     responses.insert(key.clone(), answer.clone());
                 }
                 None => {
+                    // A question without params (`roots/list`) is asked with empty ones: the
+                    // schema wants an object where it has any.
+                    let params = if params.is_null() { &json!({}) } else { params };
                     asked
                         .open
                         .insert(key.clone(), json!({ "method": method, "params": params }));
@@ -431,6 +434,19 @@ mod tests {
         assert_eq!(
             round.asked().expect("the call asked").missing,
             Some(json!({"sampling": {}}))
+        );
+    }
+
+    #[test]
+    fn a_question_without_params_is_asked_with_empty_ones() {
+        let round = Round::new(json!({"roots": {}}), Map::new());
+        let mut roots = Map::new();
+        roots.insert("r".into(), json!({"method": "roots/list"}));
+        assert_eq!(round.ask(&roots), Err(InputError::Asked));
+        let asked = round.asked().expect("the call asked");
+        assert_eq!(
+            asked.open["r"],
+            json!({"method": "roots/list", "params": {}})
         );
     }
 

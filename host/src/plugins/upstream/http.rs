@@ -49,11 +49,12 @@ pub(crate) struct Refused {
 }
 
 /// rmcp's Streamable HTTP client for `endpoint` of upstream `name`: its headers on every request,
-/// redirects as configured, a session re-initialised when the server forgets it (404).
+/// redirects as configured, a session re-initialised when the server forgets it (404), a
+/// stateless session's answers read by [`super::answers::Client`].
 pub(super) fn transport(
     name: &str,
     endpoint: &Endpoint,
-) -> Result<rmcp::transport::StreamableHttpClientTransport<reqwest::Client>, LoadError> {
+) -> Result<rmcp::transport::StreamableHttpClientTransport<super::answers::Client>, LoadError> {
     let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
     let mut custom = HashMap::new();
     let mut auth = None;
@@ -83,7 +84,8 @@ pub(super) fn transport(
         config = config.auth_header(token);
     }
     Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        client, config,
+        super::answers::Client::new(client),
+        config,
     ))
 }
 

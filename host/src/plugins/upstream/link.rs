@@ -30,11 +30,17 @@ use crate::plugins::backend::HostCallbacks;
 use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::{LoadError, lock, output};
 
+/// How long a 2026-07-28 upstream may take to acknowledge the `subscriptions/listen` the host
+/// opens before reading its lists (the lists are read without it after that).
+const LISTEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// A client session's running service.
 type Running = RunningService<RoleClient, Handler>;
 
 /// How long a failed handshake waits for the child's exit that explains it.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
+
+/// The 2026-07-28 error for a request that needs a client capability the client did not declare.
+const MISSING_CLIENT_CAPABILITY: i32 = -32021;
 
 /// How the upstream is reached.
 #[derive(Debug, Clone)]
@@ -61,6 +67,9 @@ pub(crate) enum Transport {
 pub(crate) enum Failure {
     /// The upstream answered a JSON-RPC error.
     Rpc(ErrorCode, String),
+    /// The upstream refused the request for a client capability the caller did not declare
+    /// (-32021): the capabilities it named (`requiredCapabilities`), and its message.
+    Needs(Value, String),
     /// The call was cancelled or ran out of time (the upstream was told).
     Stopped(&'static str),
     /// The upstream could not be reached, or went away during the request.
@@ -73,6 +82,10 @@ impl std::fmt::Display for Failure {
             Failure::Rpc(code, message) => {
                 write!(f, "the upstream answered error {}: {message}", code.0)
             }
+            Failure::Needs(_, message) => write!(
+                f,
+                "the upstream needs a client capability the caller did not declare: {message}"
+            ),
             Failure::Stopped(why) => write!(f, "{why}"),
             Failure::Unavailable(why) => write!(f, "{why}"),
         }
@@ -585,11 +598,19 @@ impl Link {
         if !any {
             return;
         }
-        let mut subscription = match session.peer.listen(filter.build()).await {
-            Ok(s) => s,
-            Err(e) => {
+        let listen = tokio::time::timeout(LISTEN_TIMEOUT, session.peer.listen(filter.build()));
+        let mut subscription = match listen.await {
+            Ok(Ok(s)) => s,
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => format!(
+                        "subscriptions/listen was not acknowledged within {} s",
+                        LISTEN_TIMEOUT.as_secs()
+                    ),
+                };
                 tracing::warn!(
-                    "Upstream {}: cannot listen for list changes ({e}); its lists are read at \
+                    "Upstream {}: cannot listen for list changes ({why}); its lists are read at \
                      start and after a restart only",
                     self.name
                 );
@@ -812,6 +833,13 @@ impl Link {
     /// An rmcp request's failure.
     fn unavailable(&self, e: ServiceError) -> Failure {
         match e {
+            ServiceError::McpError(e) if e.code.0 == MISSING_CLIENT_CAPABILITY => {
+                let required = e.data.as_ref().and_then(|d| d.get("requiredCapabilities"));
+                Failure::Needs(
+                    required.cloned().unwrap_or_default(),
+                    e.message.into_owned(),
+                )
+            }
             ServiceError::McpError(e) => Failure::Rpc(e.code, e.message.into_owned()),
             other => Failure::Unavailable(format!(
                 "upstream {}: {}",
@@ -825,7 +853,9 @@ impl Link {
 /// The `_meta` of a request for `call`: the W3C trace context it continues (`traceparent`,
 /// `tracestate`), and on a 2026-07-28 session the log level its client asked for (its
 /// `logging/setLevel`, or its request's own `_meta` level), when the call's events go somewhere
-/// and the client asked for log messages at all: the upstream sends no more than it wants.
+/// and the client asked for log messages at all: the upstream sends no more than it wants; and
+/// there the capabilities the calling client declared of those the host passes on
+/// ([`relayed_capabilities`]), in place of the host's own.
 fn request_meta(
     session: &Session,
     call: &CallState,
@@ -851,7 +881,26 @@ fn request_meta(
             Value::String(level.as_str().into()),
         );
     }
+    if modern {
+        meta.insert(
+            "io.modelcontextprotocol/clientCapabilities".into(),
+            relayed_capabilities(call),
+        );
+    }
     (!meta.is_empty()).then(|| meta.into())
+}
+
+/// What a 2026-07-28 upstream is told of the client of `call`: the capabilities it declared
+/// among those whose requests the host passes to it (elicitation, sampling, roots), none when
+/// the call cannot ask. The upstream then asks no more than that client can answer, and refuses
+/// (-32021) a request that needs what it lacks — as it would that client's own.
+fn relayed_capabilities(call: &CallState) -> Value {
+    let declared = call.input.as_ref().map(|input| input.capabilities());
+    let relayed = ["elicitation", "sampling", "roots"]
+        .into_iter()
+        .filter_map(|key| Some((key.to_owned(), declared?.get(key)?.clone())))
+        .collect();
+    Value::Object(relayed)
 }
 
 /// Run `future` on `runtime` and wait for it on this thread (never one of `runtime`'s own);

@@ -10,6 +10,7 @@
 //! pinning, quotas, timeouts, metrics and audit) applies unchanged, because the registry and the
 //! executor see one more [`PluginBackend`].
 
+mod answers;
 mod child;
 pub mod confine;
 mod handshake;
@@ -428,7 +429,12 @@ async fn answered(
 ) -> Result<Value, Unanswered> {
     let name = link.name();
     for _ in 0..MAX_UPSTREAM_ROUNDS {
-        let result = link.request(&request, call, trace).await;
+        let result = match link.request(&request, call, trace).await {
+            Err(Failure::Needs(required, message)) => {
+                return Err(needs(call, name, &required, &message).await);
+            }
+            result => result,
+        };
         let mut value = result_json(result.map_err(Unanswered::Failed)?);
         if value.get("resultType").and_then(Value::as_str) != Some("input_required") {
             if let Value::Object(map) = &mut value {
@@ -467,6 +473,48 @@ async fn answered(
     Err(Unanswered::Asked(format!(
         "upstream {name} asked for input more than {MAX_UPSTREAM_ROUNDS} times in one request"
     )))
+}
+
+/// The upstream refused a request for capabilities (`required`) the calling client did not
+/// declare: the call fails as a plugin's call fails when it asks a question needing one — the
+/// question for each capability the client lacks is put to it and refused, so that a 2026 client
+/// gets -32021 naming them (see `protocol::input::round_end`), where a question the client could
+/// answer is never asked.
+async fn needs(call: &Arc<CallState>, name: &str, required: &Value, message: &str) -> Unanswered {
+    let declared = call
+        .input
+        .as_ref()
+        .map(|input| input.capabilities().clone())
+        .unwrap_or_default();
+    let lacking: serde_json::Map<String, Value> = [
+        ("sampling", "sampling/createMessage", "tools"),
+        ("elicitation", "elicitation/create", "url"),
+        ("roots", "roots/list", ""),
+    ]
+    .into_iter()
+    .filter_map(|(capability, method, sub)| {
+        let wanted = required.get(capability)?;
+        let params = match wanted.get(sub) {
+            Some(_) if sub == "url" => json!({"mode": "url"}),
+            Some(_) => json!({ sub: {} }),
+            None => json!({}),
+        };
+        let lacks = !mcp_plugin_sdk::wire::declares(&declared, method, &params);
+        lacks.then(|| {
+            (
+                capability.to_owned(),
+                json!({"method": method, "params": params}),
+            )
+        })
+    })
+    .collect();
+    if !lacking.is_empty() {
+        let _ = relay::put(call, lacking).await;
+    }
+    Unanswered::Asked(format!(
+        "upstream {name} refused: it needs a client capability the caller did not declare \
+         ({message})"
+    ))
 }
 
 /// Where a result's `_meta` names the server that made it.

@@ -205,8 +205,13 @@ impl Serialize for Meta<'_> {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         use serde::ser::SerializeMap;
         let mut map = serializer.serialize_map(None)?;
+        // A member the request sets itself (a call's client capabilities) replaces the
+        // session's.
+        let own = |key: &String| self.request.is_some_and(|r| r.contains_key(key));
         for (key, value) in self.session.iter().flat_map(|m| &m.0) {
-            map.serialize_entry(key, value)?;
+            if !own(key) {
+                map.serialize_entry(key, value)?;
+            }
         }
         for (key, value) in self.request.iter().flat_map(|m| m.iter()) {
             map.serialize_entry(key, value)?;
