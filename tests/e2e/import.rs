@@ -10,7 +10,7 @@
 //!
 //! Nothing of an imported file expands: a `server.json` whose remote hides
 //! `${MCP_TEST_HOST_SECRET:-}` in its URL and a header is refused, naming the field, and what the
-//! host then sends a recording server (`hostile.py --mode record-requests`) holds the operator's
+//! host then sends a recording server (`hostile.py --mode record_requests`) holds the operator's
 //! values, never the host's own variable.
 
 #![allow(clippy::unwrap_used)]
@@ -251,7 +251,7 @@ fn what_cannot_be_imported_is_said() {
     );
 }
 
-/// `hostile.py --mode record-requests` over Streamable HTTP on a free loopback port, recording
+/// `hostile.py --mode record_requests` over Streamable HTTP on a free loopback port, recording
 /// into `state`: the guard and the port.
 fn recording_upstream(state: &Path) -> (ChildGuard, u16) {
     let script = workspace_root().join("tests/fixtures/upstream/hostile.py");
@@ -260,7 +260,7 @@ fn recording_upstream(state: &Path) -> (ChildGuard, u16) {
         let mut child = ChildGuard::spawn(
             Command::new("python3")
                 .arg(&script)
-                .args(["--mode", "record-requests", "--era", "2025", "--http"])
+                .args(["--mode", "record_requests", "--era", "2025", "--http"])
                 .arg(port.to_string())
                 .arg("--state")
                 .arg(state)

@@ -84,7 +84,7 @@ fn wait_for_tool(s: &HttpServer, name: &str) {
 
 #[test]
 fn an_upstream_answering_listen_on_a_json_stream_is_served_and_its_changes_followed() {
-    let fixture = Fixture::start("json-stream-listen");
+    let fixture = Fixture::start("json_stream_listen");
     let l = Layout::new();
     let s = HttpServer::start(&fixture.config(&l));
     wait_for_tool(&s, "echo");
@@ -109,7 +109,7 @@ fn an_upstream_answering_listen_on_a_json_stream_is_served_and_its_changes_follo
 
 #[test]
 fn an_upstream_that_never_acknowledges_listen_is_served_and_the_log_says_why() {
-    let fixture = Fixture::start("silent-listen");
+    let fixture = Fixture::start("silent_listen");
     let l = Layout::new();
     let s = HttpServer::start(&fixture.config(&l));
     wait_for_tool(&s, "echo");
@@ -133,7 +133,7 @@ fn call_declaring(s: &HttpServer, name: &str, capabilities: Value) -> HttpRespon
 
 #[test]
 fn an_upstream_is_told_the_calling_clients_capabilities_and_its_32021_reaches_the_client() {
-    let fixture = Fixture::start("needs-sampling");
+    let fixture = Fixture::start("needs_sampling");
     let l = Layout::new();
     let s = HttpServer::start(&fixture.config(&l));
     wait_for_tool(&s, "needs_sampling");
