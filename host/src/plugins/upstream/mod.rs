@@ -193,21 +193,6 @@ fn supervision(
     }
 }
 
-/// What is served of an upstream whose lists were not read (yet): nothing, under its name.
-fn unlisted_manifest(name: &str) -> Manifest {
-    Manifest {
-        plugin: name.to_owned(),
-        version: String::new(),
-        sdk_version: String::new(),
-        services: Vec::new(),
-        tools: Vec::new(),
-        resources: Vec::new(),
-        prompts: Vec::new(),
-        load_on_first_call: false,
-        permissions: Default::default(),
-    }
-}
-
 /// The child of a stdio upstream: the helper that confines it (limits; Landlock and seccomp
 /// under `sandbox`) then runs the command, with the allow-listed environment.
 fn stdio_transport(
@@ -332,7 +317,7 @@ const SETTLE_MARGIN: Duration = Duration::from_secs(5);
 impl Upstream {
     /// The version of `link`'s upstream serving `manifest` (its lists not read yet: nothing).
     fn of(link: Arc<Link>, unlisted: bool, manifest: Option<Manifest>) -> Upstream {
-        let manifest = manifest.unwrap_or_else(|| unlisted_manifest(link.name()));
+        let manifest = manifest.unwrap_or_else(|| listing::empty(link.name()));
         Upstream {
             build: BuildInfo {
                 plugin: link.name().to_owned(),
