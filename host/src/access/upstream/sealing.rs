@@ -117,7 +117,7 @@ pub enum SealError {
     /// No key is configured to seal with.
     #[error("no vault key is configured (upstream_auth.vault.keys)")]
     NoKey,
-    /// Not a sealed vault value (not `v1.<key id>.<base64url>`), or too large.
+    /// Not a sealed vault value (not `v1.<key id>.<base64url>`).
     #[error("it is not a sealed vault value")]
     Malformed,
     /// Sealed under a key no longer configured.
@@ -130,6 +130,9 @@ pub enum SealError {
     /// The system's random source failed.
     #[error("the system's random source failed")]
     Random,
+    /// More than [`MAX_SEALED_BYTES`] to seal, or a stored value far larger than any sealed one.
+    #[error("it is larger than a vault row may be ({MAX_SEALED_BYTES} bytes)")]
+    TooLarge,
     /// What it opened to is not a row this version reads.
     #[error("it opened, but is unreadable: {0}")]
     Unreadable(String),
@@ -270,7 +273,7 @@ impl VaultKeys {
     pub fn seal(&self, binding: &Binding, plaintext: &[u8]) -> Result<String, SealError> {
         let key = self.keys.first().ok_or(SealError::NoKey)?;
         if plaintext.len() > MAX_SEALED_BYTES {
-            return Err(SealError::Malformed);
+            return Err(SealError::TooLarge);
         }
         let mut nonce = [0u8; NONCE_LEN];
         self.random
@@ -285,7 +288,7 @@ impl VaultKeys {
                 Aad::from(binding.0.as_slice()),
                 &mut *in_out,
             )
-            .map_err(|_| SealError::Malformed)?;
+            .map_err(|_| SealError::TooLarge)?;
         let mut sealed = Vec::with_capacity(NONCE_LEN + in_out.len());
         sealed.extend_from_slice(&nonce);
         sealed.extend_from_slice(&in_out);
@@ -301,7 +304,7 @@ impl VaultKeys {
             .find(|k| k.id == id)
             .ok_or_else(|| SealError::UnknownKey(id.to_owned()))?;
         if body.len() > MAX_SEALED_BYTES * 2 {
-            return Err(SealError::Malformed);
+            return Err(SealError::TooLarge);
         }
         let raw = B64.decode(body).map_err(|_| SealError::Malformed)?;
         if raw.len() < NONCE_LEN + TAG_LEN {

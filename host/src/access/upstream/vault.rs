@@ -858,6 +858,10 @@ impl Vault {
                  (upstream_auth.vault.max_pending_flows)",
                 bounds.pending_flows
             ))),
+            FlowInsert::Taken => Err(VaultError::Invalid(
+                "a pending authorization with this state exists already (a state is used once)"
+                    .into(),
+            )),
         }
     }
 

@@ -554,9 +554,7 @@ impl RedisVault {
             0 => Ok(FlowInsert::Inserted),
             1 => Ok(FlowInsert::PrincipalFull(n.max(0) as usize)),
             2 => Ok(FlowInsert::Full(n.max(0) as usize)),
-            _ => Err(StoreError::Unavailable(
-                "a pending flow with this state or id exists already".into(),
-            )),
+            _ => Ok(FlowInsert::Taken),
         }
     }
 

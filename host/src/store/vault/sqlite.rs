@@ -378,6 +378,16 @@ impl Sqlite {
             if u(all) as usize >= bounds.pending_flows {
                 return Ok(FlowInsert::Full(u(all) as usize));
             }
+            let taken: Option<i64> = tx
+                .query_row(
+                    "SELECT 1 FROM oauth_flows WHERE state_hash = ?1 OR flow_id = ?2",
+                    params![row.state_hash, row.flow_id],
+                    |r| r.get(0),
+                )
+                .optional()?;
+            if taken.is_some() {
+                return Ok(FlowInsert::Taken);
+            }
             tx.execute(
                 &format!(
                     "INSERT INTO oauth_flows ({FLOW_COLUMNS}) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"

@@ -1,6 +1,7 @@
-//! The vault's rules, each against both real backends: SQLite in a file of a temporary directory,
-//! and a `redis-server` of the test's own on a loopback port (skipped with a message where it is
-//! not installed, unless `MCP_TEST_REQUIRE_CLIENTS` is set).
+//! The vault's rules, each against both real backends: SQLite in a file of a temporary directory
+//! (and the memory store, which is SQLite in memory), and a `redis-server` of the test's own on a
+//! loopback port (skipped with a message where it is not installed, unless
+//! `MCP_TEST_REQUIRE_CLIENTS` is set).
 
 use std::io::{Read as _, Write as _};
 use std::net::{TcpListener, TcpStream};
@@ -142,19 +143,27 @@ impl Backend {
     }
 }
 
-/// SQLite in a temporary directory, and Redis when installed.
+/// SQLite in a temporary directory, the memory store, and Redis when installed.
 async fn backends() -> Vec<Backend> {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("vault.sqlite");
     let store = Store::open(&StoreSetting::Sqlite(Some(path)), "r1", &[])
         .await
         .unwrap();
-    let mut out = vec![Backend {
-        name: "sqlite",
-        store,
-        dir,
-        redis: None,
-    }];
+    let mut out = vec![
+        Backend {
+            name: "sqlite",
+            store,
+            dir,
+            redis: None,
+        },
+        Backend {
+            name: "memory",
+            store: Store::open(&StoreSetting::Memory, "r1", &[]).await.unwrap(),
+            dir: tempfile::tempdir().unwrap(),
+            redis: None,
+        },
+    ];
     if let Some(redis) = RedisServer::start() {
         let url = format!("redis://127.0.0.1:{}", redis.port);
         let store = Store::open(&StoreSetting::Redis(url), "r1", &["record-key".into()])
@@ -617,6 +626,11 @@ async fn a_flow_is_taken_once_by_its_state_only() {
     for b in backends().await {
         let (v, n) = (vault(&b.store), b.name);
         let id = v.begin_flow(flow("alice", "state-a")).await.unwrap();
+        let reused = v.begin_flow(flow("alice", "state-a")).await;
+        assert!(
+            matches!(reused, Err(VaultError::Invalid(_))),
+            "{n}: {reused:?}"
+        );
         let pending = v.pending_flow(&id).await.unwrap().unwrap();
         assert_eq!(pending.principal, "alice", "{n}");
         assert_eq!(pending.request, "call-of-alice", "{n}");
@@ -871,7 +885,8 @@ async fn the_store_holds_no_plaintext_token() {
         "PKCE_VERIFIER_plaintext_1a4f",
         "OAUTH_STATE_plaintext_8d6c",
     ];
-    for b in backends().await {
+    // The memory store has nothing outside the process to look at.
+    for b in backends().await.into_iter().filter(|b| b.name != "memory") {
         let (v, n) = (vault(&b.store), b.name);
         let mut c = credential(secrets[0]);
         c.refresh_token = Some(Secret::new(secrets[1]));

@@ -114,6 +114,8 @@ pub enum FlowInsert {
     PrincipalFull(usize),
     /// The vault has this many pending already.
     Full(usize),
+    /// A pending flow has this state hash or this id already.
+    Taken,
 }
 
 /// The bounds the store applies.
