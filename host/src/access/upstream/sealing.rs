@@ -15,7 +15,7 @@
 //! vault re-seals a row when a token is obtained or refreshed, far below that. Rotate keys well
 //! before.
 //!
-//! What a row opens to lives in [`Secret`]s: zeroized when dropped, shown as `<redacted>` by
+//! What a row opens to lives in [`Secret`]s: zeroized when dropped, shown as `[redacted]` by
 //! `Debug`, without `Display` or `Serialize`, so a token can be handed to the code that sends it
 //! and nowhere else by accident.
 
@@ -42,9 +42,10 @@ const TAG_LEN: usize = 16;
 pub const MAX_SEALED_BYTES: usize = 128 * 1024;
 
 /// A secret string (a token, a client secret, a PKCE verifier): zeroized when dropped, never
-/// shown (`Debug` prints `<redacted>`; no `Display`, no `Serialize`). [`Secret::expose`] hands it
-/// to the code that must send it.
-#[derive(Clone, Default)]
+/// shown (`Debug` prints `[redacted]`; no `Display`, no `Serialize`). [`Secret::expose`] hands it
+/// to the code that must send it. (The vault uses `new`, `expose`, `From<String>`, `Clone`, `Eq`
+/// and `Debug` only: any secret type with those can take its place.)
+#[derive(Clone)]
 pub struct Secret(Zeroizing<String>);
 
 impl Secret {
@@ -57,16 +58,6 @@ impl Secret {
     pub fn expose(&self) -> &str {
         &self.0
     }
-
-    /// Whether it is empty.
-    pub fn is_empty(&self) -> bool {
-        self.0.is_empty()
-    }
-
-    /// Its length in bytes.
-    pub fn len(&self) -> usize {
-        self.0.len()
-    }
 }
 
 impl From<String> for Secret {
@@ -77,7 +68,7 @@ impl From<String> for Secret {
 
 impl fmt::Debug for Secret {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret(<redacted>)")
+        f.write_str("Secret([redacted])")
     }
 }
 
@@ -496,7 +487,7 @@ mod tests {
     #[test]
     fn secrets_are_never_shown() {
         let secret = Secret::new("gho_alice_secret");
-        assert_eq!(format!("{secret:?}"), "Secret(<redacted>)");
+        assert_eq!(format!("{secret:?}"), "Secret([redacted])");
         assert_eq!(secret.expose(), "gho_alice_secret");
         assert_eq!(secret, Secret::new("gho_alice_secret"));
         assert_ne!(secret, Secret::new("gho_alice_secreT"));

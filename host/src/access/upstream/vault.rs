@@ -812,7 +812,7 @@ impl Vault {
         bounded("the state", flow.state.expose(), MAX_FIELD_BYTES)?;
         bounded("the request", &flow.request, MAX_FIELD_BYTES)?;
         bounded("the URL", flow.authorization_url.expose(), MAX_SECRET_BYTES)?;
-        if flow.payload.len() > MAX_SECRET_BYTES {
+        if flow.payload.expose().len() > MAX_SECRET_BYTES {
             return Err(VaultError::Invalid(
                 "the flow's payload is too large".into(),
             ));
