@@ -801,13 +801,9 @@ async fn a_lease_whose_holder_stopped_runs_out() {
             .await
             .unwrap()
             .unwrap();
-        assert!(
-            v.try_lease("alice", "github", short)
-                .await
-                .unwrap()
-                .is_none()
-        );
-        // The holder never gives it back: another takes it once it ran out.
+        // (That it is refused while held is `one_holder_at_a_time_refreshes`'s, with a lease long
+        // enough for a loaded machine.) The holder never gives it back: another takes it once it
+        // ran out.
         let deadline = Instant::now() + DEADLINE;
         let taken = loop {
             if let Some(l) = v.try_lease("alice", "github", short).await.unwrap() {
