@@ -110,6 +110,11 @@ enum Command {
         #[command(subcommand)]
         command: SecretCommand,
     },
+    /// The upstream token vault: who is connected where, key rotation, revoking a user.
+    Vault {
+        #[command(subcommand)]
+        command: cli::vault::VaultCommand,
+    },
     /// List every discovered tool with its plugin, directory, service and status.
     List {
         /// Print JSON instead of a table.
@@ -363,6 +368,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => cli::secret::new_secret(&user, agent.as_deref(), expires.as_deref()),
         Command::Config { json, reference } => config_command(config_path, json, reference),
+        Command::Vault { command } => {
+            let config = Config::load(config_path)?;
+            init_logging("warn", config.log_format);
+            cli::vault::run(config, command, &mut protected_stdout())
+        }
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

@@ -29,4 +29,5 @@ mod surface;
 mod tasks;
 mod trust;
 mod upstream;
+mod vault;
 mod workers;

@@ -11,6 +11,7 @@ pub(crate) mod policy;
 pub(crate) mod secret;
 pub(crate) mod serve;
 pub(crate) mod sign;
+pub(crate) mod vault;
 
 /// A multi-threaded runtime and a host started inside it, for the subcommands that load the
 /// configured plugins without serving (`call`, `policy test`). Keep the runtime while the host runs.
