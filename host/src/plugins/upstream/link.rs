@@ -264,8 +264,11 @@ impl rmcp::ClientHandler for Handler {
         self.list_changed();
     }
 
+    /// What the handshake says of the host: its `initialize` names the newest revision that
+    /// has one (2025-11-25), never 2026-07-28 (which `server/discover` negotiates instead).
     fn get_info(&self) -> InitializeRequestParams {
         InitializeRequestParams::new(client_capabilities(), client_info())
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }
 
