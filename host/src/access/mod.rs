@@ -4,6 +4,7 @@
 
 pub mod agents;
 pub mod auth;
+pub mod upstream;
 
 use std::sync::Arc;
 
