@@ -92,6 +92,9 @@ struct State {
     authorizations: u32,
     /// The issuer an unbound preregistered client was first used with.
     bound: Option<String>,
+    /// The token the last refresh gave: refused in its turn, it is not refreshed again (the next
+    /// 401 authorizes anew, within the bound).
+    refreshed: Option<Secret>,
 }
 
 /// One principal's OAuth engine toward one upstream (see the module's documentation).
@@ -182,10 +185,7 @@ impl Engine {
             return Ok(current);
         }
         let answered = match refusal.status {
-            Status::Unauthorized => {
-                self.unauthorized(&mut state, &refusal, sent.is_some())
-                    .await
-            }
+            Status::Unauthorized => self.unauthorized(&mut state, &refusal, sent.as_ref()).await,
             Status::Forbidden if refusal.insufficient_scope() => {
                 self.step_up(&mut state, &refusal).await
             }
@@ -203,12 +203,13 @@ impl Engine {
     }
 
     /// A 401: discover again; refresh at the same authorization server when a token was sent
-    /// and can be, else authorize (or exchange client credentials).
+    /// (and was not itself a refresh's) and can be, else authorize (or exchange client
+    /// credentials).
     async fn unauthorized(
         &self,
         state: &mut State,
         refusal: &Refusal,
-        had_token: bool,
+        sent: Option<&Secret>,
     ) -> Result<Secret, AuthFailure> {
         let found = self.discover(refusal).await?;
         if self.options.client_credentials {
@@ -218,13 +219,16 @@ impl Engine {
             .current
             .as_ref()
             .is_some_and(|c| c.issuer == found.issuer);
-        if had_token
+        let fresh = sent.is_some() && sent != state.refreshed.as_ref();
+        if fresh
             && same
             && let Some(current) = &state.current
             && let Ok(response) = current.manager.refresh_token().await
         {
             tracing::info!("Upstream {}: token refreshed", self.options.target.upstream);
-            return Ok(Secret::new(response.access_token().secret().clone()));
+            let token = Secret::new(response.access_token().secret().clone());
+            state.refreshed = Some(token.clone());
+            return Ok(token);
         }
         if !same && let Some(previous) = &state.current {
             tracing::info!(
