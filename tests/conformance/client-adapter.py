@@ -33,16 +33,11 @@ def flags(scenario, context):
         return ["--call-all", "--read-all"]
     if scenario == "auth/pre-registration":
         out = ["--call-all", "--client-id", context["client_id"]]
-        if context.get("client_secret"):
-            out += ["--client-secret", context["client_secret"]]
         if context.get("issuer"):
             out += ["--issuer", context["issuer"]]
         return out
     if scenario.startswith("auth/client-credentials"):
-        out = ["--call-all", "--client-credentials", "--client-id", context["client_id"]]
-        if context.get("client_secret"):
-            out += ["--client-secret", context["client_secret"]]
-        return out
+        return ["--call-all", "--client-credentials", "--client-id", context["client_id"]]
     return ["--call-all"]
 
 
@@ -83,10 +78,13 @@ def main():
         argv += echo_schema(argv, "json_schema_2020_12_tool")
     else:
         argv += flags(scenario, context)
-    shown = ["***" if prev == "--client-secret" else a for prev, a in zip([""] + argv, argv)]
-    sys.stderr.write("client-adapter: %s\n" % " ".join(shown[1:]))
+    env = dict(os.environ)
+    # A client secret goes in the environment, not on the command line (`ps` shows that).
+    if "--client-id" in argv and context.get("client_secret"):
+        env["MCP_HOST_CLIENT_SECRET"] = context["client_secret"]
+    sys.stderr.write("client-adapter: %s\n" % " ".join(argv[1:]))
     sys.stderr.flush()
-    os.execv(exe, argv)
+    os.execve(exe, argv, env)
 
 
 if __name__ == "__main__":

@@ -65,12 +65,17 @@ expected() {
 
 out="${CONFORMANCE_OUT:-$(mktemp -d -t "mcp-conformance-client-$revision.XXXXXX")}"
 mkdir -p "$out"
+mapfile -t required < <(listed required)
+mapfile -t reported < <(listed reported)
 if [[ $# -gt 0 ]]; then
-    required=("$@")
-    reported=()
-else
-    mapfile -t required < <(listed required)
-    mapfile -t reported < <(listed reported)
+    # Only these, each in its group.
+    chosen=" $* "
+    keep() { local s; for s in "$@"; do [[ "$chosen" == *" $s "* ]] && echo "$s"; done; return 0; }
+    mapfile -t required < <(keep "${required[@]}")
+    mapfile -t reported < <(keep "${reported[@]}")
+    for s in "$@"; do
+        [[ " ${required[*]} ${reported[*]} " == *" $s "* ]] || { echo "error: $s is not a client scenario of $revision" >&2; exit 2; }
+    done
 fi
 mapfile -t baselined < <(expected)
 echo "conformance client $("$suite" --version) at $revision: ${#required[@]} required, ${#reported[@]} reported scenarios; client $MCP_HOST_BIN; results in $out"
@@ -144,7 +149,7 @@ JS
 started=$SECONDS
 echo "== required"
 for scenario in "${required[@]}"; do run_one "$suite" "$scenario"; done
-if [[ ${#reported[@]} -gt 0 ]]; then
+if [[ ${#reported[@]} -gt 0 && -n "${reported[0]}" ]]; then
     echo "== reported (extensions, added after the release; run with $("$latest" --version) --force)"
     for scenario in "${reported[@]}"; do run_one "$latest" "$scenario" --force; done
 fi

@@ -32,10 +32,10 @@ pub(crate) use answers::Answer;
 pub(crate) enum Protocol {
     /// `server/discover` (2026-07-28) first, `initialize` (2025-11-25) if the server refuses it.
     Auto,
-    /// 2025-11-25: `initialize`, a session.
+    /// `initialize`, a session (2025-11-25).
     #[value(name = "2025-11-25")]
     V2025,
-    /// 2026-07-28: `server/discover`, stateless.
+    /// `server/discover`, stateless (2026-07-28).
     #[value(name = "2026-07-28")]
     V2026,
 }
@@ -70,13 +70,17 @@ pub(crate) struct ConnectArgs {
     /// How to answer the server's form questions (elicitations) during a call.
     #[arg(long, value_enum, default_value = "decline")]
     pub(crate) answer: Answer,
-    /// How long the connection (authorization included) and each call may take, in seconds.
-    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    /// How long the connection (an authorization in the browser included) and each call may
+    /// take, in seconds.
+    #[arg(long, default_value_t = 300, value_name = "SECS")]
     pub(crate) timeout: u64,
     /// Print JSON instead of text.
     #[arg(long)]
     pub(crate) json: bool,
-    #[command(flatten)]
+    #[command(
+        flatten,
+        next_help_heading = "OAuth (when the server asks for authorization)"
+    )]
     pub(crate) oauth: oauth::OAuthArgs,
 }
 

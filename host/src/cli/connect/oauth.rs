@@ -32,8 +32,10 @@ pub(crate) enum Method {
     /// A public client: its id alone.
     None,
     /// HTTP Basic with the client secret.
+    #[value(name = "client_secret_basic")]
     ClientSecretBasic,
     /// The client secret in the request body.
+    #[value(name = "client_secret_post")]
     ClientSecretPost,
 }
 
@@ -54,8 +56,15 @@ pub(crate) struct OAuthArgs {
     /// a client metadata document or dynamic registration).
     #[arg(long, value_name = "ID")]
     pub(crate) client_id: Option<String>,
-    /// The pre-registered client's secret.
-    #[arg(long, value_name = "SECRET", requires = "client_id")]
+    /// The pre-registered client's secret (better in the environment than on a command line
+    /// other users' `ps` shows).
+    #[arg(
+        long,
+        value_name = "SECRET",
+        requires = "client_id",
+        env = "MCP_HOST_CLIENT_SECRET",
+        hide_env_values = true
+    )]
     pub(crate) client_secret: Option<String>,
     /// The issuer of the authorization server the client id is registered with (it is presented
     /// to no other; default: the first one discovered).
