@@ -133,7 +133,10 @@ mod tests {
         let listener = Listener::start("127.0.0.1:0".parse().unwrap()).unwrap();
         let addr = listener.addr;
         assert_eq!(listener.redirect_uri(), format!("http://{addr}/callback"));
-        let answer = get(addr, "GET /elsewhere?code=c&state=s HTTP/1.1\r\nhost: x\r\n\r\n");
+        let answer = get(
+            addr,
+            "GET /elsewhere?code=c&state=s HTTP/1.1\r\nhost: x\r\n\r\n",
+        );
         assert!(answer.starts_with("HTTP/1.1 404"), "{answer}");
         let answer = get(addr, "POST /callback?code=c HTTP/1.1\r\nhost: x\r\n\r\n");
         assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
