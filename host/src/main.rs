@@ -194,6 +194,10 @@ enum Command {
         #[arg(long)]
         user: Option<String>,
     },
+    /// Connect to an MCP server as its client: discover it, authorize when it asks (OAuth in
+    /// the terminal), list its tools (resources, prompts) and call them — to try a server
+    /// before adding it as an upstream.
+    Connect(Box<cli::connect::ConnectArgs>),
     /// Call policy: test which rule matches a call.
     Policy {
         #[command(subcommand)]
@@ -372,6 +376,14 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let config = Config::load(config_path)?;
             init_logging("warn", config.log_format);
             cli::vault::run(config, command, &mut protected_stdout())
+        }
+        Command::Connect(args) => {
+            // The OAuth engine's steps at info; the connection's own failures are in the report.
+            init_logging(
+                "warn,rmcp=off,mcp_host::plugins::upstream::supervise=off,mcp_host::access::upstream=info",
+                LogFormat::Text,
+            );
+            cli::connect::connect(*args, &mut protected_stdout())
         }
         Command::Completions { shell } => {
             clap_complete::generate(

@@ -1,6 +1,7 @@
 //! The subcommands of the `mcp-host` binary, one module each; `main.rs` parses and dispatches.
 
 pub(crate) mod config;
+pub(crate) mod connect;
 pub(crate) mod import;
 pub(crate) mod inspect;
 pub(crate) mod install;

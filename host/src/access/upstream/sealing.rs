@@ -26,7 +26,6 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
 use ring::rand::{SecureRandom as _, SystemRandom};
 use sha2::{Digest as _, Sha256};
-use subtle::ConstantTimeEq as _;
 use zeroize::Zeroizing;
 
 use crate::config::upstream_auth::decode_vault_key;
@@ -41,45 +40,7 @@ const TAG_LEN: usize = 16;
 /// value over this is refused rather than sealed, and a stored one over it is not opened).
 pub const MAX_SEALED_BYTES: usize = 128 * 1024;
 
-/// A secret string (a token, a client secret, a PKCE verifier): zeroized when dropped, never
-/// shown (`Debug` prints `[redacted]`; no `Display`, no `Serialize`). [`Secret::expose`] hands it
-/// to the code that must send it. (The vault uses `new`, `expose`, `From<String>`, `Clone`, `Eq`
-/// and `Debug` only: any secret type with those can take its place.)
-#[derive(Clone)]
-pub struct Secret(Zeroizing<String>);
-
-impl Secret {
-    /// The secret `value`.
-    pub fn new(value: impl Into<String>) -> Secret {
-        Secret(Zeroizing::new(value.into()))
-    }
-
-    /// The secret itself, for the request that carries it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl From<String> for Secret {
-    fn from(value: String) -> Secret {
-        Secret::new(value)
-    }
-}
-
-impl fmt::Debug for Secret {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Secret([redacted])")
-    }
-}
-
-/// Compared in constant time.
-impl PartialEq for Secret {
-    fn eq(&self, other: &Secret) -> bool {
-        self.0.as_bytes().ct_eq(other.0.as_bytes()).into()
-    }
-}
-
-impl Eq for Secret {}
+pub use super::secret::Secret;
 
 /// Why the configured vault keys cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -12,7 +12,9 @@
 
 mod answers;
 mod child;
+pub mod client;
 pub mod confine;
+mod credentialed;
 mod handshake;
 mod http;
 mod link;
@@ -148,6 +150,8 @@ pub(crate) fn start(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             redirects: entry.server.follow_redirects.unwrap_or_default(),
+            lifecycle: http::Lifecycle::Auto,
+            auth: None,
         }),
         None => stdio_transport(entry, spec, config, options.exe)?,
     };
