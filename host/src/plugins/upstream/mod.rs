@@ -11,9 +11,11 @@
 //! executor see one more [`PluginBackend`].
 
 mod answers;
+mod callers;
 mod child;
 pub mod client;
 pub mod confine;
+mod consent;
 mod credentialed;
 mod handshake;
 mod http;
@@ -411,16 +413,23 @@ enum Unanswered {
 /// request, or this call's own round) and the request made again with the answers and the
 /// upstream's `requestState`.
 async fn answered(
-    link: &Link,
+    link: &Arc<Link>,
     mut request: ClientRequest,
     call: &Arc<CallState>,
     trace: Option<&TraceContext>,
 ) -> Result<Value, Unanswered> {
     let name = link.name();
+    let mut consents = 0;
     for _ in 0..MAX_UPSTREAM_ROUNDS {
         let result = match link.request(&request, call, trace).await {
             Err(Failure::Needs(required, message)) => {
                 return Err(needs(call, name, &required, &message).await);
+            }
+            // The caller's own authorization first (`server.auth`), then the request again.
+            Err(Failure::NeedsConsent(need)) => {
+                consents += 1;
+                consent::authorize(link, call, need, consents).await?;
+                continue;
             }
             result => result,
         };
@@ -537,7 +546,7 @@ fn result_json(result: ServerResult) -> Value {
 /// Call tool `name` upstream with `arguments`: its result as the JSON it came as (a tool error
 /// result when the upstream refused the call or its questions went unanswered).
 async fn call_tool(
-    link: &Link,
+    link: &Arc<Link>,
     name: &str,
     arguments: serde_json::Map<String, Value>,
     call: &Arc<CallState>,
@@ -553,6 +562,7 @@ async fn call_tool(
             link.name(),
             code.0
         )),
+        Err(Unanswered::Failed(Failure::Refused(why))) => failed(why),
         Err(Unanswered::Failed(e)) => Err(e.to_string()),
         Err(Unanswered::Asked(why)) => failed(why),
     }
@@ -570,7 +580,7 @@ fn trace_context(call: &CallState) -> Option<TraceContext> {
 /// upstream's questions in answer to a resource read or a prompt go to the client as a tool
 /// call's do ([`answered`]).
 async fn envelope_outcome(
-    link: &Link,
+    link: &Arc<Link>,
     manifest: &Manifest,
     envelope: CallEnvelope,
     call: &Arc<CallState>,

@@ -518,6 +518,9 @@ impl Link {
         if let Current::Running(session) = current {
             session.end();
         }
+        if let Some(callers) = self.callers.get() {
+            callers.close();
+        }
         self.changed.notify_waiters();
         if let Some((config, entry)) = &self.supervision.record {
             quarantine::clear_upstream(config, entry);
