@@ -12,11 +12,15 @@
 
 #![allow(clippy::unwrap_used)]
 
+use std::time::{Duration, Instant};
+
 use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, jwk::JwkSet};
+use mcp_host_tests::Layout;
 use mcp_host_tests::oauth::{
     Browser, ClientAuth, EXCHANGER, Pkce, Provider, ProviderOptions, ResourceServer, TESTER,
     TOKEN_EXCHANGE, Tokens, get, jwt_claims, query_params, random_string,
 };
+use mcp_host_tests::serve::HttpServer;
 use serde_json::{Value, json};
 
 /// A resource the provider knows that is not the resource server (another audience).
@@ -402,4 +406,97 @@ fn token_exchange_and_client_credentials_reach_the_upstream_and_the_jwks_file_ve
         whoami(&rs, body["access_token"].as_str().unwrap())["sub"],
         "exchanger"
     );
+}
+
+#[test]
+fn a_short_lived_access_token_expires_at_the_upstream_and_a_refreshed_one_is_accepted() {
+    let options = ProviderOptions {
+        access_token_ttl: Some(2),
+        ..ProviderOptions::default()
+    };
+    let Some((provider, rs)) = start(options) else {
+        return;
+    };
+    let tokens = provider.user_tokens("alice", &rs.url, "mcp:basic");
+    assert_eq!(tokens.response["expires_in"], 2, "{}", tokens.response);
+    let claims = jwt_claims(&tokens.access_token);
+    assert_eq!(
+        claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap(),
+        2
+    );
+    assert_eq!(whoami(&rs, &tokens.access_token)["sub"], "alice");
+    // Wait for the upstream to refuse it (its `exp` passed): an event, not a sleep of a guess.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let refusal = loop {
+        match rs.call_tool(&tokens.access_token, "whoami", json!({})) {
+            Err(r) => break r,
+            Ok(_) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+            Ok(_) => panic!("the expired token is still accepted after 60 s"),
+        }
+    };
+    assert_eq!(refusal.status, 401, "{}", refusal.text());
+    assert!(
+        rs.stderr().contains("ExpiredSignatureError"),
+        "{}",
+        rs.stderr()
+    );
+    let (status, body) = provider.token(
+        &[
+            ("grant_type", "refresh_token"),
+            ("refresh_token", tokens.refresh_token.as_deref().unwrap()),
+        ],
+        ClientAuth::Public(TESTER),
+    );
+    assert_eq!(status, 200, "{body}");
+    let refreshed = Tokens::from(body);
+    // Without `resource` on the refresh, the granted one is used (`useGrantedResource`).
+    assert_eq!(jwt_claims(&refreshed.access_token)["aud"], rs.url.as_str());
+    assert_eq!(whoami(&rs, &refreshed.access_token)["sub"], "alice");
+}
+
+#[test]
+fn mcp_host_verifies_the_providers_tokens_with_its_jwks_file() {
+    let options = ProviderOptions {
+        resources: vec![HOST.to_owned(), OTHER.to_owned()],
+        ..ProviderOptions::default()
+    };
+    let Some(provider) = Provider::start(&options) else {
+        return;
+    };
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\n\
+         auth:\n\
+         \x20 require_auth: true\n\
+         \x20 resource: \"{HOST}\"\n\
+         \x20 authorization_servers: [\"{issuer}\"]\n\
+         \x20 jwt:\n\
+         \x20   issuer: \"{issuer}\"\n\
+         \x20   jwks_file: \"{jwks}\"\n",
+        issuer = provider.issuer,
+        jwks = provider.jwks_file.display(),
+    ));
+    let host = HttpServer::start(&cfg);
+    let whoami = |token: &str| {
+        host.modern_at(
+            "/mcp",
+            Some(token),
+            "tools/call",
+            json!({"name": "whoami", "arguments": {}}),
+        )
+    };
+    let alice = provider.user_tokens("alice", HOST, "mcp:basic");
+    let r = whoami(&alice.access_token);
+    assert_eq!(r.status, 200, "{}\n{}", r.text(), host.stderr());
+    assert_eq!(
+        r.message()["result"]["structuredContent"]["user_id"],
+        "alice",
+        "{}",
+        r.text()
+    );
+    // A token of the same provider for another audience is not a token for the host.
+    let elsewhere = provider.user_tokens("bob", OTHER, "mcp:basic");
+    let r = whoami(&elsewhere.access_token);
+    assert_eq!(r.status, 401, "{}", r.text());
 }
