@@ -241,11 +241,7 @@ fn a_token_for_another_audience_is_refused_by_the_resource_server() {
         .expect_err("a token for another resource was accepted");
     assert_eq!(refusal.status, 401, "{}", refusal.text());
     assert!(challenge(&refusal).contains("invalid_token"), "{refusal:?}");
-    assert!(
-        rs.stderr().contains("InvalidAudienceError"),
-        "{}",
-        rs.stderr()
-    );
+    assert!(rs.logged("InvalidAudienceError"), "{}", rs.stderr());
 
     // A resource the provider does not know gets no token at all.
     let pkce = Pkce::new();
@@ -424,8 +420,8 @@ fn a_short_lived_access_token_expires_at_the_upstream_and_a_refreshed_one_is_acc
         claims["exp"].as_u64().unwrap() - claims["iat"].as_u64().unwrap(),
         2
     );
-    assert_eq!(whoami(&rs, &tokens.access_token)["sub"], "alice");
-    // Wait for the upstream to refuse it (its `exp` passed): an event, not a sleep of a guess.
+    // Wait for the upstream to refuse it once its `exp` passed (an event, not a guessed sleep;
+    // whether it was still accepted first depends on how loaded the machine is).
     let deadline = Instant::now() + Duration::from_secs(60);
     let refusal = loop {
         match rs.call_tool(&tokens.access_token, "whoami", json!({})) {
@@ -435,23 +431,38 @@ fn a_short_lived_access_token_expires_at_the_upstream_and_a_refreshed_one_is_acc
         }
     };
     assert_eq!(refusal.status, 401, "{}", refusal.text());
-    assert!(
-        rs.stderr().contains("ExpiredSignatureError"),
-        "{}",
-        rs.stderr()
-    );
-    let (status, body) = provider.token(
-        &[
-            ("grant_type", "refresh_token"),
-            ("refresh_token", tokens.refresh_token.as_deref().unwrap()),
-        ],
-        ClientAuth::Public(TESTER),
-    );
-    assert_eq!(status, 200, "{body}");
-    let refreshed = Tokens::from(body);
-    // Without `resource` on the refresh, the granted one is used (`useGrantedResource`).
-    assert_eq!(jwt_claims(&refreshed.access_token)["aud"], rs.url.as_str());
-    assert_eq!(whoami(&rs, &refreshed.access_token)["sub"], "alice");
+    assert!(rs.logged("ExpiredSignatureError"), "{}", rs.stderr());
+    // Refreshed (without `resource`: the granted one is used, `useGrantedResource`), the token is
+    // accepted again. Each refreshed token lives 2 s too, so on a slow machine one may expire
+    // before its call: refresh again (the rotated refresh token) until a call gets through.
+    let mut refresh_token = tokens.refresh_token.unwrap();
+    loop {
+        let (status, body) = provider.token(
+            &[
+                ("grant_type", "refresh_token"),
+                ("refresh_token", &refresh_token),
+            ],
+            ClientAuth::Public(TESTER),
+        );
+        assert_eq!(status, 200, "{body}");
+        let refreshed = Tokens::from(body);
+        let claims = jwt_claims(&refreshed.access_token);
+        assert_eq!(
+            (&claims["aud"], &claims["sub"]),
+            (&json!(rs.url), &json!("alice"))
+        );
+        refresh_token = refreshed.refresh_token.unwrap();
+        match rs.call_tool(&refreshed.access_token, "whoami", json!({})) {
+            Ok(result) => {
+                let me: Value =
+                    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+                assert_eq!(me["sub"], "alice", "{me}");
+                break;
+            }
+            Err(r) if r.status == 401 && Instant::now() < deadline => {}
+            Err(r) => panic!("the refreshed token is refused: {r:?}\n{}", rs.stderr()),
+        }
+    }
 }
 
 #[test]

@@ -29,7 +29,7 @@ use url::Url;
 
 use crate::clients::{python_with, require_or_skip};
 use crate::fleet::output_lines;
-use crate::serve::{ChildGuard, HttpConn, HttpResponse, LEGACY, START, collect_stderr};
+use crate::serve::{ChildGuard, HttpConn, HttpResponse, LEGACY, START, WAIT, collect_stderr};
 use crate::workspace_root;
 
 /// The provider's pre-registered public client (`token_endpoint_auth_method: none`, native).
@@ -598,6 +598,19 @@ impl ResourceServer {
     /// What it wrote to stderr so far (e.g. why it refused a token).
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
+    }
+
+    /// Whether its stderr has `needle`, waiting up to [`WAIT`] for it (the lines reach the test
+    /// through a reader thread, possibly after the answer they explain).
+    pub fn logged(&self, needle: &str) -> bool {
+        let deadline = Instant::now() + WAIT;
+        while !self.stderr().contains(needle) {
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        true
     }
 
     /// POST one JSON-RPC message to its endpoint with `token` (if any) and `session` (if any).
