@@ -20,6 +20,7 @@
 
 mod authorizer;
 pub mod consent;
+mod obtained;
 
 pub use authorizer::CallerAuthorizer;
 pub use consent::{CallbackRefusal, Completed, Consent, FlowView};
@@ -99,6 +100,12 @@ pub struct Spec {
     pub method: Option<AuthMethod>,
     /// Who lists it.
     pub list_as: ListAs,
+    /// How its tokens are obtained: consent, token exchange, service identity.
+    pub mode: crate::config::ServerAuthMode,
+    /// What a token exchange presents the caller's token as.
+    pub subject_token_type: crate::config::SubjectTokenType,
+    /// The `audience` a token exchange asks for.
+    pub audience: Option<String>,
 }
 
 impl Spec {
@@ -121,7 +128,13 @@ impl Spec {
                 TokenEndpointAuth::ClientSecretBasic => AuthMethod::ClientSecretBasic,
                 TokenEndpointAuth::ClientSecretPost => AuthMethod::ClientSecretPost,
             }),
-            list_as: auth.list_as,
+            list_as: auth.lister(),
+            mode: auth.mode,
+            subject_token_type: obtained::subject_type(auth),
+            audience: auth
+                .token_exchange
+                .as_ref()
+                .and_then(|t| t.audience.clone()),
         })
     }
 }
@@ -253,6 +266,8 @@ pub struct Credentials {
     taken: Mutex<VecDeque<(String, Instant)>>,
     /// Woken when a consent completes here.
     landed: tokio::sync::Notify,
+    /// Callers' inbound tokens, for upstreams that exchange them.
+    subjects: obtained::Subjects,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -282,6 +297,7 @@ impl Credentials {
             step_ups: Mutex::default(),
             taken: Mutex::default(),
             landed: tokio::sync::Notify::new(),
+            subjects: obtained::Subjects::default(),
         };
         credentials.configure(config);
         Arc::new(credentials)
@@ -394,6 +410,9 @@ impl Credentials {
         upstream: &str,
     ) -> Result<Option<Secret>, CredError> {
         let spec = self.spec_or(upstream)?;
+        if obtained::obtained(&spec, who) {
+            return self.obtained_token(who, &spec, false).await;
+        }
         let k = key(who, upstream);
         if let Some((token, mark)) = self.cached(&k) {
             if mark && let Err(e) = self.vault.mark_used(&who.0, upstream).await {
@@ -670,8 +689,13 @@ impl Credentials {
         self.remember_challenge(upstream, &refusal.challenge);
         let challenge = Some(refusal.challenge.clone()).filter(|c| !c.is_empty());
         let Some(spec) = self.spec(upstream) else {
-            return Err(Need::GiveUp(CredError::Unknown(upstream.into()).to_string()));
+            return Err(Need::GiveUp(
+                CredError::Unknown(upstream.into()).to_string(),
+            ));
         };
+        if obtained::obtained(&spec, who) {
+            return self.rejected_obtained(who, &spec, sent, refusal).await;
+        }
         // A token written meanwhile (a consent, another replica's refresh): that one first.
         self.forget(who, upstream);
         let current = self.token(who, upstream).await.ok().flatten();
@@ -814,7 +838,10 @@ mod tests {
             step_up: false,
         };
         let operator = consent.describe(&Principal::operator(), "github");
-        assert!(operator.contains("mcp-host connect --upstream github"), "{operator}");
+        assert!(
+            operator.contains("mcp-host connect --upstream github"),
+            "{operator}"
+        );
         let alice = Principal("alice".into());
         assert!(consent.describe(&alice, "github").contains("alice"));
     }

@@ -1,0 +1,319 @@
+//! Credentials obtained without a user's consent, beside the consented ones of [`Credentials`]:
+//!
+//! - **Token exchange** (`server.auth.mode: token_exchange`, RFC 8693): a caller's own token at
+//!   the upstream is the caller's verified inbound JWT exchanged at the upstream's authorization
+//!   server for one with the upstream's audience. The JWT a caller presented is remembered for
+//!   its user (bounded, until it expires: [`Subjects`]) so that a session's requests — and a
+//!   refusal's retry — can exchange again when the exchanged token runs out. A call without a
+//!   JWT (a personal secret, no token) is refused: it has nothing to exchange.
+//! - **Service identity** (`mode: client_credentials`, or `list_as: service`): one token of the
+//!   host's own client (principal `@service`) for every caller, obtained again before it expires.
+//!
+//! Both are kept in the vault like consented tokens (sealed, per principal and upstream, under
+//! the upstream's identity digest), obtained by one task of a replica at a time (replicas may
+//! each obtain one: either is valid), and never refreshed with a refresh token: obtained anew.
+//! The authorization server is the one the upstream's protected-resource metadata names, and it
+//! must be the configured `issuer` the client is registered with.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::{CredError, Credentials, Need, Spec, key, lock, now_ms};
+use crate::access::upstream::challenge::Status;
+use crate::access::upstream::engine::discover;
+use crate::access::upstream::grants::{self, ClientAuth, Exchange, Granted};
+use crate::access::upstream::http::{Client, Reach};
+use crate::access::upstream::registration::AuthMethod;
+use crate::access::upstream::vault::{Credential, Expect};
+use crate::access::upstream::{AuthFailure, Principal, Refusal, Secret};
+use crate::config::{ListAs, ServerAuthMode, SubjectTokenType};
+
+/// The most users whose inbound token is remembered at once.
+const MAX_SUBJECTS: usize = 10_000;
+/// How long a subject token without `exp` is remembered.
+const SUBJECT_TTL: Duration = Duration::from_secs(300);
+
+/// A caller's inbound token, remembered to be exchanged.
+struct Subject {
+    token: Secret,
+    expires_ms: u64,
+}
+
+/// The inbound JWTs of callers of upstreams that exchange them, by user: the latest each
+/// presented, until it expires.
+#[derive(Default)]
+pub(super) struct Subjects(Mutex<HashMap<String, Subject>>);
+
+impl Subjects {
+    fn remember(&self, who: &Principal, token: &Secret, expires_ms: u64) {
+        let mut subjects = lock(&self.0);
+        let now = now_ms();
+        if subjects.len() >= MAX_SUBJECTS {
+            subjects.retain(|_, s| s.expires_ms > now);
+        }
+        if subjects.len() >= MAX_SUBJECTS && !subjects.contains_key(&who.0) {
+            return;
+        }
+        subjects.insert(
+            who.0.clone(),
+            Subject {
+                token: token.clone(),
+                expires_ms,
+            },
+        );
+    }
+
+    fn get(&self, who: &Principal) -> Option<Secret> {
+        let subjects = lock(&self.0);
+        let subject = subjects.get(&who.0)?;
+        (subject.expires_ms > now_ms()).then(|| subject.token.clone())
+    }
+}
+
+/// Whether `spec`'s tokens for `who` are obtained without consent (and how).
+pub(super) fn obtained(spec: &Spec, who: &Principal) -> bool {
+    spec.mode != ServerAuthMode::Oauth || (spec.list_as == ListAs::Service && service(who))
+}
+
+fn service(who: &Principal) -> bool {
+    *who == Principal::service()
+}
+
+impl Credentials {
+    /// A call of `who` to `upstream` came with `subject_token` (the caller's verified JWT, which
+    /// expires at `exp`, Unix seconds): remembered when the upstream exchanges callers' tokens.
+    pub fn present_subject(
+        &self,
+        who: &Principal,
+        upstream: &str,
+        subject_token: Option<&Secret>,
+        exp: Option<u64>,
+    ) {
+        let exchanges = self
+            .spec(upstream)
+            .is_some_and(|s| s.mode == ServerAuthMode::TokenExchange);
+        if let (true, Some(token)) = (exchanges, subject_token) {
+            let ttl = now_ms().saturating_add(SUBJECT_TTL.as_millis() as u64);
+            let expires_ms = exp.map_or(ttl, |e| e.saturating_mul(1000));
+            self.subjects.remember(who, token, expires_ms);
+        }
+    }
+
+    /// The token of `who` at `spec`'s upstream when it is obtained without consent: the one
+    /// held while it is fresh, else one obtained now (`force`: even if the one held looks
+    /// fresh — the upstream refused it).
+    pub(super) async fn obtained_token(
+        &self,
+        who: &Principal,
+        spec: &Spec,
+        force: bool,
+    ) -> Result<Option<Secret>, CredError> {
+        let k = key(who, &spec.upstream);
+        if !force && let Some((token, _)) = self.cached(&k) {
+            return Ok(Some(token));
+        }
+        let serial = Arc::clone(lock(&self.refreshing).entry(k.clone()).or_default());
+        let _one = serial.lock().await;
+        let held = self
+            .vault
+            .credential(&who.0, &spec.upstream, &spec.identity)
+            .await?;
+        if let Some(held) = held {
+            let newer = lock(&self.cache)
+                .get(&k)
+                .is_none_or(|c| c.version != held.version);
+            if (!force || newer) && !super::due(&held.credential) {
+                self.remember(&k, &held);
+                return Ok(Some(held.credential.access_token));
+            }
+        }
+        let granted = self.obtain(who, spec).await;
+        let (what, outcome) = match &granted {
+            Ok(_) => ("upstream_auth.obtained", "ok"),
+            Err(_) => ("upstream_auth.obtain_failed", "failed"),
+        };
+        let why = granted.as_ref().err().map(ToString::to_string);
+        self.audit(what, Some(&who.0), &spec.upstream, outcome, why.as_deref());
+        let (granted, issuer, client_id) = granted?;
+        let credential = credential(granted, issuer, client_id, &spec.scopes);
+        let version = self
+            .vault
+            .save_credential(
+                &who.0,
+                &spec.upstream,
+                &spec.identity,
+                &credential,
+                Expect::Any,
+            )
+            .await?;
+        let stored = crate::access::upstream::vault::StoredCredential {
+            credential,
+            version,
+            updated_ms: now_ms(),
+            last_used_ms: now_ms(),
+        };
+        self.remember(&k, &stored);
+        Ok(Some(stored.credential.access_token))
+    }
+
+    /// Obtain a token for `who` at `spec`'s upstream: exchanged, or the service's. What was
+    /// granted, by which issuer, to which client.
+    async fn obtain(
+        &self,
+        who: &Principal,
+        spec: &Spec,
+    ) -> Result<(Granted, String, String), CredError> {
+        let Some(pre) = spec.preregistered.as_ref() else {
+            return Err(CredError::Config(format!(
+                "upstream {} needs server.auth.client_id and client_secret",
+                spec.upstream
+            )));
+        };
+        let Some(secret) = pre.client_secret.as_ref() else {
+            return Err(CredError::Config(format!(
+                "upstream {} needs server.auth.client_secret",
+                spec.upstream
+            )));
+        };
+        let subject = if service(who) {
+            None
+        } else {
+            Some(
+                self.subjects
+                    .get(who)
+                    .ok_or_else(|| no_subject(who, spec))?,
+            )
+        };
+        let url = url::Url::parse(&spec.url)
+            .map_err(|e| AuthFailure::Failed(format!("{}: {e}", spec.url)))?;
+        let reach = Reach::of(&url, self.settings().allow_private);
+        let http = Arc::new(
+            Client::new(reach, !spec.resource).map_err(|e| AuthFailure::Failed(e.to_string()))?,
+        );
+        let found = discover(&spec.url, Arc::clone(&http) as _, None, true).await?;
+        if pre.issuer.as_deref().is_some_and(|i| i != found.issuer) {
+            return Err(AuthFailure::Refused(format!(
+                "upstream {}'s authorization server is {}, not the issuer its client is \
+                 registered with (server.auth.issuer): its client is presented to no other",
+                spec.upstream, found.issuer
+            ))
+            .into());
+        }
+        let client = ClientAuth {
+            client_id: &pre.client_id,
+            secret,
+            method: spec.method.unwrap_or(AuthMethod::ClientSecretBasic),
+        };
+        let endpoint = found.metadata.token_endpoint.as_str();
+        let granted = match subject {
+            None => {
+                grants::client_credentials(&http, endpoint, &client, &spec.url, &spec.scopes)
+                    .await?
+            }
+            Some(subject) => {
+                let exchange = Exchange {
+                    subject_token: &subject,
+                    subject_token_type: spec.subject_token_type.urn(),
+                    resource: &spec.url,
+                    audience: spec.audience.as_deref(),
+                    scopes: &spec.scopes,
+                };
+                grants::exchange(&http, endpoint, &client, &exchange).await?
+            }
+        };
+        Ok((granted, found.issuer, pre.client_id.clone()))
+    }
+
+    /// The upstream refused a token obtained without consent: one obtained anew (once), else
+    /// nothing to be done (no consent is asked for these).
+    pub(super) async fn rejected_obtained(
+        &self,
+        who: &Principal,
+        spec: &Spec,
+        sent: Option<&Secret>,
+        refusal: &Refusal,
+    ) -> Result<Secret, Need> {
+        let upstream = spec.upstream.as_str();
+        if refusal.status == Status::Forbidden {
+            return Err(Need::GiveUp(format!(
+                "upstream {upstream} refused {}'s token (HTTP 403{}): {} grants no more — \
+                 set server.auth.scopes",
+                self.whose(who),
+                refusal
+                    .scopes()
+                    .is_empty()
+                    .then(String::new)
+                    .unwrap_or_else(|| format!(", it needs {}", refusal.scopes().join(" "))),
+                how(spec, who)
+            )));
+        }
+        match self.obtained_token(who, spec, sent.is_some()).await {
+            Ok(Some(token)) if Some(&token) != sent => Ok(token),
+            Ok(_) => Err(Need::GiveUp(format!(
+                "upstream {upstream} refused {}'s token obtained by {}",
+                self.whose(who),
+                how(spec, who)
+            ))),
+            Err(e) => Err(Need::GiveUp(format!("upstream {upstream}: {e}"))),
+        }
+    }
+
+    fn whose(&self, who: &Principal) -> String {
+        if service(who) {
+            "the host's service identity".into()
+        } else {
+            who.0.clone()
+        }
+    }
+}
+
+/// How `spec` obtains `who`'s tokens, in words.
+fn how(spec: &Spec, who: &Principal) -> &'static str {
+    if spec.mode == ServerAuthMode::TokenExchange && !service(who) {
+        "token exchange"
+    } else {
+        "client_credentials"
+    }
+}
+
+/// The refusal of a call that brings no token to exchange.
+fn no_subject(who: &Principal, spec: &Spec) -> CredError {
+    CredError::Auth(AuthFailure::Refused(format!(
+        "upstream {} takes each caller's own token, exchanged for the caller's token at mcp-host \
+         (RFC 8693): {who}'s call came without a bearer JWT to exchange (a personal mcp_ secret \
+         cannot be exchanged; sign in with a token of the upstream's identity provider)",
+        spec.upstream
+    )))
+}
+
+/// The vault's credential of what was granted.
+fn credential(granted: Granted, issuer: String, client_id: String, asked: &[String]) -> Credential {
+    let now = now_ms();
+    let expires_at_ms = granted
+        .expires_in
+        .map(|s| now.saturating_add(s.saturating_mul(1000)));
+    let scopes = granted.scope.map_or_else(
+        || asked.to_vec(),
+        |s| s.split_whitespace().map(str::to_owned).collect(),
+    );
+    Credential {
+        access_token: granted.access_token,
+        refresh_token: None,
+        token_type: granted.token_type,
+        scopes,
+        issuer,
+        client_id,
+        expires_at_ms,
+        refresh_after_ms: None,
+        received_at_ms: now,
+    }
+}
+
+/// The type of subject token `spec` presents.
+pub(super) fn subject_type(auth: &crate::config::ServerAuth) -> SubjectTokenType {
+    auth.token_exchange
+        .as_ref()
+        .map(|t| t.subject_token_type)
+        .unwrap_or_default()
+}
