@@ -60,6 +60,15 @@ const SANDBOX_ENV: &[&str] = &["PATH", "LANG", "LANGUAGE", "LC_*", "TZ"];
 /// upstream is a few microseconds of work there, and a single thread is woken once per message,
 /// where the workers of a multi-threaded runtime woke and parked each other around every one
 /// (most of the CPU time an upstream call cost the host).
+/// Run `future` on the upstreams' runtime (where users' upstream credentials are obtained) and
+/// wait for it, from a thread outside it (a plugin's call); `None` if it could not run.
+pub(crate) fn block_on_upstreams<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let runtime = runtime().ok()?;
+    link::block_on(runtime, future)
+}
+
 fn runtime() -> Result<&'static tokio::runtime::Handle, LoadError> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
     RUNTIME

@@ -24,6 +24,7 @@ mod obtained;
 
 pub use authorizer::CallerAuthorizer;
 pub use consent::{CallbackRefusal, Completed, Consent, FlowView};
+pub use obtained::PluginCredential;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -410,8 +411,8 @@ impl Credentials {
         upstream: &str,
     ) -> Result<Option<Secret>, CredError> {
         let spec = self.spec_or(upstream)?;
-        if obtained::obtained(&spec, who) {
-            return self.obtained_token(who, &spec, false).await;
+        if let Some(whose) = obtained::obtained(&spec, who) {
+            return self.obtained_token(&whose, &spec, false).await;
         }
         let k = key(who, upstream);
         if let Some((token, mark)) = self.cached(&k) {
@@ -693,8 +694,8 @@ impl Credentials {
                 CredError::Unknown(upstream.into()).to_string(),
             ));
         };
-        if obtained::obtained(&spec, who) {
-            return self.rejected_obtained(who, &spec, sent, refusal).await;
+        if let Some(whose) = obtained::obtained(&spec, who) {
+            return self.rejected_obtained(&whose, &spec, sent, refusal).await;
         }
         // A token written meanwhile (a consent, another replica's refresh): that one first.
         self.forget(who, upstream);

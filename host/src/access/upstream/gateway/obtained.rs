@@ -71,9 +71,30 @@ impl Subjects {
     }
 }
 
-/// Whether `spec`'s tokens for `who` are obtained without consent (and how).
-pub(super) fn obtained(spec: &Spec, who: &Principal) -> bool {
-    spec.mode != ServerAuthMode::Oauth || (spec.list_as == ListAs::Service && service(who))
+/// Whose token `who` uses at `spec`'s upstream when it is obtained without consent: `who`'s
+/// own (token exchange), the service's (`client_credentials`, or the listing as `service`);
+/// `None`: a consented one.
+pub(super) fn obtained(spec: &Spec, who: &Principal) -> Option<Principal> {
+    match spec.mode {
+        ServerAuthMode::ClientCredentials => Some(Principal::service()),
+        ServerAuthMode::TokenExchange => Some(who.clone()),
+        ServerAuthMode::Oauth => {
+            (spec.list_as == ListAs::Service && service(who)).then(|| who.clone())
+        }
+    }
+}
+
+/// A user's credential as a plugin may have it: never the refresh token.
+#[derive(Debug)]
+pub struct PluginCredential {
+    /// The access token.
+    pub access_token: Secret,
+    /// `Bearer`, ...
+    pub token_type: String,
+    /// When it expires (Unix ms), when known.
+    pub expires_at_ms: Option<u64>,
+    /// The scopes granted, when known.
+    pub scopes: Vec<String>,
 }
 
 fn service(who: &Principal) -> bool {
@@ -81,6 +102,46 @@ fn service(who: &Principal) -> bool {
 }
 
 impl Credentials {
+    /// `who`'s own credential at `upstream` for a plugin (`CallContext::credential`): consented
+    /// or exchanged — not the service identity's, which is no user's. `None`: `who` holds none
+    /// (consent is needed).
+    pub async fn credential_of(
+        &self,
+        who: &Principal,
+        upstream: &str,
+    ) -> Result<Option<PluginCredential>, CredError> {
+        let spec = self.spec_or(upstream)?;
+        if spec.mode == ServerAuthMode::ClientCredentials || who.is_reserved() {
+            return Err(CredError::Config(format!(
+                "{upstream} uses the host's service identity, not each user's: plugins get no \
+                 token of it"
+            )));
+        }
+        let Some(token) = self.token(who, upstream).await? else {
+            return Ok(None);
+        };
+        let held = self
+            .vault
+            .credential(&who.0, upstream, &spec.identity)
+            .await?
+            .map(|s| s.credential)
+            .filter(|c| c.access_token == token);
+        Ok(Some(match held {
+            Some(c) => PluginCredential {
+                access_token: c.access_token,
+                token_type: c.token_type,
+                expires_at_ms: c.expires_at_ms,
+                scopes: c.scopes,
+            },
+            None => PluginCredential {
+                access_token: token,
+                token_type: "Bearer".into(),
+                expires_at_ms: None,
+                scopes: Vec::new(),
+            },
+        }))
+    }
+
     /// A call of `who` to `upstream` came with `subject_token` (the caller's verified JWT, which
     /// expires at `exp`, Unix seconds): remembered when the upstream exchanges callers' tokens.
     pub fn present_subject(
