@@ -1014,7 +1014,10 @@ fn check_upstream_auth_required(config: &Config, origin: &Origin) -> Result<(), 
     let Some(first) = users.first() else {
         return Ok(());
     };
-    if settings.public_url(config.auth.resource.as_deref()).is_none() {
+    if settings
+        .public_url(config.auth.resource.as_deref())
+        .is_none()
+    {
         return Err(invalid(
             "upstream_auth.public_url",
             format!(

@@ -140,7 +140,10 @@ impl fmt::Debug for ServerAuth {
         f.debug_struct("ServerAuth")
             .field("mode", &self.mode)
             .field("client_id", &self.client_id)
-            .field("client_secret", &self.client_secret.as_ref().map(|_| "<redacted>"))
+            .field(
+                "client_secret",
+                &self.client_secret.as_ref().map(|_| "<redacted>"),
+            )
             .field("issuer", &self.issuer)
             .field("scopes", &self.scopes)
             .field("resource", &self.resource)
@@ -162,9 +165,7 @@ pub enum ServerAuthMode {
 }
 
 /// A token endpoint authentication method.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TokenEndpointAuth {
     /// A public client: its id alone.

@@ -62,7 +62,9 @@ pub fn credential_of(stored: &StoredCredentials, issuer: &str) -> Option<Credent
         expires_at_ms.map(|e| e.saturating_sub(refresh_margin_ms(received_at_ms, e)));
     Some(Credential {
         access_token: Secret::new(response.access_token().secret().clone()),
-        refresh_token: response.refresh_token().map(|r| Secret::new(r.secret().clone())),
+        refresh_token: response
+            .refresh_token()
+            .map(|r| Secret::new(r.secret().clone())),
         token_type: "Bearer".into(),
         scopes: stored.granted_scopes.clone(),
         issuer: stored.issuer.clone().unwrap_or_else(|| issuer.to_owned()),

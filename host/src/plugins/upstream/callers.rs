@@ -23,7 +23,7 @@ use super::http::{Endpoint, Lifecycle};
 use super::link::{Failure, Handler, Link, Running, Sent, Session, Transport, lifecycle};
 use super::relay::Routes;
 use crate::access::upstream::Principal;
-use crate::access::upstream::gateway::{CallerAuthorizer, Credentials, Need};
+use crate::access::upstream::gateway::{CallerAuthorizer, CredentialSlot, Credentials, Need};
 use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::lock;
 
@@ -43,7 +43,7 @@ pub(super) struct CallerSession {
 
 /// The callers' sessions of one upstream (see the module's documentation).
 pub(crate) struct Callers {
-    credentials: Arc<Credentials>,
+    credentials: CredentialSlot,
     /// The one connection pool of every caller's session.
     pool: reqwest::Client,
     sessions: Mutex<HashMap<Principal, Held>>,
@@ -57,7 +57,7 @@ pub(crate) struct Callers {
 impl Callers {
     /// The callers' sessions of an upstream, their tokens from `credentials`, their connections
     /// from `pool`.
-    pub(crate) fn new(credentials: Arc<Credentials>, pool: reqwest::Client) -> Callers {
+    pub(crate) fn new(credentials: CredentialSlot, pool: reqwest::Client) -> Callers {
         Callers {
             credentials,
             pool,
@@ -68,9 +68,11 @@ impl Callers {
         }
     }
 
-    /// The credentials service.
-    pub(crate) fn credentials(&self) -> &Arc<Credentials> {
-        &self.credentials
+    /// The credentials service, once the host's store is open.
+    pub(crate) fn credentials(&self) -> Result<&Arc<Credentials>, Failure> {
+        self.credentials
+            .get()
+            .ok_or_else(|| Failure::Unavailable("the token vault is not open yet".into()))
     }
 
     /// `who`'s open session, marked used.
@@ -217,7 +219,7 @@ impl Link {
         if let Some(open) = callers.get(who) {
             return Ok(open);
         }
-        let token = callers.credentials.token(who, &self.name).await;
+        let token = callers.credentials()?.token(who, &self.name).await;
         match token {
             Ok(Some(_)) => {}
             Ok(None) => {
@@ -274,7 +276,7 @@ impl Link {
             session: Arc::clone(&session),
             auth,
         };
-        let settings = callers.credentials.settings();
+        let settings = callers.credentials()?.settings();
         callers.keep(who, &held, settings.max_sessions);
         self.watch_caller(running, who.clone(), id);
         self.sweep_callers(settings.session_idle);

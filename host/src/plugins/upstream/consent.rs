@@ -56,11 +56,12 @@ pub(super) async fn authorize(
             "upstream {name} needs its callers' authorization, which this command cannot ask"
         ))));
     };
-    let credentials = Arc::clone(callers.credentials());
+    let credentials = Arc::clone(callers.credentials().map_err(Unanswered::Failed)?);
     let who = super::callers::principal(call, &name).map_err(Unanswered::Failed)?;
     let prefix = format!("{PREFIX}{name}-");
     if let Some(input) = &call.input
-        && let Some((consent, n)) = again(&credentials, &who, &name, input.as_ref(), &prefix).await?
+        && let Some((consent, n)) =
+            again(&credentials, &who, &name, input.as_ref(), &prefix).await?
     {
         let key = format!("{prefix}{}-{n}", consent.flow_id);
         return ask(&credentials, call, &who, &name, &consent, key).await;

@@ -223,7 +223,8 @@ pub(crate) struct Link {
     pub(super) callers: std::sync::OnceLock<super::callers::Callers>,
     /// The authorizer of the serving session when it lists as the operator (`server.auth.list_as:
     /// operator`): without the operator's connection, the link waits for it.
-    pub(super) listing: std::sync::OnceLock<Arc<crate::access::upstream::gateway::CallerAuthorizer>>,
+    pub(super) listing:
+        std::sync::OnceLock<Arc<crate::access::upstream::gateway::CallerAuthorizer>>,
     pub(super) runtime: tokio::runtime::Handle,
     /// The re-reading of its lists after a `list_changed`: one at a time.
     pub(super) relists: Mutex<Relists>,

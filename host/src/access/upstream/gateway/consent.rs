@@ -293,7 +293,9 @@ impl Credentials {
             metadata,
             issuer,
         } = found;
-        let registration = self.registration(spec, &metadata, &issuer, callback).await?;
+        let registration = self
+            .registration(spec, &metadata, &issuer, callback)
+            .await?;
         configure_client(&mut manager, &metadata, &registration, callback, "web")?;
         let capture = OneState::default();
         manager.set_state_store(capture.clone());
@@ -327,7 +329,10 @@ impl Credentials {
             iss_advertised,
             client: Client {
                 client_id: registration.client_id.clone(),
-                secret: registration.client_secret.as_ref().map(|s| s.expose().into()),
+                secret: registration
+                    .client_secret
+                    .as_ref()
+                    .map(|s| s.expose().into()),
                 method: registration.method.name().into(),
                 kind: kind_name(registration.kind).into(),
             },
@@ -595,8 +600,8 @@ impl Credentials {
                 "other_user",
                 format!(
                     "This authorization was started for another user than the one logged in \
-                     here ({})."
-                    , html_safe(user)
+                     here ({}).",
+                    html_safe(user)
                 ),
             ));
         }

@@ -1,0 +1,335 @@
+//! mcp-host as each user's OAuth client of an upstream with `server.auth`, end to end with real
+//! components: a real OpenID provider (`oidc-provider`, tests/fixtures/oidc/provider.mjs) as the
+//! authorization server of a real MCP resource server that checks issuer, audience and scope
+//! (tests/fixtures/upstream/oauth_resource.py), callers signed in to mcp-host with the same
+//! provider's tokens, and the headless browser of `mcp_host_tests::oauth` following the consent
+//! links the host asks the callers' clients to open.
+//!
+//! Skips without Node 22 + `oidc-provider` or the Python SDK, unless `MCP_TEST_REQUIRE_CLIENTS`.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use mcp_host_tests::Layout;
+use mcp_host_tests::fleet::free_port;
+use mcp_host_tests::oauth::{Browser, Provider, ProviderOptions, ResourceServer};
+use mcp_host_tests::serve::{HttpResponse, HttpServer, host_command};
+use serde_json::{Value, json};
+
+/// mcp-host's own resource identifier (`auth.resource`): the audience of callers' tokens.
+const HOST: &str = "http://mcp-host.test/mcp";
+/// The vault key of these tests (base64 of 32 bytes).
+const VAULT_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+/// The client capabilities of a 2026 caller that opens URLs.
+const URL_CAPS: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The pieces of one test: the provider, the upstream, mcp-host in front, and its public URL.
+pub(crate) struct Gateway {
+    pub(crate) provider: Provider,
+    pub(crate) rs: ResourceServer,
+    pub(crate) host: HttpServer,
+    pub(crate) public: String,
+    pub(crate) audit: PathBuf,
+    pub(crate) config: PathBuf,
+    pub(crate) layout: Layout,
+}
+
+impl Gateway {
+    /// Start everything (`None`: skip), `admin` an admin of the console; `extra` more config.
+    pub(crate) fn start(rs_args: &[&str], extra: &str) -> Option<Gateway> {
+        let options = ProviderOptions {
+            resources: vec![HOST.to_owned()],
+            ..ProviderOptions::default()
+        };
+        let mut provider = Provider::start(&options)?;
+        let rs = ResourceServer::start(&provider.issuer, rs_args)?;
+        provider.add_resource(&rs.url);
+        let layout = Layout::new();
+        let port = free_port();
+        let public = format!("http://127.0.0.1:{port}");
+        let audit = layout.dir("audit").join("audit.jsonl");
+        let config = layout.config(&format!(
+            "tool_dirs:\n\
+             \x20 - server: {{url: \"{rs}\", auth: {{mode: oauth}}}}\n\
+             \x20   name: gh\n\
+             \x20   prefix: gh_\n\
+             audit_log: \"{audit}\"\n\
+             auth:\n\
+             \x20 require_auth: true\n\
+             \x20 resource: \"{HOST}\"\n\
+             \x20 authorization_servers: [\"{issuer}\"]\n\
+             \x20 jwt:\n\
+             \x20   issuer: \"{issuer}\"\n\
+             \x20   jwks_file: \"{jwks}\"\n\
+             console:\n\
+             \x20 admins: [admin]\n\
+             upstream_auth:\n\
+             \x20 public_url: \"{public}\"\n\
+             \x20 vault:\n\
+             \x20   keys: [\"{VAULT_KEY}\"]\n\
+             {extra}",
+            rs = rs.url,
+            audit = audit.display(),
+            issuer = provider.issuer,
+            jwks = provider.jwks_file.display(),
+        ));
+        let mut cmd: Command = host_command(&config);
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")]);
+        let host = HttpServer::spawn(cmd);
+        Some(Gateway {
+            provider,
+            rs,
+            host,
+            public,
+            audit,
+            config,
+            layout,
+        })
+    }
+
+    /// A caller's inbound token for mcp-host (the provider's, audience [`HOST`]).
+    pub(crate) fn caller_token(&self, user: &str) -> String {
+        self.provider
+            .user_tokens(user, HOST, "mcp:basic")
+            .access_token
+    }
+
+    /// The callback URL the host registered.
+    pub(crate) fn callback(&self) -> String {
+        format!("{}/oauth/callback", self.public)
+    }
+
+    /// A 2026 request of `token`'s caller, who opens URLs.
+    pub(crate) fn call(&self, token: &str, method: &str, mut params: Value) -> HttpResponse {
+        params["_meta"] = json!({ URL_CAPS: { "elicitation": { "url": {}, "form": {} } } });
+        self.host.modern_at("/mcp", Some(token), method, params)
+    }
+
+    /// Wait until `token`'s caller sees tool `name` (the upstream lists once the operator
+    /// connected).
+    pub(crate) fn wait_for_tool(&self, token: &str, name: &str) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let r = self.call(token, "tools/list", json!({}));
+            let names: Vec<String> = r.message()["result"]["tools"]
+                .as_array()
+                .map(|tools| {
+                    tools
+                        .iter()
+                        .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default();
+            if names.iter().any(|n| n == name) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} never listed ({names:?}); host:\n{}\nresource server:\n{}",
+                self.host.stderr(),
+                self.rs.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// Connect the operator's account (listing identity) as upstream user `as_user`, through
+    /// `/oauth/connect?upstream=gh&as=operator` with the admin's credential.
+    pub(crate) fn connect_operator(&self, as_user: &str) {
+        let admin = self.caller_token("admin");
+        let mut browser = Browser::new();
+        let entry = format!("{}/oauth/connect?upstream=gh&as=operator", self.public);
+        let page = browser.send(&entry, "GET", &[]);
+        assert_eq!(page.status, 200, "{}", page.text());
+        let csrf = hidden(&page.text(), "csrf");
+        let fields = [
+            ("csrf".to_owned(), csrf),
+            ("upstream".to_owned(), "gh".to_owned()),
+            ("as".to_owned(), "operator".to_owned()),
+            ("credential".to_owned(), admin),
+        ];
+        let sent = browser.send(&format!("{}/oauth/connect", self.public), "POST", &fields);
+        self.finish_at_server(&mut browser, sent, as_user);
+    }
+
+    /// Follow a consent link `url` as mcp-host user `token`'s owner, signing in at the
+    /// authorization server as `as_user`: the callback page's answer.
+    pub(crate) fn follow_link(
+        &self,
+        browser: &mut Browser,
+        url: &str,
+        token: &str,
+        as_user: &str,
+    ) -> HttpResponse {
+        let sent = self.submit_link(browser, url, token);
+        self.finish_at_server(browser, sent, as_user)
+    }
+
+    /// Open consent link `url` and send its form with `token` as the credential: the answer.
+    pub(crate) fn submit_link(
+        &self,
+        browser: &mut Browser,
+        url: &str,
+        token: &str,
+    ) -> HttpResponse {
+        let page = browser.send(url, "GET", &[]);
+        assert_eq!(page.status, 200, "{}", page.text());
+        let fields = [
+            ("csrf".to_owned(), hidden(&page.text(), "csrf")),
+            ("credential".to_owned(), token.to_owned()),
+        ];
+        browser.send(url, "POST", &fields)
+    }
+
+    /// After the connect page's redirect `sent`: sign in at the provider as `as_user`, then
+    /// deliver the callback: its page.
+    pub(crate) fn finish_at_server(
+        &self,
+        browser: &mut Browser,
+        sent: HttpResponse,
+        as_user: &str,
+    ) -> HttpResponse {
+        assert_eq!(sent.status, 303, "{}\n{}", sent.text(), self.host.stderr());
+        let location = sent.header("location").unwrap().to_owned();
+        assert!(location.starts_with(&self.provider.issuer), "{location}");
+        let back = browser.authorize(&location, as_user, &self.callback());
+        let done = browser.send(&back, "GET", &[]);
+        assert_eq!(done.status, 200, "{}\n{}", done.text(), self.host.stderr());
+        done
+    }
+
+    /// The audit log's records.
+    pub(crate) fn audit_records(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.audit)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Wait until an audit record of `action` with `detail` (if given) is written.
+    pub(crate) fn wait_audit(&self, action: &str, detail: Option<&str>) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let found = self.audit_records().into_iter().find(|r| {
+                r.to_string().contains(&format!("\"{action}\""))
+                    && detail.is_none_or(|d| r.to_string().contains(d))
+            });
+            if let Some(r) = found {
+                return r;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no audit record {action} {detail:?}: {:?}\n{}",
+                self.audit_records(),
+                self.host.stderr()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+}
+
+/// The value of hidden input `name` of an HTML page.
+pub(crate) fn hidden(page: &str, name: &str) -> String {
+    let needle = format!("name=\"{name}\" value=\"");
+    let start = page
+        .find(&needle)
+        .unwrap_or_else(|| panic!("no {name} in {page}"))
+        + needle.len();
+    let end = page[start..].find('"').unwrap() + start;
+    page[start..end].to_owned()
+}
+
+/// A `tools/call` of `whoami` at the upstream through the host.
+pub(crate) fn whoami() -> Value {
+    json!({"name": "gh_whoami", "arguments": {}})
+}
+
+/// The consent question of an `input_required` result: its key and its URL.
+pub(crate) fn consent_question(r: &Value) -> (String, String) {
+    let result = &r["result"];
+    assert_eq!(result["resultType"], "input_required", "{r}");
+    let (key, question) = result["inputRequests"]
+        .as_object()
+        .and_then(|q| q.iter().next())
+        .unwrap_or_else(|| panic!("no question: {r}"));
+    assert_eq!(question["method"], "elicitation/create", "{r}");
+    assert_eq!(question["params"]["mode"], "url", "{r}");
+    (
+        key.clone(),
+        question["params"]["url"].as_str().unwrap().to_owned(),
+    )
+}
+
+/// The JSON `whoami` answered in `r`.
+pub(crate) fn identity(r: &Value) -> Value {
+    let result = &r["result"];
+    assert_ne!(result["isError"], true, "{r}");
+    if result["structuredContent"].is_object() {
+        return result["structuredContent"].clone();
+    }
+    serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap()
+}
+
+/// The retry of `params` answering question `key` of result `r`.
+pub(crate) fn retry(params: Value, r: &Value, key: &str) -> Value {
+    let mut params = params;
+    params["inputResponses"] = json!({ key: {"action": "accept"} });
+    params["requestState"] = r["result"]["requestState"].clone();
+    params
+}
+
+/// Connect `user` (signed in at the provider as `as_user`) through the question of their first
+/// call, then retry: the upstream's `whoami` for them.
+pub(crate) fn consent_and_call(g: &Gateway, token: &str, as_user: &str) -> Value {
+    let first = g.call(token, "tools/call", whoami()).message();
+    let (key, url) = consent_question(&first);
+    assert!(
+        url.starts_with(&format!("{}/oauth/connect/", g.public)),
+        "{url}"
+    );
+    let mut browser = Browser::new();
+    let page = g.follow_link(&mut browser, &url, token, as_user);
+    assert!(page.text().contains("connected"), "{}", page.text());
+    let again = g
+        .call(token, "tools/call", retry(whoami(), &first, &key))
+        .message();
+    identity(&again)
+}
+
+#[test]
+fn two_users_reach_the_upstream_with_their_own_tokens_after_their_own_consent() {
+    let Some(g) = Gateway::start(&[], "") else {
+        return;
+    };
+    g.connect_operator("operator-at-gh");
+    let alice = g.caller_token("alice");
+    let bob = g.caller_token("bob");
+    g.wait_for_tool(&alice, "gh_whoami");
+
+    let seen = consent_and_call(&g, &alice, "alice-at-gh");
+    assert_eq!(seen["sub"], "alice-at-gh", "{seen}");
+    assert_eq!(seen["aud"], json!(g.rs.url), "{seen}");
+
+    // Bob has not consented: he is asked, never served with alice's (or the operator's) token.
+    let first = g.call(&bob, "tools/call", whoami()).message();
+    let (_, url) = consent_question(&first);
+    assert!(!url.is_empty());
+    let seen = consent_and_call(&g, &bob, "bob-at-gh");
+    assert_eq!(seen["sub"], "bob-at-gh", "{seen}");
+
+    // From now on each call carries its caller's own token, without a question.
+    for (token, sub) in [
+        (&alice, "alice-at-gh"),
+        (&bob, "bob-at-gh"),
+        (&alice, "alice-at-gh"),
+    ] {
+        let r = g.call(token, "tools/call", whoami()).message();
+        assert_eq!(identity(&r)["sub"], sub, "{r}");
+    }
+    let connected = g.wait_audit("upstream_auth.connected", Some("alice"));
+    assert_eq!(connected["target"], "gh", "{connected}");
+}
