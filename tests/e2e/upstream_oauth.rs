@@ -333,3 +333,83 @@ fn two_users_reach_the_upstream_with_their_own_tokens_after_their_own_consent() 
     let connected = g.wait_audit("upstream_auth.connected", Some("alice"));
     assert_eq!(connected["target"], "gh", "{connected}");
 }
+
+/// The official Python SDK client (tests/clients/upstream_oauth_client.py) calling `gh_whoami` as
+/// `token`'s caller in `mode` (`legacy` or `2026-07-28`), following the consent link it is asked
+/// to open as upstream user `as_user`: what it printed.
+fn python_client_consents(g: &Gateway, token: &str, mode: &str, as_user: &str) -> Vec<String> {
+    use std::io::Write as _;
+    use std::process::Stdio;
+    let py = mcp_host_tests::clients::python_with("mcp", "the Python MCP SDK").unwrap();
+    let mut child = Command::new(py)
+        .arg(mcp_host_tests::workspace_root().join("tests/clients/upstream_oauth_client.py"))
+        .args([&format!("{}/mcp", g.public), token, mode, "gh_whoami"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let lines = mcp_host_tests::fleet::output_lines(child.stdout.take().unwrap());
+    let stderr = mcp_host_tests::fleet::output_lines(child.stderr.take().unwrap());
+    let _guard = mcp_host_tests::serve::ChildGuard::from_child(child);
+    let mut seen = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(line) = lines.recv_timeout(left) else {
+            let err: Vec<String> = stderr.try_iter().collect();
+            panic!(
+                "the client stopped ({seen:?}); its stderr:\n{}\nhost:\n{}",
+                err.join("\n"),
+                g.host.stderr()
+            );
+        };
+        seen.push(line.clone());
+        if let Some(url) = line.strip_prefix("URL ") {
+            let mut browser = Browser::new();
+            g.follow_link(&mut browser, url, token, as_user);
+            // The user is back from the browser (a 2026 client answers now).
+            let _ = writeln!(stdin, "done");
+            let _ = stdin.flush();
+        }
+        if line.starts_with("RESULT ") || line.starts_with("ERROR ") {
+            return seen;
+        }
+    }
+}
+
+/// The `RESULT` the client printed.
+fn client_result(lines: &[String]) -> Value {
+    let last = lines.last().unwrap();
+    let json = last
+        .strip_prefix("RESULT ")
+        .unwrap_or_else(|| panic!("the call failed: {lines:?}"));
+    serde_json::from_str(json).unwrap()
+}
+
+#[test]
+fn the_python_sdk_client_opens_the_consent_link_and_its_call_proceeds_in_both_eras() {
+    let Some(g) = Gateway::start(&[], "") else {
+        return;
+    };
+    g.connect_operator("operator-at-gh");
+    let carol = g.caller_token("carol");
+    let dave = g.caller_token("dave");
+    g.wait_for_tool(&carol, "gh_whoami");
+
+    // 2025-11-25 session: elicitation/create on the call's stream, accepted at once; the call
+    // waits for the consent, the client is told it completed, and the call answers.
+    let lines = python_client_consents(&g, &carol, "legacy", "carol-at-gh");
+    assert_eq!(client_result(&lines)["sub"], "carol-at-gh", "{lines:?}");
+    assert!(
+        lines.iter().any(|l| l.starts_with("COMPLETE ")),
+        "no notifications/elicitation/complete: {lines:?}"
+    );
+
+    // 2026-07-28: the question in the call's input_required result; the SDK retries once the user
+    // is back, and the retry answers.
+    let lines = python_client_consents(&g, &dave, "2026-07-28", "dave-at-gh");
+    assert_eq!(client_result(&lines)["sub"], "dave-at-gh", "{lines:?}");
+    assert_eq!(lines.iter().filter(|l| l.starts_with("URL ")).count(), 1);
+}
