@@ -40,10 +40,16 @@ pub(crate) struct Gateway {
 impl Gateway {
     /// Start everything (`None`: skip), `admin` an admin of the console; `extra` more config.
     pub(crate) fn start(rs_args: &[&str], extra: &str) -> Option<Gateway> {
-        let options = ProviderOptions {
-            resources: vec![HOST.to_owned()],
-            ..ProviderOptions::default()
-        };
+        Gateway::start_with(ProviderOptions::default(), rs_args, extra)
+    }
+
+    /// [`Gateway::start`] with the provider configured by `options` ([`HOST`] added).
+    pub(crate) fn start_with(
+        mut options: ProviderOptions,
+        rs_args: &[&str],
+        extra: &str,
+    ) -> Option<Gateway> {
+        options.resources.push(HOST.to_owned());
         let mut provider = Provider::start(&options)?;
         let rs = ResourceServer::start(&provider.issuer, rs_args)?;
         provider.add_resource(&rs.url);
@@ -412,4 +418,183 @@ fn the_python_sdk_client_opens_the_consent_link_and_its_call_proceeds_in_both_er
     let lines = python_client_consents(&g, &dave, "2026-07-28", "dave-at-gh");
     assert_eq!(client_result(&lines)["sub"], "dave-at-gh", "{lines:?}");
     assert_eq!(lines.iter().filter(|l| l.starts_with("URL ")).count(), 1);
+}
+
+/// `mcp-host ARGS` on the gateway's configuration and state: its stdout and stderr.
+fn host_output(g: &Gateway, args: &[&str]) -> String {
+    let out = host_command(&g.config).args(args).output().unwrap();
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// The raw access token the upstream saw in `seen` (`whoami` with `--echo-token`).
+fn token_of(seen: &Value) -> String {
+    seen["token"].as_str().unwrap().to_owned()
+}
+
+/// The disconnect form of the gateway, sent as `token`'s caller: the page's status.
+fn disconnect(g: &Gateway, token: &str) -> u16 {
+    let mut browser = Browser::new();
+    let page = browser.send(
+        &format!("{}/oauth/connect?upstream=gh", g.public),
+        "GET",
+        &[],
+    );
+    let fields = [
+        ("csrf".to_owned(), hidden(&page.text(), "csrf")),
+        ("credential".to_owned(), token.to_owned()),
+        ("upstream".to_owned(), "gh".to_owned()),
+    ];
+    let r = browser.send(&format!("{}/oauth/disconnect", g.public), "POST", &fields);
+    assert!(r.text().contains("1 connection"), "{}", r.text());
+    r.status
+}
+
+/// Call `whoami` as `token`'s caller until the audit log says `who`'s token was refreshed:
+/// every call answers as `sub`; the tokens the upstream saw, in order.
+fn call_until_refreshed(g: &Gateway, token: &str, who: &str, sub: &str) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut tokens = Vec::new();
+    loop {
+        let r = g.call(token, "tools/call", whoami()).message();
+        let seen = identity(&r);
+        assert_eq!(seen["sub"], sub, "{r}");
+        let t = token_of(&seen);
+        if tokens.last() != Some(&t) {
+            tokens.push(t);
+        }
+        let refreshed = g.audit_records().iter().any(|r| {
+            let s = r.to_string();
+            s.contains("upstream_auth.refreshed") && s.contains(&format!("\"{who}\""))
+        });
+        if refreshed && tokens.len() > 1 {
+            return tokens;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no refresh of {who}'s token: {:?}\n{}",
+            g.audit_records(),
+            g.host.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+#[test]
+fn an_expired_token_is_refreshed_and_a_disconnect_revokes_it_at_the_provider() {
+    let options = ProviderOptions {
+        access_token_ttl: Some(4),
+        ..ProviderOptions::default()
+    };
+    let Some(g) = Gateway::start_with(options, &["--echo-token"], "") else {
+        return;
+    };
+    g.connect_operator("operator-at-gh");
+    let alice = g.caller_token("alice");
+    g.wait_for_tool(&alice, "gh_whoami");
+    let seen = consent_and_call(&g, &alice, "alice-at-gh");
+    assert_eq!(seen["sub"], "alice-at-gh");
+    // Its access token lives 4 s: calls go on, with a refreshed token once it is due.
+    let tokens = call_until_refreshed(&g, &alice, "alice", "alice-at-gh");
+    assert!(tokens.len() > 1);
+    assert!(!g.provider.stderr().contains("EVENT grant.revoked"));
+
+    // Disconnect: revoked at the provider (RFC 7009: the refresh token, so its grant is gone),
+    // deleted, audited; the next call asks again.
+    assert_eq!(disconnect(&g, &alice), 200);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !g.provider.stderr().contains("EVENT grant.revoked") {
+        assert!(
+            Instant::now() < deadline,
+            "the provider revoked no grant:\n{}",
+            g.provider.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let revoked = g.wait_audit(
+        "upstream_auth.revoked",
+        Some("revoked at the authorization"),
+    );
+    assert_eq!(revoked["target"], "gh", "{revoked}");
+    let again = g.call(&alice, "tools/call", whoami()).message();
+    consent_question(&again);
+}
+
+#[test]
+fn no_token_appears_in_logs_audit_config_vault_rows_or_pages() {
+    let options = ProviderOptions {
+        access_token_ttl: Some(4),
+        ..ProviderOptions::default()
+    };
+    let Some(g) = Gateway::start_with(options, &["--echo-token"], "") else {
+        return;
+    };
+    g.connect_operator("operator-at-gh");
+    let alice = g.caller_token("alice");
+    let bob = g.caller_token("bob");
+    g.wait_for_tool(&alice, "gh_whoami");
+    let a = consent_and_call(&g, &alice, "alice-at-gh");
+    let b = consent_and_call(&g, &bob, "bob-at-gh");
+    let mut tokens = vec![token_of(&a), token_of(&b)];
+    tokens.extend(call_until_refreshed(&g, &alice, "alice", "alice-at-gh"));
+    let mut places: Vec<(String, String)> = vec![
+        ("the host's log".into(), g.host.stderr()),
+        (
+            "the audit log".into(),
+            std::fs::read_to_string(&g.audit).unwrap_or_default(),
+        ),
+        ("mcp-host config".into(), host_output(&g, &["config"])),
+        (
+            "mcp-host vault list".into(),
+            host_output(&g, &["vault", "list", "--json"]),
+        ),
+        (
+            "the health page".into(),
+            mcp_host_tests::oauth::get(&format!("{}/healthz", g.public)).text(),
+        ),
+    ];
+    // The store's files (SQLite: the vault's rows), read as bytes.
+    let state = g.config.parent().unwrap().to_path_buf();
+    for entry in walk(&state) {
+        let bytes = std::fs::read(&entry).unwrap_or_default();
+        places.push((
+            entry.display().to_string(),
+            String::from_utf8_lossy(&bytes).into_owned(),
+        ));
+    }
+    assert!(
+        places
+            .iter()
+            .any(|(p, _)| p.contains("sqlite") || p.ends_with(".db")),
+        "no store file found under {}: {:?}",
+        state.display(),
+        places.iter().map(|(p, _)| p).collect::<Vec<_>>()
+    );
+    for token in &tokens {
+        // The whole token, and its signature alone (the part no other value shares).
+        let signature = token.rsplit('.').next().unwrap();
+        for (place, text) in &places {
+            assert!(
+                !text.contains(token.as_str()) && !text.contains(signature),
+                "a token appears in {place}"
+            );
+        }
+    }
+}
+
+/// Every file under `dir`, recursively.
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(walk(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }

@@ -114,14 +114,26 @@ impl Credentials {
         let url = url::Url::parse(&spec.url).map_err(|e| e.to_string())?;
         let reach = crate::access::upstream::http::Reach::of(&url, self.settings().allow_private);
         let http = Client::new(reach, !spec.resource).map_err(|e| e.to_string())?;
-        let tokens = [
-            (credential.refresh_token.as_ref(), "refresh_token"),
-            (Some(&credential.access_token), "access_token"),
-        ];
-        for (token, hint) in tokens {
-            if let Some(token) = token {
-                post_revocation(&http, &endpoint, &registration, token.expose(), hint).await?;
+        // The refresh token first: revoking it ends the grant (RFC 7009 §2.1). An access token
+        // some servers cannot revoke (a JWT) is then best effort.
+        if let Some(refresh) = &credential.refresh_token {
+            post_revocation(
+                &http,
+                &endpoint,
+                &registration,
+                refresh.expose(),
+                "refresh_token",
+            )
+            .await?;
+            let access = credential.access_token.expose();
+            if let Err(e) =
+                post_revocation(&http, &endpoint, &registration, access, "access_token").await
+            {
+                tracing::debug!("Upstream {upstream}: the access token was not revoked: {e}");
             }
+        } else {
+            let access = credential.access_token.expose();
+            post_revocation(&http, &endpoint, &registration, access, "access_token").await?;
         }
         Ok(AtServer::Revoked)
     }
