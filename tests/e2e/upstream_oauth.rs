@@ -190,6 +190,21 @@ impl Gateway {
         browser.send(url, "POST", &fields)
     }
 
+    /// Follow consent link `url` as `token`'s caller up to the authorization server's redirect
+    /// back (signed in as `as_user`): the callback URL, not delivered yet.
+    pub(crate) fn pending_callback(
+        &self,
+        browser: &mut Browser,
+        url: &str,
+        token: &str,
+        as_user: &str,
+    ) -> String {
+        let sent = self.submit_link(browser, url, token);
+        assert_eq!(sent.status, 303, "{}\n{}", sent.text(), self.host.stderr());
+        let location = sent.header("location").unwrap().to_owned();
+        browser.authorize(&location, as_user, &self.callback())
+    }
+
     /// After the connect page's redirect `sent`: sign in at the provider as `as_user`, then
     /// deliver the callback: its page.
     pub(crate) fn finish_at_server(

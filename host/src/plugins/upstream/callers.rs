@@ -142,11 +142,6 @@ impl Callers {
             held.session.end();
         }
     }
-
-    /// How many sessions are open.
-    pub(crate) fn open(&self) -> usize {
-        lock(&self.sessions).len()
-    }
 }
 
 /// Who a call is for at an upstream with `server.auth`: its verified caller, never a reserved

@@ -203,22 +203,24 @@ fn form_page(
     resp
 }
 
+/// Why a form was refused: the status and what the page says.
+struct Refused(u16, &'static str);
+
+impl Refused {
+    fn page(&self) -> Response<Body> {
+        page(self.0, "Refused", self.1, None)
+    }
+}
+
 /// A POSTed form (bounded), its double-submit token checked against the cookie.
 async fn read_form(
     req: Request<IncomingBody>,
-) -> Result<std::collections::HashMap<String, String>, Response<Body>> {
+) -> Result<std::collections::HashMap<String, String>, Refused> {
     let (parts, body) = req.into_parts();
     let limited = http_body_util::Limited::new(body, MAX_FORM);
     let bytes = match tokio::time::timeout(Duration::from_secs(10), limited.collect()).await {
         Ok(Ok(collected)) => collected.to_bytes(),
-        _ => {
-            return Err(page(
-                413,
-                "Refused",
-                "The form is too large or did not arrive.",
-                None,
-            ));
-        }
+        _ => return Err(Refused(413, "The form is too large or did not arrive.")),
     };
     let form: std::collections::HashMap<String, String> =
         url::form_urlencoded::parse(&bytes).into_owned().collect();
@@ -228,11 +230,9 @@ async fn read_form(
         && sent.len() == kept.len()
         && subtle::ConstantTimeEq::ct_eq(sent.as_bytes(), kept.as_bytes()).into();
     if !same {
-        return Err(page(
+        return Err(Refused(
             403,
-            "Refused",
             "This form was not sent from this server's page: open the link again.",
-            None,
         ));
     }
     Ok(form)
@@ -242,9 +242,9 @@ async fn read_form(
 fn user_of(
     host: &Host,
     form: &std::collections::HashMap<String, String>,
-) -> Result<String, Response<Body>> {
+) -> Result<String, Refused> {
     let credential = form.get("credential").map(|c| c.trim()).unwrap_or_default();
-    let refused = || page(403, "Refused", "That credential is not valid here.", None);
+    let refused = || Refused(403, "That credential is not valid here.");
     if credential.is_empty() {
         return Err(refused());
     }
@@ -310,7 +310,7 @@ async fn follow(
 ) -> Response<Body> {
     let form = match read_form(req).await {
         Ok(form) => form,
-        Err(resp) => return resp,
+        Err(refused) => return refused.page(),
     };
     let flow = match credentials.flow(id).await {
         Ok(Some(flow)) => flow,
@@ -326,7 +326,7 @@ async fn follow(
     if credentials.settings().require_login {
         let user = match user_of(host, &form) {
             Ok(user) => user,
-            Err(resp) => return resp,
+            Err(refused) => return refused.page(),
         };
         if user != flow.principal {
             credentials.audit(
@@ -428,11 +428,11 @@ async fn start(
 ) -> Response<Body> {
     let form = match read_form(req).await {
         Ok(form) => form,
-        Err(resp) => return resp,
+        Err(refused) => return refused.page(),
     };
     let user = match user_of(host, &form) {
         Ok(user) => user,
-        Err(resp) => return resp,
+        Err(refused) => return refused.page(),
     };
     let upstream = form.get("upstream").cloned().unwrap_or_default();
     if credentials.spec(&upstream).is_none() {
@@ -486,7 +486,9 @@ async fn callback(credentials: &Credentials, req: &Request<IncomingBody>) -> Res
     }
     let jar = jar(req.headers());
     let found = |name: &str| jar.get(name).cloned();
-    let mut resp = match credentials
+    // The flow's browser cookie expires with the flow (a refused callback must not clear it:
+    // the real one may follow).
+    match credentials
         .complete(Callback::from_query(query), None, &found)
         .await
     {
@@ -506,20 +508,7 @@ async fn callback(credentials: &Credentials, req: &Request<IncomingBody>) -> Res
             &format!("<p>{}</p>", html_safe(&refusal.message)),
             None,
         ),
-    };
-    // The flow's browser secret is of no further use.
-    let state_flow = jar
-        .keys()
-        .filter(|k| k.starts_with(BROWSER_COOKIE) && k.as_str() != CSRF_COOKIE)
-        .cloned()
-        .collect::<Vec<_>>();
-    for name in state_flow {
-        add_cookie(
-            &mut resp,
-            &cookie(credentials, &name, "", CALLBACK_PATH, "Lax", 0),
-        );
     }
-    resp
 }
 
 /// `POST /oauth/disconnect`: revoke and delete the credential's user's connection to `upstream`.
@@ -530,11 +519,11 @@ async fn disconnect(
 ) -> Response<Body> {
     let form = match read_form(req).await {
         Ok(form) => form,
-        Err(resp) => return resp,
+        Err(refused) => return refused.page(),
     };
     let user = match user_of(host, &form) {
         Ok(user) => user,
-        Err(resp) => return resp,
+        Err(refused) => return refused.page(),
     };
     let upstream = form.get("upstream").cloned().unwrap_or_default();
     match credentials.disconnect(&Principal(user), &upstream).await {

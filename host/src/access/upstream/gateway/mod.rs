@@ -230,8 +230,8 @@ impl Need {
     pub fn describe(&self, who: &Principal, upstream: &str) -> String {
         match self {
             Need::Consent { .. } if *who == Principal::operator() => format!(
-                "the operator's connection to upstream {upstream} is missing or expired: run \
-                 `mcp-host connect --upstream {upstream}`"
+                "the operator's connection to upstream {upstream} is missing or expired: an \
+                 admin opens <public_url>/oauth/connect?upstream={upstream}&as=operator"
             ),
             Need::Consent { step_up: true, .. } => {
                 format!("upstream {upstream} needs more authorization from {who}")
@@ -551,9 +551,9 @@ impl Credentials {
                     .vault
                     .credential(&who.0, upstream, &spec.identity)
                     .await?;
-                Ok(now.and_then(|now| {
+                Ok(now.map(|now| {
                     self.remember(k, &now);
-                    Some(now.credential.access_token)
+                    now.credential.access_token
                 }))
             }
             Err(e) => {
@@ -870,7 +870,7 @@ mod tests {
         };
         let operator = consent.describe(&Principal::operator(), "github");
         assert!(
-            operator.contains("mcp-host connect --upstream github"),
+            operator.contains("/oauth/connect?upstream=github&as=operator"),
             "{operator}"
         );
         let alice = Principal("alice".into());
