@@ -26,7 +26,8 @@ pub struct UpstreamAuthSettings {
     /// prefix allowed behind a proxy): the authorization servers send users back to
     /// `<public_url>/oauth/callback`, consent links are `<public_url>/oauth/connect/<id>`, and
     /// over https the host's client metadata document is `<public_url>/oauth/client-metadata.json`.
-    /// Required once an upstream has `server.auth` (default: the origin of `auth.resource`).
+    /// https, or http on a loopback address only. Required once an upstream has `server.auth`
+    /// (default: the origin of `auth.resource`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub public_url: Option<String>,
     /// How a user's consent is asked.
@@ -44,10 +45,10 @@ pub struct UpstreamAuthSettings {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ConsentSettings {
-    /// The consent link checks who follows it: the browser's console login must be the user the
-    /// link was made for, or the page asks for that user's credentials (a personal secret or
-    /// bearer token). `false` shows the user's name and a button instead — for single-user
-    /// deployments only: whoever holds the link can then connect their own account for that user.
+    /// The consent link checks who follows it: its page asks for the mcp-host credential (a
+    /// personal secret or bearer token) of the user the link was made for, and refuses anyone
+    /// else's. `false` shows the user's name and a button instead — for single-user deployments
+    /// only: whoever holds the link can then connect their own account for that user.
     pub require_login: bool,
     /// Seconds a consent link stays valid.
     pub ttl_secs: u64,
@@ -117,9 +118,10 @@ pub struct ServerAuth {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_endpoint_auth: Option<TokenEndpointAuth>,
     /// Who reads the upstream's tools, resources and prompts for everyone: `operator` (the
-    /// connection the operator made with `mcp-host connect --upstream NAME`), `service` (the
-    /// host's service identity: `client_credentials` of the configured client) or `none` (the
-    /// upstream lists them without a token). With `mode: client_credentials` it is `service`.
+    /// operator's own connection, made by an admin at `<public_url>/oauth/connect?upstream=NAME&as=operator`;
+    /// until then the upstream waits, serving nothing), `service` (the host's service identity: a
+    /// `client_credentials` token of the configured client) or `none` (the upstream lists them
+    /// without a token). With `mode: client_credentials` it is `service`.
     pub list_as: ListAs,
     /// With `mode: token_exchange`: how the caller's token is exchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -232,8 +234,8 @@ pub enum TokenEndpointAuth {
 )]
 #[serde(rename_all = "snake_case")]
 pub enum ListAs {
-    /// The operator's own connection (`mcp-host connect --upstream NAME`, kept in the vault as
-    /// `@operator`).
+    /// The operator's own connection (made by an admin at
+    /// `<public_url>/oauth/connect?upstream=NAME&as=operator`, kept in the vault as `@operator`).
     #[default]
     Operator,
     /// The host's service identity: a `client_credentials` token of the configured client.
@@ -365,6 +367,19 @@ impl UpstreamAuthSettings {
         };
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
             return Some(format!("{url}: an http(s) URL with a host"));
+        }
+        let loopback = match parsed.host() {
+            Some(url::Host::Domain(d)) => d.eq_ignore_ascii_case("localhost"),
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+            None => false,
+        };
+        if parsed.scheme() == "http" && !loopback {
+            return Some(format!(
+                "{url}: the OAuth callback (`<public_url>/oauth/callback`) must be https, or http \
+                 on a loopback address only (OAuth 2.1: authorization codes never cross a network \
+                 in clear)"
+            ));
         }
         if parsed.query().is_some() || parsed.fragment().is_some() || !parsed.username().is_empty()
         {

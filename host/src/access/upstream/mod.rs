@@ -33,7 +33,7 @@ impl Principal {
         Principal("@cli".into())
     }
 
-    /// The operator's own identity at an upstream (`mcp-host connect --upstream NAME`): what an
+    /// The operator's own identity at an upstream (connected by an admin at `/oauth/connect?upstream=NAME&as=operator`): what an
     /// upstream with `server.auth.list_as: operator` is listed with.
     pub fn operator() -> Principal {
         Principal("@operator".into())

@@ -24,7 +24,9 @@ use super::link::{Failure, Handler, Link, Running, Sent, Session, Transport, lif
 use super::relay::Routes;
 use crate::access::upstream::AuthFailure;
 use crate::access::upstream::Principal;
-use crate::access::upstream::gateway::{CallerAuthorizer, CredError, Credentials, Need};
+use crate::access::upstream::gateway::{
+    CallerAuthorizer, CredError, CredentialSlot, Credentials, Need,
+};
 use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::lock;
 
@@ -44,7 +46,7 @@ pub(super) struct CallerSession {
 
 /// The callers' sessions of one upstream (see the module's documentation).
 pub(crate) struct Callers {
-    credentials: Arc<Credentials>,
+    credentials: CredentialSlot,
     /// The one connection pool of every caller's session.
     pool: reqwest::Client,
     sessions: Mutex<HashMap<Principal, Held>>,
@@ -58,7 +60,7 @@ pub(crate) struct Callers {
 impl Callers {
     /// The callers' sessions of an upstream, their tokens from `credentials`, their connections
     /// from `pool`.
-    pub(crate) fn new(credentials: Arc<Credentials>, pool: reqwest::Client) -> Callers {
+    pub(crate) fn new(credentials: CredentialSlot, pool: reqwest::Client) -> Callers {
         Callers {
             credentials,
             pool,
@@ -69,9 +71,11 @@ impl Callers {
         }
     }
 
-    /// The credentials service.
-    pub(crate) fn credentials(&self) -> &Arc<Credentials> {
-        &self.credentials
+    /// The credentials service, once the host's store is open.
+    pub(crate) fn credentials(&self) -> Result<&Arc<Credentials>, Failure> {
+        self.credentials
+            .get()
+            .ok_or_else(|| Failure::Unavailable("the token vault is not open yet".into()))
     }
 
     /// `who`'s open session, marked used.
@@ -141,11 +145,6 @@ impl Callers {
             held.session.end();
         }
     }
-
-    /// How many sessions are open.
-    pub(crate) fn open(&self) -> usize {
-        lock(&self.sessions).len()
-    }
 }
 
 /// Who a call is for at an upstream with `server.auth`: its verified caller, never a reserved
@@ -209,7 +208,7 @@ impl Link {
     /// The JWT `call`'s caller presented, for an upstream that exchanges it (token exchange,
     /// `obtained.rs` of the credentials).
     fn present_subject(&self, who: &Principal, call: &CallState) {
-        let Some(callers) = self.callers.get() else {
+        let Some(credentials) = self.callers.get().and_then(|c| c.credentials().ok()) else {
             return;
         };
         let identity = &call.request.identity;
@@ -218,9 +217,7 @@ impl Link {
             .as_ref()
             .and_then(|c| c.get("exp"))
             .and_then(serde_json::Value::as_u64);
-        callers
-            .credentials
-            .present_subject(who, &self.name, identity.subject_token.as_ref(), exp);
+        credentials.present_subject(who, &self.name, identity.subject_token.as_ref(), exp);
     }
 
     /// `who`'s session: the open one, else one opened now — when `who` holds a token.
@@ -236,7 +233,7 @@ impl Link {
         if let Some(open) = callers.get(who) {
             return Ok(open);
         }
-        let token = callers.credentials.token(who, &self.name).await;
+        let token = callers.credentials()?.token(who, &self.name).await;
         match token {
             Ok(Some(_)) => {}
             Ok(None) => {
@@ -294,7 +291,7 @@ impl Link {
             session: Arc::clone(&session),
             auth,
         };
-        let settings = callers.credentials.settings();
+        let settings = callers.credentials()?.settings();
         callers.keep(who, &held, settings.max_sessions);
         self.watch_caller(running, who.clone(), id);
         self.sweep_callers(settings.session_idle);

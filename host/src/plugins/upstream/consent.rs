@@ -56,7 +56,7 @@ pub(super) async fn authorize(
             "upstream {name} needs its callers' authorization, which this command cannot ask"
         ))));
     };
-    let credentials = Arc::clone(callers.credentials());
+    let credentials = Arc::clone(callers.credentials().map_err(Unanswered::Failed)?);
     let who = super::callers::principal(call, &name).map_err(Unanswered::Failed)?;
     let prefix = format!("{PREFIX}{name}-");
     if let Some(input) = &call.input

@@ -41,6 +41,7 @@ use serde_json::{Value, json};
 
 use self::link::{Failure, Link, Transport};
 use self::supervise::Supervision;
+use crate::access::upstream::gateway::CallerAuthorizer;
 use crate::config::{Config, Isolation};
 use crate::plugins::LoadError;
 use crate::plugins::backend::{
@@ -139,6 +140,8 @@ pub(crate) struct StartOptions<'a> {
     /// Where a quarantine is recorded for `mcp-host list`: the configuration file and the
     /// entry's `upstream:<name>`.
     pub(crate) record: Option<(PathBuf, PathBuf)>,
+    /// Users' upstream credentials, for an upstream with `server.auth`.
+    pub(crate) credentials: crate::access::upstream::gateway::CredentialSlot,
 }
 
 /// Start the upstream of `entry` (run as `spec` says) connecting, in the background: this
@@ -166,14 +169,67 @@ pub(crate) fn start(
         }),
         None => stdio_transport(entry, spec, config, options.exe)?,
     };
+    let (transport, callers) = per_caller(entry, transport, &options.credentials)?;
     let supervision = supervision(config, options.background, options.record);
     let runtime = runtime()?.clone();
     let link = Link::new(&entry.name, transport, host, supervision, runtime);
+    if let Some((callers, listing)) = callers {
+        link.serve_callers(callers);
+        if let Some(listing) = listing {
+            let _ = link.listing.set(listing);
+        }
+    }
     if options.background {
         link.announce();
     }
     link.begin();
     Ok(Upstream::of(link, unlisted(entry), None))
+}
+
+/// The callers' sessions of `entry`'s HTTP upstream with `server.auth` (their tokens from
+/// `credentials`), and the authorizer its serving session lists with (`list_as: operator`: the
+/// operator's connection), put on `transport`. Without `server.auth`: `transport` as it is.
+#[allow(clippy::type_complexity)]
+fn per_caller(
+    entry: &UpstreamEntry,
+    mut transport: Transport,
+    credentials: &crate::access::upstream::gateway::CredentialSlot,
+) -> Result<
+    (
+        Transport,
+        Option<(callers::Callers, Option<Arc<CallerAuthorizer>>)>,
+    ),
+    LoadError,
+> {
+    let (Some(auth), Transport::Http(endpoint)) = (&entry.server.auth, &mut transport) else {
+        return Ok((transport, None));
+    };
+    // The listing identity: the operator's connection, or the host's service identity (stage
+    // 5: `list_as: service`, and `mode: client_credentials`, whose calls all go as the service).
+    use crate::access::upstream::Principal;
+    let lister = match auth.lister() {
+        crate::config::ListAs::Operator => Some(Principal::operator()),
+        crate::config::ListAs::Service => Some(Principal::service()),
+        crate::config::ListAs::None => None,
+    };
+    let listing = lister.map(|who| {
+        Arc::new(CallerAuthorizer::new(
+            Arc::clone(credentials),
+            who,
+            &entry.name,
+        ))
+    });
+    endpoint.auth = listing
+        .clone()
+        .map(|l| l as Arc<dyn crate::access::upstream::Authorizer>);
+    if auth.mode == crate::config::ServerAuthMode::ClientCredentials {
+        // One identity for every caller: the serving session serves the calls.
+        return Ok((transport, None));
+    }
+    let pool = http::pool(&entry.name, endpoint.redirects)
+        .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
+    let callers = callers::Callers::new(Arc::clone(credentials), pool);
+    Ok((transport, Some((callers, listing))))
 }
 
 /// Whether reads of URIs nothing lists may be offered to `entry`'s upstream.

@@ -25,6 +25,7 @@ mod idle;
 mod inbox;
 mod limits;
 pub mod metrics;
+mod oauth;
 mod post;
 mod sessions;
 
@@ -559,6 +560,9 @@ async fn route(
         .filter(|c| c.on_main_listener() && c.owns(&path))
     {
         return console::route(&state, console, req, console::Visitor { key: &peer, ip }).await;
+    }
+    if oauth::owns(&path) {
+        return oauth::route(state.core.protocol().host(), req).await;
     }
     let access = state.core.protocol().host().access();
     if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource") {

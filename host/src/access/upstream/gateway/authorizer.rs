@@ -9,12 +9,12 @@ use std::sync::{Arc, Mutex};
 
 use futures_util::future::BoxFuture;
 
-use super::{Credentials, Need};
+use super::{CredentialSlot, Credentials, Need};
 use crate::access::upstream::{AuthFailure, Authorizer, Principal, Refusal, Secret};
 
 /// One principal's authorizer at one upstream (see the module's documentation).
 pub struct CallerAuthorizer {
-    credentials: Arc<Credentials>,
+    credentials: CredentialSlot,
     who: Principal,
     upstream: String,
     need: Mutex<Option<Need>>,
@@ -31,7 +31,7 @@ impl std::fmt::Debug for CallerAuthorizer {
 
 impl CallerAuthorizer {
     /// The authorizer of `who` at `upstream`.
-    pub fn new(credentials: Arc<Credentials>, who: Principal, upstream: &str) -> CallerAuthorizer {
+    pub fn new(credentials: CredentialSlot, who: Principal, upstream: &str) -> CallerAuthorizer {
         CallerAuthorizer {
             credentials,
             who,
@@ -45,6 +45,16 @@ impl CallerAuthorizer {
         &self.who
     }
 
+    /// The service, once the host's store is open.
+    fn service(&self) -> Option<&Arc<Credentials>> {
+        self.credentials.get()
+    }
+
+    /// The service, once the host's store is open.
+    pub fn credentials(&self) -> Option<Arc<Credentials>> {
+        self.service().cloned()
+    }
+
     /// What the last refusal it could not answer needs (taken: read once).
     pub fn take_need(&self) -> Option<Need> {
         super::lock(&self.need).take()
@@ -54,7 +64,8 @@ impl CallerAuthorizer {
 impl Authorizer for CallerAuthorizer {
     fn token(&self) -> BoxFuture<'_, Option<Secret>> {
         Box::pin(async move {
-            match self.credentials.token(&self.who, &self.upstream).await {
+            let credentials = self.service()?;
+            match credentials.token(&self.who, &self.upstream).await {
                 Ok(token) => token,
                 Err(e) => {
                     tracing::warn!(
@@ -74,8 +85,12 @@ impl Authorizer for CallerAuthorizer {
         sent: Option<Secret>,
     ) -> BoxFuture<'_, Result<Secret, AuthFailure>> {
         Box::pin(async move {
-            let answered = self
-                .credentials
+            let Some(credentials) = self.service() else {
+                return Err(AuthFailure::Failed(
+                    "the token vault is not open yet".into(),
+                ));
+            };
+            let answered = credentials
                 .rejected(&self.who, &self.upstream, sent.as_ref(), &refusal)
                 .await;
             answered.map_err(|need| {

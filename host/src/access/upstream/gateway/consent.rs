@@ -240,10 +240,22 @@ impl Credentials {
             ));
         };
         let challenge = challenge.clone().or_else(|| self.challenge(upstream));
-        let found = self.discover(&spec, challenge.as_deref()).await?;
-        let (url, payload, state) = self
-            .authorization(&spec, who, found, extra, &callback, challenge)
-            .await?;
+        let prepared = async {
+            let found = self.discover(&spec, challenge.as_deref()).await?;
+            self.authorization(&spec, who, found, extra, &callback, challenge)
+                .await
+        };
+        let (url, payload, state) = prepared.await.inspect_err(|e| {
+            let why = e.to_string();
+            self.audit(
+                "upstream_auth.consent_refused",
+                Some(&who.0),
+                upstream,
+                "refused",
+                Some(&why),
+            );
+            tracing::warn!("Upstream {upstream}: no consent can be asked of {who}: {why}");
+        })?;
         let flow = NewFlow {
             principal: who.0.clone(),
             upstream: upstream.to_owned(),

@@ -21,6 +21,7 @@
 mod authorizer;
 pub mod consent;
 mod obtained;
+mod revocation;
 
 pub use authorizer::CallerAuthorizer;
 pub use consent::{CallbackRefusal, Completed, Consent, FlowView};
@@ -64,6 +65,10 @@ fn now_ms() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64)
 }
+
+/// Where the host puts its [`Credentials`] once its store is open (the upstreams start before):
+/// what the per-caller sessions and the listing identity read at each request.
+pub type CredentialSlot = Arc<std::sync::OnceLock<Arc<Credentials>>>;
 
 /// Why the service could not do what was asked.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -239,8 +244,8 @@ impl Need {
     pub fn describe(&self, who: &Principal, upstream: &str) -> String {
         match self {
             Need::Consent { .. } if *who == Principal::operator() => format!(
-                "the operator's connection to upstream {upstream} is missing or expired: run \
-                 `mcp-host connect --upstream {upstream}`"
+                "the operator's connection to upstream {upstream} is missing or expired: an \
+                 admin opens <public_url>/oauth/connect?upstream={upstream}&as=operator"
             ),
             Need::Consent { step_up: true, .. } => {
                 format!("upstream {upstream} needs more authorization from {who}")
@@ -302,6 +307,54 @@ impl Credentials {
         };
         credentials.configure(config);
         Arc::new(credentials)
+    }
+
+    /// The service over the store's vault `backend` (`replica` names this process in refresh
+    /// leases), its keys `upstream_auth.vault.keys` — or, with none configured and a `memory`
+    /// store, a random key of this process's own (nothing sealed outlives it).
+    pub fn over(
+        backend: Arc<dyn super::vault::VaultBackend>,
+        telemetry: Arc<Telemetry>,
+        config: &Config,
+        replica: &str,
+    ) -> Result<Arc<Credentials>, String> {
+        let vault = Vault::new(
+            backend,
+            Self::keys(config)?,
+            super::vault::VaultBounds::from(&config.upstream_auth.vault),
+            replica,
+        );
+        Ok(Credentials::new(vault, telemetry, config))
+    }
+
+    /// The vault keys of `config` (see [`Credentials::over`]).
+    fn keys(config: &Config) -> Result<super::sealing::VaultKeys, String> {
+        let keys = super::sealing::VaultKeys::from_config(&config.upstream_auth.vault.keys)
+            .map_err(|e| e.to_string())?;
+        if keys.is_empty() && matches!(config.store, crate::config::StoreSetting::Memory) {
+            return super::sealing::VaultKeys::ephemeral().map_err(|e| e.to_string());
+        }
+        Ok(keys)
+    }
+
+    /// Take a reloaded `config`: its upstreams, settings and vault keys.
+    pub fn reconfigure(&self, config: &Config) {
+        match Self::keys(config) {
+            Ok(keys) if !keys.is_empty() || self.vault.key_ids().is_empty() => {
+                self.vault.configure(
+                    keys,
+                    super::vault::VaultBounds::from(&config.upstream_auth.vault),
+                );
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("upstream_auth.vault.keys: {e}: the keys in force are kept"),
+        }
+        self.configure(config);
+    }
+
+    /// Wait until a consent completes on this replica, or `within` passes.
+    pub async fn landed_any(&self, within: Duration) {
+        let _ = tokio::time::timeout(within, self.landed.notified()).await;
     }
 
     /// Take `config`'s upstreams and settings (at start and at a reload). Cached tokens of an
@@ -518,9 +571,9 @@ impl Credentials {
                     .vault
                     .credential(&who.0, upstream, &spec.identity)
                     .await?;
-                Ok(now.and_then(|now| {
+                Ok(now.map(|now| {
                     self.remember(k, &now);
-                    Some(now.credential.access_token)
+                    now.credential.access_token
                 }))
             }
             Err(e) => {
@@ -840,7 +893,7 @@ mod tests {
         };
         let operator = consent.describe(&Principal::operator(), "github");
         assert!(
-            operator.contains("mcp-host connect --upstream github"),
+            operator.contains("/oauth/connect?upstream=github&as=operator"),
             "{operator}"
         );
         let alice = Principal("alice".into());
