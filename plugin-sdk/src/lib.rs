@@ -300,6 +300,11 @@ struct ResourcesPromptsDoctests;
 #[doc = include_str!("../../docs/authors/testing.md")]
 struct TestingDoctests;
 
+/// See [`WritingAPluginDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/user-credentials.md")]
+struct UserCredentialsDoctests;
+
 /// What the macros expand to; not part of the public API.
 #[doc(hidden)]
 pub mod __private {

@@ -18,15 +18,86 @@ pub const TOKEN_EXCHANGE: &str = "urn:ietf:params:oauth:grant-type:token-exchang
 /// RFC 8693's type of an access token (what is asked for).
 pub const ACCESS_TOKEN_TYPE: &str = "urn:ietf:params:oauth:token-type:access_token";
 
+/// RFC 7523's client assertion type.
+pub const JWT_BEARER_ASSERTION: &str = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer";
+
 /// The client that makes the request, and how it authenticates.
 pub struct ClientAuth<'a> {
     /// Its id.
     pub client_id: &'a str,
-    /// Its secret.
+    /// Its secret, or its signed assertion.
     pub secret: &'a Secret,
     /// `client_secret_basic` or `client_secret_post` (`none` is taken as basic: these grants
-    /// are for confidential clients).
+    /// are for confidential clients); ignored with `assertion`.
     pub method: AuthMethod,
+    /// `secret` is a signed client assertion (`private_key_jwt`, RFC 7523), not a secret.
+    pub assertion: bool,
+}
+
+/// A client's private key for `private_key_jwt` (RFC 7523 client authentication): PEM, and the
+/// algorithm it signs with (`ES256`, `ES384`, `RS256`, ...). `Debug` never shows it.
+#[derive(Clone)]
+pub struct PrivateKey {
+    key: std::sync::Arc<jsonwebtoken::EncodingKey>,
+    alg: jsonwebtoken::Algorithm,
+}
+
+impl std::fmt::Debug for PrivateKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PrivateKey")
+            .field("alg", &self.alg)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PrivateKey {
+    /// The key in `pem` (PKCS#8, or SEC1/PKCS#1) for algorithm `alg` (default `ES256`). The
+    /// error never quotes the key.
+    pub fn from_pem(pem: &str, alg: Option<&str>) -> Result<PrivateKey, String> {
+        use jsonwebtoken::{Algorithm, EncodingKey};
+        let alg: Algorithm = alg
+            .unwrap_or("ES256")
+            .parse()
+            .map_err(|_| format!("{}: not a signing algorithm", alg.unwrap_or_default()))?;
+        let key = match alg {
+            Algorithm::ES256 | Algorithm::ES384 => EncodingKey::from_ec_pem(pem.as_bytes()),
+            Algorithm::RS256
+            | Algorithm::RS384
+            | Algorithm::RS512
+            | Algorithm::PS256
+            | Algorithm::PS384
+            | Algorithm::PS512 => EncodingKey::from_rsa_pem(pem.as_bytes()),
+            Algorithm::EdDSA => EncodingKey::from_ed_pem(pem.as_bytes()),
+            _ => return Err(format!("{alg:?} is not an asymmetric signing algorithm")),
+        }
+        .map_err(|_| format!("not a PEM private key for {alg:?}"))?;
+        Ok(PrivateKey {
+            key: std::sync::Arc::new(key),
+            alg,
+        })
+    }
+
+    /// A client assertion of `client_id` for the authorization server `audience` (its issuer,
+    /// as RFC 7523bis asks): `iss` = `sub` = the client, a fresh `jti`, valid for 60 s.
+    pub fn assertion(&self, client_id: &str, audience: &str) -> Result<Secret, AuthFailure> {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let mut jti = [0u8; 16];
+        getrandom::fill(&mut jti).map_err(|e| AuthFailure::Failed(e.to_string()))?;
+        let claims = serde_json::json!({
+            "iss": client_id,
+            "sub": client_id,
+            "aud": audience,
+            "iat": now,
+            "exp": now + 60,
+            "jti": jti.iter().map(|b| format!("{b:02x}")).collect::<String>(),
+        });
+        let header = jsonwebtoken::Header::new(self.alg);
+        jsonwebtoken::encode(&header, &claims, &self.key)
+            .map(Secret::new)
+            .map_err(|e| AuthFailure::Failed(format!("the client assertion: {e}")))
+    }
 }
 
 /// What the token endpoint granted.
@@ -231,7 +302,54 @@ mod tests {
             client_id: "gate way",
             secret,
             method,
+            assertion: false,
         }
+    }
+
+    #[test]
+    fn a_private_key_signs_an_assertion_of_the_client_for_the_issuer() {
+        // A P-256 key made for this test (PKCS#8).
+        let pem = "-----BEGIN PRIVATE KEY-----\n\
+            MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQgltD3foygOCZ6N0f/\n\
+            LrdABxH1shU4GO02TJFYbfCysA6hRANCAATF1kJ/E52WRyM4TrqR428osXAtS79+\n\
+            3uyXsSb0UJs9plVtaXwYGIzlTdDBUCiFBGr4a0h3OBxIf4EeBFN4l5W4\n\
+            -----END PRIVATE KEY-----\n";
+        let key = PrivateKey::from_pem(pem, Some("ES256")).unwrap();
+        assert!(!format!("{key:?}").contains("MIG"));
+        let assertion = key.assertion("cc-client", "https://as.example").unwrap();
+        let claims = assertion.expose().split('.').nth(1).unwrap();
+        let claims: serde_json::Value = serde_json::from_slice(
+            &base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(claims)
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(claims["iss"], "cc-client");
+        assert_eq!(claims["sub"], "cc-client");
+        assert_eq!(claims["aud"], "https://as.example");
+        let client = ClientAuth {
+            client_id: "cc-client",
+            secret: &assertion,
+            method: AuthMethod::ClientSecretBasic,
+            assertion: true,
+        };
+        let request = build(
+            "https://as/token",
+            &client,
+            &[("grant_type", "client_credentials")],
+        )
+        .unwrap();
+        assert!(request.headers().get(http::header::AUTHORIZATION).is_none());
+        let body = String::from_utf8_lossy(request.body()).into_owned();
+        assert!(
+            body.contains("client_assertion_type=urn%3Aietf%3Aparams%3Aoauth%3Aclient-assertion-type%3Ajwt-bearer"),
+            "{body}"
+        );
+        assert!(
+            PrivateKey::from_pem("not a key", None)
+                .unwrap_err()
+                .contains("PEM")
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@ use crate::access::upstream::challenge::Status;
 use crate::access::upstream::engine::discover;
 use crate::access::upstream::grants::{self, ClientAuth, Exchange, Granted};
 use crate::access::upstream::http::{Client, Reach};
-use crate::access::upstream::registration::AuthMethod;
+use crate::access::upstream::registration::{AuthMethod, Preregistered};
 use crate::access::upstream::vault::{Credential, Expect};
 use crate::access::upstream::{AuthFailure, Principal, Refusal, Secret};
 use crate::config::{ListAs, ServerAuthMode, SubjectTokenType};
@@ -189,24 +189,30 @@ impl Credentials {
                 return Ok(Some(held.credential.access_token));
             }
         }
-        let granted = self.obtain(who, spec).await;
+        self.obtain_and_keep(who, spec, &[]).await.map(Some)
+    }
+
+    /// Obtain a token for `who` at `spec`'s upstream (asking `extra` scopes besides the usual
+    /// ones), audited, kept in the vault and the cache.
+    async fn obtain_and_keep(
+        &self,
+        who: &Principal,
+        spec: &Spec,
+        extra: &[String],
+    ) -> Result<Secret, CredError> {
+        let granted = self.obtain(who, spec, extra).await;
         let (what, outcome) = match &granted {
             Ok(_) => ("upstream_auth.obtained", "ok"),
             Err(_) => ("upstream_auth.obtain_failed", "failed"),
         };
         let why = granted.as_ref().err().map(ToString::to_string);
         self.audit(what, Some(&who.0), &spec.upstream, outcome, why.as_deref());
-        let (granted, issuer, client_id) = granted?;
-        let credential = credential(granted, issuer, client_id, &spec.scopes);
+        let (granted, issuer, client_id, asked) = granted?;
+        let credential = credential(granted, issuer, client_id, &asked);
+        let (upstream, identity) = (&spec.upstream, &spec.identity);
         let version = self
             .vault
-            .save_credential(
-                &who.0,
-                &spec.upstream,
-                &spec.identity,
-                &credential,
-                Expect::Any,
-            )
+            .save_credential(&who.0, upstream, identity, &credential, Expect::Any)
             .await?;
         let stored = crate::access::upstream::vault::StoredCredential {
             credential,
@@ -214,29 +220,19 @@ impl Credentials {
             updated_ms: now_ms(),
             last_used_ms: now_ms(),
         };
-        self.remember(&k, &stored);
-        Ok(Some(stored.credential.access_token))
+        self.remember(&key(who, upstream), &stored);
+        Ok(stored.credential.access_token)
     }
 
     /// Obtain a token for `who` at `spec`'s upstream: exchanged, or the service's. What was
-    /// granted, by which issuer, to which client.
+    /// granted, by which issuer, to which client, for which scopes asked.
     async fn obtain(
         &self,
         who: &Principal,
         spec: &Spec,
-    ) -> Result<(Granted, String, String), CredError> {
-        let Some(pre) = spec.preregistered.as_ref() else {
-            return Err(CredError::Config(format!(
-                "upstream {} needs server.auth.client_id and client_secret",
-                spec.upstream
-            )));
-        };
-        let Some(secret) = pre.client_secret.as_ref() else {
-            return Err(CredError::Config(format!(
-                "upstream {} needs server.auth.client_secret",
-                spec.upstream
-            )));
-        };
+        extra: &[String],
+    ) -> Result<(Granted, String, String, Vec<String>), CredError> {
+        let (pre, secret) = client_of(spec)?;
         let subject = if service(who) {
             None
         } else {
@@ -252,7 +248,14 @@ impl Credentials {
         let http = Arc::new(
             Client::new(reach, !spec.resource).map_err(|e| AuthFailure::Failed(e.to_string()))?,
         );
-        let found = discover(&spec.url, Arc::clone(&http) as _, None, true).await?;
+        let challenge = self.challenge(&spec.upstream);
+        let found = discover(
+            &spec.url,
+            Arc::clone(&http) as _,
+            challenge.as_deref(),
+            true,
+        )
+        .await?;
         if pre.issuer.as_deref().is_some_and(|i| i != found.issuer) {
             return Err(AuthFailure::Refused(format!(
                 "upstream {}'s authorization server is {}, not the issuer its client is \
@@ -261,16 +264,17 @@ impl Credentials {
             ))
             .into());
         }
+        let scopes = asked_scopes(spec, &found.manager, extra).await;
         let client = ClientAuth {
             client_id: &pre.client_id,
             secret,
             method: spec.method.unwrap_or(AuthMethod::ClientSecretBasic),
+            assertion: false,
         };
         let endpoint = found.metadata.token_endpoint.as_str();
         let granted = match subject {
             None => {
-                grants::client_credentials(&http, endpoint, &client, &spec.url, &spec.scopes)
-                    .await?
+                grants::client_credentials(&http, endpoint, &client, &spec.url, &scopes).await?
             }
             Some(subject) => {
                 let exchange = Exchange {
@@ -278,16 +282,17 @@ impl Credentials {
                     subject_token_type: spec.subject_token_type.urn(),
                     resource: &spec.url,
                     audience: spec.audience.as_deref(),
-                    scopes: &spec.scopes,
+                    scopes: &scopes,
                 };
                 grants::exchange(&http, endpoint, &client, &exchange).await?
             }
         };
-        Ok((granted, found.issuer, pre.client_id.clone()))
+        Ok((granted, found.issuer, pre.client_id.clone(), scopes))
     }
 
-    /// The upstream refused a token obtained without consent: one obtained anew (once), else
-    /// nothing to be done (no consent is asked for these).
+    /// The upstream refused a token obtained without consent: one obtained anew (once) — for
+    /// the scopes held and those a `403 insufficient_scope` names, at most [`super::MAX_STEP_UPS`]
+    /// times per window — else nothing to be done (no consent is asked for these).
     pub(super) async fn rejected_obtained(
         &self,
         who: &Principal,
@@ -296,24 +301,29 @@ impl Credentials {
         refusal: &Refusal,
     ) -> Result<Secret, Need> {
         let upstream = spec.upstream.as_str();
-        if refusal.status == Status::Forbidden {
+        let whose = self.whose(who);
+        let obtained = if refusal.insufficient_scope() {
+            if !self.step_up_allowed(who, upstream) {
+                return Err(Need::GiveUp(format!(
+                    "upstream {upstream} keeps refusing {whose}'s token for want of scope \
+                     ({}): set server.auth.scopes",
+                    refusal.scopes().join(" ")
+                )));
+            }
+            let held = self.granted(who, spec).await;
+            let wanted = crate::access::upstream::scopes::union(&held, &refusal.scopes());
+            self.obtain_and_keep(who, spec, &wanted).await.map(Some)
+        } else if refusal.status == Status::Forbidden {
             return Err(Need::GiveUp(format!(
-                "upstream {upstream} refused {}'s token (HTTP 403{}): {} grants no more — \
-                 set server.auth.scopes",
-                self.whose(who),
-                refusal
-                    .scopes()
-                    .is_empty()
-                    .then(String::new)
-                    .unwrap_or_else(|| format!(", it needs {}", refusal.scopes().join(" "))),
-                how(spec, who)
+                "upstream {upstream} refused {whose}'s token (HTTP 403) without naming a scope"
             )));
-        }
-        match self.obtained_token(who, spec, sent.is_some()).await {
+        } else {
+            self.obtained_token(who, spec, sent.is_some()).await
+        };
+        match obtained {
             Ok(Some(token)) if Some(&token) != sent => Ok(token),
             Ok(_) => Err(Need::GiveUp(format!(
-                "upstream {upstream} refused {}'s token obtained by {}",
-                self.whose(who),
+                "upstream {upstream} refused {whose}'s token obtained by {}",
                 how(spec, who)
             ))),
             Err(e) => Err(Need::GiveUp(format!("upstream {upstream}: {e}"))),
@@ -327,6 +337,45 @@ impl Credentials {
             who.0.clone()
         }
     }
+}
+
+/// The client `spec` names, and its secret.
+fn client_of(spec: &Spec) -> Result<(&Preregistered, &Secret), CredError> {
+    let missing = |what: &str| {
+        CredError::Config(format!(
+            "upstream {} needs server.auth.{what} (a client registered beforehand)",
+            spec.upstream
+        ))
+    };
+    let pre = spec
+        .preregistered
+        .as_ref()
+        .ok_or_else(|| missing("client_id"))?;
+    let secret = pre
+        .client_secret
+        .as_ref()
+        .ok_or_else(|| missing("client_secret"))?;
+    Ok((pre, secret))
+}
+
+/// The scopes to ask for: the configured ones, else those the upstream's challenge names, else
+/// its metadata's `scopes_supported` (never `offline_access` or `openid`: no refresh token, no
+/// ID token here) — with `extra`.
+async fn asked_scopes(
+    spec: &Spec,
+    manager: &rmcp::transport::auth::AuthorizationManager,
+    extra: &[String],
+) -> Vec<String> {
+    let base: Vec<String> = if spec.scopes.is_empty() {
+        let found = manager.select_initial_scopes(&[]).await;
+        found
+            .into_iter()
+            .filter(|s| s != "offline_access" && s != "openid")
+            .collect()
+    } else {
+        spec.scopes.clone()
+    };
+    crate::access::upstream::scopes::union(&base, extra)
 }
 
 /// How `spec` obtains `who`'s tokens, in words.
