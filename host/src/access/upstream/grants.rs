@@ -247,6 +247,12 @@ fn build(
             "application/x-www-form-urlencoded",
         )
         .header(http::header::ACCEPT, "application/json");
+    if client.assertion {
+        body.append_pair("client_id", client.client_id);
+        body.append_pair("client_assertion_type", JWT_BEARER_ASSERTION);
+        body.append_pair("client_assertion", client.secret.expose());
+        return request.body(body.finish().into_bytes());
+    }
     match client.method {
         AuthMethod::ClientSecretPost => {
             body.append_pair("client_id", client.client_id);
