@@ -45,46 +45,17 @@ impl Gateway {
 
     /// [`Gateway::start`] with the provider configured by `options` ([`HOST`] added).
     pub(crate) fn start_with(
-        mut options: ProviderOptions,
+        options: ProviderOptions,
         rs_args: &[&str],
         extra: &str,
     ) -> Option<Gateway> {
-        options.resources.push(HOST.to_owned());
-        let mut provider = Provider::start(&options)?;
-        let rs = ResourceServer::start(&provider.issuer, rs_args)?;
-        provider.add_resource(&rs.url);
+        let (provider, rs) = Gateway::upstream(options, rs_args)?;
         let layout = Layout::new();
         let port = free_port();
         let public = format!("http://127.0.0.1:{port}");
         let audit = layout.dir("audit").join("audit.jsonl");
-        let config = layout.config(&format!(
-            "tool_dirs:\n\
-             \x20 - server: {{url: \"{rs}\", auth: {{mode: oauth}}}}\n\
-             \x20   name: gh\n\
-             \x20   prefix: gh_\n\
-             audit_log: \"{audit}\"\n\
-             auth:\n\
-             \x20 require_auth: true\n\
-             \x20 resource: \"{HOST}\"\n\
-             \x20 authorization_servers: [\"{issuer}\"]\n\
-             \x20 jwt:\n\
-             \x20   issuer: \"{issuer}\"\n\
-             \x20   jwks_file: \"{jwks}\"\n\
-             console:\n\
-             \x20 admins: [admin]\n\
-             upstream_auth:\n\
-             \x20 public_url: \"{public}\"\n\
-             \x20 vault:\n\
-             \x20   keys: [\"{VAULT_KEY}\"]\n\
-             {extra}",
-            rs = rs.url,
-            audit = audit.display(),
-            issuer = provider.issuer,
-            jwks = provider.jwks_file.display(),
-        ));
-        let mut cmd: Command = host_command(&config);
-        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")]);
-        let host = HttpServer::spawn(cmd);
+        let config = gateway_config(&layout, &provider, &rs, &public, &audit, extra);
+        let host = serve(&config, port, &[]);
         Some(Gateway {
             provider,
             rs,
@@ -94,6 +65,19 @@ impl Gateway {
             config,
             layout,
         })
+    }
+
+    /// The provider (configured by `options`, [`HOST`] added) and the resource server registered
+    /// with it; `None`: skip.
+    fn upstream(
+        mut options: ProviderOptions,
+        rs_args: &[&str],
+    ) -> Option<(Provider, ResourceServer)> {
+        options.resources.push(HOST.to_owned());
+        let mut provider = Provider::start(&options)?;
+        let rs = ResourceServer::start(&provider.issuer, rs_args)?;
+        provider.add_resource(&rs.url);
+        Some((provider, rs))
     }
 
     /// A caller's inbound token for mcp-host (the provider's, audience [`HOST`]).
@@ -111,7 +95,25 @@ impl Gateway {
     /// A 2026 request of `token`'s caller, who opens URLs.
     pub(crate) fn call(&self, token: &str, method: &str, mut params: Value) -> HttpResponse {
         params["_meta"] = json!({ URL_CAPS: { "elicitation": { "url": {}, "form": {} } } });
-        self.host.modern_at("/mcp", Some(token), method, params)
+        let params = mcp_host_tests::serve::with_meta(params);
+        let mut headers: Vec<(String, String)> =
+            mcp_host_tests::serve::modern_headers(method, params["name"].as_str())
+                .into_iter()
+                .map(|(k, v)| (k.to_owned(), v))
+                .collect();
+        headers.push(("Authorization".to_owned(), format!("Bearer {token}")));
+        headers.push(("Content-Type".to_owned(), "application/json".to_owned()));
+        headers.push((
+            "Accept".to_owned(),
+            "application/json, text/event-stream".to_owned(),
+        ));
+        let body = mcp_host_tests::serve::request(1, method, params).to_string();
+        mcp_host_tests::oauth::request(
+            &format!("{}/mcp", self.public),
+            "POST",
+            &headers,
+            body.as_bytes(),
+        )
     }
 
     /// Wait until `token`'s caller sees tool `name` (the upstream lists once the operator
@@ -253,6 +255,51 @@ impl Gateway {
     }
 }
 
+/// The configuration of a gateway in front of `rs` (upstream `gh`), its callers signed in with
+/// `provider`'s tokens, reached at `public`, auditing to `audit`; `extra` more lines.
+fn gateway_config(
+    layout: &Layout,
+    provider: &Provider,
+    rs: &ResourceServer,
+    public: &str,
+    audit: &std::path::Path,
+    extra: &str,
+) -> PathBuf {
+    layout.config(&format!(
+        "tool_dirs:\n\
+         \x20 - server: {{url: \"{rs}\", auth: {{mode: oauth}}}}\n\
+         \x20   name: gh\n\
+         \x20   prefix: gh_\n\
+         audit_log: \"{audit}\"\n\
+         auth:\n\
+         \x20 require_auth: true\n\
+         \x20 resource: \"{HOST}\"\n\
+         \x20 authorization_servers: [\"{issuer}\"]\n\
+         \x20 jwt:\n\
+         \x20   issuer: \"{issuer}\"\n\
+         \x20   jwks_file: \"{jwks}\"\n\
+         console:\n\
+         \x20 admins: [admin]\n\
+         upstream_auth:\n\
+         \x20 public_url: \"{public}\"\n\
+         \x20 vault:\n\
+         \x20   keys: [\"{VAULT_KEY}\"]\n\
+         {extra}",
+        rs = rs.url,
+        audit = audit.display(),
+        issuer = provider.issuer,
+        jwks = provider.jwks_file.display(),
+    ))
+}
+
+/// `mcp-host serve --listen 127.0.0.1:PORT` on `config`, with `env`.
+fn serve(config: &std::path::Path, port: u16, env: &[(&str, &str)]) -> HttpServer {
+    let mut cmd: Command = host_command(config);
+    cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+        .envs(env.iter().copied());
+    HttpServer::spawn(cmd)
+}
+
 /// The value of hidden input `name` of an HTML page.
 pub(crate) fn hidden(page: &str, name: &str) -> String {
     let needle = format!("name=\"{name}\" value=\"");
@@ -353,6 +400,58 @@ fn two_users_reach_the_upstream_with_their_own_tokens_after_their_own_consent() 
     }
     let connected = g.wait_audit("upstream_auth.connected", Some("alice"));
     assert_eq!(connected["target"], "gh", "{connected}");
+
+    // The console: each user sees their own connections, an admin everyone's — never a token.
+    let admin = g.caller_token("admin");
+    let all = console_connections(&g, &admin);
+    let mut pairs: Vec<String> = all["connections"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            format!(
+                "{}@{}",
+                c["principal"].as_str().unwrap(),
+                c["upstream"].as_str().unwrap()
+            )
+        })
+        .collect();
+    pairs.sort();
+    assert_eq!(pairs, ["@operator@gh", "alice@gh", "bob@gh"], "{all}");
+    let own = console_connections(&g, &alice);
+    assert_eq!(own["connections"].as_array().unwrap().len(), 1, "{own}");
+    assert_eq!(own["connections"][0]["principal"], "alice", "{own}");
+    assert_eq!(own["all"], false);
+    assert!(!all.to_string().contains("access_token") && !all.to_string().contains("eyJ"));
+}
+
+/// Log in to the console (`/ui`) with `token` and read `api/connections`.
+fn console_connections(g: &Gateway, token: &str) -> Value {
+    let login = mcp_host_tests::oauth::request(
+        &format!("{}/ui/api/login", g.public),
+        "POST",
+        &[
+            ("Origin".to_owned(), g.public.clone()),
+            ("Content-Type".to_owned(), "application/json".to_owned()),
+        ],
+        json!({ "token": token }).to_string().as_bytes(),
+    );
+    assert_eq!(login.status, 200, "{}", login.text());
+    let cookie = login
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let r = mcp_host_tests::oauth::request(
+        &format!("{}/ui/api/connections", g.public),
+        "GET",
+        &[("Cookie".to_owned(), cookie)],
+        b"",
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.json()
 }
 
 /// The official Python SDK client (tests/clients/upstream_oauth_client.py) calling `gh_whoami` as
@@ -612,4 +711,74 @@ fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+#[test]
+fn behind_nginx_a_replica_uses_the_token_another_obtained_from_the_shared_redis_vault() {
+    let Some(redis_bin) = mcp_host_tests::fleet::redis_server() else {
+        return;
+    };
+    let Some(nginx_bin) = mcp_host_tests::fleet::nginx() else {
+        return;
+    };
+    let Some((provider, rs)) = Gateway::upstream(ProviderOptions::default(), &[]) else {
+        return;
+    };
+    let redis = mcp_host_tests::fleet::Redis::start(&redis_bin);
+    // The replicas' ports first: nginx (plain round robin) fronts them, and their public URL is
+    // nginx's.
+    let ports = [free_port(), free_port()];
+    let addrs: Vec<std::net::SocketAddr> = ports
+        .iter()
+        .map(|p| std::net::SocketAddr::from(([127, 0, 0, 1], *p)))
+        .collect();
+    let nginx = mcp_host_tests::fleet::Nginx::start(&nginx_bin, &addrs);
+    let public = format!("http://127.0.0.1:{}", nginx.port);
+    let layout = Layout::new();
+    let audit = layout.dir("audit").join("audit.jsonl");
+    let extra = format!(
+        "store: {}\nrequest_state: {{keys: [\"{}\"]}}\n",
+        redis.url(),
+        mcp_host_tests::fleet::SHARED_KEY
+    );
+    let config = gateway_config(&layout, &provider, &rs, &public, &audit, &extra);
+    let r1 = serve(&config, ports[0], &[("MCP_HOST_REPLICA", "r1")]);
+    let r2 = serve(&config, ports[1], &[("MCP_HOST_REPLICA", "r2")]);
+    let g = Gateway {
+        provider,
+        rs,
+        host: r1,
+        public,
+        audit,
+        config,
+        layout,
+    };
+    g.connect_operator("operator-at-gh");
+    let alice = g.caller_token("alice");
+    // Both replicas list (each read the operator's token from Redis): alternate calls see it.
+    for _ in 0..2 {
+        g.wait_for_tool(&alice, "gh_whoami");
+    }
+    let seen = consent_and_call(&g, &alice, "alice-at-gh");
+    assert_eq!(seen["sub"], "alice-at-gh");
+    // Round robin: calls land on both replicas, each with alice's token from the shared vault.
+    let mut served_by = std::collections::BTreeSet::new();
+    for _ in 0..6 {
+        let r = g.call(&alice, "tools/call", whoami());
+        served_by.insert(r.header("mcp-replica").unwrap_or("?").to_owned());
+        let m = r.message();
+        assert_eq!(
+            identity(&m)["sub"],
+            "alice-at-gh",
+            "{m}\nr1:\n{}\nr2:\n{}",
+            g.host.stderr(),
+            r2.stderr()
+        );
+    }
+    assert_eq!(
+        served_by.into_iter().collect::<Vec<_>>(),
+        ["r1", "r2"],
+        "nginx did not spread the calls"
+    );
+    drop(nginx);
 }

@@ -212,9 +212,12 @@ impl Refused {
     }
 }
 
-/// A POSTed form (bounded), its double-submit token checked against the cookie.
+/// A POSTed form (bounded), its double-submit token checked against the cookie when `csrf` (a
+/// form whose credential alone authorizes it — a disconnect — needs none: another site posting
+/// its own credential only disconnects itself).
 async fn read_form(
     req: Request<IncomingBody>,
+    csrf: bool,
 ) -> Result<std::collections::HashMap<String, String>, Refused> {
     let (parts, body) = req.into_parts();
     let limited = http_body_util::Limited::new(body, MAX_FORM);
@@ -226,9 +229,10 @@ async fn read_form(
         url::form_urlencoded::parse(&bytes).into_owned().collect();
     let sent = form.get("csrf").map(String::as_str).unwrap_or_default();
     let kept = jar(&parts.headers).remove(CSRF_COOKIE).unwrap_or_default();
-    let same = !sent.is_empty()
-        && sent.len() == kept.len()
-        && subtle::ConstantTimeEq::ct_eq(sent.as_bytes(), kept.as_bytes()).into();
+    let same = !csrf
+        || !sent.is_empty()
+            && sent.len() == kept.len()
+            && subtle::ConstantTimeEq::ct_eq(sent.as_bytes(), kept.as_bytes()).into();
     if !same {
         return Err(Refused(
             403,
@@ -308,7 +312,7 @@ async fn follow(
     id: &str,
     req: Request<IncomingBody>,
 ) -> Response<Body> {
-    let form = match read_form(req).await {
+    let form = match read_form(req, true).await {
         Ok(form) => form,
         Err(refused) => return refused.page(),
     };
@@ -405,7 +409,19 @@ fn entry_page(credentials: &Credentials, req: &Request<IncomingBody>) -> Respons
         ),
         false => format!("Connect your account at <b>{}</b>.", html_safe(&upstream)),
     };
-    let action = format!("{}/oauth/connect", prefix(credentials));
+    let base = prefix(credentials);
+    let intro = match operator {
+        true => intro,
+        false => format!(
+            "{intro}</p><form method=\"post\" action=\"{base}/oauth/disconnect\">\
+             <input type=\"hidden\" name=\"upstream\" value=\"{u}\">\
+             <p>Or disconnect it: <input type=\"password\" name=\"credential\" \
+             autocomplete=\"off\" aria-label=\"your mcp-host credential\"> \
+             <button type=\"submit\">Disconnect</button></p></form><p>",
+            u = html_safe(&upstream)
+        ),
+    };
+    let action = format!("{base}/oauth/connect");
     let role = if operator { "operator" } else { "user" };
     let hidden = [("upstream", upstream.as_str()), ("as", role)];
     // The authorization server is found when the form is sent: any https origin may follow.
@@ -426,7 +442,7 @@ async fn start(
     credentials: &Credentials,
     req: Request<IncomingBody>,
 ) -> Response<Body> {
-    let form = match read_form(req).await {
+    let form = match read_form(req, true).await {
         Ok(form) => form,
         Err(refused) => return refused.page(),
     };
@@ -517,7 +533,7 @@ async fn disconnect(
     credentials: &Arc<Credentials>,
     req: Request<IncomingBody>,
 ) -> Response<Body> {
-    let form = match read_form(req).await {
+    let form = match read_form(req, false).await {
         Ok(form) => form,
         Err(refused) => return refused.page(),
     };

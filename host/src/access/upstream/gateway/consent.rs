@@ -240,22 +240,9 @@ impl Credentials {
             ));
         };
         let challenge = challenge.clone().or_else(|| self.challenge(upstream));
-        let prepared = async {
-            let found = self.discover(&spec, challenge.as_deref()).await?;
-            self.authorization(&spec, who, found, extra, &callback, challenge)
-                .await
-        };
-        let (url, payload, state) = prepared.await.inspect_err(|e| {
-            let why = e.to_string();
-            self.audit(
-                "upstream_auth.consent_refused",
-                Some(&who.0),
-                upstream,
-                "refused",
-                Some(&why),
-            );
-            tracing::warn!("Upstream {upstream}: no consent can be asked of {who}: {why}");
-        })?;
+        let (url, payload, state) = self
+            .prepare(&spec, who, extra, &callback, challenge)
+            .await?;
         let flow = NewFlow {
             principal: who.0.clone(),
             upstream: upstream.to_owned(),
@@ -285,6 +272,35 @@ impl Credentials {
             ),
             flow_id,
             since_ms: payload.since_ms,
+        })
+    }
+
+    /// Discovery and the authorization request of a flow of `who` at `spec`'s upstream (see
+    /// [`Credentials::authorization`]); a refusal is audited.
+    async fn prepare(
+        &self,
+        spec: &Spec,
+        who: &Principal,
+        extra: &[String],
+        callback: &str,
+        challenge: Option<String>,
+    ) -> Result<(Secret, Payload, Secret), CredError> {
+        let prepared = async {
+            let found = self.discover(spec, challenge.as_deref()).await?;
+            self.authorization(spec, who, found, extra, callback, challenge)
+                .await
+        };
+        prepared.await.inspect_err(|e| {
+            let why = e.to_string();
+            let upstream = spec.upstream.as_str();
+            self.audit(
+                "upstream_auth.consent_refused",
+                Some(&who.0),
+                upstream,
+                "refused",
+                Some(&why),
+            );
+            tracing::warn!("Upstream {upstream}: no consent can be asked of {who}: {why}");
         })
     }
 
