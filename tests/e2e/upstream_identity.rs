@@ -242,11 +242,13 @@ fn a_plugin_gets_the_calling_users_own_token_for_a_provider_it_declares() {
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|e| e == "so"))
         .unwrap();
-    let out = g
-        .layout
-        .run(&g.config, &["check", &file.display().to_string(), "--json"]);
+    let out = host_command(&g.config)
+        .env("EXCHANGER_SECRET", EXCHANGER.1)
+        .args(["check", &file.display().to_string(), "--json"])
+        .output()
+        .unwrap();
     let report: Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)));
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
     assert_eq!(
         report["manifest"]["permissions"]["credentials"],
         json!(["gh"]),
