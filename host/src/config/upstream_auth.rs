@@ -322,6 +322,15 @@ impl ServerAuth {
                 ),
             ));
         }
+        if self.mode == ServerAuthMode::TokenExchange && self.list_as == ListAs::Operator {
+            return Some((
+                ".list_as",
+                "an upstream whose callers' tokens are exchanged lists with `service` (the \
+                 client's own client_credentials token) or `none`: there is no operator's \
+                 connection to list with"
+                    .into(),
+            ));
+        }
         if self.token_endpoint_auth == Some(TokenEndpointAuth::None) && needs_client {
             return Some((
                 ".token_endpoint_auth",
@@ -515,6 +524,74 @@ mod tests {
 
     fn b64(bytes: &[u8]) -> String {
         base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn a_token_exchange_or_service_identity_needs_a_confidential_client_and_a_listing() {
+        let url = Some("https://mcp.example.com/mcp");
+        let client = ServerAuth {
+            client_id: Some("gw".into()),
+            client_secret: Some("s".into()),
+            issuer: Some("https://idp.example".into()),
+            ..ServerAuth::default()
+        };
+        let exchange = ServerAuth {
+            mode: ServerAuthMode::TokenExchange,
+            list_as: ListAs::Service,
+            ..client.clone()
+        };
+        assert_eq!(exchange.problem(url), None);
+        assert_eq!(exchange.lister(), ListAs::Service);
+        let listed_by_operator = ServerAuth {
+            list_as: ListAs::Operator,
+            ..exchange.clone()
+        };
+        assert_eq!(listed_by_operator.problem(url).unwrap().0, ".list_as");
+        let secretless = ServerAuth {
+            client_secret: None,
+            ..exchange.clone()
+        };
+        assert_eq!(secretless.problem(url).unwrap().0, ".client_id");
+        let public = ServerAuth {
+            token_endpoint_auth: Some(TokenEndpointAuth::None),
+            ..exchange.clone()
+        };
+        assert_eq!(public.problem(url).unwrap().0, ".token_endpoint_auth");
+        let service = ServerAuth {
+            mode: ServerAuthMode::ClientCredentials,
+            ..client.clone()
+        };
+        assert_eq!(service.problem(url), None);
+        assert_eq!(
+            service.lister(),
+            ListAs::Service,
+            "a service identity lists as itself"
+        );
+        let stray = ServerAuth {
+            token_exchange: Some(TokenExchange::default()),
+            ..service.clone()
+        };
+        assert_eq!(stray.problem(url).unwrap().0, ".token_exchange");
+        // The exchange's settings are part of the identity: tokens obtained otherwise do not open.
+        let jwt = ServerAuth {
+            token_exchange: Some(TokenExchange {
+                subject_token_type: SubjectTokenType::Jwt,
+                audience: None,
+            }),
+            ..exchange.clone()
+        };
+        assert_ne!(jwt.identity("u"), exchange.identity("u"));
+        assert_ne!(service.identity("u"), client.identity("u"));
+        let parsed: ServerAuth = serde_json::from_value(serde_json::json!({
+            "mode": "token_exchange", "client_id": "gw", "client_secret": "s", "issuer": "i",
+            "list_as": "service", "token_exchange": {"subject_token_type": "jwt", "audience": "a"}
+        }))
+        .unwrap();
+        assert_eq!(parsed.mode, ServerAuthMode::TokenExchange);
+        assert_eq!(
+            parsed.token_exchange.unwrap().subject_token_type.urn(),
+            "urn:ietf:params:oauth:token-type:jwt"
+        );
     }
 
     #[test]

@@ -427,3 +427,33 @@ pub(super) fn subject_type(auth: &crate::config::ServerAuth) -> SubjectTokenType
         .map(|t| t.subject_token_type)
         .unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_subject_token_is_remembered_until_it_expires_and_bounded() {
+        let subjects = Subjects::default();
+        let alice = Principal("alice".into());
+        let token = Secret::new("eyJ.alice");
+        subjects.remember(&alice, &token, now_ms() + 60_000);
+        assert_eq!(subjects.get(&alice), Some(token));
+        subjects.remember(&alice, &Secret::new("eyJ.old"), now_ms().saturating_sub(1));
+        assert_eq!(
+            subjects.get(&alice),
+            None,
+            "an expired token is not exchanged"
+        );
+        for i in 0..MAX_SUBJECTS {
+            subjects.remember(
+                &Principal(format!("u{i}")),
+                &Secret::new("t"),
+                now_ms() + 60_000,
+            );
+        }
+        let late = Principal("late".into());
+        subjects.remember(&late, &Secret::new("t"), now_ms() + 60_000);
+        assert!(lock(&subjects.0).len() <= MAX_SUBJECTS, "bounded");
+    }
+}
