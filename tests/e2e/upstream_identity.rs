@@ -14,6 +14,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::process::Command;
+use std::time::{Duration, Instant};
 
 use mcp_host_tests::Layout;
 use mcp_host_tests::fleet::free_port;
@@ -38,7 +39,11 @@ fn start(auth: &str) -> Option<Gateway> {
 
 /// [`start`], with the fixture-credentials plugin in tool directory `d` when `plugin`.
 fn start_in(auth: &str, plugin: bool) -> Option<Gateway> {
-    let mut options = ProviderOptions::default();
+    start_with(ProviderOptions::default(), auth, plugin)
+}
+
+/// [`start_in`] with the provider configured by `options`.
+fn start_with(mut options: ProviderOptions, auth: &str, plugin: bool) -> Option<Gateway> {
     options.resources.push(HOST.to_owned());
     let mut provider = Provider::start(&options)?;
     let rs = ResourceServer::start(&provider.issuer, &[])?;
@@ -254,4 +259,47 @@ fn a_plugin_gets_the_calling_users_own_token_for_a_provider_it_declares() {
         json!(["gh"]),
         "{report}"
     );
+}
+
+#[test]
+fn the_service_identity_obtains_a_new_token_when_its_own_runs_out() {
+    let options = ProviderOptions {
+        access_token_ttl: Some(4),
+        ..ProviderOptions::default()
+    };
+    let Some(g) = start_with(options, &client("client_credentials", ""), false) else {
+        return;
+    };
+    // Every token lives 4 s (callers' too: each call signs in afresh). Calls go on until the
+    // host has obtained the service's token at least twice; every one of them is served.
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let (mut served, mut obtained) = (0, 0);
+    while obtained < 2 || served < 3 {
+        let r = g
+            .call(&g.caller_token("alice"), "tools/call", whoami())
+            .message();
+        if r["result"]["isError"] == false {
+            assert_eq!(identity(&r)["sub"], EXCHANGER.0, "{r}");
+            served += 1;
+        } else {
+            // Only before the upstream is listed (its tools not served yet).
+            assert!(
+                served == 0,
+                "a call failed once served: {r}\n{}",
+                g.host.stderr()
+            );
+        }
+        obtained = g
+            .audit_records()
+            .iter()
+            .map(Value::to_string)
+            .filter(|a| a.contains("\"upstream_auth.obtained\"") && a.contains("\"@service\""))
+            .count();
+        assert!(
+            Instant::now() < deadline,
+            "obtained {obtained} times, served {served}: {}",
+            g.host.stderr()
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
 }
