@@ -93,7 +93,26 @@ impl Gateway {
     }
 
     /// A 2026 request of `token`'s caller, who opens URLs.
-    pub(crate) fn call(&self, token: &str, method: &str, mut params: Value) -> HttpResponse {
+    pub(crate) fn call(&self, token: &str, method: &str, params: Value) -> HttpResponse {
+        call_at(&self.public, token, method, params)
+    }
+
+    /// Wait until `token`'s caller sees tool `name` (the upstream lists once the operator
+    /// connected).
+    pub(crate) fn wait_for_tool(&self, token: &str, name: &str) {
+        wait_for_tool_at(&self.public, token, name, &|| {
+            format!(
+                "host:\n{}\nresource server:\n{}",
+                self.host.stderr(),
+                self.rs.stderr()
+            )
+        });
+    }
+}
+
+/// A 2026 request to `base`/mcp of `token`'s caller, who opens URLs.
+fn call_at(base: &str, token: &str, method: &str, mut params: Value) -> HttpResponse {
+    {
         params["_meta"] = json!({ URL_CAPS: { "elicitation": { "url": {}, "form": {} } } });
         let params = mcp_host_tests::serve::with_meta(params);
         let mut headers: Vec<(String, String)> =
@@ -108,42 +127,11 @@ impl Gateway {
             "application/json, text/event-stream".to_owned(),
         ));
         let body = mcp_host_tests::serve::request(1, method, params).to_string();
-        mcp_host_tests::oauth::request(
-            &format!("{}/mcp", self.public),
-            "POST",
-            &headers,
-            body.as_bytes(),
-        )
+        mcp_host_tests::oauth::request(&format!("{base}/mcp"), "POST", &headers, body.as_bytes())
     }
+}
 
-    /// Wait until `token`'s caller sees tool `name` (the upstream lists once the operator
-    /// connected).
-    pub(crate) fn wait_for_tool(&self, token: &str, name: &str) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let r = self.call(token, "tools/list", json!({}));
-            let names: Vec<String> = r.message()["result"]["tools"]
-                .as_array()
-                .map(|tools| {
-                    tools
-                        .iter()
-                        .filter_map(|t| t["name"].as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if names.iter().any(|n| n == name) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} never listed ({names:?}); host:\n{}\nresource server:\n{}",
-                self.host.stderr(),
-                self.rs.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-
+impl Gateway {
     /// Connect the operator's account (listing identity) as upstream user `as_user`, through
     /// `/oauth/connect?upstream=gh&as=operator` with the admin's credential.
     pub(crate) fn connect_operator(&self, as_user: &str) {
@@ -280,6 +268,8 @@ fn gateway_config(
          \x20   jwks_file: \"{jwks}\"\n\
          console:\n\
          \x20 admins: [admin]\n\
+         limits:\n\
+         \x20 call_timeout_secs: 600\n\
          upstream_auth:\n\
          \x20 public_url: \"{public}\"\n\
          \x20 vault:\n\
@@ -298,6 +288,32 @@ fn serve(config: &std::path::Path, port: u16, env: &[(&str, &str)]) -> HttpServe
     cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .envs(env.iter().copied());
     HttpServer::spawn(cmd)
+}
+
+/// Wait until `token`'s caller sees tool `name` at `base` (`logs`: what to show if never).
+fn wait_for_tool_at(base: &str, token: &str, name: &str, logs: &dyn Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let r = call_at(base, token, "tools/list", json!({}));
+        let names: Vec<String> = r.message()["result"]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if names.iter().any(|n| n == name) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never listed at {base} ({names:?}); {}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// The value of hidden input `name` of an HTML page.
@@ -755,9 +771,14 @@ fn behind_nginx_a_replica_uses_the_token_another_obtained_from_the_shared_redis_
     };
     g.connect_operator("operator-at-gh");
     let alice = g.caller_token("alice");
-    // Both replicas list (each read the operator's token from Redis): alternate calls see it.
-    for _ in 0..2 {
-        g.wait_for_tool(&alice, "gh_whoami");
+    // Both replicas list (each read the operator's token from Redis).
+    for port in ports {
+        wait_for_tool_at(
+            &format!("http://127.0.0.1:{port}"),
+            &alice,
+            "gh_whoami",
+            &|| format!("r1:\n{}\nr2:\n{}", g.host.stderr(), r2.stderr()),
+        );
     }
     let seen = consent_and_call(&g, &alice, "alice-at-gh");
     assert_eq!(seen["sub"], "alice-at-gh");
