@@ -34,7 +34,8 @@ pub(crate) struct Gateway {
     pub(crate) public: String,
     pub(crate) audit: PathBuf,
     pub(crate) config: PathBuf,
-    pub(crate) layout: Layout,
+    /// The test's directory (kept for as long as the gateway runs).
+    pub(crate) _layout: Layout,
 }
 
 impl Gateway {
@@ -63,7 +64,7 @@ impl Gateway {
             public,
             audit,
             config,
-            layout,
+            _layout: layout,
         })
     }
 
@@ -767,7 +768,7 @@ fn behind_nginx_a_replica_uses_the_token_another_obtained_from_the_shared_redis_
         public,
         audit,
         config,
-        layout,
+        _layout: layout,
     };
     g.connect_operator("operator-at-gh");
     let alice = g.caller_token("alice");
