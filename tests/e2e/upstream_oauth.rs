@@ -804,3 +804,42 @@ fn behind_nginx_a_replica_uses_the_token_another_obtained_from_the_shared_redis_
     );
     drop(nginx);
 }
+
+#[test]
+fn a_403_insufficient_scope_asks_the_user_to_step_up_and_the_retry_writes() {
+    let Some(g) = Gateway::start(&[], "") else {
+        return;
+    };
+    g.connect_operator("operator-at-gh");
+    let alice = g.caller_token("alice");
+    g.wait_for_tool(&alice, "gh_write");
+    let seen = consent_and_call(&g, &alice, "alice-at-gh");
+    let granted: Vec<&str> = seen["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(!granted.contains(&"mcp:write"), "{seen}");
+    // `write` needs mcp:write: the upstream answers 403 insufficient_scope, and alice is asked
+    // again — for what she was granted and the write scope together.
+    let write = json!({"name": "gh_write", "arguments": {"text": "hello"}});
+    let first = g.call(&alice, "tools/call", write.clone()).message();
+    let (key, url) = consent_question(&first);
+    let mut browser = Browser::new();
+    g.follow_link(&mut browser, &url, &alice, "alice-at-gh");
+    let again = g
+        .call(&alice, "tools/call", retry(write, &first, &key))
+        .message();
+    let text = again["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(
+        again["result"]["isError"],
+        false,
+        "{again}\n{}",
+        g.host.stderr()
+    );
+    assert!(text.contains("alice-at-gh wrote hello"), "{again}");
+    g.wait_audit("upstream_auth.consent_started", Some("step_up"));
+}
