@@ -34,7 +34,8 @@ pub(crate) struct Gateway {
     pub(crate) public: String,
     pub(crate) audit: PathBuf,
     pub(crate) config: PathBuf,
-    pub(crate) layout: Layout,
+    /// The test's directory (kept for as long as the gateway runs).
+    pub(crate) _layout: Layout,
 }
 
 impl Gateway {
@@ -63,7 +64,7 @@ impl Gateway {
             public,
             audit,
             config,
-            layout,
+            _layout: layout,
         })
     }
 
@@ -93,7 +94,26 @@ impl Gateway {
     }
 
     /// A 2026 request of `token`'s caller, who opens URLs.
-    pub(crate) fn call(&self, token: &str, method: &str, mut params: Value) -> HttpResponse {
+    pub(crate) fn call(&self, token: &str, method: &str, params: Value) -> HttpResponse {
+        call_at(&self.public, token, method, params)
+    }
+
+    /// Wait until `token`'s caller sees tool `name` (the upstream lists once the operator
+    /// connected).
+    pub(crate) fn wait_for_tool(&self, token: &str, name: &str) {
+        wait_for_tool_at(&self.public, token, name, &|| {
+            format!(
+                "host:\n{}\nresource server:\n{}",
+                self.host.stderr(),
+                self.rs.stderr()
+            )
+        });
+    }
+}
+
+/// A 2026 request to `base`/mcp of `token`'s caller, who opens URLs.
+fn call_at(base: &str, token: &str, method: &str, mut params: Value) -> HttpResponse {
+    {
         params["_meta"] = json!({ URL_CAPS: { "elicitation": { "url": {}, "form": {} } } });
         let params = mcp_host_tests::serve::with_meta(params);
         let mut headers: Vec<(String, String)> =
@@ -108,42 +128,11 @@ impl Gateway {
             "application/json, text/event-stream".to_owned(),
         ));
         let body = mcp_host_tests::serve::request(1, method, params).to_string();
-        mcp_host_tests::oauth::request(
-            &format!("{}/mcp", self.public),
-            "POST",
-            &headers,
-            body.as_bytes(),
-        )
+        mcp_host_tests::oauth::request(&format!("{base}/mcp"), "POST", &headers, body.as_bytes())
     }
+}
 
-    /// Wait until `token`'s caller sees tool `name` (the upstream lists once the operator
-    /// connected).
-    pub(crate) fn wait_for_tool(&self, token: &str, name: &str) {
-        let deadline = Instant::now() + Duration::from_secs(90);
-        loop {
-            let r = self.call(token, "tools/list", json!({}));
-            let names: Vec<String> = r.message()["result"]["tools"]
-                .as_array()
-                .map(|tools| {
-                    tools
-                        .iter()
-                        .filter_map(|t| t["name"].as_str().map(str::to_owned))
-                        .collect()
-                })
-                .unwrap_or_default();
-            if names.iter().any(|n| n == name) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{name} never listed ({names:?}); host:\n{}\nresource server:\n{}",
-                self.host.stderr(),
-                self.rs.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
-    }
-
+impl Gateway {
     /// Connect the operator's account (listing identity) as upstream user `as_user`, through
     /// `/oauth/connect?upstream=gh&as=operator` with the admin's credential.
     pub(crate) fn connect_operator(&self, as_user: &str) {
@@ -280,6 +269,8 @@ fn gateway_config(
          \x20   jwks_file: \"{jwks}\"\n\
          console:\n\
          \x20 admins: [admin]\n\
+         limits:\n\
+         \x20 call_timeout_secs: 600\n\
          upstream_auth:\n\
          \x20 public_url: \"{public}\"\n\
          \x20 vault:\n\
@@ -298,6 +289,32 @@ fn serve(config: &std::path::Path, port: u16, env: &[(&str, &str)]) -> HttpServe
     cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .envs(env.iter().copied());
     HttpServer::spawn(cmd)
+}
+
+/// Wait until `token`'s caller sees tool `name` at `base` (`logs`: what to show if never).
+fn wait_for_tool_at(base: &str, token: &str, name: &str, logs: &dyn Fn() -> String) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let r = call_at(base, token, "tools/list", json!({}));
+        let names: Vec<String> = r.message()["result"]["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if names.iter().any(|n| n == name) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{name} never listed at {base} ({names:?}); {}",
+            logs()
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
 }
 
 /// The value of hidden input `name` of an HTML page.
@@ -751,13 +768,18 @@ fn behind_nginx_a_replica_uses_the_token_another_obtained_from_the_shared_redis_
         public,
         audit,
         config,
-        layout,
+        _layout: layout,
     };
     g.connect_operator("operator-at-gh");
     let alice = g.caller_token("alice");
-    // Both replicas list (each read the operator's token from Redis): alternate calls see it.
-    for _ in 0..2 {
-        g.wait_for_tool(&alice, "gh_whoami");
+    // Both replicas list (each read the operator's token from Redis).
+    for port in ports {
+        wait_for_tool_at(
+            &format!("http://127.0.0.1:{port}"),
+            &alice,
+            "gh_whoami",
+            &|| format!("r1:\n{}\nr2:\n{}", g.host.stderr(), r2.stderr()),
+        );
     }
     let seen = consent_and_call(&g, &alice, "alice-at-gh");
     assert_eq!(seen["sub"], "alice-at-gh");
@@ -781,4 +803,43 @@ fn behind_nginx_a_replica_uses_the_token_another_obtained_from_the_shared_redis_
         "nginx did not spread the calls"
     );
     drop(nginx);
+}
+
+#[test]
+fn a_403_insufficient_scope_asks_the_user_to_step_up_and_the_retry_writes() {
+    let Some(g) = Gateway::start(&[], "") else {
+        return;
+    };
+    g.connect_operator("operator-at-gh");
+    let alice = g.caller_token("alice");
+    g.wait_for_tool(&alice, "gh_write");
+    let seen = consent_and_call(&g, &alice, "alice-at-gh");
+    let granted: Vec<&str> = seen["scopes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(!granted.contains(&"mcp:write"), "{seen}");
+    // `write` needs mcp:write: the upstream answers 403 insufficient_scope, and alice is asked
+    // again — for what she was granted and the write scope together.
+    let write = json!({"name": "gh_write", "arguments": {"text": "hello"}});
+    let first = g.call(&alice, "tools/call", write.clone()).message();
+    let (key, url) = consent_question(&first);
+    let mut browser = Browser::new();
+    g.follow_link(&mut browser, &url, &alice, "alice-at-gh");
+    let again = g
+        .call(&alice, "tools/call", retry(write, &first, &key))
+        .message();
+    let text = again["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert_eq!(
+        again["result"]["isError"],
+        false,
+        "{again}\n{}",
+        g.host.stderr()
+    );
+    assert!(text.contains("alice-at-gh wrote hello"), "{again}");
+    g.wait_audit("upstream_auth.consent_started", Some("step_up"));
 }

@@ -184,6 +184,8 @@ async fn ask(
         }
     };
     let answer = answers.remove(&key).unwrap_or_default();
+    let action = answer.get("action").and_then(|a| a.as_str()).unwrap_or("-");
+    tracing::info!("Upstream {upstream}: {who}'s client answered the consent question: {action}");
     if answer.get("action").and_then(Value::as_str) != Some("accept") {
         return Err(Unanswered::Asked(format!(
             "The authorization of upstream {upstream} was declined."
@@ -207,14 +209,25 @@ async fn wait(
     if let Some(deadline) = call.deadline {
         until = until.min(deadline.checked_sub(MARGIN).unwrap_or(deadline));
     }
+    let began = Instant::now();
     let landed = tokio::select! {
         landed = credentials.wait_landed(who, upstream, consent.since_ms, until) => landed,
-        () = call.cancel().cancelled() => false,
+        () = call.cancel().cancelled() => {
+            tracing::info!("Upstream {upstream}: {who}'s call was cancelled while waiting for their consent");
+            false
+        }
     };
+    if !landed {
+        tracing::info!(
+            "Upstream {upstream}: {who}'s consent did not land within {} ms of waiting",
+            began.elapsed().as_millis()
+        );
+    }
     let Some(input) = &call.input else {
         return Err(Unanswered::Asked(open_yourself(consent)));
     };
     if landed {
+        tracing::info!("Upstream {upstream}: {who}'s consent landed: the call goes on");
         input.completed(&consent.flow_id);
         return Ok(());
     }

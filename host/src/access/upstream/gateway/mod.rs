@@ -837,7 +837,9 @@ impl Credentials {
                 .vault
                 .credential(&who.0, upstream, &spec.identity)
                 .await
-                && stored.credential.received_at_ms >= since_ms
+                // rmcp stamps a token's receipt in whole seconds: one received in the second
+                // the flow began counts.
+                && stored.credential.received_at_ms >= since_ms - since_ms % 1000
             {
                 self.forget(who, upstream);
                 return true;
