@@ -96,7 +96,7 @@ fn start_with(mut options: ProviderOptions, auth: &str, plugin: bool) -> Option<
         public,
         audit,
         config,
-        layout,
+        _layout: layout,
     })
 }
 
@@ -241,7 +241,7 @@ fn a_plugin_gets_the_calling_users_own_token_for_a_provider_it_declares() {
     let audited = g.wait_audit("plugin_credential", Some("bob"));
     assert_eq!(audited["target"], "gh", "{audited}");
     // `mcp-host check` shows the declaration.
-    let file = std::fs::read_dir(g.layout.dir("d"))
+    let file = std::fs::read_dir(g._layout.dir("d"))
         .unwrap()
         .filter_map(Result::ok)
         .map(|e| e.path())
