@@ -34,26 +34,28 @@ const CAROL_SECRET: &str = "mcp_carol-has-a-personal-secret-and-no-jwt-012345678
 /// The provider, the resource server and mcp-host in front of it with upstream `gh` authorized
 /// as `auth` says (YAML flow mapping; `ISSUER` stands for the provider's issuer); `None`: skip.
 fn start(auth: &str) -> Option<Gateway> {
-    start_in(auth, false)
+    start_in(auth, None)
 }
 
-/// [`start`], with the fixture-credentials plugin in tool directory `d` when `plugin`.
-fn start_in(auth: &str, plugin: bool) -> Option<Gateway> {
+/// [`start`], with the fixture-credentials plugin in tool directory `d` when `plugin` (the
+/// directory's entry in `tool_dirs`, e.g. `d` or `{path: d, isolation: process}`).
+fn start_in(auth: &str, plugin: Option<&str>) -> Option<Gateway> {
     start_with(ProviderOptions::default(), auth, plugin)
 }
 
 /// [`start_in`] with the provider configured by `options`.
-fn start_with(mut options: ProviderOptions, auth: &str, plugin: bool) -> Option<Gateway> {
+fn start_with(mut options: ProviderOptions, auth: &str, plugin: Option<&str>) -> Option<Gateway> {
     options.resources.push(HOST.to_owned());
     let mut provider = Provider::start(&options)?;
     let rs = ResourceServer::start(&provider.issuer, &[])?;
     provider.add_resource(&rs.url);
     let layout = Layout::new();
-    let dirs = if plugin {
-        layout.install("d", "fixture-credentials", None);
-        "  - d\n"
-    } else {
-        ""
+    let dirs = match plugin {
+        Some(entry) => {
+            layout.install("d", "fixture-credentials", None);
+            format!("  - {entry}\n")
+        }
+        None => String::new(),
     };
     let port = free_port();
     let public = format!("http://127.0.0.1:{port}");
@@ -211,7 +213,7 @@ fn plugin_claims(g: &Gateway, token: &str, provider: &str) -> Result<Value, Stri
 
 #[test]
 fn a_plugin_gets_the_calling_users_own_token_for_a_provider_it_declares() {
-    let Some(g) = start_in(&client("token_exchange", ", list_as: service"), true) else {
+    let Some(g) = start_in(&client("token_exchange", ", list_as: service"), Some("d")) else {
         return;
     };
     let alice = g.caller_token("alice");
@@ -267,7 +269,7 @@ fn the_service_identity_obtains_a_new_token_when_its_own_runs_out() {
         access_token_ttl: Some(4),
         ..ProviderOptions::default()
     };
-    let Some(g) = start_with(options, &client("client_credentials", ""), false) else {
+    let Some(g) = start_with(options, &client("client_credentials", ""), None) else {
         return;
     };
     // Every token lives 4 s (callers' too: each call signs in afresh). Calls go on until the
@@ -302,4 +304,20 @@ fn the_service_identity_obtains_a_new_token_when_its_own_runs_out() {
         );
         std::thread::sleep(Duration::from_millis(300));
     }
+}
+
+#[test]
+fn a_plugin_in_a_worker_process_gets_its_callers_token_over_its_pipe() {
+    let auth = client("token_exchange", ", list_as: service");
+    let Some(g) = start_in(&auth, Some("{path: d, isolation: process}")) else {
+        return;
+    };
+    let (alice, bob) = (g.caller_token("alice"), g.caller_token("bob"));
+    g.wait_for_tool(&alice, "token_claims");
+    for (token, sub) in [(&bob, "bob"), (&alice, "alice")] {
+        let claims = plugin_claims(&g, token, "gh").unwrap();
+        assert_eq!(claims["sub"], sub, "the caller's own token: {claims}");
+    }
+    let refused = plugin_claims(&g, &alice, "other").unwrap_err();
+    assert!(refused.contains("NotDeclared"), "{refused}");
 }
