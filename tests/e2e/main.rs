@@ -30,5 +30,6 @@ mod surface;
 mod tasks;
 mod trust;
 mod upstream;
+mod upstream_oauth;
 mod vault;
 mod workers;

@@ -393,6 +393,31 @@ impl Host {
         &self.inner.telemetry
     }
 
+    /// Users' upstream credentials (`server.auth`), once [`Host::open_credentials`] ran.
+    pub fn credentials(&self) -> Option<Arc<crate::access::upstream::gateway::Credentials>> {
+        self.inner.loader.credentials.get().cloned()
+    }
+
+    /// Keep users' upstream credentials in the store's vault `backend` (`replica` names this
+    /// process in its refresh leases): once, when the store is open.
+    pub fn open_credentials(
+        &self,
+        backend: Arc<dyn crate::access::upstream::vault::VaultBackend>,
+        replica: &str,
+    ) -> Result<(), String> {
+        if self.inner.loader.credentials.get().is_some() {
+            return Ok(());
+        }
+        let credentials = crate::access::upstream::gateway::Credentials::over(
+            backend,
+            Arc::clone(&self.inner.telemetry),
+            &self.config(),
+            replica,
+        )?;
+        let _ = self.inner.loader.credentials.set(credentials);
+        Ok(())
+    }
+
     /// The current access policy (authentication and agents).
     pub fn access(&self) -> Arc<Access> {
         self.inner.access.load_full()
@@ -511,6 +536,9 @@ impl Host {
                 }
                 self.inner.exec.set_policy(Arc::new(policy));
                 self.inner.access.store(Arc::new(access));
+                if let Some(credentials) = self.inner.loader.credentials.get() {
+                    credentials.reconfigure(&config);
+                }
                 self.inner.config.store(Arc::new(config));
                 changed
             }

@@ -158,6 +158,7 @@ fn options(args: &super::ConnectArgs) -> Options {
         client_credentials: oauth.client_credentials,
         allow_private: false,
         max_authorizations: MAX_AUTHORIZATIONS,
+        clients: None,
     }
 }
 
