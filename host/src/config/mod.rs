@@ -30,8 +30,8 @@ pub use overrides::Overrides;
 pub use policy::{Approver, Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 pub use suggest::did_you_mean;
 pub use upstream_auth::{
-    ConsentSettings, ListAs, ServerAuth, ServerAuthMode, SessionSettings, TokenEndpointAuth,
-    UpstreamAuthSettings, VaultSettings,
+    ConsentSettings, ListAs, ServerAuth, ServerAuthMode, SessionSettings, SubjectTokenType,
+    TokenEndpointAuth, TokenExchange, UpstreamAuthSettings, VaultSettings,
 };
 
 use std::collections::BTreeMap;

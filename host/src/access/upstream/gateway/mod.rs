@@ -20,10 +20,12 @@
 
 mod authorizer;
 pub mod consent;
+mod obtained;
 mod revocation;
 
 pub use authorizer::CallerAuthorizer;
 pub use consent::{CallbackRefusal, Completed, Consent, FlowView};
+pub use obtained::PluginCredential;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -104,6 +106,12 @@ pub struct Spec {
     pub method: Option<AuthMethod>,
     /// Who lists it.
     pub list_as: ListAs,
+    /// How its tokens are obtained: consent, token exchange, service identity.
+    pub mode: crate::config::ServerAuthMode,
+    /// What a token exchange presents the caller's token as.
+    pub subject_token_type: crate::config::SubjectTokenType,
+    /// The `audience` a token exchange asks for.
+    pub audience: Option<String>,
 }
 
 impl Spec {
@@ -126,7 +134,13 @@ impl Spec {
                 TokenEndpointAuth::ClientSecretBasic => AuthMethod::ClientSecretBasic,
                 TokenEndpointAuth::ClientSecretPost => AuthMethod::ClientSecretPost,
             }),
-            list_as: auth.list_as,
+            list_as: auth.lister(),
+            mode: auth.mode,
+            subject_token_type: obtained::subject_type(auth),
+            audience: auth
+                .token_exchange
+                .as_ref()
+                .and_then(|t| t.audience.clone()),
         })
     }
 }
@@ -258,6 +272,8 @@ pub struct Credentials {
     taken: Mutex<VecDeque<(String, Instant)>>,
     /// Woken when a consent completes here.
     landed: tokio::sync::Notify,
+    /// Callers' inbound tokens, for upstreams that exchange them.
+    subjects: obtained::Subjects,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -287,6 +303,7 @@ impl Credentials {
             step_ups: Mutex::default(),
             taken: Mutex::default(),
             landed: tokio::sync::Notify::new(),
+            subjects: obtained::Subjects::default(),
         };
         credentials.configure(config);
         Arc::new(credentials)
@@ -447,6 +464,9 @@ impl Credentials {
         upstream: &str,
     ) -> Result<Option<Secret>, CredError> {
         let spec = self.spec_or(upstream)?;
+        if let Some(whose) = obtained::obtained(&spec, who) {
+            return self.obtained_token(&whose, &spec, false).await;
+        }
         let k = key(who, upstream);
         if let Some((token, mark)) = self.cached(&k) {
             if mark && let Err(e) = self.vault.mark_used(&who.0, upstream).await {
@@ -727,6 +747,9 @@ impl Credentials {
                 CredError::Unknown(upstream.into()).to_string(),
             ));
         };
+        if let Some(whose) = obtained::obtained(&spec, who) {
+            return self.rejected_obtained(&whose, &spec, sent, refusal).await;
+        }
         // A token written meanwhile (a consent, another replica's refresh): that one first.
         self.forget(who, upstream);
         let current = self.token(who, upstream).await.ok().flatten();
