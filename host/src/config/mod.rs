@@ -8,6 +8,7 @@
 //! The types live here; how layers are read, checked and merged lives in `layers`.
 
 mod console;
+pub mod definitions;
 pub mod import;
 pub mod installed;
 mod isolation;
@@ -23,6 +24,9 @@ pub mod tls;
 pub mod upstream_auth;
 
 pub use console::ConsoleSettings;
+pub use definitions::{
+    ArgumentOverride, DefinitionOverrides, EntryOverride, HintOverrides, ToolOverride,
+};
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use layers::REGISTRY_TOKEN_VAR;
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
@@ -802,6 +806,10 @@ pub struct AgentSettings {
     pub tools: ToolsMode,
     /// With `tools: search`: globs of tools listed all the same (besides the search and call tools).
     pub always_list: Vec<String>,
+    /// What this agent is shown of tools, over the source's and the global overrides (tools by
+    /// the name they are served under without overrides). See `docs/operators/overrides.md`.
+    #[serde(skip_serializing_if = "DefinitionOverrides::is_empty")]
+    pub overrides: DefinitionOverrides,
 }
 
 /// How an agent's `tools/list` shows its tools.
@@ -863,6 +871,11 @@ pub struct PluginSettings {
     /// Its data directory (default `<data_dir>/<plugin>`), handed to it by the host API and
     /// granted read and write when sandboxed.
     pub data_dir: Option<PathBuf>,
+    /// What clients are shown of its tools, prompts and resources, and the arguments the host
+    /// fixes or fills (tools and prompts by the plugin's own names, before prefixes), over the
+    /// global `overrides`. See `docs/operators/overrides.md`.
+    #[serde(skip_serializing_if = "DefinitionOverrides::is_empty")]
+    pub overrides: DefinitionOverrides,
 }
 
 /// The default probe cache (`probe_cache`): `$XDG_CACHE_HOME/mcp-host/probed` or
@@ -927,6 +940,11 @@ pub struct Config {
     pub request_state: RequestStateSettings,
     /// Agents: named views of the tools.
     pub agents: BTreeMap<String, AgentSettings>,
+    /// What clients are shown of any source's tools, prompts and resources, and the arguments the
+    /// host fixes or fills (by the name served without overrides); a source's own
+    /// (`plugins.<name>.overrides`) and an agent's (`agents.<name>.overrides`) take precedence.
+    /// See `docs/operators/overrides.md`.
+    pub overrides: DefinitionOverrides,
     /// Call policy: rules over the caller, the tool and the arguments; budgets.
     pub policy: PolicySettings,
     /// The operator console and tool playground in the browser.
@@ -999,6 +1017,7 @@ impl Default for Config {
             auth: AuthSettings::default(),
             request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
+            overrides: DefinitionOverrides::default(),
             policy: PolicySettings::default(),
             console: ConsoleSettings::default(),
             log_format: LogFormat::Text,
