@@ -18,6 +18,7 @@ mod import;
 mod install;
 mod isolation;
 mod lazy;
+mod oauth_fixtures;
 mod operators;
 mod policy;
 mod reload;

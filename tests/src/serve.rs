@@ -216,7 +216,7 @@ impl Drop for ChildGuard {
 }
 
 /// Collect a child's stderr on a thread; `on_line` sees each line as it arrives.
-fn collect_stderr(
+pub fn collect_stderr(
     stderr: impl Read + Send + 'static,
     mut on_line: impl FnMut(&str) + Send + 'static,
 ) -> Arc<Mutex<String>> {
