@@ -209,6 +209,23 @@ impl DefinitionOverrides {
         self.tools.is_empty() && self.prompts.is_empty() && self.resources.is_empty()
     }
 
+    /// [`DefinitionOverrides::check`] for an agent's overrides, which apply to tools only (every
+    /// agent is shown the same prompts and resources).
+    pub fn check_agent(&self) -> Result<(), OverrideProblem> {
+        let other = (self.prompts.keys().map(|k| format!("prompts.{k}")))
+            .chain(self.resources.keys().map(|k| format!("resources.{k}")))
+            .next();
+        if let Some(key) = other {
+            return Err((
+                key,
+                "an agent's overrides apply to tools only: override prompts and resources at the \
+                 top level or under plugins.<name>.overrides"
+                    .into(),
+            ));
+        }
+        self.check()
+    }
+
     /// The first problem found, if any: a name that breaks the name rules, an argument both fixed
     /// and defaulted, or fixed and explicitly shown, a `${caller.…}` reference that does not
     /// exist.
@@ -381,6 +398,17 @@ mod tests {
             assert_eq!(k, key);
             assert!(why.contains(message), "{why}");
         }
+    }
+
+    #[test]
+    fn an_agents_overrides_take_tools_only() {
+        let tools = overrides(json!({"tools": {"t": {"name": "u"}}}));
+        assert_eq!(tools.check_agent(), Ok(()));
+        let prompts = overrides(json!({"prompts": {"p": {"title": "P"}}}));
+        let (key, why) = prompts.check_agent().expect_err("prompts");
+        assert_eq!(key, "prompts.p");
+        assert!(why.contains("tools only"), "{why}");
+        assert_eq!(prompts.check(), Ok(()));
     }
 
     #[test]

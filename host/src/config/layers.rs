@@ -711,7 +711,12 @@ fn check_overrides(
     origin: &Origin,
     prefix: &str,
 ) -> Result<(), ConfigError> {
-    overrides.check().map_err(|(key, message)| {
+    let checked = if prefix.starts_with("agents.") {
+        overrides.check_agent()
+    } else {
+        overrides.check()
+    };
+    checked.map_err(|(key, message)| {
         let dot = if prefix.is_empty() { "" } else { "." };
         ConfigError::Invalid {
             origin: origin.name.clone(),

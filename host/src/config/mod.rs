@@ -807,7 +807,8 @@ pub struct AgentSettings {
     /// With `tools: search`: globs of tools listed all the same (besides the search and call tools).
     pub always_list: Vec<String>,
     /// What this agent is shown of tools, over the source's and the global overrides (tools by
-    /// the name they are served under without overrides). See `docs/operators/overrides.md`.
+    /// the name they are served under without overrides; tools only: every agent is shown the
+    /// same prompts and resources). See `docs/operators/overrides.md`.
     #[serde(skip_serializing_if = "DefinitionOverrides::is_empty")]
     pub overrides: DefinitionOverrides,
 }

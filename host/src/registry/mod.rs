@@ -715,7 +715,9 @@ impl Registry {
     /// The tools as the agent called `agent` (none: a caller without one) sees them: its own
     /// overrides applied, when it has some.
     pub fn view(&self, agent: Option<&str>) -> View<'_> {
-        match agent.and_then(|a| self.views.get(a)) {
+        // No agent has overrides of its own (the common case): no lookup at all.
+        let own = agent.filter(|_| !self.views.is_empty());
+        match own.and_then(|a| self.views.get(a)) {
             Some(own) => View {
                 tools: &own.tools,
                 search: &own.search,
