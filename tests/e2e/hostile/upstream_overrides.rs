@@ -500,3 +500,74 @@ fn an_override_that_cannot_apply_keeps_the_tool_out_and_a_bad_one_is_refused_at_
         "{stderr}"
     );
 }
+
+#[test]
+fn prompts_and_resources_of_an_sdk_upstream_are_renamed_and_redescribed() {
+    let Some(py) = mcp_host_tests::clients::python() else {
+        return;
+    };
+    let script = mcp_host_tests::workspace_root().join("tests/fixtures/upstream/server.py");
+    let l = Layout::new();
+    // The prompt by the upstream's own name under plugins.py, the resource by URI at the top.
+    let cfg = l.config(&format!(
+        "tool_dirs:\n  - server: {{command: [{:?}, {:?}]}}\n    name: py\n    prefix: py_\n\
+         plugins:\n  py:\n    overrides:\n      prompts:\n        review:\n          \
+         name: code_review\n          title: Code review\n          \
+         description: Ask for a careful review.\n\
+         overrides:\n  resources:\n    \"greeting://hello\":\n      \
+         title: Hello\n      description: The greeting every test reads.\n",
+        py.to_string_lossy(),
+        script.to_string_lossy()
+    ));
+    let mut s = StdioServer::start(&cfg);
+    s.wait_for_tools(&["py_echo"]);
+    let prompts = s.call_modern(1, "prompts/list", json!({}));
+    let prompts = prompts["result"]["prompts"].as_array().unwrap().clone();
+    let review = tool(&prompts, "code_review");
+    assert_eq!(review["title"], "Code review", "{review}");
+    assert_eq!(
+        review["description"], "Ask for a careful review.",
+        "{review}"
+    );
+    assert!(
+        !prompts.iter().any(|p| p["name"] == "py_review"),
+        "{prompts:?}"
+    );
+    // The upstream is asked for its own prompt.
+    let got = s.call_modern(
+        2,
+        "prompts/get",
+        json!({"name": "code_review", "arguments": {"code": "fn main() {}"}}),
+    );
+    let message = got["result"]["messages"][0]["content"]["text"].as_str();
+    assert!(message.unwrap_or("").contains("fn main() {}"), "{got}");
+    let resources = s.call_modern(3, "resources/list", json!({}));
+    let hello = resources["result"]["resources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["uri"] == "greeting://hello")
+        .unwrap_or_else(|| panic!("{resources}"))
+        .clone();
+    assert_eq!(hello["title"], "Hello", "{hello}");
+    assert_eq!(
+        hello["description"], "The greeting every test reads.",
+        "{hello}"
+    );
+    let read = s.call_modern(4, "resources/read", json!({"uri": "greeting://hello"}));
+    assert_eq!(
+        read["result"]["contents"][0]["text"], "Hello from Python",
+        "{read}"
+    );
+    // `list` shows each beside its source's definition.
+    let (rows, log) = l.list(&cfg);
+    let row = rows
+        .iter()
+        .find(|r| r["tool"] == "code_review")
+        .unwrap_or_else(|| panic!("{rows:?}\n{log}"));
+    assert_eq!(row["original"], "py_review", "{row}");
+    assert_eq!(
+        row["exposed"]["source"]["description"],
+        "Ask for a review of some code."
+    );
+}
