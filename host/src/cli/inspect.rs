@@ -99,6 +99,7 @@ fn list_row(e: &mcp_host::registry::Entry) -> [String; 7] {
         Status::Failed(why) => format!("failed ({why})"),
         Status::Held(why) => format!("held by pinning ({why})"),
         Status::BadOverride(why) => format!("overrides cannot apply ({why})"),
+        Status::Suspicious(found) => format!("held by the definition scan ({found})"),
     };
     // The name clients see, and the one it has without overrides beside it.
     let shown = match &e.original {

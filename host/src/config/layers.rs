@@ -87,6 +87,8 @@ struct DetailedToolDir {
     #[serde(default)]
     pinning: Option<PinMode>,
     #[serde(default)]
+    definition_scan: Option<super::ScanMode>,
+    #[serde(default)]
     optional: bool,
 }
 
@@ -100,7 +102,8 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
                 "expected a path, {{path, prefix, files, isolation, require_signature, pinning, \
-                 optional}} or {{server, name, prefix, isolation, pinning}}, \
+                 definition_scan, optional}} or {{server, name, prefix, isolation, pinning, \
+                 definition_scan}}, \
                  got {other}"
             ))),
         }
@@ -153,6 +156,7 @@ fn directory_entry(
         isolation: d.isolation,
         require_signature: d.require_signature,
         pinning: d.pinning,
+        definition_scan: d.definition_scan,
         optional: d.optional,
         server: None,
         name: None,
@@ -177,6 +181,7 @@ fn upstream_entry(
         isolation: d.isolation,
         require_signature: None,
         pinning: d.pinning,
+        definition_scan: d.definition_scan,
         optional: false,
         server: Some(server),
         name: Some(name),

@@ -111,6 +111,10 @@ pub struct ToolDir {
     /// `trust.pinning`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<PinMode>,
+    /// What the host does with a definition its plugins serve that hides characters or speaks to
+    /// the model (unset: the global `trust.definition_scan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub definition_scan: Option<ScanMode>,
     /// It may not exist yet (e.g. the operator's own directory in the packaged configuration):
     /// then start-up notes it instead of warning, and plugins dropped there once it is made are
     /// served.
@@ -234,6 +238,25 @@ pub enum PinMode {
     Enforce,
 }
 
+/// What the host does with a served definition (tool, prompt, resource: as clients are shown it,
+/// overrides applied) in which the definition scan finds hidden characters (Unicode tag,
+/// zero-width or bidi control characters) or instructions aimed at the model. See
+/// `docs/operators/trust.md`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanMode {
+    /// Not scanned.
+    Off,
+    /// Served, and each finding logged.
+    #[default]
+    Warn,
+    /// Not served (held, as a definition not as pinned is under `enforce`) until the definition
+    /// or an override of it no longer has the finding.
+    Hold,
+}
+
 /// What the host trusts: signing keys, and whether plugins must be signed and their definitions
 /// pinned (defaults for every tool directory; an entry of `tool_dirs` may set its own).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
@@ -249,6 +272,8 @@ pub struct TrustSettings {
     pub pinning: PinMode,
     /// The lock file (relative to the configuration file; default `mcp-host.lock` beside it).
     pub lock_file: Option<PathBuf>,
+    /// What is done with a served definition that hides characters or speaks to the model.
+    pub definition_scan: ScanMode,
 }
 
 impl ToolDir {
@@ -1212,6 +1237,13 @@ impl Config {
         self.tool_dir(index, path)
             .and_then(|d| d.pinning)
             .unwrap_or(self.trust.pinning)
+    }
+
+    /// What is done with a suspicious definition served from tool directory number `index`.
+    pub fn definition_scan(&self, index: usize, path: &std::path::Path) -> ScanMode {
+        self.tool_dir(index, path)
+            .and_then(|d| d.definition_scan)
+            .unwrap_or(self.trust.definition_scan)
     }
 
     /// Whether any tool directory checks definitions against the lock file.

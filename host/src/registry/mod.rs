@@ -10,6 +10,7 @@
 
 mod checked;
 pub mod pins;
+pub mod scan;
 pub mod search;
 pub mod shape;
 pub mod template;
@@ -28,7 +29,7 @@ use serde_json::{Map, Value, json};
 
 use template::UriTemplate;
 
-use crate::config::{Config, Isolation, PluginSettings};
+use crate::config::{Config, Isolation, PluginSettings, ScanMode};
 pub use crate::plugins::slot::{FileStamp, PluginSlot};
 use crate::plugins::worker::Grant;
 
@@ -444,6 +445,9 @@ pub enum Status {
     /// Its overrides cannot apply to it (an argument it does not have, a required one hidden
     /// without a value): not served, rather than served without them.
     BadOverride(String),
+    /// The definition scan found hidden characters or instructions to the model in it, and its
+    /// directory's `definition_scan` is `hold`: not served (what was found).
+    Suspicious(String),
 }
 
 /// A row of `mcp-host list`.
@@ -707,6 +711,7 @@ impl Registry {
             registry.add_all(loaded, config, &mut winners, checks, memory, log_tools);
         });
         registry.apply_pins(config, memory);
+        registry.apply_scan(config, memory);
         registry.add_views(config, memory);
         registry.describe_overrides();
         registry
@@ -1013,6 +1018,68 @@ impl Registry {
             }),
         }?;
         Some((section, slot, pin(slot, listing, overridden, legacy)))
+    }
+
+    /// Scan every served definition as clients are shown it ([`scan`]): one with hidden
+    /// characters or instructions to the model is logged (`definition_scan: warn`) or held
+    /// (`hold`), its row saying what was found.
+    fn apply_scan(&mut self, config: &Config, memory: &BuildMemory) {
+        let mut held = Vec::new();
+        for i in 0..self.entries.len() {
+            let entry = &self.entries[i];
+            if entry.status != Status::Active {
+                continue;
+            }
+            let Some((slot, listing)) = self.served_listing(entry.kind, &entry.tool) else {
+                continue;
+            };
+            let mode = config.definition_scan(slot.candidate.dir_index, &slot.candidate.dir);
+            if mode == ScanMode::Off || !scan::may_find(listing.text()) {
+                continue;
+            }
+            let found = scan::scan(&listing.value());
+            if found.is_empty() {
+                continue;
+            }
+            let what = format!(
+                "{} {} from {}",
+                entry.kind.label(),
+                entry.tool,
+                slot.candidate.path.display()
+            );
+            let summary = found.join("; ");
+            if mode == ScanMode::Warn {
+                let line = format!(
+                    "{what} is served although the definition scan found {summary} (definition_scan: warn)"
+                );
+                if memory.first_report(&line) {
+                    tracing::warn!("{line}");
+                }
+                continue;
+            }
+            let line = format!(
+                "{what} is held (definition_scan: hold): the definition scan found {summary}; it \
+                 is not served until its definition (or an override of it) no longer has it"
+            );
+            if memory.first_report(&line) {
+                tracing::error!("{line}");
+            }
+            held.push((entry.kind, entry.tool.clone()));
+            self.entries[i].status = Status::Suspicious(summary);
+        }
+        for (kind, name) in held {
+            self.unserve(kind, &name);
+        }
+    }
+
+    /// The served `kind` called `name`: its plugin and list entry.
+    fn served_listing(&self, kind: Kind, name: &str) -> Option<(&Arc<PluginSlot>, &Listing)> {
+        match kind {
+            Kind::Tool => self.tools.get(name).map(|t| (&t.slot, &t.listing)),
+            Kind::Resource => self.resources.get(name).map(|r| (&r.slot, &r.listing)),
+            Kind::ResourceTemplate => self.templates.get(name).map(|r| (&r.slot, &r.listing)),
+            Kind::Prompt => self.prompts.get(name).map(|p| (&p.slot, &p.listing)),
+        }
     }
 
     /// Stop serving the `kind` called `name`.

@@ -571,3 +571,93 @@ fn prompts_and_resources_of_an_sdk_upstream_are_renamed_and_redescribed() {
         "Ask for a review of some code."
     );
 }
+
+/// `hostile.py --mode poisoned` as upstream `bad`, with the entry's `extra` lines and `tail`.
+fn poisoned_config(l: &Layout, extra: &str, tail: &str) -> PathBuf {
+    let script = mcp_host_tests::workspace_root().join("tests/fixtures/upstream/hostile.py");
+    l.config(&format!(
+        "tool_dirs:\n  - server: {{command: [python3, {:?}, --mode, poisoned, --era, \"2026\"]}}\n    \
+         name: bad\n{extra}{tail}",
+        script.to_string_lossy()
+    ))
+}
+
+#[test]
+fn poisoned_definitions_are_held_at_load_and_an_override_that_replaces_the_text_serves_them() {
+    let l = Layout::new();
+    // By default (`warn`) they are served, and each finding is logged.
+    let cfg = poisoned_config(&l, "", "");
+    let (rows, log) = l.list(&cfg);
+    let status = |rows: &[Value], name: &str| {
+        rows.iter()
+            .find(|r| r["tool"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {rows:?}"))
+            .clone()
+    };
+    assert_eq!(status(&rows, "add")["status"], "active", "{rows:?}");
+    assert!(
+        log.contains("unicode tag characters in description"),
+        "{log}"
+    );
+    assert!(log.contains("(definition_scan: warn)"), "{log}");
+    // Under `hold`: the tool with tag characters, the one telling the model to ignore its
+    // instructions and the prompt with a zero-width character are held; echo is served.
+    let cfg = poisoned_config(&l, "    definition_scan: hold\n", "");
+    let mut s = StdioServer::start(&cfg);
+    s.wait_for_tools(&["echo"]);
+    let names = mcp_host_tests::serve::tool_names(&s.call_modern(1, "tools/list", json!({})));
+    assert_eq!(names, ["echo"], "{}", s.stderr());
+    let prompts = s.call_modern(2, "prompts/list", json!({}));
+    assert_eq!(prompts["result"]["prompts"], json!([]), "{prompts}");
+    let refused = s.call_modern(
+        3,
+        "tools/call",
+        json!({"name": "add", "arguments": {"a": 1, "b": 2}}),
+    );
+    assert!(refused.get("error").is_some(), "{refused}");
+    assert!(
+        s.logged("is held (definition_scan: hold)"),
+        "{}",
+        s.stderr()
+    );
+    drop(s);
+    let (rows, _) = l.list(&cfg);
+    let add = status(&rows, "add");
+    assert_eq!(add["status"], "suspicious", "{add}");
+    let detail = add["detail"].as_str().unwrap();
+    assert!(
+        detail.contains("unicode tag characters in description") && detail.contains("<U+E0073>"),
+        "{add}"
+    );
+    let lookup = status(&rows, "lookup");
+    assert!(
+        lookup["detail"]
+            .as_str()
+            .unwrap()
+            .contains("an instruction to ignore instructions"),
+        "{lookup}"
+    );
+    let summary = status(&rows, "summary");
+    assert!(
+        summary["detail"]
+            .as_str()
+            .unwrap()
+            .contains("zero-width characters"),
+        "{summary}"
+    );
+    // An override that replaces the description is what clients are shown: served again.
+    let fixed = "plugins:\n  bad:\n    overrides:\n      tools:\n        \
+         lookup: {description: Look a word up.}\n";
+    let cfg = poisoned_config(&l, "    definition_scan: hold\n", fixed);
+    let mut s = StdioServer::start(&cfg);
+    s.wait_for_tools(&["echo", "lookup"]);
+    let looked = s.call_modern(
+        4,
+        "tools/call",
+        json!({"name": "lookup", "arguments": {"word": "w"}}),
+    );
+    assert_eq!(
+        looked["result"]["content"][0]["text"], "looked up w",
+        "{looked}"
+    );
+}
