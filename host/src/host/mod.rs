@@ -591,6 +591,7 @@ impl Host {
             .inner
             .registry
             .load()
+            .view(agent)
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
@@ -608,10 +609,12 @@ impl Host {
         args: Option<Value>,
         opts: CallOptions,
     ) -> Result<Value, CallError> {
+        let agent = opts.request.agent().map(|a| a.name.as_str());
         let tool = self
             .inner
             .registry
             .load()
+            .view(agent)
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;

@@ -64,8 +64,10 @@ pub enum PolicyError {
 pub enum Subject<'a> {
     /// A tool call (`tools/call`).
     Tool {
-        /// The tool as clients name it.
+        /// The tool as clients name it (overrides applied).
         name: &'a str,
+        /// The source's own name for it (before prefixes and overrides).
+        source_name: &'a str,
         /// Its annotations (`readOnlyHint`, `destructiveHint`, …) as JSON.
         annotations: &'a Value,
     },
@@ -610,9 +612,15 @@ fn subject_vals<'v>(
     reads: Reads,
 ) -> (Option<Val<'v>>, Option<Val<'v>>, Option<Val<'v>>) {
     let (name, (uri, raw), served, annotations) = match *subject {
-        Subject::Tool { name, annotations } => (name, ("", ""), plugin, Some(annotations)),
+        Subject::Tool {
+            name, annotations, ..
+        } => (name, ("", ""), plugin, Some(annotations)),
         Subject::Resource { uri, raw } => ("", (uri, raw), plugin, None),
         Subject::Prompt { name } => (name, ("", ""), plugin, None),
+    };
+    let source_name = match *subject {
+        Subject::Tool { source_name, .. } => source_name,
+        _ => "",
     };
     let (tool, resource, prompt) = match subject {
         Subject::Tool { .. } => ((name, served), ("", ""), ("", "")),
@@ -622,6 +630,7 @@ fn subject_vals<'v>(
     let tool = reads.tool.then(|| {
         fields(vec![
             ("name", text_val(tool.0)),
+            ("source_name", text_val(source_name)),
             ("plugin", text_val(tool.1)),
             (
                 "annotations",
@@ -946,6 +955,7 @@ mod tests {
             claims: None,
             subject: Subject::Tool {
                 name: tool,
+                source_name: tool,
                 annotations: &NONE,
             },
             plugin: "p",
@@ -1032,6 +1042,7 @@ mod tests {
         let none = Value::Null;
         let tool = Subject::Tool {
             name: "t",
+            source_name: "t",
             annotations: &none,
         };
         assert_eq!(ask(tool).as_deref(), Some("any-tool"));
@@ -1069,10 +1080,16 @@ mod tests {
                             "claims": claims});
         context.add_variable_from_value("caller", to_cel(&caller));
         context.add_variable_from_value("kind", to_cel(&json!(facts.subject.kind())));
-        let Subject::Tool { name, annotations } = facts.subject else {
+        let Subject::Tool {
+            name,
+            source_name,
+            annotations,
+        } = facts.subject
+        else {
             unreachable!("tools only here")
         };
-        let tool = json!({"name": name, "plugin": facts.plugin, "annotations": annotations});
+        let tool = json!({"name": name, "source_name": source_name, "plugin": facts.plugin,
+                          "annotations": annotations});
         context.add_variable_from_value("tool", to_cel(&tool));
         let empty = json!({"uri": "", "raw": "", "name": "", "plugin": ""});
         context.add_variable_from_value("resource", to_cel(&empty));
@@ -1137,6 +1154,7 @@ mod tests {
             claims: Some(&claims),
             subject: Subject::Tool {
                 name: "echo",
+                source_name: "echo",
                 annotations: &annotations,
             },
             ..facts(None, "echo", &args)
@@ -1186,6 +1204,7 @@ mod tests {
                 claims: Some(&claims),
                 subject: Subject::Tool {
                     name: "echo",
+                    source_name: "echo",
                     annotations: &annotations,
                 },
                 ..facts(None, "echo", args)
@@ -1228,6 +1247,7 @@ mod tests {
                 claims: Some(&claims),
                 subject: Subject::Tool {
                     name: "echo",
+                    source_name: "echo",
                     annotations: &annotations,
                 },
                 ..facts(None, "echo", &full)
