@@ -2,6 +2,7 @@
 //! ([`process`]) and an HTTP client ([`http`]).
 
 pub mod http;
+pub mod kernel;
 pub mod process;
 pub mod report;
 
