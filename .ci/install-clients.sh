@@ -11,7 +11,9 @@
 #     `/metrics`), and `selenium` (the console tests drive headless Chromium through Debian's
 #     chromium-driver, which .ci/install-services.sh installs);
 #   - the MCP Inspector (its CLI mode drives the server in the interop tests);
-#   - the upstream servers `@modelcontextprotocol/server-everything` and `server-filesystem`.
+#   - the upstream servers `@modelcontextprotocol/server-everything` and `server-filesystem`;
+#   - `oidc-provider` (a real OpenID provider / OAuth 2.1 authorization server, run by
+#     tests/fixtures/oidc/provider.mjs as the authorization server of the OAuth e2e tests).
 # Only package registries are used (npm, PyPI). Idempotent: what is already there at the right version
 # is kept. Prints the versions at the end; exits non-zero on any failure.
 #
@@ -21,6 +23,7 @@
 #              .ci/.tools/venv/bin/python              Python with `mcp`
 #              .ci/.tools/tssdk/node_modules/@modelcontextprotocol/sdk
 #              .ci/.tools/upstreams/node_modules/@modelcontextprotocol/server-{everything,filesystem}
+#              .ci/.tools/oidc/node_modules/oidc-provider
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -35,10 +38,14 @@ PY_SELENIUM_VERSION=4.51.0
 INSPECTOR_VERSION=2.12.0
 UPSTREAM_EVERYTHING_VERSION=2026.8.31
 UPSTREAM_FILESYSTEM_VERSION=2026.8.31
+OIDC_PROVIDER_VERSION=9.13.3
 
 TOOLS="$PWD/.ci/.tools"
+mkdir -p "$TOOLS/bin"
+# The physical path: a worktree whose .ci/.tools is a symlink to another checkout's must not write
+# wrappers that reach the tools through itself (they would break for everyone when it is removed).
+TOOLS="$(cd "$TOOLS" && pwd -P)"
 BIN="$TOOLS/bin"
-mkdir -p "$BIN"
 
 NPM_FLAGS=(--no-audit --no-fund --no-update-notifier --loglevel=error)
 
@@ -122,6 +129,10 @@ echo "== Upstream MCP servers (npm): server-everything $UPSTREAM_EVERYTHING_VERS
 npm_pin "$TOOLS/upstreams" "@modelcontextprotocol/server-everything" "$UPSTREAM_EVERYTHING_VERSION" "^${UPSTREAM_EVERYTHING_VERSION//./\\.}\$"
 npm_pin "$TOOLS/upstreams" "@modelcontextprotocol/server-filesystem" "$UPSTREAM_FILESYSTEM_VERSION" "^${UPSTREAM_FILESYSTEM_VERSION//./\\.}\$"
 
+echo "== oidc-provider $OIDC_PROVIDER_VERSION (the OAuth tests' authorization server)"
+# tests/fixtures/oidc/provider.mjs (run with Node 22) imports it from this prefix's node_modules.
+npm_pin "$TOOLS/oidc" oidc-provider "$OIDC_PROVIDER_VERSION" "^${OIDC_PROVIDER_VERSION//./\\.}\$"
+
 echo "== Python venv with mcp==$PY_MCP_VERSION, opentelemetry-proto, prometheus-client"
 VENV="$TOOLS/venv"
 # The installed version of Python package $1, or nothing.
@@ -160,4 +171,5 @@ echo "TypeScript SDK:       $(installed_version "$TOOLS/tssdk" @modelcontextprot
 echo "Python SDK mcp:       $(py_version mcp) ($VENV/bin/python)"
 echo "MCP Inspector:        $(installed_version "$TOOLS/inspector" @modelcontextprotocol/inspector) ($BIN/mcp-inspector)"
 echo "opentelemetry-proto:  $(py_version opentelemetry-proto), prometheus-client: $(py_version prometheus-client) ($VENV/bin/python)"
+echo "oidc-provider:        $(installed_version "$TOOLS/oidc" oidc-provider) ($TOOLS/oidc)"
 echo "selenium:             $(py_version selenium) ($VENV/bin/python; drives Debian's chromium-driver)"

@@ -110,6 +110,11 @@ enum Command {
         #[command(subcommand)]
         command: SecretCommand,
     },
+    /// The upstream token vault: who is connected where, key rotation, revoking a user.
+    Vault {
+        #[command(subcommand)]
+        command: cli::vault::VaultCommand,
+    },
     /// List every discovered tool with its plugin, directory, service and status.
     List {
         /// Print JSON instead of a table.
@@ -189,6 +194,10 @@ enum Command {
         #[arg(long)]
         user: Option<String>,
     },
+    /// Connect to an MCP server as its client: discover it, authorize when it asks (OAuth in
+    /// the terminal), list its tools (resources, prompts) and call them — to try a server
+    /// before adding it as an upstream.
+    Connect(Box<cli::connect::ConnectArgs>),
     /// Call policy: test which rule matches a call.
     Policy {
         #[command(subcommand)]
@@ -363,6 +372,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
         } => cli::secret::new_secret(&user, agent.as_deref(), expires.as_deref()),
         Command::Config { json, reference } => config_command(config_path, json, reference),
+        Command::Vault { command } => {
+            let config = Config::load(config_path)?;
+            init_logging("warn", config.log_format);
+            cli::vault::run(config, command, &mut protected_stdout())
+        }
+        Command::Connect(args) => {
+            // The OAuth engine's steps at info; the connection's own failures are in the report.
+            init_logging(
+                "warn,rmcp=off,mcp_host::plugins::upstream::supervise=off,mcp_host::access::upstream=info",
+                LogFormat::Text,
+            );
+            cli::connect::connect(*args, &mut protected_stdout())
+        }
         Command::Completions { shell } => {
             clap_complete::generate(
                 shell,

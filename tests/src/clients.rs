@@ -133,6 +133,12 @@ pub fn conformance_runner() -> Option<PathBuf> {
     )
 }
 
+/// The conformance suite's client-mode runner (`tests/conformance/run-client.sh`) when Node 22
+/// and both suites are installed.
+pub fn conformance_client_runner() -> Option<PathBuf> {
+    conformance_runner().map(|_| workspace_root().join("tests/conformance/run-client.sh"))
+}
+
 /// A reference server of the conformance repository (github.com/modelcontextprotocol/conformance),
 /// staged outside this repository: the directory environment variable `var` names, holding its
 /// `examples/servers/typescript` files (`everything-server.ts`, `package.json`) with their

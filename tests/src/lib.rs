@@ -5,6 +5,7 @@
 
 pub mod clients;
 pub mod fleet;
+pub mod oauth;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

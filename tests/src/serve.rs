@@ -101,6 +101,25 @@ pub fn tool_names(resp: &Value) -> Vec<String> {
     names
 }
 
+/// Ask `list` (the tools served now, and the server's stderr so far) until every tool of `names`
+/// is served, generously (up to [`START`]: upstream servers connect in the background, their
+/// tools join a moment after start); fails the test otherwise.
+#[track_caller]
+fn wait_until_served(names: &[&str], mut list: impl FnMut() -> (Vec<String>, String)) {
+    let deadline = Instant::now() + START;
+    loop {
+        let (served, stderr) = list();
+        if names.iter().all(|name| served.iter().any(|s| s == name)) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the server did not serve {names:?} within {START:?} (it serves {served:?}):\n{stderr}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// A temporary layout with `fixture-basic` and `fixture-faulty` in `d`, and a config file made of
 /// `tool_dirs: [d]` plus `extra` (YAML lines).
 pub fn layout(extra: &str) -> (Layout, PathBuf) {
@@ -197,7 +216,7 @@ impl Drop for ChildGuard {
 }
 
 /// Collect a child's stderr on a thread; `on_line` sees each line as it arrives.
-fn collect_stderr(
+pub fn collect_stderr(
     stderr: impl Read + Send + 'static,
     mut on_line: impl FnMut(&str) + Send + 'static,
 ) -> Arc<Mutex<String>> {
@@ -441,20 +460,13 @@ impl StdioServer {
     /// asking `tools/list` (2026-07-28, ids `ready-N`) until it does. Fails the test otherwise.
     #[track_caller]
     pub fn wait_for_tools(&mut self, names: &[&str]) {
-        let deadline = Instant::now() + START;
-        for n in 0.. {
-            let resp = self.call_modern(format!("ready-{n}"), "tools/list", json!({}));
-            let served = tool_names(&resp);
-            if names.iter().all(|name| served.iter().any(|s| s == name)) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not serve {names:?} within {START:?} (it serves {served:?}):\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        let mut n = 0;
+        wait_until_served(names, || {
+            n += 1;
+            let served =
+                tool_names(&self.call_modern(format!("ready-{n}"), "tools/list", json!({})));
+            (served, self.stderr())
+        });
     }
 
     /// Wait (generously: up to [`START`]) until the server lists the resource `uri` (as listed),
@@ -589,19 +601,10 @@ impl HttpServer {
     /// `/mcp` (upstream servers connect in the background), asking `tools/list` until it does.
     #[track_caller]
     pub fn wait_for_tools(&self, names: &[&str]) {
-        let deadline = Instant::now() + START;
-        loop {
+        wait_until_served(names, || {
             let served = tool_names(&self.modern("ready", "tools/list", json!({})).message());
-            if names.iter().all(|name| served.iter().any(|s| s == name)) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the server did not serve {names:?} within {START:?} (it serves {served:?}):\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            (served, self.stderr())
+        });
     }
 
     /// A 2026-07-28 request to `path` (`/mcp` or `/mcp/agents/NAME`) with the headers it needs and,

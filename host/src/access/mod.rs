@@ -1,9 +1,11 @@
 //! Access: who a request comes from ([`auth`]: bearer JWTs and personal secrets) and which view of
 //! the tools applies to it ([`agents`]). Transports resolve every request here before the protocol
-//! sees it; identity never comes from anything else.
+//! sees it; identity never comes from anything else. [`upstream`]: the identities the host holds
+//! for its users at upstream servers.
 
 pub mod agents;
 pub mod auth;
+pub mod upstream;
 
 use std::sync::Arc;
 

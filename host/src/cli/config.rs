@@ -52,8 +52,10 @@ fn redact(config: &mut Value) {
             *v = Value::from(REDACTED);
         }
     }
-    if let Some(Value::Array(keys)) = config.pointer_mut("/request_state/keys") {
-        keys.iter_mut().for_each(|k| *k = Value::from(REDACTED));
+    for pointer in ["/request_state/keys", "/upstream_auth/vault/keys"] {
+        if let Some(Value::Array(keys)) = config.pointer_mut(pointer) {
+            keys.iter_mut().for_each(|k| *k = Value::from(REDACTED));
+        }
     }
     if let Some(Value::Object(plugins)) = config.get_mut("plugins") {
         for settings in plugins.values_mut() {
@@ -158,8 +160,14 @@ mod tests {
             "metrics_token": "t0ken",
             "traces": {"otlp_endpoint": "http://u:p@collector:4318/v1/traces"},
             "plugins": {"mcp-text": {"config": {"hmac_key": "k", "nested": [{"api_token": "x", "zone": "UTC"}]}}},
+            "upstream_auth": {"vault": {"keys": ["vault-key-1", "vault-key-2"], "max_pending_flows": 9}},
         });
         redact(&mut v);
+        assert_eq!(
+            v["upstream_auth"]["vault"]["keys"],
+            json!([REDACTED, REDACTED])
+        );
+        assert_eq!(v["upstream_auth"]["vault"]["max_pending_flows"], 9);
         assert_eq!(v["auth"]["jwt"]["hs256_secret"], REDACTED);
         assert_eq!(v["auth"]["jwt"]["issuer"], "me");
         assert_eq!(v["metrics_token"], REDACTED);

@@ -1,6 +1,7 @@
 //! The subcommands of the `mcp-host` binary, one module each; `main.rs` parses and dispatches.
 
 pub(crate) mod config;
+pub(crate) mod connect;
 pub(crate) mod import;
 pub(crate) mod inspect;
 pub(crate) mod install;
@@ -11,6 +12,7 @@ pub(crate) mod policy;
 pub(crate) mod secret;
 pub(crate) mod serve;
 pub(crate) mod sign;
+pub(crate) mod vault;
 
 /// A multi-threaded runtime and a host started inside it, for the subcommands that load the
 /// configured plugins without serving (`call`, `policy test`). Keep the runtime while the host runs.

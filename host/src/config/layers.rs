@@ -12,6 +12,7 @@ use super::{
     AgentSettings, AuthSettings, Config, ConfigError, ConsoleSettings, DEFAULT_CONFIG,
     HttpSettings, Isolation, Limits, LogFormat, PinMode, PluginSettings, PolicySettings,
     RequestStateSettings, StoreSetting, TaskSettings, ToolDir, TraceSettings, TrustSettings,
+    UpstreamAuthSettings,
 };
 
 /// The shape of one layer: every key optional, unknown keys refused.
@@ -49,6 +50,7 @@ struct Layer {
     trust: Option<Value>,
     store: Option<String>,
     tasks: Option<Value>,
+    upstream_auth: Option<Value>,
     replica: Option<String>,
 }
 
@@ -630,6 +632,7 @@ fn apply_value(
             "traces",
             "trust",
             "tasks",
+            "upstream_auth",
         ] {
             if let Some(v) = map.get(key) {
                 let slot = merged.entry(key).or_insert(Value::Null);
@@ -660,6 +663,12 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
     }
     if let Some(v) = &layer.tasks {
         section::<TaskSettings>(v, origin, "tasks")?;
+    }
+    if let Some(v) = &layer.upstream_auth {
+        check_upstream_auth(
+            &section::<UpstreamAuthSettings>(v, origin, "upstream_auth")?,
+            origin,
+        )?;
     }
     if let Some(v) = &layer.policy {
         section::<PolicySettings>(v, origin, "policy")?;
@@ -843,6 +852,10 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     if let Some(v) = present("tasks") {
         config.tasks = section(v, &origin, "tasks")?;
     }
+    if let Some(v) = present("upstream_auth") {
+        config.upstream_auth = section(v, &origin, "upstream_auth")?;
+        check_upstream_auth(&config.upstream_auth, &origin)?;
+    }
     if let Some(v) = present("policy") {
         config.policy = section(v, &origin, "policy")?;
     }
@@ -943,6 +956,22 @@ fn check_console_approvers(config: &Config, origin: &Origin) -> Result<(), Confi
         }
         _ => Ok(()),
     }
+}
+
+/// Every key of `upstream_auth.vault.keys` must be the base64 of 32 bytes, listed once (checked
+/// here, so a bad key stops start-up naming its place in the list, never its value).
+fn check_upstream_auth(
+    settings: &UpstreamAuthSettings,
+    origin: &Origin,
+) -> Result<(), ConfigError> {
+    settings
+        .vault
+        .check_keys()
+        .map_err(|(key, message)| ConfigError::Invalid {
+            origin: origin.name.clone(),
+            key: format!("upstream_auth.vault.{key}"),
+            message,
+        })
 }
 
 /// Every key of `trust.keys` must be a minisign public key (checked here, so a typo stops start-up

@@ -20,6 +20,7 @@ pub mod reference;
 pub mod secrets;
 mod suggest;
 pub mod tls;
+pub mod upstream_auth;
 
 pub use console::ConsoleSettings;
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
@@ -28,6 +29,7 @@ pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
 pub use overrides::Overrides;
 pub use policy::{Approver, Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 pub use suggest::did_you_mean;
+pub use upstream_auth::{UpstreamAuthSettings, VaultSettings};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -953,6 +955,9 @@ pub struct Config {
     pub store: StoreSetting,
     /// Bounds and timing of tasks.
     pub tasks: TaskSettings,
+    /// How the credentials the host obtains for users of upstream servers are kept (the token
+    /// vault).
+    pub upstream_auth: UpstreamAuthSettings,
     /// This replica's name in the `Mcp-Replica` response header and the log (default: random).
     pub replica: Option<String>,
     /// The directory relative paths in the configuration resolve against.
@@ -1005,6 +1010,7 @@ impl Default for Config {
             pins: Arc::default(),
             store: StoreSetting::Sqlite(None),
             tasks: TaskSettings::default(),
+            upstream_auth: UpstreamAuthSettings::default(),
             replica: None,
             base_dir: PathBuf::from("."),
         }

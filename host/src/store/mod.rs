@@ -29,11 +29,16 @@
 //!
 //! [`bus`] carries the events: a task changed or must be cancelled, a legacy client's response or
 //! cancellation for a call running on another replica, a plugin's announcement.
+//!
+//! The store also keeps the rows of the upstream token vault ([`Store::vault_backend`]): users'
+//! upstream credentials, registered clients, pending consents and refresh leases, sealed by the
+//! vault (`access::upstream`) under its own keys, which the store never holds.
 
 mod budgets;
 pub mod bus;
 mod redis;
 mod sqlite;
+mod vault;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -698,6 +703,12 @@ impl Store {
         }
     }
 
+    /// Where the upstream token vault keeps its rows: this store (SQLite's tables, or Redis's
+    /// keys; the memory store is SQLite in memory). Built on every call: keep the one you need.
+    pub fn vault_backend(&self) -> Arc<dyn crate::access::upstream::vault::VaultBackend> {
+        Arc::new(vault::StoreVault::new(self))
+    }
+
     /// The events between replicas.
     pub fn bus(&self) -> &Bus {
         &self.inner.bus
@@ -733,10 +744,13 @@ impl Store {
             loop {
                 tick.tick().await;
                 let Some(inner) = weak.upgrade() else { return };
-                if let Backend::Sqlite(db) = &inner.backend
-                    && let Err(e) = db.sweep().await
-                {
-                    tracing::warn!("task store sweep failed: {e}");
+                if let Backend::Sqlite(db) = &inner.backend {
+                    if let Err(e) = db.sweep().await {
+                        tracing::warn!("task store sweep failed: {e}");
+                    }
+                    if let Err(e) = db.sweep_vault().await {
+                        tracing::warn!("token vault sweep failed: {e}");
+                    }
                 }
             }
         });

@@ -17,6 +17,7 @@
 //! | `sessions:owners` | sorted set owner → count | who holds the most sessions (evicted first when full) |
 //! | `events` | pub/sub channel | [`super::bus::Event`]s between replicas |
 //! | `budget:…` | hash, sorted set | the call policy's shared budgets ([`super::budgets`]) |
+//! | `vault:…` | hash, set, sorted set, string | the upstream token vault's rows ([`super::vault`]) |
 //!
 //! Every read-modify-write is one Lua script, so replicas never interleave inside one. Commands
 //! time out after 2 s: a replica that lost Redis answers quickly with an error instead of hanging.

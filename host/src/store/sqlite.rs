@@ -11,6 +11,10 @@
 //! The file is created 0600 (and so are its `-wal` and `-shm`: SQLite gives them the database's
 //! mode), and a directory the host creates for it 0700. A `meta` table keeps a random key that
 //! seals task records when no `request_state.keys` are configured.
+//!
+//! The same database keeps the upstream token vault's tables (`upstream_credentials`,
+//! `upstream_clients`, `oauth_flows`, `upstream_leases`: [`super::vault`]); no key of the vault's
+//! is ever kept in it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -37,6 +41,52 @@ CREATE INDEX IF NOT EXISTS tasks_by_expiry ON tasks (expires_ms);
 CREATE TABLE IF NOT EXISTS meta (
     name TEXT PRIMARY KEY,
     value BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS upstream_credentials (
+    principal TEXT NOT NULL,
+    upstream TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    issuer TEXT NOT NULL,
+    scopes TEXT NOT NULL,
+    sealed TEXT NOT NULL,
+    version INTEGER NOT NULL,
+    expires_ms INTEGER,
+    refresh_after_ms INTEGER,
+    last_used_ms INTEGER NOT NULL,
+    updated_ms INTEGER NOT NULL,
+    PRIMARY KEY (principal, upstream)
+);
+CREATE INDEX IF NOT EXISTS upstream_credentials_refresh
+    ON upstream_credentials (refresh_after_ms);
+CREATE INDEX IF NOT EXISTS upstream_credentials_by_upstream ON upstream_credentials (upstream);
+CREATE TABLE IF NOT EXISTS upstream_clients (
+    upstream TEXT NOT NULL,
+    issuer TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    client_id TEXT NOT NULL,
+    method TEXT NOT NULL,
+    sealed_secret TEXT,
+    registered_ms INTEGER NOT NULL,
+    PRIMARY KEY (upstream, issuer)
+);
+CREATE TABLE IF NOT EXISTS oauth_flows (
+    state_hash TEXT PRIMARY KEY,
+    flow_id TEXT UNIQUE NOT NULL,
+    principal TEXT NOT NULL,
+    upstream TEXT NOT NULL,
+    identity TEXT NOT NULL,
+    sealed TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    expires_ms INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS oauth_flows_by_principal ON oauth_flows (principal, expires_ms);
+CREATE INDEX IF NOT EXISTS oauth_flows_by_expiry ON oauth_flows (expires_ms);
+CREATE TABLE IF NOT EXISTS upstream_leases (
+    principal TEXT NOT NULL,
+    upstream TEXT NOT NULL,
+    owner TEXT NOT NULL,
+    until_ms INTEGER NOT NULL,
+    PRIMARY KEY (principal, upstream)
 );
 ";
 
@@ -164,7 +214,7 @@ impl Sqlite {
     }
 
     /// Run `f` on the connection on the blocking pool.
-    async fn with<T: Send + 'static>(
+    pub(super) async fn with<T: Send + 'static>(
         &self,
         f: impl FnOnce(&mut Connection) -> rusqlite::Result<T> + Send + 'static,
     ) -> Result<T, StoreError> {

@@ -21,14 +21,20 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpClientTransportConfig, StreamableHttpError,
 };
 
+use super::credentialed::Credentialed;
+use crate::access::upstream::Authorizer;
 use crate::config::FollowRedirects;
 use crate::plugins::{LoadError, output};
 
 /// The most redirects followed for one request (`same_origin`).
 const MAX_REDIRECTS: usize = 5;
 
+/// An HTTP upstream's client: reqwest, its answers read as [`super::answers`] says, its requests
+/// authorized as [`super::credentialed`] says.
+pub(super) type Client = Credentialed<super::answers::Client>;
+
 /// How an HTTP upstream is reached.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     /// The Streamable HTTP endpoint.
     pub(crate) url: String,
@@ -36,6 +42,34 @@ pub(crate) struct Endpoint {
     pub(crate) headers: Vec<(String, String)>,
     /// Which redirects are followed (`server.follow_redirects`).
     pub(crate) redirects: FollowRedirects,
+    /// Which handshake it speaks: found out (`server/discover`, then `initialize`), or pinned.
+    pub(crate) lifecycle: Lifecycle,
+    /// What obtains and renews its access token when it asks for one (OAuth); none: the
+    /// headers alone.
+    pub(crate) auth: Option<Arc<dyn Authorizer>>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &self.url)
+            .field("lifecycle", &self.lifecycle)
+            .field("auth", &self.auth.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Which handshake an HTTP upstream is spoken to with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Lifecycle {
+    /// `server/discover` (2026-07-28) first; `initialize` (2025) when it answers that with an
+    /// error.
+    #[default]
+    Auto,
+    /// `initialize` only (2025-11-25 and before: sessions).
+    Initialize,
+    /// `server/discover` only (2026-07-28: stateless).
+    Discover,
 }
 
 /// A redirect the client did not follow.
@@ -54,7 +88,7 @@ pub(crate) struct Refused {
 pub(super) fn transport(
     name: &str,
     endpoint: &Endpoint,
-) -> Result<rmcp::transport::StreamableHttpClientTransport<super::answers::Client>, LoadError> {
+) -> Result<rmcp::transport::StreamableHttpClientTransport<Client>, LoadError> {
     let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
     let mut custom = HashMap::new();
     let mut auth = None;
@@ -80,12 +114,13 @@ pub(super) fn transport(
     let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.clone())
         .custom_headers(custom)
         .reinit_on_expired_session(true);
-    if let Some(token) = auth {
+    // An authorizer's token replaces a configured one.
+    if let (Some(token), None) = (auth, &endpoint.auth) {
         config = config.auth_header(token);
     }
+    let client = Credentialed::new(super::answers::Client::new(client), endpoint.auth.clone());
     Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
-        super::answers::Client::new(client),
-        config,
+        client, config,
     ))
 }
 
@@ -244,6 +279,12 @@ fn streamable(error: &StreamableHttpError<reqwest::Error>, url: &str) -> String 
         ),
         StreamableHttpError::SessionExpired => format!("{at} forgot the session (HTTP 404)"),
         StreamableHttpError::AuthRequired(_) => format!("{at} requires authorization (HTTP 401)"),
+        StreamableHttpError::InsufficientScope(_) => {
+            format!("{at} refused the request: insufficient scope (HTTP 403)")
+        }
+        StreamableHttpError::Auth(rmcp::transport::auth::AuthError::AuthorizationFailed(why)) => {
+            format!("{why} ({at})")
+        }
         other => format!("{at}: {}", output::one_line(&other.to_string(), 300).0),
     }
 }

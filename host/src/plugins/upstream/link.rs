@@ -264,8 +264,11 @@ impl rmcp::ClientHandler for Handler {
         self.list_changed();
     }
 
+    /// What the handshake says of the host: its `initialize` names the newest revision that
+    /// has one (2025-11-25), never 2026-07-28 (which `server/discover` negotiates instead).
     fn get_info(&self) -> InitializeRequestParams {
         InitializeRequestParams::new(client_capabilities(), client_info())
+            .with_protocol_version(ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 }
 
@@ -428,7 +431,11 @@ impl Link {
                 }
                 Transport::Http(endpoint) => endpoint,
             };
-            let legacy = self.legacy.load(Ordering::Acquire);
+            let legacy = match endpoint.lifecycle {
+                super::http::Lifecycle::Auto => self.legacy.load(Ordering::Acquire),
+                super::http::Lifecycle::Initialize => true,
+                super::http::Lifecycle::Discover => false,
+            };
             let handler = Handler {
                 link: Arc::downgrade(self),
                 session: id,
@@ -447,7 +454,9 @@ impl Link {
                         direct: None,
                     });
                 }
-                Err(ClientInitializeError::JsonRpcError(_)) if !legacy => {
+                Err(ClientInitializeError::JsonRpcError(_))
+                    if !legacy && endpoint.lifecycle == super::http::Lifecycle::Auto =>
+                {
                     self.legacy.store(true, Ordering::Release);
                 }
                 Err(e) => return Err(self.handshake_refused(e)),
@@ -518,7 +527,9 @@ impl Link {
     /// Why the upstream refused the handshake, with what to do about a server that asks for
     /// OAuth.
     fn handshake_refused(&self, e: ClientInitializeError) -> String {
-        if let Some(challenge) = e.auth_challenge() {
+        let authorized =
+            matches!(&self.transport, Transport::Http(endpoint) if endpoint.auth.is_some());
+        if let Some(challenge) = e.auth_challenge().filter(|_| !authorized) {
             return format!(
                 "upstream {} requires authorization (OAuth): it answered 401 with \
                  WWW-Authenticate: {challenge}; mcp-host does not obtain tokens for \
@@ -683,6 +694,18 @@ impl Link {
                 .is_none_or(|info| info.capabilities.resources.is_some()),
             Current::Quarantined(_) | Current::Failed(_) | Current::Retired => false,
             Current::Connecting { .. } | Current::Restarting(_) => true,
+        }
+    }
+
+    /// What the serving session's upstream said of itself in its handshake (`serverInfo`,
+    /// `protocolVersion`, `capabilities`), as JSON.
+    pub(crate) fn server_info(&self) -> Option<Value> {
+        match &lock(&self.state).current {
+            Current::Running(session) => session
+                .peer
+                .peer_info()
+                .and_then(|info| serde_json::to_value(info).ok()),
+            _ => None,
         }
     }
 

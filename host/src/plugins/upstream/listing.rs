@@ -110,7 +110,7 @@ impl Budget {
             });
         }
         for item in items {
-            self.bytes += json_len(item);
+            self.bytes += crate::telemetry::json_len(item);
         }
         if self.bytes > self.bounds.max_bytes {
             return Err(ListError::TooMuch {
@@ -121,23 +121,6 @@ impl Budget {
         }
         Ok(())
     }
-}
-
-/// The length of `value` as JSON, counted without building the text.
-fn json_len(value: &Value) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// Every page of list `what`: `page` reads the one at a cursor (its items as JSON, and the next
@@ -208,19 +191,12 @@ pub(crate) async fn read(
         bytes: 0,
     };
     let mut manifest = Manifest {
-        plugin: name.to_owned(),
         version: info
             .as_ref()
             .and_then(|i| i.server_info.as_ref())
             .map(|s| s.version.clone())
             .unwrap_or_default(),
-        sdk_version: String::new(),
-        services: Vec::new(),
-        tools: Vec::new(),
-        resources: Vec::new(),
-        prompts: Vec::new(),
-        load_on_first_call: false,
-        permissions: Default::default(),
+        ..empty(name)
     };
     if caps.is_none_or(|c| c.tools.is_some()) {
         let tools = pages("tools/list", &mut budget, |p| async move {
@@ -387,6 +363,21 @@ pub(crate) fn arguments(args: &str) -> Result<Map<String, Value>, String> {
         Ok(Value::Object(map)) => Ok(map),
         Ok(_) => Err("the arguments are not a JSON object".into()),
         Err(e) => Err(format!("the arguments are not JSON: {e}")),
+    }
+}
+
+/// An upstream's manifest with nothing listed (yet), under its name.
+pub(super) fn empty(name: &str) -> Manifest {
+    Manifest {
+        plugin: name.to_owned(),
+        version: String::new(),
+        sdk_version: String::new(),
+        services: Vec::new(),
+        tools: Vec::new(),
+        resources: Vec::new(),
+        prompts: Vec::new(),
+        load_on_first_call: false,
+        permissions: Default::default(),
     }
 }
 

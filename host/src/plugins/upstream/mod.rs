@@ -12,7 +12,9 @@
 
 mod answers;
 mod child;
+pub mod client;
 pub mod confine;
+mod credentialed;
 mod handshake;
 mod http;
 mod link;
@@ -148,6 +150,8 @@ pub(crate) fn start(
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect(),
             redirects: entry.server.follow_redirects.unwrap_or_default(),
+            lifecycle: http::Lifecycle::Auto,
+            auth: None,
         }),
         None => stdio_transport(entry, spec, config, options.exe)?,
     };
@@ -190,21 +194,6 @@ fn supervision(
         crashes: (limits.max_crashes, secs(limits.crash_window_secs, 60)),
         retry_first: background,
         record,
-    }
-}
-
-/// What is served of an upstream whose lists were not read (yet): nothing, under its name.
-fn unlisted_manifest(name: &str) -> Manifest {
-    Manifest {
-        plugin: name.to_owned(),
-        version: String::new(),
-        sdk_version: String::new(),
-        services: Vec::new(),
-        tools: Vec::new(),
-        resources: Vec::new(),
-        prompts: Vec::new(),
-        load_on_first_call: false,
-        permissions: Default::default(),
     }
 }
 
@@ -332,7 +321,7 @@ const SETTLE_MARGIN: Duration = Duration::from_secs(5);
 impl Upstream {
     /// The version of `link`'s upstream serving `manifest` (its lists not read yet: nothing).
     fn of(link: Arc<Link>, unlisted: bool, manifest: Option<Manifest>) -> Upstream {
-        let manifest = manifest.unwrap_or_else(|| unlisted_manifest(link.name()));
+        let manifest = manifest.unwrap_or_else(|| listing::empty(link.name()));
         Upstream {
             build: BuildInfo {
                 plugin: link.name().to_owned(),
