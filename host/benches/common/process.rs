@@ -436,6 +436,9 @@ impl Executed {
         for line in text.lines() {
             if let Some(spec) = line.strip_prefix("ob=") {
                 current = object(spec);
+            } else if let Some(spec) = line.strip_prefix("cob=") {
+                // A called function's object, named here the first time it appears.
+                object(spec);
             } else if line.starts_with("fn=") {
                 function_object.clone_from(&current);
             } else if line.starts_with("calls=") {
