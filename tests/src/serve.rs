@@ -130,7 +130,8 @@ pub fn layout(extra: &str) -> (Layout, PathBuf) {
     (l, cfg)
 }
 
-fn host_command(config: &Path) -> Command {
+/// `mcp-host --config CONFIG` with the test environment (state directory, `$USER`, no `MCP_*`).
+pub fn host_command(config: &Path) -> Command {
     let mut cmd = Command::new(&artifacts().host);
     cmd.arg("--config").arg(config).env("RUST_LOG", "info");
     // The default task store lives in the state directory: the test's own, never the user's.

@@ -90,6 +90,12 @@ fn redact_upstream(server: &mut Value) {
     };
     redact_map(server.get_mut("env"), secrets::is_secret);
     redact_map(server.get_mut("headers"), secrets::is_secret_header);
+    if let Some(secret) = server
+        .pointer_mut("/auth/client_secret")
+        .filter(|v| !v.is_null())
+    {
+        *secret = Value::from(REDACTED);
+    }
     if let Some(Value::Array(command)) = server.get_mut("command") {
         let argv: Vec<String> = command
             .iter()

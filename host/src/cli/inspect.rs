@@ -147,12 +147,13 @@ fn isolation(e: &mcp_host::registry::Entry) -> String {
         }
         let d = &e.declared;
         return format!(
-            "{} (declares read {}, write {}, net {}, env {})",
+            "{} (declares read {}, write {}, net {}, env {}, credentials {})",
             e.isolation.as_str(),
             d.read.len(),
             d.write.len(),
             d.net.len(),
-            d.env.len()
+            d.env.len(),
+            d.credentials.len()
         );
     };
     let connect = match &grant.connect {
@@ -299,7 +300,7 @@ fn write_build(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<(
 
 /// The permissions the manifest declares, on one line.
 fn write_declared(manifest: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    let declared: Vec<String> = ["read", "write", "net", "env"]
+    let declared: Vec<String> = ["read", "write", "net", "env", "credentials"]
         .iter()
         .flat_map(|kind| {
             manifest["permissions"][*kind]

@@ -202,6 +202,23 @@ fn upstream_keys(
                 .into(),
         ));
     }
+    if let Some(auth) = &server.auth {
+        if let Some((key, message)) = auth.problem(server.url.as_deref()) {
+            return Err(invalid(&format!(".server.auth{key}"), message));
+        }
+        if server
+            .headers
+            .keys()
+            .any(|h| h.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(invalid(
+                ".server.headers",
+                "an `Authorization` header and `server.auth` do not go together: with `auth`, \
+                 each caller's own token is sent"
+                    .into(),
+            ));
+        }
+    }
     if server.url.is_none() && server.follow_redirects.is_some() {
         return Err(invalid(
             ".server.follow_redirects",
@@ -865,6 +882,7 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     }
     check_console_beside_mcp(config, &origin)?;
     check_console_approvers(config, &origin)?;
+    check_upstream_auth_required(config, &origin)?;
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
             let settings = section(v, &origin, &format!("agents.{name}"))?;
@@ -972,6 +990,47 @@ fn check_upstream_auth(
             key: format!("upstream_auth.vault.{key}"),
             message,
         })
+}
+
+/// Once an upstream has `server.auth`: the host needs an origin for its callback
+/// (`upstream_auth.public_url`, else `auth.resource`'s), and vault keys where the store outlives
+/// the process ([`crate::config::VaultSettings::check_required`]).
+fn check_upstream_auth_required(config: &Config, origin: &Origin) -> Result<(), ConfigError> {
+    let invalid = |key: &str, message: String| ConfigError::Invalid {
+        origin: origin.name.clone(),
+        key: key.into(),
+        message,
+    };
+    let settings = &config.upstream_auth;
+    if let Some(problem) = settings.public_url_problem() {
+        return Err(invalid("upstream_auth.public_url", problem));
+    }
+    let users: Vec<&str> = config
+        .tool_dirs
+        .iter()
+        .filter(|d| d.server.as_ref().is_some_and(|s| s.auth.is_some()))
+        .filter_map(|d| d.name.as_deref())
+        .collect();
+    let Some(first) = users.first() else {
+        return Ok(());
+    };
+    if settings
+        .public_url(config.auth.resource.as_deref())
+        .is_none()
+    {
+        return Err(invalid(
+            "upstream_auth.public_url",
+            format!(
+                "upstream {first} has `server.auth`: set upstream_auth.public_url to the origin \
+                 users' browsers reach this host at (e.g. https://mcp.example.com): \
+                 authorization servers send them back to <public_url>/oauth/callback"
+            ),
+        ));
+    }
+    settings
+        .vault
+        .check_required(&config.store, &users)
+        .map_err(|message| invalid("upstream_auth.vault.keys", message))
 }
 
 /// Every key of `trust.keys` must be a minisign public key (checked here, so a typo stops start-up

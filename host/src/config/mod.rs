@@ -29,7 +29,10 @@ pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
 pub use overrides::Overrides;
 pub use policy::{Approver, Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 pub use suggest::did_you_mean;
-pub use upstream_auth::{UpstreamAuthSettings, VaultSettings};
+pub use upstream_auth::{
+    ConsentSettings, ListAs, ServerAuth, ServerAuthMode, SessionSettings, SubjectTokenType,
+    TokenEndpointAuth, TokenExchange, UpstreamAuthSettings, VaultSettings,
+};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -157,6 +160,11 @@ pub struct UpstreamServer {
     /// found"); unset is `true`. `false` keeps it to the resources it lists.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub unlisted_resources: Option<bool>,
+    /// How `url` authorizes its callers: unset, with the `headers` alone (one identity for
+    /// everyone); `{mode: oauth}`, each caller's own OAuth token (see
+    /// docs/operators/upstream-auth.md).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub auth: Option<ServerAuth>,
 }
 
 impl UpstreamServer {

@@ -37,6 +37,9 @@ pub trait ClientLink: Send + Sync {
 
     /// Stop waiting for request `id` (the call ended first) and tell the client.
     fn abandon(&self, id: &Value);
+
+    /// Send notification `method` with `params` to the client (on the request's stream).
+    fn notify(&self, _method: &str, _params: Value) {}
 }
 
 /// How the questions of one call reach the client.
@@ -51,6 +54,9 @@ pub enum InputChannel {
         version: String,
         /// The client.
         link: Arc<dyn ClientLink>,
+        /// URL elicitations the call could not go on without (see
+        /// [`crate::plugins::call::CallInput::url_required`]).
+        url_required: Mutex<Vec<Value>>,
     },
 }
 
@@ -264,6 +270,7 @@ impl InputChannel {
                 capabilities,
                 version,
                 link,
+                ..
             } => {
                 if call.inline {
                     return Err(InputError::Failed(
@@ -354,6 +361,30 @@ fn wait(
     }
 }
 
+impl InputChannel {
+    /// A 2025 session's channel: the client declared `capabilities` in revision `version`, and is
+    /// reached over `link`.
+    pub fn session(capabilities: Value, version: String, link: Arc<dyn ClientLink>) -> Self {
+        InputChannel::Session {
+            capabilities,
+            version,
+            link,
+            url_required: Mutex::default(),
+        }
+    }
+
+    /// The URL elicitations the call could not go on without (a 2025 session's).
+    pub fn urls_required(&self) -> Vec<Value> {
+        match self {
+            InputChannel::Session { url_required, .. } => url_required
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
+            InputChannel::Round(_) => Vec::new(),
+        }
+    }
+}
+
 impl crate::plugins::call::CallInput for InputChannel {
     fn capabilities(&self) -> &Value {
         InputChannel::capabilities(self)
@@ -365,6 +396,36 @@ impl crate::plugins::call::CallInput for InputChannel {
 
     fn ask(&self, params: &str, call: &CallState) -> Result<Value, InputError> {
         InputChannel::ask(self, params, call)
+    }
+
+    fn answered(&self, prefix: &str) -> Vec<(String, Value)> {
+        match self {
+            InputChannel::Round(round) => round
+                .answers
+                .iter()
+                .filter(|(k, _)| k.starts_with(prefix))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            InputChannel::Session { .. } => Vec::new(),
+        }
+    }
+
+    fn completed(&self, elicitation_id: &str) {
+        if let InputChannel::Session { link, .. } = self {
+            link.notify(
+                "notifications/elicitation/complete",
+                json!({ "elicitationId": elicitation_id }),
+            );
+        }
+    }
+
+    fn url_required(&self, elicitation: Value) {
+        if let InputChannel::Session { url_required, .. } = self {
+            let mut required = url_required.lock().unwrap_or_else(|p| p.into_inner());
+            if required.len() < 8 {
+                required.push(elicitation);
+            }
+        }
     }
 }
 

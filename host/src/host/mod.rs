@@ -198,6 +198,11 @@ fn run_pending(inner: &Weak<Inner>) {
 type Forward = Box<dyn Fn(&Change) + Send + Sync>;
 
 impl Inner {
+    /// Users' upstream credentials, when the host keeps any.
+    fn user_credentials(&self) -> Option<Arc<crate::access::upstream::gateway::Credentials>> {
+        self.loader.credentials.get().cloned()
+    }
+
     /// Tell listeners about a change.
     fn announce(&self, change: Change) {
         // No receivers is fine: nobody is listening.
@@ -248,6 +253,29 @@ impl HostCallbacks for Callbacks {
         if let Some(inner) = self.0.upgrade() {
             inner.request(Rebuild::Refresh);
         }
+    }
+
+    fn credential(
+        &self,
+        plugin: &str,
+        call: &Arc<CallState>,
+        provider: &str,
+    ) -> Result<String, crate::plugins::host_request::HostRequestError> {
+        let inner = self
+            .0
+            .upgrade()
+            .ok_or(crate::plugins::host_request::HostRequestError::NoAnswer)?;
+        // What the plugin's manifest declares (the registry's rows of the plugin carry it).
+        let declared = inner
+            .registry
+            .load()
+            .entries
+            .iter()
+            .find(|e| e.plugin.as_deref() == Some(plugin))
+            .map(|e| e.declared.credentials.clone())
+            .unwrap_or_default();
+        let credentials = inner.user_credentials();
+        crate::plugins::credential::answer(credentials.as_ref(), plugin, &declared, call, provider)
     }
 }
 
@@ -393,6 +421,31 @@ impl Host {
         &self.inner.telemetry
     }
 
+    /// Users' upstream credentials (`server.auth`), once [`Host::open_credentials`] ran.
+    pub fn credentials(&self) -> Option<Arc<crate::access::upstream::gateway::Credentials>> {
+        self.inner.loader.credentials.get().cloned()
+    }
+
+    /// Keep users' upstream credentials in the store's vault `backend` (`replica` names this
+    /// process in its refresh leases): once, when the store is open.
+    pub fn open_credentials(
+        &self,
+        backend: Arc<dyn crate::access::upstream::vault::VaultBackend>,
+        replica: &str,
+    ) -> Result<(), String> {
+        if self.inner.loader.credentials.get().is_some() {
+            return Ok(());
+        }
+        let credentials = crate::access::upstream::gateway::Credentials::over(
+            backend,
+            Arc::clone(&self.inner.telemetry),
+            &self.config(),
+            replica,
+        )?;
+        let _ = self.inner.loader.credentials.set(credentials);
+        Ok(())
+    }
+
     /// The current access policy (authentication and agents).
     pub fn access(&self) -> Arc<Access> {
         self.inner.access.load_full()
@@ -511,6 +564,9 @@ impl Host {
                 }
                 self.inner.exec.set_policy(Arc::new(policy));
                 self.inner.access.store(Arc::new(access));
+                if let Some(credentials) = self.inner.loader.credentials.get() {
+                    credentials.reconfigure(&config);
+                }
                 self.inner.config.store(Arc::new(config));
                 changed
             }

@@ -156,6 +156,22 @@ pub trait CallInput: Send + Sync {
     fn start_task(&self);
     /// Ask the client the questions in `params` (JSON) on behalf of `call`; the answers.
     fn ask(&self, params: &str, call: &CallState) -> Result<Value, InputError>;
+
+    /// The answers the client brought with this request (a 2026-07-28 retry's, its earlier
+    /// rounds' included) to questions whose key starts with `prefix`, by key.
+    fn answered(&self, _prefix: &str) -> Vec<(String, Value)> {
+        Vec::new()
+    }
+
+    /// Tell the client that the URL elicitation `elicitation_id` it was sent completed
+    /// (`notifications/elicitation/complete`; 2025 sessions).
+    fn completed(&self, _elicitation_id: &str) {}
+
+    /// The call cannot go on until the client completes `elicitation` (a URL elicitation, the
+    /// params of its `elicitation/create`): once it returns failed, the request fails with
+    /// -32042 (`URLElicitationRequiredError`) carrying it, for the client to retry later (2025
+    /// sessions).
+    fn url_required(&self, _elicitation: Value) {}
 }
 
 /// A tool result with `isError: true` and this text.

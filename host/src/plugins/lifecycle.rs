@@ -179,6 +179,8 @@ pub(crate) struct Loader {
     retry_quarantined: AtomicBool,
     /// The async runtime the host was started in, where workers' channels are read.
     runtime: Option<tokio::runtime::Handle>,
+    /// Users' upstream credentials (`server.auth`), once the host's store is open.
+    pub(crate) credentials: crate::access::upstream::gateway::CredentialSlot,
 }
 
 impl std::fmt::Debug for Loader {
@@ -372,6 +374,7 @@ impl Loader {
             telemetry,
             retry_quarantined: AtomicBool::new(false),
             runtime: tokio::runtime::Handle::try_current().ok(),
+            credentials: Arc::default(),
         })
     }
 
@@ -471,6 +474,7 @@ impl Loader {
                         .source
                         .clone()
                         .map(|file| (file, candidate.path.clone())),
+                    credentials: Arc::clone(&self.credentials),
                 };
                 upstream::start(entry, &spec, config, Arc::clone(host), options)
                     .map(|backend| (backend, spec))

@@ -82,11 +82,11 @@ pub(crate) fn channel(
             let (Some(session), Some(out)) = (&req.ex.session, &req.ex.notifier) else {
                 return Ok(None);
             };
-            Ok(Some(Arc::new(InputChannel::Session {
-                capabilities: session.capabilities.clone(),
-                version: session.version.clone(),
-                link: Arc::new(SessionLink::new(Arc::clone(session), Arc::clone(out))),
-            })))
+            Ok(Some(Arc::new(InputChannel::session(
+                session.capabilities.clone(),
+                session.version.clone(),
+                Arc::new(SessionLink::new(Arc::clone(session), Arc::clone(out))),
+            ))))
         }
     }
 }
@@ -206,6 +206,25 @@ pub(crate) fn input_required(
     }))
 }
 
+/// A 2025 session's call that failed for want of a URL elicitation completed: the request fails
+/// with -32042 (`URLElicitationRequiredError`) carrying the elicitations, for the client to
+/// complete and retry; otherwise `answer` as it is.
+fn url_required(
+    session: &InputChannel,
+    failed: bool,
+    answer: Result<Answer, RpcError>,
+) -> Result<Answer, RpcError> {
+    let elicitations = session.urls_required();
+    if !failed || elicitations.is_empty() {
+        return answer;
+    }
+    Err(RpcError::new(
+        ErrorKind::UrlElicitationRequired,
+        "This request requires more information: complete the URL elicitation, then retry",
+    )
+    .with_data(json!({ "elicitations": elicitations })))
+}
+
 /// What the request answers once its call returned `answer` (`failed`: the call failed — an
 /// `isError` result or an error): in a 2026 round, open questions make it an input-required result
 /// with a fresh state, otherwise see [`round_end`]. Outside a round, `answer` as it is.
@@ -217,8 +236,10 @@ pub(crate) fn finish(
     failed: bool,
     answer: Result<Answer, RpcError>,
 ) -> Result<Answer, RpcError> {
-    let Some(InputChannel::Round(round)) = channel else {
-        return answer;
+    let round = match channel {
+        Some(InputChannel::Round(round)) => round,
+        Some(session) => return url_required(session, failed, answer),
+        None => return answer,
     };
     match round_end(round, failed, subject) {
         RoundEnd::Open { open, used } => Ok(input_required(protocol, req, subject, open, used)),

@@ -28,6 +28,8 @@ pub const MISSING_CLIENT_CAPABILITY: i64 = -32021;
 pub const UNSUPPORTED_VERSION: i64 = -32022;
 /// 2025: no such resource (2026 uses -32602 with `data.uri` instead).
 pub const RESOURCE_NOT_FOUND: i64 = -32002;
+/// 2025-11-25: the request needs a URL elicitation completed first (`URLElicitationRequiredError`).
+pub const URL_ELICITATION_REQUIRED: i64 = -32042;
 
 /// What went wrong. The kind alone fixes the JSON-RPC code ([`ErrorKind::code`]) and the HTTP
 /// status ([`ErrorKind::http_status`]): no error is built with a status of its own.
@@ -71,6 +73,9 @@ pub enum ErrorKind {
     /// What the request needs is unavailable for now, e.g. the store of tasks and sessions
     /// (-32603, 503).
     Unavailable,
+    /// 2025-11-25: the request needs a URL elicitation completed first (-32042; `data` holds
+    /// `elicitations`).
+    UrlElicitationRequired,
 }
 
 impl ErrorKind {
@@ -93,6 +98,7 @@ impl ErrorKind {
             ErrorKind::MissingCapability => MISSING_CLIENT_CAPABILITY,
             ErrorKind::UnsupportedVersion => UNSUPPORTED_VERSION,
             ErrorKind::ResourceNotFound => RESOURCE_NOT_FOUND,
+            ErrorKind::UrlElicitationRequired => URL_ELICITATION_REQUIRED,
         }
     }
 
@@ -108,7 +114,8 @@ impl ErrorKind {
             | ErrorKind::InvalidParams
             | ErrorKind::HeaderMismatch
             | ErrorKind::MissingCapability
-            | ErrorKind::UnsupportedVersion => 400,
+            | ErrorKind::UnsupportedVersion
+            | ErrorKind::UrlElicitationRequired => 400,
             ErrorKind::Unauthorized => 401,
             ErrorKind::Forbidden => 403,
             ErrorKind::MethodNotFound | ErrorKind::NotFound | ErrorKind::ResourceNotFound => 404,

@@ -225,6 +225,9 @@ impl Protocol {
         if let Some(counter) = store.shared_budgets() {
             host.share_budgets(counter);
         }
+        if let Err(e) = host.open_credentials(store.vault_backend(), store.replica()) {
+            tracing::error!("Upstreams with server.auth cannot be used: the token vault: {e}");
+        }
         let bus = store.bus().clone();
         host.forward_announcements(move |change| {
             bus.publish_to_others(crate::store::Event::from_change(change));

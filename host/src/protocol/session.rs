@@ -299,6 +299,10 @@ impl ClientLink for SessionLink {
         Ok((id, rx))
     }
 
+    fn notify(&self, method: &str, params: Value) {
+        (self.out)(jsonrpc::notification(method, params));
+    }
+
     fn abandon(&self, id: &Value) {
         if lock(&self.session.outgoing)
             .remove(&id.to_string())

@@ -12,6 +12,7 @@ mod front_door;
 mod http_limits;
 mod store_trust;
 mod upstream_lifecycle;
+mod upstream_oauth;
 mod upstream_sandbox;
 mod upstream_stateless;
 mod upstream_wire;

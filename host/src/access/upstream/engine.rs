@@ -69,10 +69,15 @@ pub struct Options {
     /// Authenticate as the client itself (`client_credentials`, the preregistered client's
     /// secret) instead of a user.
     pub client_credentials: bool,
+    /// The client's private key: `client_credentials` authenticates with a signed assertion
+    /// (`private_key_jwt`, RFC 7523) instead of a secret.
+    pub private_key: Option<super::grants::PrivateKey>,
     /// Authorization servers may be on private networks.
     pub allow_private: bool,
     /// The most authorizations (and step-ups) the engine makes.
     pub max_authorizations: u32,
+    /// Where clients registered dynamically are kept beyond this engine (`None`: in memory).
+    pub clients: Option<super::vault_tokens::Clients>,
 }
 
 /// The authorization server in use: rmcp's manager for it, configured with the client.
@@ -118,10 +123,13 @@ impl std::fmt::Debug for Engine {
 }
 
 /// An authorization server just discovered.
-struct Discovered {
-    manager: AuthorizationManager,
-    metadata: AuthorizationMetadata,
-    issuer: String,
+pub struct Discovered {
+    /// rmcp's manager for it, its metadata set.
+    pub manager: AuthorizationManager,
+    /// Its metadata.
+    pub metadata: AuthorizationMetadata,
+    /// Its issuer (checked).
+    pub issuer: String,
 }
 
 impl Engine {
@@ -399,6 +407,15 @@ impl Engine {
         if let Some(known) = state.registrations.get(issuer) {
             return Ok(known.clone());
         }
+        let kept = match &self.options.clients {
+            Some(clients) => clients.load(issuer).await,
+            None => None,
+        };
+        if let Some(mut kept) = kept {
+            kept.method = self.options.method.unwrap_or(kept.method);
+            state.registrations.insert(issuer.to_owned(), kept.clone());
+            return Ok(kept);
+        }
         let facts = ServerFacts::of(metadata);
         let preregistered = self.options.preregistered.clone().map(|mut p| {
             p.issuer = p.issuer.or_else(|| state.bound.clone());
@@ -424,7 +441,13 @@ impl Engine {
                 client_secret: None,
                 method: AuthMethod::None,
             },
-            (Plan::Register(endpoint), _) => self.register(&endpoint, &facts).await?,
+            (Plan::Register(endpoint), _) => {
+                let registered = self.register(&endpoint, &facts).await?;
+                if let Some(clients) = &self.options.clients {
+                    clients.save(issuer, &registered).await;
+                }
+                registered
+            }
             (Plan::Preregistered, None) => {
                 return Err(AuthFailure::Failed("no preregistered client".into()));
             }
@@ -458,25 +481,18 @@ impl Engine {
         register(&self.http, endpoint, &request, facts).await
     }
 
-    /// Configure `manager` with `registration`: its id, its secret when it authenticates with
-    /// one, and its method (told to rmcp as the only one the server lists).
+    /// Configure `manager` with `registration` and this engine's stores.
     fn configure(
         &self,
         manager: &mut AuthorizationManager,
         metadata: &AuthorizationMetadata,
         registration: &Registration,
     ) -> Result<(), AuthFailure> {
-        manager.set_metadata(with_method(metadata, registration.method));
         manager.set_credential_store(self.stored());
         manager.set_state_store(self.flows.clone());
-        let mut config = OAuthClientConfig::new(&registration.client_id, self.agent.redirect_uri())
-            .with_application_type(self.options.application_type);
-        if registration.method != AuthMethod::None
-            && let Some(secret) = &registration.client_secret
-        {
-            config = config.with_client_secret(secret.expose());
-        }
-        manager.configure_client(config).map_err(failure)
+        let redirect_uri = self.agent.redirect_uri();
+        let kind = self.options.application_type;
+        configure_client(manager, metadata, registration, &redirect_uri, kind)
     }
 
     /// Exchange the client's own credentials for a token (`client_credentials`).
@@ -492,6 +508,9 @@ impl Engine {
             )));
         }
         state.authorizations += 1;
+        if let Some(key) = &self.options.private_key {
+            return self.client_assertion(state, found, key).await;
+        }
         let Discovered {
             mut manager,
             metadata,
@@ -524,6 +543,68 @@ impl Engine {
         Ok(Secret::new(response.access_token().secret().clone()))
     }
 
+    /// `client_credentials` with a client assertion signed by `key` (`private_key_jwt`, RFC 7523;
+    /// rmcp's own needs a crypto library the host does not carry): the token, kept in the store
+    /// as rmcp's would be.
+    async fn client_assertion(
+        &self,
+        state: &mut State,
+        found: Discovered,
+        key: &super::grants::PrivateKey,
+    ) -> Result<Secret, AuthFailure> {
+        let Some(pre) = self.options.preregistered.as_ref() else {
+            return Err(AuthFailure::Failed(
+                "client_credentials needs a client id".into(),
+            ));
+        };
+        let assertion = key.assertion(&pre.client_id, &found.issuer)?;
+        let client = super::grants::ClientAuth {
+            client_id: &pre.client_id,
+            secret: &assertion,
+            method: AuthMethod::None,
+            assertion: true,
+        };
+        let scopes = self.base_scopes(&found.manager).await;
+        let endpoint = found.metadata.token_endpoint.clone();
+        let url = &self.options.target.url;
+        let granted =
+            super::grants::client_credentials(&self.http, &endpoint, &client, url, &scopes).await?;
+        let stored = serde_json::json!({
+            "client_id": pre.client_id,
+            "token_response": {
+                "access_token": granted.access_token.expose(),
+                "token_type": "bearer",
+                "expires_in": granted.expires_in,
+            },
+            "granted_scopes": granted
+                .scope
+                .as_deref()
+                .map_or(scopes, |s| s.split_whitespace().map(str::to_owned).collect()),
+            "issuer": found.issuer,
+        });
+        let stored = serde_json::from_value(stored)
+            .map_err(|e| AuthFailure::Failed(format!("the token response: {e}")))?;
+        let (who, target) = (&self.options.principal, &self.options.target);
+        if let Err(e) = self.tokens.save(who, target, stored).await {
+            tracing::warn!(
+                "Upstream {}: the token was not kept: {}",
+                target.upstream,
+                e.0
+            );
+        }
+        tracing::info!(
+            "Upstream {}: token for the client itself from {} (private_key_jwt)",
+            target.upstream,
+            found.issuer
+        );
+        state.current = Some(Current {
+            manager: found.manager,
+            metadata: found.metadata,
+            issuer: found.issuer,
+        });
+        Ok(granted.access_token)
+    }
+
     /// The client credentials grant's configuration: the preregistered client and its secret.
     async fn credentials_config(
         &self,
@@ -546,35 +627,75 @@ impl Engine {
     /// Read the upstream's protected-resource metadata (from `refusal`'s challenge first) and
     /// its authorization server's, and check what the engine requires of them.
     async fn discover(&self, refusal: &Refusal) -> Result<Discovered, AuthFailure> {
-        let url = &self.options.target.url;
-        let http: Arc<dyn OAuthHttpClient> = Arc::clone(&self.http) as _;
-        let mut manager = AuthorizationManager::new_with_oauth_http_client(url.as_str(), http)
-            .await
-            .map_err(failure)?;
         let challenge = Some(refusal.challenge.as_str()).filter(|c| !c.is_empty());
-        let resolution = manager
-            .resolve_metadata_from_challenge(challenge)
-            .await
-            .map_err(failure)?;
-        if !resolution.source.is_discovered() {
-            return Err(AuthFailure::Refused(format!(
-                "{url} asks for authorization but publishes no OAuth metadata (RFC 9728 \
-                 protected resource metadata naming an authorization server)"
-            )));
-        }
-        let metadata = resolution.metadata;
-        let issuer = checked(&metadata, self.options.client_credentials)?;
+        let http: Arc<dyn OAuthHttpClient> = Arc::clone(&self.http) as _;
+        let found = discover(
+            &self.options.target.url,
+            http,
+            challenge,
+            self.options.client_credentials,
+        )
+        .await?;
         tracing::info!(
-            "Upstream {}: authorization server {issuer}",
-            self.options.target.upstream
+            "Upstream {}: authorization server {}",
+            self.options.target.upstream,
+            found.issuer
         );
-        manager.set_metadata(metadata.clone());
-        Ok(Discovered {
-            manager,
-            metadata,
-            issuer,
-        })
+        Ok(found)
     }
+}
+
+/// Read the protected-resource metadata of the upstream at `url` (from `challenge`, a 401's
+/// `WWW-Authenticate`, first; else the well-known paths) and its authorization server's, with
+/// `http`, and check what the engine requires of them ([`checked`]).
+pub async fn discover(
+    url: &str,
+    http: Arc<dyn OAuthHttpClient>,
+    challenge: Option<&str>,
+    client_credentials: bool,
+) -> Result<Discovered, AuthFailure> {
+    let mut manager = AuthorizationManager::new_with_oauth_http_client(url, http)
+        .await
+        .map_err(failure)?;
+    let resolution = manager
+        .resolve_metadata_from_challenge(challenge)
+        .await
+        .map_err(failure)?;
+    if !resolution.source.is_discovered() {
+        return Err(AuthFailure::Refused(format!(
+            "{url} asks for authorization but publishes no OAuth metadata (RFC 9728 \
+             protected resource metadata naming an authorization server)"
+        )));
+    }
+    let metadata = resolution.metadata;
+    let issuer = checked(&metadata, client_credentials)?;
+    manager.set_metadata(metadata.clone());
+    Ok(Discovered {
+        manager,
+        metadata,
+        issuer,
+    })
+}
+
+/// Configure `manager` (its metadata set) as the client `registration` describes, its redirect
+/// URI `redirect_uri`: its id, its secret when it authenticates with one, and its method (told
+/// to rmcp as the only one the server lists).
+pub fn configure_client(
+    manager: &mut AuthorizationManager,
+    metadata: &AuthorizationMetadata,
+    registration: &Registration,
+    redirect_uri: &str,
+    application_type: &str,
+) -> Result<(), AuthFailure> {
+    manager.set_metadata(with_method(metadata, registration.method));
+    let mut config = OAuthClientConfig::new(&registration.client_id, redirect_uri)
+        .with_application_type(application_type);
+    if registration.method != AuthMethod::None
+        && let Some(secret) = &registration.client_secret
+    {
+        config = config.with_client_secret(secret.expose());
+    }
+    manager.configure_client(config).map_err(failure)
 }
 
 /// An authorization server's metadata, checked: its issuer (which rmcp compared with the
@@ -643,7 +764,7 @@ fn query_param(url: &str, name: &str) -> Option<String> {
 }
 
 /// `text` on one line of at most 300 characters (what a server said, in an error).
-fn one_line(text: &str) -> String {
+pub fn one_line(text: &str) -> String {
     text.chars()
         .map(|c| if c.is_control() { ' ' } else { c })
         .take(300)
@@ -654,7 +775,7 @@ fn one_line(text: &str) -> String {
 
 /// rmcp's error as the engine's: the checks of metadata (a resource, issuer or `iss` that does
 /// not match; no PKCE) are refusals, the rest failures.
-fn failure(e: AuthError) -> AuthFailure {
+pub fn failure(e: AuthError) -> AuthFailure {
     let text = one_line(&e.to_string());
     match e {
         AuthError::ProtectedResourceMetadataInvalid { .. }

@@ -7,6 +7,8 @@
 pub mod challenge;
 pub mod engine;
 pub mod flow;
+pub mod gateway;
+pub mod grants;
 pub mod http;
 pub mod registration;
 pub mod scopes;
@@ -14,6 +16,7 @@ pub mod sealing;
 pub mod secret;
 pub mod tokens;
 pub mod vault;
+pub mod vault_tokens;
 
 pub use challenge::{AuthFailure, Authorizer, Refusal};
 pub use secret::Secret;
@@ -28,6 +31,23 @@ impl Principal {
     /// The identity of `mcp-host connect`.
     pub fn cli() -> Principal {
         Principal("@cli".into())
+    }
+
+    /// The operator's own identity at an upstream (connected by an admin at `/oauth/connect?upstream=NAME&as=operator`): what an
+    /// upstream with `server.auth.list_as: operator` is listed with.
+    pub fn operator() -> Principal {
+        Principal("@operator".into())
+    }
+
+    /// The host's own service identity (`client_credentials`): one token for every caller of an
+    /// upstream with `server.auth.mode: client_credentials` (or `list_as: service`).
+    pub fn service() -> Principal {
+        Principal("@service".into())
+    }
+
+    /// Whether it is one of the host's reserved identities (`@…`), not a user's.
+    pub fn is_reserved(&self) -> bool {
+        self.0.starts_with('@')
     }
 }
 

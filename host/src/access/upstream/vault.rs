@@ -241,6 +241,22 @@ pub struct PendingFlow {
     pub expires_ms: u64,
 }
 
+/// What taking a flow by its state found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Taken {
+    /// A pending flow (now taken: nobody else gets it).
+    Pending(PendingFlow),
+    /// A flow past its time to live (taken and gone too).
+    Expired {
+        /// Whose it was.
+        principal: String,
+        /// For which upstream.
+        upstream: String,
+    },
+    /// No such flow: never made, already taken, or one that does not open.
+    Unknown,
+}
+
 /// A refresh lease held by this replica.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefreshLease {
@@ -921,6 +937,24 @@ impl Vault {
         }
         let row = self.backend.take_flow(&state_hash(state)).await?;
         Ok(row.as_ref().and_then(|row| self.open_flow(row)))
+    }
+
+    /// [`Vault::take_flow`], telling an expired flow (whose user and upstream it names) from an
+    /// unknown state: what the callback of a consent reports when it refuses one.
+    pub async fn take_flow_checked(&self, state: &str) -> Result<Taken, VaultError> {
+        if state.is_empty() || state.len() > MAX_FIELD_BYTES {
+            return Ok(Taken::Unknown);
+        }
+        let Some(row) = self.backend.take_flow(&state_hash(state)).await? else {
+            return Ok(Taken::Unknown);
+        };
+        if row.expires_ms <= now_ms() {
+            return Ok(Taken::Expired {
+                principal: row.principal,
+                upstream: row.upstream,
+            });
+        }
+        Ok(self.open_flow(&row).map_or(Taken::Unknown, Taken::Pending))
     }
 
     // -----------------------------------------------------------------------------------------

@@ -89,13 +89,25 @@ pub(super) fn transport(
     name: &str,
     endpoint: &Endpoint,
 ) -> Result<rmcp::transport::StreamableHttpClientTransport<Client>, LoadError> {
+    let client = pool(name, endpoint.redirects)
+        .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
+    transport_over(endpoint, client, endpoint.auth.clone())
+}
+
+/// [`transport`] over `client` (connections shared with every transport of that client), its
+/// requests authorized by `auth` (instead of `endpoint`'s): a caller's session.
+pub(super) fn transport_over(
+    endpoint: &Endpoint,
+    client: reqwest::Client,
+    auth: Option<Arc<dyn Authorizer>>,
+) -> Result<rmcp::transport::StreamableHttpClientTransport<Client>, LoadError> {
     let bad = |what: String| LoadError::Worker(format!("server.headers: {what}"));
     let mut custom = HashMap::new();
-    let mut auth = None;
+    let mut header = None;
     for (name, value) in &endpoint.headers {
         if name.eq_ignore_ascii_case("authorization") {
             // rmcp sends it as a bearer token: give it the token alone.
-            auth = Some(
+            header = Some(
                 value
                     .strip_prefix("Bearer ")
                     .or_else(|| value.strip_prefix("bearer "))
@@ -109,24 +121,23 @@ pub(super) fn transport(
         let value = http::HeaderValue::from_str(value).map_err(|e| bad(format!("{name}: {e}")))?;
         custom.insert(name, value);
     }
-    let client = client(name, endpoint.redirects)
-        .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(endpoint.url.clone())
         .custom_headers(custom)
         .reinit_on_expired_session(true);
     // An authorizer's token replaces a configured one.
-    if let (Some(token), None) = (auth, &endpoint.auth) {
+    if let (Some(token), None) = (header, &auth) {
         config = config.auth_header(token);
     }
-    let client = Credentialed::new(super::answers::Client::new(client), endpoint.auth.clone());
+    let client = Credentialed::new(super::answers::Client::new(client), auth);
     Ok(rmcp::transport::StreamableHttpClientTransport::with_client(
         client, config,
     ))
 }
 
 /// The reqwest client of upstream `name`: connections reused, TLS by rustls with the ring
-/// provider, redirects judged by [`judge`] (a refusal logged, and the request's error).
-fn client(name: &str, redirects: FollowRedirects) -> reqwest::Result<reqwest::Client> {
+/// provider, redirects judged by [`judge`] (a refusal logged, and the request's error). One
+/// serves every caller's session of an upstream (one connection pool).
+pub(super) fn pool(name: &str, redirects: FollowRedirects) -> reqwest::Result<reqwest::Client> {
     crate::config::tls::use_ring_provider();
     let name: Arc<str> = Arc::from(name);
     let policy = reqwest::redirect::Policy::custom(move |attempt| {
@@ -439,7 +450,7 @@ mod tests {
             .build()
             .unwrap();
         let send = |redirects, method: reqwest::Method, path: &str| {
-            let client = client("t", redirects).unwrap();
+            let client = pool("t", redirects).unwrap();
             let request = client
                 .request(method, format!("http://{upstream}{path}"))
                 .header("x-api-key", "secret")
@@ -484,7 +495,7 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let client = client("t", FollowRedirects::None).unwrap();
+        let client = pool("t", FollowRedirects::None).unwrap();
         let target = format!("http://127.0.0.1:{port}/mcp");
         let error = runtime.block_on(client.post(&target).send()).unwrap_err();
         assert_eq!(

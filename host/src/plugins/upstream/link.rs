@@ -34,7 +34,7 @@ use crate::plugins::{LoadError, lock, output};
 /// opens before reading its lists (the lists are read without it after that).
 const LISTEN_TIMEOUT: Duration = Duration::from_secs(15);
 /// A client session's running service.
-type Running = RunningService<RoleClient, Handler>;
+pub(super) type Running = RunningService<RoleClient, Handler>;
 
 /// How long a failed handshake waits for the child's exit that explains it.
 const EXIT_GRACE: Duration = Duration::from_secs(1);
@@ -74,6 +74,11 @@ pub(crate) enum Failure {
     Stopped(&'static str),
     /// The upstream could not be reached, or went away during the request.
     Unavailable(String),
+    /// The caller's own authorization at the upstream is needed first (`server.auth`): its
+    /// consent, or a step-up.
+    NeedsConsent(crate::access::upstream::gateway::Need),
+    /// The host refused the request before sending it (why, for the caller).
+    Refused(String),
 }
 
 impl std::fmt::Display for Failure {
@@ -88,12 +93,14 @@ impl std::fmt::Display for Failure {
             ),
             Failure::Stopped(why) => write!(f, "{why}"),
             Failure::Unavailable(why) => write!(f, "{why}"),
+            Failure::NeedsConsent(_) => f.write_str("the caller's authorization is needed"),
+            Failure::Refused(why) => write!(f, "{why}"),
         }
     }
 }
 
 /// A request sent to an upstream, waiting for its answer.
-enum Sent {
+pub(super) enum Sent {
     /// Written beside rmcp (a stdio upstream's `tools/call`).
     Direct(super::pipe::Pending),
     /// Sent through rmcp's service.
@@ -136,6 +143,9 @@ pub(super) struct Session {
     child: Option<child::Owned>,
     /// Where a stdio upstream's `tools/call` requests are written, beside rmcp's service loop.
     direct: Option<Arc<super::pipe::Direct>>,
+    /// Where what the upstream sends during a call on this session goes (the link's, for its
+    /// serving session; a caller's session has its own: request ids are per session).
+    pub(super) routes: Arc<super::relay::Routes>,
 }
 
 /// A session's connection as its handshake left it.
@@ -150,8 +160,24 @@ pub(super) struct Connected {
 }
 
 impl Session {
+    /// A session over `running` (a caller's: HTTP, its own routes).
+    pub(super) fn of_caller(
+        id: u64,
+        running: &Running,
+        routes: Arc<super::relay::Routes>,
+    ) -> Session {
+        Session {
+            id,
+            peer: running.peer().clone(),
+            stop: Mutex::new(Some(running.cancellation_token())),
+            child: None,
+            direct: None,
+            routes,
+        }
+    }
+
     /// Whether the connection closed (its child died): it takes no request.
-    fn ended(&self) -> bool {
+    pub(super) fn ended(&self) -> bool {
         self.peer.is_transport_closed() || self.direct.as_ref().is_some_and(|d| d.is_closed())
     }
 
@@ -179,7 +205,7 @@ impl Session {
 /// The supervised connection to one upstream.
 pub(crate) struct Link {
     pub(super) name: Arc<str>,
-    transport: Transport,
+    pub(super) transport: Transport,
     pub(super) host: Arc<dyn HostCallbacks>,
     /// Its bounds and what it does when it fails.
     pub(super) supervision: Supervision,
@@ -192,7 +218,13 @@ pub(crate) struct Link {
     routes: Arc<super::relay::Routes>,
     sessions: AtomicU64,
     /// The upstream answered `server/discover` with an error: it speaks 2025 (`initialize`).
-    legacy: AtomicBool,
+    pub(super) legacy: AtomicBool,
+    /// Each caller's own session (an upstream with `server.auth`): the calls go there.
+    pub(super) callers: std::sync::OnceLock<super::callers::Callers>,
+    /// The authorizer of the serving session when it lists as the operator (`server.auth.list_as:
+    /// operator`): without the operator's connection, the link waits for it.
+    pub(super) listing:
+        std::sync::OnceLock<Arc<crate::access::upstream::gateway::CallerAuthorizer>>,
     pub(super) runtime: tokio::runtime::Handle,
     /// The re-reading of its lists after a `list_changed`: one at a time.
     pub(super) relists: Mutex<Relists>,
@@ -215,9 +247,13 @@ impl std::fmt::Debug for Link {
 /// Receives what the upstream sends unasked on session `session` — list changes, resource
 /// updates, requests for input (log messages and progress are routed as they arrive:
 /// `relay::Routes`).
-struct Handler {
+pub(super) struct Handler {
     link: Weak<Link>,
     session: u64,
+    /// Where the calls of this session are.
+    routes: Arc<super::relay::Routes>,
+    /// A caller's session (its list changes are the serving session's to read).
+    caller: bool,
 }
 
 impl rmcp::ClientHandler for Handler {
@@ -244,7 +280,7 @@ impl rmcp::ClientHandler for Handler {
         params: rmcp::model::ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        if let Some(link) = self.link.upgrade() {
+        if let Some(link) = self.link.upgrade().filter(|_| !self.caller) {
             link.host
                 .announce(crate::plugins::backend::Change::ResourceUpdated(
                     params.uri.as_str().into(),
@@ -310,18 +346,33 @@ impl Handler {
         params: &impl serde::Serialize,
         context: &rmcp::service::RequestContext<RoleClient>,
     ) -> Result<T, rmcp::ErrorData> {
-        let Some(link) = self.link.upgrade() else {
+        if self.link.upgrade().is_none() {
             return Err(rmcp::ErrorData::internal_error("mcp-host: stopping", None));
-        };
+        }
         let params = serde_json::to_value(params)
             .map_err(|e| rmcp::ErrorData::invalid_params(e.to_string(), None))?;
-        super::relay::ask(&link.routes, method, params, &context.extensions).await
+        super::relay::ask(&self.routes, method, params, &context.extensions).await
     }
 
-    /// The upstream said a list changed (see `Link::list_changed`).
+    /// The upstream said a list changed (see `Link::list_changed`): the serving session's
+    /// lists are re-read.
     fn list_changed(&self) {
-        if let Some(link) = self.link.upgrade() {
+        if let Some(link) = self.link.upgrade().filter(|_| !self.caller) {
             link.list_changed(self.session);
+        }
+    }
+
+    /// The handler of caller's session `id` of `link`, its calls in `routes`.
+    pub(super) fn for_caller(
+        link: &Arc<Link>,
+        id: u64,
+        routes: Arc<super::relay::Routes>,
+    ) -> Handler {
+        Handler {
+            link: Arc::downgrade(link),
+            session: id,
+            routes,
+            caller: true,
         }
     }
 }
@@ -355,6 +406,8 @@ impl Link {
             routes: Arc::new(super::relay::Routes::new(Arc::from(name))),
             sessions: AtomicU64::new(0),
             legacy: AtomicBool::new(false),
+            callers: std::sync::OnceLock::new(),
+            listing: std::sync::OnceLock::new(),
             runtime,
             relists: Mutex::default(),
             announce: AtomicBool::new(false),
@@ -410,6 +463,7 @@ impl Link {
             stop: Mutex::new(Some(running.cancellation_token())),
             child,
             direct,
+            routes: Arc::clone(&self.routes),
         });
         self.watch_session(running, id, session.child().cloned());
         Ok(session)
@@ -439,6 +493,8 @@ impl Link {
             let handler = Handler {
                 link: Arc::downgrade(self),
                 session: id,
+                routes: Arc::clone(&self.routes),
+                caller: false,
             };
             let transport =
                 self.routing(super::http::transport(&self.name, endpoint).map_err(reason)?);
@@ -481,6 +537,8 @@ impl Link {
         let handler = Handler {
             link: Arc::downgrade(self),
             session: id,
+            routes: Arc::clone(&self.routes),
+            caller: false,
         };
         let served = if self.legacy.load(Ordering::Acquire) {
             let transport = self.routing(Replay::new(pipe, None));
@@ -764,17 +822,30 @@ impl Link {
     /// told with `notifications/cancelled`) when the call is cancelled or its deadline passes.
     /// A stdio upstream's `tools/call` is written beside rmcp (see `pipe::Direct`).
     pub(crate) async fn request(
-        &self,
+        self: &Arc<Self>,
         request: &ClientRequest,
         call: &Arc<CallState>,
         trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
+        if self.callers.get().is_some() {
+            return self.request_as_caller(request, call, trace).await;
+        }
         let progress = call.events.is_some() && call.wants.progress;
         // In flight from before it is sent: what the upstream sends about it may come at once.
         let mut entered = self.routes.enter(call);
-        let mut sent = self
+        let sent = self
             .send(request, call, trace, progress, &mut entered)
             .await?;
+        self.answer(sent, call).await
+    }
+
+    /// The answer to `sent`, a request for `call` — or, when the call is cancelled or its
+    /// deadline passes first, the upstream told with `notifications/cancelled`.
+    pub(super) async fn answer(
+        &self,
+        mut sent: Sent,
+        call: &Arc<CallState>,
+    ) -> Result<ServerResult, Failure> {
         let deadline = async {
             match call.deadline {
                 Some(t) => tokio::time::sleep_until(t.into()).await,
@@ -854,7 +925,7 @@ impl Link {
     }
 
     /// An rmcp request's failure.
-    fn unavailable(&self, e: ServiceError) -> Failure {
+    pub(super) fn unavailable(&self, e: ServiceError) -> Failure {
         match e {
             ServiceError::McpError(e) if e.code.0 == MISSING_CLIENT_CAPABILITY => {
                 let required = e.data.as_ref().and_then(|d| d.get("requiredCapabilities"));
@@ -879,7 +950,7 @@ impl Link {
 /// and the client asked for log messages at all: the upstream sends no more than it wants; and
 /// there the capabilities the calling client declared of those the host passes on
 /// ([`relayed_capabilities`]), in place of the host's own.
-fn request_meta(
+pub(super) fn request_meta(
     session: &Session,
     call: &CallState,
     trace: Option<&TraceContext>,
@@ -941,7 +1012,7 @@ pub(crate) fn block_on<T: Send + 'static>(
 
 /// The lifecycle of a handshake: `initialize` for a legacy (2025) upstream, else
 /// `server/discover` for 2026-07-28.
-fn lifecycle(legacy: bool) -> ClientLifecycleMode {
+pub(super) fn lifecycle(legacy: bool) -> ClientLifecycleMode {
     if legacy {
         ClientLifecycleMode::Initialize
     } else {

@@ -11,9 +11,11 @@
 //! executor see one more [`PluginBackend`].
 
 mod answers;
+mod callers;
 mod child;
 pub mod client;
 pub mod confine;
+mod consent;
 mod credentialed;
 mod handshake;
 mod http;
@@ -39,6 +41,7 @@ use serde_json::{Value, json};
 
 use self::link::{Failure, Link, Transport};
 use self::supervise::Supervision;
+use crate::access::upstream::gateway::CallerAuthorizer;
 use crate::config::{Config, Isolation};
 use crate::plugins::LoadError;
 use crate::plugins::backend::{
@@ -58,6 +61,15 @@ const SANDBOX_ENV: &[&str] = &["PATH", "LANG", "LANGUAGE", "LC_*", "TZ"];
 /// upstream is a few microseconds of work there, and a single thread is woken once per message,
 /// where the workers of a multi-threaded runtime woke and parked each other around every one
 /// (most of the CPU time an upstream call cost the host).
+/// Run `future` on the upstreams' runtime (where users' upstream credentials are obtained) and
+/// wait for it, from a thread outside it (a plugin's call); `None` if it could not run.
+pub(crate) fn block_on_upstreams<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let runtime = runtime().ok()?;
+    link::block_on(runtime, future)
+}
+
 fn runtime() -> Result<&'static tokio::runtime::Handle, LoadError> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
     RUNTIME
@@ -128,6 +140,8 @@ pub(crate) struct StartOptions<'a> {
     /// Where a quarantine is recorded for `mcp-host list`: the configuration file and the
     /// entry's `upstream:<name>`.
     pub(crate) record: Option<(PathBuf, PathBuf)>,
+    /// Users' upstream credentials, for an upstream with `server.auth`.
+    pub(crate) credentials: crate::access::upstream::gateway::CredentialSlot,
 }
 
 /// Start the upstream of `entry` (run as `spec` says) connecting, in the background: this
@@ -155,14 +169,67 @@ pub(crate) fn start(
         }),
         None => stdio_transport(entry, spec, config, options.exe)?,
     };
+    let (transport, callers) = per_caller(entry, transport, &options.credentials)?;
     let supervision = supervision(config, options.background, options.record);
     let runtime = runtime()?.clone();
     let link = Link::new(&entry.name, transport, host, supervision, runtime);
+    if let Some((callers, listing)) = callers {
+        link.serve_callers(callers);
+        if let Some(listing) = listing {
+            let _ = link.listing.set(listing);
+        }
+    }
     if options.background {
         link.announce();
     }
     link.begin();
     Ok(Upstream::of(link, unlisted(entry), None))
+}
+
+/// The callers' sessions of `entry`'s HTTP upstream with `server.auth` (their tokens from
+/// `credentials`), and the authorizer its serving session lists with (`list_as: operator`: the
+/// operator's connection), put on `transport`. Without `server.auth`: `transport` as it is.
+#[allow(clippy::type_complexity)]
+fn per_caller(
+    entry: &UpstreamEntry,
+    mut transport: Transport,
+    credentials: &crate::access::upstream::gateway::CredentialSlot,
+) -> Result<
+    (
+        Transport,
+        Option<(callers::Callers, Option<Arc<CallerAuthorizer>>)>,
+    ),
+    LoadError,
+> {
+    let (Some(auth), Transport::Http(endpoint)) = (&entry.server.auth, &mut transport) else {
+        return Ok((transport, None));
+    };
+    // The listing identity: the operator's connection, or the host's service identity (stage
+    // 5: `list_as: service`, and `mode: client_credentials`, whose calls all go as the service).
+    use crate::access::upstream::Principal;
+    let lister = match auth.lister() {
+        crate::config::ListAs::Operator => Some(Principal::operator()),
+        crate::config::ListAs::Service => Some(Principal::service()),
+        crate::config::ListAs::None => None,
+    };
+    let listing = lister.map(|who| {
+        Arc::new(CallerAuthorizer::new(
+            Arc::clone(credentials),
+            who,
+            &entry.name,
+        ))
+    });
+    endpoint.auth = listing
+        .clone()
+        .map(|l| l as Arc<dyn crate::access::upstream::Authorizer>);
+    if auth.mode == crate::config::ServerAuthMode::ClientCredentials {
+        // One identity for every caller: the serving session serves the calls.
+        return Ok((transport, None));
+    }
+    let pool = http::pool(&entry.name, endpoint.redirects)
+        .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
+    let callers = callers::Callers::new(Arc::clone(credentials), pool);
+    Ok((transport, Some((callers, listing))))
 }
 
 /// Whether reads of URIs nothing lists may be offered to `entry`'s upstream.
@@ -411,16 +478,23 @@ enum Unanswered {
 /// request, or this call's own round) and the request made again with the answers and the
 /// upstream's `requestState`.
 async fn answered(
-    link: &Link,
+    link: &Arc<Link>,
     mut request: ClientRequest,
     call: &Arc<CallState>,
     trace: Option<&TraceContext>,
 ) -> Result<Value, Unanswered> {
     let name = link.name();
+    let mut consents = 0;
     for _ in 0..MAX_UPSTREAM_ROUNDS {
         let result = match link.request(&request, call, trace).await {
             Err(Failure::Needs(required, message)) => {
                 return Err(needs(call, name, &required, &message).await);
+            }
+            // The caller's own authorization first (`server.auth`), then the request again.
+            Err(Failure::NeedsConsent(need)) => {
+                consents += 1;
+                consent::authorize(link, call, need, consents).await?;
+                continue;
             }
             result => result,
         };
@@ -537,7 +611,7 @@ fn result_json(result: ServerResult) -> Value {
 /// Call tool `name` upstream with `arguments`: its result as the JSON it came as (a tool error
 /// result when the upstream refused the call or its questions went unanswered).
 async fn call_tool(
-    link: &Link,
+    link: &Arc<Link>,
     name: &str,
     arguments: serde_json::Map<String, Value>,
     call: &Arc<CallState>,
@@ -553,6 +627,7 @@ async fn call_tool(
             link.name(),
             code.0
         )),
+        Err(Unanswered::Failed(Failure::Refused(why))) => failed(why),
         Err(Unanswered::Failed(e)) => Err(e.to_string()),
         Err(Unanswered::Asked(why)) => failed(why),
     }
@@ -570,7 +645,7 @@ fn trace_context(call: &CallState) -> Option<TraceContext> {
 /// upstream's questions in answer to a resource read or a prompt go to the client as a tool
 /// call's do ([`answered`]).
 async fn envelope_outcome(
-    link: &Link,
+    link: &Arc<Link>,
     manifest: &Manifest,
     envelope: CallEnvelope,
     call: &Arc<CallState>,

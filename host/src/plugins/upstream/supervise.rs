@@ -133,7 +133,7 @@ impl Link {
     /// One connection attempt, if one is still due after `delay`.
     async fn connect(self: Arc<Self>, delay: Duration) {
         tokio::time::sleep(delay).await;
-        if !lock(&self.state).current.reconnecting() {
+        if !lock(&self.state).current.reconnecting() || !self.wait_for_operator().await {
             return;
         }
         let attempt = self.attempt().await;
@@ -141,6 +141,43 @@ impl Link {
         match attempt {
             Ok((session, manifest)) => self.connected(session, manifest),
             Err(why) => self.attempt_failed(why),
+        }
+    }
+
+    /// An upstream listed as the operator (`server.auth.list_as: operator`) waits, without
+    /// counting failures, until the operator's connection exists; `false` when the link was
+    /// retired meanwhile.
+    async fn wait_for_operator(self: &Arc<Self>) -> bool {
+        let Some(listing) = self.listing.get() else {
+            return true;
+        };
+        let mut told = false;
+        loop {
+            if !lock(&self.state).current.reconnecting() {
+                return false;
+            }
+            if crate::access::upstream::Authorizer::token(listing.as_ref())
+                .await
+                .is_some()
+            {
+                return true;
+            }
+            let why = format!(
+                "waiting for the operator's connection: an admin opens \
+                 <public_url>/oauth/connect?upstream={} (or the console's Connect)",
+                self.name
+            );
+            if !told {
+                tracing::warn!("Upstream {} is {why}", self.name);
+                told = true;
+            }
+            if let Current::Connecting { last, .. } = &mut lock(&self.state).current {
+                *last = Some(why);
+            }
+            match listing.credentials() {
+                Some(c) => c.landed_any(Duration::from_secs(5)).await,
+                None => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
         }
     }
 
@@ -517,6 +554,9 @@ impl Link {
         }
         if let Current::Running(session) = current {
             session.end();
+        }
+        if let Some(callers) = self.callers.get() {
+            callers.close();
         }
         self.changed.notify_waiters();
         if let Some((config, entry)) = &self.supervision.record {

@@ -25,6 +25,7 @@ mod idle;
 mod inbox;
 mod limits;
 pub mod metrics;
+mod oauth;
 mod post;
 mod sessions;
 
@@ -560,19 +561,12 @@ async fn route(
     {
         return console::route(&state, console, req, console::Visitor { key: &peer, ip }).await;
     }
+    if oauth::owns(&path) {
+        return oauth::route(state.core.protocol().host(), req).await;
+    }
     let access = state.core.protocol().host().access();
     if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource") {
-        // `…/oauth-protected-resource` or `…<http.path>`: the endpoint's document;
-        // `…<http.path>/agents/{name}`: that agent endpoint's own (RFC 9728 §3.1).
-        let agent = match rest {
-            "" => Some(None),
-            _ => endpoint_agent(rest, &state.options.settings.path),
-        };
-        return match (req.method(), agent) {
-            (&Method::GET, Some(agent)) => json_response(200, &access.metadata(agent)),
-            (_, None) => json_response(404, &json!({ "error": "not found" })),
-            _ => empty(StatusCode::METHOD_NOT_ALLOWED),
-        };
+        return resource_metadata(&state, &access, req.method(), rest);
     }
     // `/mcp` or `/mcp/agents/{name}`.
     let Some(agent) = endpoint_agent(&path, &state.options.settings.path) else {
@@ -617,6 +611,26 @@ async fn route(
             );
             resp
         }
+    }
+}
+
+/// `GET /.well-known/oauth-protected-resource<rest>`: `…/oauth-protected-resource` or
+/// `…<http.path>`: the endpoint's document; `…<http.path>/agents/{name}`: that agent endpoint's
+/// own (RFC 9728 §3.1).
+fn resource_metadata(
+    state: &State,
+    access: &crate::access::Access,
+    method: &Method,
+    rest: &str,
+) -> Response<Body> {
+    let agent = match rest {
+        "" => Some(None),
+        _ => endpoint_agent(rest, &state.options.settings.path),
+    };
+    match (method, agent) {
+        (&Method::GET, Some(agent)) => json_response(200, &access.metadata(agent)),
+        (_, None) => json_response(404, &json!({ "error": "not found" })),
+        _ => empty(StatusCode::METHOD_NOT_ALLOWED),
     }
 }
 

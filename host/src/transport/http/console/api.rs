@@ -31,7 +31,96 @@ pub(super) async fn get(
         "tasks" => tasks(state, op).await,
         "approvals" => json_response(200, &approvals(state, op)),
         "calls" => calls(state, op, headers, peer),
+        "connections" => connections(state, op).await,
         _ => refuse(404, "no such view"),
+    }
+}
+
+/// The upstream connections (`server.auth`): the login's own, or — an admin — everyone's; who,
+/// where, which authorization server, scopes, expiry and last use — never a token. And the
+/// upstreams one may connect to, with their connect links.
+async fn connections(state: &State, op: &Operator) -> Response<Body> {
+    let host = state.core.protocol().host();
+    let Some(credentials) = host.credentials() else {
+        return json_response(
+            200,
+            &json!({ "connections": [], "upstreams": [], "all": op.admin }),
+        );
+    };
+    let user = op.user().map(str::to_owned);
+    if !op.admin && user.is_none() {
+        return json_response(
+            200,
+            &json!({ "connections": [], "upstreams": [], "all": false }),
+        );
+    }
+    let filter = crate::access::upstream::vault::RowFilter {
+        principal: if op.admin { None } else { user.as_deref() },
+        upstream: None,
+    };
+    let rows = match credentials.vault().connections(filter).await {
+        Ok(rows) => rows,
+        Err(e) => return refuse(503, &e.to_string()),
+    };
+    let public = credentials
+        .settings()
+        .public_url
+        .clone()
+        .unwrap_or_default();
+    let config = host.config();
+    let upstreams: Vec<Value> = config
+        .tool_dirs
+        .iter()
+        .filter(|d| d.server.as_ref().is_some_and(|s| s.auth.is_some()))
+        .filter_map(|d| d.name.as_deref())
+        .map(|name| json!({ "name": name, "connect": format!("{public}/oauth/connect?upstream={name}") }))
+        .collect();
+    let connections: Vec<Value> = rows
+        .iter()
+        .map(|c| {
+            json!({
+                "principal": c.principal,
+                "upstream": c.upstream,
+                "issuer": c.issuer,
+                "scopes": c.scopes,
+                "expiresMs": c.expires_ms,
+                "lastUsedMs": c.last_used_ms,
+                "updatedMs": c.updated_ms,
+            })
+        })
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    json_response(
+        200,
+        &json!({ "connections": connections, "upstreams": upstreams, "all": op.admin, "now": now }),
+    )
+}
+
+/// `POST api/connections/disconnect {upstream, principal?}`: revoke and delete a connection — the
+/// login's own, or (an admin) anyone's.
+pub(super) async fn disconnect(state: &State, op: &Operator, body: &Value) -> Response<Body> {
+    let host = state.core.protocol().host();
+    let Some(credentials) = host.credentials() else {
+        return refuse(503, "the token vault is not open");
+    };
+    let upstream = body["upstream"].as_str().unwrap_or_default();
+    let own = op.user().map(str::to_owned);
+    let whose = match (body["principal"].as_str(), own) {
+        (Some(p), Some(me)) if p == me => me,
+        (Some(p), _) if op.admin => p.to_owned(),
+        (Some(_), _) => return refuse(403, "only admins disconnect other users"),
+        (None, Some(me)) => me,
+        (None, None) => return refuse(403, "log in as a user to disconnect"),
+    };
+    if upstream.is_empty() {
+        return refuse(400, "name the upstream");
+    }
+    let who = crate::access::upstream::Principal(whose);
+    match credentials.disconnect(&who, upstream).await {
+        Ok(n) => json_response(200, &json!({ "disconnected": n })),
+        Err(e) => refuse(503, &e.to_string()),
     }
 }
 

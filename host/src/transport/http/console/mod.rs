@@ -214,6 +214,7 @@ async fn post(
     };
     match path.as_str() {
         "/api/rpc" => playground::rpc(state, &op, &body, peer).await,
+        "/api/connections/disconnect" => api::disconnect(state, &op, &body).await,
         action => {
             let _one_at_a_time = console.acting.lock().await;
             actions::act(state, &op, action, &body).await

@@ -337,6 +337,25 @@ async function approvals() {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Connections: users' accounts at upstreams with server.auth (never a token)
+
+async function connections() {
+  const c = await api("connections");
+  const when = (ms) => (ms ? new Date(ms).toISOString().replace(".000", "") : "-");
+  const disconnect = (x) => el("button", { type: "button", onclick: async (ev) => {
+    ev.target.disabled = true;
+    try { await post("connections/disconnect", { upstream: x.upstream, principal: x.principal }); route(); } catch (e) { ev.target.after(failure(e)); }
+  } }, "Disconnect");
+  show(el("h2", {}, "Connections"),
+    el("p", { class: "muted" }, c.all ? "Who is connected where (every user)." : "Your accounts at upstream servers."),
+    c.upstreams.length ? el("p", {}, "Connect: ", ...c.upstreams.map((u) => el("a", { href: u.connect, class: "connect" }, u.name, " "))) : null,
+    c.connections.length ? table(["user", "upstream", "authorization server", "scopes", "expires", "last used", ""], c.connections.map((x) => el("tr", { "data-connection": `${x.principal}@${x.upstream}` },
+      el("td", {}, x.principal), el("td", {}, x.upstream), el("td", {}, x.issuer), el("td", {}, (x.scopes || []).join(" ")),
+      el("td", {}, when(x.expiresMs)), el("td", {}, when(x.lastUsedMs)), el("td", {}, disconnect(x)))), { id: "connections" })
+      : el("p", { class: "muted", id: "no-connections" }, "No connection."));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Live calls
 
 function calls() {
@@ -603,7 +622,7 @@ function questions(result, send) {
 // ---------------------------------------------------------------------------------------------
 // Routing
 
-const VIEWS = { overview, sources, agents: agentsView, trust, tasks, approvals, calls, playground };
+const VIEWS = { overview, sources, agents: agentsView, trust, tasks, approvals, connections, calls, playground };
 
 async function route() {
   clearTimeout(refresh);
