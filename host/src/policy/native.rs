@@ -1099,7 +1099,7 @@ mod tests {
                     .expect("compiles");
                 let check = policy.rules()[0].check.as_ref().expect("a check");
                 if let Some(b) = check.eval(&facts) {
-                    let program = policy.env.compile(when).expect("compiles");
+                    let program = crate::policy::stdlib().compile(when).expect("compiles");
                     let vars = policy.vars(&facts);
                     let cel = program.execute(&policy.context(&vars));
                     prop_assert_eq!(cel, Ok(CelValue::Bool(b)), "{} on {:?}", when, facts);
