@@ -370,7 +370,10 @@ impl ServerAuth {
                 .then(|| (".header", "applies to `mode: api_key`".into()));
         }
         let Some(header) = self.header.as_deref() else {
-            return Some((".header", "`mode: api_key` names the header its key is sent in".into()));
+            return Some((
+                ".header",
+                "`mode: api_key` names the header its key is sent in".into(),
+            ));
         };
         if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
             return Some((".header", format!("{header}: not an HTTP header name")));
@@ -383,7 +386,8 @@ impl ServerAuth {
         if self.client_id.is_some() || self.token_exchange.is_some() || !self.scopes.is_empty() {
             return Some((
                 ".mode",
-                "`mode: api_key` takes no OAuth settings (client_id, scopes, token_exchange)".into(),
+                "`mode: api_key` takes no OAuth settings (client_id, scopes, token_exchange)"
+                    .into(),
             ));
         }
         (self.list_as == ListAs::Service).then(|| {

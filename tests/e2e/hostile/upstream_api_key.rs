@@ -183,7 +183,10 @@ impl KeyGateway {
     fn key_and_call(&self, token: &str, key: &str) -> Value {
         let first = self.call(token, "tools/call", whoami());
         let (question, url) = consent_question(&first);
-        assert!(url.starts_with(&format!("{}/oauth/connect/", self.public)), "{url}");
+        assert!(
+            url.starts_with(&format!("{}/oauth/connect/", self.public)),
+            "{url}"
+        );
         let done = self.enter(&url, token, key);
         assert_eq!(done.status, 200, "{}\n{}", done.text(), self.host.stderr());
         assert!(!done.text().contains(key), "the page echoes the key");
@@ -225,12 +228,21 @@ fn two_users_enter_their_own_api_keys_once_and_each_call_carries_its_users_key()
     assert_eq!(identity(&again)["key"], alice_key, "{again}");
     let places = [
         ("the host's log", g.host.stderr()),
-        ("the audit log", std::fs::read_to_string(&g.audit).unwrap_or_default()),
+        (
+            "the audit log",
+            std::fs::read_to_string(&g.audit).unwrap_or_default(),
+        ),
         ("mcp-host config", g.output(&["config"])),
-        ("mcp-host vault list", g.output(&["vault", "list", "--json"])),
+        (
+            "mcp-host vault list",
+            g.output(&["vault", "list", "--json"]),
+        ),
     ];
     let listed = &places[3].1;
-    assert!(listed.contains("alice") && listed.contains("bob"), "{listed}");
+    assert!(
+        listed.contains("alice") && listed.contains("bob"),
+        "{listed}"
+    );
     for key in [alice_key, bob_key, "ak-mallory"] {
         for (place, text) in &places {
             assert!(!text.contains(key), "a key appears in {place}");
@@ -238,7 +250,11 @@ fn two_users_enter_their_own_api_keys_once_and_each_call_carries_its_users_key()
     }
     // A disconnect deletes alice's key: her next call asks again.
     let mut browser = Browser::new();
-    let page = browser.send(&format!("{}/oauth/connect?upstream=kv", g.public), "GET", &[]);
+    let page = browser.send(
+        &format!("{}/oauth/connect?upstream=kv", g.public),
+        "GET",
+        &[],
+    );
     let fields = [
         ("csrf".to_owned(), hidden(&page.text(), "csrf")),
         ("credential".to_owned(), g.alice.clone()),

@@ -82,7 +82,12 @@ pub(super) async fn route(host: &Host, req: Request<IncomingBody>) -> Response<B
 }
 
 /// An HTML page (the console's strict policy: no script, forms to `form_action` only).
-pub(super) fn page(status: u16, title: &str, body_html: &str, form_action: Option<&str>) -> Response<Body> {
+pub(super) fn page(
+    status: u16,
+    title: &str,
+    body_html: &str,
+    form_action: Option<&str>,
+) -> Response<Body> {
     let html = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title></head>\
          <body><h1>{t}</h1>{body_html}</body></html>",

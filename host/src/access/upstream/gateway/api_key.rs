@@ -34,7 +34,10 @@ impl KeyHeader {
     /// The header of `auth`, with `mode: api_key`.
     pub fn of(auth: &ServerAuth) -> Option<KeyHeader> {
         (auth.mode == ServerAuthMode::ApiKey).then(|| KeyHeader {
-            name: auth.header.clone().unwrap_or_else(|| "authorization".into()),
+            name: auth
+                .header
+                .clone()
+                .unwrap_or_else(|| "authorization".into()),
             prefix: auth.prefix.clone().unwrap_or_default(),
         })
     }
@@ -63,7 +66,12 @@ pub struct KeyFlow {
     pub upstream: String,
 }
 
-fn refused(reason: &'static str, message: &str, who: Option<&str>, at: Option<&str>) -> CallbackRefusal {
+fn refused(
+    reason: &'static str,
+    message: &str,
+    who: Option<&str>,
+    at: Option<&str>,
+) -> CallbackRefusal {
     CallbackRefusal {
         reason,
         message: message.to_owned(),
@@ -108,7 +116,8 @@ impl Credentials {
             identity: spec.identity.clone(),
             state: Secret::new(state),
             request: request.chars().take(512).collect(),
-            authorization_url: Secret::new(String::new()),
+            // No authorization server: the connect page is the key form.
+            authorization_url: Secret::new(format!("{public_url}{CONNECT_PATH}")),
             payload: Secret::new(payload),
             ttl: settings.flow_ttl,
         };
@@ -164,12 +173,24 @@ impl Credentials {
             Ok(c) => {
                 self.forget(&Principal(c.principal.clone()), &c.upstream);
                 self.landed.notify_waiters();
-                self.audit("upstream_auth.connected", Some(&c.principal), &c.upstream, "ok", Some("api_key"));
+                self.audit(
+                    "upstream_auth.connected",
+                    Some(&c.principal),
+                    &c.upstream,
+                    "ok",
+                    Some("api_key"),
+                );
                 tracing::info!("Upstream {}: {} entered a key", c.upstream, c.principal);
             }
             Err(r) => {
                 let at = r.upstream.as_deref().unwrap_or("-");
-                self.audit("upstream_auth.callback_refused", r.principal.as_deref(), at, "refused", Some(r.reason));
+                self.audit(
+                    "upstream_auth.callback_refused",
+                    r.principal.as_deref(),
+                    at,
+                    "refused",
+                    Some(r.reason),
+                );
                 tracing::warn!("A key entry was refused ({}) at {at}", r.reason);
             }
         }
@@ -186,7 +207,14 @@ impl Credentials {
         let (flow, payload) = match self.key_payload(flow_id).await {
             Ok(Some(found)) => found,
             Ok(None) => return Err(refused("unknown_state", gone, None, None)),
-            Err(_) => return Err(refused("unavailable", "The vault is unavailable.", None, None)),
+            Err(_) => {
+                return Err(refused(
+                    "unavailable",
+                    "The vault is unavailable.",
+                    None,
+                    None,
+                ));
+            }
         };
         let (who, at) = (Some(flow.principal.as_str()), Some(flow.upstream.as_str()));
         if login.is_some_and(|l| l != flow.principal) {
@@ -224,7 +252,13 @@ impl Credentials {
             received_at_ms: now_ms(),
         };
         self.vault
-            .save_credential(&pending.principal, &pending.upstream, &pending.identity, &credential, Expect::Any)
+            .save_credential(
+                &pending.principal,
+                &pending.upstream,
+                &pending.identity,
+                &credential,
+                Expect::Any,
+            )
             .await
             .map_err(|e| refused("unavailable", &e.to_string(), who, at))?;
         Ok(Completed {
