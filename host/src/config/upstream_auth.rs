@@ -93,7 +93,8 @@ pub struct ServerAuth {
     /// `oauth`: each caller's own OAuth token — the first call of a user without one asks the
     /// user's client to open a consent link; `token_exchange`: each caller's own token, the
     /// caller's verified inbound JWT exchanged for one (RFC 8693, no consent); `client_credentials`:
-    /// one token of the host's own service identity for every caller (see
+    /// one token of the host's own service identity for every caller; `api_key`: each caller's
+    /// own static key, entered once in a form the consent link opens and sent in `header` (see
     /// docs/operators/upstream-auth.md).
     pub mode: ServerAuthMode,
     /// A client registered with the upstream's authorization server beforehand (else: the host's
