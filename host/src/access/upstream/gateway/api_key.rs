@@ -267,3 +267,57 @@ impl Credentials {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn api_key(header: Option<&str>, prefix: Option<&str>) -> ServerAuth {
+        ServerAuth {
+            mode: ServerAuthMode::ApiKey,
+            header: header.map(str::to_owned),
+            prefix: prefix.map(str::to_owned),
+            list_as: crate::config::ListAs::None,
+            ..ServerAuth::default()
+        }
+    }
+
+    #[test]
+    fn a_key_is_sent_in_the_configured_header_after_its_prefix() {
+        let auth = api_key(Some("Authorization"), Some("Bearer "));
+        let header = KeyHeader::of(&auth).unwrap();
+        assert_eq!(header.name, "Authorization");
+        assert_eq!(header.value(&Secret::new("k1")).expose(), "Bearer k1");
+        assert!(KeyHeader::of(&ServerAuth::default()).is_none());
+        assert!(acceptable(&header, "k1"));
+        assert!(!acceptable(&header, ""));
+        assert!(!acceptable(&header, "a\r\nX-Injected: 1"));
+        assert!(!acceptable(&header, &"k".repeat(MAX_KEY_BYTES + 1)));
+    }
+
+    #[test]
+    fn api_key_needs_a_valid_header_and_takes_no_oauth_settings() {
+        let url = Some("https://k.example/mcp");
+        assert_eq!(api_key(Some("X-Api-Key"), None).problem(url), None);
+        assert_eq!(api_key(None, None).problem(url).unwrap().0, ".header");
+        assert_eq!(
+            api_key(Some("bad header"), None).problem(url).unwrap().0,
+            ".header"
+        );
+        let mut oauth = api_key(Some("X-Api-Key"), None);
+        oauth.scopes = vec!["s".into()];
+        assert_eq!(oauth.problem(url).unwrap().0, ".mode");
+        let mut service = api_key(Some("X-Api-Key"), None);
+        service.list_as = crate::config::ListAs::Service;
+        assert_eq!(service.problem(url).unwrap().0, ".list_as");
+        let stray = ServerAuth {
+            header: Some("X-Api-Key".into()),
+            ..ServerAuth::default()
+        };
+        assert_eq!(stray.problem(url).unwrap().0, ".header");
+        // Another header is another identity: keys entered for the old one do not open.
+        let a = api_key(Some("X-Api-Key"), None).identity("https://k.example/mcp");
+        let b = api_key(Some("X-Key"), None).identity("https://k.example/mcp");
+        assert_ne!(a, b);
+    }
+}
