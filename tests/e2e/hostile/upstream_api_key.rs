@@ -18,7 +18,7 @@ use mcp_host_tests::{Layout, workspace_root};
 use serde_json::{Value, json};
 use sha2::Digest as _;
 
-use crate::upstream_oauth::{consent_question, hidden, identity, retry};
+use crate::upstream_oauth::{consent_question, console_connections_at, hidden, identity, retry};
 
 /// The vault key of this test (base64 of 32 bytes).
 const VAULT_KEY: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
@@ -226,7 +226,11 @@ fn two_users_enter_their_own_api_keys_once_and_each_call_carries_its_users_key()
     // Later calls carry each user's own key, without asking again.
     let again = g.call(&g.alice, "tools/call", whoami());
     assert_eq!(identity(&again)["key"], alice_key, "{again}");
+    // The console's Connections view lists alice's key without its value.
+    let console = console_connections_at(&g.public, &g.alice);
+    assert_eq!(console["connections"][0]["upstream"], "kv", "{console}");
     let places = [
+        ("the console's connections", console.to_string()),
         ("the host's log", g.host.stderr()),
         (
             "the audit log",
@@ -238,7 +242,7 @@ fn two_users_enter_their_own_api_keys_once_and_each_call_carries_its_users_key()
             g.output(&["vault", "list", "--json"]),
         ),
     ];
-    let listed = &places[3].1;
+    let listed = &places[4].1;
     assert!(
         listed.contains("alice") && listed.contains("bob"),
         "{listed}"
