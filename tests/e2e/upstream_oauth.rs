@@ -444,11 +444,16 @@ fn two_users_reach_the_upstream_with_their_own_tokens_after_their_own_consent() 
 
 /// Log in to the console (`/ui`) with `token` and read `api/connections`.
 fn console_connections(g: &Gateway, token: &str) -> Value {
+    console_connections_at(&g.public, token)
+}
+
+/// [`console_connections`] of the host at `public`.
+pub(crate) fn console_connections_at(public: &str, token: &str) -> Value {
     let login = mcp_host_tests::oauth::request(
-        &format!("{}/ui/api/login", g.public),
+        &format!("{}/ui/api/login", public),
         "POST",
         &[
-            ("Origin".to_owned(), g.public.clone()),
+            ("Origin".to_owned(), public.to_owned()),
             ("Content-Type".to_owned(), "application/json".to_owned()),
         ],
         json!({ "token": token }).to_string().as_bytes(),
@@ -462,7 +467,7 @@ fn console_connections(g: &Gateway, token: &str) -> Value {
         .unwrap()
         .to_owned();
     let r = mcp_host_tests::oauth::request(
-        &format!("{}/ui/api/connections", g.public),
+        &format!("{}/ui/api/connections", public),
         "GET",
         &[("Cookie".to_owned(), cookie)],
         b"",

@@ -93,7 +93,8 @@ pub struct ServerAuth {
     /// `oauth`: each caller's own OAuth token — the first call of a user without one asks the
     /// user's client to open a consent link; `token_exchange`: each caller's own token, the
     /// caller's verified inbound JWT exchanged for one (RFC 8693, no consent); `client_credentials`:
-    /// one token of the host's own service identity for every caller (see
+    /// one token of the host's own service identity for every caller; `api_key`: each caller's
+    /// own static key, entered once in a form the consent link opens and sent in `header` (see
     /// docs/operators/upstream-auth.md).
     pub mode: ServerAuthMode,
     /// A client registered with the upstream's authorization server beforehand (else: the host's
@@ -126,6 +127,14 @@ pub struct ServerAuth {
     /// With `mode: token_exchange`: how the caller's token is exchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub token_exchange: Option<TokenExchange>,
+    /// With `mode: api_key`: the request header each user's key is sent in (e.g. `X-Api-Key`,
+    /// `Authorization`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+    /// With `mode: api_key`: what precedes the key in the header (e.g. `"Bearer "`); none by
+    /// default.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix: Option<String>,
 }
 
 /// How a caller's inbound token is exchanged for the upstream's (RFC 8693).
@@ -176,6 +185,8 @@ impl Default for ServerAuth {
             token_endpoint_auth: None,
             list_as: ListAs::Operator,
             token_exchange: None,
+            header: None,
+            prefix: None,
         }
     }
 }
@@ -196,6 +207,8 @@ impl fmt::Debug for ServerAuth {
             .field("token_endpoint_auth", &self.token_endpoint_auth)
             .field("list_as", &self.list_as)
             .field("token_exchange", &self.token_exchange)
+            .field("header", &self.header)
+            .field("prefix", &self.prefix)
             .finish()
     }
 }
@@ -214,6 +227,9 @@ pub enum ServerAuthMode {
     TokenExchange,
     /// The host's own service identity (`client_credentials`): one token for every caller.
     ClientCredentials,
+    /// Each caller's own static key (an API key), entered once by the user in a form the host
+    /// serves (the consent link) and sent in `header`: for upstreams without OAuth.
+    ApiKey,
 }
 
 /// A token endpoint authentication method.
@@ -265,6 +281,8 @@ impl ServerAuth {
             self.resource,
             self.token_endpoint_auth,
             self.token_exchange,
+            self.header,
+            self.prefix,
         ]);
         hex(&sha2::Sha256::digest(canonical.to_string().as_bytes()))
     }
@@ -274,6 +292,9 @@ impl ServerAuth {
     pub fn problem(&self, url: Option<&str>) -> Option<(&'static str, String)> {
         if url.is_none() {
             return Some(("", "applies to an HTTP upstream (`url`)".into()));
+        }
+        if let Some(problem) = self.api_key_problem() {
+            return Some(problem);
         }
         if self.client_secret.is_some() && self.client_id.is_none() {
             return Some((".client_secret", "needs `client_id`".into()));
@@ -301,6 +322,7 @@ impl ServerAuth {
         let needs_client = match self.mode {
             ServerAuthMode::Oauth => self.list_as == ListAs::Service,
             ServerAuthMode::TokenExchange | ServerAuthMode::ClientCredentials => true,
+            ServerAuthMode::ApiKey => false,
         };
         if self.token_exchange.is_some() && self.mode != ServerAuthMode::TokenExchange {
             return Some((
@@ -317,7 +339,7 @@ impl ServerAuth {
                     match self.mode {
                         ServerAuthMode::TokenExchange => "`mode: token_exchange`",
                         ServerAuthMode::ClientCredentials => "`mode: client_credentials`",
-                        ServerAuthMode::Oauth => "`list_as: service`",
+                        ServerAuthMode::Oauth | ServerAuthMode::ApiKey => "`list_as: service`",
                     }
                 ),
             ));
@@ -340,6 +362,41 @@ impl ServerAuth {
             ));
         }
         None
+    }
+
+    /// What is wrong with `mode: api_key` (or with `header`/`prefix` without it).
+    fn api_key_problem(&self) -> Option<(&'static str, String)> {
+        if self.mode != ServerAuthMode::ApiKey {
+            return (self.header.is_some() || self.prefix.is_some())
+                .then(|| (".header", "applies to `mode: api_key`".into()));
+        }
+        let Some(header) = self.header.as_deref() else {
+            return Some((
+                ".header",
+                "`mode: api_key` names the header its key is sent in".into(),
+            ));
+        };
+        if http::HeaderName::from_bytes(header.as_bytes()).is_err() {
+            return Some((".header", format!("{header}: not an HTTP header name")));
+        }
+        if let Some(prefix) = &self.prefix
+            && (prefix.len() > 64 || prefix.chars().any(|c| c.is_control() || !c.is_ascii()))
+        {
+            return Some((".prefix", "printable ASCII, at most 64 characters".into()));
+        }
+        if self.client_id.is_some() || self.token_exchange.is_some() || !self.scopes.is_empty() {
+            return Some((
+                ".mode",
+                "`mode: api_key` takes no OAuth settings (client_id, scopes, token_exchange)"
+                    .into(),
+            ));
+        }
+        (self.list_as == ListAs::Service).then(|| {
+            (
+                ".list_as",
+                "`mode: api_key` lists as `operator` (an admin's key) or `none`".into(),
+            )
+        })
     }
 
     /// Who lists the upstream: `service` for `mode: client_credentials`, else `list_as`.

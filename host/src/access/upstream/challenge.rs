@@ -101,6 +101,11 @@ pub trait Authorizer: Send + Sync {
         refusal: Refusal,
         sent: Option<Secret>,
     ) -> BoxFuture<'_, Result<Secret, AuthFailure>>;
+
+    /// The header the token is sent in instead of `Authorization: Bearer` (`mode: api_key`).
+    fn key_header(&self) -> Option<super::gateway::api_key::KeyHeader> {
+        None
+    }
 }
 
 /// Why an upstream's demand for authorization could not be met.

@@ -68,25 +68,47 @@ fn refusal<E: std::error::Error + Send + Sync + 'static>(
     }
 }
 
+/// How `token` is carried: as rmcp's bearer token, or — the authorizer names a key header
+/// (`mode: api_key`) — in that header beside `custom` (replacing one of that name).
+fn carried(
+    auth: &dyn Authorizer,
+    token: Option<&Secret>,
+    custom: &HashMap<HeaderName, HeaderValue>,
+) -> (Option<String>, HashMap<HeaderName, HeaderValue>) {
+    let Some(key) = auth.key_header() else {
+        return (token.map(|t| t.expose().to_owned()), custom.clone());
+    };
+    let mut headers = custom.clone();
+    let name = HeaderName::from_bytes(key.name.as_bytes()).ok();
+    let value = token.and_then(|t| HeaderValue::from_str(key.value(t).expose()).ok());
+    if let (Some(name), Some(mut value)) = (name, value) {
+        value.set_sensitive(true);
+        headers.insert(name, value);
+    }
+    (None, headers)
+}
+
 impl<C: StreamableHttpClient + Sync> Credentialed<C> {
     /// Make a request with the current token (`call`), and again with the authorizer's answer to
     /// each refusal, at most [`MAX_RETRIES`] times; without an authorizer, once with `header`.
     async fn authorized<T, F, Fut>(
         &self,
         header: Option<String>,
+        custom: &HashMap<HeaderName, HeaderValue>,
         call: F,
     ) -> Result<T, StreamableHttpError<C::Error>>
     where
-        F: Fn(Option<String>) -> Fut,
+        F: Fn(Option<String>, HashMap<HeaderName, HeaderValue>) -> Fut,
         Fut: Future<Output = Result<T, StreamableHttpError<C::Error>>>,
     {
         let Some(auth) = &self.auth else {
-            return call(header).await;
+            return call(header, custom.clone()).await;
         };
         let mut token: Option<Secret> = auth.token().await;
         let mut retries = 0;
         loop {
-            let error = match call(token.as_ref().map(|t| t.expose().to_owned())).await {
+            let (bearer, headers) = carried(auth.as_ref(), token.as_ref(), custom);
+            let error = match call(bearer, headers).await {
                 Err(error) => error,
                 done => return done,
             };
@@ -163,13 +185,13 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Credentialed<C> {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<C::Error>> {
-        self.authorized(auth_header, |token| {
+        self.authorized(auth_header, &custom_headers, |token, headers| {
             self.inner.post_message_with_response_limits(
                 uri.clone(),
                 message.clone(),
                 session_id.clone(),
                 token,
-                custom_headers.clone(),
+                headers,
                 limits,
             )
         })
@@ -184,12 +206,15 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Credentialed<C> {
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<(), StreamableHttpError<C::Error>> {
         // The end of a session is not worth an authorization: the current token, once.
-        let token = match &self.auth {
-            Some(auth) => auth.token().await.map(|t| t.expose().to_owned()),
-            None => auth_header,
+        let (token, headers) = match &self.auth {
+            Some(auth) => {
+                let token = auth.token().await;
+                carried(auth.as_ref(), token.as_ref(), &custom_headers)
+            }
+            None => (auth_header, custom_headers),
         };
         self.inner
-            .delete_session(uri, session_id, token, custom_headers)
+            .delete_session(uri, session_id, token, headers)
             .await
     }
 
@@ -201,13 +226,13 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Credentialed<C> {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<C::Error>> {
-        self.authorized(auth_header, |token| {
+        self.authorized(auth_header, &custom_headers, |token, headers| {
             self.inner.get_stream(
                 uri.clone(),
                 session_id.clone(),
                 last_event_id.clone(),
                 token,
-                custom_headers.clone(),
+                headers,
             )
         })
         .await
@@ -222,13 +247,13 @@ impl<C: StreamableHttpClient + Sync> StreamableHttpClient for Credentialed<C> {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<BoxStream<'static, Result<Sse, SseError>>, StreamableHttpError<C::Error>> {
-        self.authorized(auth_header, |token| {
+        self.authorized(auth_header, &custom_headers, |token, headers| {
             self.inner.get_stream_with_max_sse_event_size(
                 uri.clone(),
                 session_id.clone(),
                 last_event_id.clone(),
                 token,
-                custom_headers.clone(),
+                headers,
                 max_sse_event_size,
             )
         })

@@ -26,6 +26,7 @@ mod inbox;
 mod limits;
 pub mod metrics;
 mod oauth;
+mod oauth_key;
 mod post;
 mod sessions;
 

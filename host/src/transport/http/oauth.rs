@@ -40,7 +40,7 @@ use crate::access::upstream::gateway::{Credentials, FlowView, Need};
 use crate::host::Host;
 
 /// The cookie of the connect form's double-submit token.
-const CSRF_COOKIE: &str = "mcp_oauth_csrf";
+pub(super) const CSRF_COOKIE: &str = "mcp_oauth_csrf";
 /// The largest form accepted.
 const MAX_FORM: usize = 16 * 1024;
 /// The longest query accepted on the callback.
@@ -82,7 +82,12 @@ pub(super) async fn route(host: &Host, req: Request<IncomingBody>) -> Response<B
 }
 
 /// An HTML page (the console's strict policy: no script, forms to `form_action` only).
-fn page(status: u16, title: &str, body_html: &str, form_action: Option<&str>) -> Response<Body> {
+pub(super) fn page(
+    status: u16,
+    title: &str,
+    body_html: &str,
+    form_action: Option<&str>,
+) -> Response<Body> {
     let html = format!(
         "<!doctype html><html><head><meta charset=\"utf-8\"><title>{t}</title></head>\
          <body><h1>{t}</h1>{body_html}</body></html>",
@@ -137,7 +142,7 @@ fn cookie_scope(credentials: &Credentials) -> (String, bool) {
 
 /// A `Set-Cookie` value: `name=value` at `<prefix><path>`, `HttpOnly`, `same_site`, for `max_age`
 /// seconds (`Secure` over https).
-fn cookie(
+pub(super) fn cookie(
     credentials: &Credentials,
     name: &str,
     value: &str,
@@ -152,14 +157,14 @@ fn cookie(
     )
 }
 
-fn add_cookie(resp: &mut Response<Body>, value: &str) {
+pub(super) fn add_cookie(resp: &mut Response<Body>, value: &str) {
     if let Ok(v) = HeaderValue::from_str(value) {
         resp.headers_mut().append(hyper::header::SET_COOKIE, v);
     }
 }
 
 /// 256 random bits as hex.
-fn random_token() -> Option<String> {
+pub(super) fn random_token() -> Option<String> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).ok()?;
     Some(bytes.iter().map(|b| format!("{b:02x}")).collect())
@@ -204,10 +209,10 @@ fn form_page(
 }
 
 /// Why a form was refused: the status and what the page says.
-struct Refused(u16, &'static str);
+pub(super) struct Refused(u16, &'static str);
 
 impl Refused {
-    fn page(&self) -> Response<Body> {
+    pub(super) fn page(&self) -> Response<Body> {
         page(self.0, "Refused", self.1, None)
     }
 }
@@ -215,7 +220,7 @@ impl Refused {
 /// A POSTed form (bounded), its double-submit token checked against the cookie when `csrf` (a
 /// form whose credential alone authorizes it — a disconnect — needs none: another site posting
 /// its own credential only disconnects itself).
-async fn read_form(
+pub(super) async fn read_form(
     req: Request<IncomingBody>,
     csrf: bool,
 ) -> Result<std::collections::HashMap<String, String>, Refused> {
@@ -243,7 +248,7 @@ async fn read_form(
 }
 
 /// The verified user of the credential in `form`, else the refusal page.
-fn user_of(
+pub(super) fn user_of(
     host: &Host,
     form: &std::collections::HashMap<String, String>,
 ) -> Result<String, Refused> {
@@ -264,6 +269,9 @@ fn user_of(
 
 /// `GET /oauth/connect/<id>`: the consent link's page.
 async fn flow_page(credentials: &Credentials, id: &str) -> Response<Body> {
+    if let Ok(Some(flow)) = credentials.key_flow(id).await {
+        return super::oauth_key::key_page(credentials, id, &flow);
+    }
     let flow = match credentials.flow(id).await {
         Ok(Some(flow)) => flow,
         Ok(None) => {
@@ -300,7 +308,7 @@ async fn flow_page(credentials: &Credentials, id: &str) -> Response<Body> {
     )
 }
 
-fn prefix(credentials: &Credentials) -> String {
+pub(super) fn prefix(credentials: &Credentials) -> String {
     cookie_scope(credentials).0
 }
 
@@ -316,6 +324,9 @@ async fn follow(
         Ok(form) => form,
         Err(refused) => return refused.page(),
     };
+    if let Ok(Some(flow)) = credentials.key_flow(id).await {
+        return super::oauth_key::key_entered(host, credentials, id, &flow, &form).await;
+    }
     let flow = match credentials.flow(id).await {
         Ok(Some(flow)) => flow,
         _ => {
@@ -478,6 +489,9 @@ async fn start(
         Ok(consent) => consent,
         Err(e) => return page(502, "Not connected", &html_safe(&e.to_string()), None),
     };
+    if let Ok(Some(flow)) = credentials.key_flow(&consent.flow_id).await {
+        return super::oauth_key::key_page(credentials, &consent.flow_id, &flow);
+    }
     match credentials.flow(&consent.flow_id).await {
         Ok(Some(flow)) => to_authorization_server(credentials, &consent.flow_id, &flow),
         _ => page(

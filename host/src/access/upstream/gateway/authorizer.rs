@@ -79,6 +79,10 @@ impl Authorizer for CallerAuthorizer {
         })
     }
 
+    fn key_header(&self) -> Option<super::api_key::KeyHeader> {
+        self.service()?.spec(&self.upstream)?.key_header.clone()
+    }
+
     fn refused(
         &self,
         refusal: Refusal,

@@ -179,7 +179,7 @@ impl StateStore for OneState {
 }
 
 /// 256 random bits, base64url.
-fn random_secret() -> Result<String, AuthFailure> {
+pub(super) fn random_secret() -> Result<String, AuthFailure> {
     use base64::Engine as _;
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| AuthFailure::Failed(format!("no randomness: {e}")))?;
@@ -213,6 +213,9 @@ impl Credentials {
         request: &str,
     ) -> Result<Consent, CredError> {
         let spec = self.spec_or(upstream)?;
+        if spec.key_header.is_some() {
+            return self.begin_key_entry(who, &spec, request).await;
+        }
         let Need::Consent {
             scopes: extra,
             challenge,

@@ -18,6 +18,7 @@
 //! No token is ever logged, audited or put in an error: audit records name the principal, the
 //! upstream, the issuer and a reason.
 
+pub mod api_key;
 mod authorizer;
 pub mod consent;
 mod obtained;
@@ -112,6 +113,8 @@ pub struct Spec {
     pub subject_token_type: crate::config::SubjectTokenType,
     /// The `audience` a token exchange asks for.
     pub audience: Option<String>,
+    /// With `mode: api_key`: the header each user's key is sent in, and its prefix.
+    pub key_header: Option<api_key::KeyHeader>,
 }
 
 impl Spec {
@@ -141,6 +144,7 @@ impl Spec {
                 .token_exchange
                 .as_ref()
                 .and_then(|t| t.audience.clone()),
+            key_header: api_key::KeyHeader::of(auth),
         })
     }
 }

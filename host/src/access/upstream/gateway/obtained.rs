@@ -78,6 +78,7 @@ pub(super) fn obtained(spec: &Spec, who: &Principal) -> Option<Principal> {
     match spec.mode {
         ServerAuthMode::ClientCredentials => Some(Principal::service()),
         ServerAuthMode::TokenExchange => Some(who.clone()),
+        ServerAuthMode::ApiKey => None,
         ServerAuthMode::Oauth => {
             (spec.list_as == ListAs::Service && service(who)).then(|| who.clone())
         }

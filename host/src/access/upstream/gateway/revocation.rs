@@ -87,6 +87,9 @@ impl Credentials {
         let spec = self
             .spec(upstream)
             .ok_or_else(|| format!("upstream {upstream} is no longer configured"))?;
+        if spec.key_header.is_some() {
+            return Ok(AtServer::Skipped("a static key: nothing to revoke".into()));
+        }
         let challenge = self.challenge(upstream);
         let found = self
             .discover(&spec, challenge.as_deref())
