@@ -21,6 +21,7 @@
 mod authorizer;
 pub mod consent;
 mod revocation;
+pub mod sweep;
 
 pub use authorizer::CallerAuthorizer;
 pub use consent::{CallbackRefusal, Completed, Consent, FlowView};
