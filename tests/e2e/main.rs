@@ -31,5 +31,6 @@ mod tasks;
 mod trust;
 mod upstream;
 mod upstream_oauth;
+mod upstream_oauth_gaps;
 mod vault;
 mod workers;

@@ -415,6 +415,7 @@ impl Host {
             replica,
         )?;
         let _ = self.inner.loader.credentials.set(Arc::clone(&credentials));
+        crate::access::upstream::gateway::Credentials::start_refresher(&credentials);
         sweep_credentials(credentials, None, self.config());
         Ok(())
     }
@@ -539,6 +540,7 @@ impl Host {
                 self.inner.access.store(Arc::new(access));
                 if let Some(credentials) = self.inner.loader.credentials.get() {
                     credentials.reconfigure(&config);
+                    crate::access::upstream::gateway::Credentials::start_refresher(credentials);
                     let now = Arc::new(config.clone());
                     sweep_credentials(Arc::clone(credentials), Some(Arc::clone(&old)), now);
                 }
@@ -879,7 +881,7 @@ fn sweep_credentials(
     previous: Option<Arc<Config>>,
     config: Arc<Config>,
 ) {
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+    let Some(runtime) = credentials.runtime() else {
         return;
     };
     runtime.spawn(async move {

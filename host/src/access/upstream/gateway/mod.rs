@@ -3,7 +3,8 @@
 //!
 //! - **Tokens** per (principal, upstream) live in the [`Vault`] (sealed, shared by replicas); an
 //!   in-memory cache makes a call cost a lookup. A token due for refresh (expired, or within
-//!   `min(30 s, half its life)` of it) is refreshed when a call needs it, through rmcp's engine,
+//!   `min(30 s, half its life)` of it) is refreshed ahead of the calls by the background
+//!   [`refresher`], else when a call needs it, through rmcp's engine,
 //!   by one replica at a time (the vault's lease; the others wait for the row to change) and
 //!   written with the vault's compare-and-set. A refresh token the authorization server rejects
 //!   deletes the credential: the next call asks for consent again.
@@ -20,6 +21,7 @@
 
 mod authorizer;
 pub mod consent;
+pub mod refresher;
 mod revocation;
 pub mod sweep;
 
@@ -259,6 +261,10 @@ pub struct Credentials {
     taken: Mutex<VecDeque<(String, Instant)>>,
     /// Woken when a consent completes here.
     landed: tokio::sync::Notify,
+    /// The background refresher runs ([`refresher`]).
+    refresher: std::sync::atomic::AtomicBool,
+    /// The runtime the service was made in (reloads run on threads outside it).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -288,6 +294,8 @@ impl Credentials {
             step_ups: Mutex::default(),
             taken: Mutex::default(),
             landed: tokio::sync::Notify::new(),
+            refresher: std::sync::atomic::AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         };
         credentials.configure(config);
         Arc::new(credentials)
@@ -357,6 +365,14 @@ impl Credentials {
         lock(&self.cache).retain(|(_, upstream), _| !changed(upstream));
         self.specs.store(Arc::new(specs));
         self.settings.store(Arc::new(Settings::of(config)));
+    }
+
+    /// The runtime to start background work in: the current one, else the one the service
+    /// was made in.
+    pub fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
     }
 
     /// The settings in force.
