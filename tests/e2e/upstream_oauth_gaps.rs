@@ -357,3 +357,54 @@ fn two_replicas_racing_refreshes_on_the_shared_redis_vault_never_spend_a_refresh
         g.audit_records()
     );
 }
+
+#[test]
+fn a_removed_mcp_host_secret_revokes_and_deletes_its_users_credentials_at_reload() {
+    use sha2::Digest as _;
+    let Some(g) = Gateway::start(&[], "") else {
+        return;
+    };
+    g.connect_operator("operator-at-gh");
+    // Carol signs in to mcp-host with a personal secret (added to the configuration: a reload).
+    let secret = "mcp_carol-personal-secret-0123456789abcdef";
+    let hash: String = sha2::Sha256::digest(secret.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let entry = format!("  secrets:\n    - {{sha256: \"{hash}\", user: carol}}\n");
+    let config = std::fs::read_to_string(&g.config).unwrap();
+    let with = config.replace(
+        "  require_auth: true\n",
+        &format!("  require_auth: true\n{entry}"),
+    );
+    assert_ne!(config, with, "the test's configuration changed shape");
+    std::fs::write(&g.config, &with).unwrap();
+    g.wait_for_tool(secret, "gh_whoami");
+    let seen = consent_and_call(&g, secret, "carol-at-gh");
+    assert_eq!(seen["sub"], "carol-at-gh", "{seen}");
+    assert!(!g.provider.stderr().contains("EVENT grant.revoked"));
+
+    // Her secret is removed: her grant is revoked at the provider, her row deleted, audited.
+    std::fs::write(&g.config, &config).unwrap();
+    wait_revoked_grants(&g, 1);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while audited(&g, "upstream_auth.revoked", "carol").is_empty() {
+        assert!(Instant::now() < deadline, "{:?}", g.audit_records());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let record = audited(&g, "upstream_auth.revoked", "carol").remove(0);
+    assert!(
+        record.to_string().contains("secret was removed"),
+        "{record}"
+    );
+    assert!(
+        record
+            .to_string()
+            .contains("revoked at the authorization server"),
+        "{record}"
+    );
+    let listed = crate::upstream_oauth::host_output(&g, &["vault", "list"]);
+    assert!(!listed.contains("carol"), "{listed}");
+    // The operator's connection stays.
+    assert!(listed.contains("@operator"), "{listed}");
+}
