@@ -5,6 +5,7 @@
 #   - openssl       (the CA and certificate the TLS store test generates for `rediss://`;
 #                    Debian's redis-server is built with TLS)
 #   - valgrind      (callgrind: the serving bench's instruction counts and its speed guard)
+#   - strace        (the speed guard's system calls per call: `strace -f -c`)
 #   - chromium, chromium-driver (the headless browser and its WebDriver server the console
 #                    tests drive: /usr/bin/chromium, /usr/bin/chromedriver)
 #   - docker-registry (the OCI distribution registry the install tests publish plugins to and
@@ -24,6 +25,7 @@ have redis-server || missing+=(redis-server)
 have nginx || missing+=(nginx-light)
 have openssl || missing+=(openssl)
 have valgrind || missing+=(valgrind)   # the speed guard (.ci/run)
+have strace || missing+=(strace)       # ... its system-call counts
 have docker-registry || missing+=(docker-registry)   # the install tests' OCI registry
 have chromium || missing+=(chromium)                 # the console tests' browser
 have chromedriver || missing+=(chromium-driver)      # ... and its WebDriver server

@@ -114,6 +114,7 @@ fn main() {
         claims: Some(&claims),
         subject: Subject::Tool {
             name: "echo",
+            source_name: "echo",
             annotations: &annotations,
         },
         plugin: "fixture-basic",

@@ -32,7 +32,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-OUT = os.path.join(ROOT, "host", "link", "startup-order.txt")
+OUT = os.path.join(ROOT, "packaging", "startup-order", "startup-order.txt")
 EXE = os.path.join(os.environ.get("CARGO_TARGET_DIR", os.path.join(ROOT, "target")), "dist", "mcp-host")
 META = {
     "io.modelcontextprotocol/protocolVersion": "2026-07-28",

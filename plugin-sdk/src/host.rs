@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::abi::{CallContextRef, HostApiBox};
 use crate::content::ToolResult;
+use crate::credential::{Credential, CredentialError};
 use crate::input::{
     ElicitResult, Elicitation, InputError, InputKind, InputRequests, InputResponses, Root, Sampled,
     Sampling, decode_input_error, kind_declared,
@@ -443,6 +444,52 @@ impl<'a> CallContext<'a> {
     /// anyway; use this to offer a path that does without).
     pub fn client_supports(&self, kind: InputKind) -> bool {
         kind_declared(&self.client_capabilities(), kind)
+    }
+
+    /// The calling user's access token for credential provider `provider` — obtained, kept and
+    /// refreshed by the host, so the plugin acts at the provider as the user who made this call
+    /// and never holds a refresh token or another user's token. Ask for it in each call (do not
+    /// keep it); send it only to the provider's API.
+    ///
+    /// The provider must be declared (`export_plugin!(permissions: { credentials: ["github"] })`,
+    /// shown by `mcp-host check` and `mcp-host add`); the operator configures what it is. Errors:
+    /// [`CredentialError::NotDeclared`], [`CredentialError::NoUser`] (an anonymous call),
+    /// [`CredentialError::Unavailable`] (the user has not connected that account yet: the text
+    /// says how — return it), [`CredentialError::Unsupported`] (an older host).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::{CallContext, CredentialError, export_plugin, tool};
+    ///
+    /// /// The signed-in user's GitHub login.
+    /// #[tool]
+    /// pub fn my_login(ctx: &CallContext) -> Result<String, String> {
+    ///     let github = ctx.credential("github")?;
+    ///     // A real plugin sends it to the API, e.g. with ureq:
+    ///     //   ureq::get("https://api.github.com/user")
+    ///     //       .header("Authorization", &github.authorization()).call()
+    ///     Ok(format!("would call GitHub with a {} token", github.token_type()))
+    /// }
+    ///
+    /// export_plugin!(permissions: { net: ["api.github.com:443"], credentials: ["github"] });
+    ///
+    /// use mcp_plugin_sdk::testing::TestCall;
+    /// let call = TestCall::new().with_credential("github", "gho_test");
+    /// assert_eq!(my_login(&call.context()).unwrap(), "would call GitHub with a Bearer token");
+    /// assert!(matches!(
+    ///     TestCall::new().context().credential("github"),
+    ///     Err(CredentialError::Unavailable(_))
+    /// ));
+    /// # fn main() {}
+    /// ```
+    pub fn credential(&self, provider: &str) -> Result<Credential, CredentialError> {
+        let params = serde_json::json!({ "provider": provider }).to_string();
+        match self.ffi.request(
+            RStr::from_str(crate::credential::wire::METHOD),
+            RStr::from_str(&params),
+        ) {
+            RResult::ROk(json) => crate::credential::decode(json.as_str()),
+            RResult::RErr(e) => Err(crate::credential::decode_error(e.as_str())),
+        }
     }
 
     /// A per-call capability by name, JSON in and out (the ABI's extension point).

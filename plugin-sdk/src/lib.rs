@@ -214,6 +214,7 @@ mod abi;
 mod async_rt;
 mod completion;
 mod content;
+mod credential;
 mod duration;
 mod host;
 pub mod input;
@@ -228,6 +229,7 @@ pub mod validation;
 
 pub use completion::{Completion, CompletionRequest, IntoCompletion, MAX_COMPLETION_VALUES};
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
+pub use credential::{Credential, CredentialError};
 pub use duration::Seconds;
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
 pub use input::{
@@ -272,6 +274,8 @@ pub mod wire {
     //! ```
 
     pub use crate::abi::*;
+    /// The texts of `credential/get`'s errors.
+    pub use crate::credential::wire as credential;
     pub use crate::input::{declares, encode_input_error, required_capability};
     pub use crate::manifest::*;
 }
@@ -295,6 +299,11 @@ struct ResourcesPromptsDoctests;
 #[cfg(doctest)]
 #[doc = include_str!("../../docs/authors/testing.md")]
 struct TestingDoctests;
+
+/// See [`WritingAPluginDoctests`].
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/authors/user-credentials.md")]
+struct UserCredentialsDoctests;
 
 /// What the macros expand to; not part of the public API.
 #[doc(hidden)]
@@ -544,9 +553,11 @@ pub mod __private {
 /// # fn main() {}
 /// ```
 ///
-/// `permissions: { read: [...], write: [...], net: [...], env: [...] }` (after `name` and `load`,
-/// every list optional) declares what the plugin needs when it runs sandboxed: absolute paths it
-/// reads, paths it writes, `"host:port"` endpoints it connects to, environment variables it reads.
+/// `permissions: { read: [...], write: [...], net: [...], env: [...], credentials: [...] }` (after
+/// `name` and `load`, every list optional) declares what the plugin needs when it runs sandboxed:
+/// absolute paths it reads, paths it writes, `"host:port"` endpoints it connects to, environment
+/// variables it reads — and the credential providers whose token of the calling user it asks for
+/// ([`CallContext::credential`]; the host refuses any provider not declared here).
 /// The declaration is part of the manifest: `mcp-host check` shows it, `mcp-host add` asks the
 /// operator to accept it, and a plugin installed that way runs under `isolation: sandbox` with
 /// exactly these grants (docs/authors/publishing.md).
@@ -652,8 +663,11 @@ macro_rules! export_plugin {
     (@permission $registrar:ident env $grants:tt) => {
         $registrar.declare($crate::__private::PermissionKind::Env, &$grants)
     };
+    (@permission $registrar:ident credentials $grants:tt) => {
+        $registrar.declare($crate::__private::PermissionKind::Credentials, &$grants)
+    };
     (@permission $registrar:ident $other:ident $grants:tt) => {
-        ::core::compile_error!("export_plugin!: `permissions:` declares `read`, `write`, `net` and `env` lists")
+        ::core::compile_error!("export_plugin!: `permissions:` declares `read`, `write`, `net`, `env` and `credentials` lists")
     };
     (@load $registrar:ident $other:ident) => {
         ::core::compile_error!("export_plugin!: `load:` is `at_start` (the default) or `on_first_call`")

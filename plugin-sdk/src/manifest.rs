@@ -59,12 +59,21 @@ pub struct DeclaredPermissions {
     /// Environment variables it reads.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+    /// Credential providers whose token of the calling user it asks for
+    /// ([`crate::CallContext::credential`]): the host refuses any other. Hosts before this field
+    /// ignore it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<String>,
 }
 
 impl DeclaredPermissions {
     /// True when nothing is declared (the field is then left out of the manifest).
     pub fn is_empty(&self) -> bool {
-        self.read.is_empty() && self.write.is_empty() && self.net.is_empty() && self.env.is_empty()
+        self.read.is_empty()
+            && self.write.is_empty()
+            && self.net.is_empty()
+            && self.env.is_empty()
+            && self.credentials.is_empty()
     }
 }
 

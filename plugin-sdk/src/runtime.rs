@@ -391,6 +391,8 @@ pub enum PermissionKind {
     Net,
     /// `env: [...]`: environment variables read.
     Env,
+    /// `credentials: [...]`: providers whose token of the calling user it asks for.
+    Credentials,
 }
 
 /// Collects a plugin's tools and services during `init`.
@@ -428,6 +430,7 @@ impl Registrar {
             PermissionKind::Write => &mut self.permissions.write,
             PermissionKind::Net => &mut self.permissions.net,
             PermissionKind::Env => &mut self.permissions.env,
+            PermissionKind::Credentials => &mut self.permissions.credentials,
         };
         for value in values {
             if !list.iter().any(|v| v == value) {

@@ -467,6 +467,8 @@ struct CallState {
     capabilities: Value,
     /// Answers to questions, by key.
     answers: Map<String, Value>,
+    /// The calling user's credentials, by provider.
+    credentials: Map<String, Value>,
 }
 
 impl Default for CallState {
@@ -480,6 +482,7 @@ impl Default for CallState {
                 "roots": {},
             }),
             answers: Map::new(),
+            credentials: Map::new(),
         }
     }
 }
@@ -522,6 +525,25 @@ impl CallState {
     }
 }
 
+impl CallState {
+    /// `credential/get` as the host answers it: the provider's credential given to this call,
+    /// else "unavailable" (the user is not connected).
+    fn credential(&self, params: &str) -> RResult<RString, RString> {
+        let params: Value = serde_json::from_str(params).unwrap_or_default();
+        let provider = params["provider"].as_str().unwrap_or_default();
+        match self.credentials.get(provider) {
+            Some(c) => RResult::ROk(c.to_string().into()),
+            None => RResult::RErr(
+                format!(
+                    "{}no credential for {provider} in this test call (TestCall::with_credential)",
+                    crate::credential::wire::UNAVAILABLE
+                )
+                .into(),
+            ),
+        }
+    }
+}
+
 impl CallContextFfi for CallState {
     fn is_cancelled(&self) -> bool {
         self.cancelled.load(Ordering::Acquire)
@@ -553,6 +575,7 @@ impl CallContextFfi for CallState {
                 Ok(v) => RResult::ROk(v.to_string().into()),
                 Err(e) => RResult::RErr(crate::input::encode_input_error(&e).into()),
             },
+            crate::credential::wire::METHOD => self.credential(params.as_str()),
             other => RResult::RErr(format!("unsupported call-context method: {other}").into()),
         }
     }
@@ -665,6 +688,23 @@ impl TestCall {
     /// ```
     pub fn with_client_capabilities(mut self, capabilities: Value) -> Self {
         self.state.capabilities = capabilities;
+        self
+    }
+
+    /// This call from a user holding `access_token` at credential provider `provider` (what
+    /// [`CallContext::credential`] returns; any other provider is unavailable).
+    ///
+    /// ```
+    /// use mcp_plugin_sdk::testing::TestCall;
+    /// let call = TestCall::new().with_credential("github", "gho_x");
+    /// assert_eq!(call.context().credential("github").unwrap().access_token(), "gho_x");
+    /// assert!(call.context().credential("linear").is_err());
+    /// ```
+    pub fn with_credential(mut self, provider: &str, access_token: &str) -> Self {
+        self.state.credentials.insert(
+            provider.to_owned(),
+            serde_json::json!({ "access_token": access_token, "token_type": "Bearer" }),
+        );
         self
     }
 

@@ -139,6 +139,9 @@ def sources(s):
     assert "crashed" in quarantined.text, quarantined.text
     held = s.css('tr[data-name="catalog_edition"][data-status="held"]')
     assert "CATALOG-EDITION-0002" in held.text, held.text
+    # A tool served under an override: the source's name and description beside it.
+    renamed = s.css('tr[data-name="py_sum"][data-status="active"]')
+    assert "source name: py_add" in renamed.text and "Add two integers" in renamed.text, renamed.text
     upstream = s.css('section.source.upstream')
     assert "upstream server" in upstream.text and "py_echo" in upstream.text, upstream.text
     state = s.css('section.source.upstream p.connection[data-state="ready"]')

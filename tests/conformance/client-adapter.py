@@ -13,6 +13,7 @@ this checkout).
 import json
 import os
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
@@ -84,7 +85,23 @@ def main():
         env["MCP_HOST_CLIENT_SECRET"] = context["client_secret"]
     sys.stderr.write("client-adapter: %s\n" % " ".join(argv[1:]))
     sys.stderr.flush()
+    if context.get("private_key_pem"):
+        sys.exit(with_private_key(argv, env, context))
     os.execve(exe, argv, env)
+
+
+def with_private_key(argv, env, context):
+    """Run `argv` with `--private-key FILE` (the context's PEM, in an owner-only temporary file
+    removed afterwards) and `--signing-algorithm`: its exit code."""
+    fd, path = tempfile.mkstemp(suffix=".pem")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(context["private_key_pem"])
+        alg = context.get("signing_algorithm") or "ES256"
+        argv = argv + ["--private-key", path, "--signing-algorithm", alg]
+        return subprocess.run(argv, env=env, check=False).returncode
+    finally:
+        os.unlink(path)
 
 
 if __name__ == "__main__":

@@ -73,6 +73,7 @@ fn layout() -> (Layout, PathBuf) {
          {{server: {{command: [{python:?}, {script:?}], env: {{UPSTREAM_TOKEN: {UPSTREAM_SECRET}}}}}, \
          name: py, prefix: py_}}]\n\
          plugins:\n  fixture-catalog:\n    config: {{count: 2}}\n\
+         \x20 py:\n    overrides: {{tools: {{add: {{name: py_sum, description: Sum two integers.}}}}}}\n\
          limits: {{max_crashes: 3, crash_window_secs: 600, call_timeout_secs: 900}}\n\
          auth:\n  require_auth: true\n  secrets:\n    - {{sha256: {}, user: alice}}\n    - {{sha256: {}, user: bob}}\n\
          agents:\n  ops: {{allow: [convert_time, current_time, echo]}}\n  finder: {{tools: search}}\n\

@@ -30,6 +30,7 @@ mod surface;
 mod tasks;
 mod trust;
 mod upstream;
+mod upstream_identity;
 mod upstream_oauth;
 mod upstream_oauth_gaps;
 mod vault;

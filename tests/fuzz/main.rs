@@ -879,7 +879,11 @@ fn any_rule_input_decides_without_panic_and_the_same_way_twice() {
         input,
         |(args, claims, user, agent, asked)| {
             let subject = match &asked {
-                Asked::Tool(name, annotations) => Subject::Tool { name, annotations },
+                Asked::Tool(name, annotations) => Subject::Tool {
+                    name,
+                    source_name: name,
+                    annotations,
+                },
                 Asked::Resource(uri) => Subject::Resource { uri, raw: uri },
                 Asked::Prompt(name) => Subject::Prompt { name },
             };
@@ -997,6 +1001,7 @@ fn any_rule_text_compiles_or_is_refused_and_what_compiles_decides() {
                 claims: None,
                 subject: Subject::Tool {
                     name: "t",
+                    source_name: "t",
                     annotations: &annotations,
                 },
                 plugin: "p",

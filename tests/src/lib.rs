@@ -29,6 +29,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-installable",
     "fixture-installable-v2",
     "fixture-installable-v3",
+    "fixture-credentials",
     "mcp-time",
     "mcp-text",
     "mcp-series",

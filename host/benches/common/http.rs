@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::TcpStream;
 
+use super::kernel::{PerfSyscalls, Switches};
 use super::process::{STEP_TIMEOUT, cpu_time};
 
 /// Unmeasured time at the start of every load run.
@@ -98,16 +99,83 @@ pub struct LoadResult {
     pub latencies: Vec<u64>,
     /// Server CPU time (user + system, all threads) per request in the window.
     pub cpu: Duration,
+    /// The server's waits (voluntary context switches, all threads) per request in the window.
+    pub waits: f64,
+    /// Its system calls per request in the window (`MCP_BENCH_SYSCALLS=1`, where perf counts).
+    pub syscalls: Option<f64>,
+}
+
+/// What the kernel did for a server over a load window: CPU time, context switches and (when
+/// asked for) system calls.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Spent {
+    pub cpu: Duration,
+    pub switches: Switches,
+    pub syscalls: Option<u64>,
+}
+
+/// Counting a server's CPU time, switches and (`MCP_BENCH_SYSCALLS=1`) system calls over a
+/// window: [`Meter::start`] at its beginning, [`Meter::stop`] at its end.
+pub struct Meter {
+    pid: u32,
+    cpu: Duration,
+    switches: Switches,
+    perf: Option<PerfSyscalls>,
+}
+
+impl Meter {
+    /// Attach perf (before the window: attaching takes a while) when system calls are asked for.
+    pub fn attach(pid: u32) -> Meter {
+        let wanted = std::env::var("MCP_BENCH_SYSCALLS").is_ok_and(|v| v == "1");
+        Meter {
+            pid,
+            cpu: Duration::ZERO,
+            switches: Switches::default(),
+            perf: wanted.then(|| PerfSyscalls::attach(pid)).flatten(),
+        }
+    }
+
+    pub fn start(&mut self) {
+        if let Some(perf) = &mut self.perf {
+            perf.enable();
+        }
+        self.cpu = cpu_time(self.pid);
+        self.switches = Switches::of(self.pid);
+    }
+
+    pub fn stop(mut self) -> Spent {
+        let cpu = cpu_time(self.pid) - self.cpu;
+        let switches = Switches::of(self.pid).since(self.switches);
+        if let Some(perf) = &mut self.perf {
+            perf.disable();
+        }
+        Spent {
+            cpu,
+            switches,
+            syscalls: self.perf.and_then(PerfSyscalls::finish),
+        }
+    }
 }
 
 impl LoadResult {
-    pub fn from(mut latencies: Vec<u64>, window: Duration, cpu: Duration) -> LoadResult {
+    pub fn from(mut latencies: Vec<u64>, window: Duration, spent: Spent) -> LoadResult {
         latencies.sort_unstable();
         assert!(!latencies.is_empty(), "no request completed in the window");
+        let n = latencies.len();
         LoadResult {
-            rate: latencies.len() as f64 / window.as_secs_f64(),
-            cpu: cpu / latencies.len() as u32,
+            rate: n as f64 / window.as_secs_f64(),
+            cpu: spent.cpu / n as u32,
+            waits: spent.switches.voluntary as f64 / n as f64,
+            syscalls: spent.syscalls.map(|s| s as f64 / n as f64),
             latencies,
+        }
+    }
+
+    /// `waits 1.2, system calls 3.4 /req` (the calls only when counted).
+    pub fn kernel(&self, unit: &str) -> String {
+        match self.syscalls {
+            Some(s) => format!("waits {:.2}, system calls {s:.2}/{unit}", self.waits),
+            None => format!("waits {:.2}/{unit}", self.waits),
         }
     }
 
@@ -131,12 +199,13 @@ pub fn http_load(
     let start = Instant::now();
     let warm_end = start + WARM_UP;
     let end = warm_end + window;
-    let (results, cpu) = rt.block_on(async {
-        let cpu = tokio::spawn(async move {
+    let mut meter = Meter::attach(server);
+    let (results, spent) = rt.block_on(async {
+        let spent = tokio::spawn(async move {
             tokio::time::sleep_until(warm_end.into()).await;
-            let before = cpu_time(server);
+            meter.start();
             tokio::time::sleep_until(end.into()).await;
-            cpu_time(server) - before
+            meter.stop()
         });
         let tasks: Vec<_> = (0..connections)
             .map(|i| {
@@ -172,7 +241,7 @@ pub fn http_load(
             for task in tasks {
                 all.push(task.await.expect("connection task panicked"));
             }
-            (all, cpu.await.unwrap())
+            (all, spent.await.unwrap())
         })
         .await
         .expect("HTTP load run timed out")
@@ -181,7 +250,7 @@ pub fn http_load(
     for r in results {
         latencies.extend(r.expect("connection failed"));
     }
-    LoadResult::from(latencies, window, cpu)
+    LoadResult::from(latencies, window, spent)
 }
 
 /// The value of header `name` in a response head.

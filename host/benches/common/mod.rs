@@ -2,6 +2,7 @@
 //! ([`process`]) and an HTTP client ([`http`]).
 
 pub mod http;
+pub mod kernel;
 pub mod process;
 pub mod report;
 
@@ -36,6 +37,14 @@ pub fn build_release(packages: &[&str]) -> PathBuf {
     cmd.current_dir(&root)
         .env("CARGO_TARGET_DIR", &target)
         .args(["build", "--profile", &profile, "--quiet"]);
+    // Another profile setting to measure, e.g. `MCP_BENCH_CARGO_CONFIG=
+    // 'profile.release.package.mcp-host.codegen-units=1'` (`;`-separated; cargo's own
+    // `CARGO_PROFILE_*` variables are removed above with the rest).
+    if let Ok(settings) = std::env::var("MCP_BENCH_CARGO_CONFIG") {
+        for setting in settings.split(';').filter(|s| !s.trim().is_empty()) {
+            cmd.args(["--config", setting.trim()]);
+        }
+    }
     for p in packages {
         cmd.args(["-p", p]);
     }

@@ -226,6 +226,10 @@ impl Drop for Server {
     /// exited after a few seconds.
     fn drop(&mut self) {
         drop(self.stdin.take());
+        // Already reaped (waited for by its caller): its pid may be another process's by now.
+        if let Ok(Some(_)) = self.child.try_wait() {
+            return;
+        }
         if self.stdio && self.exited_within(Duration::from_secs(3)) {
             return;
         }
@@ -382,10 +386,12 @@ pub fn raise_nofile() -> u64 {
     }
 }
 
-/// `exe args...` under valgrind's callgrind, writing its counts to `out`.
+/// `exe args...` under valgrind's callgrind, writing its counts to `out`: per instruction, at
+/// absolute addresses ([`Executed::read`]).
 pub fn under_callgrind(exe: &Path, args: &[&str], out: &Path) -> Command {
     let mut cmd = Command::new("valgrind");
     cmd.arg("--tool=callgrind")
+        .args(["--dump-instr=yes", "--compress-pos=no"])
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(exe)
         .args(args)
@@ -400,4 +406,127 @@ pub fn counted_instructions(out: &Path) -> u64 {
         .find_map(|l| l.strip_prefix("totals:"))
         .and_then(|t| t.trim().parse().ok())
         .unwrap_or_else(|| panic!("no totals in {}", out.display()))
+}
+
+/// How many times each instruction ran, per object (the executable, each shared library), from a
+/// callgrind output written with `--dump-instr=yes --compress-pos=no`.
+#[derive(Debug, Default)]
+pub struct Executed(std::collections::HashMap<String, std::collections::HashMap<u64, u64>>);
+
+impl Executed {
+    pub fn read(out: &Path) -> Executed {
+        let text =
+            std::fs::read_to_string(out).unwrap_or_else(|e| panic!("{}: {e}", out.display()));
+        let mut names: std::collections::HashMap<String, String> = Default::default();
+        // `ob=(3) /path` names object 3 the first time, `ob=(3)` refers to it afterwards.
+        let mut object = |spec: &str| -> String {
+            let spec = spec.trim();
+            match spec.strip_prefix('(').and_then(|s| s.split_once(')')) {
+                Some((id, name)) if !name.trim().is_empty() => {
+                    names.insert(id.to_owned(), name.trim().to_owned());
+                    name.trim().to_owned()
+                }
+                Some((id, _)) => names.get(id).cloned().unwrap_or_default(),
+                None => spec.to_owned(),
+            }
+        };
+        let mut executed = Executed::default();
+        let (mut current, mut function_object, mut after_call) =
+            (String::new(), String::new(), false);
+        for line in text.lines() {
+            if let Some(spec) = line.strip_prefix("ob=") {
+                current = object(spec);
+            } else if let Some(spec) = line.strip_prefix("cob=") {
+                // A called function's object, named here the first time it appears.
+                object(spec);
+            } else if line.starts_with("fn=") {
+                function_object.clone_from(&current);
+            } else if line.starts_with("calls=") {
+                after_call = true;
+            } else if let Some(hex) = line.strip_prefix("0x") {
+                // The line after `calls=` is the call's inclusive cost, not the instruction's own.
+                if std::mem::take(&mut after_call) {
+                    continue;
+                }
+                let mut fields = hex.split_whitespace();
+                let address = fields.next().and_then(|a| u64::from_str_radix(a, 16).ok());
+                let count = fields.last().and_then(|c| c.parse::<u64>().ok());
+                if let (Some(address), Some(count)) = (address, count) {
+                    *executed
+                        .0
+                        .entry(function_object.clone())
+                        .or_default()
+                        .entry(address)
+                        .or_default() += count;
+                }
+            }
+        }
+        executed
+    }
+}
+
+/// The code a request runs: the instructions that ran at least once every four extra requests in
+/// a longer run than in a shorter one (start-up, exit and code run once cancel out), as cache lines
+/// (64 B: the instruction cache's unit) and pages (4 kB: the instruction TLB's), per object.
+#[derive(Debug, Clone, Default)]
+pub struct Footprint {
+    pub lines: usize,
+    pub pages: usize,
+    /// Each object's lines and pages, most lines first (a plugin's copy named without its
+    /// identity prefix).
+    pub by_object: Vec<(String, usize, usize)>,
+}
+
+impl Footprint {
+    pub fn between(short: &Executed, long: &Executed, extra_requests: u64) -> Footprint {
+        let mut footprint = Footprint::default();
+        for (object, counts) in &long.0 {
+            let before = short.0.get(object);
+            let hot: Vec<u64> = counts
+                .iter()
+                .filter(|&(address, count)| {
+                    let earlier = before.and_then(|b| b.get(address)).copied().unwrap_or(0);
+                    4 * count.saturating_sub(earlier) >= extra_requests
+                })
+                .map(|(address, _)| *address)
+                .collect();
+            let lines: std::collections::HashSet<u64> = hot.iter().map(|a| a >> 6).collect();
+            let pages: std::collections::HashSet<u64> = hot.iter().map(|a| a >> 12).collect();
+            if lines.is_empty() {
+                continue;
+            }
+            footprint.lines += lines.len();
+            footprint.pages += pages.len();
+            let name = Path::new(object)
+                .file_name()
+                .map_or_else(|| object.clone(), |n| n.to_string_lossy().into_owned());
+            // A plugin's private copy is `<16 hex digits>-<file>`.
+            let name = match name.split_once('-') {
+                Some((id, file)) if id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    file.to_owned()
+                }
+                _ => name,
+            };
+            footprint.by_object.push((name, lines.len(), pages.len()));
+        }
+        footprint.by_object.sort_by_key(|b| std::cmp::Reverse(b.1));
+        footprint
+    }
+
+    /// `1,355 lines (85 kB) in 216 pages: mcp-host 1,117 / 169, …`
+    pub fn show(&self) -> String {
+        let parts: Vec<String> = self
+            .by_object
+            .iter()
+            .take(4)
+            .map(|(name, lines, pages)| format!("{name} {lines} / {pages}"))
+            .collect();
+        format!(
+            "{} lines of 64 B ({} kB) in {} pages of 4 kB ({})",
+            self.lines,
+            self.lines * 64 / 1024,
+            self.pages,
+            parts.join(", ")
+        )
+    }
 }

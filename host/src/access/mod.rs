@@ -33,6 +33,10 @@ pub struct Identity {
     pub agent: Option<Arc<Agent>>,
     /// The caller's JWT claims, when a JWT identified it (call policy's `caller.claims`).
     pub claims: Option<Arc<auth::Claims>>,
+    /// The JWT the caller presented, as verified (never a personal secret): what an upstream with
+    /// `server.auth.mode: token_exchange` exchanges for the caller's own token there (RFC 8693).
+    /// Never handed to plugins, never sent on as it is (no token passthrough).
+    pub subject_token: Option<upstream::Secret>,
 }
 
 impl Identity {
@@ -266,6 +270,10 @@ impl Access {
             (None, None) => None,
         };
         let claims = verified.as_ref().and_then(|v| v.claims.clone());
+        // A JWT (one with claims) may be exchanged; a personal secret never leaves the host.
+        let subject_token = bearer
+            .filter(|_| claims.is_some())
+            .map(upstream::Secret::new);
         let caller = verified.map(|v| {
             let mut caller = mcp_plugin_sdk::UserInfo::new(v.user_id);
             caller.session_id = session_id.map(str::to_owned);
@@ -276,6 +284,7 @@ impl Access {
             caller,
             agent,
             claims,
+            subject_token,
         })
     }
 

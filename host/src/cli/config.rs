@@ -5,7 +5,8 @@
 //! query parameters that name a secret: `pass`, `password`, `token`, `secret`, `key`, ...), and
 //! every plugin-configuration value whose key names a secret (`key`, `secret`, `token`,
 //! `password`, `credential`, ...), and an upstream server's secrets — its environment values,
-//! headers and command-line values that `mcp-host import` would not copy either (one rule,
+//! headers and command-line values that `mcp-host import` would not copy either, and the values
+//! definition overrides fix or fill for an argument that names or looks like a secret (one rule,
 //! `mcp_host::config::secrets`).
 
 use std::process::ExitCode;
@@ -69,8 +70,44 @@ fn redact(config: &mut Value) {
             .filter_map(|dir| dir.get_mut("server"))
             .for_each(redact_upstream);
     }
+    // The values overrides fix or fill for an argument that names a secret, or that look like one.
+    redact_overrides(config.get_mut("overrides"));
+    for section in ["plugins", "agents"] {
+        if let Some(Value::Object(entries)) = config.get_mut(section) {
+            entries
+                .values_mut()
+                .for_each(|entry| redact_overrides(entry.get_mut("overrides")));
+        }
+    }
     // Every URL anywhere (the store, the OTLP endpoint, a plugin's database URL...).
     redact_urls(config);
+}
+
+/// Redact, in definition overrides, every argument's fixed `value` and `default` that is a secret
+/// by the rule of upstream environment values (the argument's name says so — `token`, `api_key`,
+/// … — or the value has a token's form); `${caller.user}` is kept.
+fn redact_overrides(overrides: Option<&mut Value>) {
+    let Some(Value::Object(tools)) = overrides.and_then(|o| o.get_mut("tools")) else {
+        return;
+    };
+    let arguments = tools
+        .values_mut()
+        .filter_map(|tool| tool.get_mut("arguments").and_then(Value::as_object_mut));
+    for (name, argument) in arguments.flat_map(|a| a.iter_mut()) {
+        for field in ["value", "default"] {
+            let Some(v) = argument.get_mut(field) else {
+                continue;
+            };
+            let secret = match v {
+                Value::String(s) => mcp_host::config::secrets::is_secret(name, s),
+                Value::Null => false,
+                _ => is_secret_key(name),
+            };
+            if secret {
+                *v = Value::from(REDACTED);
+            }
+        }
+    }
 }
 
 /// Redact an upstream server's secrets (`tool_dirs[].server`) by the rule `mcp-host import` uses
@@ -185,6 +222,28 @@ mod tests {
         assert_eq!(text["hmac_key"], REDACTED);
         assert_eq!(text["nested"][0]["api_token"], REDACTED);
         assert_eq!(text["nested"][0]["zone"], "UTC");
+    }
+
+    #[test]
+    fn override_values_that_are_secrets_are_redacted() {
+        let tool = json!({"arguments": {
+            "api_key": {"value": "plain-looking"},
+            "owner": {"value": "acme"},
+            "user": {"value": "${caller.user}"},
+            "auth": {"default": "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB"}}});
+        let mut v = json!({
+            "overrides": {"tools": {"t": tool.clone()}},
+            "plugins": {"p": {"overrides": {"tools": {"t": tool.clone()}}}},
+            "agents": {"a": {"overrides": {"tools": {"t": tool}}}}
+        });
+        redact(&mut v);
+        for at in ["/overrides", "/plugins/p/overrides", "/agents/a/overrides"] {
+            let args = &v.pointer(at).unwrap()["tools"]["t"]["arguments"];
+            assert_eq!(args["api_key"]["value"], REDACTED, "{at}");
+            assert_eq!(args["auth"]["default"], REDACTED, "{at}");
+            assert_eq!(args["owner"]["value"], "acme", "{at}");
+            assert_eq!(args["user"]["value"], "${caller.user}", "{at}");
+        }
     }
 
     #[test]

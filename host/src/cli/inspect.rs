@@ -98,12 +98,31 @@ fn list_row(e: &mcp_host::registry::Entry) -> [String; 7] {
         Status::Restarting(why) => format!("restarting ({why})"),
         Status::Failed(why) => format!("failed ({why})"),
         Status::Held(why) => format!("held by pinning ({why})"),
+        Status::BadOverride(why) => format!("overrides cannot apply ({why})"),
+        Status::Suspicious(found) => format!("held by the definition scan ({found})"),
+    };
+    // The name clients see, and the one it has without overrides beside it.
+    let shown = match &e.original {
+        Some(original) if *original != e.tool => format!("{} (from {original})", e.tool),
+        Some(_) => format!("{} (overridden)", e.tool),
+        None => e.tool.clone(),
+    };
+    let shown = match e.exposed.as_ref().filter(|x| !x.agents.is_empty()) {
+        Some(x) => {
+            let agents: Vec<String> = x
+                .agents
+                .iter()
+                .map(|(agent, d)| format!("{agent}: {}", d["name"].as_str().unwrap_or("-")))
+                .collect();
+            format!("{shown} [{}]", agents.join(", "))
+        }
+        None => shown,
     };
     let name = match e.kind {
-        Kind::Tool => e.tool.clone(),
-        Kind::Resource => format!("resource {}", e.tool),
-        Kind::ResourceTemplate => format!("template {}", e.tool),
-        Kind::Prompt => format!("prompt {}", e.tool),
+        Kind::Tool => shown,
+        Kind::Resource => format!("resource {shown}"),
+        Kind::ResourceTemplate => format!("template {shown}"),
+        Kind::Prompt => format!("prompt {shown}"),
     };
     [
         name,
@@ -147,12 +166,13 @@ fn isolation(e: &mcp_host::registry::Entry) -> String {
         }
         let d = &e.declared;
         return format!(
-            "{} (declares read {}, write {}, net {}, env {})",
+            "{} (declares read {}, write {}, net {}, env {}, credentials {})",
             e.isolation.as_str(),
             d.read.len(),
             d.write.len(),
             d.net.len(),
-            d.env.len()
+            d.env.len(),
+            d.credentials.len()
         );
     };
     let connect = match &grant.connect {
@@ -299,7 +319,7 @@ fn write_build(report: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<(
 
 /// The permissions the manifest declares, on one line.
 fn write_declared(manifest: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    let declared: Vec<String> = ["read", "write", "net", "env"]
+    let declared: Vec<String> = ["read", "write", "net", "env", "credentials"]
         .iter()
         .flat_map(|kind| {
             manifest["permissions"][*kind]

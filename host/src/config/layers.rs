@@ -39,6 +39,7 @@ struct Layer {
     auth: Option<Value>,
     request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
+    overrides: Option<Value>,
     policy: Option<Value>,
     console: Option<Value>,
     log_format: Option<LogFormat>,
@@ -86,6 +87,8 @@ struct DetailedToolDir {
     #[serde(default)]
     pinning: Option<PinMode>,
     #[serde(default)]
+    definition_scan: Option<super::ScanMode>,
+    #[serde(default)]
     optional: bool,
 }
 
@@ -99,7 +102,8 @@ impl<'de> Deserialize<'de> for ToolDirEntry {
                 .map_err(D::Error::custom),
             other => Err(D::Error::custom(format!(
                 "expected a path, {{path, prefix, files, isolation, require_signature, pinning, \
-                 optional}} or {{server, name, prefix, isolation, pinning}}, \
+                 definition_scan, optional}} or {{server, name, prefix, isolation, pinning, \
+                 definition_scan}}, \
                  got {other}"
             ))),
         }
@@ -152,6 +156,7 @@ fn directory_entry(
         isolation: d.isolation,
         require_signature: d.require_signature,
         pinning: d.pinning,
+        definition_scan: d.definition_scan,
         optional: d.optional,
         server: None,
         name: None,
@@ -176,6 +181,7 @@ fn upstream_entry(
         isolation: d.isolation,
         require_signature: None,
         pinning: d.pinning,
+        definition_scan: d.definition_scan,
         optional: false,
         server: Some(server),
         name: Some(name),
@@ -564,6 +570,13 @@ fn expand_vars(
                     Some((n, d)) => (n, Some(d)),
                     None => (inner, None),
                 };
+                // `${caller.user}` and the like are no variable (a name has no `.`): an override
+                // fills them at each call, from the verified caller.
+                if name.starts_with("caller.") {
+                    out.push_str(&rest[start..start + 2 + end + 1]);
+                    rest = &after[end + 1..];
+                    continue;
+                }
                 match (env(name), default) {
                     (Some(v), _) => out.push_str(&v),
                     (None, Some(d)) => out.push_str(d),
@@ -644,6 +657,7 @@ fn apply_value(
             "auth",
             "request_state",
             "agents",
+            "overrides",
             "policy",
             "console",
             "traces",
@@ -694,15 +708,44 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
         check_console(&section::<ConsoleSettings>(v, origin, "console")?, origin)?;
     }
     for (name, v) in layer.agents.iter().flatten() {
-        section::<AgentSettings>(v, origin, &format!("agents.{name}"))?;
+        let prefix = format!("agents.{name}");
+        let agent = section::<AgentSettings>(v, origin, &prefix)?;
+        check_overrides(&agent.overrides, origin, &prefix)?;
+    }
+    if let Some(v) = &layer.overrides {
+        check_overrides(&section(v, origin, "overrides")?, origin, "")?;
     }
     if let Some(v) = &layer.trust {
         check_trust(&section::<TrustSettings>(v, origin, "trust")?, origin)?;
     }
     for (name, v) in layer.plugins.iter().flatten() {
-        section::<PluginSettings>(v, origin, &format!("plugins.{name}"))?;
+        let prefix = format!("plugins.{name}");
+        let plugin = section::<PluginSettings>(v, origin, &prefix)?;
+        check_overrides(&plugin.overrides, origin, &prefix)?;
     }
     Ok(())
+}
+
+/// The checks of [`DefinitionOverrides::check`] on the overrides under `prefix` (`""` for the
+/// top-level `overrides`), naming the key.
+fn check_overrides(
+    overrides: &super::DefinitionOverrides,
+    origin: &Origin,
+    prefix: &str,
+) -> Result<(), ConfigError> {
+    let checked = if prefix.starts_with("agents.") {
+        overrides.check_agent()
+    } else {
+        overrides.check()
+    };
+    checked.map_err(|(key, message)| {
+        let dot = if prefix.is_empty() { "" } else { "." };
+        ConfigError::Invalid {
+            origin: origin.name.clone(),
+            key: format!("{prefix}{dot}overrides.{key}"),
+            message,
+        }
+    })
 }
 
 /// Set the top-level keys a layer has (paths resolved against its file): where plugins come from
@@ -885,13 +928,21 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     check_upstream_auth_required(config, &origin)?;
     if let Some(Value::Object(agents)) = present("agents") {
         for (name, v) in agents {
-            let settings = section(v, &origin, &format!("agents.{name}"))?;
+            let prefix = format!("agents.{name}");
+            let settings: AgentSettings = section(v, &origin, &prefix)?;
+            check_overrides(&settings.overrides, &origin, &prefix)?;
             config.agents.insert(name.clone(), settings);
         }
     }
+    if let Some(v) = present("overrides") {
+        config.overrides = section(v, &origin, "overrides")?;
+        check_overrides(&config.overrides, &origin, "")?;
+    }
     if let Some(Value::Object(plugins)) = present("plugins") {
         for (name, v) in plugins {
-            let mut settings: PluginSettings = section(v, &origin, &format!("plugins.{name}"))?;
+            let prefix = format!("plugins.{name}");
+            let mut settings: PluginSettings = section(v, &origin, &prefix)?;
+            check_overrides(&settings.overrides, &origin, &prefix)?;
             // Permission paths and the data directory resolve like every path of the file.
             let base = config.base_dir.clone();
             let grant = &mut settings.permissions;

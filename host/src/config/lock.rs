@@ -58,7 +58,23 @@ pub struct Pin {
     pub plugin: String,
     /// SHA-256 (hex) of [`canonical_json`] of `definition`.
     pub sha256: String,
-    /// The definition as the client was told it (the list entry without `_meta`).
+    /// The definition as the source serves it (the list entry, under the name it is served by
+    /// without overrides).
+    pub definition: Value,
+    /// The overrides clients are shown it under, pinned apart from the source's definition (so
+    /// that a change of either is caught): absent when none applies.
+    #[serde(default, rename = "override", skip_serializing_if = "Option::is_none")]
+    pub overridden: Option<OverridePin>,
+}
+
+/// The pinned overrides of one definition (see `registry::shape::pinned`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverridePin {
+    /// SHA-256 (hex) of [`canonical_json`] of `definition`.
+    pub sha256: String,
+    /// The overrides: the merged one (`tool`) and each agent's own (`agents`), fixed values and
+    /// defaults as digests.
     pub definition: Value,
 }
 
@@ -84,7 +100,26 @@ impl Pin {
             plugin: plugin.to_owned(),
             sha256: digest(&definition),
             definition,
+            overridden: None,
         }
+    }
+
+    /// The same pin with the overrides `overrides` (none when `None`).
+    pub fn with_override(mut self, overrides: Option<Value>) -> Pin {
+        self.overridden = overrides.map(|definition| OverridePin {
+            sha256: digest(&definition),
+            definition,
+        });
+        self
+    }
+
+    /// Whether its definition and its overrides are what their hashes say.
+    fn intact(&self) -> bool {
+        digest(&self.definition) == self.sha256
+            && self
+                .overridden
+                .as_ref()
+                .is_none_or(|o| digest(&o.definition) == o.sha256)
     }
 }
 
@@ -126,7 +161,7 @@ impl PinLock {
             ("prompt", &mut lock.prompts),
         ] {
             section.retain(|name, pin| {
-                let intact = digest(&pin.definition) == pin.sha256;
+                let intact = pin.intact();
                 if !intact {
                     broken.push(format!("{kind} {name}"));
                 }

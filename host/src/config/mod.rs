@@ -8,6 +8,7 @@
 //! The types live here; how layers are read, checked and merged lives in `layers`.
 
 mod console;
+pub mod definitions;
 pub mod import;
 pub mod installed;
 mod isolation;
@@ -23,6 +24,9 @@ pub mod tls;
 pub mod upstream_auth;
 
 pub use console::ConsoleSettings;
+pub use definitions::{
+    ArgumentOverride, DefinitionOverrides, EntryOverride, HintOverrides, ToolOverride,
+};
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use layers::REGISTRY_TOKEN_VAR;
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
@@ -30,8 +34,8 @@ pub use overrides::Overrides;
 pub use policy::{Approver, Budget, Policed, PolicyRule, PolicySettings, RuleOutcome};
 pub use suggest::did_you_mean;
 pub use upstream_auth::{
-    ConsentSettings, ListAs, ServerAuth, ServerAuthMode, SessionSettings, TokenEndpointAuth,
-    UpstreamAuthSettings, VaultSettings,
+    ConsentSettings, ListAs, ServerAuth, ServerAuthMode, SessionSettings, SubjectTokenType,
+    TokenEndpointAuth, TokenExchange, UpstreamAuthSettings, VaultSettings,
 };
 
 use std::collections::BTreeMap;
@@ -110,6 +114,10 @@ pub struct ToolDir {
     /// `trust.pinning`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pinning: Option<PinMode>,
+    /// What the host does with a definition its plugins serve that hides characters or speaks to
+    /// the model (unset: the global `trust.definition_scan`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub definition_scan: Option<ScanMode>,
     /// It may not exist yet (e.g. the operator's own directory in the packaged configuration):
     /// then start-up notes it instead of warning, and plugins dropped there once it is made are
     /// served.
@@ -238,6 +246,25 @@ pub enum PinMode {
     Enforce,
 }
 
+/// What the host does with a served definition (tool, prompt, resource: as clients are shown it,
+/// overrides applied) in which the definition scan finds hidden characters (Unicode tag,
+/// zero-width or bidi control characters) or instructions aimed at the model. See
+/// `docs/operators/trust.md`.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum ScanMode {
+    /// Not scanned.
+    Off,
+    /// Served, and each finding logged.
+    #[default]
+    Warn,
+    /// Not served (held, as a definition not as pinned is under `enforce`) until the definition
+    /// or an override of it no longer has the finding.
+    Hold,
+}
+
 /// What the host trusts: signing keys, and whether plugins must be signed and their definitions
 /// pinned (defaults for every tool directory; an entry of `tool_dirs` may set its own).
 #[derive(Debug, Clone, Default, PartialEq, Deserialize, Serialize, schemars::JsonSchema)]
@@ -253,6 +280,8 @@ pub struct TrustSettings {
     pub pinning: PinMode,
     /// The lock file (relative to the configuration file; default `mcp-host.lock` beside it).
     pub lock_file: Option<PathBuf>,
+    /// What is done with a served definition that hides characters or speaks to the model.
+    pub definition_scan: ScanMode,
 }
 
 impl ToolDir {
@@ -810,6 +839,11 @@ pub struct AgentSettings {
     pub tools: ToolsMode,
     /// With `tools: search`: globs of tools listed all the same (besides the search and call tools).
     pub always_list: Vec<String>,
+    /// What this agent is shown of tools, over the source's and the global overrides (tools by
+    /// the name they are served under without overrides; tools only: every agent is shown the
+    /// same prompts and resources). See `docs/operators/overrides.md`.
+    #[serde(skip_serializing_if = "DefinitionOverrides::is_empty")]
+    pub overrides: DefinitionOverrides,
 }
 
 /// How an agent's `tools/list` shows its tools.
@@ -871,6 +905,11 @@ pub struct PluginSettings {
     /// Its data directory (default `<data_dir>/<plugin>`), handed to it by the host API and
     /// granted read and write when sandboxed.
     pub data_dir: Option<PathBuf>,
+    /// What clients are shown of its tools, prompts and resources, and the arguments the host
+    /// fixes or fills (tools and prompts by the plugin's own names, before prefixes), over the
+    /// global `overrides`. See `docs/operators/overrides.md`.
+    #[serde(skip_serializing_if = "DefinitionOverrides::is_empty")]
+    pub overrides: DefinitionOverrides,
 }
 
 /// The default probe cache (`probe_cache`): `$XDG_CACHE_HOME/mcp-host/probed` or
@@ -935,6 +974,11 @@ pub struct Config {
     pub request_state: RequestStateSettings,
     /// Agents: named views of the tools.
     pub agents: BTreeMap<String, AgentSettings>,
+    /// What clients are shown of any source's tools, prompts and resources, and the arguments the
+    /// host fixes or fills (by the name served without overrides); a source's own
+    /// (`plugins.<name>.overrides`) and an agent's (`agents.<name>.overrides`) take precedence.
+    /// See `docs/operators/overrides.md`.
+    pub overrides: DefinitionOverrides,
     /// Call policy: rules over the caller, the tool and the arguments; budgets.
     pub policy: PolicySettings,
     /// The operator console and tool playground in the browser.
@@ -1007,6 +1051,7 @@ impl Default for Config {
             auth: AuthSettings::default(),
             request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
+            overrides: DefinitionOverrides::default(),
             policy: PolicySettings::default(),
             console: ConsoleSettings::default(),
             log_format: LogFormat::Text,
@@ -1200,6 +1245,13 @@ impl Config {
         self.tool_dir(index, path)
             .and_then(|d| d.pinning)
             .unwrap_or(self.trust.pinning)
+    }
+
+    /// What is done with a suspicious definition served from tool directory number `index`.
+    pub fn definition_scan(&self, index: usize, path: &std::path::Path) -> ScanMode {
+        self.tool_dir(index, path)
+            .and_then(|d| d.definition_scan)
+            .unwrap_or(self.trust.definition_scan)
     }
 
     /// Whether any tool directory checks definitions against the lock file.

@@ -91,7 +91,10 @@ impl Default for SessionSettings {
 #[serde(deny_unknown_fields, default)]
 pub struct ServerAuth {
     /// `oauth`: each caller's own OAuth token — the first call of a user without one asks the
-    /// user's client to open a consent link (see docs/operators/upstream-auth.md).
+    /// user's client to open a consent link; `token_exchange`: each caller's own token, the
+    /// caller's verified inbound JWT exchanged for one (RFC 8693, no consent); `client_credentials`:
+    /// one token of the host's own service identity for every caller (see
+    /// docs/operators/upstream-auth.md).
     pub mode: ServerAuthMode,
     /// A client registered with the upstream's authorization server beforehand (else: the host's
     /// client metadata document where the server takes them, else dynamic registration).
@@ -116,9 +119,49 @@ pub struct ServerAuth {
     pub token_endpoint_auth: Option<TokenEndpointAuth>,
     /// Who reads the upstream's tools, resources and prompts for everyone: `operator` (the
     /// operator's own connection, made by an admin at `<public_url>/oauth/connect?upstream=NAME&as=operator`;
-    /// until then the upstream waits, serving nothing) or `none` (the upstream lists them without
-    /// a token).
+    /// until then the upstream waits, serving nothing), `service` (the host's service identity: a
+    /// `client_credentials` token of the configured client) or `none` (the upstream lists them
+    /// without a token). With `mode: client_credentials` it is `service`.
     pub list_as: ListAs,
+    /// With `mode: token_exchange`: how the caller's token is exchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token_exchange: Option<TokenExchange>,
+}
+
+/// How a caller's inbound token is exchanged for the upstream's (RFC 8693).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenExchange {
+    /// What the caller's token is, as `subject_token_type`: `access_token` (the default) or
+    /// `jwt`.
+    pub subject_token_type: SubjectTokenType,
+    /// An RFC 8693 `audience` to ask for besides `resource` (some authorization servers name
+    /// the upstream that way).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+}
+
+/// The RFC 8693 type of the token a caller presented to the host.
+#[derive(
+    Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Deserialize, Serialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SubjectTokenType {
+    /// `urn:ietf:params:oauth:token-type:access_token`.
+    #[default]
+    AccessToken,
+    /// `urn:ietf:params:oauth:token-type:jwt`.
+    Jwt,
+}
+
+impl SubjectTokenType {
+    /// Its URN.
+    pub fn urn(self) -> &'static str {
+        match self {
+            SubjectTokenType::AccessToken => "urn:ietf:params:oauth:token-type:access_token",
+            SubjectTokenType::Jwt => "urn:ietf:params:oauth:token-type:jwt",
+        }
+    }
 }
 
 impl Default for ServerAuth {
@@ -132,6 +175,7 @@ impl Default for ServerAuth {
             resource: true,
             token_endpoint_auth: None,
             list_as: ListAs::Operator,
+            token_exchange: None,
         }
     }
 }
@@ -151,6 +195,7 @@ impl fmt::Debug for ServerAuth {
             .field("resource", &self.resource)
             .field("token_endpoint_auth", &self.token_endpoint_auth)
             .field("list_as", &self.list_as)
+            .field("token_exchange", &self.token_exchange)
             .finish()
     }
 }
@@ -164,6 +209,11 @@ pub enum ServerAuthMode {
     /// Each caller's own OAuth 2.1 token, obtained with the caller's consent.
     #[default]
     Oauth,
+    /// Each caller's own token, obtained by exchanging the caller's verified inbound JWT at the
+    /// upstream's authorization server (RFC 8693): no consent round trip.
+    TokenExchange,
+    /// The host's own service identity (`client_credentials`): one token for every caller.
+    ClientCredentials,
 }
 
 /// A token endpoint authentication method.
@@ -188,6 +238,8 @@ pub enum ListAs {
     /// `<public_url>/oauth/connect?upstream=NAME&as=operator`, kept in the vault as `@operator`).
     #[default]
     Operator,
+    /// The host's service identity: a `client_credentials` token of the configured client.
+    Service,
     /// Nobody: the upstream lists without a token.
     None,
 }
@@ -212,6 +264,7 @@ impl ServerAuth {
             self.scopes,
             self.resource,
             self.token_endpoint_auth,
+            self.token_exchange,
         ]);
         hex(&sha2::Sha256::digest(canonical.to_string().as_bytes()))
     }
@@ -240,7 +293,61 @@ impl ServerAuth {
         if secretless && self.client_id.is_some() {
             return Some((".token_endpoint_auth", "needs `client_secret`".into()));
         }
+        self.grant_problem()
+    }
+
+    /// What is wrong with a mode (or listing) that obtains tokens without a user's consent.
+    fn grant_problem(&self) -> Option<(&'static str, String)> {
+        let needs_client = match self.mode {
+            ServerAuthMode::Oauth => self.list_as == ListAs::Service,
+            ServerAuthMode::TokenExchange | ServerAuthMode::ClientCredentials => true,
+        };
+        if self.token_exchange.is_some() && self.mode != ServerAuthMode::TokenExchange {
+            return Some((
+                ".token_exchange",
+                "applies to `mode: token_exchange`".into(),
+            ));
+        }
+        if needs_client && (self.client_id.is_none() || self.client_secret.is_none()) {
+            return Some((
+                ".client_id",
+                format!(
+                    "{} needs a client registered beforehand with the authorization server: \
+                     `client_id`, `client_secret` and `issuer`",
+                    match self.mode {
+                        ServerAuthMode::TokenExchange => "`mode: token_exchange`",
+                        ServerAuthMode::ClientCredentials => "`mode: client_credentials`",
+                        ServerAuthMode::Oauth => "`list_as: service`",
+                    }
+                ),
+            ));
+        }
+        if self.mode == ServerAuthMode::TokenExchange && self.list_as == ListAs::Operator {
+            return Some((
+                ".list_as",
+                "an upstream whose callers' tokens are exchanged lists with `service` (the \
+                 client's own client_credentials token) or `none`: there is no operator's \
+                 connection to list with"
+                    .into(),
+            ));
+        }
+        if self.token_endpoint_auth == Some(TokenEndpointAuth::None) && needs_client {
+            return Some((
+                ".token_endpoint_auth",
+                "a service identity or a token exchange authenticates its client: \
+                 client_secret_basic or client_secret_post"
+                    .into(),
+            ));
+        }
         None
+    }
+
+    /// Who lists the upstream: `service` for `mode: client_credentials`, else `list_as`.
+    pub fn lister(&self) -> ListAs {
+        match self.mode {
+            ServerAuthMode::ClientCredentials => ListAs::Service,
+            _ => self.list_as,
+        }
     }
 }
 
@@ -417,6 +524,74 @@ mod tests {
 
     fn b64(bytes: &[u8]) -> String {
         base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn a_token_exchange_or_service_identity_needs_a_confidential_client_and_a_listing() {
+        let url = Some("https://mcp.example.com/mcp");
+        let client = ServerAuth {
+            client_id: Some("gw".into()),
+            client_secret: Some("s".into()),
+            issuer: Some("https://idp.example".into()),
+            ..ServerAuth::default()
+        };
+        let exchange = ServerAuth {
+            mode: ServerAuthMode::TokenExchange,
+            list_as: ListAs::Service,
+            ..client.clone()
+        };
+        assert_eq!(exchange.problem(url), None);
+        assert_eq!(exchange.lister(), ListAs::Service);
+        let listed_by_operator = ServerAuth {
+            list_as: ListAs::Operator,
+            ..exchange.clone()
+        };
+        assert_eq!(listed_by_operator.problem(url).unwrap().0, ".list_as");
+        let secretless = ServerAuth {
+            client_secret: None,
+            ..exchange.clone()
+        };
+        assert_eq!(secretless.problem(url).unwrap().0, ".client_id");
+        let public = ServerAuth {
+            token_endpoint_auth: Some(TokenEndpointAuth::None),
+            ..exchange.clone()
+        };
+        assert_eq!(public.problem(url).unwrap().0, ".token_endpoint_auth");
+        let service = ServerAuth {
+            mode: ServerAuthMode::ClientCredentials,
+            ..client.clone()
+        };
+        assert_eq!(service.problem(url), None);
+        assert_eq!(
+            service.lister(),
+            ListAs::Service,
+            "a service identity lists as itself"
+        );
+        let stray = ServerAuth {
+            token_exchange: Some(TokenExchange::default()),
+            ..service.clone()
+        };
+        assert_eq!(stray.problem(url).unwrap().0, ".token_exchange");
+        // The exchange's settings are part of the identity: tokens obtained otherwise do not open.
+        let jwt = ServerAuth {
+            token_exchange: Some(TokenExchange {
+                subject_token_type: SubjectTokenType::Jwt,
+                audience: None,
+            }),
+            ..exchange.clone()
+        };
+        assert_ne!(jwt.identity("u"), exchange.identity("u"));
+        assert_ne!(service.identity("u"), client.identity("u"));
+        let parsed: ServerAuth = serde_json::from_value(serde_json::json!({
+            "mode": "token_exchange", "client_id": "gw", "client_secret": "s", "issuer": "i",
+            "list_as": "service", "token_exchange": {"subject_token_type": "jwt", "audience": "a"}
+        }))
+        .unwrap();
+        assert_eq!(parsed.mode, ServerAuthMode::TokenExchange);
+        assert_eq!(
+            parsed.token_exchange.unwrap().subject_token_type.urn(),
+            "urn:ietf:params:oauth:token-type:jwt"
+        );
     }
 
     #[test]

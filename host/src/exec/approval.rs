@@ -281,6 +281,7 @@ mod tests {
         let annotations = Value::Null;
         let tool = Subject::Tool {
             name: "delete_reading",
+            source_name: "delete_reading",
             annotations: &annotations,
         };
         let q = question(&tool, "destructive", &shown);

@@ -43,9 +43,18 @@ pub enum CallError {
     /// No served tool has this name (JSON-RPC -32602).
     #[error("unknown tool: {0}")]
     UnknownTool(String),
-    /// The tool takes `UserInfo` and the call has no verified caller.
+    /// The tool takes `UserInfo`, or its overrides fill an argument from the caller, and the call
+    /// has no verified caller.
     #[error("tool {0} requires an authenticated caller")]
     CallerRequired(String),
+    /// The client sent an argument the tool's overrides hide or fix (JSON-RPC -32602).
+    #[error("argument {argument} of tool {tool} is set by the host and may not be sent")]
+    Withheld {
+        /// The tool, as the client named it.
+        tool: String,
+        /// The argument.
+        argument: String,
+    },
     /// The caller is over its share (`limits.per_caller`).
     #[error(transparent)]
     Throttled(#[from] QuotaError),
@@ -311,9 +320,14 @@ impl Executor {
             depth: 0,
         };
         let observed = self.telemetry.observe(&tool, party, Arguments::Value(args));
-        // The arguments are checked against the tool's input schema first (once: nothing after
-        // checks them again), so the call policy judges arguments that exist, and a call that
-        // fails the check draws on no budget and asks no one.
+        // An argument the tool's overrides hide or fix is the host's, never the client's.
+        if let Some(refused) = withheld(&tool, args) {
+            observed.finish(Outcome::InvalidArguments, None);
+            return Err(refused);
+        }
+        // The arguments are checked against the tool's input schema (as served) first (once:
+        // nothing after checks them again), so the call policy judges arguments that exist, and
+        // a call that fails the check draws on no budget and asks no one.
         if let Err(message) = observed
             .phase("validate")
             .in_scope(|| validate(&tool, args))
@@ -322,6 +336,22 @@ impl Executor {
             observed.finish(Outcome::InvalidArguments, result.as_ref().ok());
             return result;
         }
+        // Then completed with what the host fixes and fills: the policy and the source see the
+        // arguments the source gets.
+        let completed;
+        let args = match tool.injection() {
+            None => args,
+            Some(injection) => match complete(&tool, injection, args, &opts.request) {
+                Ok(value) => {
+                    completed = value;
+                    &completed
+                }
+                Err(refused) => {
+                    observed.finish(Outcome::CallerRequired, None);
+                    return Err(refused);
+                }
+            },
+        };
         // The call policy decides before anything else runs; a `limit` holds its budget's slot
         // until the call ended.
         let _budget = match self.police(&tool, args, &opts, &observed).await {
@@ -367,6 +397,7 @@ impl Executor {
             claims,
             subject: Subject::Tool {
                 name: &tool.name,
+                source_name: tool.source_name(),
                 annotations: &annotations,
             },
             plugin: tool.slot.backend.name(),
@@ -698,6 +729,9 @@ impl Executor {
         let agent = request.agent();
         let tool = nested_tool(registry, agent, name)?;
         let args_value = nested_args(args)?;
+        if let Some(refused) = withheld(&tool, &args_value) {
+            return Err(NestedCallError::BadArguments(refused.to_string()));
+        }
         // A nested call counts against the outer caller's quota (in flight and rate), held
         // until it returns.
         let _quota = self.nested_quota(&request, name)?;
@@ -712,18 +746,19 @@ impl Executor {
         let observed = self.telemetry.observe(&tool, party, Arguments::Text(args));
         let span = observed.span().clone();
         let _in_call = span.enter();
-        let _budget =
-            match self.admit_nested(&tool, name, &args_value, &request, &caller_json, &observed) {
-                Ok(permit) => permit,
-                Err(NestedRefusal::Answered(outcome, result)) => {
-                    observed.finish(outcome, Some(&result));
-                    return Ok(result.into_text());
-                }
-                Err(NestedRefusal::Failed(outcome, error)) => {
-                    observed.finish(outcome, None);
-                    return Err(error);
-                }
-            };
+        let admitted =
+            self.admit_nested(&tool, name, &args_value, &request, &caller_json, &observed);
+        let (_budget, completed) = match admitted {
+            Ok(admitted) => admitted,
+            Err(NestedRefusal::Answered(outcome, result)) => {
+                observed.finish(outcome, Some(&result));
+                return Ok(result.into_text());
+            }
+            Err(NestedRefusal::Failed(outcome, error)) => {
+                observed.finish(outcome, None);
+                return Err(error);
+            }
+        };
         let call = Arc::new(CallState {
             request: Arc::clone(&request),
             deadline: parent
@@ -737,6 +772,8 @@ impl Executor {
             input: parent.and_then(|p| p.input.clone()),
             inline: parent.is_some_and(|p| p.inline),
         });
+        let completed = completed.map(|v| v.to_string());
+        let args = completed.as_deref().unwrap_or(args);
         Ok(self.run_nested(&tool, name, args, &call, observed))
     }
 
@@ -760,8 +797,9 @@ impl Executor {
 
     /// The checks a nested call of `tool` (asked for as `name`) passes before its plugin runs:
     /// valid arguments, a caller when the tool needs one, and the call policy as the outer
-    /// caller (no human can be asked from here, so an `approve` rule refuses). The permit of the
-    /// budget it draws on; else why not.
+    /// caller (no human can be asked from here, so an `approve` rule refuses), on the arguments
+    /// completed as the tool's overrides say. The permit of the budget it draws on and the
+    /// completed arguments (none: as given); else why not.
     fn admit_nested(
         &self,
         tool: &Tool,
@@ -770,20 +808,31 @@ impl Executor {
         request: &RequestContext,
         caller_json: &str,
         observed: &ObservedCall<'_>,
-    ) -> Result<Option<BudgetPermit>, NestedRefusal> {
+    ) -> Result<(Option<BudgetPermit>, Option<Value>), NestedRefusal> {
         if let Err(message) = observed.phase("validate").in_scope(|| validate(tool, args)) {
             return Err(NestedRefusal::Answered(
                 Outcome::InvalidArguments,
                 host_error(&message),
             ));
         }
-        if tool.descriptor().caller == CallerNeed::Required && caller_json.is_empty() {
-            return Err(NestedRefusal::Failed(
+        let refused = || {
+            NestedRefusal::Failed(
                 Outcome::CallerRequired,
                 NestedCallError::CallerRequired(name.into()),
-            ));
+            )
+        };
+        if tool.descriptor().caller == CallerNeed::Required && caller_json.is_empty() {
+            return Err(refused());
         }
+        let completed = match tool.injection() {
+            Some(injection) => {
+                Some(complete(tool, injection, args, request).map_err(|_| refused())?)
+            }
+            None => None,
+        };
+        let args = completed.as_ref().unwrap_or(args);
         self.police_nested(tool, args, request, observed)
+            .map(|permit| (permit, completed))
             .map_err(|message| NestedRefusal::Answered(Outcome::Denied, host_error(&message)))
     }
 
@@ -823,10 +872,43 @@ fn nested_tool(
     name: &str,
 ) -> Result<Arc<Tool>, NestedCallError> {
     registry
+        .view(agent.map(|a| a.name.as_str()))
         .get(name)
         .filter(|_| agent.is_none_or(|a| a.permits(name)))
         .cloned()
         .ok_or_else(|| NestedCallError::UnknownTool(name.into()))
+}
+
+/// The refusal of a call that sends an argument `tool`'s overrides hide or fix, if it does.
+fn withheld(tool: &Tool, args: &Value) -> Option<CallError> {
+    let argument = tool.injection()?.withheld_in(args)?;
+    Some(CallError::Withheld {
+        tool: tool.name.clone(),
+        argument: argument.to_owned(),
+    })
+}
+
+/// `args` (checked against the served schema) with what `tool`'s overrides fix and fill, from
+/// `request`'s verified caller and agent; a value filled from a caller the call does not have
+/// refuses it.
+fn complete(
+    tool: &Tool,
+    injection: &crate::registry::shape::Injection,
+    args: &Value,
+    request: &RequestContext,
+) -> Result<Value, CallError> {
+    let agent = request.agent().map(|a| a.name.as_str());
+    injection
+        .complete(args, request.caller(), agent)
+        .map_err(|refusal| match refusal {
+            crate::registry::shape::Refusal::Withheld(argument) => CallError::Withheld {
+                tool: tool.name.clone(),
+                argument,
+            },
+            crate::registry::shape::Refusal::NoCaller(_) => {
+                CallError::CallerRequired(tool.name.clone())
+            }
+        })
 }
 
 /// A nested call's arguments as JSON (none: an empty object).

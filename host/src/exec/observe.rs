@@ -187,6 +187,11 @@ impl ObservedCall<'_> {
             caller: audited.caller.as_deref(),
             agent: audited.agent.as_deref(),
             tool: &self.tool.name,
+            source_tool: self
+                .tool
+                .shaped()
+                .map(|_| self.tool.source_name())
+                .filter(|source| *source != self.tool.name),
             plugin: slot.backend.name(),
             plugin_version: &slot.backend.manifest().version,
             plugin_file: &slot.candidate.path,

@@ -61,6 +61,7 @@ impl Executor {
         let annotations = annotations_of(tool);
         let subject = Subject::Tool {
             name: &tool.name,
+            source_name: tool.source_name(),
             annotations: &annotations,
         };
         let decision = decide(
@@ -231,6 +232,7 @@ impl Executor {
         let annotations = annotations_of(tool);
         let subject = Subject::Tool {
             name: &tool.name,
+            source_name: tool.source_name(),
             annotations: &annotations,
         };
         let record = |rule: &str, decision| observed.policy(rule, decision);

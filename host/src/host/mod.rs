@@ -198,6 +198,11 @@ fn run_pending(inner: &Weak<Inner>) {
 type Forward = Box<dyn Fn(&Change) + Send + Sync>;
 
 impl Inner {
+    /// Users' upstream credentials, when the host keeps any.
+    fn user_credentials(&self) -> Option<Arc<crate::access::upstream::gateway::Credentials>> {
+        self.loader.credentials.get().cloned()
+    }
+
     /// Tell listeners about a change.
     fn announce(&self, change: Change) {
         // No receivers is fine: nobody is listening.
@@ -248,6 +253,29 @@ impl HostCallbacks for Callbacks {
         if let Some(inner) = self.0.upgrade() {
             inner.request(Rebuild::Refresh);
         }
+    }
+
+    fn credential(
+        &self,
+        plugin: &str,
+        call: &Arc<CallState>,
+        provider: &str,
+    ) -> Result<String, crate::plugins::host_request::HostRequestError> {
+        let inner = self
+            .0
+            .upgrade()
+            .ok_or(crate::plugins::host_request::HostRequestError::NoAnswer)?;
+        // What the plugin's manifest declares (the registry's rows of the plugin carry it).
+        let declared = inner
+            .registry
+            .load()
+            .entries
+            .iter()
+            .find(|e| e.plugin.as_deref() == Some(plugin))
+            .map(|e| e.declared.credentials.clone())
+            .unwrap_or_default();
+        let credentials = inner.user_credentials();
+        crate::plugins::credential::answer(credentials.as_ref(), plugin, &declared, call, provider)
     }
 }
 
@@ -568,6 +596,7 @@ impl Host {
             .inner
             .registry
             .load()
+            .view(agent)
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;
@@ -585,10 +614,12 @@ impl Host {
         args: Option<Value>,
         opts: CallOptions,
     ) -> Result<Value, CallError> {
+        let agent = opts.request.agent().map(|a| a.name.as_str());
         let tool = self
             .inner
             .registry
             .load()
+            .view(agent)
             .get(name)
             .cloned()
             .ok_or_else(|| CallError::UnknownTool(name.to_owned()))?;

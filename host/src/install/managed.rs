@@ -172,6 +172,7 @@ fn intersection(a: &DeclaredPermissions, b: &DeclaredPermissions) -> DeclaredPer
         write: both(&a.write, &b.write),
         net: both(&a.net, &b.net),
         env: both(&a.env, &b.env),
+        credentials: both(&a.credentials, &b.credentials),
     }
 }
 

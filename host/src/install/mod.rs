@@ -597,6 +597,7 @@ pub fn permission_diff(old: &DeclaredPermissions, new: &DeclaredPermissions) -> 
         ("write", &old.write, &new.write),
         ("net", &old.net, &new.net),
         ("env", &old.env, &new.env),
+        ("credentials", &old.credentials, &new.credentials),
     ] {
         out.extend(
             b.iter()
@@ -620,6 +621,7 @@ pub fn permission_lines(p: &DeclaredPermissions) -> Vec<String> {
         ("write", &p.write),
         ("net", &p.net),
         ("env", &p.env),
+        ("credentials", &p.credentials),
     ] {
         out.extend(list.iter().map(|v| format!("{kind} {v}")));
     }

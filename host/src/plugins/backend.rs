@@ -269,6 +269,19 @@ pub trait HostCallbacks: Send + Sync {
     fn rescan_needed(&self) {
         self.plugin_health_changed();
     }
+
+    /// The access token of `call`'s user for credential provider `provider`, as JSON for plugin
+    /// `plugin` (see `plugins::credential`); a host without users' credentials has none.
+    fn credential(
+        &self,
+        _plugin: &str,
+        _call: &Arc<CallState>,
+        _provider: &str,
+    ) -> Result<String, HostRequestError> {
+        Err(HostRequestError::UnsupportedCallMethod(
+            "credential/get".into(),
+        ))
+    }
 }
 
 /// A change clients may listen for.
@@ -330,6 +343,14 @@ pub fn answer(
             prompts,
         },
         HostRequest::ResourceUpdated { uri } => Change::ResourceUpdated(uri.into()),
+        HostRequest::Credential { provider } => {
+            return match call {
+                Some(call) => host.credential(plugin, call, &provider),
+                None => Err(HostRequestError::CallEnded {
+                    method: "credential/get".into(),
+                }),
+            };
+        }
         HostRequest::ClientCapabilities | HostRequest::StartTask | HostRequest::Ask { .. } => {
             return match call {
                 Some(call) => call.answer(&request),

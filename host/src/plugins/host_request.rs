@@ -54,6 +54,12 @@ pub enum HostRequest {
         /// The questions as JSON text.
         questions: String,
     },
+    /// `credential/get`: the calling user's access token for credential provider `provider`
+    /// (declared in the plugin's manifest).
+    Credential {
+        /// The provider (an upstream with `server.auth`).
+        provider: String,
+    },
 }
 
 impl HostRequest {
@@ -88,6 +94,19 @@ impl HostRequest {
             "input/ask" => HostRequest::Ask {
                 questions: params.into(),
             },
+            "credential/get" => {
+                let params: serde_json::Value = serde_json::from_str(params).unwrap_or_default();
+                match params.get("provider").and_then(serde_json::Value::as_str) {
+                    Some(p) if !p.is_empty() && p.len() <= 256 => {
+                        HostRequest::Credential { provider: p.into() }
+                    }
+                    _ => {
+                        return Err(HostRequestError::Credential(
+                            "credential/get needs a \"provider\" name".into(),
+                        ));
+                    }
+                }
+            }
             other => return Err(HostRequestError::UnsupportedCallMethod(other.into())),
         })
     }
@@ -117,6 +136,7 @@ impl HostRequest {
             HostRequest::ClientCapabilities => "client/capabilities",
             HostRequest::StartTask => "task/start",
             HostRequest::Ask { .. } => "input/ask",
+            HostRequest::Credential { .. } => "credential/get",
         }
     }
 
@@ -131,7 +151,10 @@ impl HostRequest {
     pub fn is_call_context(&self) -> bool {
         matches!(
             self,
-            HostRequest::ClientCapabilities | HostRequest::StartTask | HostRequest::Ask { .. }
+            HostRequest::ClientCapabilities
+                | HostRequest::StartTask
+                | HostRequest::Ask { .. }
+                | HostRequest::Credential { .. }
         )
     }
 }
@@ -187,6 +210,10 @@ pub enum HostRequestError {
     /// The host went away before it answered (seen in a worker process).
     #[error("the host did not answer")]
     NoAnswer,
+    /// No credential for the plugin: the text the SDK decodes (`mcp_plugin_sdk::wire::
+    /// credential`'s prefixes), never a token.
+    #[error("{0}")]
+    Credential(String),
 }
 
 impl HostRequestError {

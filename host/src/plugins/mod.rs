@@ -13,6 +13,7 @@ pub mod backend;
 pub mod call;
 pub mod cancel;
 pub(crate) mod copies;
+pub(crate) mod credential;
 pub(crate) mod deferred;
 pub mod discovery;
 pub(crate) mod host_request;

@@ -884,6 +884,8 @@ impl<'a> Node<'a> {
             },
             Node::Var(Root::Tool) => match (field, subject) {
                 ("name", Subject::Tool { name, .. }) => Some(Node::Text(name)),
+                ("source_name", Subject::Tool { source_name, .. }) => Some(Node::Text(source_name)),
+                ("source_name", _) => Some(Node::Text("")),
                 ("plugin", _) => Some(of(matches!(subject, Subject::Tool { .. }), plugin)),
                 ("annotations", Subject::Tool { annotations, .. }) => Some(Node::Json(annotations)),
                 ("name", _) => Some(Node::Text("")),
@@ -1078,7 +1080,7 @@ mod tests {
         ) {
             let args = Value::Object(args);
             let subject = match kind {
-                0 => Subject::Tool { name: &subject_name, annotations: &annotations },
+                0 => Subject::Tool { name: &subject_name, source_name: &subject_name, annotations: &annotations },
                 1 => Subject::Resource { uri: &subject_name, raw: &raw },
                 _ => Subject::Prompt { name: &subject_name },
             };
@@ -1097,7 +1099,7 @@ mod tests {
                     .expect("compiles");
                 let check = policy.rules()[0].check.as_ref().expect("a check");
                 if let Some(b) = check.eval(&facts) {
-                    let program = policy.env.compile(when).expect("compiles");
+                    let program = crate::policy::stdlib().compile(when).expect("compiles");
                     let vars = policy.vars(&facts);
                     let cel = program.execute(&policy.context(&vars));
                     prop_assert_eq!(cel, Ok(CelValue::Bool(b)), "{} on {:?}", when, facts);

@@ -411,6 +411,7 @@ fn launch(
             caller: task.caller.clone(),
             agent,
             claims: None,
+            subject_token: None,
         },
         quota_key: Some(Arc::from(task.quota_key.as_str())),
         cancel: cancel.clone(),

@@ -90,6 +90,7 @@ pub(crate) fn list(
         .collect();
     items.extend(
         registry
+            .view(Some(&agent.name))
             .tools()
             .filter(|t| agent.always_lists(&t.name) && !is_builtin(&t.name))
             .map(|t| (t.name.as_str(), &t.listing)),
@@ -133,7 +134,8 @@ pub(crate) fn search(req: &Request<'_>, registry: &Registry, args: Option<&Value
         )));
     }
     let agent = req.ex.request.agent();
-    let found = registry.search_index().search(query, limit as usize, |t| {
+    let view = registry.view(agent.map(|a| a.name.as_str()));
+    let found = view.search_index().search(query, limit as usize, |t| {
         agent.is_none_or(|a| a.permits(&t.name))
     });
     let tools: Vec<Value> = found

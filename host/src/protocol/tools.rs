@@ -21,9 +21,9 @@ pub(crate) fn list(protocol: &Protocol, req: &Request<'_>) -> Result<Answer, Rpc
     if let Some(agent) = agent.filter(|a| a.searches()) {
         return tool_search::list(req, agent, &registry);
     }
+    let view = registry.view(agent.map(|a| a.name.as_str()));
     pages::page(req, "tools", |after| {
-        registry
-            .tools_after(after)
+        view.tools_after(after)
             .filter(|t| agent.is_none_or(|a| a.permits(&t.name)))
             .map(|t| (t.name.as_str(), &t.listing))
     })
@@ -65,11 +65,13 @@ async fn call_named(
     proxied: bool,
 ) -> Result<Answer, RpcError> {
     // A tool the agent cannot see does not exist for it: the same error as an unknown tool.
+    let agent = req.ex.request.agent();
     let Some(tool) = protocol
         .host
         .registry()
+        .view(agent.map(|a| a.name.as_str()))
         .get(name)
-        .filter(|_| req.ex.request.agent().is_none_or(|a| a.permits(name)))
+        .filter(|_| agent.is_none_or(|a| a.permits(name)))
         .cloned()
     else {
         if proxied {
@@ -129,6 +131,11 @@ pub(crate) fn refused(e: CallError) -> RpcError {
             ErrorKind::Unauthorized,
             format!("Authentication required: tool {n} needs a verified caller"),
         ),
+        CallError::Withheld { tool, argument } => RpcError::invalid_params(format!(
+            "Invalid arguments for tool {tool}: argument {argument} is set by the host and may \
+             not be sent"
+        ))
+        .with_data(json!({ "argument": argument })),
         CallError::Throttled(q) => throttled(&q),
         CallError::Limited(b) => limited(&b),
     }

@@ -10,7 +10,9 @@
 
 mod checked;
 pub mod pins;
+pub mod scan;
 pub mod search;
+pub mod shape;
 pub mod template;
 pub mod uri;
 
@@ -27,7 +29,7 @@ use serde_json::{Map, Value, json};
 
 use template::UriTemplate;
 
-use crate::config::{Config, Isolation, PluginSettings};
+use crate::config::{Config, Isolation, PluginSettings, ScanMode};
 pub use crate::plugins::slot::{FileStamp, PluginSlot};
 use crate::plugins::worker::Grant;
 
@@ -51,6 +53,34 @@ pub struct Tool {
     pub series: std::sync::OnceLock<crate::telemetry::metrics::ToolSeries>,
     /// Its arguments mirrored in `Mcp-Param-{Name}` headers, found at its first call.
     header_params: std::sync::OnceLock<Box<[HeaderParam]>>,
+    /// How it is served under overrides (none applies: `None`, and it is served as its source
+    /// says).
+    shaped: Option<Box<Shaped>>,
+}
+
+/// A tool served under overrides (`config::DefinitionOverrides`).
+#[derive(Debug)]
+pub struct Shaped {
+    /// The definition clients see, when the overrides change it for them (`None`: an agent's
+    /// overrides only, the source's for everyone else).
+    served: Option<ToolDescriptor>,
+    /// What the host does with a call's arguments.
+    pub injection: shape::Injection,
+    /// The merged overrides it is served under (an agent's own go over these).
+    merged: crate::config::ToolOverride,
+    /// The source's definition and the overrides' pinned form.
+    pub overridden: Overridden,
+}
+
+/// What a definition served under overrides was before them, and the overrides as pinned.
+#[derive(Debug)]
+pub struct Overridden {
+    /// Its name (or URI) before overrides, prefixes applied.
+    pub original: String,
+    /// The source's definition as it would be listed without overrides.
+    pub source_listing: Listing,
+    /// The overrides' pinned form ([`shape::pinned`]; for a prompt or resource, the override).
+    pub pin: Value,
 }
 
 /// An argument whose schema names an `x-mcp-header`: 2026 HTTP clients mirror it in the
@@ -64,10 +94,45 @@ pub struct HeaderParam {
 }
 
 impl Tool {
-    /// What the plugin declared for it (the served name is [`Tool::name`]: prefixes applied).
-    /// Borrowed from the plugin's manifest, never copied.
+    /// The tool as clients see it (the served name is [`Tool::name`]: prefixes and overrides
+    /// applied): what the plugin declared — borrowed from the plugin's manifest, never copied —
+    /// unless overrides change it.
     pub fn descriptor(&self) -> &ToolDescriptor {
+        match self.shaped.as_ref().and_then(|s| s.served.as_ref()) {
+            Some(served) => served,
+            None => self.source_descriptor(),
+        }
+    }
+
+    /// What the plugin or upstream declared for it, whatever the overrides.
+    pub fn source_descriptor(&self) -> &ToolDescriptor {
         &self.slot.backend.manifest().tools[self.index as usize]
+    }
+
+    /// The source's own name for it (before prefixes and overrides): what policy rules see as
+    /// `tool.source_name`.
+    pub fn source_name(&self) -> &str {
+        &self.source_descriptor().name
+    }
+
+    /// How it is served under overrides, if any apply.
+    pub fn shaped(&self) -> Option<&Shaped> {
+        self.shaped.as_deref()
+    }
+
+    /// What the host does with its calls' arguments, when it fixes, fills or withholds any.
+    pub fn injection(&self) -> Option<&shape::Injection> {
+        self.shaped
+            .as_deref()
+            .map(|s| &s.injection)
+            .filter(|i| !i.is_empty())
+    }
+
+    /// Its name before overrides (prefixes applied).
+    pub fn original_name(&self) -> &str {
+        self.shaped
+            .as_deref()
+            .map_or(&self.name, |s| &s.overridden.original)
     }
 
     /// The arguments mirrored in headers (read from the input schema at the first call, not at
@@ -136,6 +201,8 @@ pub struct Resource {
     pub template: Option<UriTemplate>,
     /// The resource as `resources/list` (or `resources/templates/list`) shows it.
     pub listing: Listing,
+    /// What it was before overrides, when it is served under them.
+    pub overridden: Option<Box<Overridden>>,
 }
 
 impl std::fmt::Debug for Resource {
@@ -182,6 +249,8 @@ pub struct Prompt {
     pub timeout: Duration,
     /// The prompt as `prompts/list` shows it.
     pub listing: Listing,
+    /// What it was before overrides, when it is served under them.
+    pub overridden: Option<Box<Overridden>>,
 }
 
 impl std::fmt::Debug for Prompt {
@@ -373,6 +442,12 @@ pub enum Status {
     /// Its definition is not as pinned in the lock file, and its directory's pinning is
     /// `enforce`: not served until re-pinned.
     Held(String),
+    /// Its overrides cannot apply to it (an argument it does not have, a required one hidden
+    /// without a value): not served, rather than served without them.
+    BadOverride(String),
+    /// The definition scan found hidden characters or instructions to the model in it, and its
+    /// directory's `definition_scan` is `hold`: not served (what was found).
+    Suspicious(String),
 }
 
 /// A row of `mcp-host list`.
@@ -406,6 +481,25 @@ pub struct Entry {
     /// What its plugin declares it needs (`export_plugin!(permissions: {...})`).
     #[serde(skip_serializing_if = "mcp_plugin_sdk::wire::DeclaredPermissions::is_empty")]
     pub declared: mcp_plugin_sdk::wire::DeclaredPermissions,
+    /// Its name before overrides (prefixes applied), when it is served under overrides.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub original: Option<String>,
+    /// What clients are shown of it under the overrides, when they change it (`source` is the
+    /// source's definition).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exposed: Option<Exposed>,
+}
+
+/// A definition as its source serves it and as clients are shown it under overrides.
+#[derive(Debug, Clone, Serialize)]
+pub struct Exposed {
+    /// The source's definition (the list entry under the name it has without overrides).
+    pub source: Value,
+    /// What clients without overrides of their own are shown.
+    pub served: Value,
+    /// What each agent with overrides of its own is shown, by agent.
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub agents: BTreeMap<String, Value>,
 }
 
 pub use crate::plugins::Sources;
@@ -430,11 +524,70 @@ impl BuildMemory {
     }
 }
 
-/// An admitted tool's place in its manifest, its schema as listed, and its call timeout.
+/// An admitted tool's place in its manifest, its schema as listed, its call timeout, and how
+/// overrides shape it.
 struct ServedTool {
     index: usize,
     schema: Listing,
     timeout: Duration,
+    shaped: Option<Box<Shaped>>,
+}
+
+/// What admitting a tool takes from the build: the names won so far, the schema checks, and
+/// whether each served tool is logged.
+struct Admission<'w, 'm> {
+    winners: &'w mut Winners<'m>,
+    checks: &'w mut checked::SchemaChecks,
+    log_tools: bool,
+}
+
+/// The overrides that apply to one tool: the source's over the global ones, and each agent's own.
+struct ToolOverrides {
+    merged: crate::config::ToolOverride,
+    agents: BTreeMap<String, crate::config::ToolOverride>,
+}
+
+impl ToolOverrides {
+    /// Those of the tool the source calls `source`, served as `base` without overrides.
+    fn of(config: &Config, settings: &PluginSettings, base: &str, source: &str) -> Self {
+        let global = config.overrides.tools.get(base);
+        let merged = match (settings.overrides.tools.get(source), global) {
+            (Some(own), Some(global)) => own.over(global),
+            (Some(one), None) | (None, Some(one)) => one.clone(),
+            (None, None) => crate::config::ToolOverride::default(),
+        };
+        let agents = config
+            .agents
+            .iter()
+            .filter_map(|(agent, s)| Some((agent.clone(), s.overrides.tools.get(base)?.clone())))
+            .collect();
+        ToolOverrides { merged, agents }
+    }
+
+    /// How `tool` (served as `base` without overrides) is served under them: `None` when none
+    /// applies; an error when they cannot apply to it. An agent's own are checked when its view
+    /// is built.
+    fn shape(self, tool: &ToolDescriptor, base: &str) -> Result<Option<Box<Shaped>>, String> {
+        if self.merged.is_empty() && self.agents.is_empty() {
+            return Ok(None);
+        }
+        let (served, injection) = if self.merged.is_empty() {
+            (None, shape::Injection::default())
+        } else {
+            let (served, injection) = shape::shape(tool, &self.merged)?;
+            (Some(served), injection)
+        };
+        Ok(Some(Box::new(Shaped {
+            served,
+            injection,
+            overridden: Overridden {
+                original: base.to_owned(),
+                source_listing: Listing::of(&tool.listed(base)),
+                pin: shape::pinned(&self.merged, &self.agents),
+            },
+            merged: self.merged,
+        })))
+    }
 }
 
 /// The tool set.
@@ -461,9 +614,51 @@ pub struct Registry {
     pub(crate) sources: Sources,
     /// The tools' search index, built when first searched.
     search: std::sync::OnceLock<search::ToolIndex>,
+    /// The tool sets of the agents whose overrides of their own change what they see.
+    views: HashMap<String, AgentTools>,
     /// Definitions not as pinned in the lock file: held (pinning `enforce`) or served anyway
     /// (`warn`).
     pub drifts: Vec<Drift>,
+}
+
+/// The tools of an agent whose overrides of its own change what it sees: every served tool, those
+/// it overrides as it sees them.
+#[derive(Debug, Default)]
+struct AgentTools {
+    tools: BTreeMap<String, Arc<Tool>>,
+    search: std::sync::OnceLock<search::ToolIndex>,
+}
+
+/// The tools as one caller sees them (before its agent's `allow` and `deny`): every caller's, or
+/// those of an agent with overrides of its own ([`Registry::view`]).
+#[derive(Debug, Clone, Copy)]
+pub struct View<'a> {
+    tools: &'a BTreeMap<String, Arc<Tool>>,
+    search: &'a std::sync::OnceLock<search::ToolIndex>,
+}
+
+impl<'a> View<'a> {
+    /// The tool called `name` here, if it is served.
+    pub fn get(&self, name: &str) -> Option<&'a Arc<Tool>> {
+        self.tools.get(name)
+    }
+
+    /// Its tools in name order.
+    pub fn tools(&self) -> impl Iterator<Item = &'a Arc<Tool>> + use<'a> {
+        self.tools.values()
+    }
+
+    /// Its tools in name order after `key` (all of them for `None`), found by seeking.
+    pub fn tools_after(&self, key: Option<&str>) -> impl Iterator<Item = &'a Arc<Tool>> + use<'a> {
+        after(self.tools, key)
+    }
+
+    /// The search index of its tools (built on first use, then kept with the tool set).
+    pub fn search_index(&self) -> &'a search::ToolIndex {
+        let tools = self.tools;
+        self.search
+            .get_or_init(|| search::ToolIndex::build(tools.values()))
+    }
 }
 
 /// A definition that differs from its pin, and what pinning did about it.
@@ -516,7 +711,134 @@ impl Registry {
             registry.add_all(loaded, config, &mut winners, checks, memory, log_tools);
         });
         registry.apply_pins(config, memory);
+        registry.apply_scan(config, memory);
+        registry.add_views(config, memory);
+        registry.describe_overrides();
         registry
+    }
+
+    /// The tools as the agent called `agent` (none: a caller without one) sees them: its own
+    /// overrides applied, when it has some.
+    pub fn view(&self, agent: Option<&str>) -> View<'_> {
+        // No agent has overrides of its own (the common case): no lookup at all.
+        let own = agent.filter(|_| !self.views.is_empty());
+        match own.and_then(|a| self.views.get(a)) {
+            Some(own) => View {
+                tools: &own.tools,
+                search: &own.search,
+            },
+            None => View {
+                tools: &self.tools,
+                search: &self.search,
+            },
+        }
+    }
+
+    /// The tool set of each agent with overrides of its own: every served tool (pinning's held
+    /// ones are gone already), those it overrides as it sees them. An override that cannot apply
+    /// leaves the tool out of the agent's set (never served without it); a name taken in the set
+    /// keeps the later one out (logged).
+    fn add_views(&mut self, config: &Config, memory: &BuildMemory) {
+        for (agent, settings) in &config.agents {
+            let own = &settings.overrides.tools;
+            if own.is_empty() {
+                continue;
+            }
+            let mut tools = self.tools.clone();
+            let mut shaped = Vec::new();
+            for tool in self.tools.values() {
+                let Some(o) = own.get(tool.original_name()) else {
+                    continue;
+                };
+                tools.remove(&tool.name);
+                match agent_tool(tool, o) {
+                    Ok(variant) => shaped.push(variant),
+                    Err(why) => {
+                        let line = format!(
+                            "Tool {} is not shown to agent {agent}: its overrides \
+                             (agents.{agent}.overrides) cannot apply: {why}",
+                            tool.name
+                        );
+                        if memory.first_report(&line) {
+                            tracing::error!("{line}");
+                        }
+                    }
+                }
+            }
+            for variant in shaped {
+                if let Some(taken) = tools.get(&variant.name) {
+                    let line = format!(
+                        "Tool {} is not shown to agent {agent} as {}: {} is that name in its view",
+                        variant.original_name(),
+                        variant.name,
+                        taken.original_name()
+                    );
+                    if memory.first_report(&line) {
+                        tracing::error!("{line}");
+                    }
+                    continue;
+                }
+                tools.insert(variant.name.clone(), Arc::new(variant));
+            }
+            let set = AgentTools {
+                tools,
+                search: std::sync::OnceLock::new(),
+            };
+            self.views.insert(agent.clone(), set);
+        }
+    }
+
+    /// Fill each served definition's row with what it was before overrides and what clients
+    /// are shown (for `mcp-host list`, the console).
+    fn describe_overrides(&mut self) {
+        for i in 0..self.entries.len() {
+            let entry = &self.entries[i];
+            if entry.status != Status::Active {
+                continue;
+            }
+            let (overridden, listing) = match entry.kind {
+                Kind::Tool => match self.tools.get(&entry.tool) {
+                    Some(t) => (t.shaped.as_deref().map(|s| &s.overridden), &t.listing),
+                    None => continue,
+                },
+                Kind::Resource => match self.resources.get(&entry.tool) {
+                    Some(r) => (r.overridden.as_deref(), &r.listing),
+                    None => continue,
+                },
+                Kind::ResourceTemplate => match self.templates.get(&entry.tool) {
+                    Some(r) => (r.overridden.as_deref(), &r.listing),
+                    None => continue,
+                },
+                Kind::Prompt => match self.prompts.get(&entry.tool) {
+                    Some(p) => (p.overridden.as_deref(), &p.listing),
+                    None => continue,
+                },
+            };
+            let Some(overridden) = overridden else {
+                continue;
+            };
+            let agents = self
+                .views
+                .iter()
+                .filter(|_| entry.kind == Kind::Tool)
+                .filter_map(|(agent, set)| {
+                    let own = set.tools.values().find(|t| {
+                        t.original_name() == overridden.original
+                            && t.slot.candidate.path == entry.file
+                            && !self.tools.get(&t.name).is_some_and(|b| Arc::ptr_eq(b, t))
+                    })?;
+                    Some((agent.clone(), own.listing.value()))
+                })
+                .collect();
+            let exposed = Exposed {
+                source: overridden.source_listing.value(),
+                served: listing.value(),
+                agents,
+            };
+            let original = overridden.original.clone();
+            self.entries[i].original = Some(original);
+            self.entries[i].exposed = Some(exposed);
+        }
     }
 
     /// Add every loaded plugin (and a row for each file that failed), in discovery order.
@@ -583,6 +905,8 @@ impl Registry {
                         isolation,
                         permissions: None,
                         declared: Default::default(),
+                        original: None,
+                        exposed: None,
                     });
                     continue;
                 }
@@ -610,14 +934,14 @@ impl Registry {
             if entry.status != Status::Active {
                 continue;
             }
-            let Some((section, slot, listing)) = self.served(entry.kind, &entry.tool) else {
+            let legacy = config.pins.version < crate::config::lock::LOCK_VERSION;
+            let Some((section, slot, now)) = self.pin_of(entry.kind, &entry.tool, legacy) else {
                 continue;
             };
             let mode = config.pinning(slot.candidate.dir_index, &slot.candidate.dir);
             if mode == PinMode::Off {
                 continue;
             }
-            let legacy = config.pins.version < crate::config::lock::LOCK_VERSION;
             if legacy && memory.first_report("legacy lock") {
                 tracing::warn!(
                     "The lock file is of format {} and does not pin the definitions' _meta; run \
@@ -626,10 +950,6 @@ impl Registry {
                     crate::config::lock::LOCK_VERSION
                 );
             }
-            let now = crate::config::lock::Pin::new(
-                slot.backend.name(),
-                pins::definition(&listing.value(), legacy),
-            );
             let pinned = section.of(&config.pins).get(&entry.tool);
             let Some(difference) =
                 pins::Difference::between(section, &entry.tool, pinned, Some(&now))
@@ -670,30 +990,95 @@ impl Registry {
         }
     }
 
-    /// The served `kind` called `name`: its part of the lock, plugin and list entry.
-    fn served(
+    /// The served `kind` called `name`: its part of the lock, plugin, and pin as it is served
+    /// now (`legacy`: without `_meta`, to compare with a lock of format 1).
+    fn pin_of(
         &self,
         kind: Kind,
         name: &str,
-    ) -> Option<(pins::Section, &Arc<PluginSlot>, &Listing)> {
+        legacy: bool,
+    ) -> Option<(pins::Section, &Arc<PluginSlot>, crate::config::lock::Pin)> {
         use pins::Section;
+        let (section, slot, listing, overridden) = match kind {
+            Kind::Tool => self.tools.get(name).map(|t| {
+                let overridden = t.shaped.as_deref().map(|s| &s.overridden);
+                (Section::Tools, &t.slot, &t.listing, overridden)
+            }),
+            Kind::Resource => self.resources.get(name).map(|r| {
+                let overridden = r.overridden.as_deref();
+                (Section::Resources, &r.slot, &r.listing, overridden)
+            }),
+            Kind::ResourceTemplate => self.templates.get(name).map(|r| {
+                let overridden = r.overridden.as_deref();
+                (Section::Resources, &r.slot, &r.listing, overridden)
+            }),
+            Kind::Prompt => self.prompts.get(name).map(|p| {
+                let overridden = p.overridden.as_deref();
+                (Section::Prompts, &p.slot, &p.listing, overridden)
+            }),
+        }?;
+        Some((section, slot, pin(slot, listing, overridden, legacy)))
+    }
+
+    /// Scan every served definition as clients are shown it ([`scan`]): one with hidden
+    /// characters or instructions to the model is logged (`definition_scan: warn`) or held
+    /// (`hold`), its row saying what was found.
+    fn apply_scan(&mut self, config: &Config, memory: &BuildMemory) {
+        let mut held = Vec::new();
+        for i in 0..self.entries.len() {
+            let entry = &self.entries[i];
+            if entry.status != Status::Active {
+                continue;
+            }
+            let Some((slot, listing)) = self.served_listing(entry.kind, &entry.tool) else {
+                continue;
+            };
+            let mode = config.definition_scan(slot.candidate.dir_index, &slot.candidate.dir);
+            if mode == ScanMode::Off || !scan::may_find(listing.text()) {
+                continue;
+            }
+            let found = scan::scan(&listing.value());
+            if found.is_empty() {
+                continue;
+            }
+            let what = format!(
+                "{} {} from {}",
+                entry.kind.label(),
+                entry.tool,
+                slot.candidate.path.display()
+            );
+            let summary = found.join("; ");
+            if mode == ScanMode::Warn {
+                let line = format!(
+                    "{what} is served although the definition scan found {summary} (definition_scan: warn)"
+                );
+                if memory.first_report(&line) {
+                    tracing::warn!("{line}");
+                }
+                continue;
+            }
+            let line = format!(
+                "{what} is held (definition_scan: hold): the definition scan found {summary}; it \
+                 is not served until its definition (or an override of it) no longer has it"
+            );
+            if memory.first_report(&line) {
+                tracing::error!("{line}");
+            }
+            held.push((entry.kind, entry.tool.clone()));
+            self.entries[i].status = Status::Suspicious(summary);
+        }
+        for (kind, name) in held {
+            self.unserve(kind, &name);
+        }
+    }
+
+    /// The served `kind` called `name`: its plugin and list entry.
+    fn served_listing(&self, kind: Kind, name: &str) -> Option<(&Arc<PluginSlot>, &Listing)> {
         match kind {
-            Kind::Tool => self
-                .tools
-                .get(name)
-                .map(|t| (Section::Tools, &t.slot, &t.listing)),
-            Kind::Resource => self
-                .resources
-                .get(name)
-                .map(|r| (Section::Resources, &r.slot, &r.listing)),
-            Kind::ResourceTemplate => self
-                .templates
-                .get(name)
-                .map(|r| (Section::Resources, &r.slot, &r.listing)),
-            Kind::Prompt => self
-                .prompts
-                .get(name)
-                .map(|p| (Section::Prompts, &p.slot, &p.listing)),
+            Kind::Tool => self.tools.get(name).map(|t| (&t.slot, &t.listing)),
+            Kind::Resource => self.resources.get(name).map(|r| (&r.slot, &r.listing)),
+            Kind::ResourceTemplate => self.templates.get(name).map(|r| (&r.slot, &r.listing)),
+            Kind::Prompt => self.prompts.get(name).map(|p| (&p.slot, &p.listing)),
         }
     }
 
@@ -725,39 +1110,22 @@ impl Registry {
         }
     }
 
-    /// What is served, as `mcp-host pin` records it in the lock file.
+    /// What is served, as `mcp-host pin` records it in the lock file: each definition as its
+    /// source serves it, and apart the overrides it is served under.
     pub fn pins(&self) -> crate::config::lock::PinLock {
-        use crate::config::lock::Pin;
         let mut lock = pins::empty_lock();
-        let pin = |slot: &PluginSlot, listing: &Listing| {
-            Pin::new(
-                slot.backend.name(),
-                pins::definition(&listing.value(), false),
-            )
-        };
         for t in self.tools() {
-            pins::insert(
-                &mut lock,
-                pins::Section::Tools,
-                &t.name,
-                pin(&t.slot, &t.listing),
-            );
+            let overridden = t.shaped.as_deref().map(|s| &s.overridden);
+            let pin = pin(&t.slot, &t.listing, overridden, false);
+            pins::insert(&mut lock, pins::Section::Tools, &t.name, pin);
         }
         for r in self.resources().chain(self.templates()) {
-            pins::insert(
-                &mut lock,
-                pins::Section::Resources,
-                &r.uri,
-                pin(&r.slot, &r.listing),
-            );
+            let pin = pin(&r.slot, &r.listing, r.overridden.as_deref(), false);
+            pins::insert(&mut lock, pins::Section::Resources, &r.uri, pin);
         }
         for p in self.prompts() {
-            pins::insert(
-                &mut lock,
-                pins::Section::Prompts,
-                &p.name,
-                pin(&p.slot, &p.listing),
-            );
+            let pin = pin(&p.slot, &p.listing, p.overridden.as_deref(), false);
+            pins::insert(&mut lock, pins::Section::Prompts, &p.name, pin);
         }
         lock
     }
@@ -781,38 +1149,26 @@ impl Registry {
         let global = config.limits.call_timeout_secs;
         let quarantined = slot.backend.quarantined();
         for (index, tool) in manifest.tools.iter().enumerate() {
-            let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
-            let mut entry = self.entry(&slot, Kind::Tool, &name, tool.service.as_ref());
-            let admitted = match &quarantined {
-                Some(why) => Err(Status::Quarantined(why.clone())),
-                None => {
-                    // Written once, for the schema check's digest and for the listing.
-                    let schema = Listing::of(&tool.input_schema);
-                    admit(
-                        &name,
-                        tool,
-                        schema.text(),
-                        manifest,
-                        &slot.candidate.path,
-                        winners,
-                        checks,
-                    )
-                    .map(|()| schema)
-                }
-            };
-            match admitted {
-                Ok(schema) => {
-                    let timeout = timeout_of(&tool.name, tool.service.as_ref(), &settings, global);
-                    let served = ServedTool {
-                        index,
-                        schema,
-                        timeout: secs(timeout),
-                    };
-                    self.serve_tool(&slot, name, tool, served, winners, log_tools);
-                }
-                Err(status) => entry.status = status,
+            let base = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
+            if let Some(why) = &quarantined {
+                let mut entry = self.entry(&slot, Kind::Tool, &base, tool.service.as_ref());
+                entry.status = Status::Quarantined(why.clone());
+                self.entries.push(entry);
+                continue;
             }
-            self.entries.push(entry);
+            let overrides = ToolOverrides::of(config, &settings, &base, &tool.name);
+            let timeout = secs(timeout_of(
+                &tool.name,
+                tool.service.as_ref(),
+                &settings,
+                global,
+            ));
+            let mut admission = Admission {
+                winners: &mut *winners,
+                checks: &mut *checks,
+                log_tools,
+            };
+            self.add_tool(&slot, index, base, overrides, timeout, &mut admission);
         }
         self.add_connection(&slot);
         match quarantined {
@@ -824,11 +1180,83 @@ impl Registry {
                         timeout: secs(timeout_of("", None, &settings, global)),
                     });
                 }
-                self.add_resources(&slot, &settings, global, winners, log_tools);
-                self.add_prompts(&slot, &settings, global, winners, log_tools);
+                self.add_resources(&slot, config, &settings, global, winners, log_tools);
+                self.add_prompts(&slot, config, &settings, global, winners, log_tools);
             }
         }
         self.plugins.push(slot);
+    }
+
+    /// Add tool number `index` of `slot` (served as `base` without overrides) under its
+    /// `overrides`: admitted and served under its final name, or given the status that keeps it
+    /// out (overrides that cannot apply keep it out, and its name, rather than serve it without
+    /// them).
+    fn add_tool(
+        &mut self,
+        slot: &Arc<PluginSlot>,
+        index: usize,
+        base: String,
+        overrides: ToolOverrides,
+        timeout: Duration,
+        admission: &mut Admission<'_, '_>,
+    ) {
+        let manifest = slot.backend.manifest();
+        let tool = &manifest.tools[index];
+        let file = &slot.candidate.path;
+        let name = overrides
+            .merged
+            .name
+            .clone()
+            .unwrap_or_else(|| base.clone());
+        let mut entry = self.entry(slot, Kind::Tool, &name, tool.service.as_ref());
+        let shaped = match overrides.shape(tool, &base) {
+            Ok(shaped) => shaped,
+            Err(why) => {
+                let line = format!(
+                    "Tool {base} from {}: its overrides cannot apply: {why}; tool not served",
+                    file.display()
+                );
+                if admission.winners.memory.first_report(&line) {
+                    tracing::error!("{line}");
+                }
+                admission.winners.tools.entry(name).or_insert(file.clone());
+                entry.original = Some(base);
+                entry.status = Status::BadOverride(why);
+                self.entries.push(entry);
+                return;
+            }
+        };
+        let served = shaped
+            .as_ref()
+            .and_then(|s| s.served.as_ref())
+            .unwrap_or(tool);
+        // Written once, for the schema check's digest and for the listing.
+        let schema = Listing::of(&served.input_schema);
+        let admitted = admit(
+            &name,
+            served,
+            schema.text(),
+            manifest,
+            file,
+            admission.winners,
+            admission.checks,
+        );
+        match admitted {
+            Ok(()) => {
+                if shaped.is_some() {
+                    entry.original = Some(base);
+                }
+                let served = ServedTool {
+                    index,
+                    schema,
+                    timeout,
+                    shaped,
+                };
+                self.serve_tool(slot, name, served, admission.winners, admission.log_tools);
+            }
+            Err(status) => entry.status = status,
+        }
+        self.entries.push(entry);
     }
 
     /// Serve admitted tool `name` (its final name) of `slot`, the first of that name.
@@ -836,12 +1264,17 @@ impl Registry {
         &mut self,
         slot: &Arc<PluginSlot>,
         name: String,
-        tool: &ToolDescriptor,
         served: ServedTool,
         winners: &mut Winners<'_>,
         log_tools: bool,
     ) {
-        let listing = Listing::of(&tool.listed_with_schema(&name, served.schema.raw()));
+        let source = &slot.backend.manifest().tools[served.index];
+        let shown = served
+            .shaped
+            .as_ref()
+            .and_then(|s| s.served.as_ref())
+            .unwrap_or(source);
+        let listing = Listing::of(&shown.listed_with_schema(&name, served.schema.raw()));
         if log_tools {
             tracing::info!("Loaded tool: {name}");
         }
@@ -859,6 +1292,7 @@ impl Registry {
                 timeout: served.timeout,
                 series: std::sync::OnceLock::new(),
                 header_params: std::sync::OnceLock::new(),
+                shaped: served.shaped,
             }),
         );
     }
@@ -921,12 +1355,15 @@ impl Registry {
             isolation: slot.run.isolation,
             permissions: slot.run.permissions.clone(),
             declared: slot.backend.manifest().permissions.clone(),
+            original: None,
+            exposed: None,
         }
     }
 
     fn add_resources(
         &mut self,
         slot: &Arc<PluginSlot>,
+        config: &Config,
         settings: &PluginSettings,
         global: f64,
         winners: &mut Winners<'_>,
@@ -940,33 +1377,10 @@ impl Registry {
                 Kind::Resource
             };
             let mut entry = self.entry(slot, kind, &d.uri, d.service.as_ref());
-            let compiled = if d.template {
-                UriTemplate::parse(&d.uri)
-                    .map(Some)
-                    .map_err(|e| e.to_string())
-            } else if is_valid_uri(&d.uri) {
-                Ok(None)
-            } else {
-                Err("not an absolute URI (scheme:...)".to_owned())
-            };
-            match admit_named(
-                kind,
-                &d.uri,
-                d.service.as_ref(),
-                manifest,
-                &slot.candidate.path,
-                winners,
-            )
-            .and_then(|()| {
-                compiled.map_err(|why| {
-                    tracing::error!(
-                        "Invalid resource URI {:?} in {}: {why}",
-                        d.uri,
-                        slot.candidate.path.display()
-                    );
-                    Status::InvalidName(why)
-                })
-            }) {
+            let file = &slot.candidate.path;
+            match admit_named(kind, &d.uri, d.service.as_ref(), manifest, file, winners)
+                .and_then(|()| compile_uri(d, file))
+            {
                 Ok(template) => {
                     if log {
                         tracing::info!("Loaded {}: {}", kind.label().to_lowercase(), d.uri);
@@ -974,11 +1388,20 @@ impl Registry {
                     winners
                         .resources
                         .insert(d.uri.clone(), slot.candidate.path.clone());
+                    let o = entry_override(
+                        &config.overrides,
+                        &settings.overrides,
+                        true,
+                        &d.uri,
+                        &d.uri,
+                    );
+                    let (served, overridden) = overridden_resource(d, o);
                     let resource = Arc::new(Resource {
                         uri: d.uri.clone(),
                         key: resource_key(d, winners.memory),
-                        listing: Listing::of(&resource_listing(d)),
-                        descriptor: d.clone(),
+                        listing: Listing::of(&resource_listing(&served)),
+                        overridden,
+                        descriptor: served,
                         slot: Arc::clone(slot),
                         index: index as u32,
                         timeout: secs(timeout_of(&d.name, d.service.as_ref(), settings, global)),
@@ -1001,6 +1424,7 @@ impl Registry {
     fn add_prompts(
         &mut self,
         slot: &Arc<PluginSlot>,
+        config: &Config,
         settings: &PluginSettings,
         global: f64,
         winners: &mut Winners<'_>,
@@ -1008,7 +1432,15 @@ impl Registry {
     ) {
         let manifest = slot.backend.manifest();
         for (index, d) in manifest.prompts.iter().enumerate() {
-            let name = format!("{}{}{}", slot.candidate.prefix, settings.prefix, d.name);
+            let base = format!("{}{}{}", slot.candidate.prefix, settings.prefix, d.name);
+            let o = entry_override(
+                &config.overrides,
+                &settings.overrides,
+                false,
+                &base,
+                &d.name,
+            );
+            let (name, served, overridden) = overridden_prompt(base, d, o);
             let mut entry = self.entry(slot, Kind::Prompt, &name, d.service.as_ref());
             let file = &slot.candidate.path;
             let admitted = if is_valid_tool_name(&name) {
@@ -1038,9 +1470,10 @@ impl Registry {
                     self.prompts.insert(
                         name.clone(),
                         Arc::new(Prompt {
-                            listing: Listing::of(&prompt_listing(&name, d)),
+                            listing: Listing::of(&prompt_listing(&name, &served)),
                             name,
-                            descriptor: d.clone(),
+                            overridden,
+                            descriptor: served,
                             slot: Arc::clone(slot),
                             index: index as u32,
                             timeout: secs(timeout_of(
@@ -1245,6 +1678,151 @@ impl Registry {
             .map(|p| &p.listing)
             .eq(other.prompts().map(|p| &p.listing))
     }
+}
+
+/// `tool` as an agent with its own overrides `own` of it sees it: `own` over the overrides it is
+/// served under, applied to its source's definition.
+fn agent_tool(tool: &Tool, own: &crate::config::ToolOverride) -> Result<Tool, String> {
+    let merged = match tool.shaped.as_deref() {
+        Some(s) => own.over(&s.merged),
+        None => own.clone(),
+    };
+    let source = tool.source_descriptor();
+    let (served, injection) = shape::shape(source, &merged)?;
+    let name = merged
+        .name
+        .clone()
+        .unwrap_or_else(|| tool.original_name().to_owned());
+    if !is_valid_tool_name(&name) {
+        return Err(format!("{name:?} is not a valid tool name"));
+    }
+    let listing = Listing::of(&served.listed(&name));
+    let overridden = Overridden {
+        original: tool.original_name().to_owned(),
+        source_listing: Listing::of(&source.listed(tool.original_name())),
+        pin: Value::Null,
+    };
+    Ok(Tool {
+        name,
+        slot: Arc::clone(&tool.slot),
+        index: tool.index,
+        validator: std::sync::OnceLock::new(),
+        timeout: tool.timeout,
+        listing,
+        series: std::sync::OnceLock::new(),
+        header_params: std::sync::OnceLock::new(),
+        shaped: Some(Box::new(Shaped {
+            served: Some(served),
+            injection,
+            merged,
+            overridden,
+        })),
+    })
+}
+
+/// The override of a prompt (`resource: false`, by its name `base` without overrides, `source`
+/// its source's own) or of a resource (by URI): the source's over the global one.
+fn entry_override(
+    global: &crate::config::DefinitionOverrides,
+    own: &crate::config::DefinitionOverrides,
+    resource: bool,
+    base: &str,
+    source: &str,
+) -> Option<crate::config::EntryOverride> {
+    let (global, own) = if resource {
+        (global.resources.get(base), own.resources.get(source))
+    } else {
+        (global.prompts.get(base), own.prompts.get(source))
+    };
+    match (own, global) {
+        (Some(own), Some(global)) => Some(own.over(global)),
+        (one, other) => one.or(other).cloned(),
+    }
+}
+
+/// Resource `d`'s URI template compiled (`None`: a plain resource), or why its URI is refused.
+fn compile_uri(
+    d: &ResourceDescriptor,
+    file: &std::path::Path,
+) -> Result<Option<UriTemplate>, Status> {
+    let compiled = if d.template {
+        UriTemplate::parse(&d.uri)
+            .map(Some)
+            .map_err(|e| e.to_string())
+    } else if is_valid_uri(&d.uri) {
+        Ok(None)
+    } else {
+        Err("not an absolute URI (scheme:...)".to_owned())
+    };
+    compiled.map_err(|why| {
+        tracing::error!(
+            "Invalid resource URI {:?} in {}: {why}",
+            d.uri,
+            file.display()
+        );
+        Status::InvalidName(why)
+    })
+}
+
+/// Prompt `d` (served as `base` without overrides) as the override `o` (if any) shows it: its
+/// name, its definition, and what it was before.
+fn overridden_prompt(
+    base: String,
+    d: &PromptDescriptor,
+    o: Option<crate::config::EntryOverride>,
+) -> (String, PromptDescriptor, Option<Box<Overridden>>) {
+    let Some(o) = o else {
+        return (base, d.clone(), None);
+    };
+    let mut served = d.clone();
+    served.title = o.title.clone().or_else(|| d.title.clone());
+    if let Some(description) = &o.description {
+        served.description = description.clone();
+    }
+    let name = o.name.clone().unwrap_or_else(|| base.clone());
+    let overridden = Box::new(Overridden {
+        source_listing: Listing::of(&prompt_listing(&base, d)),
+        original: base,
+        pin: serde_json::to_value(o).unwrap_or_default(),
+    });
+    (name, served, Some(overridden))
+}
+
+/// Resource `d` as the override `o` (if any) shows it, and what it was before.
+fn overridden_resource(
+    d: &ResourceDescriptor,
+    o: Option<crate::config::EntryOverride>,
+) -> (ResourceDescriptor, Option<Box<Overridden>>) {
+    let Some(o) = o else {
+        return (d.clone(), None);
+    };
+    let mut served = d.clone();
+    served.name = o.name.clone().unwrap_or_else(|| d.name.clone());
+    served.title = o.title.clone().or_else(|| d.title.clone());
+    served.description = o.description.clone().or_else(|| d.description.clone());
+    let overridden = Box::new(Overridden {
+        original: d.uri.clone(),
+        source_listing: Listing::of(&resource_listing(d)),
+        pin: serde_json::to_value(o).unwrap_or_default(),
+    });
+    (served, Some(overridden))
+}
+
+/// The pin of a definition `slot` serves, listed as `listing`: its source's definition (the
+/// listing itself, unless `overridden` says what it was before overrides) and the overrides'
+/// pinned form.
+fn pin(
+    slot: &PluginSlot,
+    listing: &Listing,
+    overridden: Option<&Overridden>,
+    legacy: bool,
+) -> crate::config::lock::Pin {
+    let source = overridden.map_or(listing, |o| &o.source_listing);
+    crate::config::lock::Pin::new(
+        slot.backend.name(),
+        pins::definition(&source.value(), legacy),
+    )
+    .with_override(overridden.map(|o| o.pin.clone()))
 }
 
 /// Log each service whose `enabled()` said no (a warning when it failed).

@@ -97,7 +97,12 @@ impl Difference {
         new: Option<&Pin>,
     ) -> Option<Self> {
         let same = match (old, new) {
-            (Some(o), Some(n)) => o.sha256 == n.sha256 && o.plugin == n.plugin,
+            (Some(o), Some(n)) => {
+                o.sha256 == n.sha256
+                    && o.plugin == n.plugin
+                    && o.overridden.as_ref().map(|o| &o.sha256)
+                        == n.overridden.as_ref().map(|n| &n.sha256)
+            }
             (None, None) => true,
             _ => false,
         };
@@ -127,6 +132,13 @@ impl Difference {
             &mut String::new(),
             Some(&old.definition),
             Some(&new.definition),
+            &mut out,
+        );
+        // The overrides, apart: `override.tool.description`, `override.agents.triage.name`.
+        changed_fields(
+            &mut "override".to_owned(),
+            old.overridden.as_ref().map(|o| &o.definition),
+            new.overridden.as_ref().map(|o| &o.definition),
             &mut out,
         );
         out

@@ -24,6 +24,9 @@ pub struct Record<'a> {
     pub agent: Option<&'a str>,
     /// The tool, as clients name it.
     pub tool: &'a str,
+    /// The source's own name for it, when overrides serve it under another.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source_tool: Option<&'a str>,
     /// The plugin serving it.
     pub plugin: &'a str,
     /// The plugin's version (its manifest's).

@@ -328,6 +328,7 @@ fn identity(options: &StdioOptions, protocol: &Protocol) -> Identity {
         caller: options.caller.clone(),
         agent: (options.agent.as_deref()).and_then(|a| protocol.host().access().agent(a)),
         claims: None,
+        subject_token: None,
     }
 }
 

@@ -13,6 +13,7 @@ mod http_limits;
 mod store_trust;
 mod upstream_lifecycle;
 mod upstream_oauth;
+mod upstream_overrides;
 mod upstream_sandbox;
 mod upstream_stateless;
 mod upstream_wire;

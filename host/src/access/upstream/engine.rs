@@ -69,6 +69,9 @@ pub struct Options {
     /// Authenticate as the client itself (`client_credentials`, the preregistered client's
     /// secret) instead of a user.
     pub client_credentials: bool,
+    /// The client's private key: `client_credentials` authenticates with a signed assertion
+    /// (`private_key_jwt`, RFC 7523) instead of a secret.
+    pub private_key: Option<super::grants::PrivateKey>,
     /// Authorization servers may be on private networks.
     pub allow_private: bool,
     /// The most authorizations (and step-ups) the engine makes.
@@ -505,6 +508,9 @@ impl Engine {
             )));
         }
         state.authorizations += 1;
+        if let Some(key) = &self.options.private_key {
+            return self.client_assertion(state, found, key).await;
+        }
         let Discovered {
             mut manager,
             metadata,
@@ -535,6 +541,68 @@ impl Engine {
             issuer,
         });
         Ok(Secret::new(response.access_token().secret().clone()))
+    }
+
+    /// `client_credentials` with a client assertion signed by `key` (`private_key_jwt`, RFC 7523;
+    /// rmcp's own needs a crypto library the host does not carry): the token, kept in the store
+    /// as rmcp's would be.
+    async fn client_assertion(
+        &self,
+        state: &mut State,
+        found: Discovered,
+        key: &super::grants::PrivateKey,
+    ) -> Result<Secret, AuthFailure> {
+        let Some(pre) = self.options.preregistered.as_ref() else {
+            return Err(AuthFailure::Failed(
+                "client_credentials needs a client id".into(),
+            ));
+        };
+        let assertion = key.assertion(&pre.client_id, &found.issuer)?;
+        let client = super::grants::ClientAuth {
+            client_id: &pre.client_id,
+            secret: &assertion,
+            method: AuthMethod::None,
+            assertion: true,
+        };
+        let scopes = self.base_scopes(&found.manager).await;
+        let endpoint = found.metadata.token_endpoint.clone();
+        let url = &self.options.target.url;
+        let granted =
+            super::grants::client_credentials(&self.http, &endpoint, &client, url, &scopes).await?;
+        let stored = serde_json::json!({
+            "client_id": pre.client_id,
+            "token_response": {
+                "access_token": granted.access_token.expose(),
+                "token_type": "bearer",
+                "expires_in": granted.expires_in,
+            },
+            "granted_scopes": granted
+                .scope
+                .as_deref()
+                .map_or(scopes, |s| s.split_whitespace().map(str::to_owned).collect()),
+            "issuer": found.issuer,
+        });
+        let stored = serde_json::from_value(stored)
+            .map_err(|e| AuthFailure::Failed(format!("the token response: {e}")))?;
+        let (who, target) = (&self.options.principal, &self.options.target);
+        if let Err(e) = self.tokens.save(who, target, stored).await {
+            tracing::warn!(
+                "Upstream {}: the token was not kept: {}",
+                target.upstream,
+                e.0
+            );
+        }
+        tracing::info!(
+            "Upstream {}: token for the client itself from {} (private_key_jwt)",
+            target.upstream,
+            found.issuer
+        );
+        state.current = Some(Current {
+            manager: found.manager,
+            metadata: found.metadata,
+            issuer: found.issuer,
+        });
+        Ok(granted.access_token)
     }
 
     /// The client credentials grant's configuration: the preregistered client and its secret.

@@ -8,6 +8,7 @@ pub mod challenge;
 pub mod engine;
 pub mod flow;
 pub mod gateway;
+pub mod grants;
 pub mod http;
 pub mod registration;
 pub mod scopes;
@@ -36,6 +37,12 @@ impl Principal {
     /// upstream with `server.auth.list_as: operator` is listed with.
     pub fn operator() -> Principal {
         Principal("@operator".into())
+    }
+
+    /// The host's own service identity (`client_credentials`): one token for every caller of an
+    /// upstream with `server.auth.mode: client_credentials` (or `list_as: service`).
+    pub fn service() -> Principal {
+        Principal("@service".into())
     }
 
     /// Whether it is one of the host's reserved identities (`@…`), not a user's.

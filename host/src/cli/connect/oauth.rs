@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use mcp_host::access::upstream::engine::{Engine, Options};
+use mcp_host::access::upstream::grants::PrivateKey;
 use mcp_host::access::upstream::registration::{AuthMethod, Preregistered};
 use mcp_host::access::upstream::tokens::MemoryTokens;
 use mcp_host::access::upstream::{Principal, Secret, Target};
@@ -83,9 +84,21 @@ pub(crate) struct OAuthArgs {
     #[arg(long)]
     pub(crate) no_resource: bool,
     /// Authenticate as the client itself (`client_credentials`, with --client-id and
-    /// --client-secret) instead of a user.
-    #[arg(long, requires = "client_secret")]
+    /// --client-secret or --private-key) instead of a user.
+    #[arg(long, requires = "client_id")]
     pub(crate) client_credentials: bool,
+    /// The client's private key (a PEM file): `client_credentials` authenticates with a signed
+    /// JWT assertion (`private_key_jwt`, RFC 7523) instead of a secret.
+    #[arg(long, value_name = "FILE", requires = "client_credentials")]
+    pub(crate) private_key: Option<std::path::PathBuf>,
+    /// The algorithm the private key signs with (ES256, ES384, RS256, PS256, EdDSA, ...).
+    #[arg(
+        long,
+        value_name = "ALG",
+        default_value = "ES256",
+        requires = "private_key"
+    )]
+    pub(crate) signing_algorithm: String,
     /// How the client authenticates at the token endpoint (default: as its registration says,
     /// else as the authorization server supports).
     #[arg(long, value_enum, value_name = "METHOD")]
@@ -121,17 +134,31 @@ pub(crate) fn authorizer(
             "--client-metadata-url {url}: a client metadata document is an HTTPS URL with a path"
         );
     }
+    anyhow::ensure!(
+        !oauth.client_credentials || oauth.client_secret.is_some() || oauth.private_key.is_some(),
+        "--client-credentials needs --client-secret or --private-key"
+    );
+    let private_key = match &oauth.private_key {
+        Some(file) => {
+            let pem = zeroize::Zeroizing::new(
+                std::fs::read_to_string(file)
+                    .map_err(|e| anyhow::anyhow!("--private-key {}: {e}", file.display()))?,
+            );
+            let key = PrivateKey::from_pem(&pem, Some(&oauth.signing_algorithm))
+                .map_err(|e| anyhow::anyhow!("--private-key {}: {e}", file.display()))?;
+            Some(key)
+        }
+        None => None,
+    };
     let listener = Listener::start(oauth.callback)?;
     let agent = Agent {
         listener,
         mode: oauth.browser,
         timeout,
     };
-    let engine = Engine::new(
-        options(args),
-        Arc::new(MemoryTokens::default()),
-        Arc::new(agent),
-    )?;
+    let mut options = options(args);
+    options.private_key = private_key;
+    let engine = Engine::new(options, Arc::new(MemoryTokens::default()), Arc::new(agent))?;
     Ok(Some(Arc::new(engine)))
 }
 
@@ -156,6 +183,7 @@ fn options(args: &super::ConnectArgs) -> Options {
         resource: !oauth.no_resource,
         method: oauth.token_endpoint_auth.map(AuthMethod::from),
         client_credentials: oauth.client_credentials,
+        private_key: None,
         allow_private: false,
         max_authorizations: MAX_AUTHORIZATIONS,
         clients: None,

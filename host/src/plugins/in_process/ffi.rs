@@ -52,6 +52,41 @@ impl CallContextFfi for CallState {
     }
 }
 
+/// A call's context as an in-process plugin holds it: the call, and the host and the plugin's
+/// name for what the context asks that is the host's to answer (`credential/get`) — every
+/// request goes through [`backend::answer`], as a worker's do.
+pub(super) struct CallFfi<'a> {
+    /// The call.
+    pub(super) call: &'a Arc<CallState>,
+    /// The host.
+    pub(super) host: &'a dyn HostCallbacks,
+    /// The plugin's name.
+    pub(super) plugin: &'a str,
+}
+
+impl CallContextFfi for CallFfi<'_> {
+    fn is_cancelled(&self) -> bool {
+        CallState::is_cancelled(self.call)
+    }
+
+    fn progress(&self, progress: f64, total: f64, message: RStr<'_>) {
+        CallContextFfi::progress(&**self.call, progress, total, message);
+    }
+
+    fn log(&self, level: u8, message: RStr<'_>) {
+        CallContextFfi::log(&**self.call, level, message);
+    }
+
+    fn request(&self, method: RStr<'_>, params: RStr<'_>) -> RResult<RString, RString> {
+        let answered = HostRequest::from_call_context(method.as_str(), params.as_str())
+            .and_then(|request| backend::answer(self.host, self.plugin, Some(self.call), request));
+        match answered {
+            Ok(json) => RResult::ROk(json.into()),
+            Err(e) => RResult::RErr(e.to_plugin().into()),
+        }
+    }
+}
+
 thread_local! {
     /// The calls running on this thread, innermost last.
     static CURRENT: RefCell<Vec<Arc<CallState>>> = const { RefCell::new(Vec::new()) };

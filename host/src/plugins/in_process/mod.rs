@@ -128,6 +128,9 @@ pub(crate) struct InProcess {
     build: BuildInfo,
     manifest: Manifest,
     module: PluginModV1Ref,
+    /// The host, for what a call's context asks that is the host's to answer (a user's
+    /// credential).
+    host: Arc<dyn crate::plugins::backend::HostCallbacks>,
 }
 
 impl std::fmt::Debug for InProcess {
@@ -169,6 +172,7 @@ impl InProcess {
             build,
             manifest,
             module,
+            host: Arc::clone(&cx.host),
         })
     }
 }
@@ -191,8 +195,13 @@ impl PluginBackend for InProcess {
         // The plugin's nested calls find this call as their parent.
         let _current = CurrentCall::enter(Arc::clone(call));
         let caller = &*call.caller_json;
+        let context = ffi::CallFfi {
+            call,
+            host: &*self.host,
+            plugin: &self.manifest.plugin,
+        };
         let ctx =
-            CallContextFfi_TO::from_ptr(RRef::new(&**call), abi_stable::sabi_trait::TD_Opaque);
+            CallContextFfi_TO::from_ptr(RRef::new(&context), abi_stable::sabi_trait::TD_Opaque);
         match (self.module.call())(index, RStr::from_str(args), RStr::from_str(caller), ctx) {
             RResult::ROk(json) => Ok(json.into_string()),
             RResult::RErr(e) => Err(PluginCallError::Plugin(e.into_string())),

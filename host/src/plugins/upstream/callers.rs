@@ -22,8 +22,11 @@ use rmcp::service::{ClientInitializeError, ClientServiceExt as _, PeerRequestOpt
 use super::http::{Endpoint, Lifecycle};
 use super::link::{Failure, Handler, Link, Running, Sent, Session, Transport, lifecycle};
 use super::relay::Routes;
+use crate::access::upstream::AuthFailure;
 use crate::access::upstream::Principal;
-use crate::access::upstream::gateway::{CallerAuthorizer, CredentialSlot, Credentials, Need};
+use crate::access::upstream::gateway::{
+    CallerAuthorizer, CredError, CredentialSlot, Credentials, Need,
+};
 use crate::plugins::call::{CallState, TraceContext};
 use crate::plugins::lock;
 
@@ -178,6 +181,7 @@ impl Link {
         trace: Option<&TraceContext>,
     ) -> Result<ServerResult, Failure> {
         let who = principal(call, &self.name)?;
+        self.present_subject(&who, call);
         let user = self.caller_session(&who).await?;
         let mut entered = user.session.routes.enter(call);
         let mut options = PeerRequestOptions::no_options();
@@ -199,6 +203,21 @@ impl Link {
             Some(need) => Failure::NeedsConsent(need),
             None => failure,
         })
+    }
+
+    /// The JWT `call`'s caller presented, for an upstream that exchanges it (token exchange,
+    /// `obtained.rs` of the credentials).
+    fn present_subject(&self, who: &Principal, call: &CallState) {
+        let Some(credentials) = self.callers.get().and_then(|c| c.credentials().ok()) else {
+            return;
+        };
+        let identity = &call.request.identity;
+        let exp = identity
+            .claims
+            .as_ref()
+            .and_then(|c| c.get("exp"))
+            .and_then(serde_json::Value::as_u64);
+        credentials.present_subject(who, &self.name, identity.subject_token.as_ref(), exp);
     }
 
     /// `who`'s session: the open one, else one opened now — when `who` holds a token.
@@ -224,6 +243,7 @@ impl Link {
                     step_up: false,
                 }));
             }
+            Err(CredError::Auth(AuthFailure::Refused(why))) => return Err(Failure::Refused(why)),
             Err(e) => return Err(Failure::Unavailable(format!("upstream {}: {e}", self.name))),
         }
         // Opened on the upstream runtime, where every upstream connection lives.

@@ -61,6 +61,15 @@ const SANDBOX_ENV: &[&str] = &["PATH", "LANG", "LANGUAGE", "LC_*", "TZ"];
 /// upstream is a few microseconds of work there, and a single thread is woken once per message,
 /// where the workers of a multi-threaded runtime woke and parked each other around every one
 /// (most of the CPU time an upstream call cost the host).
+/// Run `future` on the upstreams' runtime (where users' upstream credentials are obtained) and
+/// wait for it, from a thread outside it (a plugin's call); `None` if it could not run.
+pub(crate) fn block_on_upstreams<T: Send + 'static>(
+    future: impl std::future::Future<Output = T> + Send + 'static,
+) -> Option<T> {
+    let runtime = runtime().ok()?;
+    link::block_on(runtime, future)
+}
+
 fn runtime() -> Result<&'static tokio::runtime::Handle, LoadError> {
     static RUNTIME: OnceLock<Result<tokio::runtime::Handle, String>> = OnceLock::new();
     RUNTIME
@@ -195,16 +204,28 @@ fn per_caller(
     let (Some(auth), Transport::Http(endpoint)) = (&entry.server.auth, &mut transport) else {
         return Ok((transport, None));
     };
-    let listing = (auth.list_as == crate::config::ListAs::Operator).then(|| {
+    // The listing identity: the operator's connection, or the host's service identity (stage
+    // 5: `list_as: service`, and `mode: client_credentials`, whose calls all go as the service).
+    use crate::access::upstream::Principal;
+    let lister = match auth.lister() {
+        crate::config::ListAs::Operator => Some(Principal::operator()),
+        crate::config::ListAs::Service => Some(Principal::service()),
+        crate::config::ListAs::None => None,
+    };
+    let listing = lister.map(|who| {
         Arc::new(CallerAuthorizer::new(
             Arc::clone(credentials),
-            crate::access::upstream::Principal::operator(),
+            who,
             &entry.name,
         ))
     });
     endpoint.auth = listing
         .clone()
         .map(|l| l as Arc<dyn crate::access::upstream::Authorizer>);
+    if auth.mode == crate::config::ServerAuthMode::ClientCredentials {
+        // One identity for every caller: the serving session serves the calls.
+        return Ok((transport, None));
+    }
     let pool = http::pool(&entry.name, endpoint.redirects)
         .map_err(|e| LoadError::Worker(format!("cannot build the HTTP client: {e}")))?;
     let callers = callers::Callers::new(Arc::clone(credentials), pool);

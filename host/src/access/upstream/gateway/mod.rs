@@ -21,12 +21,14 @@
 
 mod authorizer;
 pub mod consent;
+mod obtained;
 pub mod refresher;
 mod revocation;
 pub mod sweep;
 
 pub use authorizer::CallerAuthorizer;
 pub use consent::{CallbackRefusal, Completed, Consent, FlowView};
+pub use obtained::PluginCredential;
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -107,6 +109,12 @@ pub struct Spec {
     pub method: Option<AuthMethod>,
     /// Who lists it.
     pub list_as: ListAs,
+    /// How its tokens are obtained: consent, token exchange, service identity.
+    pub mode: crate::config::ServerAuthMode,
+    /// What a token exchange presents the caller's token as.
+    pub subject_token_type: crate::config::SubjectTokenType,
+    /// The `audience` a token exchange asks for.
+    pub audience: Option<String>,
 }
 
 impl Spec {
@@ -129,7 +137,13 @@ impl Spec {
                 TokenEndpointAuth::ClientSecretBasic => AuthMethod::ClientSecretBasic,
                 TokenEndpointAuth::ClientSecretPost => AuthMethod::ClientSecretPost,
             }),
-            list_as: auth.list_as,
+            list_as: auth.lister(),
+            mode: auth.mode,
+            subject_token_type: obtained::subject_type(auth),
+            audience: auth
+                .token_exchange
+                .as_ref()
+                .and_then(|t| t.audience.clone()),
         })
     }
 }
@@ -261,6 +275,8 @@ pub struct Credentials {
     taken: Mutex<VecDeque<(String, Instant)>>,
     /// Woken when a consent completes here.
     landed: tokio::sync::Notify,
+    /// Callers' inbound tokens, for upstreams that exchange them.
+    subjects: obtained::Subjects,
     /// The background refresher runs ([`refresher`]).
     refresher: std::sync::atomic::AtomicBool,
     /// The runtime the service was made in (reloads run on threads outside it).
@@ -294,6 +310,7 @@ impl Credentials {
             step_ups: Mutex::default(),
             taken: Mutex::default(),
             landed: tokio::sync::Notify::new(),
+            subjects: obtained::Subjects::default(),
             refresher: std::sync::atomic::AtomicBool::new(false),
             runtime: tokio::runtime::Handle::try_current().ok(),
         };
@@ -464,6 +481,9 @@ impl Credentials {
         upstream: &str,
     ) -> Result<Option<Secret>, CredError> {
         let spec = self.spec_or(upstream)?;
+        if let Some(whose) = obtained::obtained(&spec, who) {
+            return self.obtained_token(&whose, &spec, false).await;
+        }
         let k = key(who, upstream);
         if let Some((token, mark)) = self.cached(&k) {
             if mark && let Err(e) = self.vault.mark_used(&who.0, upstream).await {
@@ -744,6 +764,9 @@ impl Credentials {
                 CredError::Unknown(upstream.into()).to_string(),
             ));
         };
+        if let Some(whose) = obtained::obtained(&spec, who) {
+            return self.rejected_obtained(&whose, &spec, sent, refusal).await;
+        }
         // A token written meanwhile (a consent, another replica's refresh): that one first.
         self.forget(who, upstream);
         let current = self.token(who, upstream).await.ok().flatten();

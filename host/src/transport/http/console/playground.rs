@@ -164,5 +164,6 @@ fn impersonate(
         caller: Some(caller),
         agent,
         claims: None,
+        subject_token: None,
     })
 }

@@ -178,6 +178,17 @@ function grants(e) {
     el("div", { class: "detail" }, `connect: ${connect}; exec: ${p.exec ? "yes" : "no"}`));
 }
 
+// What a definition served under overrides was at its source, beside what clients are shown.
+function exposedAs(e) {
+  if (!e.original) return null;
+  const x = e.exposed;
+  const lines = [e.original === e.tool ? "overridden" : `source name: ${e.original}`];
+  const first = (d) => ((d && d.description) || "").split("\n")[0];
+  if (x && first(x.source) !== first(x.served)) lines.push(`source description: ${first(x.source)}`);
+  if (x && x.agents) for (const [agent, d] of Object.entries(x.agents)) lines.push(`agent ${agent} sees: ${d.name}`);
+  return el("div", { class: "detail override-source" }, lines.join("; "));
+}
+
 async function sources() {
   const s = await api("sources");
   const overrides = [];
@@ -196,7 +207,7 @@ async function sources() {
       d.entries.length
         ? table(["name", "kind", "status", "plugin", "service", "signer", "isolation"], d.entries.map((e) =>
             el("tr", { "data-name": e.tool, "data-status": e.status },
-              el("td", {}, e.tool), el("td", {}, e.kind || "tool"), statusOf(e),
+              el("td", {}, e.tool, exposedAs(e)), el("td", {}, e.kind || "tool"), statusOf(e),
               el("td", {}, e.plugin || "-", el("div", { class: "detail" }, e.file)),
               el("td", {}, e.service || "-"), el("td", {}, e.signer || "-"), el("td", {}, grants(e)))))
         : el("p", { class: "muted" }, "Nothing found here."))),
