@@ -32,5 +32,6 @@ mod trust;
 mod upstream;
 mod upstream_identity;
 mod upstream_oauth;
+mod upstream_oauth_gaps;
 mod vault;
 mod workers;

@@ -70,7 +70,7 @@ impl Gateway {
 
     /// The provider (configured by `options`, [`HOST`] added) and the resource server registered
     /// with it; `None`: skip.
-    fn upstream(
+    pub(crate) fn upstream(
         mut options: ProviderOptions,
         rs_args: &[&str],
     ) -> Option<(Provider, ResourceServer)> {
@@ -112,7 +112,7 @@ impl Gateway {
 }
 
 /// A 2026 request to `base`/mcp of `token`'s caller, who opens URLs.
-fn call_at(base: &str, token: &str, method: &str, mut params: Value) -> HttpResponse {
+pub(crate) fn call_at(base: &str, token: &str, method: &str, mut params: Value) -> HttpResponse {
     {
         params["_meta"] = json!({ URL_CAPS: { "elicitation": { "url": {}, "form": {} } } });
         let params = mcp_host_tests::serve::with_meta(params);
@@ -246,7 +246,7 @@ impl Gateway {
 
 /// The configuration of a gateway in front of `rs` (upstream `gh`), its callers signed in with
 /// `provider`'s tokens, reached at `public`, auditing to `audit`; `extra` more lines.
-fn gateway_config(
+pub(crate) fn gateway_config(
     layout: &Layout,
     provider: &Provider,
     rs: &ResourceServer,
@@ -284,7 +284,7 @@ fn gateway_config(
 }
 
 /// `mcp-host serve --listen 127.0.0.1:PORT` on `config`, with `env`.
-fn serve(config: &std::path::Path, port: u16, env: &[(&str, &str)]) -> HttpServer {
+pub(crate) fn serve(config: &std::path::Path, port: u16, env: &[(&str, &str)]) -> HttpServer {
     let mut cmd: Command = host_command(config);
     cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}")])
         .envs(env.iter().copied());
@@ -292,7 +292,7 @@ fn serve(config: &std::path::Path, port: u16, env: &[(&str, &str)]) -> HttpServe
 }
 
 /// Wait until `token`'s caller sees tool `name` at `base` (`logs`: what to show if never).
-fn wait_for_tool_at(base: &str, token: &str, name: &str, logs: &dyn Fn() -> String) {
+pub(crate) fn wait_for_tool_at(base: &str, token: &str, name: &str, logs: &dyn Fn() -> String) {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let r = call_at(base, token, "tools/list", json!({}));
@@ -557,7 +557,7 @@ fn the_python_sdk_client_opens_the_consent_link_and_its_call_proceeds_in_both_er
 }
 
 /// `mcp-host ARGS` on the gateway's configuration and state: its stdout and stderr.
-fn host_output(g: &Gateway, args: &[&str]) -> String {
+pub(crate) fn host_output(g: &Gateway, args: &[&str]) -> String {
     let out = host_command(&g.config).args(args).output().unwrap();
     format!(
         "{}\n{}",

@@ -442,7 +442,9 @@ impl Host {
             &self.config(),
             replica,
         )?;
-        let _ = self.inner.loader.credentials.set(credentials);
+        let _ = self.inner.loader.credentials.set(Arc::clone(&credentials));
+        crate::access::upstream::gateway::Credentials::start_refresher(&credentials);
+        sweep_credentials(credentials, None, self.config());
         Ok(())
     }
 
@@ -566,6 +568,9 @@ impl Host {
                 self.inner.access.store(Arc::new(access));
                 if let Some(credentials) = self.inner.loader.credentials.get() {
                     credentials.reconfigure(&config);
+                    crate::access::upstream::gateway::Credentials::start_refresher(credentials);
+                    let now = Arc::new(config.clone());
+                    sweep_credentials(Arc::clone(credentials), Some(Arc::clone(&old)), now);
                 }
                 self.inner.config.store(Arc::new(config));
                 changed
@@ -898,4 +903,21 @@ fn refused_names(host: &Host, loaded: &crate::registry::Sources) -> Vec<Value> {
             Some(json!({"name": e.tool, "kind": e.kind, "why": why}))
         })
         .collect()
+}
+
+/// Revoke and delete, in the background, the users' upstream credentials `config` (after
+/// `previous`, at a reload) leaves to nobody: a removed secret, a changed upstream identity.
+fn sweep_credentials(
+    credentials: Arc<crate::access::upstream::gateway::Credentials>,
+    previous: Option<Arc<Config>>,
+    config: Arc<Config>,
+) {
+    let Some(runtime) = credentials.runtime() else {
+        return;
+    };
+    runtime.spawn(async move {
+        if let Err(e) = credentials.sweep(previous.as_deref(), &config).await {
+            tracing::warn!("Upstream credentials were not swept: {e}");
+        }
+    });
 }

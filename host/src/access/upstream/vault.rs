@@ -39,6 +39,7 @@ use zeroize::Zeroizing;
 use super::sealing::{Binding, SealError, Secret, VaultKeys, sealed_key_id};
 
 mod backend;
+mod stale;
 
 pub use backend::{
     ClientRow, CredentialRow, FlowInsert, FlowRow, PutOutcome, RowFilter, VaultBackend, VaultBounds,

@@ -6,6 +6,8 @@
 mod redis;
 mod sqlite;
 #[cfg(test)]
+mod sweep_tests;
+#[cfg(test)]
 mod tests;
 
 use std::time::Duration;

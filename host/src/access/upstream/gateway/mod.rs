@@ -3,7 +3,8 @@
 //!
 //! - **Tokens** per (principal, upstream) live in the [`Vault`] (sealed, shared by replicas); an
 //!   in-memory cache makes a call cost a lookup. A token due for refresh (expired, or within
-//!   `min(30 s, half its life)` of it) is refreshed when a call needs it, through rmcp's engine,
+//!   `min(30 s, half its life)` of it) is refreshed ahead of the calls by the background
+//!   [`refresher`], else when a call needs it, through rmcp's engine,
 //!   by one replica at a time (the vault's lease; the others wait for the row to change) and
 //!   written with the vault's compare-and-set. A refresh token the authorization server rejects
 //!   deletes the credential: the next call asks for consent again.
@@ -22,7 +23,9 @@ pub mod api_key;
 mod authorizer;
 pub mod consent;
 mod obtained;
+pub mod refresher;
 mod revocation;
+pub mod sweep;
 
 pub use authorizer::CallerAuthorizer;
 pub use consent::{CallbackRefusal, Completed, Consent, FlowView};
@@ -278,6 +281,10 @@ pub struct Credentials {
     landed: tokio::sync::Notify,
     /// Callers' inbound tokens, for upstreams that exchange them.
     subjects: obtained::Subjects,
+    /// The background refresher runs ([`refresher`]).
+    refresher: std::sync::atomic::AtomicBool,
+    /// The runtime the service was made in (reloads run on threads outside it).
+    runtime: Option<tokio::runtime::Handle>,
 }
 
 impl std::fmt::Debug for Credentials {
@@ -308,6 +315,8 @@ impl Credentials {
             taken: Mutex::default(),
             landed: tokio::sync::Notify::new(),
             subjects: obtained::Subjects::default(),
+            refresher: std::sync::atomic::AtomicBool::new(false),
+            runtime: tokio::runtime::Handle::try_current().ok(),
         };
         credentials.configure(config);
         Arc::new(credentials)
@@ -377,6 +386,14 @@ impl Credentials {
         lock(&self.cache).retain(|(_, upstream), _| !changed(upstream));
         self.specs.store(Arc::new(specs));
         self.settings.store(Arc::new(Settings::of(config)));
+    }
+
+    /// The runtime to start background work in: the current one, else the one the service
+    /// was made in.
+    pub fn runtime(&self) -> Option<tokio::runtime::Handle> {
+        tokio::runtime::Handle::try_current()
+            .ok()
+            .or_else(|| self.runtime.clone())
     }
 
     /// The settings in force.

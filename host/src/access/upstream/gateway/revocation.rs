@@ -40,6 +40,16 @@ impl Revocation for AtIssuer<'_> {
     }
 }
 
+/// What revocation did, in words (the credential was deleted either way).
+pub(super) fn describe(at: &AtServer) -> String {
+    match at {
+        AtServer::Revoked => "revoked at the authorization server".to_owned(),
+        AtServer::NotOffered => "deleted; the server offers no revocation".into(),
+        AtServer::Skipped(why) => format!("deleted only: {why}"),
+        AtServer::Failed(why) => format!("deleted; revocation failed: {why}"),
+    }
+}
+
 /// A form body, URL-encoded.
 fn form(pairs: &[(&str, &str)]) -> Vec<u8> {
     url::form_urlencoded::Serializer::new(String::new())
@@ -60,12 +70,7 @@ impl Credentials {
         for r in &revoked {
             let at = &r.connection.upstream;
             lock(&self.cache).remove(&(who.0.clone(), at.clone()));
-            let (outcome, detail) = match &r.at_authorization_server {
-                AtServer::Revoked => ("ok", "revoked at the authorization server".to_owned()),
-                AtServer::NotOffered => ("ok", "deleted; the server offers no revocation".into()),
-                AtServer::Skipped(why) => ("ok", format!("deleted only: {why}")),
-                AtServer::Failed(why) => ("ok", format!("deleted; revocation failed: {why}")),
-            };
+            let (outcome, detail) = ("ok", describe(&r.at_authorization_server));
             self.audit(
                 "upstream_auth.revoked",
                 Some(&who.0),
@@ -87,12 +92,23 @@ impl Credentials {
         let spec = self
             .spec(upstream)
             .ok_or_else(|| format!("upstream {upstream} is no longer configured"))?;
+        self.revoke_with(&spec, credential).await
+    }
+
+    /// RFC 7009 at the authorization server of `credential`, found and authenticated to as
+    /// `spec` says (the upstream's configuration the credential was obtained under).
+    pub(super) async fn revoke_with(
+        &self,
+        spec: &super::Spec,
+        credential: &Credential,
+    ) -> Result<AtServer, String> {
         if spec.key_header.is_some() {
             return Ok(AtServer::Skipped("a static key: nothing to revoke".into()));
         }
+        let upstream = spec.upstream.as_str();
         let challenge = self.challenge(upstream);
         let found = self
-            .discover(&spec, challenge.as_deref())
+            .discover(spec, challenge.as_deref())
             .await
             .map_err(|e| e.to_string())?;
         if found.issuer != credential.issuer {
@@ -111,7 +127,7 @@ impl Credentials {
             return Ok(AtServer::NotOffered);
         };
         let registration = self
-            .client_for(&spec, &found.issuer, &credential.client_id)
+            .client_for(spec, &found.issuer, &credential.client_id)
             .await
             .ok_or_else(|| format!("the client {} is no longer known", credential.client_id))?;
         let url = url::Url::parse(&spec.url).map_err(|e| e.to_string())?;
