@@ -244,6 +244,40 @@ impl Gateway {
     }
 }
 
+impl Gateway {
+    /// Two replicas (`r1` is the gateway's host, `r2` returned beside it) on `ports` sharing
+    /// `redis` as their store and vault, reached at `public`, the operator connected.
+    pub(crate) fn replicas(
+        provider: Provider,
+        rs: ResourceServer,
+        redis: &mcp_host_tests::fleet::Redis,
+        ports: [u16; 2],
+        public: String,
+    ) -> (Gateway, HttpServer) {
+        let layout = Layout::new();
+        let audit = layout.dir("audit").join("audit.jsonl");
+        let extra = format!(
+            "store: {}\nrequest_state: {{keys: [\"{}\"]}}\n",
+            redis.url(),
+            mcp_host_tests::fleet::SHARED_KEY
+        );
+        let config = gateway_config(&layout, &provider, &rs, &public, &audit, &extra);
+        let r1 = serve(&config, ports[0], &[("MCP_HOST_REPLICA", "r1")]);
+        let r2 = serve(&config, ports[1], &[("MCP_HOST_REPLICA", "r2")]);
+        let g = Gateway {
+            provider,
+            rs,
+            host: r1,
+            public,
+            audit,
+            config,
+            _layout: layout,
+        };
+        g.connect_operator("operator-at-gh");
+        (g, r2)
+    }
+}
+
 /// The configuration of a gateway in front of `rs` (upstream `gh`), its callers signed in with
 /// `provider`'s tokens, reached at `public`, auditing to `audit`; `extra` more lines.
 pub(crate) fn gateway_config(
@@ -756,26 +790,7 @@ fn behind_nginx_a_replica_uses_the_token_another_obtained_from_the_shared_redis_
         .collect();
     let nginx = mcp_host_tests::fleet::Nginx::start(&nginx_bin, &addrs);
     let public = format!("http://127.0.0.1:{}", nginx.port);
-    let layout = Layout::new();
-    let audit = layout.dir("audit").join("audit.jsonl");
-    let extra = format!(
-        "store: {}\nrequest_state: {{keys: [\"{}\"]}}\n",
-        redis.url(),
-        mcp_host_tests::fleet::SHARED_KEY
-    );
-    let config = gateway_config(&layout, &provider, &rs, &public, &audit, &extra);
-    let r1 = serve(&config, ports[0], &[("MCP_HOST_REPLICA", "r1")]);
-    let r2 = serve(&config, ports[1], &[("MCP_HOST_REPLICA", "r2")]);
-    let g = Gateway {
-        provider,
-        rs,
-        host: r1,
-        public,
-        audit,
-        config,
-        _layout: layout,
-    };
-    g.connect_operator("operator-at-gh");
+    let (g, r2) = Gateway::replicas(provider, rs, &redis, ports, public);
     let alice = g.caller_token("alice");
     // Both replicas list (each read the operator's token from Redis).
     for port in ports {

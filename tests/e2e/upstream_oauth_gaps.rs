@@ -268,26 +268,7 @@ fn two_replicas_racing_refreshes_on_the_shared_redis_vault_never_spend_a_refresh
     let redis = mcp_host_tests::fleet::Redis::start(&redis_bin);
     let ports = [free_port(), free_port()];
     let public = format!("http://127.0.0.1:{}", ports[0]);
-    let layout = Layout::new();
-    let audit = layout.dir("audit").join("audit.jsonl");
-    let extra = format!(
-        "store: {}\nrequest_state: {{keys: [\"{}\"]}}\n",
-        redis.url(),
-        mcp_host_tests::fleet::SHARED_KEY
-    );
-    let config = gateway_config(&layout, &provider, &rs, &public, &audit, &extra);
-    let r1 = serve(&config, ports[0], &[("MCP_HOST_REPLICA", "r1")]);
-    let r2 = serve(&config, ports[1], &[("MCP_HOST_REPLICA", "r2")]);
-    let g = Gateway {
-        provider,
-        rs,
-        host: r1,
-        public,
-        audit,
-        config,
-        _layout: layout,
-    };
-    g.connect_operator("operator-at-gh");
+    let (g, r2) = Gateway::replicas(provider, rs, &redis, ports, public);
     let alice = g.caller_token("alice");
     let bases: Vec<String> = ports
         .iter()

@@ -712,26 +712,36 @@ impl Vault {
         let rows = self.backend.credentials(filter, usize::MAX).await?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
-            let at_server = match self.open_credential(&row) {
-                Ok(stored) => {
-                    revocation
-                        .revoke(&row.principal, &row.upstream, &stored.credential)
-                        .await
-                }
-                Err(why) => AtServer::Skipped(format!("the row does not open: {why}")),
-            };
-            let one = RowFilter {
-                principal: Some(&row.principal),
-                upstream: Some(&row.upstream),
-            };
-            if !self.backend.delete_credentials(one).await?.is_empty() {
-                out.push(Revoked {
-                    connection: Connection::from(&row),
-                    at_authorization_server: at_server,
-                });
-            }
+            out.extend(self.revoke_row(&row, revocation).await?);
         }
         Ok(out)
+    }
+
+    /// Revoke `row`'s credential with `revocation` (best effort; a row that does not open is
+    /// only deleted), then delete the row whatever it answered. What was deleted, `None` when the
+    /// row went meanwhile.
+    async fn revoke_row(
+        &self,
+        row: &CredentialRow,
+        revocation: &dyn Revocation,
+    ) -> Result<Option<Revoked>, VaultError> {
+        let at_server = match self.open_credential(row) {
+            Ok(stored) => {
+                revocation
+                    .revoke(&row.principal, &row.upstream, &stored.credential)
+                    .await
+            }
+            Err(why) => AtServer::Skipped(format!("the row does not open: {why}")),
+        };
+        let one = RowFilter {
+            principal: Some(&row.principal),
+            upstream: Some(&row.upstream),
+        };
+        let deleted = self.backend.delete_credentials(one).await?;
+        Ok((!deleted.is_empty()).then(|| Revoked {
+            connection: Connection::from(row),
+            at_authorization_server: at_server,
+        }))
     }
 
     // -----------------------------------------------------------------------------------------

@@ -169,31 +169,7 @@ impl Credentials {
         key: &Secret,
     ) -> Result<Completed, CallbackRefusal> {
         let done = self.enter_key_checked(flow_id, login, key).await;
-        match &done {
-            Ok(c) => {
-                self.forget(&Principal(c.principal.clone()), &c.upstream);
-                self.landed.notify_waiters();
-                self.audit(
-                    "upstream_auth.connected",
-                    Some(&c.principal),
-                    &c.upstream,
-                    "ok",
-                    Some("api_key"),
-                );
-                tracing::info!("Upstream {}: {} entered a key", c.upstream, c.principal);
-            }
-            Err(r) => {
-                let at = r.upstream.as_deref().unwrap_or("-");
-                self.audit(
-                    "upstream_auth.callback_refused",
-                    r.principal.as_deref(),
-                    at,
-                    "refused",
-                    Some(r.reason),
-                );
-                tracing::warn!("A key entry was refused ({}) at {at}", r.reason);
-            }
-        }
+        self.record_landing(&done, super::consent::Landing::Key);
         done
     }
 

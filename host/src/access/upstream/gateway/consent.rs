@@ -33,6 +33,14 @@ use crate::access::upstream::vault::{Expect, NewFlow, Taken, state_hash};
 use crate::access::upstream::vault_tokens::{RowStore, client_of, registration_of};
 use crate::access::upstream::{AuthFailure, Principal, Secret, scopes};
 
+/// How a consent landed: through the authorization server's callback, or a key entered in the
+/// host's form.
+#[derive(Clone, Copy)]
+pub(super) enum Landing {
+    Callback,
+    Key,
+}
+
 /// Where authorization servers send users back.
 pub const CALLBACK_PATH: &str = "/oauth/callback";
 /// Where consent links point: `<CONNECT_PATH><flow id>`.
@@ -487,18 +495,36 @@ impl Credentials {
         cookie: &(dyn Fn(&str) -> Option<String> + Sync),
     ) -> Result<Completed, CallbackRefusal> {
         let done = self.complete_checked(callback, login, cookie).await;
-        match &done {
+        self.record_landing(&done, Landing::Callback);
+        done
+    }
+
+    /// Wake the calls waiting for `done`'s user and audit and log how it ended, either way
+    /// (never a token or a key: the principal, the upstream and a reason).
+    pub(super) fn record_landing(&self, done: &Result<Completed, CallbackRefusal>, how: Landing) {
+        match done {
             Ok(c) => {
                 self.forget(&Principal(c.principal.clone()), &c.upstream);
                 self.landed.notify_waiters();
+                let detail = match how {
+                    Landing::Callback => None,
+                    Landing::Key => Some("api_key"),
+                };
                 self.audit(
                     "upstream_auth.connected",
                     Some(&c.principal),
                     &c.upstream,
                     "ok",
-                    None,
+                    detail,
                 );
-                tracing::info!("Upstream {}: {} connected", c.upstream, c.principal);
+                match how {
+                    Landing::Callback => {
+                        tracing::info!("Upstream {}: {} connected", c.upstream, c.principal)
+                    }
+                    Landing::Key => {
+                        tracing::info!("Upstream {}: {} entered a key", c.upstream, c.principal)
+                    }
+                }
             }
             Err(r) => {
                 let at = r.upstream.as_deref().unwrap_or("-");
@@ -509,15 +535,19 @@ impl Credentials {
                     "refused",
                     Some(r.reason),
                 );
-                tracing::warn!(
-                    "OAuth callback refused ({}) for {} at {at}: {}",
-                    r.reason,
-                    r.principal.as_deref().unwrap_or("an unknown flow"),
-                    r.message
-                );
+                match how {
+                    Landing::Callback => tracing::warn!(
+                        "OAuth callback refused ({}) for {} at {at}: {}",
+                        r.reason,
+                        r.principal.as_deref().unwrap_or("an unknown flow"),
+                        r.message
+                    ),
+                    Landing::Key => {
+                        tracing::warn!("A key entry was refused ({}) at {at}", r.reason)
+                    }
+                }
             }
         }
-        done
     }
 
     /// [`Credentials::complete`]'s checks and exchange.

@@ -3,7 +3,7 @@
 //! that was judged (same identity, same version) — a user who connected again meanwhile keeps
 //! the new credential.
 
-use super::{AtServer, Connection, Revocation, Revoked, RowFilter, Vault, VaultError};
+use super::{Connection, Revocation, Revoked, Vault, VaultError};
 
 impl Vault {
     /// Revoke `found` (listed by [`Vault::connections`]) with `revocation`, then delete it — if
@@ -24,22 +24,6 @@ impl Vault {
         if row.identity != found.identity || row.version != found.version {
             return Ok(None);
         }
-        let at_server = match self.open_credential(&row) {
-            Ok(stored) => {
-                revocation
-                    .revoke(&row.principal, &row.upstream, &stored.credential)
-                    .await
-            }
-            Err(why) => AtServer::Skipped(format!("the row does not open: {why}")),
-        };
-        let one = RowFilter {
-            principal: Some(&row.principal),
-            upstream: Some(&row.upstream),
-        };
-        let deleted = self.backend.delete_credentials(one).await?;
-        Ok((!deleted.is_empty()).then(|| Revoked {
-            connection: Connection::from(&row),
-            at_authorization_server: at_server,
-        }))
+        self.revoke_row(&row, revocation).await
     }
 }
