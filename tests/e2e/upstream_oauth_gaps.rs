@@ -9,15 +9,12 @@
 
 use std::time::{Duration, Instant};
 
-use mcp_host_tests::Layout;
 use mcp_host_tests::fleet::free_port;
 use mcp_host_tests::oauth::{Browser, ProviderOptions};
 use mcp_host_tests::serve::{HttpResponse, modern_headers, notification, request, with_meta};
 use serde_json::{Value, json};
 
-use crate::upstream_oauth::{
-    Gateway, consent_and_call, gateway_config, identity, serve, wait_for_tool_at, whoami,
-};
+use crate::upstream_oauth::{Gateway, consent_and_call, identity, wait_for_tool_at, whoami};
 
 /// Wait until the provider has revoked `n` grants (its `EVENT grant.revoked` lines).
 fn wait_revoked_grants(g: &Gateway, n: usize) {
