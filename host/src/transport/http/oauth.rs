@@ -247,6 +247,17 @@ pub(super) async fn read_form(
     Ok(form)
 }
 
+/// A POSTed form ([`read_form`]) and the verified user of its credential ([`user_of`]).
+async fn signed_form(
+    host: &Host,
+    req: Request<IncomingBody>,
+    csrf: bool,
+) -> Result<(std::collections::HashMap<String, String>, String), Refused> {
+    let form = read_form(req, csrf).await?;
+    let user = user_of(host, &form)?;
+    Ok((form, user))
+}
+
 /// The verified user of the credential in `form`, else the refusal page.
 pub(super) fn user_of(
     host: &Host,
@@ -453,12 +464,8 @@ async fn start(
     credentials: &Credentials,
     req: Request<IncomingBody>,
 ) -> Response<Body> {
-    let form = match read_form(req, true).await {
-        Ok(form) => form,
-        Err(refused) => return refused.page(),
-    };
-    let user = match user_of(host, &form) {
-        Ok(user) => user,
+    let (form, user) = match signed_form(host, req, true).await {
+        Ok(signed) => signed,
         Err(refused) => return refused.page(),
     };
     let upstream = form.get("upstream").cloned().unwrap_or_default();
@@ -547,12 +554,8 @@ async fn disconnect(
     credentials: &Arc<Credentials>,
     req: Request<IncomingBody>,
 ) -> Response<Body> {
-    let form = match read_form(req, false).await {
-        Ok(form) => form,
-        Err(refused) => return refused.page(),
-    };
-    let user = match user_of(host, &form) {
-        Ok(user) => user,
+    let (form, user) = match signed_form(host, req, false).await {
+        Ok(signed) => signed,
         Err(refused) => return refused.page(),
     };
     let upstream = form.get("upstream").cloned().unwrap_or_default();
