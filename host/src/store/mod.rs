@@ -719,20 +719,49 @@ impl Store {
         self.inner.bus.replica()
     }
 
-    /// Whether the store could be reached at the last check (always for SQLite and memory).
+    /// Whether the store could be reached at the last check (memory always is).
     pub fn is_reachable(&self) -> bool {
         self.inner.reachable.load(Ordering::Relaxed)
     }
 
     /// Record the outcome of an operation: a failure marks the store unreachable until the next
-    /// successful check.
+    /// successful check (Redis: its PING every second; SQLite: a probe every second started by
+    /// the failure, so a file that could not be opened for want of descriptors, or a database
+    /// locked too long, is ready again once it answers).
     fn observe<T>(&self, result: Result<T, StoreError>) -> Result<T, StoreError> {
         if let Err(StoreError::Unavailable(why)) = &result
             && self.inner.reachable.swap(false, Ordering::Relaxed)
         {
             tracing::error!("task store {} unreachable: {why}", self.inner.describe);
+            if matches!(self.inner.backend, Backend::Sqlite(_)) {
+                self.spawn_sqlite_recovery();
+            }
         }
         result
+    }
+
+    /// Probe SQLite every second until it answers, then mark the store reachable again.
+    fn spawn_sqlite_recovery(&self) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let weak = Arc::downgrade(&self.inner);
+        runtime.spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            tick.tick().await;
+            loop {
+                tick.tick().await;
+                let Some(inner) = weak.upgrade() else { return };
+                let Backend::Sqlite(db) = &inner.backend else {
+                    return;
+                };
+                if db.probe().await.is_ok() {
+                    inner.reachable.store(true, Ordering::Relaxed);
+                    tracing::info!("task store {} reachable", inner.describe);
+                    return;
+                }
+            }
+        });
     }
 
     fn spawn_sqlite_sweeper(&self) {
@@ -1037,6 +1066,28 @@ mod tests {
         assert!(store.task("nope").await.unwrap().is_none());
         let b = store.task("b").await.unwrap().unwrap();
         assert!(b.abandoned(now_ms()), "working without a lease");
+    }
+
+    #[tokio::test]
+    async fn a_sqlite_file_that_could_not_be_opened_is_ready_again_once_it_can() {
+        let dir = tempfile::tempdir().unwrap();
+        let blocker = dir.path().join("state");
+        std::fs::write(&blocker, b"a file where the directory goes").unwrap();
+        let setting = StoreSetting::Sqlite(Some(blocker.join("tasks.sqlite")));
+        let store = Store::open(&setting, "r1", &[]).await.unwrap();
+        assert!(store.task("a").await.is_err());
+        assert!(!store.is_reachable());
+        std::fs::remove_file(&blocker).unwrap();
+        // The probe runs every second; a loaded machine gets a generous deadline.
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !store.is_reachable() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "never reachable again"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(store.task("a").await.unwrap().is_none());
     }
 
     #[tokio::test]

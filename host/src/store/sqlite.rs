@@ -228,6 +228,11 @@ impl Sqlite {
         .map_err(unavailable)
     }
 
+    /// Whether the database answers (opening it if it was not yet).
+    pub(super) async fn probe(&self) -> Result<(), StoreError> {
+        self.with(|c| c.query_row("SELECT 1", [], |_| Ok(()))).await
+    }
+
     /// The key that seals records when none is configured: random, made once and kept in the
     /// database (every process sharing the file uses the same).
     pub(super) async fn record_key(&self) -> Result<Vec<u8>, StoreError> {
