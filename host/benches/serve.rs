@@ -1123,13 +1123,18 @@ fn bench_instructions(env: &Env, rows: &mut Vec<String>) -> Vec<String> {
         }
         return Vec::new();
     }
-    let dir = tempfile::tempdir().unwrap();
+    // `MCP_BENCH_CALLGRIND_DIR` keeps the profiles (`<server>-short`, `<server>-long`): the
+    // functions a request runs are what `callgrind_annotate` shows more of in the long one.
+    let temporary = tempfile::tempdir().unwrap();
+    let dir = std::env::var_os("MCP_BENCH_CALLGRIND_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| temporary.path().to_path_buf());
     let me = std::env::current_exe().unwrap();
     let per_request = |measure: &dyn Fn(u64, &Path) -> u64, name: &str| {
         let counted = counted();
         let (short_out, long_out) = (
-            dir.path().join(format!("{name}-short")),
-            dir.path().join(format!("{name}-long")),
+            dir.join(format!("{name}-short")),
+            dir.join(format!("{name}-long")),
         );
         let short = measure(counted, &short_out);
         let long = measure(5 * counted, &long_out);
