@@ -542,6 +542,10 @@ fn health(state: &State, path: &str) -> Option<Response<Body>> {
     }
 }
 
+/// The future of a request is moved into place for each request (hyper keeps it in the
+/// connection's slot), so its size is a cost per request: the paths other than `POST` (the
+/// console, OAuth, a session's stream or end) are boxed, each the size of a pointer here — the
+/// OAuth endpoints alone made every `tools/call` copy kilobytes more.
 async fn route(
     state: Arc<State>,
     req: Request<IncomingBody>,
@@ -560,10 +564,11 @@ async fn route(
         .as_ref()
         .filter(|c| c.on_main_listener() && c.owns(&path))
     {
-        return console::route(&state, console, req, console::Visitor { key: &peer, ip }).await;
+        let visitor = console::Visitor { key: &peer, ip };
+        return Box::pin(console::route(&state, console, req, visitor)).await;
     }
     if oauth::owns(&path) {
-        return oauth::route(state.core.protocol().host(), req).await;
+        return Box::pin(oauth::route(state.core.protocol().host(), req)).await;
     }
     let access = state.core.protocol().host().access();
     if let Some(rest) = path.strip_prefix("/.well-known/oauth-protected-resource") {
@@ -602,8 +607,8 @@ async fn route(
     };
     match parts.method {
         Method::POST => post::post(state, &headers, body, agent, peer).await,
-        Method::GET => get_stream(&state, &headers, &owner, &caller).await,
-        Method::DELETE => delete_session(&state, &headers, &owner).await,
+        Method::GET => Box::pin(get_stream(&state, &headers, &owner, &caller)).await,
+        Method::DELETE => Box::pin(delete_session(&state, &headers, &owner)).await,
         _ => {
             let mut resp = empty(StatusCode::METHOD_NOT_ALLOWED);
             resp.headers_mut().insert(
