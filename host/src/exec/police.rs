@@ -378,7 +378,7 @@ fn decide<'p>(
 
 /// Who a request is, as the call policy sees it: the verified user, and the agent (the view that
 /// applies, else the one the caller's credential names).
-fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
+pub(super) fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
     let caller = request.caller();
     let agent = request
         .agent()

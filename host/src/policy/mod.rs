@@ -8,6 +8,8 @@
 //! only the plain facts the call path hands it ([`CallFacts`]).
 
 pub mod budget;
+pub mod detect;
+pub mod guardrails;
 mod native;
 
 use native::Check;
