@@ -383,7 +383,8 @@ impl Executor {
             other => other,
         };
         // What the tool returned passes the guardrails that apply to the call, if any.
-        let (result, outcome) = super::guard::concluded(guarded, (result, outcome), &observed);
+        let (result, outcome) =
+            super::guard::concluded(guarded, args, (result, outcome), &observed);
         observed.finish(outcome, result.as_ref().ok());
         result
     }

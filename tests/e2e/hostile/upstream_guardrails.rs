@@ -6,7 +6,9 @@
 //! upstream's text and `structuredContent` (which stays valid JSON; a Luhn-invalid number is
 //! left), an e-mail flagged in `_meta`, hidden characters and an exfiltrating markdown image
 //! blocked; a clean result passes untouched; the audit log names what was found and never the
-//! secret, nor does the host's log.
+//! secret, nor does the host's log. Call policy rules `on: [results]` see the result (its text,
+//! `structuredContent`, and every detector's findings, guardrails configured or not) and deny it
+//! in CEL.
 
 use mcp_host_tests::serve::{LEGACY, MODERN};
 
@@ -222,4 +224,83 @@ fn a_guardrail_naming_no_detector_is_refused_with_its_key() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");
     assert!(stderr.contains("guardrails.detect.passwords"), "{stderr}");
+}
+
+/// Result rules, and no guardrail: the detectors still count for `result.findings`.
+const RESULT_RULES: &str = "policy:\n  rules:\n    \
+     - name: no-personal-data\n      on: [results]\n      outcome: deny\n      \
+     message: this result holds personal data\n      \
+     when: \"tool.name == 'gh_leak' && result.findings.personal_data > 0\"\n    \
+     - name: deep\n      on: [results]\n      outcome: deny\n      \
+     when: \"has(result.structuredContent.nested) && result.structuredContent.nested.deep == 'forbidden'\"\n    \
+     - name: no-shouting\n      on: [results]\n      outcome: deny\n      \
+     when: \"result.text.contains('SECRET PLAN') && !result.isError\"\n";
+
+/// Every check of the result rules, on `client`.
+fn judged(mut client: Client) {
+    client.tools_with("gh_leak");
+    let denied = client.call(1, "gh_leak", json!({"text": format!("mail {MAIL}")}));
+    let denied = result_of(&denied);
+    assert_eq!(denied["isError"], true, "{denied}");
+    assert_eq!(
+        denied["content"][0]["text"], "this result holds personal data",
+        "{denied}"
+    );
+    assert!(!denied.to_string().contains(MAIL), "{denied}");
+    // structuredContent, as a rule reads it.
+    let deep = client.call(2, "gh_leak", json!({"text": "forbidden"}));
+    let deep = result_of(&deep);
+    assert_eq!(deep["isError"], true, "{deep}");
+    assert!(
+        deep["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("`deep`"),
+        "{deep}"
+    );
+    // A plugin's result, by its text.
+    let plan = client.call(3, "echo", json!({"text": "the SECRET PLAN"}));
+    assert_eq!(result_of(&plan)["isError"], true, "{plan}");
+    // What no rule matches passes as it was, without annotation (no guardrail acted).
+    for (id, tool, text) in [(4, "gh_leak", "all clear"), (5, "echo", "a plan")] {
+        let fine = client.call(id, tool, json!({ "text": text }));
+        let fine = result_of(&fine);
+        assert_eq!(fine["content"][0]["text"], text, "{fine}");
+        assert!(fine.get("isError").is_none_or(|e| e == false), "{fine}");
+        assert!(fine["_meta"].get("mcp-host/guardrails").is_none(), "{fine}");
+    }
+}
+
+/// The audit log records the result rule that denied.
+fn judged_audited(l: &Layout) {
+    let text = std::fs::read_to_string(l.root.path().join("audit.jsonl")).unwrap();
+    assert!(!text.contains(MAIL), "{text}");
+    let records: Vec<Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let denied = records
+        .iter()
+        .find(|r| r["policy_rule"] == "no-personal-data")
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(denied["outcome"], "denied");
+    assert_eq!(denied["policy"], "denied");
+}
+
+#[test]
+fn result_rules_in_cel_deny_results_over_stdio_in_both_eras() {
+    for (era, upstream_era) in [(LEGACY, "2026"), (MODERN, "2025")] {
+        let (l, cfg) = leaky_layout(upstream_era, RESULT_RULES);
+        judged(Client::stdio_serving(&cfg, era, "echo"));
+        judged_audited(&l);
+    }
+}
+
+#[test]
+fn result_rules_in_cel_deny_results_over_http_in_both_eras() {
+    for (era, upstream_era) in [(LEGACY, "2025"), (MODERN, "2026")] {
+        let (l, cfg) = leaky_layout(upstream_era, RESULT_RULES);
+        judged(Client::http(&cfg, era));
+        judged_audited(&l);
+    }
 }
