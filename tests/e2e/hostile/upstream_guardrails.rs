@@ -160,6 +160,20 @@ fn guarded(mut client: Client) {
     for secret in [AWS_KEY, "secretbody", "4111 1111", MAIL] {
         assert!(!stderr.contains(secret), "{secret} logged:\n{stderr}");
     }
+    // Over HTTP, the findings are counted per detector and action.
+    if let Client::Modern(s) | Client::Legacy(s, _) = &client {
+        let metrics = mcp_host_tests::serve::HttpConn::connect(s.addr)
+            .request("GET", "/metrics", &[], b"")
+            .text();
+        for counted in [
+            r#"mcp_guardrail_findings_total{detector="aws_access_key",action="redact"} 1"#,
+            r#"mcp_guardrail_findings_total{detector="private_key",action="block"} 1"#,
+            r#"mcp_guardrail_findings_total{detector="email",action="flag"} 1"#,
+            r#"mcp_guardrail_findings_total{detector="unicode_tags",action="block"} 1"#,
+        ] {
+            assert!(metrics.contains(counted), "{counted} not in:\n{metrics}");
+        }
+    }
 }
 
 /// The audit log of `l` after the checks: the guardrails' findings named, no secret.
