@@ -7,7 +7,7 @@
 //! pattern found; all of them run in one pass of a `regex::RegexSet` over a text, and only the
 //! detectors that matched run again, alone, to say where.
 
-use std::sync::LazyLock;
+use std::sync::{LazyLock, OnceLock};
 
 use regex::{Regex, RegexSet};
 
@@ -256,7 +256,16 @@ pub struct DetectorSet {
     /// The detectors' indexes in [`DETECTORS`], in the set's order.
     which: Vec<usize>,
     set: RegexSet,
-    each: Vec<Regex>,
+    /// Each alone, compiled the first time it matched (most texts match none: the definition
+    /// scan at start builds the set only).
+    each: Vec<OnceLock<Option<Regex>>>,
+    ascii: bool,
+}
+
+/// Detector `i`'s pattern, with ASCII word boundaries when `ascii`.
+fn pattern(i: usize, ascii: bool) -> String {
+    let p = DETECTORS[i].pattern;
+    if ascii { ascii_bounds(p) } else { p.to_owned() }
 }
 
 /// Patterns as the results' pass runs them: word boundaries ASCII (a Unicode `\b` sends the
@@ -269,16 +278,21 @@ impl DetectorSet {
     /// The set of the detectors `which` picks (indexes in [`DETECTORS`]); `None` if a pattern
     /// does not compile (a test compiles every one).
     fn of(which: Vec<usize>, ascii: bool) -> Option<DetectorSet> {
-        let pattern = |i: &usize| {
-            let p = DETECTORS[*i].pattern;
-            if ascii { ascii_bounds(p) } else { p.to_owned() }
-        };
-        let set = RegexSet::new(which.iter().map(pattern)).ok()?;
-        let each = which
-            .iter()
-            .map(|i| Regex::new(&pattern(i)).ok())
-            .collect::<Option<Vec<_>>>()?;
-        Some(DetectorSet { which, set, each })
+        let set = RegexSet::new(which.iter().map(|i| pattern(*i, ascii))).ok()?;
+        let each = which.iter().map(|_| OnceLock::new()).collect();
+        Some(DetectorSet {
+            which,
+            set,
+            each,
+            ascii,
+        })
+    }
+
+    /// The `k`th detector of the set alone.
+    fn alone(&self, k: usize) -> Option<&Regex> {
+        self.each[k]
+            .get_or_init(|| Regex::new(&pattern(self.which[k], self.ascii)).ok())
+            .as_ref()
     }
 
     /// The detectors whose pattern matches somewhere in `text` (indexes in [`DETECTORS`]), in
@@ -291,8 +305,8 @@ impl DetectorSet {
         let matched = self.set.matches(text);
         matched
             .into_iter()
-            .map(|k| (self.which[k], &self.each[k]))
-            .filter(move |(i, _)| wanted(*i))
+            .filter(move |k| wanted(self.which[*k]))
+            .filter_map(|k| Some((self.which[k], self.alone(k)?)))
     }
 
     /// Whether any pattern matches in `text`.
@@ -401,8 +415,10 @@ mod tests {
 
     #[test]
     fn every_detector_compiles_both_ways_and_names_are_unique() {
-        assert!(DEFINITIONS.is_some());
-        assert!(RESULTS.is_some());
+        for set in [&DEFINITIONS, &RESULTS] {
+            let set = set.as_ref().expect("compiles");
+            assert!((0..set.which.len()).all(|k| set.alone(k).is_some()));
+        }
         for (i, d) in DETECTORS.iter().enumerate() {
             assert_eq!(index_of(d.name), Some(i), "{}", d.name);
         }
