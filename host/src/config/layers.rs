@@ -40,6 +40,7 @@ struct Layer {
     request_state: Option<Value>,
     agents: Option<BTreeMap<String, Value>>,
     overrides: Option<Value>,
+    guardrails: Option<Value>,
     policy: Option<Value>,
     console: Option<Value>,
     log_format: Option<LogFormat>,
@@ -658,6 +659,7 @@ fn apply_value(
             "request_state",
             "agents",
             "overrides",
+            "guardrails",
             "policy",
             "console",
             "traces",
@@ -711,9 +713,13 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
         let prefix = format!("agents.{name}");
         let agent = section::<AgentSettings>(v, origin, &prefix)?;
         check_overrides(&agent.overrides, origin, &prefix)?;
+        check_guardrails(&agent.guardrails, origin, &prefix)?;
     }
     if let Some(v) = &layer.overrides {
         check_overrides(&section(v, origin, "overrides")?, origin, "")?;
+    }
+    if let Some(v) = &layer.guardrails {
+        check_guardrails(&section(v, origin, "guardrails")?, origin, "")?;
     }
     if let Some(v) = &layer.trust {
         check_trust(&section::<TrustSettings>(v, origin, "trust")?, origin)?;
@@ -722,8 +728,37 @@ fn check_sections(layer: &Layer, origin: &Origin) -> Result<(), ConfigError> {
         let prefix = format!("plugins.{name}");
         let plugin = section::<PluginSettings>(v, origin, &prefix)?;
         check_overrides(&plugin.overrides, origin, &prefix)?;
+        check_guardrails(&plugin.guardrails, origin, &prefix)?;
     }
     Ok(())
+}
+
+/// Whether every key of the guardrails under `prefix` (`""` for the top-level `guardrails`)
+/// names a detector or a group.
+fn check_guardrails(
+    guardrails: &super::Guardrails,
+    origin: &Origin,
+    prefix: &str,
+) -> Result<(), ConfigError> {
+    let Some(key) = guardrails.unknown_key() else {
+        return Ok(());
+    };
+    let name = key.rsplit('.').next().unwrap_or(&key).to_owned();
+    let mut known: Vec<&str> = super::GUARDRAIL_GROUPS.to_vec();
+    known.extend_from_slice(super::GUARDRAIL_DETECTORS);
+    let at = if prefix.is_empty() {
+        "guardrails".to_owned()
+    } else {
+        format!("{prefix}.guardrails")
+    };
+    Err(ConfigError::Invalid {
+        origin: origin.name.clone(),
+        key: format!("{at}.{key}"),
+        message: format!(
+            "`{name}` names no detector nor group (known: {})",
+            known.join(", ")
+        ),
+    })
 }
 
 /// The checks of [`DefinitionOverrides::check`] on the overrides under `prefix` (`""` for the
@@ -926,23 +961,13 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
     check_console_beside_mcp(config, &origin)?;
     check_console_approvers(config, &origin)?;
     check_upstream_auth_required(config, &origin)?;
-    if let Some(Value::Object(agents)) = present("agents") {
-        for (name, v) in agents {
-            let prefix = format!("agents.{name}");
-            let settings: AgentSettings = section(v, &origin, &prefix)?;
-            check_overrides(&settings.overrides, &origin, &prefix)?;
-            config.agents.insert(name.clone(), settings);
-        }
-    }
-    if let Some(v) = present("overrides") {
-        config.overrides = section(v, &origin, "overrides")?;
-        check_overrides(&config.overrides, &origin, "")?;
-    }
+    finish_agents_and_shaping(config, &present, &origin)?;
     if let Some(Value::Object(plugins)) = present("plugins") {
         for (name, v) in plugins {
             let prefix = format!("plugins.{name}");
             let mut settings: PluginSettings = section(v, &origin, &prefix)?;
             check_overrides(&settings.overrides, &origin, &prefix)?;
+            check_guardrails(&settings.guardrails, &origin, &prefix)?;
             // Permission paths and the data directory resolve like every path of the file.
             let base = config.base_dir.clone();
             let grant = &mut settings.permissions;
@@ -958,6 +983,32 @@ fn finish(config: &mut Config, merged: Map<String, Value>) -> Result<(), ConfigE
             }
             config.plugins.insert(name.clone(), settings);
         }
+    }
+    Ok(())
+}
+
+/// The merged `agents`, `overrides` and `guardrails` (`present` gives a merged key's value).
+fn finish_agents_and_shaping<'m>(
+    config: &mut Config,
+    present: &dyn Fn(&str) -> Option<&'m Value>,
+    origin: &Origin,
+) -> Result<(), ConfigError> {
+    if let Some(Value::Object(agents)) = present("agents") {
+        for (name, v) in agents {
+            let prefix = format!("agents.{name}");
+            let settings: AgentSettings = section(v, origin, &prefix)?;
+            check_overrides(&settings.overrides, origin, &prefix)?;
+            check_guardrails(&settings.guardrails, origin, &prefix)?;
+            config.agents.insert(name.clone(), settings);
+        }
+    }
+    if let Some(v) = present("overrides") {
+        config.overrides = section(v, origin, "overrides")?;
+        check_overrides(&config.overrides, origin, "")?;
+    }
+    if let Some(v) = present("guardrails") {
+        config.guardrails = section(v, origin, "guardrails")?;
+        check_guardrails(&config.guardrails, origin, "")?;
     }
     Ok(())
 }

@@ -9,6 +9,7 @@
 
 mod console;
 pub mod definitions;
+mod guardrails;
 pub mod import;
 pub mod installed;
 mod isolation;
@@ -27,6 +28,7 @@ pub use console::ConsoleSettings;
 pub use definitions::{
     ArgumentOverride, DefinitionOverrides, EntryOverride, HintOverrides, ToolOverride,
 };
+pub use guardrails::{GUARDRAIL_DETECTORS, GUARDRAIL_GROUPS, GuardAction, Guardrails};
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use layers::REGISTRY_TOKEN_VAR;
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};
@@ -844,6 +846,10 @@ pub struct AgentSettings {
     /// same prompts and resources). See `docs/operators/overrides.md`.
     #[serde(skip_serializing_if = "DefinitionOverrides::is_empty")]
     pub overrides: DefinitionOverrides,
+    /// The guardrails on the results this agent gets, over the source's and the global ones
+    /// (tools by the name clients call them by). See `docs/operators/guardrails.md`.
+    #[serde(skip_serializing_if = "Guardrails::is_empty")]
+    pub guardrails: Guardrails,
 }
 
 /// How an agent's `tools/list` shows its tools.
@@ -910,6 +916,10 @@ pub struct PluginSettings {
     /// global `overrides`. See `docs/operators/overrides.md`.
     #[serde(skip_serializing_if = "DefinitionOverrides::is_empty")]
     pub overrides: DefinitionOverrides,
+    /// The guardrails on its tools' results (tools by the plugin's own names, before prefixes
+    /// and overrides), over the global `guardrails`. See `docs/operators/guardrails.md`.
+    #[serde(skip_serializing_if = "Guardrails::is_empty")]
+    pub guardrails: Guardrails,
 }
 
 /// The default probe cache (`probe_cache`): `$XDG_CACHE_HOME/mcp-host/probed` or
@@ -979,6 +989,11 @@ pub struct Config {
     /// (`plugins.<name>.overrides`) and an agent's (`agents.<name>.overrides`) take precedence.
     /// See `docs/operators/overrides.md`.
     pub overrides: DefinitionOverrides,
+    /// Guardrails on results: the detectors (credentials, personal data, prompt injection) run
+    /// over what tools return and what a finding does (`flag`, `redact`, `block`), for every
+    /// tool and per tool; a source's (`plugins.<name>.guardrails`) and an agent's
+    /// (`agents.<name>.guardrails`) take precedence. See `docs/operators/guardrails.md`.
+    pub guardrails: Guardrails,
     /// Call policy: rules over the caller, the tool and the arguments; budgets.
     pub policy: PolicySettings,
     /// The operator console and tool playground in the browser.
@@ -1052,6 +1067,7 @@ impl Default for Config {
             request_state: RequestStateSettings::default(),
             agents: BTreeMap::new(),
             overrides: DefinitionOverrides::default(),
+            guardrails: Guardrails::default(),
             policy: PolicySettings::default(),
             console: ConsoleSettings::default(),
             log_format: LogFormat::Text,

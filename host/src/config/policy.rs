@@ -29,11 +29,13 @@ pub struct PolicyRule {
     /// `prompt`), `tool` (`name`, `plugin`, `annotations`), `resource` (`uri` in normal form,
     /// `raw` as the client sent it, `plugin`), `prompt` (`name`, `plugin`) and `args` (a tool's
     /// arguments, checked against its input schema first; a prompt's arguments; a resource
-    /// template's variables); must yield a bool. Default: `true`.
+    /// template's variables) and, in an `on: [results]` rule, `result` (`text`,
+    /// `structuredContent`, `isError`, `findings`); must yield a bool. Default: `true`.
     #[serde(default = "always")]
     pub when: String,
     /// What the rule polices: `tools` (`tools/call`), `resources` (`resources/read`), `prompts`
-    /// (`prompts/get`), any of them. Default: `[tools]`.
+    /// (`prompts/get`), any of them; or `results` alone (a tool's result, before the client gets
+    /// it). Default: `[tools]`.
     #[serde(default = "tools_only")]
     pub on: Vec<Policed>,
     /// What a matching call gets: `allow`, `deny`, `limit` or `approve`.
@@ -95,6 +97,10 @@ pub enum Policed {
     Resources,
     /// Prompts (`prompts/get`).
     Prompts,
+    /// Tool results, after the tool ran and the guardrails did, before the client gets them:
+    /// the rule sees `result` (`text`, `structuredContent`, `isError`, `findings`). Only `allow`
+    /// and `deny`, in a rule of its own (`on: [results]`).
+    Results,
 }
 
 /// What a matching rule does with the call.

@@ -33,6 +33,7 @@ use crate::config::Limits;
 use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError, Returned};
 use crate::policy::budget::{BudgetError, BudgetPermit, Budgets};
+use crate::policy::guardrails::Guardrails;
 use crate::policy::{CallFacts, Decision, Policy, Subject};
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Outcome, Telemetry};
@@ -232,6 +233,8 @@ pub struct Executor {
     pub(super) budgets: Budgets,
     /// The calls waiting for an admin's approval in the console.
     pub(super) approvals: Arc<super::approval::Approvals>,
+    /// The reloadable guardrails on results.
+    pub(super) guardrails: ArcSwap<Guardrails>,
     pub(super) telemetry: Arc<Telemetry>,
 }
 
@@ -259,6 +262,7 @@ impl Executor {
             policy: ArcSwap::from_pointee(Policy::default()),
             budgets: Budgets::default(),
             approvals: Arc::default(),
+            guardrails: ArcSwap::from_pointee(Guardrails::default()),
             telemetry,
         }
     }
@@ -266,6 +270,11 @@ impl Executor {
     /// Apply a (compiled) call policy to calls from now on.
     pub fn set_policy(&self, policy: Arc<Policy>) {
         self.policy.store(policy);
+    }
+
+    /// Apply (compiled) guardrails to the results of calls from now on.
+    pub fn set_guardrails(&self, guardrails: Arc<Guardrails>) {
+        self.guardrails.store(guardrails);
     }
 
     /// Count the policy's budgets with `counter`, shared by the replicas, from now on (call on
@@ -338,20 +347,17 @@ impl Executor {
         }
         // Then completed with what the host fixes and fills: the policy and the source see the
         // arguments the source gets.
-        let completed;
-        let args = match tool.injection() {
-            None => args,
+        let completed = match tool.injection() {
+            None => None,
             Some(injection) => match complete(&tool, injection, args, &opts.request) {
-                Ok(value) => {
-                    completed = value;
-                    &completed
-                }
+                Ok(value) => Some(value),
                 Err(refused) => {
                     observed.finish(Outcome::CallerRequired, None);
                     return Err(refused);
                 }
             },
         };
+        let args = completed.as_ref().unwrap_or(args);
         // The call policy decides before anything else runs; a `limit` holds its budget's slot
         // until the call ended.
         let _budget = match self.police(&tool, args, &opts, &observed).await {
@@ -362,6 +368,7 @@ impl Executor {
             }
         };
         let cancel = opts.request.cancel.clone();
+        let guarded = self.guarded(&tool, &opts.request);
         let (result, outcome) = {
             let begun = observed
                 .span()
@@ -375,6 +382,9 @@ impl Executor {
             Outcome::Ok | Outcome::ToolError if cancel.is_cancelled() => Outcome::Cancelled,
             other => other,
         };
+        // What the tool returned passes the guardrails that apply to the call, if any.
+        let (result, outcome) =
+            super::guard::concluded(guarded, args, (result, outcome), &observed);
         observed.finish(outcome, result.as_ref().ok());
         result
     }

@@ -60,6 +60,7 @@ impl Telemetry {
             depth: party.depth,
             audited,
             policy: OnceLock::new(),
+            guardrails: OnceLock::new(),
             done: false,
         }
     }
@@ -110,6 +111,8 @@ pub(crate) struct ObservedCall<'a> {
     audited: Option<Audited>,
     /// The call policy rule that decided the call and what it decided.
     policy: OnceLock<(String, &'static str)>,
+    /// What the guardrails found in its result.
+    guardrails: OnceLock<Vec<audit::GuardFinding>>,
     done: bool,
 }
 
@@ -149,6 +152,17 @@ impl ObservedCall<'_> {
             metrics.policy_decision(rule, decision);
         }
         let _ = self.policy.set((rule.to_owned(), decision));
+    }
+
+    /// The guardrails found `findings` in the call's result: counted per detector and action,
+    /// and named in the audit record.
+    pub(crate) fn guarded(&self, findings: Vec<audit::GuardFinding>) {
+        for f in &findings {
+            self.telemetry
+                .metrics
+                .guardrail_finding(f.detector, f.action);
+        }
+        let _ = self.guardrails.set(findings);
     }
 
     /// The call ended with `outcome` and `result` (an error to the client has none).
@@ -204,6 +218,7 @@ impl ObservedCall<'_> {
             policy_rule: self.policy.get().map(|(r, _)| r.as_str()),
             policy: self.policy.get().map(|(_, d)| *d),
             trace_id: trace::trace_id(&self.span),
+            guardrails: self.guardrails.get().map(Vec::as_slice),
         }
     }
 }

@@ -14,7 +14,7 @@ use super::observe::ObservedCall;
 use super::result::ToolResult;
 use crate::config::{Approver, Budget};
 use crate::policy::budget::{BudgetError, BudgetPermit, Draw};
-use crate::policy::{CallFacts, Decision, Policy, Subject};
+use crate::policy::{CallFacts, Decision, Policy, ResultFacts, Subject};
 use crate::registry::Tool;
 use crate::telemetry::{Outcome, audit};
 
@@ -267,6 +267,38 @@ impl Executor {
     }
 }
 
+/// The `on: [results]` rules' verdict on a call of `tool` with `args` for `request` whose tool
+/// returned `result`: the message of a denial, if one denies it. Recorded like any rule's
+/// decision (a result rule that cannot be evaluated denies: a policy fails closed).
+pub(super) fn judge_result(
+    policy: &Policy,
+    request: &RequestContext,
+    tool: &Tool,
+    args: &Value,
+    result: &ResultFacts<'_>,
+    observed: &ObservedCall<'_>,
+) -> Option<String> {
+    let annotations = annotations_of(tool);
+    let (user, agent) = who(request);
+    let facts = CallFacts {
+        user,
+        agent,
+        claims: request.identity.claims.as_deref(),
+        subject: Subject::Tool {
+            name: &tool.name,
+            source_name: tool.source_name(),
+            annotations: &annotations,
+        },
+        plugin: tool.slot.backend.name(),
+        args,
+    };
+    let record = |rule: &str, decision| observed.policy(rule, decision);
+    match plain_verdict(policy.decide_result(&facts, result), &record) {
+        Verdict::Denied(_, message) => Some(message),
+        _ => None,
+    }
+}
+
 /// The verdict of an allow or a deny (recorded through `record`). A limit or an approve is
 /// decided by the caller; handed one, this refuses it.
 fn plain_verdict(decision: Decision<'_>, record: Record<'_>) -> Verdict {
@@ -378,7 +410,7 @@ fn decide<'p>(
 
 /// Who a request is, as the call policy sees it: the verified user, and the agent (the view that
 /// applies, else the one the caller's credential names).
-fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
+pub(super) fn who(request: &RequestContext) -> (Option<&str>, Option<&str>) {
     let caller = request.caller();
     let agent = request
         .agent()

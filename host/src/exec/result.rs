@@ -105,6 +105,28 @@ impl ToolResult {
         }
     }
 
+    /// Itself after `f` looked at (and maybe changed) its tree: `f` says whether it changed
+    /// it. A plugin's text is parsed for `f` and kept as it was when `f` changed nothing.
+    pub fn inspect(self, f: impl FnOnce(&mut Value) -> bool) -> ToolResult {
+        match self.0 {
+            Repr::Text { ref json, .. } => {
+                // Checked to be JSON when it was made.
+                let Ok(mut value) = serde_json::from_str::<Value>(json) else {
+                    return self;
+                };
+                if f(&mut value) {
+                    ToolResult(Repr::Value(value))
+                } else {
+                    self
+                }
+            }
+            Repr::Value(mut value) => {
+                f(&mut value);
+                ToolResult(Repr::Value(value))
+            }
+        }
+    }
+
     /// As JSON text.
     pub fn into_text(self) -> String {
         match self.0 {

@@ -304,6 +304,15 @@ fn plugin_data_dir(config: &Config, plugin: &str) -> Result<PathBuf, DataDirErro
     Ok(dir)
 }
 
+/// The guardrails of `config`, compiled: the global ones, each plugin's and each agent's.
+fn guardrails_of(config: &Config) -> crate::policy::guardrails::Guardrails {
+    crate::policy::guardrails::Guardrails::compile(
+        &config.guardrails,
+        config.plugins.iter().map(|(n, s)| (n, &s.guardrails)),
+        config.agents.iter().map(|(n, s)| (n, &s.guardrails)),
+    )
+}
+
 impl Host {
     /// Discover, probe and load every plugin in the configured tool directories. Started inside a
     /// tokio runtime, the host reads its plugin workers' channels on that runtime (else on a thread
@@ -336,6 +345,9 @@ impl Host {
             pending: Mutex::default(),
         });
         inner.exec.set_policy(Arc::new(policy));
+        inner
+            .exec
+            .set_guardrails(Arc::new(guardrails_of(&inner.config.load())));
         let host = Host { inner };
         // A rescan an upstream asks for meanwhile waits for the first tool set.
         let serial = host
@@ -565,6 +577,9 @@ impl Host {
                     tracing::info!("Call policy reloaded: {} rules", config.policy.rules.len());
                 }
                 self.inner.exec.set_policy(Arc::new(policy));
+                self.inner
+                    .exec
+                    .set_guardrails(Arc::new(guardrails_of(&config)));
                 self.inner.access.store(Arc::new(access));
                 if let Some(credentials) = self.inner.loader.credentials.get() {
                     credentials.reconfigure(&config);

@@ -8,6 +8,8 @@
 //! only the plain facts the call path hands it ([`CallFacts`]).
 
 pub mod budget;
+pub mod detect;
+pub mod guardrails;
 mod native;
 
 use native::Check;
@@ -165,13 +167,13 @@ impl Rule {
 
     /// Whether a request for `facts` needs this rule evaluated: the rule polices its kind, and
     /// names its tool, agent and user if it names any.
-    fn may_match(&self, facts: &CallFacts<'_>) -> bool {
+    fn may_match(&self, facts: &CallFacts<'_>, policed: Policed) -> bool {
         let among = |names: &Option<Vec<String>>, value: &str| {
             names
                 .as_ref()
                 .is_none_or(|names| names.iter().any(|n| n == value))
         };
-        self.spec.on.contains(&facts.subject.policed())
+        self.spec.on.contains(&policed)
             && among(&self.tools, facts.subject.tool_name())
             && among(&self.agents, facts.agent.unwrap_or(""))
             && among(&self.users, facts.user.unwrap_or(""))
@@ -252,6 +254,25 @@ pub struct Policy {
     settings: PolicySettings,
     /// The variables the rules read.
     reads: Reads,
+    /// Whether some rule polices tool results.
+    results: bool,
+}
+
+/// What an `on: [results]` rule sees of a tool's result (`result`): its text content (the
+/// `text` of its content items, one per line), its `structuredContent` (`{}` when it has
+/// none), whether it is an
+/// error, and what the detectors found (`findings`: every detector's and group's name → how
+/// many times).
+#[derive(Debug, Clone, Copy)]
+pub struct ResultFacts<'a> {
+    /// The text content.
+    pub text: &'a str,
+    /// The structured content, if any.
+    pub structured: Option<&'a Value>,
+    /// `isError`.
+    pub is_error: bool,
+    /// What the detectors found.
+    pub findings: &'a guardrails::Findings,
 }
 
 impl std::fmt::Debug for Policy {
@@ -316,8 +337,24 @@ fn check_rule(
     }
     if spec.on.is_empty() {
         return Err(invalid(
-            "`on` names what the rule polices: tools, resources, prompts".into(),
+            "`on` names what the rule polices: tools, resources, prompts, or results".into(),
         ));
+    }
+    if spec.on.contains(&Policed::Results) {
+        if spec.on.len() > 1 {
+            return Err(invalid(
+                "a rule on `results` polices results only (`on: [results]`): write the \
+                 request's rule apart"
+                    .into(),
+            ));
+        }
+        if !matches!(spec.outcome, RuleOutcome::Allow | RuleOutcome::Deny) {
+            return Err(invalid(
+                "a rule on `results` is `allow` or `deny` (the call has run: there is nothing \
+                 to limit or approve)"
+                    .into(),
+            ));
+        }
     }
     match (spec.outcome, &spec.budget) {
         (RuleOutcome::Limit, None) => Err(invalid("a `limit` rule names its `budget`".into())),
@@ -344,6 +381,7 @@ struct Reads {
     resource: bool,
     prompt: bool,
     args: bool,
+    result: bool,
 }
 
 impl Reads {
@@ -357,6 +395,7 @@ impl Reads {
                 "resource" => self.resource = true,
                 "prompt" => self.prompt = true,
                 "args" => self.args = true,
+                "result" => self.result = true,
                 _ => {}
             },
             Expr::Call(call) => {
@@ -438,6 +477,7 @@ impl Policy {
             });
         }
         Ok(Policy {
+            results: rules.iter().any(|r| r.spec.on.contains(&Policed::Results)),
             rules,
             settings: settings.clone(),
             reads,
@@ -470,10 +510,33 @@ impl Policy {
     /// (not a bool, a missing field read without `has()`, a type error) refuses the call: a
     /// policy fails closed.
     pub fn decide(&self, facts: &CallFacts<'_>) -> Decision<'_> {
+        self.decide_on(facts, None)
+    }
+
+    /// The decision of the `on: [results]` rules for the result `result` of the tool call
+    /// `facts` describes (failing closed like [`Policy::decide`]).
+    pub fn decide_result(&self, facts: &CallFacts<'_>, result: &ResultFacts<'_>) -> Decision<'_> {
+        if !self.results {
+            return Decision::Allow { rule: None };
+        }
+        self.decide_on(facts, Some(result))
+    }
+
+    /// Whether some rule polices tool results (`on: [results]`).
+    pub fn polices_results(&self) -> bool {
+        self.results
+    }
+
+    /// [`Policy::decide`] for a request, or for a tool's `result`.
+    fn decide_on(&self, facts: &CallFacts<'_>, result: Option<&ResultFacts<'_>>) -> Decision<'_> {
+        let policed = match result {
+            Some(_) => Policed::Results,
+            None => facts.subject.policed(),
+        };
         // Built once, and only for a call some rule may match.
         let (vars, context) = (std::cell::OnceCell::new(), std::cell::OnceCell::new());
         for rule in &self.rules {
-            if !rule.may_match(facts) {
+            if !rule.may_match(facts, policed) {
                 continue;
             }
             match rule.check.as_ref().and_then(|c| c.eval(facts)) {
@@ -483,7 +546,7 @@ impl Policy {
             }
             let name = rule.spec.name.as_str();
             let context =
-                context.get_or_init(|| self.context(vars.get_or_init(|| self.vars(facts))));
+                context.get_or_init(|| self.context(vars.get_or_init(|| self.vars(facts, result))));
             match rule.evaluate(context) {
                 Ok(CelValue::Bool(false)) => continue,
                 Ok(CelValue::Bool(true)) => return self.outcome(rule, facts),
@@ -526,7 +589,7 @@ impl Policy {
     /// two of `tool`, `resource` and `prompt` the request is not about have empty fields), each
     /// only if some rule reads it. Built straight into `cel`'s values, borrowing every string from
     /// `facts`: nothing is copied but the shape.
-    fn vars<'v>(&self, facts: &CallFacts<'v>) -> Vars<'v> {
+    fn vars<'v>(&self, facts: &CallFacts<'v>, result: Option<&ResultFacts<'v>>) -> Vars<'v> {
         let reads = self.reads;
         let caller = reads.caller.then(|| {
             let claims = facts.claims.map_or_else(|| fields(Vec::new()), object_val);
@@ -544,6 +607,9 @@ impl Policy {
             resource,
             prompt,
             args: reads.args.then(|| json_val(facts.args)),
+            result: reads
+                .result
+                .then(|| result.map_or_else(|| fields(Vec::new()), result_val)),
         }
     }
 
@@ -690,7 +756,9 @@ fn names_at(expr: &IdedExpr, field: Field) -> Option<Vec<String>> {
 }
 
 /// The variables a request gives its rules.
-const VARIABLES: [&str; 6] = ["caller", "kind", "tool", "resource", "prompt", "args"];
+const VARIABLES: [&str; 7] = [
+    "caller", "kind", "tool", "resource", "prompt", "args", "result",
+];
 
 /// Makes every field selection on a request variable (`args.text`, `caller.claims.roles`,
 /// `has(args.id)`) in `expr` select from the variable directly. `cel` evaluates `a.b.c` as a
@@ -802,6 +870,7 @@ struct Vars<'v> {
     resource: Option<Val<'v>>,
     prompt: Option<Val<'v>>,
     args: Option<Val<'v>>,
+    result: Option<Val<'v>>,
 }
 
 impl cel::context::VariableResolver for Vars<'_> {
@@ -813,6 +882,7 @@ impl cel::context::VariableResolver for Vars<'_> {
             "resource" => &self.resource,
             "prompt" => &self.prompt,
             "args" => &self.args,
+            "result" => &self.result,
             _ => return None,
         };
         let value: &'b (dyn cel::common::value::Val + 'b) = value.as_deref()?;
@@ -839,6 +909,35 @@ fn object_val(map: &Map<String, Value>) -> Val<'_> {
         .map(|(k, v)| (CelMapKey::from(k.as_str()), json_val(v)))
         .collect();
     Box::new(CelMap::from(map))
+}
+
+/// `result` as an `on: [results]` rule sees it.
+fn result_val<'v>(result: &ResultFacts<'v>) -> Val<'v> {
+    let mut counts: HashMap<&'static str, i64> = HashMap::new();
+    for d in detect::DETECTORS {
+        counts.insert(d.name, 0);
+        counts.insert(d.group.name(), 0);
+    }
+    for f in &result.findings.0 {
+        for key in [f.name(), f.group()] {
+            *counts.entry(key).or_default() += i64::from(f.count);
+        }
+    }
+    let counts: HashMap<CelMapKey<'v>, Val<'v>> = counts
+        .into_iter()
+        .map(|(k, n)| (CelMapKey::from(k), Box::new(CelInt::from(n)) as Val<'v>))
+        .collect();
+    // None is an empty map, so `has(result.structuredContent.x)` is false, not an error.
+    let structured: Val<'v> = match result.structured {
+        Some(value) => json_val(value),
+        None => fields(Vec::new()),
+    };
+    fields(vec![
+        ("text", text_val(result.text)),
+        ("structuredContent", structured),
+        ("isError", Box::new(CelBool::from(result.is_error))),
+        ("findings", Box::new(CelMap::from(counts))),
+    ])
 }
 
 /// A JSON value as CEL sees it (numbers: integers when they are, else doubles).
@@ -959,6 +1058,77 @@ mod tests {
             plugin: "p",
             args,
         }
+    }
+
+    #[test]
+    fn result_rules_see_the_result_and_its_findings_and_only_results() {
+        let policy = Policy::compile(&settings(json!({
+            "rules": [
+                {"name": "no-cards", "on": ["results"], "outcome": "deny",
+                 "when": "result.findings.payment_card > 0 || result.findings.credentials > 1",
+                 "message": "no cards"},
+                {"name": "big", "on": ["results"], "outcome": "deny",
+                 "when": "tool.name == 'echo' && size(result.text) > 10 && !result.isError"},
+                {"name": "vip", "on": ["results"], "outcome": "deny",
+                 "when": "has(result.structuredContent.vip) && result.structuredContent.vip"},
+                {"name": "calls", "when": "true", "outcome": "allow"},
+            ]
+        })))
+        .expect("compiles");
+        assert!(policy.polices_results());
+        let args = json!({});
+        let call = facts(None, "echo", &args);
+        // A request is decided by the request's rules only.
+        assert_eq!(
+            policy.decide(&call),
+            Decision::Allow {
+                rule: Some("calls")
+            }
+        );
+        let card = detect::index_of("payment_card").expect("known");
+        let found = guardrails::Findings(vec![guardrails::Finding {
+            detector: card,
+            count: 1,
+            action: None,
+        }]);
+        let none = guardrails::Findings::default();
+        let result = |text, structured, is_error, findings| ResultFacts {
+            text,
+            structured,
+            is_error,
+            findings,
+        };
+        let denied = policy.decide_result(&call, &result("ok", None, false, &found));
+        assert!(
+            matches!(&denied, Decision::Deny { rule: "no-cards", message } if message == "no cards"),
+            "{denied:?}"
+        );
+        assert!(matches!(
+            policy.decide_result(&call, &result("a long long text", None, false, &none)),
+            Decision::Deny { rule: "big", .. }
+        ));
+        assert_eq!(
+            policy.decide_result(&call, &result("a long long text", None, true, &none)),
+            Decision::Allow { rule: None }
+        );
+        let vip = json!({"vip": true});
+        assert!(matches!(
+            policy.decide_result(&call, &result("", Some(&vip), false, &none)),
+            Decision::Deny { rule: "vip", .. }
+        ));
+        // Only allow and deny, in a rule of its own.
+        for bad in [
+            json!({"name": "r", "on": ["results", "tools"], "outcome": "deny"}),
+            json!({"name": "r", "on": ["results"], "outcome": "approve"}),
+        ] {
+            let err = Policy::compile(&settings(json!({"rules": [bad]}))).unwrap_err();
+            assert!(err.to_string().contains("results"), "{err}");
+        }
+        let plain = Policy::compile(&settings(json!({"rules": [
+            {"name": "r", "when": "true", "outcome": "allow"}
+        ]})))
+        .expect("compiles");
+        assert!(!plain.polices_results());
     }
 
     #[test]
@@ -1161,7 +1331,7 @@ mod tests {
             let rules = json!({"rules": [{"name": "r", "when": when, "outcome": "deny"}]});
             let policy = Policy::compile(&settings(rules)).expect("compiles");
             let program = stdlib().compile(when).expect("compiles");
-            let vars = policy.vars(&facts);
+            let vars = policy.vars(&facts, None);
             let borrowed = policy.rules()[0].evaluate(&policy.context(&vars));
             let converted = program.execute(&converted(stdlib(), &facts));
             assert_eq!(borrowed, converted, "{when}");
@@ -1213,7 +1383,7 @@ mod tests {
                 let rule = &policy.rules()[0];
                 let program = stdlib().compile(when).expect("compiles");
                 assert_ne!(&rule.expr, program.expression(), "{when}: not rewritten");
-                let vars = policy.vars(&facts);
+                let vars = policy.vars(&facts, None);
                 let context = policy.context(&vars);
                 let direct = rule.evaluate(&context);
                 assert_eq!(direct, program.execute(&context), "{when} on {args}");
@@ -1347,7 +1517,7 @@ mod tests {
         let (mut yes, mut no, mut open) = (0, 0, 0);
         on_four_requests(&whens, |when, facts, policy| {
             let program = stdlib().compile(when).expect("compiles");
-            let vars = policy.vars(facts);
+            let vars = policy.vars(facts, None);
             let cel = program.execute(&policy.context(&vars));
             let check = policy.rules()[0].check.as_ref().expect("a check");
             match check.eval(facts) {

@@ -178,8 +178,9 @@ enum Root {
 
 /// Names a comprehension's variable may not take here: a request variable or a type the
 /// standard library names (the interpreter resolves those itself).
-const RESERVED: [&str; 17] = [
+const RESERVED: [&str; 18] = [
     "caller",
+    "result",
     "kind",
     "tool",
     "resource",
@@ -1100,7 +1101,7 @@ mod tests {
                 let check = policy.rules()[0].check.as_ref().expect("a check");
                 if let Some(b) = check.eval(&facts) {
                     let program = crate::policy::stdlib().compile(when).expect("compiles");
-                    let vars = policy.vars(&facts);
+                    let vars = policy.vars(&facts, None);
                     let cel = program.execute(&policy.context(&vars));
                     prop_assert_eq!(cel, Ok(CelValue::Bool(b)), "{} on {:?}", when, facts);
                 }

@@ -3,49 +3,14 @@
 //! does not see (Unicode tag characters, zero-width characters, bidi controls) and instructions
 //! aimed at the model (to ignore its instructions, to keep something from the user, to read a
 //! credential, prompt-like tags) — found in one pass of a `regex::RegexSet` over each string of
-//! the definition.
+//! the definition. The detectors are the guardrails' injection detectors
+//! ([`crate::policy::detect`]), those marked for definitions.
 
 use std::sync::LazyLock;
 
-use regex::{Regex, RegexSet};
 use serde_json::Value;
 
-/// The detectors: a name (what a finding says) and its pattern.
-const DETECTORS: &[(&str, &str)] = &[
-    ("unicode tag characters", r"[\x{E0000}-\x{E007F}]"),
-    (
-        "zero-width characters",
-        r"[\x{200B}-\x{200D}\x{2060}\x{FEFF}\x{180E}]",
-    ),
-    (
-        "bidi control characters",
-        r"[\x{202A}-\x{202E}\x{2066}-\x{2069}\x{200E}\x{200F}\x{061C}]",
-    ),
-    (
-        "an instruction to ignore instructions",
-        r"(?i)\b(ignore|disregard|forget|override)\b[^.\n]{0,40}\b(previous|prior|above|earlier|all|any|other|system|your)\b[^.\n]{0,20}\b(instructions?|prompts?|rules|directions|guidelines)\b",
-    ),
-    (
-        "an instruction to keep something from the user",
-        r"(?i)\b(do\s+not|don't|never)\s+(tell|inform|mention|reveal|show|alert|notify)\b[^.\n]{0,30}\buser\b",
-    ),
-    (
-        "an instruction to read credentials",
-        r"(?i)\b(read|open|cat|include|send|upload|attach|pass)\b[^\n]{0,40}(~/\.ssh|\bid_rsa\b|\bid_ed25519\b|/etc/(passwd|shadow)\b|\.aws/credentials|\.env\b|private[\s_-]?key)",
-    ),
-    (
-        "a prompt-like tag",
-        r"(?i)<\s*/?\s*(important|system|instructions?|secret|hidden)\s*>",
-    ),
-];
-
-/// All the detectors, for one pass.
-static SET: LazyLock<Option<RegexSet>> =
-    LazyLock::new(|| RegexSet::new(DETECTORS.iter().map(|(_, p)| *p)).ok());
-
-/// Each detector alone, to show what it matched (compiled on the first finding).
-static EACH: LazyLock<Vec<Option<Regex>>> =
-    LazyLock::new(|| DETECTORS.iter().map(|(_, p)| Regex::new(p).ok()).collect());
+use crate::policy::detect::{DEFINITIONS, DETECTORS};
 
 /// Words without which a detector cannot match: per detector, groups of which each must be
 /// present (ASCII case-insensitively), and whether its words start a word in the pattern (a
@@ -213,14 +178,13 @@ fn walk(value: &Value, path: &mut String, found: &mut Vec<String>) {
 
 /// The findings of one string (`text`, at `path`).
 fn check(text: &str, path: &str, found: &mut Vec<String>) {
-    let Some(set) = SET.as_ref() else {
+    let Some(set) = DEFINITIONS.as_ref() else {
         return;
     };
-    for index in set.matches(text).iter() {
-        let (name, _) = DETECTORS[index];
-        let excerpt = EACH[index]
-            .as_ref()
-            .and_then(|re| re.find(text))
+    for (index, re) in set.matching(text, |_| true) {
+        let name = DETECTORS[index].label;
+        let excerpt = re
+            .find(text)
             .map(|m| excerpt(text, m.start(), m.end()))
             .unwrap_or_default();
         let at = if path.is_empty() {
@@ -268,8 +232,7 @@ mod tests {
 
     #[test]
     fn every_detector_compiles_and_one_set_holds_them_all() {
-        assert!(SET.is_some());
-        assert!(EACH.iter().all(Option::is_some));
+        assert!(DEFINITIONS.is_some());
     }
 
     #[test]

@@ -58,6 +58,21 @@ pub struct Record<'a> {
     /// The call's trace, when tracing is on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_id: Option<String>,
+    /// What the guardrails found in the result, per detector, and what they did (never what
+    /// was found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub guardrails: Option<&'a [GuardFinding]>,
+}
+
+/// One detector's findings in a result, as the audit log records them.
+#[derive(Debug, Clone, Serialize)]
+pub struct GuardFinding {
+    /// The detector (`aws_access_key`, `email`, …).
+    pub detector: &'static str,
+    /// How many times it matched.
+    pub count: u32,
+    /// What was done: `flag`, `redact`, `block`, or `found` (for the call policy only).
+    pub action: &'static str,
 }
 
 /// A call policy rule's decision on a resource read or a prompt (a tool call's is in the call's

@@ -63,6 +63,12 @@ struct RuleLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GuardLabels {
+    detector: &'static str,
+    action: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct TransportLabels {
     transport: &'static str,
 }
@@ -113,6 +119,7 @@ pub struct Metrics {
     in_flight: Family<PluginLabels, Gauge>,
     load_errors: Family<ReasonLabels, Counter>,
     policy: Family<RuleLabels, Counter>,
+    guardrails: Family<GuardLabels, Counter>,
     reloads: Counter,
     images: Gauge,
     auth_failures: Family<ReasonLabels, Counter>,
@@ -177,6 +184,7 @@ impl Metrics {
             in_flight: Family::default(),
             load_errors: Family::default(),
             policy: Family::default(),
+            guardrails: Family::default(),
             reloads: Counter::default(),
             images: Gauge::default(),
             auth_failures: Family::default(),
@@ -194,7 +202,7 @@ impl Metrics {
 
     /// What the registry lists: each metric's name, help text and unit, and the metric (a handle
     /// on this one's series).
-    fn registrations(&self) -> [(&'static str, &'static str, Option<Unit>, AnyMetric); 11] {
+    fn registrations(&self) -> [(&'static str, &'static str, Option<Unit>, AnyMetric); 12] {
         [
             (
                 "host_build",
@@ -240,6 +248,12 @@ impl Metrics {
                  limited, approved, refused)",
                 None,
                 AnyMetric(Box::new(self.policy.clone())),
+            ),
+            (
+                "guardrail_findings",
+                "Guardrail findings in tool results, by detector and action (flag, redact, ...)",
+                None,
+                AnyMetric(Box::new(self.guardrails.clone())),
             ),
             (
                 "plugin_reloads",
@@ -306,6 +320,13 @@ impl Metrics {
                 rule: rule.to_owned(),
                 decision,
             })
+            .inc();
+    }
+
+    /// A guardrail `detector` found something in a result and `action` was taken.
+    pub fn guardrail_finding(&self, detector: &'static str, action: &'static str) {
+        self.guardrails
+            .get_or_create(&GuardLabels { detector, action })
             .inc();
     }
 

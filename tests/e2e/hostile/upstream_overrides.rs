@@ -44,24 +44,29 @@ fn issues_layout(era: &str, extra: &str) -> (Layout, PathBuf) {
 }
 
 /// One way of talking to the host: stdio or HTTP, in one era.
-enum Client {
+pub(super) enum Client {
     Stdio(StdioServer, &'static str),
     Modern(HttpServer),
     Legacy(HttpServer, String),
 }
 
 impl Client {
-    fn stdio(cfg: &Path, era: &'static str) -> Client {
+    pub(super) fn stdio(cfg: &Path, era: &'static str) -> Client {
+        Client::stdio_serving(cfg, era, "say")
+    }
+
+    /// Over stdio in `era`, once the plugins' `tool` is served.
+    pub(super) fn stdio_serving(cfg: &Path, era: &'static str, tool: &str) -> Client {
         let mut s = StdioServer::start(cfg);
         if era == LEGACY {
             let init = s.initialize(LEGACY);
             assert_eq!(init["result"]["protocolVersion"], LEGACY, "{init}");
         }
-        s.wait_for_tools(&["say"]);
+        s.wait_for_tools(&[tool]);
         Client::Stdio(s, era)
     }
 
-    fn http(cfg: &Path, era: &'static str) -> Client {
+    pub(super) fn http(cfg: &Path, era: &'static str) -> Client {
         let s = HttpServer::start(cfg);
         if era == LEGACY {
             let (_, session) = s.initialize(LEGACY);
@@ -71,7 +76,7 @@ impl Client {
         }
     }
 
-    fn rpc(&mut self, id: u64, method: &str, params: Value) -> Value {
+    pub(super) fn rpc(&mut self, id: u64, method: &str, params: Value) -> Value {
         match self {
             Client::Stdio(s, era) if *era == LEGACY => s.call(id, method, params),
             Client::Stdio(s, _) => s.call_modern(id, method, params),
@@ -88,7 +93,7 @@ impl Client {
         }
     }
 
-    fn stderr(&self) -> String {
+    pub(super) fn stderr(&self) -> String {
         match self {
             Client::Stdio(s, _) => s.stderr(),
             Client::Modern(s) | Client::Legacy(s, _) => s.stderr(),
@@ -96,7 +101,7 @@ impl Client {
     }
 
     /// The tools listed, once `name` is among them (the upstream connects in the background).
-    fn tools_with(&mut self, name: &str) -> Vec<Value> {
+    pub(super) fn tools_with(&mut self, name: &str) -> Vec<Value> {
         let deadline = Instant::now() + START;
         for id in 1000.. {
             let listed = self.rpc(id, "tools/list", json!({}));
@@ -115,7 +120,7 @@ impl Client {
         unreachable!()
     }
 
-    fn call(&mut self, id: u64, name: &str, args: Value) -> Value {
+    pub(super) fn call(&mut self, id: u64, name: &str, args: Value) -> Value {
         self.rpc(id, "tools/call", json!({"name": name, "arguments": args}))
     }
 }
