@@ -34,7 +34,7 @@ use crate::exec::observe::{Arguments, CallParty, ObservedCall};
 use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError, Returned};
 use crate::policy::budget::{BudgetError, BudgetPermit, Budgets};
 use crate::policy::guardrails::Guardrails;
-use crate::policy::{CallFacts, Decision, Policy, Subject};
+use crate::policy::{CallFacts, Decision, Policy};
 use crate::registry::{PluginSlot, Registry, Tool};
 use crate::telemetry::{Outcome, Telemetry};
 
@@ -405,11 +405,7 @@ impl Executor {
             user,
             agent,
             claims,
-            subject: Subject::Tool {
-                name: &tool.name,
-                source_name: tool.source_name(),
-                annotations: &annotations,
-            },
+            subject: super::police::tool_subject(tool, &annotations),
             plugin: tool.slot.backend.name(),
             args,
         };

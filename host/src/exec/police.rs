@@ -59,11 +59,7 @@ impl Executor {
             return Policed::Go(None);
         }
         let annotations = annotations_of(tool);
-        let subject = Subject::Tool {
-            name: &tool.name,
-            source_name: tool.source_name(),
-            annotations: &annotations,
-        };
+        let subject = tool_subject(tool, &annotations);
         let decision = decide(
             &policy,
             subject,
@@ -230,11 +226,7 @@ impl Executor {
             return Ok(None);
         }
         let annotations = annotations_of(tool);
-        let subject = Subject::Tool {
-            name: &tool.name,
-            source_name: tool.source_name(),
-            annotations: &annotations,
-        };
+        let subject = tool_subject(tool, &annotations);
         let record = |rule: &str, decision| observed.policy(rule, decision);
         let verdict = match decide(&policy, subject, tool.slot.backend.name(), args, request) {
             Decision::Limit {
@@ -279,19 +271,8 @@ pub(super) fn judge_result(
     observed: &ObservedCall<'_>,
 ) -> Option<String> {
     let annotations = annotations_of(tool);
-    let (user, agent) = who(request);
-    let facts = CallFacts {
-        user,
-        agent,
-        claims: request.identity.claims.as_deref(),
-        subject: Subject::Tool {
-            name: &tool.name,
-            source_name: tool.source_name(),
-            annotations: &annotations,
-        },
-        plugin: tool.slot.backend.name(),
-        args,
-    };
+    let subject = tool_subject(tool, &annotations);
+    let facts = facts(subject, tool.slot.backend.name(), args, request);
     let record = |rule: &str, decision| observed.policy(rule, decision);
     match plain_verdict(policy.decide_result(&facts, result), &record) {
         Verdict::Denied(_, message) => Some(message),
@@ -397,15 +378,34 @@ fn decide<'p>(
     args: &Value,
     request: &RequestContext,
 ) -> Decision<'p> {
+    policy.decide(&facts(subject, plugin, args, request))
+}
+
+/// What the call policy knows of a request for `subject` (served by `plugin`) with `args`.
+fn facts<'a>(
+    subject: Subject<'a>,
+    plugin: &'a str,
+    args: &'a Value,
+    request: &'a RequestContext,
+) -> CallFacts<'a> {
     let (user, agent) = who(request);
-    policy.decide(&CallFacts {
+    CallFacts {
         user,
         agent,
         claims: request.identity.claims.as_deref(),
         subject,
         plugin,
         args,
-    })
+    }
+}
+
+/// `tool` as the subject of a policy decision (`annotations`: [`annotations_of`] it).
+pub(super) fn tool_subject<'a>(tool: &'a Tool, annotations: &'a Value) -> Subject<'a> {
+    Subject::Tool {
+        name: &tool.name,
+        source_name: tool.source_name(),
+        annotations,
+    }
 }
 
 /// Who a request is, as the call policy sees it: the verified user, and the agent (the view that
