@@ -1,6 +1,7 @@
 //! `mcp-host pin`: record every served tool, resource and prompt definition in the lock file (the
 //! plugin serving it, the SHA-256 of its canonical definition, the definition itself); `--diff`:
 //! show what differs from the lock, field by field, as old and new text (exit 1 when anything does).
+//! Both say what the definition scan finds in what they pin or show (`!` lines).
 
 use std::process::ExitCode;
 
@@ -59,6 +60,23 @@ pub(crate) fn pin(
     for difference in &differences {
         if let Some(head) = difference.report().first() {
             writeln!(out, "{head}")?;
+        }
+    }
+    // Pinned as they are, but a reviewer should know: the definition scan's findings in anything
+    // pinned (under `definition_scan: hold` such a definition is not served until changed).
+    for section in [
+        pins::Section::Tools,
+        pins::Section::Resources,
+        pins::Section::Prompts,
+    ] {
+        for (name, pin) in section.of(&current) {
+            for finding in pins::findings(pin) {
+                writeln!(
+                    out,
+                    "{} {name}: the definition scan found {finding}",
+                    section.singular()
+                )?;
+            }
         }
     }
     writeln!(

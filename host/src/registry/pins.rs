@@ -162,6 +162,14 @@ impl Difference {
 
     /// The lines `mcp-host pin --diff` prints for it: a heading, then `-` old and `+` new text.
     pub fn report(&self) -> Vec<String> {
+        let mut lines = self.changes();
+        if let Some(new) = &self.new {
+            lines.extend(findings(new).into_iter().map(|f| format!("  ! {f}")));
+        }
+        lines
+    }
+
+    fn changes(&self) -> Vec<String> {
         let what = self.section.singular();
         let plugin = |p: &Option<Pin>| p.as_ref().map(|p| p.plugin.clone()).unwrap_or_default();
         match (&self.old, &self.new) {
@@ -201,6 +209,28 @@ impl Difference {
             }
         }
     }
+}
+
+/// What the definition scan ([`super::scan`]) finds in a pinned definition: in the source's
+/// definition, and in its overrides (`override:` before those).
+pub fn findings(pin: &Pin) -> Vec<String> {
+    let scanned = |definition: &Value| {
+        let text = definition.to_string();
+        if super::scan::may_find(&text) {
+            super::scan::scan(definition)
+        } else {
+            Vec::new()
+        }
+    };
+    let mut found = scanned(&pin.definition);
+    if let Some(o) = &pin.overridden {
+        found.extend(
+            scanned(&o.definition)
+                .into_iter()
+                .map(|f| format!("override: {f}")),
+        );
+    }
+    found
 }
 
 /// A value as one line of JSON (`(absent)` for none).

@@ -605,6 +605,45 @@ fn poisoned_definitions_are_held_at_load_and_an_override_that_replaces_the_text_
         "{log}"
     );
     assert!(log.contains("(definition_scan: warn)"), "{log}");
+    // `pin --diff` shows what the scan found beside each new definition, and `pin` says it of
+    // what it pins; a clean definition gets no such line.
+    let diff = l.run(&cfg, &["pin", "--diff"]);
+    let shown = String::from_utf8_lossy(&diff.stdout);
+    assert_eq!(diff.status.code(), Some(1), "{shown}");
+    let after = |head: &str| {
+        let at = shown
+            .find(head)
+            .unwrap_or_else(|| panic!("{head} not in {shown}"));
+        shown[at..]
+            .lines()
+            .skip(2)
+            .take_while(|l| l.starts_with("  ! "))
+            .collect::<Vec<_>>()
+    };
+    let add = after("new tool add ");
+    assert!(
+        add.iter()
+            .any(|l| l.contains("unicode tag characters in description")),
+        "{shown}"
+    );
+    assert!(
+        after("new tool lookup ")
+            .iter()
+            .any(|l| l.contains("an instruction to ignore instructions")),
+        "{shown}"
+    );
+    assert_eq!(after("new tool echo "), Vec::<&str>::new(), "{shown}");
+    let pinned = l.run(&cfg, &["pin"]);
+    let said = String::from_utf8_lossy(&pinned.stdout);
+    assert!(pinned.status.success(), "{said}");
+    assert!(
+        said.contains("prompt summary: the definition scan found zero-width characters"),
+        "{said}"
+    );
+    assert!(!said.contains("tool echo: the definition scan"), "{said}");
+    // What follows is about the scan, not about pins.
+    let lock = cfg.with_file_name("mcp-host.lock");
+    std::fs::remove_file(&lock).unwrap_or_else(|e| panic!("{}: {e}", lock.display()));
     // Under `hold`: the tool with tag characters, the one telling the model to ignore its
     // instructions and the prompt with a zero-width character are held; echo is served.
     let cfg = poisoned_config(&l, "    definition_scan: hold\n", "");
