@@ -108,7 +108,12 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    rt.block_on(wait_for_tools(world.nginx.addr()));
+    for r in &world.replicas {
+        rt.block_on(wait_for_tools(std::net::SocketAddr::from((
+            [127, 0, 0, 1],
+            r.port,
+        ))));
+    }
     eprintln!("soak: the fleet serves every tool; running for {secs} s");
     let journal = Arc::new(Journal::new());
     let run = Arc::new(Run {
@@ -146,7 +151,7 @@ fn main() {
     }
 }
 
-/// Ask `tools/list` through nginx until every tool the clients call is served (the upstreams
+/// Ask `tools/list` of a replica until it serves every tool the clients call (the upstreams
 /// connect in the background).
 async fn wait_for_tools(front: std::net::SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(120);
@@ -397,6 +402,7 @@ fn report(
     verdict::write(&dir, "timeline.csv", &verdict::timeline(&calls));
     verdict::write(&dir, "samples.csv", &verdict::samples_csv(samples));
     verdict::write(&dir, "faults.csv", &verdict::faults_csv(&fault_log));
+    verdict::write(&dir, "failures.csv", &verdict::failures_csv(&calls));
     println!("{md}\n(report in {})", dir.display());
     !f.failures.is_empty()
 }

@@ -13,12 +13,12 @@ use crate::world::{World, children_matching, signal};
 
 /// Every fault, in the order the schedule injects them (then again from the first).
 pub const ALL: &[&str] = &[
+    "crash-replica",
     "reload-plugin",
     "sighup",
     "kill-worker",
     "kill-upstream",
     "slow-reader",
-    "crash-replica",
     "hostile-burst",
     "restart-redis",
     "pause-redis",
@@ -253,7 +253,7 @@ pub fn schedule(total: Duration, lead: Duration, quiet: Duration) -> Vec<(Durati
     };
     let mut out = Vec::new();
     let mut at = lead;
-    while at <= lead + span && !every.is_zero() {
+    while at < lead + span && !every.is_zero() {
         out.push((at, ALL[out.len() % ALL.len()]));
         at += every;
     }
