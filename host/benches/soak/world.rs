@@ -83,7 +83,7 @@ impl Files {
     prefix: uh_
 store: {redis}
 request_state: {{keys: ["{SHARED_KEY}"]}}
-tasks: {{lease_secs: 5, poll_interval_ms: 100}}
+tasks: {{lease_secs: 5, poll_interval_ms: 100, ttl_secs: 120}}
 limits: {{per_caller: {{max_in_flight: 512}}}}
 policy:
   rules:
