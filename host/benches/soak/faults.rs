@@ -253,7 +253,8 @@ pub fn schedule(total: Duration, lead: Duration, quiet: Duration) -> Vec<(Durati
     };
     let mut out = Vec::new();
     let mut at = lead;
-    while at < lead + span && !every.is_zero() {
+    let short = total <= Duration::from_secs(600);
+    while at < lead + span && !every.is_zero() && !(short && out.len() == ALL.len()) {
         out.push((at, ALL[out.len() % ALL.len()]));
         at += every;
     }
