@@ -23,7 +23,7 @@ use std::sync::mpsc::RecvTimeoutError;
 use std::time::{Duration, Instant};
 
 use mcp_host_tests::clients::python;
-use mcp_host_tests::fleet::{Fleet, Redis, output_lines, redis_server, replica_config};
+use mcp_host_tests::fleet::{Fleet, Redis, SHARED_KEY, output_lines, redis_server, replica_config};
 use mcp_host_tests::serve::{ChildGuard, HttpServer, WAIT, with_tasks};
 use mcp_host_tests::{Layout, artifacts, workspace_root};
 use serde_json::{Value, json};
@@ -351,4 +351,55 @@ fn a_replica_that_loses_redis_serves_stateless_calls_refuses_store_requests_and_
         json!({"name": "failing_job", "arguments": {}}),
     );
     assert_eq!(again["result"]["resultType"], "task", "{again}");
+}
+
+/// Every 503 a replica answers while its store is down says when to retry (`Retry-After`): a
+/// call that needs the store (`tasks/get`), a request in a legacy session (kept in the store), a
+/// call whose budget cannot be counted (fails closed; the header says what `data.retryAfterSecs`
+/// says). The soak run (`cargo bench -p mcp-host --bench soak`) found them without it.
+#[test]
+fn while_the_store_is_down_every_503_says_when_to_retry() {
+    let Some(redis_bin) = redis_server() else {
+        return;
+    };
+    let l = Layout::new();
+    l.install("d", "fixture-conformance", None);
+    let mut redis = Redis::start(&redis_bin);
+    let cfg = l.config(&format!(
+        "tool_dirs: [d]\nstore: {}\nrequest_state: {{keys: [\"{SHARED_KEY}\"]}}\n\
+         policy:\n  rules:\n    - name: greets-on-a-budget\n      when: \"tool.name == 'greet'\"\n\
+         \x20     outcome: limit\n      budget: greets\n  budgets:\n    greets: {{calls: 100, per_secs: 60}}\n",
+        redis.url()
+    ));
+    let s = HttpServer::start(&cfg);
+    let (_, session) = s.initialize("2025-11-25");
+    redis.kill();
+    let deadline = Instant::now() + WAIT;
+    while s.connect().request("GET", "/healthz", &[], b"").status != 503 {
+        assert!(Instant::now() < deadline, "still ready without Redis");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let retry_after = |resp: &mcp_host_tests::serve::HttpResponse| {
+        assert_eq!(resp.status, 503, "{resp:?} {}", resp.text());
+        resp.header("retry-after")
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("a 503 without Retry-After: {resp:?} {}", resp.text()))
+    };
+    let get = s.modern(1, "tasks/get", with_tasks(json!({"taskId": "some-task"})));
+    assert!(retry_after(&get) >= 1);
+    let legacy = s.post(
+        &[
+            ("Mcp-Session-Id", &session),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}),
+    );
+    assert!(retry_after(&legacy) >= 1);
+    let budget = s.modern(
+        3,
+        "tools/call",
+        json!({"name": "greet", "arguments": {"name": "x"}}),
+    );
+    let secs = budget.message()["error"]["data"]["retryAfterSecs"].as_u64();
+    assert_eq!(Some(retry_after(&budget)), secs, "{}", budget.text());
 }

@@ -145,6 +145,11 @@ impl Redis {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// Its process id (to pause it with SIGSTOP).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stop it abruptly (SIGKILL): the store is gone.
     pub fn kill(&mut self) {
         self.child.kill();

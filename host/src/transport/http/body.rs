@@ -107,9 +107,27 @@ fn json_bytes(status: u16, bytes: Vec<u8>) -> Response<Body> {
     resp
 }
 
-/// An error response outside any session, with the status of the error's kind.
+/// An error response outside any session, with the status of the error's kind; a 503 says when
+/// to retry ([`with_retry_after`]).
 pub(crate) fn error_response(id: &Value, e: &RpcError) -> Response<Body> {
-    json_response(e.kind.http_status(false), &jsonrpc::error_response(id, e))
+    let status = e.kind.http_status(false);
+    let resp = json_response(status, &jsonrpc::error_response(id, e));
+    if status != 503 {
+        return resp;
+    }
+    let secs = e.data.as_ref().and_then(|d| d["retryAfterSecs"].as_u64());
+    with_retry_after(resp, secs.unwrap_or(UNAVAILABLE_RETRY_SECS))
+}
+
+/// What `Retry-After` says on a 503 whose error does not say (`data.retryAfterSecs`): the store's
+/// health is checked every second and its reconnection backs off up to 2 s.
+pub(crate) const UNAVAILABLE_RETRY_SECS: u64 = 2;
+
+/// `resp` with `Retry-After: secs` (a 429 or a 503: the client may try again then).
+pub(crate) fn with_retry_after(mut resp: Response<Body>, secs: u64) -> Response<Body> {
+    resp.headers_mut()
+        .insert(hyper::header::RETRY_AFTER, HeaderValue::from(secs));
+    resp
 }
 
 /// A response without a body.

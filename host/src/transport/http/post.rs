@@ -16,7 +16,8 @@ use serde_json::{Map, Value};
 
 use super::State;
 use super::body::{
-    Body, CancelOnDrop, Sse, empty, error_response, message_response, sse_channel, sse_response,
+    Body, CancelOnDrop, Sse, UNAVAILABLE_RETRY_SECS, empty, error_response, message_response,
+    sse_channel, sse_response, with_retry_after,
 };
 use super::guard::{denied, names, unauthorized};
 use super::headers::{Header, RequestHeaders};
@@ -485,14 +486,21 @@ async fn finish(state: &Arc<State>, reply: Reply, to: ReplyTo) -> Response<Body>
             let access = state.core.protocol().host().access();
             unauthorized(&access, to.endpoint_agent.as_deref(), &body)
         }
-        Reply::Response { body, status: 429 } => {
-            let mut resp = message_response(429, &body);
+        // Too many requests, or unavailable for now (the store): say when to retry, what
+        // `data.retryAfterSecs` says when the error has it.
+        Reply::Response {
+            body,
+            status: status @ (429 | 503),
+        } => {
+            let default = if status == 429 {
+                1
+            } else {
+                UNAVAILABLE_RETRY_SECS
+            };
             let retry = body.to_value()["error"]["data"]["retryAfterSecs"]
                 .as_u64()
-                .unwrap_or(1);
-            resp.headers_mut()
-                .insert(hyper::header::RETRY_AFTER, HeaderValue::from(retry));
-            resp
+                .unwrap_or(default);
+            with_retry_after(message_response(status, &body), retry)
         }
         Reply::Response { body, status } => message_response(status, &body),
         Reply::Initialized {
