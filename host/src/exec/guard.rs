@@ -371,3 +371,62 @@ fn annotate(result: &mut Value, findings: &[&Noted]) {
         meta.insert(META_KEY.to_owned(), json!({ "findings": listed }));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_verdict_is_read_within_bounds_or_refused() {
+        let ok = json!({"structuredContent": {"matches": ["TCK-1", "TCK-2"]}});
+        assert_eq!(
+            verdict_matches(&ok),
+            Some(vec!["TCK-1".to_owned(), "TCK-2".to_owned()])
+        );
+        let none = json!({"structuredContent": {"matches": []}});
+        assert_eq!(verdict_matches(&none), Some(Vec::new()));
+        let many: Vec<String> = (0..=MAX_FILTER_MATCHES).map(|i| i.to_string()).collect();
+        let long = "x".repeat(MAX_FILTER_MATCH_BYTES + 1);
+        for garbage in [
+            json!({"content": [{"type": "text", "text": "{}"}]}),
+            json!({"structuredContent": {"matches": "TCK-1"}}),
+            json!({"structuredContent": {"matches": [1]}}),
+            json!({"structuredContent": {"matches": [""]}}),
+            json!({"structuredContent": {"matches": [long]}}),
+            json!({"structuredContent": {"matches": many}}),
+        ] {
+            assert_eq!(verdict_matches(&garbage), None, "{garbage}");
+        }
+    }
+
+    #[test]
+    fn a_filter_redacts_its_matches_in_text_and_structured_content() {
+        let mut result = json!({
+            "content": [{"type": "text", "text": "a TCK-1 b TCK-1 \"q\""}],
+            "structuredContent": {"ids": ["TCK-1", "TCK-2"], "n": 3}
+        });
+        let filtered = [Filtered {
+            key: "plugin:p/f".into(),
+            action: GuardAction::Redact,
+            matches: vec!["TCK-1".into()],
+        }];
+        let (noted, changed) = apply_filters(&mut result, &filtered);
+        assert!(changed);
+        assert_eq!(noted.len(), 1);
+        assert_eq!((noted[0].detector.as_ref(), noted[0].count), ("plugin:p/f", 3));
+        assert_eq!(
+            result["content"][0]["text"],
+            "a [REDACTED:plugin:p/f] b [REDACTED:plugin:p/f] \"q\""
+        );
+        assert_eq!(result["structuredContent"]["ids"], json!(["[REDACTED:plugin:p/f]", "TCK-2"]));
+        // Flagged: counted, unchanged.
+        let flagged = [Filtered {
+            action: GuardAction::Flag,
+            matches: vec!["TCK-2".into()],
+            ..filtered.into_iter().next().expect("one")
+        }];
+        let (noted, changed) = apply_filters(&mut result, &flagged);
+        assert!(!changed);
+        assert_eq!(noted[0].count, 1);
+    }
+}
