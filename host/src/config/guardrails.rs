@@ -124,7 +124,13 @@ mod tests {
     #[test]
     fn filter_keys_name_a_plugin_and_a_filter() {
         assert_eq!(filter_key("plugin:acme/tickets"), Some(("acme", "tickets")));
-        for bad in ["acme/tickets", "plugin:acme", "plugin:/t", "plugin:a/", "plugin:a/b/c"] {
+        for bad in [
+            "acme/tickets",
+            "plugin:acme",
+            "plugin:/t",
+            "plugin:a/",
+            "plugin:a/b/c",
+        ] {
             assert_eq!(filter_key(bad), None, "{bad}");
         }
         let g: Guardrails = serde_json::from_value(serde_json::json!({

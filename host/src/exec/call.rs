@@ -315,10 +315,9 @@ impl Executor {
                 (result, Outcome::Ok) => Ok(result.into_value()),
                 _ => Err("it failed".into()),
             },
-            Err(Interrupted::TimedOut) => Err(format!(
-                "it timed out after {} s",
-                fmt_secs(filter.timeout)
-            )),
+            Err(Interrupted::TimedOut) => {
+                Err(format!("it timed out after {} s", fmt_secs(filter.timeout)))
+            }
             Err(_) => Err("it could not run".into()),
         }
     }

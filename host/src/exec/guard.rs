@@ -153,7 +153,8 @@ impl Guarded {
         for (key, action) in &self.filters {
             let verdict = exec.run_filter(key, input.clone()).await;
             let matches = verdict.and_then(|v| {
-                verdict_matches(&v).ok_or_else(|| "it answered something that is not a verdict".into())
+                verdict_matches(&v)
+                    .ok_or_else(|| "it answered something that is not a verdict".into())
             });
             match matches {
                 Ok(matches) => filtered.push(Filtered {
@@ -252,7 +253,10 @@ impl Guarded {
 /// The matches of a filter's verdict (`structuredContent.matches`, strings), if the result is
 /// one within bounds.
 fn verdict_matches(result: &Value) -> Option<Vec<String>> {
-    let matches = result.get("structuredContent")?.get("matches")?.as_array()?;
+    let matches = result
+        .get("structuredContent")?
+        .get("matches")?
+        .as_array()?;
     if matches.len() > MAX_FILTER_MATCHES {
         return None;
     }
@@ -413,12 +417,18 @@ mod tests {
         let (noted, changed) = apply_filters(&mut result, &filtered);
         assert!(changed);
         assert_eq!(noted.len(), 1);
-        assert_eq!((noted[0].detector.as_ref(), noted[0].count), ("plugin:p/f", 3));
+        assert_eq!(
+            (noted[0].detector.as_ref(), noted[0].count),
+            ("plugin:p/f", 3)
+        );
         assert_eq!(
             result["content"][0]["text"],
             "a [REDACTED:plugin:p/f] b [REDACTED:plugin:p/f] \"q\""
         );
-        assert_eq!(result["structuredContent"]["ids"], json!(["[REDACTED:plugin:p/f]", "TCK-2"]));
+        assert_eq!(
+            result["structuredContent"]["ids"],
+            json!(["[REDACTED:plugin:p/f]", "TCK-2"])
+        );
         // Flagged: counted, unchanged.
         let flagged = [Filtered {
             action: GuardAction::Flag,

@@ -307,10 +307,18 @@ fn value_texts(value: &mut Value, f: &mut dyn FnMut(&mut String)) {
 
 /// How many times `matches` (a result filter's, named `name`) occur in `text`; with `redact`,
 /// each occurrence is replaced by `[REDACTED:<name>]` (then `true`: the text changed).
-pub fn filter_matches(text: &mut String, matches: &[String], name: &str, redact: bool) -> (u32, bool) {
+pub fn filter_matches(
+    text: &mut String,
+    matches: &[String],
+    name: &str,
+    redact: bool,
+) -> (u32, bool) {
     let mut cuts: Vec<(usize, usize, &str)> = Vec::new();
     for m in matches.iter().filter(|m| !m.is_empty()) {
-        cuts.extend(text.match_indices(m.as_str()).map(|(at, _)| (at, at + m.len(), name)));
+        cuts.extend(
+            text.match_indices(m.as_str())
+                .map(|(at, _)| (at, at + m.len(), name)),
+        );
     }
     let count = u32::try_from(cuts.len()).unwrap_or(u32::MAX);
     if !redact || cuts.is_empty() {
@@ -467,9 +475,16 @@ mod tests {
             agent: Some("bot"),
             ..site
         };
-        assert_eq!(g.filters(bot), vec![(key("plugin:acme/x"), GuardAction::Block)]);
+        assert_eq!(
+            g.filters(bot),
+            vec![(key("plugin:acme/x"), GuardAction::Block)]
+        );
         // A filter key never enters the built-in detectors' plan.
-        let only = Guardrails::compile(&settings(json!({"detect": {"plugin:a/f": "block"}})), [], []);
+        let only = Guardrails::compile(
+            &settings(json!({"detect": {"plugin:a/f": "block"}})),
+            [],
+            [],
+        );
         assert_eq!(only.plan(site), None);
         assert_eq!(only.filters(site).len(), 1);
     }

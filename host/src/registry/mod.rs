@@ -1170,10 +1170,22 @@ impl Registry {
                 if quarantined.is_none()
                     && let Ok(index) = u32::try_from(index)
                 {
-                    let key = format!("{}{}/{}", crate::config::FILTER_KEY_PREFIX, manifest.plugin, tool.name);
+                    let key = format!(
+                        "{}{}/{}",
+                        crate::config::FILTER_KEY_PREFIX,
+                        manifest.plugin,
+                        tool.name
+                    );
                     let timeout = secs(timeout_of(&tool.name, None, &settings, global));
                     let slot = Arc::clone(&slot);
-                    self.filters.insert(key, Filter { slot, index, timeout });
+                    self.filters.insert(
+                        key,
+                        Filter {
+                            slot,
+                            index,
+                            timeout,
+                        },
+                    );
                 }
                 continue;
             }

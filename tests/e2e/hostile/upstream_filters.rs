@@ -53,7 +53,11 @@ fn filtered(mut client: Client) {
         assert!(!names.iter().any(|n| n.contains(filter)), "{names:?}");
     }
     // A plugin's result: each ticket id redacted, the finding in `_meta`.
-    let said = client.call(1, "echo", json!({"text": "fix TCK-42 then TCK-7, not TCK-x"}));
+    let said = client.call(
+        1,
+        "echo",
+        json!({"text": "fix TCK-42 then TCK-7, not TCK-x"}),
+    );
     let said = result_of(&said);
     assert_eq!(
         text_of(said),
@@ -68,7 +72,10 @@ fn filtered(mut client: Client) {
     );
     // The filter's own plugin's tool, filtered like any other.
     let own = client.call(2, "ticket_of", json!({"id": 5}));
-    assert_eq!(text_of(result_of(&own)), format!("see [REDACTED:{TICKETS}]"));
+    assert_eq!(
+        text_of(result_of(&own)),
+        format!("see [REDACTED:{TICKETS}]")
+    );
     // An upstream's result: blocked, the error names the filter and never the content.
     let leaked = client.call(3, "gh_leak", json!({"text": "about TCK-9"}));
     let leaked = result_of(&leaked);
@@ -80,7 +87,10 @@ fn filtered(mut client: Client) {
     let clean = result_of(&clean);
     assert_eq!(text_of(clean), "all clear", "{clean}");
     assert!(clean.get("isError").is_none_or(|e| e == false), "{clean}");
-    assert!(clean["_meta"].get("mcp-host/guardrails").is_none(), "{clean}");
+    assert!(
+        clean["_meta"].get("mcp-host/guardrails").is_none(),
+        "{clean}"
+    );
     // A filter is not a tool a client can call.
     let called = client.call(5, "ticket_ids", json!({"texts": ["TCK-1"]}));
     let refused = called.get("error").is_some() || called["result"]["isError"] == true;
@@ -90,7 +100,10 @@ fn filtered(mut client: Client) {
 /// The audit log names the filter's findings, never what it found.
 fn audited(l: &Layout) {
     let text = std::fs::read_to_string(l.root.path().join("audit.jsonl")).unwrap();
-    assert!(!text.contains("TCK-42") && !text.contains("TCK-9"), "{text}");
+    assert!(
+        !text.contains("TCK-42") && !text.contains("TCK-9"),
+        "{text}"
+    );
     assert!(text.contains(TICKETS), "{text}");
 }
 
@@ -128,9 +141,19 @@ fn failing_closed(mut client: Client, same_process: bool) {
         let id = round * 10;
         // The second time, a worker that ran the hanging filter may still be being replaced:
         // the call fails (closed) either way.
-        let hung = if round == 0 { "timed out" } else { "could not check it" };
+        let hung = if round == 0 {
+            "timed out"
+        } else {
+            "could not check it"
+        };
         for (n, tool, args, filter, why) in [
-            (1, "echo", json!({"text": "secret words"}), "explode", "failed"),
+            (
+                1,
+                "echo",
+                json!({"text": "secret words"}),
+                "explode",
+                "failed",
+            ),
             (2, "gh_leak", json!({"text": "secret words"}), "hang", hung),
             (3, "count", json!({"steps": 1}), "", "not loaded"),
         ] {
