@@ -20,7 +20,9 @@ use super::result::ToolResult;
 use super::{RequestContext, police};
 use crate::config::GuardAction;
 use crate::policy::detect::DETECTORS;
-use crate::policy::guardrails::{CallSite, Findings, Plan, each_text, filter_matches, scan};
+use crate::policy::guardrails::{
+    CallSite, Findings, Plan, each_text, filter_matches, filter_set, scan,
+};
 use crate::policy::{Policy, ResultFacts};
 use crate::registry::Tool;
 use crate::telemetry::Outcome;
@@ -113,11 +115,12 @@ pub(super) async fn concluded(
     }
 }
 
-/// What one result filter found in a result: its matches, with its key and action.
+/// What one result filter found in a result: its matches (compiled; `None`: nothing), with its
+/// key and action.
 struct Filtered {
     key: String,
     action: GuardAction,
-    matches: Vec<String>,
+    set: Option<aho_corasick::AhoCorasick>,
 }
 
 /// A finding as the annotation, the audit log and the metric show it: a built-in detector's or
@@ -152,15 +155,16 @@ impl Guarded {
         let mut filtered = Vec::with_capacity(self.filters.len());
         for (key, action) in &self.filters {
             let verdict = exec.run_filter(key, input.clone()).await;
-            let matches = verdict.and_then(|v| {
-                verdict_matches(&v)
-                    .ok_or_else(|| "it answered something that is not a verdict".into())
+            let set = verdict.and_then(|v| {
+                let matches = verdict_matches(&v)
+                    .ok_or_else(|| "it answered something that is not a verdict".to_owned())?;
+                filter_set(&matches).map_err(|_| "its matches could not be compiled".to_owned())
             });
-            match matches {
-                Ok(matches) => filtered.push(Filtered {
+            match set {
+                Ok(set) => filtered.push(Filtered {
                     key: key.clone(),
                     action: *action,
-                    matches,
+                    set,
                 }),
                 Err(why) => {
                     tracing::error!(tool = %self.tool.name, filter = %key, "result filter failed closed: {why}");
@@ -274,11 +278,14 @@ fn verdict_matches(result: &Value) -> Option<Vec<String>> {
 fn apply_filters(result: &mut Value, filtered: &[Filtered]) -> (Vec<Noted>, bool) {
     let mut noted = Vec::new();
     let mut changed = false;
-    for f in filtered.iter().filter(|f| !f.matches.is_empty()) {
+    for f in filtered {
+        let Some(set) = &f.set else {
+            continue;
+        };
         let redact = f.action == GuardAction::Redact;
         let mut count = 0u32;
         each_text(result, &mut |text| {
-            let (n, c) = filter_matches(text, &f.matches, &f.key, redact);
+            let (n, c) = filter_matches(text, set, &f.key, redact);
             count = count.saturating_add(n);
             changed |= c;
         });
@@ -409,10 +416,14 @@ mod tests {
             "content": [{"type": "text", "text": "a TCK-1 b TCK-1 \"q\""}],
             "structuredContent": {"ids": ["TCK-1", "TCK-2"], "n": 3}
         });
+        let set = |m: &[&str]| {
+            let m: Vec<String> = m.iter().map(|s| (*s).to_owned()).collect();
+            filter_set(&m).expect("builds")
+        };
         let filtered = [Filtered {
             key: "plugin:p/f".into(),
             action: GuardAction::Redact,
-            matches: vec!["TCK-1".into()],
+            set: set(&["TCK-1"]),
         }];
         let (noted, changed) = apply_filters(&mut result, &filtered);
         assert!(changed);
@@ -432,11 +443,23 @@ mod tests {
         // Flagged: counted, unchanged.
         let flagged = [Filtered {
             action: GuardAction::Flag,
-            matches: vec!["TCK-2".into()],
+            set: set(&["TCK-2"]),
             ..filtered.into_iter().next().expect("one")
         }];
         let (noted, changed) = apply_filters(&mut result, &flagged);
         assert!(!changed);
+        assert_eq!(noted[0].count, 1); // Overlapping matches: the longest wins, once.
+        let mut overlapping = json!({"content": [{"type": "text", "text": "x TCK-12 y"}]});
+        let both = [Filtered {
+            key: "plugin:p/f".into(),
+            action: GuardAction::Redact,
+            set: set(&["TCK-1", "TCK-12", "12"]),
+        }];
+        let (noted, _) = apply_filters(&mut overlapping, &both);
         assert_eq!(noted[0].count, 1);
+        assert_eq!(
+            overlapping["content"][0]["text"],
+            "x [REDACTED:plugin:p/f] y"
+        );
     }
 }

@@ -305,21 +305,35 @@ fn value_texts(value: &mut Value, f: &mut dyn FnMut(&mut String)) {
     }
 }
 
-/// How many times `matches` (a result filter's, named `name`) occur in `text`; with `redact`,
-/// each occurrence is replaced by `[REDACTED:<name>]` (then `true`: the text changed).
+/// A result filter's matches, compiled for one pass over each string (the longest match wins
+/// where two overlap): `Ok(None)` when there is nothing to find, `Err` when the set does not
+/// build.
+pub fn filter_set(
+    matches: &[String],
+) -> Result<Option<aho_corasick::AhoCorasick>, aho_corasick::BuildError> {
+    let matches: Vec<&String> = matches.iter().filter(|m| !m.is_empty()).collect();
+    if matches.is_empty() {
+        return Ok(None);
+    }
+    aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+        .build(matches)
+        .map(Some)
+}
+
+/// How many times a result filter's matches (`set`; the filter named `name`) occur in `text`,
+/// in one pass; with `redact`, each occurrence is replaced by `[REDACTED:<name>]` (then `true`:
+/// the text changed).
 pub fn filter_matches(
     text: &mut String,
-    matches: &[String],
+    set: &aho_corasick::AhoCorasick,
     name: &str,
     redact: bool,
 ) -> (u32, bool) {
-    let mut cuts: Vec<(usize, usize, &str)> = Vec::new();
-    for m in matches.iter().filter(|m| !m.is_empty()) {
-        cuts.extend(
-            text.match_indices(m.as_str())
-                .map(|(at, _)| (at, at + m.len(), name)),
-        );
-    }
+    let cuts: Vec<(usize, usize, &str)> = set
+        .find_iter(text.as_str())
+        .map(|m| (m.start(), m.end(), name))
+        .collect();
     let count = u32::try_from(cuts.len()).unwrap_or(u32::MAX);
     if !redact || cuts.is_empty() {
         return (count, false);
