@@ -4,7 +4,7 @@
 //! over stdio and HTTP, with the filter's plugin in-process and in a sandboxed worker: what it
 //! finds is redacted (text and `structuredContent`) or blocks the result, like a built-in
 //! detector's finding; its filters are never served as tools. A filter that panics, hangs past
-//! its timeout, or whose plugin is missing fails closed (the result is blocked with an error
+//! its timeout, answers garbage, or whose plugin is missing fails closed (the result is blocked with an error
 //! naming the filter, never the content) while the host keeps serving everything else.
 
 use mcp_host_tests::serve::{LEGACY, MODERN};
@@ -49,7 +49,7 @@ fn filtered(mut client: Client) {
     let tools = client.tools_with("gh_leak");
     let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
     assert!(names.contains(&"ticket_of"), "{names:?}");
-    for filter in ["ticket_ids", "explode", "hang"] {
+    for filter in ["ticket_ids", "explode", "hang", "garbage"] {
         assert!(!names.iter().any(|n| n.contains(filter)), "{names:?}");
     }
     // A plugin's result: each ticket id redacted, the finding in `_meta`.
@@ -126,10 +126,12 @@ fn a_plugin_filter_redacts_and_blocks_results_over_http_in_a_sandboxed_worker() 
 }
 
 /// `echo` through the panicking filter, `gh_leak` through the hanging one (1 s timeout), `count`
-/// through a plugin that does not exist; `ticket_of` through none.
+/// through a plugin that does not exist, `tick` through one that answers garbage; `ticket_of`
+/// and `noisy` through none.
 const FAILING: &str = "guardrails:\n  tools:\n    echo: {\"plugin:fixture-filters/explode\": flag}\n    \
      gh_leak: {\"plugin:fixture-filters/hang\": flag}\n    \
-     count: {\"plugin:nobody/tickets\": flag}\n\
+     count: {\"plugin:nobody/tickets\": flag}\n    \
+     tick: {\"plugin:fixture-filters/garbage\": redact}\n\
      plugins:\n  fixture-filters:\n    tools:\n      hang: {timeout_secs: 1}\n";
 
 /// Every check of filters that cannot answer, on `client`; with `same_process`, the filters'
@@ -156,6 +158,7 @@ fn failing_closed(mut client: Client, same_process: bool) {
             ),
             (2, "gh_leak", json!({"text": "secret words"}), "hang", hung),
             (3, "count", json!({"steps": 1}), "", "not loaded"),
+            (6, "tick", json!({"millis": 1}), "garbage", "not a verdict"),
         ] {
             let blocked = client.call(id + n, tool, args);
             let blocked = result_of(&blocked);
