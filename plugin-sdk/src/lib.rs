@@ -216,6 +216,7 @@ mod completion;
 mod content;
 mod credential;
 mod duration;
+mod filter;
 mod host;
 pub mod input;
 mod manifest;
@@ -231,12 +232,13 @@ pub use completion::{Completion, CompletionRequest, IntoCompletion, MAX_COMPLETI
 pub use content::{Content, EmbeddedResource, IntoToolResult, ToolResult};
 pub use credential::{Credential, CredentialError};
 pub use duration::Seconds;
+pub use filter::{FilterInput, FilterVerdict};
 pub use host::{CallContext, CallToolError, HostApi, LogLevel, UserInfo};
 pub use input::{
     ElicitAction, ElicitResult, Elicitation, InputError, InputKind, InputRequests, InputResponses,
     Root, Sampled, Sampling,
 };
-pub use mcp_plugin_sdk_macros::{prompt, resource, service, tool};
+pub use mcp_plugin_sdk_macros::{filter, prompt, resource, service, tool};
 pub use prompt::{IntoPromptResult, PromptMessage, PromptResult, Role};
 pub use resource::{IntoResourceContents, ResourceContents};
 /// Re-exported for argument and result types. The derive expands to `::schemars` paths, so either

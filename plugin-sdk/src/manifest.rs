@@ -150,6 +150,11 @@ pub struct ToolDescriptor {
     /// questions go back as input-required rounds) until it calls `CallContext::start_task`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ask_first: bool,
+    /// A result filter (`#[filter]`), not a tool: the host never serves it (it is never in
+    /// `tools/list` and no client calls it); it runs it over tool results when the guardrails
+    /// name it (`plugin:<plugin>/<filter>`). Hosts before filters serve it as a tool.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub filter: bool,
 }
 
 /// Whether a tool runs as a task (the 2026-07-28 tasks extension): `#[tool(task)]`,

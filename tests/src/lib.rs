@@ -17,6 +17,7 @@ pub const PLUGIN_CRATES: &[&str] = &[
     "fixture-override",
     "fixture-schema",
     "fixture-faulty",
+    "fixture-filters",
     "fixture-abi-mismatch",
     "fixture-wrong-target",
     "fixture-garbage",

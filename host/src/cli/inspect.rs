@@ -370,11 +370,19 @@ fn first_line(v: &Value) -> String {
     short
 }
 
-/// The tools, resources and prompts, a line each: the name in a column, then the description's
-/// first line.
+/// The tools, result filters (`#[filter]`: in the manifest's tools, never served as tools),
+/// resources and prompts, a line each: the name in a column, then the description's first line.
 fn write_items(manifest: &Value, out: &mut dyn std::io::Write) -> anyhow::Result<()> {
-    for (key, name_key) in [("tools", "name"), ("resources", "uri"), ("prompts", "name")] {
-        let items = list(manifest, key);
+    let (filters, tools): (Vec<Value>, Vec<Value>) = list(manifest, "tools")
+        .into_iter()
+        .partition(|t| t["filter"] == true);
+    let lists = [
+        ("tools", "name", tools),
+        ("filters", "name", filters),
+        ("resources", "uri", list(manifest, "resources")),
+        ("prompts", "name", list(manifest, "prompts")),
+    ];
+    for (key, name_key, items) in lists {
         if items.is_empty() {
             continue;
         }

@@ -62,7 +62,8 @@ pub enum GuardAction {
 pub struct Guardrails {
     /// For every tool this level applies to: a detector (`email`) or a group (`credentials`,
     /// `personal_data`, `injection`) → `flag`, `redact`, `block` or `off`. A detector's own key
-    /// wins over its group's.
+    /// wins over its group's. A plugin's result filter is a detector too:
+    /// `plugin:<plugin>/<filter>` (`docs/operators/guardrails.md`).
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     pub detect: BTreeMap<String, GuardAction>,
     /// Per tool, over `detect`: the same map. Under `plugins.<name>.guardrails` tools go by the
@@ -73,6 +74,16 @@ pub struct Guardrails {
 }
 
 impl Guardrails {
+    /// The result filters (`plugin:<plugin>/<filter>`) any key of this level names.
+    pub fn filter_keys(&self) -> impl Iterator<Item = &str> {
+        let every = self.detect.keys();
+        let tools = self.tools.values().flat_map(BTreeMap::keys);
+        every
+            .chain(tools)
+            .map(String::as_str)
+            .filter(|k| filter_key(k).is_some())
+    }
+
     /// Whether nothing is set.
     pub fn is_empty(&self) -> bool {
         self.detect.is_empty() && self.tools.is_empty()
@@ -81,7 +92,9 @@ impl Guardrails {
     /// The first key that names no detector nor group (with its path under this level), if any.
     pub fn unknown_key(&self) -> Option<String> {
         let known = |k: &String| {
-            GUARDRAIL_GROUPS.contains(&k.as_str()) || GUARDRAIL_DETECTORS.contains(&k.as_str())
+            GUARDRAIL_GROUPS.contains(&k.as_str())
+                || GUARDRAIL_DETECTORS.contains(&k.as_str())
+                || filter_key(k).is_some()
         };
         if let Some(k) = self.detect.keys().find(|k| !known(k)) {
             return Some(format!("detect.{k}"));
@@ -91,5 +104,42 @@ impl Guardrails {
                 .find(|k| !known(k))
                 .map(|k| format!("tools.{tool}.{k}"))
         })
+    }
+}
+
+/// The prefix of a key naming a plugin's result filter: `plugin:<plugin>/<filter>`.
+pub const FILTER_KEY_PREFIX: &str = "plugin:";
+
+/// The plugin and the filter a key names (`plugin:<plugin>/<filter>`, both non-empty), if it
+/// names one.
+pub fn filter_key(key: &str) -> Option<(&str, &str)> {
+    let (plugin, filter) = key.strip_prefix(FILTER_KEY_PREFIX)?.split_once('/')?;
+    (!plugin.is_empty() && !filter.is_empty() && !filter.contains('/')).then_some((plugin, filter))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_keys_name_a_plugin_and_a_filter() {
+        assert_eq!(filter_key("plugin:acme/tickets"), Some(("acme", "tickets")));
+        for bad in [
+            "acme/tickets",
+            "plugin:acme",
+            "plugin:/t",
+            "plugin:a/",
+            "plugin:a/b/c",
+        ] {
+            assert_eq!(filter_key(bad), None, "{bad}");
+        }
+        let g: Guardrails = serde_json::from_value(serde_json::json!({
+            "detect": {"plugin:acme/tickets": "redact", "email": "flag"},
+            "tools": {"t": {"plugin:acme/other": "block"}}
+        }))
+        .expect("guardrails");
+        assert_eq!(g.unknown_key(), None);
+        let keys: Vec<_> = g.filter_keys().collect();
+        assert_eq!(keys, ["plugin:acme/tickets", "plugin:acme/other"]);
     }
 }

@@ -28,7 +28,9 @@ pub use console::ConsoleSettings;
 pub use definitions::{
     ArgumentOverride, DefinitionOverrides, EntryOverride, HintOverrides, ToolOverride,
 };
-pub use guardrails::{GUARDRAIL_DETECTORS, GUARDRAIL_GROUPS, GuardAction, Guardrails};
+pub use guardrails::{
+    FILTER_KEY_PREFIX, GUARDRAIL_DETECTORS, GUARDRAIL_GROUPS, GuardAction, Guardrails, filter_key,
+};
 pub use isolation::{Connect, Endpoint, Isolation, Permissions, WorkerLimits};
 pub use layers::REGISTRY_TOKEN_VAR;
 pub use listen::{LISTEN_FORMS, ListenError, parse_listen};

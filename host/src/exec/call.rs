@@ -9,6 +9,7 @@
 //! Every tool call, nested ones included, reports to [`Telemetry`] (span and phases, metrics, the
 //! audit record).
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -35,7 +36,7 @@ use crate::plugins::backend::{CallFuture, NestedCallError, PluginCallError, Retu
 use crate::policy::budget::{BudgetError, BudgetPermit, Budgets};
 use crate::policy::guardrails::Guardrails;
 use crate::policy::{CallFacts, Decision, Policy};
-use crate::registry::{PluginSlot, Registry, Tool};
+use crate::registry::{Filter, PluginSlot, Registry, Tool};
 use crate::telemetry::{Outcome, Telemetry};
 
 /// Why a call was refused before any tool ran (protocol-level errors; tool failures are results).
@@ -235,6 +236,8 @@ pub struct Executor {
     pub(super) approvals: Arc<super::approval::Approvals>,
     /// The reloadable guardrails on results.
     pub(super) guardrails: ArcSwap<Guardrails>,
+    /// The loaded plugins' result filters, by guardrails key (the registry's, swapped with it).
+    pub(super) filters: ArcSwap<HashMap<String, Filter>>,
     pub(super) telemetry: Arc<Telemetry>,
 }
 
@@ -263,6 +266,7 @@ impl Executor {
             budgets: Budgets::default(),
             approvals: Arc::default(),
             guardrails: ArcSwap::from_pointee(Guardrails::default()),
+            filters: ArcSwap::default(),
             telemetry,
         }
     }
@@ -275,6 +279,47 @@ impl Executor {
     /// Apply (compiled) guardrails to the results of calls from now on.
     pub fn set_guardrails(&self, guardrails: Arc<Guardrails>) {
         self.guardrails.store(guardrails);
+    }
+
+    /// The plugins' result filters the guardrails may name, from now on (the registry's).
+    pub fn set_filters(&self, filters: HashMap<String, Filter>) {
+        self.filters.store(Arc::new(filters));
+    }
+
+    /// Run the result filter `key` (`plugin:<plugin>/<filter>`) over `input` (a `FilterInput`
+    /// as JSON) like a call of a tool of its plugin: on the worker pool or in its worker, within
+    /// the plugin's permits and its timeout. Its matches, or why there are none to trust: the
+    /// plugin is not loaded, the filter failed (a panic, its worker died), timed out, or
+    /// answered something that is not a verdict.
+    pub(super) async fn run_filter(&self, key: &str, input: String) -> Result<Value, String> {
+        let Some(filter) = self.filters.load().get(key).cloned() else {
+            return Err("its plugin is not loaded or has no such filter".into());
+        };
+        let target = Target {
+            slot: &filter.slot,
+            index: filter.index,
+            timeout: filter.timeout,
+            inline: false,
+            name: key,
+        };
+        let opts = CallOptions::for_request(Arc::default());
+        let executed = match self.start(&target, input, no_caller(), &opts, None) {
+            Ok(Started::Queued(queued)) => {
+                Box::pin(self.wait(&target, queued, &opts.request.cancel, None)).await
+            }
+            Ok(Started::Ran(returned)) => Ok(returned),
+            Err(interrupted) => Err(interrupted),
+        };
+        match executed {
+            Ok(returned) => match tool_result(key, returned) {
+                (result, Outcome::Ok) => Ok(result.into_value()),
+                _ => Err("it failed".into()),
+            },
+            Err(Interrupted::TimedOut) => {
+                Err(format!("it timed out after {} s", fmt_secs(filter.timeout)))
+            }
+            Err(_) => Err("it could not run".into()),
+        }
     }
 
     /// Count the policy's budgets with `counter`, shared by the replicas, from now on (call on
@@ -384,7 +429,7 @@ impl Executor {
         };
         // What the tool returned passes the guardrails that apply to the call, if any.
         let (result, outcome) =
-            super::guard::concluded(guarded, args, (result, outcome), &observed);
+            super::guard::concluded(self, guarded, args, (result, outcome), &observed).await;
         observed.finish(outcome, result.as_ref().ok());
         result
     }

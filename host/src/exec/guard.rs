@@ -2,9 +2,14 @@
 //! ([`crate::policy::guardrails`]) — what the detectors found is redacted, flagged
 //! (`_meta["mcp-host/guardrails"]`, the audit record, a metric) or blocks the result (an error
 //! result naming the detector, never what it found) — then the call policy's `on: [results]`
-//! rules, which see the result and every detector's findings, and may deny it. A call neither
-//! applies to costs two loads and two checks: nothing is allocated, parsed or scanned.
+//! rules, which see the result and every detector's findings, and may deny it. The plugins'
+//! result filters the guardrails name (`plugin:<plugin>/<filter>`) run first, each called like a
+//! tool of its plugin; what they found is flagged, redacted or blocks like a built-in detector's
+//! finding, and a filter that cannot answer (its plugin missing, a panic, its timeout, an answer
+//! that is not a verdict) blocks the result: the guardrails fail closed. A call neither applies
+//! to costs two loads and two checks: nothing is allocated, parsed or scanned.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
@@ -15,7 +20,9 @@ use super::result::ToolResult;
 use super::{RequestContext, police};
 use crate::config::GuardAction;
 use crate::policy::detect::DETECTORS;
-use crate::policy::guardrails::{CallSite, Finding, Findings, Plan, scan};
+use crate::policy::guardrails::{
+    CallSite, Findings, Plan, each_text, filter_matches, filter_set, scan,
+};
 use crate::policy::{Policy, ResultFacts};
 use crate::registry::Tool;
 use crate::telemetry::Outcome;
@@ -28,25 +35,32 @@ pub const META_KEY: &str = "mcp-host/guardrails";
 /// apply) and the result rules, with what they need of the call.
 pub(super) struct Guarded {
     plan: Plan,
+    /// The result filters that run (`plugin:<plugin>/<filter>`), with their actions.
+    filters: Vec<(String, GuardAction)>,
     tool: Arc<Tool>,
     /// The policy, when it has result rules, and the request they judge.
     rules: Option<(Arc<Policy>, Arc<RequestContext>)>,
 }
 
 impl Executor {
-    /// The guardrails' actions for a call of `tool` through `agent`: `None` (nothing allocated)
-    /// when none applies.
-    pub(super) fn guard_plan(&self, tool: &Tool, agent: Option<&str>) -> Option<Plan> {
+    /// The built-in detectors' actions (`None` when none runs) and the result filters that run,
+    /// for a call of `tool` through `agent`; nothing allocated when no guardrail is configured.
+    fn guard_plans(
+        &self,
+        tool: &Tool,
+        agent: Option<&str>,
+    ) -> (Option<Plan>, Vec<(String, GuardAction)>) {
         let guardrails = self.guardrails.load();
         if guardrails.is_empty() {
-            return None;
+            return (None, Vec::new());
         }
-        guardrails.plan(CallSite {
+        let site = CallSite {
             tool: &tool.name,
             source_tool: tool.source_name(),
             source: tool.slot.backend.name(),
             agent,
-        })
+        };
+        (guardrails.plan(site), guardrails.filters(site))
     }
 
     /// What a client's call of `tool` for `request` (the agent as the call policy sees it)
@@ -56,16 +70,17 @@ impl Executor {
         tool: &Arc<Tool>,
         request: &Arc<RequestContext>,
     ) -> Option<Guarded> {
-        let plan = self.guard_plan(tool, police::who(request).1);
+        let (plan, filters) = self.guard_plans(tool, police::who(request).1);
         let policy = self.policy.load();
         let rules = policy
             .polices_results()
             .then(|| (Arc::clone(&policy), Arc::clone(request)));
-        if plan.is_none() && rules.is_none() {
+        if plan.is_none() && filters.is_empty() && rules.is_none() {
             return None;
         }
         Some(Guarded {
             plan: plan.unwrap_or_else(|| vec![None; DETECTORS.len()]),
+            filters,
             tool: Arc::clone(tool),
             rules,
         })
@@ -74,7 +89,8 @@ impl Executor {
 
 /// How a call (with `args`) ended, after what its result passes (`guarded`, if anything) when
 /// the tool returned one: a result that is blocked or denied ends the call `denied`.
-pub(super) fn concluded(
+pub(super) async fn concluded(
+    exec: &Executor,
     guarded: Option<Guarded>,
     args: &Value,
     ended: (Result<ToolResult, CallError>, Outcome),
@@ -85,7 +101,11 @@ pub(super) fn concluded(
     };
     match ended {
         (Ok(returned), outcome @ (Outcome::Ok | Outcome::ToolError)) => {
-            let (returned, stopped) = guarded.pass(returned, args, observed);
+            let filtered = guarded.filter(exec, &returned).await;
+            let (returned, stopped) = match filtered {
+                Ok(filtered) => guarded.pass(returned, &filtered, args, observed),
+                Err(message) => (host_error(&message), true),
+            };
             (
                 Ok(returned),
                 if stopped { Outcome::Denied } else { outcome },
@@ -95,22 +115,86 @@ pub(super) fn concluded(
     }
 }
 
+/// What one result filter found in a result: its matches (compiled; `None`: nothing), with its
+/// key and action.
+struct Filtered {
+    key: String,
+    action: GuardAction,
+    set: Option<aho_corasick::AhoCorasick>,
+}
+
+/// A finding as the annotation, the audit log and the metric show it: a built-in detector's or
+/// a result filter's.
+struct Noted {
+    detector: Cow<'static, str>,
+    group: &'static str,
+    count: u32,
+    action: Option<GuardAction>,
+}
+
+/// The most matches a filter's verdict may hold, and the longest one.
+const MAX_FILTER_MATCHES: usize = 1000;
+const MAX_FILTER_MATCH_BYTES: usize = 4096;
+
 impl Guarded {
-    /// `result` of a call with `args` after the guardrails and the result rules: redacted,
-    /// annotated, or an error result in its place (then `true`). The findings go to the call's
-    /// audit record and metrics.
+    /// The result filters' matches in `result` (in their order), or the error message of the
+    /// result that replaces it when one of them cannot answer (never what the result holds).
+    async fn filter(&self, exec: &Executor, result: &ToolResult) -> Result<Vec<Filtered>, String> {
+        if self.filters.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut texts: Vec<String> = Vec::new();
+        let mut value = result.clone().into_value();
+        each_text(&mut value, &mut |text| texts.push(text.clone()));
+        let input = json!({
+            "tool": self.tool.name,
+            "source": self.tool.slot.backend.name(),
+            "texts": texts,
+        })
+        .to_string();
+        let mut filtered = Vec::with_capacity(self.filters.len());
+        for (key, action) in &self.filters {
+            let verdict = exec.run_filter(key, input.clone()).await;
+            let set = verdict.and_then(|v| {
+                let matches = verdict_matches(&v)
+                    .ok_or_else(|| "it answered something that is not a verdict".to_owned())?;
+                filter_set(&matches).map_err(|_| "its matches could not be compiled".to_owned())
+            });
+            match set {
+                Ok(set) => filtered.push(Filtered {
+                    key: key.clone(),
+                    action: *action,
+                    set,
+                }),
+                Err(why) => {
+                    tracing::error!(tool = %self.tool.name, filter = %key, "result filter failed closed: {why}");
+                    return Err(format!(
+                        "the result of {} was blocked: its guardrail filter `{key}` could not check it ({why})",
+                        self.tool.name
+                    ));
+                }
+            }
+        }
+        Ok(filtered)
+    }
+
+    /// `result` of a call with `args` after the guardrails (the filters' matches `filtered`
+    /// among them) and the result rules: redacted, annotated, or an error result in its place
+    /// (then `true`). The findings go to the call's audit record and metrics.
     fn pass(
         &self,
         result: ToolResult,
+        filtered: &[Filtered],
         args: &Value,
         observed: &ObservedCall<'_>,
     ) -> (ToolResult, bool) {
-        let mut findings = Findings::default();
+        let mut noted = Vec::new();
         let mut denied = None;
         let result = result.inspect(|value| {
-            let (found, changed) = scan(value, &self.plan, self.rules.is_some());
-            findings = found;
-            if findings.blocking().is_some() {
+            let (by_filters, filters_changed) = apply_filters(value, filtered);
+            let (findings, changed) = scan(value, &self.plan, self.rules.is_some());
+            noted = notes(&findings, by_filters);
+            if noted.iter().any(|n| n.action == Some(GuardAction::Block)) {
                 return false;
             }
             if let Some((policy, request)) = &self.rules {
@@ -118,19 +202,22 @@ impl Guarded {
                     policy, request, &self.tool, args, value, &findings, observed,
                 );
             }
-            let acted: Vec<&Finding> = findings.0.iter().filter(|f| f.action.is_some()).collect();
+            let acted: Vec<&Noted> = noted.iter().filter(|f| f.action.is_some()).collect();
             if acted.is_empty() || denied.is_some() {
-                return changed;
+                return changed || filters_changed;
             }
             annotate(value, &acted);
             true
         });
-        self.record(&findings, observed);
-        if let Some(blocking) = findings.blocking() {
-            let detector = &DETECTORS[blocking.detector];
+        self.record(&noted, observed);
+        if let Some(blocking) = noted.iter().find(|n| n.action == Some(GuardAction::Block)) {
+            let label = DETECTORS
+                .iter()
+                .find(|d| d.name == blocking.detector)
+                .map_or("what an organisation filter matches", |d| d.label);
             let message = format!(
                 "the result of {} was blocked by a guardrail: it holds {} (detector `{}`)",
-                self.tool.name, detector.label, detector.name
+                self.tool.name, label, blocking.detector
             );
             return (host_error(&message), true);
         }
@@ -141,13 +228,12 @@ impl Guarded {
     }
 
     /// The findings a guardrail acted on: logged (never what was found), counted and audited.
-    fn record(&self, findings: &Findings, observed: &ObservedCall<'_>) {
-        let recorded: Vec<GuardFinding> = findings
-            .0
+    fn record(&self, noted: &[Noted], observed: &ObservedCall<'_>) {
+        let recorded: Vec<GuardFinding> = noted
             .iter()
             .filter(|f| f.action.is_some())
             .map(|f| GuardFinding {
-                detector: f.name(),
+                detector: f.detector.clone(),
                 count: f.count,
                 action: action_name(f.action),
             })
@@ -158,7 +244,7 @@ impl Guarded {
         for f in &recorded {
             tracing::info!(
                 tool = %self.tool.name,
-                detector = f.detector,
+                detector = %f.detector,
                 count = f.count,
                 action = f.action,
                 "guardrail finding in a tool result"
@@ -166,6 +252,64 @@ impl Guarded {
         }
         observed.guarded(recorded);
     }
+}
+
+/// The matches of a filter's verdict (`structuredContent.matches`, strings), if the result is
+/// one within bounds.
+fn verdict_matches(result: &Value) -> Option<Vec<String>> {
+    let matches = result
+        .get("structuredContent")?
+        .get("matches")?
+        .as_array()?;
+    if matches.len() > MAX_FILTER_MATCHES {
+        return None;
+    }
+    matches
+        .iter()
+        .map(|m| {
+            let m = m.as_str()?;
+            (!m.is_empty() && m.len() <= MAX_FILTER_MATCH_BYTES).then(|| m.to_owned())
+        })
+        .collect()
+}
+
+/// Count (and, for `redact`, replace) the filters' matches in `result`'s text strings: what each
+/// filter found (those that found something), and whether the result changed.
+fn apply_filters(result: &mut Value, filtered: &[Filtered]) -> (Vec<Noted>, bool) {
+    let mut noted = Vec::new();
+    let mut changed = false;
+    for f in filtered {
+        let Some(set) = &f.set else {
+            continue;
+        };
+        let redact = f.action == GuardAction::Redact;
+        let mut count = 0u32;
+        each_text(result, &mut |text| {
+            let (n, c) = filter_matches(text, set, &f.key, redact);
+            count = count.saturating_add(n);
+            changed |= c;
+        });
+        if count > 0 {
+            noted.push(Noted {
+                detector: Cow::Owned(f.key.clone()),
+                group: "plugin",
+                count,
+                action: Some(f.action),
+            });
+        }
+    }
+    (noted, changed)
+}
+
+/// The built-in detectors' findings, then the filters'.
+fn notes(findings: &Findings, by_filters: Vec<Noted>) -> Vec<Noted> {
+    let builtin = findings.0.iter().map(|f| Noted {
+        detector: Cow::Borrowed(f.name()),
+        group: f.group(),
+        count: f.count,
+        action: f.action,
+    });
+    builtin.chain(by_filters).collect()
 }
 
 /// The result rules' verdict on `result` (with `findings`) of a call of `tool` with `args` for
@@ -213,13 +357,13 @@ pub fn action_name(action: Option<GuardAction>) -> &'static str {
 }
 
 /// Put `findings` in `result`'s `_meta` under [`META_KEY`].
-fn annotate(result: &mut Value, findings: &[&Finding]) {
+fn annotate(result: &mut Value, findings: &[&Noted]) {
     let listed: Vec<Value> = findings
         .iter()
         .map(|f| {
             json!({
-                "detector": f.name(),
-                "group": f.group(),
+                "detector": f.detector,
+                "group": f.group,
                 "count": f.count,
                 "action": action_name(f.action),
             })
@@ -236,5 +380,86 @@ fn annotate(result: &mut Value, findings: &[&Finding]) {
     }
     if let Value::Object(meta) = meta {
         meta.insert(META_KEY.to_owned(), json!({ "findings": listed }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_filter_verdict_is_read_within_bounds_or_refused() {
+        let ok = json!({"structuredContent": {"matches": ["TCK-1", "TCK-2"]}});
+        assert_eq!(
+            verdict_matches(&ok),
+            Some(vec!["TCK-1".to_owned(), "TCK-2".to_owned()])
+        );
+        let none = json!({"structuredContent": {"matches": []}});
+        assert_eq!(verdict_matches(&none), Some(Vec::new()));
+        let many: Vec<String> = (0..=MAX_FILTER_MATCHES).map(|i| i.to_string()).collect();
+        let long = "x".repeat(MAX_FILTER_MATCH_BYTES + 1);
+        for garbage in [
+            json!({"content": [{"type": "text", "text": "{}"}]}),
+            json!({"structuredContent": {"matches": "TCK-1"}}),
+            json!({"structuredContent": {"matches": [1]}}),
+            json!({"structuredContent": {"matches": [""]}}),
+            json!({"structuredContent": {"matches": [long]}}),
+            json!({"structuredContent": {"matches": many}}),
+        ] {
+            assert_eq!(verdict_matches(&garbage), None, "{garbage}");
+        }
+    }
+
+    #[test]
+    fn a_filter_redacts_its_matches_in_text_and_structured_content() {
+        let mut result = json!({
+            "content": [{"type": "text", "text": "a TCK-1 b TCK-1 \"q\""}],
+            "structuredContent": {"ids": ["TCK-1", "TCK-2"], "n": 3}
+        });
+        let set = |m: &[&str]| {
+            let m: Vec<String> = m.iter().map(|s| (*s).to_owned()).collect();
+            filter_set(&m).expect("builds")
+        };
+        let filtered = [Filtered {
+            key: "plugin:p/f".into(),
+            action: GuardAction::Redact,
+            set: set(&["TCK-1"]),
+        }];
+        let (noted, changed) = apply_filters(&mut result, &filtered);
+        assert!(changed);
+        assert_eq!(noted.len(), 1);
+        assert_eq!(
+            (noted[0].detector.as_ref(), noted[0].count),
+            ("plugin:p/f", 3)
+        );
+        assert_eq!(
+            result["content"][0]["text"],
+            "a [REDACTED:plugin:p/f] b [REDACTED:plugin:p/f] \"q\""
+        );
+        assert_eq!(
+            result["structuredContent"]["ids"],
+            json!(["[REDACTED:plugin:p/f]", "TCK-2"])
+        );
+        // Flagged: counted, unchanged.
+        let flagged = [Filtered {
+            action: GuardAction::Flag,
+            set: set(&["TCK-2"]),
+            ..filtered.into_iter().next().expect("one")
+        }];
+        let (noted, changed) = apply_filters(&mut result, &flagged);
+        assert!(!changed);
+        assert_eq!(noted[0].count, 1); // Overlapping matches: the longest wins, once.
+        let mut overlapping = json!({"content": [{"type": "text", "text": "x TCK-12 y"}]});
+        let both = [Filtered {
+            key: "plugin:p/f".into(),
+            action: GuardAction::Redact,
+            set: set(&["TCK-1", "TCK-12", "12"]),
+        }];
+        let (noted, _) = apply_filters(&mut overlapping, &both);
+        assert_eq!(noted[0].count, 1);
+        assert_eq!(
+            overlapping["content"][0]["text"],
+            "x [REDACTED:plugin:p/f] y"
+        );
     }
 }

@@ -160,7 +160,7 @@ impl ObservedCall<'_> {
         for f in &findings {
             self.telemetry
                 .metrics
-                .guardrail_finding(f.detector, f.action);
+                .guardrail_finding(&f.detector, f.action);
         }
         let _ = self.guardrails.set(findings);
     }

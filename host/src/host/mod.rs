@@ -383,6 +383,7 @@ impl Host {
                 config_origin(&config)
             );
         }
+        host.inner.exec.set_filters(registry.filters.clone());
         host.inner.registry.store(Arc::new(registry));
         drop(serial);
         Ok(host)
@@ -508,6 +509,7 @@ impl Host {
         report.resources_changed = !registry.same_resources(&old);
         report.prompts_changed = !registry.same_prompts(&old);
         drop(old);
+        inner.exec.set_filters(registry.filters.clone());
         inner.registry.store(Arc::new(registry));
         inner.telemetry.metrics().reloaded(report.reloaded.len());
         // Agents or access may have changed what clients see, too: announce every list then.
@@ -540,6 +542,7 @@ impl Host {
             resources: !registry.same_resources(&old),
             prompts: !registry.same_prompts(&old),
         };
+        inner.exec.set_filters(registry.filters.clone());
         inner.registry.store(Arc::new(registry));
         if change != Change::NONE {
             inner.announce(change);

@@ -20,6 +20,10 @@ pub type Plan = Vec<Option<GuardAction>>;
 struct Level {
     every: Plan,
     tools: HashMap<String, Plan>,
+    /// The result filters' actions (`plugin:<plugin>/<filter>` keys), for every tool.
+    every_filter: Vec<(String, GuardAction)>,
+    /// The same per tool.
+    tool_filters: HashMap<String, Vec<(String, GuardAction)>>,
 }
 
 impl Level {
@@ -31,6 +35,24 @@ impl Level {
                 .iter()
                 .map(|(tool, map)| (tool.clone(), plan_of(map)))
                 .collect(),
+            every_filter: filters_of(&settings.detect),
+            tool_filters: settings
+                .tools
+                .iter()
+                .map(|(tool, map)| (tool.clone(), filters_of(map)))
+                .filter(|(_, f)| !f.is_empty())
+                .collect(),
+        }
+    }
+
+    /// Lay this level's filter actions for `tool` over `filters`.
+    fn filters_over(&self, tool: &str, filters: &mut Vec<(String, GuardAction)>) {
+        let own = self.tool_filters.get(tool).into_iter().flatten();
+        for (key, action) in self.every_filter.iter().chain(own) {
+            match filters.iter_mut().find(|(k, _)| k == key) {
+                Some(slot) => slot.1 = *action,
+                None => filters.push((key.clone(), *action)),
+            }
         }
     }
 
@@ -62,6 +84,14 @@ fn plan_of(map: &std::collections::BTreeMap<String, GuardAction>) -> Plan {
         }
     }
     plan
+}
+
+/// A level's map's result filters (`plugin:<plugin>/<filter>` keys) with their actions.
+fn filters_of(map: &std::collections::BTreeMap<String, GuardAction>) -> Vec<(String, GuardAction)> {
+    map.iter()
+        .filter(|(k, _)| crate::config::filter_key(k).is_some())
+        .map(|(k, a)| (k.clone(), *a))
+        .collect()
 }
 
 fn lay(upper: &Plan, plan: &mut Plan) {
@@ -140,6 +170,24 @@ impl Guardrails {
         }
         plan.iter().any(Option::is_some).then_some(plan)
     }
+
+    /// The result filters (`plugin:<plugin>/<filter>`) that run on a call at `site`, with their
+    /// actions, in the order the configuration names them (none: empty, nothing allocated).
+    pub fn filters(&self, site: CallSite<'_>) -> Vec<(String, GuardAction)> {
+        if !self.any {
+            return Vec::new();
+        }
+        let mut filters = Vec::new();
+        self.global.filters_over(site.tool, &mut filters);
+        if let Some(level) = self.sources.get(site.source) {
+            level.filters_over(site.source_tool, &mut filters);
+        }
+        if let Some(level) = site.agent.and_then(|a| self.agents.get(a)) {
+            level.filters_over(site.tool, &mut filters);
+        }
+        filters.retain(|(_, action)| *action != GuardAction::Off);
+        filters
+    }
 }
 
 /// What one detector found in a result.
@@ -202,16 +250,23 @@ pub fn scan(result: &mut Value, plan: &Plan, all: bool) -> (Findings, bool) {
         findings: Findings::default(),
         changed: false,
     };
+    each_text(result, &mut |text| scan.text(text));
+    scan.findings.0.sort_by_key(|f| f.detector);
+    (scan.findings, scan.changed)
+}
+
+/// Call `f` on every text string of `result` (a `CallToolResult`): its content items' text
+/// members (a nested `resource`'s too; not their kind, media type or binary payloads) and every
+/// string of its `structuredContent`.
+pub fn each_text(result: &mut Value, f: &mut dyn FnMut(&mut String)) {
     if let Some(Value::Array(items)) = result.get_mut("content") {
         for item in items {
-            scan.content(item);
+            content_texts(item, f);
         }
     }
     if let Some(structured) = result.get_mut("structuredContent") {
-        scan.value(structured);
+        value_texts(structured, f);
     }
-    scan.findings.0.sort_by_key(|f| f.detector);
-    (scan.findings, scan.changed)
 }
 
 struct Scan<'p> {
@@ -225,39 +280,76 @@ struct Scan<'p> {
 /// binary payloads (base64, which would read as high-entropy strings).
 const NOT_TEXT: &[&str] = &["type", "mimeType", "data", "blob", "_meta", "annotations"];
 
-impl Scan<'_> {
-    /// One content item: its text members (a nested `resource`'s too).
-    fn content(&mut self, item: &mut Value) {
-        let Value::Object(members) = item else {
-            return;
-        };
-        for (key, member) in members.iter_mut() {
-            match member {
-                _ if NOT_TEXT.contains(&key.as_str()) => {}
-                Value::String(text) => self.text(text),
-                Value::Object(_) => self.content(member),
-                _ => {}
-            }
-        }
-    }
-
-    /// Every string in `value`.
-    fn value(&mut self, value: &mut Value) {
-        match value {
-            Value::String(text) => self.text(text),
-            Value::Array(items) => items.iter_mut().for_each(|v| self.value(v)),
-            Value::Object(members) => members.values_mut().for_each(|v| self.value(v)),
+/// One content item's text members (a nested `resource`'s too).
+fn content_texts(item: &mut Value, f: &mut dyn FnMut(&mut String)) {
+    let Value::Object(members) = item else {
+        return;
+    };
+    for (key, member) in members.iter_mut() {
+        match member {
+            _ if NOT_TEXT.contains(&key.as_str()) => {}
+            Value::String(text) => f(text),
+            Value::Object(_) => content_texts(member, f),
             _ => {}
         }
     }
+}
 
+/// Every string in `value`.
+fn value_texts(value: &mut Value, f: &mut dyn FnMut(&mut String)) {
+    match value {
+        Value::String(text) => f(text),
+        Value::Array(items) => items.iter_mut().for_each(|v| value_texts(v, f)),
+        Value::Object(members) => members.values_mut().for_each(|v| value_texts(v, f)),
+        _ => {}
+    }
+}
+
+/// A result filter's matches, compiled for one pass over each string (the longest match wins
+/// where two overlap): `Ok(None)` when there is nothing to find, `Err` when the set does not
+/// build.
+pub fn filter_set(
+    matches: &[String],
+) -> Result<Option<aho_corasick::AhoCorasick>, aho_corasick::BuildError> {
+    let matches: Vec<&String> = matches.iter().filter(|m| !m.is_empty()).collect();
+    if matches.is_empty() {
+        return Ok(None);
+    }
+    aho_corasick::AhoCorasick::builder()
+        .match_kind(aho_corasick::MatchKind::LeftmostLongest)
+        .build(matches)
+        .map(Some)
+}
+
+/// How many times a result filter's matches (`set`; the filter named `name`) occur in `text`,
+/// in one pass; with `redact`, each occurrence is replaced by `[REDACTED:<name>]` (then `true`:
+/// the text changed).
+pub fn filter_matches(
+    text: &mut String,
+    set: &aho_corasick::AhoCorasick,
+    name: &str,
+    redact: bool,
+) -> (u32, bool) {
+    let cuts: Vec<(usize, usize, &str)> = set
+        .find_iter(text.as_str())
+        .map(|m| (m.start(), m.end(), name))
+        .collect();
+    let count = u32::try_from(cuts.len()).unwrap_or(u32::MAX);
+    if !redact || cuts.is_empty() {
+        return (count, false);
+    }
+    *text = redacted(text, cuts);
+    (count, true)
+}
+
+impl Scan<'_> {
     /// One string: one pass of the set; the detectors that matched, alone, to count and redact.
     fn text(&mut self, text: &mut String) {
         let Some(set) = RESULTS.as_ref() else {
             return;
         };
         let (plan, all) = (self.plan, self.all);
-        let mut cuts: Vec<(usize, usize, usize)> = Vec::new();
+        let mut cuts: Vec<(usize, usize, &str)> = Vec::new();
         for (i, re) in set.matching(text, |i| all || plan[i].is_some()) {
             let detector = &DETECTORS[i];
             let mut count = 0;
@@ -265,7 +357,7 @@ impl Scan<'_> {
                 if detector.accepts(m.as_str()) {
                     count += 1;
                     if plan[i] == Some(GuardAction::Redact) {
-                        cuts.push((m.start(), m.end(), i));
+                        cuts.push((m.start(), m.end(), detector.name));
                     }
                 }
             }
@@ -280,9 +372,9 @@ impl Scan<'_> {
     }
 }
 
-/// `text` with each cut (`start`, `end`, detector) replaced by `[REDACTED:<detector>]`; cuts
-/// that overlap merge into the first's.
-fn redacted(text: &str, mut cuts: Vec<(usize, usize, usize)>) -> String {
+/// `text` with each cut (`start`, `end`, detector's name) replaced by `[REDACTED:<detector>]`;
+/// cuts that overlap merge into the first's.
+fn redacted(text: &str, mut cuts: Vec<(usize, usize, &str)>) -> String {
     cuts.sort_unstable();
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
@@ -293,7 +385,7 @@ fn redacted(text: &str, mut cuts: Vec<(usize, usize, usize)>) -> String {
         if start >= at {
             out.push_str(&text[at..start]);
             out.push_str("[REDACTED:");
-            out.push_str(DETECTORS[detector].name);
+            out.push_str(detector);
             out.push(']');
         }
         at = end;
@@ -368,6 +460,47 @@ mod tests {
         assert_eq!(action(&bot, "aws_access_key"), None);
         assert_eq!(action(&bot, "zero_width"), Some(GuardAction::Block));
         assert_eq!(action(&bot, "email"), Some(GuardAction::Redact));
+    }
+
+    #[test]
+    fn filters_merge_like_detectors_and_off_removes_one() {
+        let global = settings(json!({"detect": {"plugin:acme/tickets": "flag", "email": "flag"}}));
+        let sources = BTreeMap::from([(
+            "p".to_owned(),
+            settings(json!({"tools": {"read": {"plugin:acme/tickets": "redact"}}})),
+        )]);
+        let agents = BTreeMap::from([(
+            "bot".to_owned(),
+            settings(json!({"detect": {"plugin:acme/tickets": "off", "plugin:acme/x": "block"}})),
+        )]);
+        let g = Guardrails::compile(&global, &sources, &agents);
+        let site = CallSite {
+            tool: "p_read",
+            source_tool: "read",
+            source: "p",
+            agent: None,
+        };
+        let key = |k: &str| k.to_owned();
+        assert_eq!(
+            g.filters(site),
+            vec![(key("plugin:acme/tickets"), GuardAction::Redact)]
+        );
+        let bot = CallSite {
+            agent: Some("bot"),
+            ..site
+        };
+        assert_eq!(
+            g.filters(bot),
+            vec![(key("plugin:acme/x"), GuardAction::Block)]
+        );
+        // A filter key never enters the built-in detectors' plan.
+        let only = Guardrails::compile(
+            &settings(json!({"detect": {"plugin:a/f": "block"}})),
+            [],
+            [],
+        );
+        assert_eq!(only.plan(site), None);
+        assert_eq!(only.filters(site).len(), 1);
     }
 
     #[test]

@@ -619,6 +619,21 @@ pub struct Registry {
     /// Definitions not as pinned in the lock file: held (pinning `enforce`) or served anyway
     /// (`warn`).
     pub drifts: Vec<Drift>,
+    /// The plugins' result filters (`#[filter]`), by their guardrails key
+    /// (`plugin:<plugin>/<filter>`): never served as tools.
+    pub filters: HashMap<String, Filter>,
+}
+
+/// A plugin's result filter: called like its tools (same timeouts, isolation and sandbox), never
+/// served as one.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    /// The plugin that has it.
+    pub slot: Arc<PluginSlot>,
+    /// Its index in the plugin's manifest (its call id).
+    pub index: u32,
+    /// How long a run may take (the plugin's timeout, or its `tools.<filter>.timeout_secs`).
+    pub timeout: Duration,
 }
 
 /// The tools of an agent whose overrides of its own change what it sees: every served tool, those
@@ -1149,6 +1164,31 @@ impl Registry {
         let global = config.limits.call_timeout_secs;
         let quarantined = slot.backend.quarantined();
         for (index, tool) in manifest.tools.iter().enumerate() {
+            if tool.filter {
+                // A result filter is never a tool; a quarantined plugin's is missing (the
+                // guardrails naming it then block).
+                if quarantined.is_none()
+                    && let Ok(index) = u32::try_from(index)
+                {
+                    let key = format!(
+                        "{}{}/{}",
+                        crate::config::FILTER_KEY_PREFIX,
+                        manifest.plugin,
+                        tool.name
+                    );
+                    let timeout = secs(timeout_of(&tool.name, None, &settings, global));
+                    let slot = Arc::clone(&slot);
+                    self.filters.insert(
+                        key,
+                        Filter {
+                            slot,
+                            index,
+                            timeout,
+                        },
+                    );
+                }
+                continue;
+            }
             let base = format!("{}{}{}", slot.candidate.prefix, settings.prefix, tool.name);
             if let Some(why) = &quarantined {
                 let mut entry = self.entry(&slot, Kind::Tool, &base, tool.service.as_ref());

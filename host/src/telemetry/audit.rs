@@ -67,8 +67,8 @@ pub struct Record<'a> {
 /// One detector's findings in a result, as the audit log records them.
 #[derive(Debug, Clone, Serialize)]
 pub struct GuardFinding {
-    /// The detector (`aws_access_key`, `email`, …).
-    pub detector: &'static str,
+    /// The detector (`aws_access_key`, `email`, …, or a result filter: `plugin:<plugin>/<filter>`).
+    pub detector: std::borrow::Cow<'static, str>,
     /// How many times it matched.
     pub count: u32,
     /// What was done: `flag`, `redact`, `block`, or `found` (for the call policy only).

@@ -64,7 +64,7 @@ struct RuleLabels {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GuardLabels {
-    detector: &'static str,
+    detector: String,
     action: &'static str,
 }
 
@@ -324,7 +324,8 @@ impl Metrics {
     }
 
     /// A guardrail `detector` found something in a result and `action` was taken.
-    pub fn guardrail_finding(&self, detector: &'static str, action: &'static str) {
+    pub fn guardrail_finding(&self, detector: &str, action: &'static str) {
+        let detector = detector.to_owned();
         self.guardrails
             .get_or_create(&GuardLabels { detector, action })
             .inc();

@@ -4,6 +4,7 @@
 //! `::mcp_plugin_sdk`. See the SDK's documentation for what each construct becomes.
 
 mod docs;
+mod filter;
 mod surface;
 mod tool;
 
@@ -41,6 +42,16 @@ pub fn resource(attr: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro_attribute]
 pub fn prompt(attr: TokenStream, item: TokenStream) -> TokenStream {
     surface::expand_free(surface::Kind::Prompt, attr.into(), item.into())
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// Turn a documented function `fn name(input: FilterInput) -> FilterVerdict` into a result
+/// filter: a detector the host runs over tool results when its guardrails name it (see the SDK
+/// docs). It is never served as a tool.
+#[proc_macro_attribute]
+pub fn filter(attr: TokenStream, item: TokenStream) -> TokenStream {
+    filter::expand(attr.into(), item.into())
         .unwrap_or_else(syn::Error::into_compile_error)
         .into()
 }

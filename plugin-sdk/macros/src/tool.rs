@@ -33,6 +33,8 @@ struct ToolOptions {
     ask_first: Option<Span>,
     /// `#[tool(skip)]`: a `pub fn` of a service that is a helper, not a tool.
     skip: Option<Span>,
+    /// `filter` (set by `#[filter]`): a result filter, not a tool.
+    filter: bool,
 }
 
 impl ToolOptions {
@@ -66,6 +68,7 @@ impl ToolOptions {
                 "client_capabilities" => opts.client_capabilities = Some(meta.value()?.parse()?),
                 "task" => opts.task = Some(task_support(&meta)?),
                 "ask_first" => opts.ask_first = Some(meta.path.span()),
+                "filter" => opts.filter = true,
                 _ => {
                     return Err(meta.error(
                         "unknown #[tool] option; expected one of: name, title, read_only, \
@@ -820,6 +823,7 @@ fn tool_descriptor(
         .clone()
         .unwrap_or_else(|| Ident::new("Forbidden", Span::call_site()));
     let ask_first = opts.ask_first.is_some();
+    let filter = opts.filter;
     let span = header.fn_name.span();
     quote_spanned!(span=>
         let title: ::core::option::Option<::std::string::String> = #title;
@@ -843,6 +847,7 @@ fn tool_descriptor(
             required_client_capabilities: #client_caps,
             task_support: #sdk::__private::TaskSupport::#task_support,
             ask_first: #ask_first,
+            filter: #filter,
         }
     )
 }

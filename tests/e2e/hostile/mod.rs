@@ -12,6 +12,7 @@ mod front_door;
 mod http_limits;
 mod store_trust;
 mod upstream_api_key;
+mod upstream_filters;
 mod upstream_guardrails;
 mod upstream_lifecycle;
 mod upstream_oauth;

@@ -282,6 +282,7 @@ pub(crate) fn tool(v: &Value) -> ToolDescriptor {
         required_client_capabilities: None,
         task_support: TaskSupport::Forbidden,
         ask_first: false,
+        filter: false,
     }
 }
 
