@@ -536,6 +536,8 @@ async fn follow_task(run: Arc<Run>, n: u64, asked: Asked) {
         while !cancel_acked && Instant::now() < deadline && !run.stopped() {
             match task_rpc(j, &mut conn, n, "tasks/cancel", json!({"taskId": id})).await {
                 Ok(_) => cancel_acked = true,
+                // Unknown (a restarted Redis forgot it): no use asking again; the poll says so.
+                Err(Failure::Other(e)) if e.contains("-32602") => break,
                 Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
             }
         }

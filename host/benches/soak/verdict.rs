@@ -28,15 +28,27 @@ pub struct Bounds {
     pub sockets: f64,
 }
 
+/// Whether call `c` falls in the window of fault `f` (and, when `f` has a scope, is of a tool
+/// in it).
+fn in_window(c: &Call, f: &Fault) -> bool {
+    let end = c.at + c.micros as f64 / 1e6;
+    end >= f.start
+        && c.at <= f.end + GRACE
+        && (f.scope.is_empty() || f.scope.contains(&c.tool.as_str()))
+}
+
 /// Whether call `c` falls in a window of a fault that excuses it.
 fn excused(c: &Call, faults: &[Fault]) -> bool {
-    let end = c.at + c.micros as f64 / 1e6;
-    faults.iter().any(|f| {
-        f.excuses
-            && end >= f.start
-            && c.at <= f.end + GRACE
-            && (f.scope.is_empty() || f.scope.contains(&c.tool.as_str()))
-    })
+    faults.iter().any(|f| f.excuses && in_window(c, f))
+}
+
+/// Whether call `c` was in flight in a worker the kill-worker fault killed: the host answers it
+/// with the crash (a tool error naming the signal, as documented), never with a result.
+fn killed_under(c: &Call, faults: &[Fault], error: &str) -> bool {
+    error.contains("crashed")
+        && faults
+            .iter()
+            .any(|f| f.name == "kill-worker" && in_window(c, f))
 }
 
 /// Whether call `c` came after a Redis restart (within the run's task lifetimes: 90 s).
@@ -85,6 +97,9 @@ pub fn judge_calls(calls: &[Call], faults: &[Fault], b: &Bounds, out: &mut Findi
             // A restarted Redis (no persistence here) forgot the tasks it held: asked for one
             // of them, the host rightly says it does not know it.
             Err(Failure::Other(e)) if e.contains("Task not found") && forgotten(c, faults) => {
+                *excused_by.entry(shorten(e)).or_default() += 1;
+            }
+            Err(Failure::Other(e)) if killed_under(c, faults, e) => {
                 *excused_by.entry(shorten(e)).or_default() += 1;
             }
             Err(Failure::Retryable(e) | Failure::Other(e)) => {
