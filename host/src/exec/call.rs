@@ -238,6 +238,9 @@ pub struct Executor {
     pub(super) guardrails: ArcSwap<Guardrails>,
     /// The loaded plugins' result filters, by guardrails key (the registry's, swapped with it).
     pub(super) filters: ArcSwap<HashMap<String, Filter>>,
+    /// Whether anything looks at results (a guardrail or an `on: [results]` rule), set with the
+    /// policy and the guardrails: a call of a configuration without either reads one flag.
+    pub(super) results_watched: std::sync::atomic::AtomicBool,
     pub(super) telemetry: Arc<Telemetry>,
 }
 
@@ -267,6 +270,7 @@ impl Executor {
             approvals: Arc::default(),
             guardrails: ArcSwap::from_pointee(Guardrails::default()),
             filters: ArcSwap::default(),
+            results_watched: std::sync::atomic::AtomicBool::new(false),
             telemetry,
         }
     }
@@ -274,11 +278,21 @@ impl Executor {
     /// Apply a (compiled) call policy to calls from now on.
     pub fn set_policy(&self, policy: Arc<Policy>) {
         self.policy.store(policy);
+        self.watch_results();
     }
 
     /// Apply (compiled) guardrails to the results of calls from now on.
     pub fn set_guardrails(&self, guardrails: Arc<Guardrails>) {
         self.guardrails.store(guardrails);
+        self.watch_results();
+    }
+
+    /// Note whether the policy or the guardrails now in force look at results (the host sets
+    /// both under its reload lock, so the last store sees both).
+    fn watch_results(&self) {
+        let watched = !self.guardrails.load().is_empty() || self.policy.load().polices_results();
+        self.results_watched
+            .store(watched, std::sync::atomic::Ordering::Release);
     }
 
     /// The plugins' result filters the guardrails may name, from now on (the registry's).
@@ -428,8 +442,12 @@ impl Executor {
             other => other,
         };
         // What the tool returned passes the guardrails that apply to the call, if any.
-        let (result, outcome) =
-            super::guard::concluded(self, guarded, args, (result, outcome), &observed).await;
+        let (result, outcome) = match guarded {
+            None => (result, outcome),
+            guarded => {
+                super::guard::concluded(self, guarded, args, (result, outcome), &observed).await
+            }
+        };
         observed.finish(outcome, result.as_ref().ok());
         result
     }

@@ -70,6 +70,12 @@ impl Executor {
         tool: &Arc<Tool>,
         request: &Arc<RequestContext>,
     ) -> Option<Guarded> {
+        if !self
+            .results_watched
+            .load(std::sync::atomic::Ordering::Acquire)
+        {
+            return None;
+        }
         let (plan, filters) = self.guard_plans(tool, police::who(request).1);
         let policy = self.policy.load();
         let rules = policy
