@@ -994,11 +994,7 @@ impl Registry {
                 "{what} is held (pinning: enforce): {summary}; it is not served until \
                  `mcp-host pin` records it"
             );
-            if memory.first_report(&line) {
-                tracing::error!("{line}");
-            }
-            held.push((entry.kind, entry.tool.clone()));
-            self.entries[i].status = Status::Held(summary);
+            held.push(self.hold(i, &line, Status::Held(summary), memory));
         }
         for (kind, name) in held {
             self.unserve(kind, &name);
@@ -1033,6 +1029,22 @@ impl Registry {
             }),
         }?;
         Some((section, slot, pin(slot, listing, overridden, legacy)))
+    }
+
+    /// Mark entry `i` held with `status`, logging `line` once; its kind and name, to unserve.
+    fn hold(
+        &mut self,
+        i: usize,
+        line: &str,
+        status: Status,
+        memory: &BuildMemory,
+    ) -> (Kind, String) {
+        if memory.first_report(line) {
+            tracing::error!("{line}");
+        }
+        let entry = &mut self.entries[i];
+        entry.status = status;
+        (entry.kind, entry.tool.clone())
     }
 
     /// Scan every served definition as clients are shown it ([`scan`]): one with hidden
@@ -1076,11 +1088,7 @@ impl Registry {
                 "{what} is held (definition_scan: hold): the definition scan found {summary}; it \
                  is not served until its definition (or an override of it) no longer has it"
             );
-            if memory.first_report(&line) {
-                tracing::error!("{line}");
-            }
-            held.push((entry.kind, entry.tool.clone()));
-            self.entries[i].status = Status::Suspicious(summary);
+            held.push(self.hold(i, &line, Status::Suspicious(summary), memory));
         }
         for (kind, name) in held {
             self.unserve(kind, &name);
