@@ -437,16 +437,11 @@ impl Executor {
                 Begun::Waiting(waiting) => waiting.instrument(observed.span().clone()).await,
             }
         };
-        let outcome = match outcome {
-            Outcome::Ok | Outcome::ToolError if cancel.is_cancelled() => Outcome::Cancelled,
-            other => other,
-        };
+        let ended = (result, cancelled_if(outcome, &cancel));
         // What the tool returned passes the guardrails that apply to the call, if any.
         let (result, outcome) = match guarded {
-            None => (result, outcome),
-            guarded => {
-                super::guard::concluded(self, guarded, args, (result, outcome), &observed).await
-            }
+            None => ended,
+            g => super::guard::concluded(self, g, args, ended, &observed).await,
         };
         observed.finish(outcome, result.as_ref().ok());
         result
@@ -946,6 +941,14 @@ fn nested_tool(
         .filter(|_| agent.is_none_or(|a| a.permits(name)))
         .cloned()
         .ok_or_else(|| NestedCallError::UnknownTool(name.into()))
+}
+
+/// `outcome`, or `Cancelled` when a call that ran to its end was cancelled meanwhile.
+fn cancelled_if(outcome: Outcome, cancel: &CancelFlag) -> Outcome {
+    match outcome {
+        Outcome::Ok | Outcome::ToolError if cancel.is_cancelled() => Outcome::Cancelled,
+        other => other,
+    }
 }
 
 /// The refusal of a call that sends an argument `tool`'s overrides hide or fix, if it does.
