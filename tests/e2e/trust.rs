@@ -133,6 +133,24 @@ impl Client {
         }
     }
 
+    /// Wait until `tool` is served with `description`: the registry is published after the reload logs
+    /// what it found, so a log line alone does not mean a list already shows it.
+    fn until_description(&mut self, tool: &str, description: &str) {
+        let deadline = std::time::Instant::now() + mcp_host_tests::serve::WAIT;
+        loop {
+            let now = self.description(tool);
+            if now.as_deref() == Some(description) {
+                return;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{tool} is described as {now:?}, not {description:?}\nlog:\n{}",
+                self.s.stderr()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
     fn logged(&self, needle: &str) -> bool {
         self.s.logged(needle)
     }
@@ -416,11 +434,9 @@ fn under_enforce_a_reload_that_changes_a_description_is_held_until_re_pinned_and
         live.display()
     );
     assert!(c.logged(&held), "{}", c.s.stderr());
-    let tools = c.tools();
-    assert!(
-        !has(&tools, "catalog_edition") && has(&tools, "list_invoice"),
-        "{tools:?}"
-    );
+    c.until_tools("held", |t| {
+        !has(t, "catalog_edition") && has(t, "list_invoice")
+    });
     let call = c.rpc(
         "tools/call",
         json!({"name": "catalog_edition", "arguments": {}}),
@@ -474,7 +490,7 @@ fn under_warn_a_reload_that_changes_a_description_is_served_and_logged() {
         "Tool catalog_edition from {} is served although it differs from the lock file: description: \"{OLD}\" -> \"{NEW}\" (pinning: warn)",
         live.display()
     )));
-    assert_eq!(c.description("catalog_edition").as_deref(), Some(NEW));
+    c.until_description("catalog_edition", NEW);
 }
 
 #[test]
