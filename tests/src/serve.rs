@@ -568,6 +568,21 @@ impl HttpServer {
         self.stderr.lock().unwrap().clone()
     }
 
+    /// Whether the log shows `needle` within [`WAIT`] (stderr is read on its own thread, so a line
+    /// may trail the answers that follow it); the wait ends as soon as it does.
+    pub fn logged(&self, needle: &str) -> bool {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            if self.stderr().contains(needle) {
+                return true;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// The child process.
     pub fn child(&mut self) -> &mut ChildGuard {
         &mut self.child
