@@ -157,7 +157,16 @@ fn a_list_changed_storm_costs_bounded_threads_and_quarantines_the_upstream_with_
     // `list` (another process, to which the upstream behaves) shows what the running server
     // quarantined, and why (B5).
     std::fs::write(state.join("calm"), "").unwrap();
-    let (rows, log) = upstream_rows(&l, &cfg, "storm");
+    // Waits: /healthz shows the quarantine a moment before the record `list` reads is written.
+    let deadline = Instant::now() + START;
+    let (rows, log) = loop {
+        let (rows, log) = upstream_rows(&l, &cfg, "storm");
+        let quarantined = !rows.is_empty() && rows.iter().all(|r| r["status"] == "quarantined");
+        if quarantined || Instant::now() >= deadline {
+            break (rows, log);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
     assert!(!rows.is_empty(), "{log}");
     for row in &rows {
         assert_eq!(row["status"], "quarantined", "{rows:#?}");
