@@ -373,14 +373,7 @@ impl Executor {
         args: Option<&Value>,
         opts: CallOptions,
     ) -> Result<ToolResult, CallError> {
-        let none;
-        let args = match args {
-            Some(args) => args,
-            None => {
-                none = json!({});
-                &none
-            }
-        };
+        let args = args.unwrap_or(&NO_ARGUMENTS);
         let party = CallParty {
             caller: opts.request.caller(),
             caller_json: "",
@@ -427,7 +420,10 @@ impl Executor {
             }
         };
         let cancel = opts.request.cancel.clone();
-        let guarded = self.guarded(&tool, &opts.request);
+        // Two pointers past the call, only if something looks at results (the future stays small).
+        let watched = self
+            .watches_results()
+            .then(|| (Arc::clone(&tool), Arc::clone(&opts.request)));
         let (result, outcome) = {
             let begun = observed
                 .span()
@@ -439,9 +435,14 @@ impl Executor {
         };
         let ended = (result, cancelled_if(outcome, &cancel));
         // What the tool returned passes the guardrails that apply to the call, if any.
-        let (result, outcome) = match guarded {
+        let (result, outcome) = match watched {
             None => ended,
-            g => super::guard::concluded(self, g, args, ended, &observed).await,
+            Some(watched) => {
+                Box::pin(super::guard::concluded(
+                    self, watched, args, ended, &observed,
+                ))
+                .await
+            }
         };
         observed.finish(outcome, result.as_ref().ok());
         result
@@ -942,6 +943,9 @@ fn nested_tool(
         .cloned()
         .ok_or_else(|| NestedCallError::UnknownTool(name.into()))
 }
+
+/// The arguments of a call that sent none.
+static NO_ARGUMENTS: std::sync::LazyLock<Value> = std::sync::LazyLock::new(|| json!({}));
 
 /// `outcome`, or `Cancelled` when a call that ran to its end was cancelled meanwhile.
 fn cancelled_if(outcome: Outcome, cancel: &CancelFlag) -> Outcome {

@@ -63,19 +63,15 @@ impl Executor {
         (guardrails.plan(site), guardrails.filters(site))
     }
 
+    /// Whether anything looks at results (a guardrail or an `on: [results]` rule): one flag read.
+    pub(super) fn watches_results(&self) -> bool {
+        self.results_watched
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// What a client's call of `tool` for `request` (the agent as the call policy sees it)
     /// passes on its way back; `None` when no guardrail and no result rule applies.
-    pub(super) fn guarded(
-        &self,
-        tool: &Arc<Tool>,
-        request: &Arc<RequestContext>,
-    ) -> Option<Guarded> {
-        if !self
-            .results_watched
-            .load(std::sync::atomic::Ordering::Acquire)
-        {
-            return None;
-        }
+    fn guarded(&self, tool: &Arc<Tool>, request: &Arc<RequestContext>) -> Option<Guarded> {
         let (plan, filters) = self.guard_plans(tool, police::who(request).1);
         let policy = self.policy.load();
         let rules = policy
@@ -93,16 +89,17 @@ impl Executor {
     }
 }
 
-/// How a call (with `args`) ended, after what its result passes (`guarded`, if anything) when
-/// the tool returned one: a result that is blocked or denied ends the call `denied`.
+/// How a call of `tool` (with `args`, for `request`) ended, after what its result passes when
+/// the tool returned one: a result that is blocked or denied ends the call `denied`. Only called
+/// when [`Executor::watches_results`].
 pub(super) async fn concluded(
     exec: &Executor,
-    guarded: Option<Guarded>,
+    (tool, request): (Arc<Tool>, Arc<RequestContext>),
     args: &Value,
     ended: (Result<ToolResult, CallError>, Outcome),
     observed: &ObservedCall<'_>,
 ) -> (Result<ToolResult, CallError>, Outcome) {
-    let Some(guarded) = guarded else {
+    let Some(guarded) = exec.guarded(&tool, &request) else {
         return ended;
     };
     match ended {
