@@ -544,11 +544,45 @@ impl Credentials {
         let Some(lease) = self.vault.try_lease(&who.0, &spec.upstream, LEASE).await? else {
             return self.others_refresh(who, spec, &stored).await;
         };
-        let refreshed = self.refresh_leased(who, spec, &stored).await;
+        let token = self
+            .refresh_unless_renewed(who, spec, &k, &stored, force)
+            .await;
         if let Err(e) = self.vault.release(&lease).await {
             tracing::debug!("a refresh lease was not given back (it runs out): {e}");
         }
-        self.refreshed(who, spec, &k, refreshed, force).await
+        token
+    }
+
+    /// With the lease held: the row read again, and refreshed only if it is still `stored`.
+    /// Another replica may have refreshed between the first read and the lease (its lease given
+    /// back meanwhile): then `stored`'s refresh token is spent, and presenting it again would make
+    /// a provider that rotates refresh tokens revoke the whole grant.
+    async fn refresh_unless_renewed(
+        &self,
+        who: &Principal,
+        spec: &Spec,
+        k: &Key,
+        stored: &StoredCredential,
+        force: bool,
+    ) -> Result<Option<Secret>, CredError> {
+        let now = self
+            .vault
+            .credential(&who.0, &spec.upstream, &spec.identity)
+            .await?;
+        match now {
+            None => {
+                self.forget(who, &spec.upstream);
+                Ok(None)
+            }
+            Some(now) if now.version != stored.version => {
+                self.remember(k, &now);
+                Ok(Some(now.credential.access_token))
+            }
+            Some(_) => {
+                let refreshed = self.refresh_leased(who, spec, stored).await;
+                self.refreshed(who, spec, k, refreshed, force).await
+            }
+        }
     }
 
     /// The token of `stored` if it may still be used (not expired, and not refused by the
