@@ -310,16 +310,7 @@ impl StdioServer {
     /// Whether the log shows `needle` within [`WAIT`] (stderr is read on its own thread, so a line
     /// may trail the answers that follow it); the wait ends as soon as it does.
     pub fn logged(&self, needle: &str) -> bool {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if self.stderr().contains(needle) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        log_shows(&self.stderr, needle)
     }
 
     /// Whether the server process is still running.
@@ -571,16 +562,7 @@ impl HttpServer {
     /// Whether the log shows `needle` within [`WAIT`] (stderr is read on its own thread, so a line
     /// may trail the answers that follow it); the wait ends as soon as it does.
     pub fn logged(&self, needle: &str) -> bool {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            if self.stderr().contains(needle) {
-                return true;
-            }
-            if Instant::now() >= deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        log_shows(&self.stderr, needle)
     }
 
     /// The child process.
@@ -1094,5 +1076,19 @@ impl HttpConn {
     /// Close both directions now.
     pub fn close(self) {
         let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Whether `log` (a server's stderr, filled by its reader thread) shows `needle` within [`WAIT`].
+fn log_shows(log: &Mutex<String>, needle: &str) -> bool {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        if log.lock().unwrap().contains(needle) {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
