@@ -538,6 +538,46 @@ fn changes_made_before_the_watcher_is_in_place_are_applied_when_it_starts() {
 }
 
 #[test]
+fn a_reload_that_finds_nothing_changed_keeps_the_tool_set_and_a_change_still_applies() {
+    // The watcher's catch-up at start reloads once with nothing to apply: the tool set start built
+    // stays (not built again), and the next reload with a change builds the new one.
+    let l = Layout::new();
+    l.install("d", "fixture-basic", None);
+    let cfg = l.config("tool_dirs: [d]\n");
+    // Loaded as `serve` loads it (the process's environment is a layer, as at every reload).
+    let host = mcp_host::Host::start(
+        mcp_host::Config::load(Some(&cfg)).unwrap(),
+        mcp_host::HostOptions {
+            probe_exe: Some(artifacts().host.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let started = host.registry();
+    let report = host.reload();
+    assert!(
+        !report.versions_changed() && !report.tools_changed,
+        "{report:?}"
+    );
+    assert!(
+        std::sync::Arc::ptr_eq(&started, &host.registry()),
+        "a reload with nothing changed built the tool set again"
+    );
+    l.install("d", "fixture-override", None);
+    let report = host.reload();
+    assert!(report.tools_changed, "{report:?}");
+    assert!(host.registry().get("wrap_count").is_some());
+    let changed = host.registry();
+    l.config("tool_dirs: [d]\nagents:\n  b:\n    deny: [\"*\"]\n");
+    host.reload();
+    assert!(host.access().agent("b").is_some());
+    assert!(
+        !std::sync::Arc::ptr_eq(&changed, &host.registry()),
+        "a changed configuration kept the old tool set"
+    );
+}
+
+#[test]
 fn a_config_change_right_after_the_first_answer_is_applied() {
     // An operator (or a deployment) rewrites the configuration the moment the server answers: the
     // change must not fall into the window before the watcher is in place.

@@ -469,7 +469,10 @@ impl Host {
     /// Re-read the configuration from where it came from (file, overlay and environment: every
     /// layer, then the command line's overrides) and rescan with it, applying any difference from
     /// what is loaded. A configuration that no longer loads is logged and the running one kept;
-    /// the plugin files are rescanned anyway.
+    /// the plugin files are rescanned anyway. When neither the configuration nor any plugin file
+    /// changed (the watcher's catch-up at start, a SIGHUP with nothing to apply) the tool set in
+    /// force stays: it was built from the same inputs, and rebuilding it re-checked every
+    /// definition (at start, as much work again as the start's own build).
     pub fn reload(&self) -> RescanReport {
         let source = self.config().source.clone();
         let config = match Config::load(source.as_deref()) {
@@ -482,7 +485,7 @@ impl Host {
                 None
             }
         };
-        self.rescan(config)
+        self.rescan_keeping(config, true)
     }
 
     /// Give quarantined plugins another chance at the next rescan (SIGHUP does), even when their
@@ -496,6 +499,14 @@ impl Host {
     /// fresh private copy; a file that fails keeps its previous good version in service. Calls
     /// already running finish on the version they started on.
     pub fn rescan(&self, config: Option<Config>) -> RescanReport {
+        self.rescan_keeping(config, false)
+    }
+
+    /// [`Host::rescan`]; with `keep_unchanged`, a rescan that finds the configuration and every
+    /// plugin as they were (the same loaded versions, the same failures) keeps the tool set in
+    /// force instead of building the same one again. A rebuild asked for by a plugin (its lists
+    /// changed while its file did not) passes `false`.
+    fn rescan_keeping(&self, config: Option<Config>, keep_unchanged: bool) -> RescanReport {
         let inner = &self.inner;
         let _serial = inner.reload_lock.lock().unwrap_or_else(|p| p.into_inner());
         let config_changed = config.is_some_and(|c| self.apply_config(c));
@@ -504,6 +515,9 @@ impl Host {
         let (sources, mut report) = inner
             .loader
             .rescan(&config, &old.plugins, &self.callbacks());
+        if keep_unchanged && !config_changed && same_sources(&sources, &old.sources) {
+            return report;
+        }
         let registry = Registry::build_logged(sources, &config, &inner.memory, false);
         report.tools_changed = !registry.same_tools(&old);
         report.resources_changed = !registry.same_resources(&old);
@@ -743,6 +757,20 @@ impl Host {
             slot.retire();
         }
     }
+}
+
+/// Whether a rescan found what the tool set in force was built from: the same candidates, each
+/// with the same loaded version (the same slot) or the same failure.
+fn same_sources(now: &crate::plugins::Sources, before: &crate::plugins::Sources) -> bool {
+    now.len() == before.len()
+        && now.iter().zip(before).all(|((c, r), (b, was))| {
+            c == b
+                && match (r, was) {
+                    (Ok(slot), Ok(old)) => Arc::ptr_eq(slot, old),
+                    (Err(e), Err(old)) => e.to_string() == old.to_string(),
+                    _ => false,
+                }
+        })
 }
 
 /// Where the configuration came from and how its relative paths resolve, for messages about

@@ -90,6 +90,9 @@ CREATE TABLE IF NOT EXISTS upstream_leases (
 );
 ";
 
+/// The migration of a database of an older version (see [`migrate`]).
+const ADD_BYTES: &str = "ALTER TABLE tasks ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0";
+
 /// Bring a database of an older version to the schema: the `bytes` column.
 fn migrate(conn: &Connection) -> rusqlite::Result<()> {
     let has_bytes: i64 = conn.query_row(
@@ -98,9 +101,44 @@ fn migrate(conn: &Connection) -> rusqlite::Result<()> {
         |r| r.get(0),
     )?;
     if has_bytes == 0 {
-        conn.execute_batch("ALTER TABLE tasks ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")?;
+        conn.execute_batch(ADD_BYTES)?;
     }
     Ok(())
+}
+
+/// What a database brought to [`SCHEMA`] (and [`migrate`]d) carries as its `user_version`: a
+/// hash of their text, so a changed schema or migration is a new mark and is applied again. A
+/// file carrying the current mark skips both at open (parsing the schema's statements was most of
+/// the work of opening the store, which every start does for the token vault's sweep).
+const SCHEMA_MARK: i32 = schema_mark(&[SCHEMA, ADD_BYTES]);
+
+/// FNV-1a over `texts`, as a positive non-zero `user_version` (0 is a fresh or older file's).
+const fn schema_mark(texts: &[&str]) -> i32 {
+    let mut hash: u32 = 0x811c_9dc5;
+    let mut t = 0;
+    while t < texts.len() {
+        let bytes = texts[t].as_bytes();
+        let mut i = 0;
+        while i < bytes.len() {
+            hash ^= bytes[i] as u32;
+            hash = hash.wrapping_mul(0x0100_0193);
+            i += 1;
+        }
+        t += 1;
+    }
+    ((hash & 0x7fff_ffff) | 1) as i32
+}
+
+/// Create the tables and indexes and migrate, unless the file already carries [`SCHEMA_MARK`];
+/// then mark it.
+fn ensure_schema(conn: &Connection) -> rusqlite::Result<()> {
+    let mark: i32 = conn.pragma_query_value(None, "user_version", |r| r.get(0))?;
+    if mark == SCHEMA_MARK {
+        return Ok(());
+    }
+    conn.execute_batch(SCHEMA)?;
+    migrate(conn)?;
+    conn.pragma_update(None, "user_version", SCHEMA_MARK)
 }
 
 /// Create the directories up to `dir` that are missing, 0700 (a task's arguments and results
@@ -157,8 +195,7 @@ fn open_file(path: &Path) -> Result<Connection, StoreError> {
         .map_err(unavailable)?;
     conn.pragma_update(None, "synchronous", "NORMAL")
         .map_err(unavailable)?;
-    conn.execute_batch(SCHEMA)
-        .and_then(|()| migrate(&conn))
+    ensure_schema(&conn)
         .map_err(|e| StoreError::Unavailable(format!("{}: {e}", path.display())))?;
     Ok(conn)
 }
@@ -531,6 +568,60 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o700);
+    }
+
+    #[tokio::test]
+    async fn a_file_is_brought_to_the_schema_once_and_an_older_one_is_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tasks.sqlite");
+        // A file of an older version: `tasks` without `bytes`, no mark.
+        {
+            let old = Connection::open(&path).unwrap();
+            old.execute_batch(
+                "CREATE TABLE tasks (id TEXT PRIMARY KEY, quota_key TEXT NOT NULL, \
+                 status TEXT NOT NULL, version INTEGER NOT NULL, expires_ms INTEGER NOT NULL, \
+                 runner TEXT, lease_until_ms INTEGER, record TEXT NOT NULL);",
+            )
+            .unwrap();
+        }
+        let conn = open_file(&path).unwrap();
+        let mark: i32 = conn
+            .pragma_query_value(None, "user_version", |r| r.get(0))
+            .unwrap();
+        assert_eq!(
+            mark, SCHEMA_MARK,
+            "the file is marked as brought to the schema"
+        );
+        let has_bytes: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = 'bytes'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(has_bytes, 1, "migrated");
+        drop(conn);
+        // Marked: opened again without the schema's statements (a table dropped behind its back
+        // stays dropped), and a store over it works.
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("DROP TABLE upstream_leases")
+            .unwrap();
+        let conn = open_file(&path).unwrap();
+        let leases: i64 = conn
+            .query_row(
+                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'upstream_leases'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(leases, 0, "the schema ran again on a marked file");
+        drop(conn);
+        let db = Sqlite::open(&path);
+        create(&db, &task("t", "x"), &TaskSettings::default())
+            .await
+            .unwrap();
+        assert!(db.task("t").await.unwrap().is_some());
     }
 
     #[tokio::test]
