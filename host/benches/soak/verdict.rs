@@ -42,13 +42,20 @@ fn excused(c: &Call, faults: &[Fault]) -> bool {
     faults.iter().any(|f| f.excuses && in_window(c, f))
 }
 
-/// Whether call `c` was in flight in a worker the kill-worker fault killed: the host answers it
-/// with the crash (a tool error naming the signal, as documented), never with a result.
+/// Whether call `c` was in flight where a kill fault struck, answered with the error the host
+/// documents for it, never with a result: in a worker the kill-worker fault killed (the crash, a
+/// tool error naming the signal), or at a stdio upstream the kill-upstream fault killed ("the
+/// calls in flight answer with an error": it went away during the request). Either may have run
+/// the call, so neither is retryable.
 fn killed_under(c: &Call, faults: &[Fault], error: &str) -> bool {
-    error.contains("crashed")
-        && faults
-            .iter()
-            .any(|f| f.name == "kill-worker" && in_window(c, f))
+    let fault = if error.contains("crashed") {
+        "kill-worker"
+    } else if error.contains("went away during the request") {
+        "kill-upstream"
+    } else {
+        return false;
+    };
+    faults.iter().any(|f| f.name == fault && in_window(c, f))
 }
 
 /// Whether call `c` came after a Redis restart (within the run's task lifetimes: 90 s).
