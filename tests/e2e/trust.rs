@@ -116,39 +116,42 @@ impl Client {
             .map(|t| t["description"].as_str().unwrap().to_owned())
     }
 
-    /// Wait (up to the generous deadline) until `tools/list` satisfies `check`.
-    fn until_tools(&mut self, what: &str, check: impl Fn(&[String]) -> bool) {
+    /// Wait (up to the generous deadline) until what `read` reads of the server satisfies
+    /// `check`: the registry is published after a reload logs what it found, so a log line alone
+    /// does not mean a list already shows it.
+    fn until<T: std::fmt::Debug>(
+        &mut self,
+        what: &str,
+        read: impl Fn(&mut Self) -> T,
+        check: impl Fn(&T) -> bool,
+    ) {
         let deadline = std::time::Instant::now() + mcp_host_tests::serve::WAIT;
         loop {
-            let tools = self.tools();
-            if check(&tools) {
+            let now = read(self);
+            if check(&now) {
                 return;
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "{what}: tools are {tools:?}\nlog:\n{}",
+                "{what}: {now:?}\nlog:\n{}",
                 self.s.stderr()
             );
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
     }
 
-    /// Wait until `tool` is served with `description`: the registry is published after the reload logs
-    /// what it found, so a log line alone does not mean a list already shows it.
+    /// Wait until `tools/list` satisfies `check`.
+    fn until_tools(&mut self, what: &str, check: impl Fn(&[String]) -> bool) {
+        self.until(what, Self::tools, |tools| check(tools));
+    }
+
+    /// Wait until `tool` is served with `description`.
     fn until_description(&mut self, tool: &str, description: &str) {
-        let deadline = std::time::Instant::now() + mcp_host_tests::serve::WAIT;
-        loop {
-            let now = self.description(tool);
-            if now.as_deref() == Some(description) {
-                return;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{tool} is described as {now:?}, not {description:?}\nlog:\n{}",
-                self.s.stderr()
-            );
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
+        self.until(
+            &format!("{tool} described as {description:?}"),
+            |c| c.description(tool),
+            |now| now.as_deref() == Some(description),
+        );
     }
 
     fn logged(&self, needle: &str) -> bool {

@@ -570,6 +570,11 @@ mod tests {
         assert_eq!(mode & 0o777, 0o700);
     }
 
+    /// The count a `SELECT COUNT(*)` query answers.
+    fn count(conn: &Connection, sql: &str) -> i64 {
+        conn.query_row(sql, [], |r| r.get(0)).unwrap()
+    }
+
     #[tokio::test]
     async fn a_file_is_brought_to_the_schema_once_and_an_older_one_is_migrated() {
         let dir = tempfile::tempdir().unwrap();
@@ -592,13 +597,10 @@ mod tests {
             mark, SCHEMA_MARK,
             "the file is marked as brought to the schema"
         );
-        let has_bytes: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = 'bytes'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let has_bytes = count(
+            &conn,
+            "SELECT COUNT(*) FROM pragma_table_info('tasks') WHERE name = 'bytes'",
+        );
         assert_eq!(has_bytes, 1, "migrated");
         drop(conn);
         // Marked: opened again without the schema's statements (a table dropped behind its back
@@ -608,13 +610,10 @@ mod tests {
             .execute_batch("DROP TABLE upstream_leases")
             .unwrap();
         let conn = open_file(&path).unwrap();
-        let leases: i64 = conn
-            .query_row(
-                "SELECT COUNT(*) FROM sqlite_master WHERE name = 'upstream_leases'",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
+        let leases = count(
+            &conn,
+            "SELECT COUNT(*) FROM sqlite_master WHERE name = 'upstream_leases'",
+        );
         assert_eq!(leases, 0, "the schema ran again on a marked file");
         drop(conn);
         let db = Sqlite::open(&path);
